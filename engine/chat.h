@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* Chat templates: the family is detected from tokenizer.chat_template (or, when the model has
+ * none, from the special tokens of its vocabulary), and system/user/assistant turns are
+ * formatted as that family expects. The result contains special-token text and is tokenized
+ * with AXP_TOK_PARSE_SPECIAL. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "tokenizer.h"
+
+typedef enum axp_chat_family {
+        AXP_CHAT_RAW,     /* no template: the text as is */
+        AXP_CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+        AXP_CHAT_CHATML,  /* <|im_start|>role\n...<|im_end|>\n (qwen) */
+        AXP_CHAT_MISTRAL, /* [INST] ... [/INST] */
+        AXP_CHAT_LLAMA2,  /* [INST] <<SYS>>\n...\n<</SYS>>\n\n ... [/INST] */
+} axp_chat_family;
+
+typedef struct axp_chat_msg {
+        const char *role; /* "system", "user", "assistant" */
+        const char *content;
+} axp_chat_msg;
+
+axp_chat_family axp_chat_detect(const char *chat_template, const axp_tokenizer *tok);
+const char *axp_chat_family_name(axp_chat_family f);
+
+/* Format messages; if add_generation_prompt, end with the assistant turn's opening. Returns
+ * a malloc'd string. BOS is not included (the tokenizer adds it as the vocab says). */
+char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
+                      bool add_generation_prompt);

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers shared by every part of agentxpu: cleanup attributes, ownership transfer,
+ * errors that carry a sentence a person can act on. */
+#pragma once
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define _likely_(x) __builtin_expect(!!(x), 1)
+#define _unlikely_(x) __builtin_expect(!!(x), 0)
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DIV_ROUND_UP(a, b) (((a) + (b) - 1) / (b))
+
+/* Hand ownership on: returns the pointer and clears the variable so cleanup skips it. */
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) _ptr_ = (p);                                                         \
+                (p) = NULL;                                                                        \
+                _ptr_;                                                                             \
+        })
+
+static inline void freep(void *p) {
+        free(*(void **) p);
+}
+#define _cleanup_free_ _cleanup_(freep)
+
+/* An error: a negative errno and a one-line message for the user. Functions that can fail
+ * take an `axp_error *` (may be NULL) and return a negative errno; on success they leave it
+ * untouched. */
+typedef struct axp_error {
+        int code;
+        char msg[320];
+} axp_error;
+
+/* Fills `err` (if not NULL) and returns `code` (a negative errno) so callers can write
+ * `return axp_errorf(err, -EINVAL, "...");`. */
+int axp_errorf(axp_error *err, int code, const char *fmt, ...) _printf_(3, 4);
+
+/* Overflow-checked arithmetic for sizes read from untrusted files. Return false on overflow. */
+static inline int axp_mul_ok(uint64_t a, uint64_t b, uint64_t *ret) {
+        return !__builtin_mul_overflow(a, b, ret);
+}
+static inline int axp_add_ok(uint64_t a, uint64_t b, uint64_t *ret) {
+        return !__builtin_add_overflow(a, b, ret);
+}
+
+/* Monotonic time in seconds. */
+double axp_now(void);
+
+/* Aligned allocation (64 bytes), zeroed. Free with free(). */
+void *axp_alloc(size_t size);
