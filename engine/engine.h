@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine as the daemon and the command line use it: a model, its devices bound to roles,
+ * and the scheduler (DESIGN §5) on a thread of its own. Nothing here knows about D-Bus.
+ *
+ * Threads: submit/cancel/flow calls may come from any thread. The token and finished
+ * callbacks run on the engine's scheduler thread and must only hand the data on (copy it,
+ * queue it, write an eventfd); they must not call back into the engine. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sampler.h"
+#include "util.h"
+
+typedef struct axp_engine axp_engine;
+
+typedef struct axp_engine_config {
+        const char *model_path;  /* NULL: start without a model (NoModel until LoadModel) */
+        const char *policy;      /* "agentxpu" (default), "fcfs", "serial" */
+        int n_threads;           /* CPU threads, 0: one per core */
+        const char *static_dev;  /* device for the static (NPU) role: "auto", "cpu", "opencl[:N]", "npu" */
+        const char *dynamic_dev; /* device for the dynamic (iGPU) role: "auto", "cpu", "opencl[:N]" */
+        double preempt_bound_s;  /* kernel-time bound that sets S_chk (0.1) */
+        int b_cap;               /* proactive piggyback cap while reactive requests decode (3) */
+        int max_batch;           /* decode batch limit (32) */
+        double aging_s;          /* proactive age threshold for promotion (30) */
+        double proactive_duty;   /* duty-cycle budget of proactive work on the dynamic role (0.5) */
+        int n_ctx;               /* per-request context limit, 0: the model's (capped at 4096) */
+        const char *calib_cache; /* file caching device calibration, NULL: none */
+} axp_engine_config;
+
+void axp_engine_config_default(axp_engine_config *c);
+
+int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err);
+/* Cancels every request (their finished callbacks run), stops the threads, frees. */
+void axp_engine_free(axp_engine *e);
+
+typedef enum axp_kind {
+        AXP_REACTIVE,
+        AXP_PROACTIVE,
+} axp_kind;
+
+typedef enum axp_finish_reason {
+        AXP_FINISH_STOP,      /* end of generation token or a stop string */
+        AXP_FINISH_LENGTH,    /* max_tokens or the context limit */
+        AXP_FINISH_CANCELLED,
+        AXP_FINISH_ERROR,
+} axp_finish_reason;
+
+const char *axp_kind_name(axp_kind k);
+const char *axp_finish_reason_name(axp_finish_reason r);
+
+typedef struct axp_request_opts {
+        uint32_t max_tokens;          /* 0: default (256) */
+        axp_sampler_params sampling;
+        const char *const *stop;      /* copied */
+        size_t n_stop;
+        const char *system;           /* system prompt (chat template); NULL: none */
+        bool raw;                     /* no chat template */
+        uint64_t flow;                /* 0: none */
+} axp_request_opts;
+
+void axp_request_opts_default(axp_request_opts *o);
+
+typedef struct axp_req_stats {
+        uint32_t prompt_tokens;   /* tokens of this turn's prompt, after templating */
+        uint32_t prefill_tokens;  /* tokens actually prefilled (fewer on a flow's later turns) */
+        uint32_t generated_tokens;
+        uint32_t preemptions;
+        double queue_wait_s;      /* submit -> first kernel */
+        double ttft_s;            /* submit -> first token */
+        double tpot_s;            /* mean time per output token after the first */
+        double latency_s;         /* submit -> finished */
+        char error[256];          /* AXP_FINISH_ERROR: why */
+} axp_req_stats;
+
+typedef struct axp_request_cbs {
+        /* A piece of text (whole UTF-8 characters, stop strings removed). */
+        void (*token)(void *userdata, uint64_t id, const char *text, size_t len);
+        /* Always called exactly once per accepted request, last. */
+        void (*finished)(void *userdata, uint64_t id, axp_finish_reason reason,
+                         const axp_req_stats *stats);
+        void *userdata;
+} axp_request_cbs;
+
+/* Tokenizes and queues a request. Errors (nothing queued, no callback): -EINVAL (bad
+ * options), -E2BIG (prompt beyond the context), -ENOENT (unknown flow), -EBUSY (the flow has
+ * a request in flight), -ENOMEDIUM (no model loaded). */
+int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt,
+                      const axp_request_opts *opts, const axp_request_cbs *cbs,
+                      uint64_t *ret_id, axp_error *err);
+/* Cancel a request; its finished callback follows with AXP_FINISH_CANCELLED. -ENOENT if
+ * unknown or already finished. */
+int axp_engine_cancel(axp_engine *e, uint64_t id);
+
+/* A flow keeps its KV cache between turns. */
+int axp_engine_flow_open(axp_engine *e, const char *system, bool raw, uint64_t *ret_flow,
+                         axp_error *err);
+int axp_engine_flow_close(axp_engine *e, uint64_t flow);
+
+typedef enum axp_req_state {
+        AXP_STATE_QUEUED,
+        AXP_STATE_PREFILL,
+        AXP_STATE_DECODE,
+        AXP_STATE_FINISHED,
+} axp_req_state;
+
+const char *axp_req_state_name(axp_req_state s);
+/* Snapshot of a request's state and stats; -ENOENT if unknown. */
+int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state,
+                            axp_req_stats *ret_stats);
+
+typedef struct axp_engine_status {
+        unsigned queued_reactive;
+        unsigned queued_proactive;
+        unsigned running;
+} axp_engine_status;
+
+void axp_engine_status_get(axp_engine *e, axp_engine_status *ret);
+
+/* Model name ("" if none). */
+const char *axp_engine_model_name(axp_engine *e);
+const char *axp_engine_policy(axp_engine *e);
+int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err);
+/* Replace the model: new requests wait; requests in flight finish first. */
+int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err);
+
+typedef struct axp_device_info {
+        char name[128];
+        const char *kind;    /* "cpu", "igpu", "dgpu", "npu", "other" */
+        const char *backend; /* "cpu", "opencl", "levelzero", "sim" */
+        bool can_run;
+        bool role_static, role_dynamic;
+        uint64_t memory_bytes;
+        double busy_s;       /* time spent running kernels */
+} axp_device_info;
+
+/* Fills up to cap entries; returns the number of devices. */
+int axp_engine_devices(axp_engine *e, axp_device_info *ret, int cap);
