@@ -8,7 +8,7 @@ answers them from Unicode 15.1 tables, so we do too, or tokens would differ on n
 
 Input: the Unicode Character Database of Debian's `unicode-data` package (Unicode 15.0,
 /usr/share/unicode) plus the 627 characters that Unicode 15.1 added (listed below; 15.1 changed
-no General_Category of an existing character).
+no General_Category of an existing character). The package is in tools/install-deps.
 
 Usage: tools/gen-unicode-data.py [/usr/share/unicode] > engine/unicode-data.c
 """
