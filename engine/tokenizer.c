@@ -75,35 +75,46 @@ static uint64_t hash_bytes(const void *p, size_t n) {
         return mix64(h ^ k);
 }
 
-/* Interned strings: entry i is pool[off[i], off[i] + len[i]). */
+/* Interned strings: entry i is pool[ent[i].off, ent[i].off + ent[i].len). A slot keeps the
+ * hash beside the id, so a probe touches the entry only when the hash matches. */
+typedef struct str_ent {
+        uint32_t off, len;
+} str_ent;
+
+typedef struct str_slot {
+        uint32_t hash;
+        int32_t id; /* -1: empty */
+} str_slot;
+
 typedef struct strtab {
         char *pool;
         size_t pool_len, pool_cap;
-        uint32_t *off, *len, *hash;
+        str_ent *ent;
         uint32_t n, cap;
-        int32_t *slot; /* entry index or -1 */
+        str_slot *slot;
         uint32_t mask;
 } strtab;
 
 static void strtab_done(strtab *t) {
         free(t->pool);
-        free(t->off);
-        free(t->len);
-        free(t->hash);
+        free(t->ent);
         free(t->slot);
         *t = (strtab) {};
 }
 
 static int strtab_rehash(strtab *t, uint32_t n_slots) {
-        int32_t *slot = malloc(n_slots * sizeof(*slot));
+        str_slot *slot = malloc(n_slots * sizeof(*slot));
         if (!slot)
                 return -ENOMEM;
-        memset(slot, 0xff, n_slots * sizeof(*slot));
-        for (uint32_t i = 0; i < t->n; i++) {
-                uint32_t s = t->hash[i] & (n_slots - 1);
-                while (slot[s] >= 0)
-                        s = (s + 1) & (n_slots - 1);
-                slot[s] = i;
+        for (uint32_t i = 0; i < n_slots; i++)
+                slot[i] = (str_slot) { 0, -1 };
+        for (uint32_t s = 0; s <= t->mask && t->slot; s++) {
+                if (t->slot[s].id < 0)
+                        continue;
+                uint32_t i = t->slot[s].hash & (n_slots - 1);
+                while (slot[i].id >= 0)
+                        i = (i + 1) & (n_slots - 1);
+                slot[i] = t->slot[s];
         }
         free(t->slot);
         t->slot = slot;
@@ -120,11 +131,12 @@ static int strtab_init(strtab *t, uint32_t expect) {
 
 static int32_t strtab_find_h(const strtab *t, const void *s, size_t n, uint32_t h) {
         for (uint32_t i = h & t->mask;; i = (i + 1) & t->mask) {
-                int32_t e = t->slot[i];
-                if (e < 0)
+                str_slot sl = t->slot[i];
+                if (sl.id < 0)
                         return -1;
-                if (t->hash[e] == h && t->len[e] == n && memcmp(t->pool + t->off[e], s, n) == 0)
-                        return e;
+                if (sl.hash == h && t->ent[sl.id].len == n &&
+                    memcmp(t->pool + t->ent[sl.id].off, s, n) == 0)
+                        return sl.id;
         }
 }
 
@@ -138,18 +150,10 @@ static int strtab_add_h(strtab *t, const void *s, size_t n, uint32_t h, int32_t 
                 return -E2BIG;
         if (t->n == t->cap) {
                 uint32_t cap = t->cap ? t->cap * 2 : 1024;
-                uint32_t *off = realloc(t->off, cap * sizeof(*off));
-                if (!off)
+                str_ent *ent = realloc(t->ent, cap * sizeof(*ent));
+                if (!ent)
                         return -ENOMEM;
-                t->off = off;
-                uint32_t *len = realloc(t->len, cap * sizeof(*len));
-                if (!len)
-                        return -ENOMEM;
-                t->len = len;
-                uint32_t *hash = realloc(t->hash, cap * sizeof(*hash));
-                if (!hash)
-                        return -ENOMEM;
-                t->hash = hash;
+                t->ent = ent;
                 t->cap = cap;
         }
         if (t->pool_len + n > t->pool_cap) {
@@ -168,14 +172,12 @@ static int strtab_add_h(strtab *t, const void *s, size_t n, uint32_t h, int32_t 
                         return r;
         }
         memcpy(t->pool + t->pool_len, s, n);
-        t->off[t->n] = t->pool_len;
-        t->len[t->n] = n;
-        t->hash[t->n] = h;
+        t->ent[t->n] = (str_ent) { t->pool_len, n };
         t->pool_len += n;
         uint32_t i = h & t->mask;
-        while (t->slot[i] >= 0)
+        while (t->slot[i].id >= 0)
                 i = (i + 1) & t->mask;
-        t->slot[i] = t->n;
+        t->slot[i] = (str_slot) { h, (int32_t) t->n };
         *ret_id = t->n++;
         return 0;
 }
@@ -263,7 +265,7 @@ struct axp_tokenizer {
 };
 
 static inline const char *tok_text(const axp_tokenizer *t, int32_t id) {
-        return t->str.pool + t->str.off[id];
+        return t->str.pool + t->str.ent[id].off;
 }
 
 static int32_t find_token(const axp_tokenizer *t, const void *s, size_t n) {
@@ -400,7 +402,7 @@ static uint8_t byte_token_value(const char *text, size_t n) {
 /* The piece of one token with special tokens rendered (llama.cpp's token-to-piece cache). */
 static int render_piece(const axp_tokenizer *t, int32_t id, char **buf, size_t *len, size_t *cap) {
         const char *text = tok_text(t, id);
-        size_t n = t->str.len[id];
+        size_t n = t->str.ent[id].len;
         unsigned attr = t->attr[id];
 
         if (attr & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED))
@@ -453,8 +455,8 @@ static int build_pieces(axp_tokenizer *t) {
 static int cmp_special(const void *a, const void *b, void *userdata) {
         const axp_tokenizer *t = userdata;
         int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
-        if (t->str.len[x] != t->str.len[y])
-                return t->str.len[x] > t->str.len[y] ? -1 : 1;
+        if (t->str.ent[x].len != t->str.ent[y].len)
+                return t->str.ent[x].len > t->str.ent[y].len ? -1 : 1;
         return (x > y) - (x < y);
 }
 
@@ -1227,7 +1229,7 @@ static inline bool is_space(char c) {
 static int split_at_special(const axp_tokenizer *t, int32_t id, const char *text, frag f,
                             frag_list *out) {
         const char *needle = tok_text(t, id);
-        size_t nlen = t->str.len[id];
+        size_t nlen = t->str.ent[id].len;
         size_t off = f.off, rem = f.len;
         int r;
 
@@ -1274,11 +1276,11 @@ static int partition(const axp_tokenizer *t, const char *text, size_t len, bool 
                 int32_t id = t->special[s];
                 if (!parse_special && (t->attr[id] & (ATTR_CONTROL | ATTR_UNKNOWN)))
                         continue;
-                if (t->str.len[id] > len || !present[(uint8_t) tok_text(t, id)[0]])
+                if (t->str.ent[id].len > len || !present[(uint8_t) tok_text(t, id)[0]])
                         continue;
                 next.n = 0;
                 for (size_t i = 0; i < cur.n && r >= 0; i++) {
-                        if (cur.v[i].tok >= 0 || cur.v[i].len < t->str.len[id])
+                        if (cur.v[i].tok >= 0 || cur.v[i].len < t->str.ent[id].len)
                                 r = frag_push(&next, cur.v[i].tok, cur.v[i].off, cur.v[i].len);
                         else
                                 r = split_at_special(t, id, text, cur.v[i], &next);

@@ -223,7 +223,6 @@ static int load_built(gguf_build *b, axp_error *err) {
 static void test_bad_files(void) {
         const char *toks[] = { "a", "b", "c" };
         const char *dups[] = { "a", "b", "a" };
-        const int32_t types[] = { 1, 1, 1 };
         const float scores[] = { 0, 0 };
         axp_error err = {};
         gguf_build b = {};
@@ -283,7 +282,6 @@ static void test_bad_files(void) {
         gb_kv_i32s(&b, "tokenizer.ggml.token_type", (const int32_t[]) { 1, 1, 99, 1, 1 }, 5);
         gb_kv_strs(&b, "tokenizer.ggml.merges", odd, 5);
         CHECK_MSG(load_built(&b, &err) == 0, "%s", err.msg);
-        (void) types;
 }
 
 /* Conformance ------------------------------------------------------------------------ */
