@@ -575,8 +575,8 @@ static void detect_special(axp_tokenizer *t, const gguf_file *f) {
                 int32_t id = find_cstr(t, harmony[i]);
                 eog_has[i] = id >= 0 && (t->attr[id] & ATTR_EOG);
         }
-        if (end >= 0 && (t->attr[end] & ATTR_EOG) &&
-            ((eog_has[0] && (eog_has[1] || eog_has[2])) || ((eog_has[1] || eog_has[2]) && eog_has[3])))
+        bool has_call = eog_has[1] || eog_has[2];
+        if (end >= 0 && (t->attr[end] & ATTR_EOG) && has_call && (eog_has[0] || eog_has[3]))
                 t->attr[end] = ATTR_USER_DEFINED;
 
         /* Vocabularies with <|tool_response> use </s> as text. */
@@ -617,11 +617,10 @@ static void apply_name_attrs(axp_tokenizer *t, const gguf_file *f) {
 static int load_merges(axp_tokenizer *t, const gguf_file *f, axp_error *err) {
         const gguf_kv *kv = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING);
         if (!kv)
-                return axp_errorf(err, -EINVAL, "%s: a byte-level BPE vocabulary needs "
-                                  "tokenizer.ggml.merges (an array of strings); the file is "
-                                  "incomplete or damaged",
-                                  gguf_find(f, "tokenizer.ggml.merges") ? "tokenizer.ggml.merges has the wrong type" :
-                                                                          "tokenizer.ggml.merges is missing");
+                return axp_errorf(err, -EINVAL, "tokenizer.ggml.merges %s; a byte-level BPE "
+                                  "vocabulary needs its merges (the file is incomplete or damaged)",
+                                  gguf_find(f, "tokenizer.ggml.merges") ?
+                                          "is not an array of strings" : "is missing");
         if (kv->arr_n > INT32_MAX)
                 return axp_errorf(err, -E2BIG, "tokenizer.ggml.merges has %llu entries, too many",
                                   (unsigned long long) kv->arr_n);
@@ -685,19 +684,22 @@ static int load_tokens(axp_tokenizer *t, const gguf_file *f, axp_error *err) {
         int32_t n = kv->arr_n;
 
         const gguf_kv *scores = gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32);
-        const gguf_kv *iscores = scores ? NULL : gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_INT32);
+        const gguf_kv *iscores =
+                scores ? NULL : gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_TYPE_INT32);
         if (!scores && !iscores && gguf_find(f, "tokenizer.ggml.scores"))
-                return axp_errorf(err, -EINVAL, "tokenizer.ggml.scores must be an array of float32 or int32");
+                return axp_errorf(err, -EINVAL,
+                                  "tokenizer.ggml.scores must be an array of float32 or int32");
         const gguf_kv *sc = scores ? scores : iscores;
         if (sc && sc->arr_n < (uint64_t) n)
-                return axp_errorf(err, -EINVAL, "tokenizer.ggml.scores has %llu entries for %d tokens",
-                                  (unsigned long long) sc->arr_n, n);
+                return axp_errorf(err, -EINVAL, "tokenizer.ggml.scores has %llu entries for %d "
+                                  "tokens", (unsigned long long) sc->arr_n, n);
         const gguf_kv *types = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
         if (!types && gguf_find(f, "tokenizer.ggml.token_type"))
-                return axp_errorf(err, -EINVAL, "tokenizer.ggml.token_type must be an array of int32");
+                return axp_errorf(err, -EINVAL,
+                                  "tokenizer.ggml.token_type must be an array of int32");
         if (types && types->arr_n < (uint64_t) n)
-                return axp_errorf(err, -EINVAL, "tokenizer.ggml.token_type has %llu entries for %d tokens",
-                                  (unsigned long long) types->arr_n, n);
+                return axp_errorf(err, -EINVAL, "tokenizer.ggml.token_type has %llu entries for "
+                                  "%d tokens", (unsigned long long) types->arr_n, n);
 
         t->n_vocab = n;
         t->attr = calloc(n, sizeof(*t->attr));
@@ -719,8 +721,8 @@ static int load_tokens(axp_tokenizer *t, const gguf_file *f, axp_error *err) {
                 uint32_t h = hash_bytes(s.ptr, s.len);
                 int32_t dup = strtab_find_h(&t->str, s.ptr, s.len, h);
                 if (dup >= 0)
-                        return axp_errorf(err, -EINVAL, "duplicate token in vocabulary: '%.*s' has ids "
-                                          "%d and %d", (int) MIN(s.len, 64), s.ptr, dup, i);
+                        return axp_errorf(err, -EINVAL, "duplicate token in vocabulary: '%.*s' "
+                                          "has ids %d and %d", (int) MIN(s.len, 64), s.ptr, dup, i);
                 int32_t id;
                 r = strtab_add_h(&t->str, s.ptr, s.len, h, &id);
                 if (r < 0)
@@ -1161,9 +1163,11 @@ static int spm_fragment(tok_ctx *c, const uint8_t *text, size_t len, bool space_
         c->n_buf = c->n_sym = c->n_heap = 0;
         if (space_prefix && (r = buf_put(c, "\xe2\x96\x81", 3)) < 0)
                 return r;
-        for (size_t i = 0; i < len; i++)
-                if ((r = text[i] == ' ' ? buf_put(c, "\xe2\x96\x81", 3) : buf_put(c, text + i, 1)) < 0)
+        for (size_t i = 0; i < len; i++) {
+                r = text[i] == ' ' ? buf_put(c, "\xe2\x96\x81", 3) : buf_put(c, text + i, 1);
+                if (r < 0)
                         return r;
+        }
         for (size_t off = 0; off < c->n_buf;) {
                 size_t k = MIN(axp_utf8_len(c->buf[off]), c->n_buf - off);
                 if ((r = sym_push(c, off, k, -1)) < 0)

@@ -74,7 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *text = (const char *) data + 1;
         size_t len = size - 1;
         bool valid = valid_utf8(data + 1, len);
-        static const unsigned modes[] = { 0, AXP_TOK_PARSE_SPECIAL, AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL };
+        static const unsigned modes[] = { 0, AXP_TOK_PARSE_SPECIAL,
+                                          AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL };
 
         for (size_t m = 0; m < ELEMENTSOF(modes); m++) {
                 int32_t *ids = NULL;
