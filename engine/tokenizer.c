@@ -294,6 +294,7 @@ static void axp_tokenizer_freep(axp_tokenizer **t) {
 /* Pre-tokenizers by tokenizer.ggml.pre, with llama.cpp's regexes for each. */
 static const axp_split passes_llama3[] = { AXP_SPLIT_LLAMA3 };
 static const axp_split passes_qwen2[] = { AXP_SPLIT_QWEN2 };
+static const axp_split passes_tekken[] = { AXP_SPLIT_TEKKEN };
 static const axp_split passes_gpt2[] = { AXP_SPLIT_GPT2 };
 static const axp_split passes_starcoder[] = { AXP_SPLIT_NUMBER_EACH, AXP_SPLIT_GPT2 };
 static const axp_split passes_default[] = { AXP_SPLIT_PUNCT_RUNS, AXP_SPLIT_GPT2,
@@ -308,6 +309,7 @@ static const struct pre_def {
         { "llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano",
           passes_llama3, 1, true, true },
         { "dbrx smaug-bpe", passes_llama3, 1, false, false },
+        { "tekken", passes_tekken, 1, true, true },
         { "qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open grok-2",
           passes_qwen2, 1, false, false },
         { "gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert "
@@ -800,7 +802,7 @@ int axp_tokenizer_load(const gguf_file *f, axp_tokenizer **ret, axp_error *err) 
                 const struct pre_def *d = pre_lookup(pre);
                 /* llama.cpp refuses unknown pre-tokenizers; GPT-2's regex is the closest guess */
                 if (!d)
-                        d = &pre_defs[3];
+                        d = pre_lookup((gguf_str) { "gpt-2", 5 });
                 t->type = VOCAB_BPE;
                 t->passes = d->passes;
                 t->n_passes = d->n_passes;

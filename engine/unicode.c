@@ -209,9 +209,44 @@ static void split_gpt2(seg *s, size_t pos) {
         }
 }
 
-static void split_llama3(seg *s, size_t pos, size_t max_digits) {
+/* Tekken's words, as llama.cpp reads its regex: an "upper" letter is any letter but a-z, a
+ * "lower" one any letter but A-Z (letters outside ASCII are both). */
+static inline bool tekken_upper(const seg *s, size_t p) {
+        return seg_cls(s, p) == CLS_LETTER && !(s->c[p] >= 'a' && s->c[p] <= 'z');
+}
+
+static inline bool tekken_lower(const seg *s, size_t p) {
+        return seg_cls(s, p) == CLS_LETTER && !(s->c[p] >= 'A' && s->c[p] <= 'Z');
+}
+
+/* upper* lower+ | upper+ lower*, from a letter at p; returns the end. */
+static size_t tekken_word(const seg *s, size_t p) {
+        size_t a = p, e;
+        while (tekken_upper(s, a))
+                a++;
+        for (size_t k = a;; k--) {
+                if (tekken_lower(s, k)) {
+                        for (e = k; tekken_lower(s, e); e++)
+                                ;
+                        return e;
+                }
+                if (k == p)
+                        break;
+        }
+        for (e = a; tekken_lower(s, e); e++)
+                ;
+        return e;
+}
+
+typedef enum { WORDS_LLAMA3, WORDS_TEKKEN } words_kind;
+
+/* The llama3 family: llama3 (digits in threes), qwen2 (one digit at a time) and tekken (one
+ * digit, case-split words, no contractions, '/' joins the newlines after punctuation). */
+static void split_llama3(seg *s, size_t pos, words_kind kind, size_t max_digits) {
+        bool tekken = kind == WORDS_TEKKEN;
+
         while (pos < s->end) {
-                size_t n = contraction(s, pos, true);
+                size_t n = tekken ? 0 : contraction(s, pos, true);
                 if (n > 0) {
                         pos = seg_emit(s, pos + n);
                         continue;
@@ -222,9 +257,12 @@ static void split_llama3(seg *s, size_t pos, size_t max_digits) {
                 /* [^\r\n\p{L}\p{N}]?\p{L}+ */
                 if (!seg_is_rn(s, pos) && cls != CLS_NUMBER &&
                     (cls == CLS_LETTER || seg_cls(s, pos + 1) == CLS_LETTER)) {
-                        size_t p = pos + 1;
-                        while (seg_cls(s, p) == CLS_LETTER)
-                                p++;
+                        size_t p = pos + (cls != CLS_LETTER);
+                        if (tekken)
+                                p = tekken_word(s, p);
+                        else
+                                while (seg_cls(s, p) == CLS_LETTER)
+                                        p++;
                         pos = seg_emit(s, p);
                         continue;
                 }
@@ -246,7 +284,7 @@ static void split_llama3(seg *s, size_t pos, size_t max_digits) {
                 if (seg_cls(s, p) == CLS_OTHER) {
                         while (seg_cls(s, p) == CLS_OTHER)
                                 p++;
-                        while (seg_is_rn(s, p))
+                        while (seg_is_rn(s, p) || (tekken && p < s->end && s->c[p] == '/'))
                                 p++;
                         pos = seg_emit(s, p);
                         continue;
@@ -306,10 +344,13 @@ int axp_pretokenize_pass(axp_split pass, const uint32_t *cpts, const axp_pieces 
                         split_gpt2(&s, start);
                         break;
                 case AXP_SPLIT_LLAMA3:
-                        split_llama3(&s, start, 3);
+                        split_llama3(&s, start, WORDS_LLAMA3, 3);
                         break;
                 case AXP_SPLIT_QWEN2:
-                        split_llama3(&s, start, 1);
+                        split_llama3(&s, start, WORDS_LLAMA3, 1);
+                        break;
+                case AXP_SPLIT_TEKKEN:
+                        split_llama3(&s, start, WORDS_TEKKEN, 1);
                         break;
                 case AXP_SPLIT_PUNCT_RUNS:
                         split_runs(&s, start, is_punct_run, false);

@@ -53,6 +53,10 @@ typedef enum axp_split {
         AXP_SPLIT_LLAMA3,
         /* the same with \p{N} one digit at a time (qwen2) */
         AXP_SPLIT_QWEN2,
+        /* [^\r\n\p{L}\p{N}]?U*W+|[^\r\n\p{L}\p{N}]?U+W*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
+         * \s*[\r\n]+|\s+(?!\S)|\s+ (Mistral's tekken) with U = (?=\p{L})[^a-z] and
+         * W = (?=\p{L})[^A-Z], which is how llama.cpp evaluates tekken's case classes */
+        AXP_SPLIT_TEKKEN,
         /* [\p{P}\$\+<=>\^~\|]+ (gaps) */
         AXP_SPLIT_PUNCT_RUNS,
         /* \p{N}+ (gaps) */

@@ -116,6 +116,63 @@ static void test_pre_gpt2(void) {
         vocab_close(&v);
 }
 
+/* Piece lengths (in codepoints) of text after the given passes. */
+static void check_split(const axp_split *passes, size_t n_passes, const char *text,
+                        const size_t *want, size_t n_want) {
+        uint32_t cpts[256];
+        size_t n = 0, len = strlen(text);
+        for (size_t i = 0; i < len && n < 256;) {
+                size_t k;
+                cpts[n++] = axp_utf8_decode((const uint8_t *) text + i, len - i, &k);
+                i += k;
+        }
+        axp_pieces a = {}, b = {};
+        axp_pieces_push(&a, n);
+        for (size_t i = 0; i < n_passes; i++) {
+                b.n = 0;
+                CHECK(axp_pretokenize_pass(passes[i], cpts, &a, &b) == 0);
+                axp_pieces t = a;
+                a = b;
+                b = t;
+        }
+        bool ok = a.n == n_want;
+        for (size_t i = 0; ok && i < n_want; i++)
+                ok = a.len[i] == want[i];
+        CHECK_MSG(ok, "split '%s': %zu pieces, want %zu", text, a.n, n_want);
+        free(a.len);
+        free(b.len);
+}
+
+#define CHECK_SPLIT(passes, text, ...)                                                             \
+        do {                                                                                       \
+                const axp_split _p[] = { passes };                                                 \
+                const size_t _w[] = { __VA_ARGS__ };                                               \
+                check_split(_p, ELEMENTSOF(_p), text, _w, ELEMENTSOF(_w));                         \
+        } while (0)
+#define COMMA ,
+
+/* Expected pieces are what the regexes give (checked with Python's regex module). */
+static void test_pretokenizer(void) {
+        CHECK_SPLIT(AXP_SPLIT_LLAMA3, "Hello world's 12345  end\n\n x", 5, 6, 2, 1, 3, 2, 1, 4, 2, 2);
+        CHECK_SPLIT(AXP_SPLIT_QWEN2, "Ab 123", 2, 1, 1, 1, 1);
+        CHECK_SPLIT(AXP_SPLIT_TEKKEN,
+                    "HelloWorld HELLOworld \xc3\x89t\xc3\xa9\xd0\x9f\xd1\x80\xd0\xb8"
+                    "\xd0\xb2\xd0\xb5\xd1\x82 42/\n",
+                    5, 5, 11, 10, 1, 1, 1, 2);
+        CHECK_SPLIT(AXP_SPLIT_GPT2, "it's  12 ab\t!!", 2, 2, 1, 3, 3, 1, 2);
+        CHECK_SPLIT(AXP_SPLIT_GPT2, "x ", 1, 1);
+        CHECK_SPLIT(AXP_SPLIT_PUNCT_RUNS COMMA AXP_SPLIT_GPT2 COMMA AXP_SPLIT_NUMBER_RUNS COMMA
+                            AXP_SPLIT_DIGITS3,
+                    "a, b + 12345 1234567", 1, 1, 2, 1, 1, 1, 3, 2, 1, 3, 3, 1);
+        /* invalid UTF-8 decodes as U+FFFD, one byte at a time */
+        size_t k;
+        CHECK_EQ_INT(axp_utf8_decode((const uint8_t *) "\xe2\x82", 2, &k), 0xfffd);
+        CHECK_EQ_INT(k, 1);
+        CHECK_EQ_INT(axp_utf8_decode((const uint8_t *) "\xf4\x90\x80\x80", 4, &k), 0xfffd);
+        CHECK_EQ_INT(axp_utf8_decode((const uint8_t *) "\xc3\xa9", 2, &k), 0xe9);
+        CHECK_EQ_INT(k, 2);
+}
+
 static void test_spm(void) {
         loaded_vocab v;
         load_synthetic_spm(&v);
@@ -545,6 +602,7 @@ int main(int argc, char **argv) {
                 RUN(test_bpe_merges);
                 RUN(test_bpe_special);
                 RUN(test_pre_gpt2);
+                RUN(test_pretokenizer);
                 RUN(test_spm);
                 RUN(test_detok_streaming);
                 RUN(test_bad_files);
