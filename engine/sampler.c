@@ -17,6 +17,7 @@
 typedef struct cand {
         float logit;
         int32_t id;
+        float w; /* exp(logit - max), once top-p needs it */
 } cand;
 
 struct axp_sampler {
@@ -114,19 +115,13 @@ void axp_sampler_accept(axp_sampler *s, int32_t token) {
         s->n_hist = MIN(s->n_hist + 1, s->p.repeat_last_n);
 }
 
-/* Logits with NaN as -inf, and the penalty applied once per distinct recent token. */
+/* The logits with the penalty applied once per distinct recent token (a copy; the caller's
+ * stay as they are). NaN logits are never chosen: every comparison below is false for them,
+ * and where a value is taken as is, NaN becomes -inf. */
 static const float *prepare(axp_sampler *s, const float *logits) {
-        bool penalty = s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0 && s->n_hist > 0;
-        bool nan = false;
-
-        for (int i = 0; i < s->n_vocab && !nan; i++)
-                nan = isnan(logits[i]);
-        if (!penalty && !nan)
+        if (s->p.repeat_penalty == 1.0f || !(s->p.repeat_penalty > 0) || s->n_hist == 0)
                 return logits;
-        for (int i = 0; i < s->n_vocab; i++)
-                s->logits[i] = isnan(logits[i]) ? -INFINITY : logits[i];
-        if (!penalty)
-                return s->logits;
+        memcpy(s->logits, logits, s->n_vocab * sizeof(float));
         for (int i = 0; i < s->n_hist; i++) {
                 int32_t id = s->hist[i];
                 if (s->penalized[id])
@@ -138,6 +133,10 @@ static const float *prepare(axp_sampler *s, const float *logits) {
         for (int i = 0; i < s->n_hist; i++)
                 s->penalized[s->hist[i]] = 0;
         return s->logits;
+}
+
+static inline float not_nan(float x) {
+        return isnan(x) ? -INFINITY : x;
 }
 
 /* a ranks before b: higher logit, then lower id */
@@ -167,34 +166,122 @@ static void heapify(cand *h, size_t n, bool best_on_top) {
                 sift_down(h, n, i, best_on_top);
 }
 
-/* The k best of logits into s->cand (unordered); returns k. */
+/* The k best of logits into s->cand (unordered); returns k. Most logits lose to the heap's
+ * worst at a single compare. */
 static size_t top_k(axp_sampler *s, const float *logits, size_t k) {
         cand *h = s->cand;
         size_t n = 0;
-        for (int i = 0; i < s->n_vocab; i++) {
-                cand c = { logits[i], i };
-                if (n < k) {
-                        h[n++] = c;
-                        if (n == k)
-                                heapify(h, n, false);
-                } else if (better(&c, &h[0])) {
-                        h[0] = c;
-                        sift_down(h, n, 0, false);
-                }
+        int i = 0;
+        for (; i < s->n_vocab && n < k; i++)
+                h[n++] = (cand) { not_nan(logits[i]), i, 0 };
+        heapify(h, n, false);
+        float worst = h[0].logit;
+        for (; i < s->n_vocab; i++) {
+                if (!(logits[i] > worst)) /* ties lose: the earlier (lower) id stays */
+                        continue;
+                h[0] = (cand) { logits[i], i, 0 };
+                sift_down(h, n, 0, false);
+                worst = h[0].logit;
         }
         return n;
 }
 
+/* The first index of the largest value. Blocks of 256 get their maximum with eight independent
+ * lanes (the loop vectorizes); the first block holding the overall maximum is then searched. */
+static int32_t argmax(const float *l, int n) {
+        float best = -INFINITY;
+        int best_block = -1;
+
+        for (int b = 0; b < n; b += 256) {
+                int e = MIN(b + 256, n), i = b;
+                float m[8];
+                for (int j = 0; j < 8; j++)
+                        m[j] = -INFINITY;
+                for (; i + 8 <= e; i += 8)
+                        for (int j = 0; j < 8; j++)
+                                m[j] = l[i + j] > m[j] ? l[i + j] : m[j];
+                for (; i < e; i++)
+                        m[0] = l[i] > m[0] ? l[i] : m[0];
+                for (int j = 0; j < 8; j++)
+                        if (m[j] > best || (best_block < 0 && m[j] == best)) {
+                                best = m[j];
+                                best_block = b;
+                        }
+        }
+        for (int i = MAX(best_block, 0); i < n; i++)
+                if (l[i] == best)
+                        return i;
+        return 0;
+}
+
+/* exp(d) for d <= 0; far below the best a candidate counts as nothing. */
+static inline float weight(float d) {
+        return d > -30.0f ? expf(d) : 0.0f;
+}
+
+enum { N_BUCKETS = 64 };
+
+/* Buckets of width 1/4 by distance below the best logit; they keep the candidates' order. */
+static inline int bucket(float logit, float max) {
+        float d = (max - logit) * 4.0f;
+        return d < N_BUCKETS - 1 ? (int) d : N_BUCKETS - 1;
+}
+
+/* top-p: the fewest best candidates whose mass reaches want, moved to the front. Only the
+ * bucket in which the mass is reached is put in order (by popping a heap). */
+static size_t top_p_prefix(axp_sampler *s, size_t n, float max, double want) {
+        double mass[N_BUCKETS] = {}, cum = 0;
+        int b;
+
+        for (size_t i = 0; i < n; i++)
+                mass[bucket(s->cand[i].logit, max)] += s->cand[i].w;
+        for (b = 0; b < N_BUCKETS; b++) {
+                if (cum + mass[b] >= want)
+                        break;
+                cum += mass[b];
+        }
+        if (b == N_BUCKETS)
+                return n;
+
+        /* the buckets before b, then bucket b */
+        size_t front = 0;
+        for (size_t i = 0; i < n; i++)
+                if (bucket(s->cand[i].logit, max) < b) {
+                        cand t = s->cand[front];
+                        s->cand[front++] = s->cand[i];
+                        s->cand[i] = t;
+                }
+        size_t end = front;
+        for (size_t i = front; i < n; i++)
+                if (bucket(s->cand[i].logit, max) == b) {
+                        cand t = s->cand[end];
+                        s->cand[end++] = s->cand[i];
+                        s->cand[i] = t;
+                }
+
+        /* pop bucket b's best until the mass is reached; popped ones collect behind the heap */
+        cand *h = s->cand + front;
+        size_t size = end - front, popped = 0;
+        heapify(h, size, true);
+        while (size > 0 && (front + popped == 0 || cum < want)) {
+                cand c = h[0];
+                h[0] = h[--size];
+                sift_down(h, size, 0, true);
+                h[size] = c;
+                popped++;
+                cum += c.w;
+        }
+        memmove(h, h + size, popped * sizeof(cand));
+        return front + popped;
+}
+
 int32_t axp_sampler_sample(axp_sampler *s, const float *logits) {
         const float *l = prepare(s, logits);
-        int32_t best = 0;
-
-        for (int i = 1; i < s->n_vocab; i++)
-                if (l[i] > l[best])
-                        best = i;
-        if (s->p.temperature <= 0 || l[best] == -INFINITY || isinf(l[best]))
-                return best;
+        int32_t best = argmax(l, s->n_vocab);
         float max = l[best];
+
+        if (s->p.temperature <= 0 || !isfinite(max))
+                return best;
 
         /* top-k */
         size_t n;
@@ -203,13 +290,18 @@ int32_t axp_sampler_sample(axp_sampler *s, const float *logits) {
         else {
                 n = s->n_vocab;
                 for (size_t i = 0; i < n; i++)
-                        s->cand[i] = (cand) { l[i], (int32_t) i };
+                        s->cand[i] = (cand) { not_nan(l[i]), (int32_t) i, 0 };
         }
 
-        /* the softmax mass of the top-k set (temperature 1), then min-p's prefix */
+        /* top-p needs the softmax mass of the top-k set (temperature 1) */
+        bool top_p = s->p.top_p < 1.0f;
         double z = 0;
-        for (size_t i = 0; i < n; i++)
-                z += exp((double) s->cand[i].logit - max);
+        for (size_t i = 0; top_p && i < n; i++) {
+                s->cand[i].w = weight(s->cand[i].logit - max);
+                z += s->cand[i].w;
+        }
+
+        /* min-p's prefix: p >= min_p * p_max */
         if (s->p.min_p > 0) {
                 float threshold = max + logf(MIN(s->p.min_p, 1.0f));
                 size_t m = 0;
@@ -219,40 +311,29 @@ int32_t axp_sampler_sample(axp_sampler *s, const float *logits) {
                 n = m;
         }
 
-        /* top-p's prefix: pop the best until the mass is reached */
-        if (s->p.top_p < 1.0f) {
-                double want = MAX(s->p.top_p, 0.0f) * z, cum = 0;
-                size_t kept = 0;
-                heapify(s->cand, n, true);
-                while (kept < n && (kept == 0 || cum < want)) {
-                        cand c = s->cand[0];
-                        size_t left = n - kept - 1;
-                        s->cand[0] = s->cand[left];
-                        sift_down(s->cand, left, 0, true);
-                        /* popped candidates collect at the end, best last */
-                        s->cand[left] = c;
-                        cum += exp((double) c.logit - max);
-                        kept++;
-                }
-                memmove(s->cand, s->cand + (n - kept), kept * sizeof(cand));
-                n = kept;
-        }
+        if (top_p)
+                n = top_p_prefix(s, n, max, MAX(s->p.top_p, 0.0f) * z);
 
         /* temperature and the draw */
         double total = 0;
-        for (size_t i = 0; i < n; i++)
-                total += exp(((double) s->cand[i].logit - max) / s->p.temperature);
+        float inv_t = 1.0f / s->p.temperature;
+        bool reuse = top_p && inv_t == 1.0f;
+        for (size_t i = 0; i < n; i++) {
+                if (!reuse)
+                        s->cand[i].w = weight((s->cand[i].logit - max) * inv_t);
+                total += s->cand[i].w;
+        }
         double r = rng_uniform(s->rng) * total;
         for (size_t i = 0; i < n; i++) {
-                r -= exp(((double) s->cand[i].logit - max) / s->p.temperature);
+                r -= s->cand[i].w;
                 if (r < 0)
                         return s->cand[i].id;
         }
-        /* rounding: the most likely candidate */
-        for (size_t i = 1; i < n; i++)
-                if (better(&s->cand[i], &s->cand[0]))
-                        s->cand[0] = s->cand[i];
-        return n > 0 ? s->cand[0].id : best;
+        /* rounding left r at the very end: the last candidate with weight */
+        for (size_t i = n; i-- > 0;)
+                if (s->cand[i].w > 0)
+                        return s->cand[i].id;
+        return best;
 }
 
 /* Stop strings ----------------------------------------------------------------------- */

@@ -72,6 +72,17 @@ static void test_greedy(void) {
         draw(s, f, 200, counts, 4);
         CHECK_EQ_INT(counts[0], 200);
         axp_sampler_free(s);
+
+        /* NaN logits are never drawn, with or without top-k */
+        f[1] = NAN;
+        for (int k = 0; k <= 2; k += 2) {
+                p = params(1, k, 1, 0, 9);
+                s = axp_sampler_new(&p, 4);
+                draw(s, f, 500, counts, 4);
+                CHECK_EQ_INT(counts[1], 0);
+                CHECK(counts[0] > 0 && counts[2] > 0);
+                axp_sampler_free(s);
+        }
 }
 
 static void test_distribution(void) {
