@@ -159,6 +159,16 @@ static void test_top_p_min_p(void) {
         CHECK_EQ_INT(counts[2] + counts[3], 0);
         axp_sampler_free(s);
 
+        /* several candidates in one bucket of the top-p search: the order inside it counts */
+        float close[5] = { -0.02f, 0, -0.03f, -0.01f, -5 };
+        int c5[5];
+        p = params(1, 0, 0.4f, 0, 5);
+        s = axp_sampler_new(&p, 5);
+        draw(s, close, 2000, c5, 5);
+        CHECK(c5[1] > 0 && c5[3] > 0);
+        CHECK_EQ_INT(c5[0] + c5[2] + c5[4], 0);
+        axp_sampler_free(s);
+
         /* top-p 0: only the best */
         p = params(1, 0, 0, 0, 5);
         s = axp_sampler_new(&p, 4);
@@ -194,6 +204,11 @@ static void test_repeat_penalty(void) {
         axp_sampler_accept(s, -1);                 /* ignored */
         axp_sampler_accept(s, 1000);
         axp_sampler_free(s);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+        float x = *(const float *) a, y = *(const float *) b;
+        return (x < y) - (x > y);
 }
 
 /* A 150k vocabulary: the draw stays inside the filters. */
@@ -234,12 +249,24 @@ static void test_large_vocab(void) {
         }
         axp_sampler_free(s);
 
-        /* top-p alone over everything, and plain temperature */
+        /* top-p alone over everything: the nucleus by brute force (sorted softmax) */
+        double z = 0, cum = 0;
+        for (int i = 0; i < n; i++)
+                z += exp(l[i] - sorted[0]);
+        float *all = malloc(n * sizeof(float));
+        memcpy(all, l, n * sizeof(float));
+        qsort(all, n, sizeof(float), cmp_desc);
+        float cut = all[0];
+        for (int i = 0; i < n && cum < 0.5 * z; i++) {
+                cum += exp(all[i] - sorted[0]);
+                cut = all[i];
+        }
+        free(all);
         p = params(1, 0, 0.5f, 0, 3);
         s = axp_sampler_new(&p, n);
-        for (int i = 0; i < 20; i++) {
+        for (int i = 0; i < 200; i++) {
                 int32_t id = axp_sampler_sample(s, l);
-                CHECK(id >= 0 && id < n);
+                CHECK(id >= 0 && id < n && l[id] >= cut);
         }
         axp_sampler_free(s);
         p = params(1, 0, 1, 0, 3);
