@@ -15,6 +15,7 @@ typedef struct cli_command {
 
 /* Subcommands present in this build; each line is added with its implementation. */
 static const cli_command commands[] = {
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { NULL, NULL, NULL },
 };
 
