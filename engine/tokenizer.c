@@ -731,15 +731,10 @@ static int load_tokens(axp_tokenizer *t, const gguf_file *f, axp_error *err) {
                         return axp_errorf(err, r, "cannot index the vocabulary: %s", strerror(-r));
 
                 if (scores)
-                        memcpy(&t->score[i], (const float *) sc->arr_data + i, sizeof(float));
-                else if (iscores) {
-                        int32_t v;
-                        memcpy(&v, (const int32_t *) sc->arr_data + i, sizeof(v));
-                        t->score[i] = v;
-                }
-                int32_t type = TYPE_NORMAL;
-                if (types)
-                        memcpy(&type, (const int32_t *) types->arr_data + i, sizeof(type));
+                        t->score[i] = gguf_arr_f32(scores, i);
+                else if (iscores)
+                        t->score[i] = gguf_arr_i32(iscores, i);
+                int32_t type = types ? gguf_arr_i32(types, i) : TYPE_NORMAL;
                 switch (type) {
                 case TYPE_NORMAL:
                         t->attr[i] = ATTR_NORMAL;

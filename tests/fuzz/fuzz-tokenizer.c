@@ -4,11 +4,9 @@
  * BPE, well-formed UTF-8 must come back byte for byte.
  *
  * The first input byte picks the vocabulary: a synthetic byte-level BPE one built in memory,
- * and, when $AXP_CONFORMANCE_DIR has them, llama.cpp's llama-bpe, qwen2 and llama-spm test
- * vocabularies (each loaded once).
- *
- *   CC=clang meson setup build-fuzz -Dfuzz=true && ninja -C build-fuzz tests/fuzz-tokenizer
- *   AXP_CONFORMANCE_DIR=../shared/conformance build-fuzz/tests/fuzz-tokenizer -max_len=4096 */
+ * and, when the conformance data is there ($AXP_CONFORMANCE_DIR, else the folder meson was
+ * configured with), llama.cpp's llama-bpe, qwen2 and llama-spm test vocabularies (each
+ * loaded once). Run with tools/run-fuzz. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +26,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
+#ifdef AXP_CONFORMANCE_DEFAULT
+        setenv("AXP_CONFORMANCE_DIR", AXP_CONFORMANCE_DEFAULT, 0);
+#endif
         size_t size;
         uint8_t *mem = synthetic_bpe("llama-bpe", &size);
         axp_error err = {};
