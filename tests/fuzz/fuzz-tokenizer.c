@@ -6,7 +6,9 @@
  * The first input byte picks the vocabulary: a synthetic byte-level BPE one built in memory,
  * and, when the conformance data is there ($AXP_CONFORMANCE_DIR, else the folder meson was
  * configured with), llama.cpp's llama-bpe, qwen2 and llama-spm test vocabularies (each
- * loaded once). Run with tools/run-fuzz. */
+ * loaded once). A first byte of 0xff instead makes the rest a GGUF file whose vocabulary is
+ * loaded (it must load or fail with a message) and, if it loads, used on a few texts. Run
+ * with tools/run-fuzz. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,16 +69,46 @@ static bool valid_utf8(const uint8_t *s, size_t n) {
         return true;
 }
 
+static const unsigned modes[] = { 0, AXP_TOK_PARSE_SPECIAL, AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL };
+
+static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text, size_t len);
+
+/* A hostile vocabulary: loading fails cleanly or gives a tokenizer that works. */
+static void fuzz_vocab_file(const uint8_t *data, size_t size) {
+        static const char *const texts[] = {
+                "Hello world", "<|begin_of_text|>Hi<|eot_id|> <s>[INST]", "caf\xc3\xa9 \xf0\x9f\x98\x80 12345",
+                "\xe2\x82 \xff", "",
+        };
+        gguf_file *f = NULL;
+        axp_tokenizer *t = NULL;
+        axp_error err = {};
+        if (gguf_open_buffer(data, size, &f, &err) < 0)
+                return;
+        if (axp_tokenizer_load(f, &t, &err) < 0) {
+                if (!err.msg[0] || strchr(err.msg, '\n'))
+                        abort(); /* a one-line message, always */
+        } else {
+                for (size_t i = 0; i < ELEMENTSOF(texts); i++)
+                        fuzz_text(t, false, texts[i], strlen(texts[i]));
+        }
+        axp_tokenizer_free(t);
+        gguf_close(f);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (size == 0)
                 return 0;
+        if (data[0] == 0xff) {
+                fuzz_vocab_file(data + 1, size - 1);
+                return 0;
+        }
         const fuzz_vocab *fv = &vocabs[data[0] % n_vocabs];
-        const axp_tokenizer *t = fv->v.tok;
-        const char *text = (const char *) data + 1;
-        size_t len = size - 1;
-        bool valid = valid_utf8(data + 1, len);
-        static const unsigned modes[] = { 0, AXP_TOK_PARSE_SPECIAL,
-                                          AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL };
+        fuzz_text(fv->v.tok, fv->byte_level, (const char *) data + 1, size - 1);
+        return 0;
+}
+
+static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text, size_t len) {
+        bool valid = valid_utf8((const uint8_t *) text, len);
 
         for (size_t m = 0; m < ELEMENTSOF(modes); m++) {
                 int32_t *ids = NULL;
@@ -100,7 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 char *out = detok_all(t, ids, n, special, &out_len);
                 if (!valid_utf8((const uint8_t *) out, out_len))
                         abort(); /* the detokenizer only ever releases well-formed text */
-                if (fv->byte_level && valid && !(modes[m] & AXP_TOK_ADD_BOS) &&
+                if (byte_level && valid && !(modes[m] & AXP_TOK_ADD_BOS) &&
                     (out_len != len || memcmp(out, text, len) != 0)) {
                         fprintf(stderr, "round trip differs (mode %u): %zu bytes in, %zu out\n",
                                 modes[m], len, out_len);
@@ -109,5 +141,4 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 free(out);
                 free(ids);
         }
-        return 0;
 }
