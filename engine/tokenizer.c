@@ -353,8 +353,9 @@ static void init_byte_map(axp_tokenizer *t) {
         }
 }
 
-/* What a normal BPE token stands for; a stand-in outside the byte map is shown the way
- * llama.cpp shows it. */
+/* What a normal BPE token stands for. A stand-in outside the byte map is shown the way
+ * llama.cpp shows it, with the whole token text inside; for long texts that would grow with
+ * the square of the length, so there the text is left out. */
 static int bpe_decode_text(const axp_tokenizer *t, const char *text, size_t n, char **buf,
                            size_t *len, size_t *cap) {
         const uint8_t *s = (const uint8_t *) text;
@@ -379,7 +380,7 @@ static int bpe_decode_text(const axp_tokenizer *t, const char *text, size_t n, c
                         if (axp_strbuf_puts(buf, len, cap, hex) < 0)
                                 return -ENOMEM;
                 }
-                if (axp_strbuf_append(buf, len, cap, text, n) < 0 ||
+                if (axp_strbuf_append(buf, len, cap, text, n <= 256 ? n : 0) < 0 ||
                     axp_strbuf_puts(buf, len, cap, "]") < 0)
                         return -ENOMEM;
         }
