@@ -901,12 +901,16 @@ typedef struct sym {
         int32_t id;          /* BPE: string id of the symbol, -1 if unknown */
 } sym;
 
+/* A pair of adjacent symbols that may merge. `order` sorts the work: the merge's priority in
+ * the high half (BPE: its rank; SPM: the merged token's score, best first), the left symbol in
+ * the low half, so equal priorities go left to right. The right symbol is the left one's next:
+ * it is the same one for as long as the left symbol keeps its length. */
 typedef struct bigram {
-        float score; /* SPM: higher first */
-        int32_t rank; /* BPE: lower first */
-        int32_t left, right;
-        uint32_t size;
-        int32_t result;
+        uint64_t order;
+        int32_t left;
+        uint32_t size; /* bytes of both when the pair was seen */
+        int32_t result; /* string id of the merged symbol */
+        uint32_t pad_;
 } bigram;
 
 /* Scratch of one axp_tokenize call; the tokenizer itself is never written to. */
@@ -921,9 +925,8 @@ typedef struct tok_ctx {
         size_t n_buf, cap_buf;
         sym *sym;
         size_t n_sym, cap_sym;
-        bigram *heap;
+        bigram *heap; /* 4-ary min-heap on order */
         size_t n_heap, cap_heap;
-        bool spm; /* heap order */
 } tok_ctx;
 
 static void tok_ctx_done(tok_ctx *c) {
@@ -984,23 +987,15 @@ static int sym_push(tok_ctx *c, uint32_t start, uint32_t len, int32_t id) {
         return 0;
 }
 
-static inline bool bigram_before(const tok_ctx *c, const bigram *a, const bigram *b) {
-        if (c->spm) {
-                if (a->score != b->score)
-                        return a->score > b->score;
-        } else if (a->rank != b->rank)
-                return a->rank < b->rank;
-        return a->left < b->left;
-}
-
-static int heap_push(tok_ctx *c, bigram b) {
+static int heap_push(tok_ctx *c, uint32_t priority, int32_t left, uint32_t size, int32_t result) {
         int r = grow((void **) &c->heap, &c->cap_heap, c->n_heap + 1, sizeof(bigram));
         if (r < 0)
                 return r;
+        bigram b = { (uint64_t) priority << 32 | (uint32_t) left, left, size, result, 0 };
         size_t i = c->n_heap++;
         while (i > 0) {
-                size_t p = (i - 1) / 2;
-                if (!bigram_before(c, &b, &c->heap[p]))
+                size_t p = (i - 1) / 4;
+                if (c->heap[p].order <= b.order)
                         break;
                 c->heap[i] = c->heap[p];
                 i = p;
@@ -1013,15 +1008,16 @@ static bigram heap_pop(tok_ctx *c) {
         bigram top = c->heap[0], last = c->heap[--c->n_heap];
         size_t i = 0, n = c->n_heap;
         for (;;) {
-                size_t l = 2 * i + 1;
-                if (l >= n)
+                size_t first = 4 * i + 1, best = first;
+                if (first >= n)
                         break;
-                if (l + 1 < n && bigram_before(c, &c->heap[l + 1], &c->heap[l]))
-                        l++;
-                if (!bigram_before(c, &c->heap[l], &last))
+                for (size_t k = first + 1; k < first + 4 && k < n; k++)
+                        if (c->heap[k].order < c->heap[best].order)
+                                best = k;
+                if (c->heap[best].order >= last.order)
                         break;
-                c->heap[i] = c->heap[l];
-                i = l;
+                c->heap[i] = c->heap[best];
+                i = best;
         }
         if (n > 0)
                 c->heap[i] = last;
@@ -1030,8 +1026,11 @@ static bigram heap_pop(tok_ctx *c) {
 
 /* Merge the right symbol of a popped bigram into the left one, if it is still current. */
 static bool apply_bigram(tok_ctx *c, const bigram *b) {
-        sym *l = &c->sym[b->left], *r = &c->sym[b->right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != b->size)
+        sym *l = &c->sym[b->left];
+        if (l->len == 0 || l->next < 0)
+                return false;
+        sym *r = &c->sym[l->next];
+        if (r->len == 0 || l->len + r->len != b->size)
                 return false;
         l->len += r->len;
         l->id = b->result;
@@ -1048,9 +1047,7 @@ static int bpe_add_bigram(tok_ctx *c, int32_t left, int32_t right) {
         const merge_slot *m = merge_find(&c->t->merges, c->sym[left].id, c->sym[right].id);
         if (!m)
                 return 0;
-        return heap_push(c, (bigram) { .rank = m->rank, .left = left, .right = right,
-                                       .size = c->sym[left].len + c->sym[right].len,
-                                       .result = m->result });
+        return heap_push(c, m->rank, left, c->sym[left].len + c->sym[right].len, m->result);
 }
 
 /* One pre-tokenized word (codepoints) through the byte map and the BPE merges. */
@@ -1141,6 +1138,16 @@ static int bpe_fragment(tok_ctx *c, const uint8_t *text, size_t len) {
         return 0;
 }
 
+/* Higher scores give lower priorities (the heap pops the lowest). */
+static inline uint32_t score_priority(float score) {
+        uint32_t u;
+        if (score == 0)
+                score = 0; /* -0 ties with 0, as in a float comparison */
+        memcpy(&u, &score, sizeof(u));
+        u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending with the float */
+        return ~u;
+}
+
 static int spm_add_bigram(tok_ctx *c, int32_t left, int32_t right) {
         if (left < 0 || right < 0)
                 return 0;
@@ -1148,8 +1155,7 @@ static int spm_add_bigram(tok_ctx *c, int32_t left, int32_t right) {
         int32_t id = find_token(c->t, c->buf + l->start, l->len + r->len);
         if (id < 0)
                 return 0;
-        return heap_push(c, (bigram) { .score = c->t->score[id], .left = left, .right = right,
-                                       .size = l->len + r->len, .result = id });
+        return heap_push(c, score_priority(c->t->score[id]), left, l->len + r->len, id);
 }
 
 /* SentencePiece: spaces become U+2581, then the adjacent pair whose merge is the
@@ -1304,7 +1310,7 @@ static int partition(const axp_tokenizer *t, const char *text, size_t len, bool 
 
 int axp_tokenize(const axp_tokenizer *t, const char *text, size_t len, unsigned flags,
                  int32_t **ret_tokens, int *ret_n, axp_error *err) {
-        tok_ctx c = { .t = t, .spm = t->type == VOCAB_SPM };
+        tok_ctx c = { .t = t };
         frag_list frags = {};
         bool add_special = flags & AXP_TOK_ADD_BOS;
         int r;
