@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+#include "test.h"
+int main(void) { TEST_EXIT(); }
