@@ -21,14 +21,21 @@ typedef struct PendingPath {
         gint64 last_us;
 } PendingPath;
 
-/* The last version of a file this monitor turned into an event. */
+/* What this monitor last turned into an event about a file: its stat stamp, so the same
+ * version reported twice (a slow main loop, a rescan) counts once, and for files it read
+ * whole, a digest and (when small) the text, to say what changed next time. */
 typedef struct Snapshot {
         char *path;
+        ino_t ino;
+        off_t size;
+        gint64 mtime_ns;
+        char *digest;           /* NULL when only sniffed (in a burst) */
         char *data;             /* NULL when too large to keep */
         gsize len;
-        char *digest;
         GList link;             /* in Files.lru */
 } Snapshot;
+
+#define SNAPSHOTS_MAX 16384
 
 struct Files {
         const MonitorConfig *cfg;
@@ -63,15 +70,29 @@ static void snapshot_drop(Files *f, const char *path) {
         g_hash_table_remove(f->snapshots, path);
 }
 
-static void snapshot_put(Files *f, const char *path, const char *data, gsize len) {
+static gint64 mtime_ns(const struct stat *st) {
+        return (gint64) st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static bool same_version(const Snapshot *s, const struct stat *st) {
+        return s && s->ino == st->st_ino && s->size == st->st_size && s->mtime_ns == mtime_ns(st);
+}
+
+/* `data` NULL: the file was only sniffed. */
+static void snapshot_put(Files *f, const char *path, const struct stat *st, const char *data,
+                         gsize len) {
         gsize cap = (gsize) f->cfg->snapshot_cache_kb * 1024;
         Snapshot *s;
 
         snapshot_drop(f, path);
         s = g_new0(Snapshot, 1);
         s->path = g_strdup(path);
-        s->digest = g_compute_checksum_for_data(G_CHECKSUM_SHA256, (const guchar *) data, len);
-        if (len <= SNAPSHOT_FILE_MAX && len <= cap) {
+        s->ino = st->st_ino;
+        s->size = st->st_size;
+        s->mtime_ns = mtime_ns(st);
+        if (data)
+                s->digest = g_compute_checksum_for_data(G_CHECKSUM_SHA256, (const guchar *) data, len);
+        if (data && len <= SNAPSHOT_FILE_MAX && len <= cap) {
                 s->data = g_memdup2(data, len);
                 s->len = len;
         }
@@ -81,14 +102,15 @@ static void snapshot_put(Files *f, const char *path, const char *data, gsize len
         f->snapshot_bytes += s->len;
         /* Oldest out, until the versions kept fit the cap; a bound on the count too, since
          * digests alone take room. */
-        while ((f->snapshot_bytes > cap || g_hash_table_size(f->snapshots) > 4096) && f->lru.tail)
+        while ((f->snapshot_bytes > cap || g_hash_table_size(f->snapshots) > SNAPSHOTS_MAX) &&
+               f->lru.tail)
                 snapshot_drop(f, ((Snapshot *) f->lru.tail->data)->path);
 }
 
 /* Reads a regular file (never through a symlink, never a FIFO or device) of at most `max`
  * bytes (or its first `max` bytes when `sniff`). Returns a reason to skip it, or NULL. */
 static const char *read_regular(const char *path, gsize max, bool sniff, char **ret, gsize *ret_len,
-                                bool *ret_truncated) {
+                                bool *ret_truncated, struct stat *ret_st) {
         g_autofree char *buf = NULL;
         struct stat st;
         gsize len = 0, want;
@@ -126,6 +148,7 @@ static const char *read_regular(const char *path, gsize max, bool sniff, char **
                 return "empty";
         buf[len] = 0;
         *ret_truncated = sniff && (guint64) st.st_size > len;
+        *ret_st = st;
         *ret_len = len;
         *ret = g_steal_pointer(&buf);
         return NULL;
@@ -135,16 +158,19 @@ static void settle_one(Files *f, const char *path) {
         g_autofree char *data = NULL, *change = NULL, *digest = NULL;
         gsize len = 0;
         bool truncated = false;
-        const char *skip;
-        Snapshot *snap;
+        const char *skip = NULL;
+        Snapshot *snap = g_hash_table_lookup(f->snapshots, path);
+        struct stat st;
 
-        skip = read_regular(path, f->cfg->max_file_size, false, &data, &len, &truncated);
+        if (snap && lstat(path, &st) == 0 && same_version(snap, &st))
+                skip = "already seen";
+        if (!skip)
+                skip = read_regular(path, f->cfg->max_file_size, false, &data, &len, &truncated, &st);
         if (!skip && !prompt_is_text(data, len, false))
                 skip = "not text";
         if (!skip) {
                 digest = g_compute_checksum_for_data(G_CHECKSUM_SHA256, (const guchar *) data, len);
-                snap = g_hash_table_lookup(f->snapshots, path);
-                if (snap && strcmp(snap->digest, digest) == 0)
+                if (snap && snap->digest && strcmp(snap->digest, digest) == 0)
                         skip = "unchanged";
                 else {
                         change = prompt_describe_change(snap ? snap->data : NULL,
@@ -159,7 +185,7 @@ static void settle_one(Files *f, const char *path) {
                 journal_settle(f->journal, path);
                 return;
         }
-        snapshot_put(f, path, data, len);
+        snapshot_put(f, path, &st, data, len);
 
         g_autofree char *name = g_path_get_basename(path);
         const char *vars[] = { "path", path, "name", name, "change", change, NULL };
@@ -205,26 +231,28 @@ static GPtrArray *spread_by_folder(GHashTable *pending) {
 static void flush_burst(Files *f) {
         g_autoptr(GPtrArray) paths = spread_by_folder(f->pending);
         g_autoptr(Batch) batch = batch_new();
-        guint skipped = 0;
+        guint skipped = 0, seen = 0;
 
         for (guint i = 0; i < paths->len; i++) {
                 const char *path = paths->pdata[i];
                 g_autofree char *data = NULL;
                 gsize len = 0;
                 bool truncated = false;
-
-                /* What a summary said about a file is no earlier version of it. */
-                snapshot_drop(f, path);
-                if (read_regular(path, SNIFF_BYTES, true, &data, &len, &truncated) ||
-                    !prompt_is_text(data, len, truncated)) {
-                        skipped++;
-                        continue;
-                }
                 struct stat st;
-                if (lstat(path, &st) == 0 && (guint64) st.st_size > f->cfg->max_file_size) {
+
+                if (lstat(path, &st) == 0 &&
+                    same_version(g_hash_table_lookup(f->snapshots, path), &st)) {
+                        seen++;
+                        continue;
+                }
+                if (read_regular(path, SNIFF_BYTES, true, &data, &len, &truncated, &st) ||
+                    !prompt_is_text(data, len, truncated) ||
+                    (guint64) st.st_size > f->cfg->max_file_size) {
                         skipped++;
                         continue;
                 }
+                /* Only sniffed: the stamp, but no earlier version to compare with later. */
+                snapshot_put(f, path, &st, NULL, 0);
                 batch_add_path(batch, path, f->cfg->batch_list_max);
         }
         /* The paths borrow the table's keys: keep them until here. */
@@ -234,7 +262,7 @@ static void flush_burst(Files *f) {
         f->burst = false;
 
         if (batch->total == 0) {
-                g_message("files: a burst of %u changes held no text files", changes);
+                g_message("files: a burst of %u changes held no new text files", changes);
                 journal_settle(f->journal, NULL);
                 return;
         }
@@ -244,7 +272,8 @@ static void flush_burst(Files *f) {
         dispatcher_add(f->dispatcher, ev, NULL, true);
         g_message("files: a burst of %u changes under %s: %" G_GUINT64_FORMAT " text files "
                   "summarized in event %" G_GUINT64_FORMAT " (%u left out: not text, too large or "
-                  "gone)", changes, ev->path, ev->batch->total, ev->id, skipped);
+                  "gone; %u already reported)", changes, ev->path, ev->batch->total, ev->id,
+                  skipped, seen);
 }
 
 static gboolean tick_cb(gpointer data) {
@@ -365,8 +394,13 @@ GPtrArray *files_pending(Files *f) {
 }
 
 void files_shed(Files *f) {
-        while (f->lru.tail)
-                snapshot_drop(f, ((Snapshot *) f->lru.tail->data)->path);
+        /* The texts go; the stamps and digests stay, so nothing is reported twice. */
+        for (GList *l = f->lru.head; l; l = l->next) {
+                Snapshot *s = l->data;
+                g_clear_pointer(&s->data, g_free);
+                s->len = 0;
+        }
+        f->snapshot_bytes = 0;
         if (g_hash_table_size(f->pending) > 0)
                 flush_burst(f);
 }

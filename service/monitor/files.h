@@ -24,5 +24,5 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(Files, files_free)
 
 /* The paths waiting in the debounce table, for a journal rewrite. */
 GPtrArray *files_pending(Files *f);
-/* Memory is short: forget earlier versions of files and summarize what waits. */
+/* Memory is short: forget the texts of earlier versions and summarize what waits. */
 void files_shed(Files *f);

@@ -33,7 +33,7 @@ struct Watcher {
 
         /* Thread-only state. */
         GHashTable *dirs;       /* watched folder (no trailing slash) → wd */
-        time_t last_event;
+        time_t last_quiet;      /* the kernel queue was last seen empty */
         bool told_limit;
         guint32 move_cookie;    /* a folder moved out, waiting for its MOVED_TO */
         char *move_from;
@@ -208,7 +208,8 @@ static void finish_move(Watcher *w) {
 }
 
 static void rescan(Watcher *w) {
-        time_t since = w->last_event ? w->last_event - RESCAN_SLACK_S : 0;
+        /* Every event queued before the last quiet moment was read; lost ones are younger. */
+        time_t since = w->last_quiet - RESCAN_SLACK_S;
         finish_move(w);
         postf(w, WATCH_OVERFLOW, "files: the kernel's event queue overflowed; rescanning for "
               "files changed since the last event seen");
@@ -221,7 +222,6 @@ static void handle_event(Watcher *w, struct inotify_event *ev) {
         g_autofree char *path = NULL;
         bool is_dir = ev->mask & IN_ISDIR;
 
-        w->last_event = time(NULL);
         if (ev->mask & IN_Q_OVERFLOW) {
                 rescan(w);
                 return;
@@ -270,6 +270,7 @@ static gpointer thread_main(gpointer data) {
         Watcher *w = data;
         guint roots = 0;
 
+        w->last_quiet = time(NULL);
         if (!inotifytools_initialize()) {
                 postf(w, WATCH_ERROR, "files: cannot start inotify: %s; file suggestions are off",
                       g_strerror(inotifytools_error()));
@@ -293,6 +294,8 @@ static gpointer thread_main(gpointer data) {
                 struct inotify_event *ev = inotifytools_next_event(1);
                 if (!ev) {
                         int e = inotifytools_error();
+                        if (e == 0)
+                                w->last_quiet = time(NULL);
                         finish_move(w);
                         if (e != 0 && e != EINTR) {
                                 postf(w, WATCH_ERROR, "files: reading inotify events failed: %s",

@@ -52,6 +52,9 @@ static GDBusMessage *filter(GDBusConnection *conn, GDBusMessage *msg, gboolean i
         json_out_string(line, g_dbus_message_get_interface(msg));
         g_string_append(line, ",\"member\":");
         json_out_string(line, g_dbus_message_get_member(msg));
+        g_string_append_printf(line, ",\"serial\":%u,\"reply_serial\":%u",
+                               g_dbus_message_get_serial(msg),
+                               g_dbus_message_get_reply_serial(msg));
         if (body) {
                 g_autofree char *printed = g_variant_print(body, TRUE);
                 g_string_append(line, ",\"body\":");

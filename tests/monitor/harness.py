@@ -248,9 +248,14 @@ class Session:
         return read_jsonl(self.recording)
 
     def prompts(self):
-        """The prompt of every Proactive call seen on the bus, in order."""
-        return [m.get("arg0", "") for m in self.messages()
-                if m.get("type") == "call" and m.get("member") == "Proactive"]
+        """The prompt of every Proactive call an engine accepted, in order. (A call while
+        no engine is on the bus gets an error from the bus itself and is left out.)"""
+        msgs = self.messages()
+        accepted = {(m.get("destination"), m.get("reply_serial")) for m in msgs
+                    if m.get("type") == "return"}
+        return [m.get("arg0", "") for m in msgs
+                if m.get("type") == "call" and m.get("member") == "Proactive"
+                and (m.get("sender"), m.get("serial")) in accepted]
 
     def pending_ids(self):
         """Ids of the events the journal holds as pending (replayed as the monitor would)."""
