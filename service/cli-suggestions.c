@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* `agentxpu suggestions`: lists what the monitor suggested, from
  * $XDG_STATE_HOME/agentxpu/suggestions.jsonl (see service/monitor/store.h), oldest first. */
-#include "cli-suggestions.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -157,11 +157,9 @@ int cli_suggestions(int argc, char **argv) {
         }
         if (!o.store) {
                 store = default_store();
-                if (!store) {
-                        fprintf(stderr, "agentxpu suggestions: neither XDG_STATE_HOME nor HOME is set; "
-                                        "give --store PATH\n");
-                        return 1;
-                }
+                if (!store)
+                        return cli_fail("suggestions: neither XDG_STATE_HOME nor HOME is set; give "
+                                        "--store PATH");
                 o.store = store;
         }
 
@@ -171,15 +169,12 @@ int cli_suggestions(int argc, char **argv) {
                         printf("No suggestions yet (%s does not exist).\n", o.store);
                         return 0;
                 }
-                fprintf(stderr, "agentxpu suggestions: cannot read %s: %s\n", o.store, strerror(errno));
-                return 1;
+                return cli_fail("suggestions: cannot read %s: %s", o.store, strerror(errno));
         }
         r = read_all(f, &data, &len);
         fclose(f);
-        if (r < 0) {
-                fprintf(stderr, "agentxpu suggestions: cannot read %s: %s\n", o.store, strerror(-r));
-                return 1;
-        }
+        if (r < 0)
+                return cli_fail("suggestions: cannot read %s: %s", o.store, strerror(-r));
 
         for (char *p = data, *end = data + len; p < end;) {
                 char *nl = memchr(p, '\n', (size_t) (end - p));

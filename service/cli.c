@@ -1,14 +1,42 @@
 /* SPDX-License-Identifier: MIT */
-/* agentxpu: the command line. */
+/* agentxpu: the command line. Each subcommand lives in its own file (cli.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cli-suggestions.h"
+#include "cli.h"
 #include "config.h"
 
+typedef struct cli_command {
+        const char *name;
+        int (*fn)(int argc, char **argv);
+        const char *help;
+} cli_command;
+
+/* Subcommands present in this build; each line is added with its implementation. */
+static const cli_command commands[] = {
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
+        { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
+        { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
+        { NULL, NULL, NULL },
+};
+
+int cli_fail(const char *fmt, ...) {
+        va_list ap;
+        fputs("agentxpu: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        return 1;
+}
+
 static int usage(FILE *f) {
-        fprintf(f, "usage: agentxpu COMMAND [OPTIONS]\n"
-                   "commands: generate, logits, tokenize, mkmodel, suggestions, version\n");
+        fprintf(f, "usage: agentxpu COMMAND [OPTIONS]\n\ncommands:\n");
+        for (const cli_command *c = commands; c->name; c++)
+                fprintf(f, "  %-12s %s\n", c->name, c->help);
+        fprintf(f, "  %-12s %s\n", "version", "print the version");
+        fprintf(f, "\n'agentxpu COMMAND --help' describes a command's options.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -19,10 +47,11 @@ int main(int argc, char **argv) {
                 printf("agentxpu %s\n", AXP_VERSION);
                 return 0;
         }
-        if (strcmp(argv[1], "suggestions") == 0)
-                return cli_suggestions(argc - 1, argv + 1);
-        if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0)
+        if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
                 return usage(stdout);
+        for (const cli_command *c = commands; c->name; c++)
+                if (strcmp(argv[1], c->name) == 0)
+                        return c->fn(argc - 1, argv + 1);
         fprintf(stderr, "agentxpu: unknown command '%s'\n", argv[1]);
         return usage(stderr);
 }
