@@ -75,13 +75,14 @@ static int read_all(FILE *f, char **ret, size_t *ret_len) {
  * control characters (C0, DEL and C1) so no escape sequence gets through. */
 static void put_clean(const char *s, const char *indent) {
         for (const unsigned char *p = (const unsigned char *) s; *p; p++) {
+                bool c1 = *p == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F;   /* U+0080..U+009F */
                 if (*p == '\n') {
                         fputc('\n', stdout);
                         fputs(indent, stdout);
-                } else if (*p == '\t' || (*p >= 0x20 && *p != 0x7f && !(*p == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F)))
+                } else if (c1)
+                        p++;
+                else if (*p == '\t' || (*p >= 0x20 && *p != 0x7f))
                         fputc(*p, stdout);
-                else if (*p == 0xC2)
-                        p++;    /* the C1 character's second byte */
         }
 }
 

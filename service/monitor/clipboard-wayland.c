@@ -223,9 +223,8 @@ static void on_watch_exit(GObject *src, GAsyncResult *res, gpointer data) {
                         *nl = 0;
         }
         if (!w->got_line && g_get_monotonic_time() - w->started_us < STARTUP_S * G_USEC_PER_SEC) {
-                g_autofree char *why = g_strdup_printf("wl-paste --watch failed: %s",
-                                                       err_text && *err_text ? err_text
-                                                                             : "no data-control protocol");
+                const char *said = err_text && *err_text ? err_text : "no data-control protocol";
+                g_autofree char *why = g_strdup_printf("wl-paste --watch failed: %s", said);
                 clipboard_backend_failed(w->cb, "wayland", why);
                 return;
         }

@@ -234,8 +234,8 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
                 } else {
                         /* Store first, journal second: a kill in between is caught at the next
                          * start by store_forget_answered(). */
-                        g_message("dispatch: suggestion stored for event %" G_GUINT64_FORMAT " (%s: %s)",
-                                  id, event_store_source(ev->source), describe(ev));
+                        g_message("dispatch: suggestion stored for event %" G_GUINT64_FORMAT
+                                  " (%s: %s)", id, event_store_source(ev->source), describe(ev));
                         notifier_show(d->notifier, ev, text);
                         forget(d, ev, "stored");
                 }

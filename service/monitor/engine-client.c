@@ -200,11 +200,11 @@ static void on_connected(GObject *src, GAsyncResult *res, gpointer data) {
 }
 
 static void connect_bus(EngineClient *c) {
+        const GDBusConnectionFlags flags = G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT |
+                                           G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION;
         if (c->address)
-                g_dbus_connection_new_for_address(c->address,
-                                                  G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT |
-                                                          G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION,
-                                                  NULL, c->cancel, on_connected, c);
+                g_dbus_connection_new_for_address(c->address, flags, NULL, c->cancel, on_connected,
+                                                  c);
         else
                 g_bus_get(G_BUS_TYPE_SYSTEM, c->cancel, on_connected, c);
 }

@@ -70,8 +70,9 @@ void json_append_string(GString *out, const char *s) {
 }
 
 void event_append_json(const Event *ev, GString *out) {
-        g_string_append_printf(out, "\"id\":%" G_GUINT64_FORMAT ",\"source\":\"%s\",\"created\":%" G_GINT64_FORMAT,
-                               ev->id, event_source_name(ev->source), ev->created_us);
+        g_string_append_printf(out, "\"id\":%" G_GUINT64_FORMAT ",\"source\":\"%s\"", ev->id,
+                               event_source_name(ev->source));
+        g_string_append_printf(out, ",\"created\":%" G_GINT64_FORMAT, ev->created_us);
         if (ev->path) {
                 g_string_append(out, ",\"path\":");
                 json_append_string(out, ev->path);
@@ -142,7 +143,8 @@ int event_from_json(const json_value *obj, Event **ret, axp_error *err) {
         if (json_get_u64(obj, "id", &id) < 0 || id == 0)
                 return axp_errorf(err, -EINVAL, "event without a valid id");
         if (!source || !prompt)
-                return axp_errorf(err, -EINVAL, "event %" G_GUINT64_FORMAT " without source or prompt", id);
+                return axp_errorf(err, -EINVAL, "event %" G_GUINT64_FORMAT " without source or prompt",
+                                  id);
         if (strcmp(source, "file") == 0)
                 s = EVENT_FILE;
         else if (strcmp(source, "clipboard") == 0)
@@ -152,7 +154,8 @@ int event_from_json(const json_value *obj, Event **ret, axp_error *err) {
         else
                 return axp_errorf(err, -EINVAL, "event %" G_GUINT64_FORMAT " has unknown source", id);
         if (s != EVENT_CLIPBOARD && (!path || path[0] != '/'))
-                return axp_errorf(err, -EINVAL, "event %" G_GUINT64_FORMAT " needs an absolute path", id);
+                return axp_errorf(err, -EINVAL, "event %" G_GUINT64_FORMAT " needs an absolute path",
+                                  id);
 
         ev = event_new(s, s == EVENT_CLIPBOARD ? NULL : path, g_strdup(prompt));
         ev->id = id;

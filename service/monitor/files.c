@@ -202,7 +202,8 @@ static gint cmp_str(gconstpointer a, gconstpointer b) {
  * names show the spread of the burst rather than the first folder alone. */
 static GPtrArray *spread_by_folder(GHashTable *pending) {
         g_autoptr(GPtrArray) paths = hash_table_keys(pending);
-        g_autoptr(GPtrArray) folders = g_ptr_array_new_with_free_func((GDestroyNotify) g_ptr_array_unref);
+        g_autoptr(GPtrArray) folders =
+                g_ptr_array_new_with_free_func((GDestroyNotify) g_ptr_array_unref);
         g_autoptr(GHashTable) index = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
         GPtrArray *out = g_ptr_array_sized_new(paths->len);
 

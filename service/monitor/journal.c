@@ -136,7 +136,8 @@ static int replay(const char *path, JournalState **ret, axp_error *err) {
                 else
                         return axp_errorf(err, -EIO, "cannot read journal %s: %s", path, e->message);
         }
-        rp.events = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL, (GDestroyNotify) event_free);
+        rp.events = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+                                          (GDestroyNotify) event_free);
         rp.seen = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 
         for (const char *p = data, *end = data + len; p && p < end;) {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Secrets, version-control internals, caches and editors' scratch files. They are ignored
@@ -84,15 +85,24 @@ void monitor_config_free(MonitorConfig *cfg) {
         g_free(cfg);
 }
 
-/* "~" and "~/x" are the home folder; other relative paths are taken from the home folder. */
+/* "~" and "~/x" are the home folder; other relative paths are taken from the home folder.
+ * Symlinks are resolved where the folder exists, since events carry the real paths. */
 static char *expand_path(const char *p) {
+        g_autofree char *path = NULL;
+        char *real;
+
         if (strcmp(p, "~") == 0)
-                return g_strdup(g_get_home_dir());
-        if (g_str_has_prefix(p, "~/"))
-                return g_build_filename(g_get_home_dir(), p + 2, NULL);
-        if (g_path_is_absolute(p))
-                return g_canonicalize_filename(p, NULL);
-        return g_canonicalize_filename(p, g_get_home_dir());
+                path = g_strdup(g_get_home_dir());
+        else if (g_str_has_prefix(p, "~/"))
+                path = g_build_filename(g_get_home_dir(), p + 2, NULL);
+        else
+                path = g_canonicalize_filename(p, g_get_home_dir());
+        real = realpath(path, NULL);
+        if (!real)
+                return g_steal_pointer(&path);
+        path = g_strdup(real);
+        free(real);
+        return g_steal_pointer(&path);
 }
 
 MonitorConfig *monitor_config_defaults(void) {
@@ -209,8 +219,8 @@ static int load_key(MonitorConfig *cfg, GKeyFile *kf, const KeySpec *k, const ch
                                                                           &v, NULL) ? 0 : -EINVAL);
                 if (r < 0 || v < k->min || v > k->max)
                         return axp_errorf(err, -EINVAL,
-                                          "%s: [%s] %s=%s: expected a whole number from %" G_GUINT64_FORMAT
-                                          " to %" G_GUINT64_FORMAT "%s",
+                                          "%s: [%s] %s=%s: expected a whole number from "
+                                          "%" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT "%s",
                                           file, k->group, k->key, raw, k->min, k->max,
                                           k->type == KEY_SIZE ? " (K, M or G suffix allowed)" : "");
                 if (k->type == KEY_SIZE)
@@ -342,7 +352,7 @@ int monitor_config_set_watch(MonitorConfig *cfg, char **dirs, axp_error *err) {
 void monitor_config_add_exclude(MonitorConfig *cfg, const char *dir) {
         gsize n = g_strv_length(cfg->exclude);
         cfg->exclude = g_renew(char *, cfg->exclude, n + 2);
-        cfg->exclude[n] = g_canonicalize_filename(dir, NULL);
+        cfg->exclude[n] = expand_path(dir);
         cfg->exclude[n + 1] = NULL;
 }
 
@@ -375,7 +385,8 @@ char *monitor_config_dump(const MonitorConfig *cfg) {
                         break;
                 case KEY_DOUBLE: {
                         char buf[G_ASCII_DTOSTR_BUF_SIZE];
-                        v = g_strdup(g_ascii_formatd(buf, sizeof(buf), "%.6g", *(const double *) field));
+                        g_ascii_formatd(buf, sizeof(buf), "%.6g", *(const double *) field);
+                        v = g_strdup(buf);
                         break;
                 }
                 }

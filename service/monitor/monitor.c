@@ -205,23 +205,23 @@ static int run(int argc, char **argv) {
         }
         if (no_clipboard)
                 c.cfg->clipboard = false;
-        c.state_dir = g_build_filename(g_get_user_state_dir(), "agentxpu", NULL);
-        /* The monitor's own files must never feed it: its state and its config. */
-        monitor_config_add_exclude(c.cfg, c.state_dir);
-        {
-                g_autofree char *conf = g_build_filename(g_get_user_config_dir(), "agentxpu", NULL);
-                monitor_config_add_exclude(c.cfg, conf);
-        }
         if (dump) {
                 g_autofree char *text = monitor_config_dump(c.cfg);
                 fputs(text, stdout);
                 return 0;
         }
 
+        c.state_dir = g_build_filename(g_get_user_state_dir(), "agentxpu", NULL);
         if (g_mkdir_with_parents(c.state_dir, 0700) < 0) {
                 fprintf(stderr, "agentxpu-monitor: cannot create %s: %s\n", c.state_dir,
                         g_strerror(errno));
                 return 1;
+        }
+        /* The monitor's own files must never feed it: its state and its config. */
+        monitor_config_add_exclude(c.cfg, c.state_dir);
+        {
+                g_autofree char *conf = g_build_filename(g_get_user_config_dir(), "agentxpu", NULL);
+                monitor_config_add_exclude(c.cfg, conf);
         }
         r = take_lock(&c, &err);
         if (r == -EWOULDBLOCK) {

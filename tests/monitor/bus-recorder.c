@@ -27,7 +27,8 @@ static const char *type_name(GDBusMessageType t) {
         }
 }
 
-static GDBusMessage *filter(GDBusConnection *conn, GDBusMessage *msg, gboolean incoming, gpointer data) {
+static GDBusMessage *filter(GDBusConnection *conn, GDBusMessage *msg, gboolean incoming,
+                            gpointer data) {
         Recorder *r = data;
         GDBusMessageType t = g_dbus_message_get_message_type(msg);
         GVariant *body = g_dbus_message_get_body(msg);

@@ -44,7 +44,8 @@ static void request_free(Request *r) {
 static GVariant *stats(Request *r, const char *error) {
         GVariantBuilder b;
         g_variant_builder_init(&b, G_VARIANT_TYPE("a{sv}"));
-        g_variant_builder_add(&b, "{sv}", "prompt_tokens", g_variant_new_uint32((guint32) strlen(r->prompt) / 4));
+        guint32 prompt_tokens = (guint32) strlen(r->prompt) / 4;
+        g_variant_builder_add(&b, "{sv}", "prompt_tokens", g_variant_new_uint32(prompt_tokens));
         g_variant_builder_add(&b, "{sv}", "generated_tokens", g_variant_new_uint32(4));
         if (error)
                 g_variant_builder_add(&b, "{sv}", "error", g_variant_new_string(error));
@@ -146,7 +147,8 @@ static void engine_method(GDBusConnection *conn, const char *sender, const char 
         }
         g_variant_get(params, "(&s@a{sv})", &prompt, &opts);
         if (!check_options(opts, strcmp(method, "Complete") == 0, &why)) {
-                g_dbus_method_invocation_return_dbus_error(inv, "org.agentxpu.Error.InvalidArgument", why);
+                g_dbus_method_invocation_return_dbus_error(inv, "org.agentxpu.Error.InvalidArgument",
+                                                           why);
                 return;
         }
         if (strcmp(method, "Complete") == 0) {
@@ -229,7 +231,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "fake-engine: %s\n", err->message);
                 return 1;
         }
-        e.requests = g_hash_table_new_full(g_str_hash, g_str_equal, NULL, (GDestroyNotify) request_free);
+        e.requests = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
+                                           (GDestroyNotify) request_free);
         g_dbus_connection_register_object(e.conn, "/org/agentxpu/Engine",
                                           g_dbus_node_info_lookup_interface(e.node, "org.agentxpu.Engine"),
                                           &engine_vtable, &e, NULL, &err);

@@ -15,6 +15,11 @@ def write(path, data, mode="w"):
 
 def body(s):
     w = s.watched
+    # The monitor's own state inside the watched folder: it must not feed on its own writes.
+    s.state = os.path.join(w, "state")
+    s.env["XDG_STATE_HOME"] = s.state
+    s.store_path = os.path.join(s.state, "agentxpu", "suggestions.jsonl")
+    s.journal_path = os.path.join(s.state, "agentxpu", "monitor-journal.jsonl")
     # Folders that exist before the monitor starts: ignored ones must not even be watched.
     os.makedirs(os.path.join(w, ".git", "objects"))
     os.makedirs(os.path.join(w, "node_modules", "pkg"))

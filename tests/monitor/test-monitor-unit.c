@@ -111,7 +111,8 @@ static void test_batch(void) {
         CHECK(strcmp(b->root, "/w") == 0);
         CHECK(b->total == 4);
         g_autofree char *files = batch_render_files(b);
-        CHECK_MSG(strcmp(files, "- src/a.c\n- src/b.c\nand 2 more: 1 in doc/, 1 in src/") == 0, "%s", files);
+        CHECK_MSG(strcmp(files, "- src/a.c\n- src/b.c\nand 2 more: 1 in doc/, 1 in src/") == 0, "%s",
+                  files);
 
         batch_add_path(c, "/w2/z.txt", 5);
         batch_merge(c, b, 5);
