@@ -27,6 +27,7 @@ struct EngineClient {
         guint watch_id, signal_sub, reconnect_source;
         gulong closed_handler;
         guint backoff_s;
+        bool told_unreachable;  /* said once that the bus is unreachable */
         char *owner;
         bool name_known;        /* the name watch has reported */
         GHashTable *requests;   /* request path → Pending */
@@ -181,13 +182,16 @@ static void on_connected(GObject *src, GAsyncResult *res, gpointer data) {
         if (!conn) {
                 if (g_error_matches(e, G_IO_ERROR, G_IO_ERROR_CANCELLED))
                         return;
-                g_warning("engine: cannot connect to %s: %s; retrying",
-                          c->address ? c->address : "the system bus", e->message);
+                if (!c->told_unreachable)
+                        g_warning("engine: cannot connect to %s: %s; retrying in the background",
+                                  c->address ? c->address : "the system bus", e->message);
+                c->told_unreachable = true;
                 schedule_reconnect(c);
                 return;
         }
         c->conn = conn;
         c->backoff_s = 0;
+        c->told_unreachable = false;
         g_dbus_connection_set_exit_on_close(conn, FALSE);
         c->closed_handler = g_signal_connect(conn, "closed", G_CALLBACK(on_closed), c);
         c->signal_sub = g_dbus_connection_signal_subscribe(conn, NULL, ENGINE_REQUEST_INTERFACE,

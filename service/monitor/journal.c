@@ -49,15 +49,28 @@ typedef struct Replay {
         GHashTable *events;     /* id → Event* (owned) */
         GHashTable *seen;       /* path → sequence number */
         guint64 seq, last_id;
+        unsigned bad, first_bad_line;
+        char *first_bad;        /* why the first skipped record was skipped */
 } Replay;
 
-static void replay_record(Replay *rp, const json_value *obj, unsigned line, const char *file) {
+static void skip_record(Replay *rp, unsigned line, const char *fmt, ...) G_GNUC_PRINTF(3, 4);
+static void skip_record(Replay *rp, unsigned line, const char *fmt, ...) {
+        va_list ap;
+        if (rp->bad++ > 0)
+                return;
+        rp->first_bad_line = line;
+        va_start(ap, fmt);
+        rp->first_bad = g_strdup_vprintf(fmt, ap);
+        va_end(ap);
+}
+
+static void replay_record(Replay *rp, const json_value *obj, unsigned line) {
         const char *op = json_get_string(obj, "op");
         axp_error err = { 0 };
         uint64_t id = 0;
 
         if (!op) {
-                g_warning("%s:%u: record without \"op\" skipped", file, line);
+                skip_record(rp, line, "a record without \"op\"");
                 return;
         }
         if (strcmp(op, "settle") == 0 && json_get(obj, "all")) {
@@ -67,7 +80,7 @@ static void replay_record(Replay *rp, const json_value *obj, unsigned line, cons
         if (strcmp(op, "seen") == 0 || strcmp(op, "settle") == 0) {
                 const char *path = json_get_string(obj, "path");
                 if (!path || path[0] != '/') {
-                        g_warning("%s:%u: %s without an absolute path skipped", file, line, op);
+                        skip_record(rp, line, "%s without an absolute path", op);
                         return;
                 }
                 if (strcmp(op, "seen") == 0)
@@ -83,7 +96,7 @@ static void replay_record(Replay *rp, const json_value *obj, unsigned line, cons
                 const char *settles = json_get_string(obj, "settles");
 
                 if (event_from_json(obj, &ev, &err) < 0) {
-                        g_warning("%s:%u: %s; skipped", file, line, err.msg);
+                        skip_record(rp, line, "%s", err.msg);
                         return;
                 }
                 rp->last_id = MAX(rp->last_id, ev->id);
@@ -101,7 +114,7 @@ static void replay_record(Replay *rp, const json_value *obj, unsigned line, cons
         }
         if (strcmp(op, "done") == 0 || strcmp(op, "submit") == 0) {
                 if (json_get_u64(obj, "id", &id) < 0) {
-                        g_warning("%s:%u: %s without an id skipped", file, line, op);
+                        skip_record(rp, line, "%s without an id", op);
                         return;
                 }
                 rp->last_id = MAX(rp->last_id, id);
@@ -109,7 +122,7 @@ static void replay_record(Replay *rp, const json_value *obj, unsigned line, cons
                         g_hash_table_remove(rp->events, &id);
                 return;
         }
-        g_warning("%s:%u: unknown record \"%s\" skipped", file, line, op);
+        skip_record(rp, line, "unknown record \"%s\"", op);
 }
 
 static gint by_id(gconstpointer a, gconstpointer b) {
@@ -148,12 +161,17 @@ static int replay(const char *path, JournalState **ret, axp_error *err) {
 
                 line++;
                 if (n > 0 && json_parse(p, n, &obj, &perr) == 0 && obj->type == JSON_OBJECT)
-                        replay_record(&rp, obj, line, path);
+                        replay_record(&rp, obj, line);
                 else if (n > 0 && nl)   /* A torn last line (no newline) is expected after a kill. */
-                        g_warning("%s:%u: unreadable record skipped (%s)", path, line,
-                                  perr.msg[0] ? perr.msg : "not an object");
+                        skip_record(&rp, line, "%s", perr.msg[0] ? perr.msg : "not an object");
                 p = nl ? nl + 1 : end;
         }
+        /* One line however broken the file: it is ours, so damage means disk trouble or an
+         * edit by hand, and what could be read is used. */
+        if (rp.bad > 0)
+                g_warning("%s: %u unreadable records skipped (the first, line %u: %s)", path, rp.bad,
+                          rp.first_bad_line, rp.first_bad);
+        g_free(rp.first_bad);
 
         JournalState *st = g_new0(JournalState, 1);
         GHashTableIter it;

@@ -286,7 +286,7 @@ static gpointer thread_main(gpointer data) {
                 add_tree(w, w->cfg->watch[i], -1);
                 roots++;
         }
-        postf(w, WATCH_READY, "files: watching %u folders (%u trees)", g_hash_table_size(w->dirs),
+        postf(w, WATCH_READY, "files: watching %u folders in %u trees", g_hash_table_size(w->dirs),
               roots);
 
         while (!g_atomic_int_get(&w->stop)) {
