@@ -18,6 +18,8 @@ static const cli_command commands[] = {
         { "generate", cli_generate, "generate text from a model, in-process" },
         { "logits", cli_logits, "write the last prompt position's logits" },
         { "tokenize", cli_tokenize, "print the token ids of a text" },
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
+        { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { NULL, NULL, NULL },
 };
 
