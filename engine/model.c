@@ -29,6 +29,13 @@ const char *axp_arch_name(enum axp_arch a) {
         return "?";
 }
 
+int axp_arch_from_name(const char *name) {
+        for (enum axp_arch a = AXP_ARCH_LLAMA; a <= AXP_ARCH_QWEN3; a++)
+                if (strcmp(axp_arch_name(a), name) == 0)
+                        return (int) a;
+        return -1;
+}
+
 static const char *arch_key(load_ctx *c, const char *suffix) {
         snprintf(c->key, sizeof(c->key), "%s.%s", axp_arch_name(c->m->hp.arch), suffix);
         return c->key;

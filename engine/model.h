@@ -86,3 +86,5 @@ static inline void axp_model_freep(axp_model **m) {
 /* Size in bytes of all weights (what a decode step streams). */
 uint64_t axp_model_weight_bytes(const axp_model *m);
 const char *axp_arch_name(enum axp_arch a);
+/* The architecture named as in GGUF's general.architecture; -1 if unknown. */
+int axp_arch_from_name(const char *name);
