@@ -81,6 +81,7 @@ typedef struct ocl_dev {
         cl_command_queue q;
         cl_program prog;
         int wg;
+        int kl_max; /* items sharing one row of a matmul */
         bool copy_mode; /* activations copied in and out instead of wrapped */
         cl_kernel k_matmul[N_WTYPES], k_embed[N_WTYPES];
         cl_kernel k_rmsnorm, k_residual_rmsnorm, k_residual, k_swiglu, k_k1_post, k_attention;
@@ -282,6 +283,10 @@ static int launch(ocl_dev *c, cl_kernel k, const char *name, size_t gx, size_t g
         return e == CL_SUCCESS ? 0 : cl_fail(err, e, name);
 }
 
+static size_t round_up(size_t v, int m) {
+        return (v + (size_t) m - 1) / (size_t) m * (size_t) m;
+}
+
 static int ilog2(int v) {
         int l = 0;
         while ((1 << (l + 1)) <= v)
@@ -294,7 +299,7 @@ static int matmul(ocl_dev *c, const wref *w, cl_mem x, long x_off, long ldx, cl_
                   int n_tok, axp_error *err) {
         const int n_units = (int) (w->w->n_in / 32);
         int kl = 1;
-        while (kl < n_units && kl < c->wg)
+        while (kl < n_units && kl < c->kl_max)
                 kl *= 2;
         const int rows_per_group = c->wg / kl;
         size_t groups = (size_t) DIV_ROUND_UP(w->w->n_out, rows_per_group);
@@ -475,7 +480,7 @@ static int run_embed(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                                 (size_t) u->n * sizeof(cl_int), u->seq->tokens + u->t, 0, NULL, NULL);
                 if (e != CL_SUCCESS)
                         return cl_fail(err, e, "uploading tokens");
-                if ((r = launch(c, c->k_embed[w->type], "embed", (size_t) (d / 32), (size_t) u->n, 0,
+                if ((r = launch(c, c->k_embed[w->type], "embed", round_up((size_t) (d / 32), c->wg), (size_t) u->n, (size_t) c->wg,
                                 ARGS(KM(w->buf), KU(w->off), KU(w->w->row_bytes), KI(d), KM(c->tokens), KI(u->row),
                                      KM(b.x), KI((long) u->t * d), KI(d)),
                                 err)) < 0)
@@ -658,7 +663,7 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                 if ((r = matmul(c, &L->w_gate, c->h, 0, d, c->g, 0, ff, nt, err)) < 0 ||
                     (r = matmul(c, &L->w_up, c->h, 0, d, c->u, 0, ff, nt, err)) < 0)
                         return r;
-                if ((r = launch(c, c->k_swiglu, "swiglu", (size_t) nt * ff, 1, 0,
+                if ((r = launch(c, c->k_swiglu, "swiglu", round_up((size_t) nt * ff, c->wg), 1, (size_t) c->wg,
                                 ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)), err)) < 0)
                         return r;
                 if ((r = matmul(c, &L->w_down, c->g, 0, ff, c->o, 0, d, nt, err)) < 0)
@@ -668,7 +673,8 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         seq_bufs b;
                         if ((r = seq_wrap(c, t, u->seq, true, true, false, true, true, false, &b, err)) < 0)
                                 return r;
-                        if ((r = launch(c, c->k_residual, "residual", (size_t) d, (size_t) u->n, 0,
+                        if ((r = launch(c, c->k_residual, "residual", round_up((size_t) d, c->wg), (size_t) u->n,
+                                        (size_t) c->wg,
                                         ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d), KI(d), KI(d)),
                                         err)) < 0)
                                 return r;
@@ -1031,6 +1037,12 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                         return cl_fail(err, e, name);
         }
         c->wg = wg;
+        /* a CPU runs a work-group's items one after the other: one row per item is cheapest
+         * there; a GPU wants the items of a row to read neighbouring blocks */
+        c->kl_max = c->info.kind == AXP_DEV_CPU ? 1 : wg;
+        const char *kl = getenv("AXP_OPENCL_KL");
+        if (kl && atoi(kl) > 0)
+                c->kl_max = atoi(kl);
         return 0;
 }
 
@@ -1121,7 +1133,9 @@ int axp_opencl_device_new(int index, axp_device **ret, axp_error *err) {
 
         size_t max_wg = 0;
         clGetDeviceInfo(f.d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(max_wg), &max_wg, NULL);
-        int wg = 64;
+        /* AXP_OPENCL_WG: work-group size to try first (a power of two), for tuning */
+        const char *wgs = getenv("AXP_OPENCL_WG");
+        int wg = wgs && atoi(wgs) > 0 && atoi(wgs) <= 1024 ? 1 << ilog2(atoi(wgs)) : 64;
         while (wg > 1 && (size_t) wg > max_wg)
                 wg /= 2;
         int r;

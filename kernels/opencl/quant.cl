@@ -26,8 +26,8 @@ void dq32_q8_0(__global const uchar *row, int u, float *w) {
         __global const uchar *b = row + u * 34;
         const float d = vload_half(0, (__global const half *) b);
         __global const char *q = (__global const char *) (b + 2);
-        for (int i = 0; i < 32; i++)
-                w[i] = d * (float) q[i];
+        vstore16(d * convert_float16(vload16(0, q)), 0, w);
+        vstore16(d * convert_float16(vload16(1, q)), 1, w);
 }
 
 /* block_q4_0: half d, uint8 qs[16]; low nibbles are elements 0..15, high ones 16..31 */
@@ -115,12 +115,12 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
                                 }                                                                  \
                         }                                                                          \
                 }                                                                                  \
-                for (int t = 0; t < TT; t++)                                                       \
+                for (int t = 0; t < nt; t++)                                                       \
                         red[lid * TT + t] = acc[t];                                                \
                 barrier(CLK_LOCAL_MEM_FENCE);                                                      \
                 for (int s = KL / 2; s > 0; s >>= 1) {                                             \
                         if (kl < s)                                                                \
-                                for (int t = 0; t < TT; t++)                                       \
+                                for (int t = 0; t < nt; t++)                                       \
                                         red[lid * TT + t] += red[(lid + s) * TT + t];              \
                         barrier(CLK_LOCAL_MEM_FENCE);                                              \
                 }                                                                                  \
