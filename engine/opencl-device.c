@@ -158,6 +158,23 @@ static bool has_ext(cl_device_id d, const char *ext) {
         return false;
 }
 
+/* A string property of a device (d) or a platform, cut to size. */
+static void info_str(cl_device_id d, cl_platform_id p, cl_uint what, char *buf, size_t size) {
+        size_t n = 0;
+        *buf = 0;
+        cl_int e = d ? clGetDeviceInfo(d, what, 0, NULL, &n) : clGetPlatformInfo(p, what, 0, NULL, &n);
+        if (e != CL_SUCCESS || n == 0)
+                return;
+        _cleanup_free_ char *s = malloc(n + 1);
+        if (!s)
+                return;
+        e = d ? clGetDeviceInfo(d, what, n, s, NULL) : clGetPlatformInfo(p, what, n, s, NULL);
+        if (e != CL_SUCCESS)
+                return;
+        s[n] = 0;
+        snprintf(buf, size, "%s", s);
+}
+
 static void describe(cl_platform_id p, cl_device_id d, int index, axp_opencl_info *ret) {
         cl_device_type type = 0;
         cl_bool unified = CL_FALSE;
@@ -166,9 +183,9 @@ static void describe(cl_platform_id p, cl_device_id d, int index, axp_opencl_inf
 
         memset(ret, 0, sizeof(*ret));
         ret->index = index;
-        clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof(ret->name) - 1, ret->name, NULL);
-        clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof(ret->platform) - 1, ret->platform, NULL);
-        clGetDeviceInfo(d, CL_DEVICE_VERSION, sizeof(ret->version) - 1, ret->version, NULL);
+        info_str(d, NULL, CL_DEVICE_NAME, ret->name, sizeof(ret->name));
+        info_str(NULL, p, CL_PLATFORM_NAME, ret->platform, sizeof(ret->platform));
+        info_str(d, NULL, CL_DEVICE_VERSION, ret->version, sizeof(ret->version));
         clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof(type), &type, NULL);
         clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof(unified), &unified, NULL);
         clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(mem), &mem, NULL);

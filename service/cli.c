@@ -21,6 +21,7 @@ static const cli_command commands[] = {
         { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
+        { "devices", cli_devices, "list every device, the roles they take, and graphics telemetry" },
         { NULL, NULL, NULL },
 };
 
