@@ -69,7 +69,7 @@ static int add_opencl(axp_discovery *d) {
                 e->kind = l[i].kind;
                 e->mem_bytes = l[i].mem_bytes;
                 e->can_run = true;
-                snprintf(e->note, sizeof(e->note), "%.60s, %d compute units, %s, largest buffer %s, fp16 %s",
+                snprintf(e->note, sizeof(e->note), "%.70s, %d compute units, %s, largest buffer %s, fp16 %s",
                          l[i].version, l[i].compute_units,
                          l[i].host_unified ? "shares host memory (weights used in place)" : "own memory (weights uploaded)",
                          mem_str(l[i].max_alloc, m, sizeof(m)), l[i].fp16 ? "yes" : "storage only");

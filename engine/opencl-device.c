@@ -1022,7 +1022,9 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
         cl_int e;
 
         release_kernels(c);
-        snprintf(opts, sizeof(opts), "-cl-std=CL1.2 -DWG=%d -DMAX_HD=%d", wg, MAX_HD);
+        /* AXP_OPENCL_NO_FP64: the kernels of devices without doubles, for tests */
+        snprintf(opts, sizeof(opts), "-cl-std=CL1.2 -DWG=%d -DMAX_HD=%d%s", wg, MAX_HD,
+                 getenv("AXP_OPENCL_NO_FP64") ? " -DAXP_NO_FP64" : "");
         c->prog = clCreateProgramWithSource(c->ctx, 1, &src, NULL, &e);
         if (!c->prog)
                 return cl_fail(err, e, "creating the kernel program");

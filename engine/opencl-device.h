@@ -15,7 +15,7 @@ typedef struct axp_opencl_info {
         int index;          /* flat over platforms, then devices: the N of "opencl:N" */
         char name[128];
         char platform[64];
-        char version[64];   /* the device's OpenCL version string */
+        char version[96];   /* the device's OpenCL version string */
         axp_dev_kind kind;  /* igpu: a GPU sharing host memory; dgpu; cpu; other */
         uint64_t mem_bytes;
         uint64_t max_alloc;

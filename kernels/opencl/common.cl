@@ -5,9 +5,10 @@
  *
  * Without cl_khr_fp16 a half is storage only: read with vload_half, write with vstore_half
  * (round to nearest even), compute in float. Sums of squares for RMSNorm accumulate in
- * double where the device has it, as the CPU backend does. */
+ * double where the device has it, as the CPU backend does (-DAXP_NO_FP64 takes the float
+ * path of GPUs without doubles, such as Intel's Xe iGPUs, on any device). */
 
-#ifdef cl_khr_fp64
+#if defined(cl_khr_fp64) && !defined(AXP_NO_FP64)
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 typedef double acc_t;
 #else
