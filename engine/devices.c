@@ -36,7 +36,8 @@ static int add_cpu(axp_discovery *d) {
         axp_dev_entry *e;
         if (push(d, &e) < 0)
                 return -ENOMEM;
-        long n = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        long n = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
+             psz = sysconf(_SC_PAGESIZE);
         snprintf(e->spec, sizeof(e->spec), "cpu");
         e->backend = "cpu";
         snprintf(e->name, sizeof(e->name), "CPU (%ld threads, %s)", n > 0 ? n : 1, axp_cpu_isa());
@@ -55,7 +56,8 @@ static int add_opencl(axp_discovery *d) {
                 return -ENOMEM;
         if (n == 0)
                 snprintf(d->opencl, sizeof(d->opencl),
-                         "no OpenCL device (install an ICD: intel-opencl-icd for Intel GPUs, pocl-opencl-icd)");
+                         "no OpenCL device (install an ICD: intel-opencl-icd for Intel GPUs, "
+                         "pocl-opencl-icd)");
         else
                 snprintf(d->opencl, sizeof(d->opencl), "%d device%s", n, n == 1 ? "" : "s");
         for (int i = 0; i < n; i++) {
@@ -69,9 +71,11 @@ static int add_opencl(axp_discovery *d) {
                 e->kind = l[i].kind;
                 e->mem_bytes = l[i].mem_bytes;
                 e->can_run = true;
-                snprintf(e->note, sizeof(e->note), "%.70s, %d compute units, %s, largest buffer %s, fp16 %s",
-                         l[i].version, l[i].compute_units,
-                         l[i].host_unified ? "shares host memory (weights used in place)" : "own memory (weights uploaded)",
+                snprintf(e->note, sizeof(e->note),
+                         "%.70s, %d compute units, %s, largest buffer %s, fp16 %s", l[i].version,
+                         l[i].compute_units,
+                         l[i].host_unified ? "shares host memory (weights used in place)"
+                                           : "own memory (weights uploaded)",
                          mem_str(l[i].max_alloc, m, sizeof(m)), l[i].fp16 ? "yes" : "storage only");
         }
 #else
@@ -93,7 +97,8 @@ static int add_levelzero(axp_discovery *d) {
         }
         int n = axp_ze_n_devices(z);
         if (n == 0)
-                snprintf(d->levelzero, sizeof(d->levelzero), "no Level Zero devices (the loader found no driver)");
+                snprintf(d->levelzero, sizeof(d->levelzero),
+                         "no Level Zero devices (the loader found no driver)");
         else
                 snprintf(d->levelzero, sizeof(d->levelzero), "%d device%s", n, n == 1 ? "" : "s");
         for (int i = 0; i < n; i++) {
@@ -108,16 +113,17 @@ static int add_levelzero(axp_discovery *d) {
                 e->can_run = false;
                 if (zd->kind == AXP_DEV_NPU)
                         snprintf(e->note, sizeof(e->note),
-                                 "NPU: listed only; agentxpu's kernels do not run on it yet, so the static "
-                                 "role uses the CPU");
+                                 "NPU: listed only; agentxpu's kernels do not run on it yet, "
+                                 "so the static role uses the CPU");
                 else
                         snprintf(e->note, sizeof(e->note),
-                                 "discovery and telemetry only (kernels run through OpenCL); Sysman render "
-                                 "activity %s",
+                                 "discovery and telemetry only (kernels run through OpenCL); "
+                                 "Sysman render activity %s",
                                  zd->sysman ? "readable" : "not readable");
         }
 #else
-        snprintf(d->levelzero, sizeof(d->levelzero), "not built (no Level Zero headers at build time)");
+        snprintf(d->levelzero, sizeof(d->levelzero),
+                 "not built (no Level Zero headers at build time)");
 #endif
         return 0;
 }
@@ -141,7 +147,7 @@ void axp_discovery_clear(axp_discovery *d) {
 
 typedef enum spec_kind {
         SPEC_CPU,
-        SPEC_OPENCL,   /* index -1: the best */
+        SPEC_OPENCL, /* index -1: the best */
         SPEC_NPU,
         SPEC_AUTO,
 } spec_kind;
@@ -160,11 +166,13 @@ static int spec_parse(const char *s, spec_kind *ret_kind, int *ret_index, axp_er
                 char *end;
                 long v = strtol(s + 7, &end, 10);
                 if (end == s + 7 || *end || v < 0 || v > 1000)
-                        return axp_errorf(err, -EINVAL, "device '%s': want opencl:N with N a device number", s);
+                        return axp_errorf(err, -EINVAL,
+                                          "device '%s': want opencl:N with N a device number", s);
                 *ret_kind = SPEC_OPENCL;
                 *ret_index = (int) v;
         } else
-                return axp_errorf(err, -EINVAL, "unknown device '%s' (cpu, opencl, opencl:N, npu or auto)", s);
+                return axp_errorf(err, -EINVAL,
+                                  "unknown device '%s' (cpu, opencl, opencl:N, npu or auto)", s);
         return 0;
 }
 
@@ -191,15 +199,15 @@ static int find_opencl(const axp_dev_entry *l, int n, bool gpu_only) {
 static void why_npu(const axp_dev_entry *l, int n, char *why, size_t size) {
         for (int i = 0; i < n; i++)
                 if (l[i].kind == AXP_DEV_NPU && !l[i].can_run) {
-                        snprintf(why, size, "the NPU %s (%s) cannot run agentxpu's kernels", l[i].name,
-                                 l[i].backend);
+                        snprintf(why, size, "the NPU %s (%s) cannot run agentxpu's kernels",
+                                 l[i].name, l[i].backend);
                         return;
                 }
         snprintf(why, size, "no NPU found");
 }
 
-int axp_roles_resolve(const axp_dev_entry *l, int n, axp_role_id role, const char *spec, int *ret_entry,
-                      char *why, size_t why_size, axp_error *err) {
+int axp_roles_resolve(const axp_dev_entry *l, int n, axp_role_id role, const char *spec,
+                      int *ret_entry, char *why, size_t why_size, axp_error *err) {
         char dummy[2];
         spec_kind k;
         int idx, r, pick = -1;
@@ -214,9 +222,7 @@ int axp_roles_resolve(const axp_dev_entry *l, int n, axp_role_id role, const cha
         if (k == SPEC_AUTO)
                 k = role == AXP_ROLE_ID_STATIC ? SPEC_NPU : SPEC_OPENCL;
         switch (k) {
-        case SPEC_CPU:
-                pick = 0;
-                break;
+        case SPEC_CPU: pick = 0; break;
         case SPEC_NPU:
                 for (int i = 0; i < n && pick < 0; i++)
                         if (l[i].kind == AXP_DEV_NPU && l[i].can_run)
@@ -238,11 +244,11 @@ int axp_roles_resolve(const axp_dev_entry *l, int n, axp_role_id role, const cha
                         bool gpu_only = !spec || strcmp(spec, "opencl") != 0;
                         pick = find_opencl(l, n, gpu_only);
                         if (pick < 0)
-                                snprintf(why, why_size, gpu_only ? "no GPU found" : "no OpenCL device found");
+                                snprintf(why, why_size,
+                                         gpu_only ? "no GPU found" : "no OpenCL device found");
                 }
                 break;
-        default:
-                break;
+        default: break;
         }
         *ret_entry = pick >= 0 ? pick : 0;
         return 0;
@@ -266,7 +272,8 @@ int axp_device_open(const char *spec, int n_threads, axp_device **ret, axp_error
         int pick, r;
 
         if ((r = axp_device_spec_check(spec, err)) < 0 || (r = axp_devices_discover(&d, err)) < 0 ||
-            (r = axp_roles_resolve(d.devs, d.n, AXP_ROLE_ID_DYNAMIC, spec, &pick, why, sizeof(why), err)) < 0)
+            (r = axp_roles_resolve(d.devs, d.n, AXP_ROLE_ID_DYNAMIC, spec, &pick, why, sizeof(why),
+                                   err)) < 0)
                 return r;
         /* auto may settle for the CPU; a device asked for by name may not */
         if (*why && spec && strcmp(spec, "auto") != 0)
@@ -288,7 +295,8 @@ int axp_roles_bind(const char *static_spec, const char *dynamic_spec, int n_thre
                    void *userdata, axp_role_binding *ret, axp_error *err) {
         _cleanup_(axp_discovery_clear) axp_discovery d = { 0 };
         axp_role_binding b = { .static_dev = -1, .dynamic_dev = -1 };
-        const char *specs[2] = { static_spec ? static_spec : "auto", dynamic_spec ? dynamic_spec : "auto" };
+        const char *specs[2] = { static_spec ? static_spec : "auto",
+                                 dynamic_spec ? dynamic_spec : "auto" };
         int entry[2], opened[2] = { -1, -1 }, r;
         char why[2][200], line[640];
 
@@ -300,8 +308,8 @@ int axp_roles_bind(const char *static_spec, const char *dynamic_spec, int n_thre
         if ((r = axp_devices_discover(&d, err)) < 0)
                 return r;
         for (int i = 0; i < 2; i++)
-                if ((r = axp_roles_resolve(d.devs, d.n, (axp_role_id) i, specs[i], &entry[i], why[i], sizeof(why[i]),
-                                           err)) < 0)
+                if ((r = axp_roles_resolve(d.devs, d.n, (axp_role_id) i, specs[i], &entry[i],
+                                           why[i], sizeof(why[i]), err)) < 0)
                         return r;
 
         for (int i = 0; i < 2; i++) {
@@ -314,12 +322,14 @@ int axp_roles_bind(const char *static_spec, const char *dynamic_spec, int n_thre
                         axp_device *dev = NULL;
                         if (open_entry(&d.devs[entry[i]], n_threads, &dev, &oerr) < 0) {
                                 /* a device that fails to start leaves its role to the CPU */
-                                snprintf(why[i], sizeof(why[i]), "%s failed: %.160s", d.devs[entry[i]].spec, oerr.msg);
+                                snprintf(why[i], sizeof(why[i]), "%s failed: %.160s",
+                                         d.devs[entry[i]].spec, oerr.msg);
                                 entry[i] = 0;
                                 for (int k = 0; k < b.n_devs; k++)
                                         if (opened[k] == 0)
                                                 *slot = k;
-                                if (*slot < 0 && (r = axp_cpu_device_new(n_threads, &dev, err)) < 0) {
+                                if (*slot < 0 &&
+                                    (r = axp_cpu_device_new(n_threads, &dev, err)) < 0) {
                                         axp_role_binding_clear(&b);
                                         return r;
                                 }
@@ -332,10 +342,12 @@ int axp_roles_bind(const char *static_spec, const char *dynamic_spec, int n_thre
                 }
                 const axp_dev_entry *e = &d.devs[entry[i]];
                 if (*why[i])
-                        snprintf(line, sizeof(line), "%s role: %s [%s] (fallback for '%.24s': %.199s)", role_name(i),
+                        snprintf(line, sizeof(line),
+                                 "%s role: %s [%s] (fallback for '%.24s': %.199s)", role_name(i),
                                  e->name, e->spec, specs[i], why[i]);
                 else
-                        snprintf(line, sizeof(line), "%s role: %s [%s]", role_name(i), e->name, e->spec);
+                        snprintf(line, sizeof(line), "%s role: %s [%s]", role_name(i), e->name,
+                                 e->spec);
                 log(userdata, line);
         }
         *ret = b;

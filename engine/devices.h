@@ -23,14 +23,14 @@ typedef struct axp_dev_entry {
         char name[128];
         axp_dev_kind kind;
         uint64_t mem_bytes;
-        bool can_run;        /* runs agentxpu's kernels */
-        char note[200];      /* what it offers, or why it runs nothing */
+        bool can_run;   /* runs agentxpu's kernels */
+        char note[200]; /* what it offers, or why it runs nothing */
 } axp_dev_entry;
 
 typedef struct axp_discovery {
         axp_dev_entry *devs; /* the CPU first, then OpenCL, then Level Zero */
         int n;
-        char opencl[160];    /* how the backend fared: "2 devices", "no platform", "not built" */
+        char opencl[160]; /* how the backend fared: "2 devices", "no platform", "not built" */
         char levelzero[160];
 } axp_discovery;
 
@@ -54,8 +54,8 @@ typedef enum axp_role_id {
 
 /* Which entry of a discovery each role would use: the spec's device, or the CPU (entry 0)
  * when it cannot run there. why (may be NULL) gets the reason for a fallback, "" if none. */
-int axp_roles_resolve(const axp_dev_entry *l, int n, axp_role_id role, const char *spec, int *ret_entry,
-                      char *why, size_t why_size, axp_error *err);
+int axp_roles_resolve(const axp_dev_entry *l, int n, axp_role_id role, const char *spec,
+                      int *ret_entry, char *why, size_t why_size, axp_error *err);
 
 typedef void (*axp_log_fn)(void *userdata, const char *line);
 

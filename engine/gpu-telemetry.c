@@ -19,7 +19,7 @@
 /* One DRM client's render counters, keyed by its device and client id. */
 typedef struct drm_client {
         char key[96];
-        uint64_t ns;                  /* drm-engine-render / -gfx: busy nanoseconds */
+        uint64_t ns;                   /* drm-engine-render / -gfx: busy nanoseconds */
         uint64_t cycles, total_cycles; /* xe: drm-cycles-rcs, drm-total-cycles-rcs */
         bool has_ns, has_cycles;
 } drm_client;
@@ -109,7 +109,8 @@ static bool parse_fdinfo(FILE *f, drm_client *ret) {
                         ;
                 else if (field_u64(line, "drm-client-id", &id))
                         has_id = true;
-                else if (field_u64(line, "drm-engine-render", &v) || field_u64(line, "drm-engine-gfx", &v)) {
+                else if (field_u64(line, "drm-engine-render", &v) ||
+                         field_u64(line, "drm-engine-gfx", &v)) {
                         ret->ns += v;
                         ret->has_ns = true;
                 } else if (field_u64(line, "drm-cycles-rcs", &v)) {
@@ -179,7 +180,8 @@ static double clients_delta(client_set *prev, client_set *cur, double wall_ns) {
                 if (c->has_ns && c->ns >= p->ns && wall_ns > 0)
                         f += (double) (c->ns - p->ns) / wall_ns;
                 if (c->has_cycles && c->total_cycles > p->total_cycles && c->cycles >= p->cycles)
-                        f += (double) (c->cycles - p->cycles) / (double) (c->total_cycles - p->total_cycles);
+                        f += (double) (c->cycles - p->cycles) /
+                             (double) (c->total_cycles - p->total_cycles);
         }
         client_set t = *prev;
         *prev = *cur;
@@ -234,8 +236,8 @@ static int format_set(const char *pmu_dir, const char *field, uint64_t value, ui
         return 0;
 }
 
-int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fields, const uint64_t *values,
-                   int n_fields, uint64_t *ret_config) {
+int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fields,
+                   const uint64_t *values, int n_fields, uint64_t *ret_config) {
         char path[512], buf[256];
         uint64_t config = 0;
         int r;
@@ -244,7 +246,8 @@ int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fi
         if ((r = read_text(path, buf, sizeof(buf))) < 0)
                 return r;
         /* "event=0x02", "config=0x0", or terms joined by commas */
-        for (char *save = NULL, *term = strtok_r(buf, ",", &save); term; term = strtok_r(NULL, ",", &save)) {
+        for (char *save = NULL, *term = strtok_r(buf, ",", &save); term;
+             term = strtok_r(NULL, ",", &save)) {
                 char *eq = strchr(term, '=');
                 if (!eq)
                         continue;
@@ -301,7 +304,8 @@ static int pmu_open(axp_gpu_telemetry *t) {
         struct dirent *de;
         while (r < 0 && (de = readdir(d))) {
                 char pmu[1024];
-                bool i915 = strncmp(de->d_name, "i915", 4) == 0, xe = strncmp(de->d_name, "xe_", 3) == 0;
+                bool i915 = strncmp(de->d_name, "i915", 4) == 0,
+                     xe = strncmp(de->d_name, "xe_", 3) == 0;
                 if (!i915 && !xe)
                         continue;
                 snprintf(pmu, sizeof(pmu), "%s/%s", dir, de->d_name);
@@ -316,10 +320,13 @@ static int pmu_open(axp_gpu_telemetry *t) {
                         t->pmu = PMU_I915;
                 } else {
                         /* render engine 0 of GT 0 */
-                        static const char *const fields[] = { "gt", "engine_class", "engine_instance" };
+                        static const char *const fields[] = { "gt", "engine_class",
+                                                              "engine_instance" };
                         static const uint64_t values[] = { 0, 0, 0 };
-                        if (axp_pmu_config(pmu, "engine-active-ticks", fields, values, 3, &cfg[0]) < 0 ||
-                            axp_pmu_config(pmu, "engine-total-ticks", fields, values, 3, &cfg[1]) < 0)
+                        if (axp_pmu_config(pmu, "engine-active-ticks", fields, values, 3, &cfg[0]) <
+                                    0 ||
+                            axp_pmu_config(pmu, "engine-total-ticks", fields, values, 3, &cfg[1]) <
+                                    0)
                                 continue;
                         if ((t->fd[0] = perf_open(pmu, cfg[0])) < 0) {
                                 r = t->fd[0];
@@ -388,7 +395,8 @@ static bool have_drm(void) {
         bool found = false;
         struct dirent *de;
         while (!found && (de = readdir(d)))
-                found = strncmp(de->d_name, "renderD", 7) == 0 || strncmp(de->d_name, "card", 4) == 0;
+                found = strncmp(de->d_name, "renderD", 7) == 0 ||
+                        strncmp(de->d_name, "card", 4) == 0;
         closedir(d);
         return found;
 }
@@ -432,19 +440,21 @@ int axp_gpu_telemetry_open(const char *source, axp_gpu_telemetry **ret, axp_erro
                 if (sysman_open(t) == 0)
                         t->source = "sysman";
                 else if (!any)
-                        return axp_errorf(err, -ENODEV, "GPU telemetry 'sysman': no GPU with Level Zero Sysman "
-                                                        "engine activity");
+                        return axp_errorf(err, -ENODEV,
+                                          "GPU telemetry 'sysman': no GPU with Level Zero Sysman "
+                                          "engine activity");
                 else
                         telemetry_reset(t);
         }
         if (!t->source && (any || strcmp(source, "pmu") == 0)) {
                 if ((r = pmu_open(t)) == 0)
                         t->source = "pmu";
-                else if (!any)
+                else if (!any) {
+                        bool denied = r == -EACCES || r == -EPERM;
                         return axp_errorf(err, -ENODEV, "GPU telemetry 'pmu': no usable i915/xe PMU (%s)",
-                                          r == -EACCES || r == -EPERM ? "not permitted: perf_event_paranoid or "
-                                                                        "CAP_PERFMON"
-                                                                      : "none found");
+                                          denied ? "not permitted: perf_event_paranoid or CAP_PERFMON"
+                                                 : "none found");
+                }
                 else
                         telemetry_reset(t);
         }
@@ -453,8 +463,8 @@ int axp_gpu_telemetry_open(const char *source, axp_gpu_telemetry **ret, axp_erro
         if (!t->source && (any || strcmp(source, "none") == 0))
                 t->source = "none";
         if (!t->source)
-                return axp_errorf(err, -EINVAL, "unknown GPU telemetry source '%s' (auto, fake, sysman, fdinfo, pmu, "
-                                                "none)",
+                return axp_errorf(err, -EINVAL, "unknown GPU telemetry source '%s' "
+                                                "(auto, fake, sysman, fdinfo, pmu or none)",
                                   source);
         /* our own render time is taken out of the sources that count every process */
         if (strcmp(t->source, "sysman") == 0 || strcmp(t->source, "pmu") == 0)
@@ -506,7 +516,9 @@ int axp_gpu_telemetry_sample(axp_gpu_telemetry *t, double now, double *ret_fract
                 if (t->pmu == PMU_I915)
                         f = wall_ns > 0 ? (double) (v[0] - t->last_pmu[0]) / wall_ns : 0;
                 else
-                        f = v[1] > t->last_pmu[1] ? (double) (v[0] - t->last_pmu[0]) / (double) (v[1] - t->last_pmu[1]) : 0;
+                        f = v[1] > t->last_pmu[1] ? (double) (v[0] - t->last_pmu[0]) /
+                                                            (double) (v[1] - t->last_pmu[1])
+                                                  : 0;
                 memcpy(t->last_pmu, v, sizeof(v));
                 f -= own_fraction(t, wall_ns);
         }

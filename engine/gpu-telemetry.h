@@ -42,5 +42,5 @@ int axp_gpu_telemetry_sample(axp_gpu_telemetry *t, double now, double *ret_fract
 /* The perf config of event `event` of the PMU at sysfs folder `pmu_dir` with the named
  * format fields set ("gt", "engine_class", ...; fields the PMU lacks are ignored), from its
  * events/ and format/ files. Exposed for tests. */
-int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fields, const uint64_t *values,
-                   int n_fields, uint64_t *ret_config);
+int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fields,
+                   const uint64_t *values, int n_fields, uint64_t *ret_config);

@@ -14,9 +14,11 @@ typedef struct ze_fns {
         ze_result_t (*zeDriverGet)(uint32_t *, ze_driver_handle_t *);
         ze_result_t (*zeDeviceGet)(ze_driver_handle_t, uint32_t *, ze_device_handle_t *);
         ze_result_t (*zeDeviceGetProperties)(ze_device_handle_t, ze_device_properties_t *);
-        ze_result_t (*zeDeviceGetMemoryProperties)(ze_device_handle_t, uint32_t *, ze_device_memory_properties_t *);
+        ze_result_t (*zeDeviceGetMemoryProperties)(ze_device_handle_t, uint32_t *,
+                                                   ze_device_memory_properties_t *);
         /* Sysman: optional */
-        ze_result_t (*zesDeviceEnumEngineGroups)(zes_device_handle_t, uint32_t *, zes_engine_handle_t *);
+        ze_result_t (*zesDeviceEnumEngineGroups)(zes_device_handle_t, uint32_t *,
+                                                 zes_engine_handle_t *);
         ze_result_t (*zesEngineGetProperties)(zes_engine_handle_t, zes_engine_properties_t *);
         ze_result_t (*zesEngineGetActivity)(zes_engine_handle_t, zes_engine_stats_t *);
 } ze_fns;
@@ -39,7 +41,8 @@ struct axp_ze {
 
 static void sysman_engines(axp_ze *z, ze_dev *d) {
         uint32_t n = 0;
-        if (!z->f.zesDeviceEnumEngineGroups || !z->f.zesEngineGetProperties || !z->f.zesEngineGetActivity)
+        if (!z->f.zesDeviceEnumEngineGroups || !z->f.zesEngineGetProperties ||
+            !z->f.zesEngineGetActivity)
                 return;
         /* with ZES_ENABLE_SYSMAN=1 a core device handle is also a Sysman handle */
         zes_device_handle_t sh = (zes_device_handle_t) d->h;
@@ -70,10 +73,8 @@ static axp_dev_kind kind_of(const ze_device_properties_t *p) {
         switch (p->type) {
         case ZE_DEVICE_TYPE_GPU:
                 return p->flags & ZE_DEVICE_PROPERTY_FLAG_INTEGRATED ? AXP_DEV_IGPU : AXP_DEV_DGPU;
-        case ZE_DEVICE_TYPE_VPU:
-                return AXP_DEV_NPU;
-        default:
-                return AXP_DEV_OTHER;
+        case ZE_DEVICE_TYPE_VPU: return AXP_DEV_NPU;
+        default: return AXP_DEV_OTHER;
         }
 }
 
@@ -102,7 +103,9 @@ static int add_device(axp_ze *z, ze_device_handle_t h, int driver, int index) {
                 nm = MIN(nm, 8u);
                 ze_device_memory_properties_t mp[8];
                 for (uint32_t i = 0; i < nm; i++)
-                        mp[i] = (ze_device_memory_properties_t) { .stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES };
+                        mp[i] = (ze_device_memory_properties_t) {
+                                .stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES
+                        };
                 if (z->f.zeDeviceGetMemoryProperties(h, &nm, mp) == ZE_RESULT_SUCCESS)
                         for (uint32_t i = 0; i < nm && i < 8; i++)
                                 d->pub.mem_bytes += mp[i].totalSize;
@@ -130,7 +133,8 @@ int axp_ze_open(axp_ze **ret, axp_error *err) {
                 { (void **) &z->f.zeDriverGet, "zeDriverGet", true },
                 { (void **) &z->f.zeDeviceGet, "zeDeviceGet", true },
                 { (void **) &z->f.zeDeviceGetProperties, "zeDeviceGetProperties", true },
-                { (void **) &z->f.zeDeviceGetMemoryProperties, "zeDeviceGetMemoryProperties", true },
+                { (void **) &z->f.zeDeviceGetMemoryProperties, "zeDeviceGetMemoryProperties",
+                  true },
                 { (void **) &z->f.zesDeviceEnumEngineGroups, "zesDeviceEnumEngineGroups", false },
                 { (void **) &z->f.zesEngineGetProperties, "zesEngineGetProperties", false },
                 { (void **) &z->f.zesEngineGetActivity, "zesEngineGetActivity", false },
@@ -138,7 +142,8 @@ int axp_ze_open(axp_ze **ret, axp_error *err) {
         for (size_t i = 0; i < ELEMENTSOF(syms); i++) {
                 *syms[i].slot = dlsym(z->lib, syms[i].name);
                 if (!*syms[i].slot && syms[i].required)
-                        return axp_errorf(err, -ENOENT, "the Level Zero loader lacks %s", syms[i].name);
+                        return axp_errorf(err, -ENOENT, "the Level Zero loader lacks %s",
+                                          syms[i].name);
         }
 
         setenv("ZES_ENABLE_SYSMAN", "1", 0);

@@ -23,9 +23,9 @@
 
 extern const char axp_opencl_source[]; /* the .cl files of kernels/opencl, embedded at build */
 
-#define TILE 256  /* rows per pass of a token-wise kernel: bounds the scratch buffers */
+#define TILE   256 /* rows per pass of a token-wise kernel: bounds the scratch buffers */
 #define MAX_HD 256 /* largest head dimension the attention kernel is built for */
-#define TT 8       /* tokens per work-group of matmul (kernels/opencl/quant.cl) */
+#define TT     8   /* tokens per work-group of matmul (kernels/opencl/quant.cl) */
 
 /* Weight types the kernels read, and the suffix of their kernels' names. */
 static const struct {
@@ -81,14 +81,14 @@ typedef struct ocl_dev {
         cl_command_queue q;
         cl_program prog;
         int wg;
-        int kl_max; /* items sharing one row of a matmul */
+        int kl_max;     /* items sharing one row of a matmul */
         bool copy_mode; /* activations copied in and out instead of wrapped */
         cl_kernel k_matmul[N_WTYPES], k_embed[N_WTYPES];
         cl_kernel k_rmsnorm, k_residual_rmsnorm, k_residual, k_swiglu, k_k1_post, k_attention;
 
         axp_model *model;
-        bool zero_copy;     /* weights used in place */
-        cl_mem *wbufs;      /* segments of the mapping, or one buffer per uploaded weight */
+        bool zero_copy; /* weights used in place */
+        cl_mem *wbufs;  /* segments of the mapping, or one buffer per uploaded weight */
         int n_wbufs, cap_wbufs;
         layer_refs *layers;
         wref tok_embd, output, output_norm;
@@ -137,8 +137,8 @@ static const char *cl_err_name(cl_int e) {
 }
 
 static int cl_fail(axp_error *err, cl_int e, const char *what) {
-        return axp_errorf(err, e == CL_OUT_OF_HOST_MEMORY ? -ENOMEM : -EIO, "OpenCL: %s failed: %s (%d)",
-                          what, cl_err_name(e), (int) e);
+        return axp_errorf(err, e == CL_OUT_OF_HOST_MEMORY ? -ENOMEM : -EIO,
+                          "OpenCL: %s failed: %s (%d)", what, cl_err_name(e), (int) e);
 }
 
 /* Discovery ------------------------------------------------------------------------------------ */
@@ -162,7 +162,8 @@ static bool has_ext(cl_device_id d, const char *ext) {
 static void info_str(cl_device_id d, cl_platform_id p, cl_uint what, char *buf, size_t size) {
         size_t n = 0;
         *buf = 0;
-        cl_int e = d ? clGetDeviceInfo(d, what, 0, NULL, &n) : clGetPlatformInfo(p, what, 0, NULL, &n);
+        cl_int e =
+                d ? clGetDeviceInfo(d, what, 0, NULL, &n) : clGetPlatformInfo(p, what, 0, NULL, &n);
         if (e != CL_SUCCESS || n == 0)
                 return;
         _cleanup_free_ char *s = malloc(n + 1);
@@ -206,7 +207,8 @@ static void describe(cl_platform_id p, cl_device_id d, int index, axp_opencl_inf
 }
 
 /* Calls fn for every (platform, device) in order until it returns non-zero. */
-static int for_each_device(int (*fn)(cl_platform_id p, cl_device_id d, int index, void *ud), void *ud) {
+static int for_each_device(int (*fn)(cl_platform_id p, cl_device_id d, int index, void *ud),
+                           void *ud) {
         cl_uint np = 0;
         if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
                 return 0;
@@ -216,7 +218,8 @@ static int for_each_device(int (*fn)(cl_platform_id p, cl_device_id d, int index
         int index = 0;
         for (cl_uint i = 0; i < np; i++) {
                 cl_uint nd = 0;
-                if (clGetDeviceIDs(ps[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+                if (clGetDeviceIDs(ps[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS ||
+                    nd == 0)
                         continue;
                 _cleanup_free_ cl_device_id *ds = calloc(nd, sizeof(cl_device_id));
                 if (!ds || clGetDeviceIDs(ps[i], CL_DEVICE_TYPE_ALL, nd, ds, NULL) != CL_SUCCESS)
@@ -280,10 +283,10 @@ typedef struct karg {
         const void *ptr;
 } karg;
 
-#define KM(v) ((karg) { sizeof(cl_mem), &(cl_mem) { (v) } })
-#define KI(v) ((karg) { sizeof(cl_int), &(cl_int) { (cl_int) (v) } })
-#define KU(v) ((karg) { sizeof(cl_ulong), &(cl_ulong) { (cl_ulong) (v) } })
-#define KF(v) ((karg) { sizeof(cl_float), &(cl_float) { (cl_float) (v) } })
+#define KM(v)     ((karg) { sizeof(cl_mem), &(cl_mem) { (v) } })
+#define KI(v)     ((karg) { sizeof(cl_int), &(cl_int) { (cl_int) (v) } })
+#define KU(v)     ((karg) { sizeof(cl_ulong), &(cl_ulong) { (cl_ulong) (v) } })
+#define KF(v)     ((karg) { sizeof(cl_float), &(cl_float) { (cl_float) (v) } })
 #define ARGS(...) (karg[]) { __VA_ARGS__ }, (int) (sizeof((karg[]) { __VA_ARGS__ }) / sizeof(karg))
 
 /* global work size gx by gy; lx = local size in x (0: let the runtime choose). */
@@ -312,18 +315,19 @@ static int ilog2(int v) {
 }
 
 /* Y[y_off + t * ldy + r] = W X^T for n_tok tokens of X (rows x_off + t * ldx). */
-static int matmul(ocl_dev *c, const wref *w, cl_mem x, long x_off, long ldx, cl_mem y, long y_off, long ldy,
-                  int n_tok, axp_error *err) {
+static int matmul(ocl_dev *c, const wref *w, cl_mem x, long x_off, long ldx, cl_mem y, long y_off,
+                  long ldy, int n_tok, axp_error *err) {
         const int n_units = (int) (w->w->n_in / 32);
         int kl = 1;
         while (kl < n_units && kl < c->kl_max)
                 kl *= 2;
         const int rows_per_group = c->wg / kl;
         size_t groups = (size_t) DIV_ROUND_UP(w->w->n_out, rows_per_group);
-        return launch(c, c->k_matmul[w->type], "matmul", groups * (size_t) c->wg, (size_t) DIV_ROUND_UP(n_tok, TT),
-                      (size_t) c->wg,
-                      ARGS(KM(w->buf), KU(w->off), KU(w->w->row_bytes), KI(w->w->n_in), KI(w->w->n_out),
-                           KI(ilog2(kl)), KM(x), KI(x_off), KI(ldx), KM(y), KI(y_off), KI(ldy), KI(n_tok)),
+        return launch(c, c->k_matmul[w->type], "matmul", groups * (size_t) c->wg,
+                      (size_t) DIV_ROUND_UP(n_tok, TT), (size_t) c->wg,
+                      ARGS(KM(w->buf), KU(w->off), KU(w->w->row_bytes), KI(w->w->n_in),
+                           KI(w->w->n_out), KI(ilog2(kl)), KM(x), KI(x_off), KI(ldx), KM(y),
+                           KI(y_off), KI(ldy), KI(n_tok)),
                       err);
 }
 
@@ -333,7 +337,9 @@ static int wrap_get(ocl_dev *c, void *ptr, size_t bytes, bool init, cl_mem *ret,
         for (int i = 0; i < c->n_wraps; i++)
                 if (c->wraps[i].ptr == ptr) {
                         if (c->wraps[i].bytes < bytes)
-                                return axp_errorf(err, -EINVAL, "OpenCL: a request's buffer was wrapped too short");
+                                return axp_errorf(
+                                        err, -EINVAL,
+                                        "OpenCL: a request's buffer was wrapped too short");
                         *ret = c->wraps[i].mem;
                         return 0;
                 }
@@ -345,7 +351,8 @@ static int wrap_get(ocl_dev *c, void *ptr, size_t bytes, bool init, cl_mem *ret,
                 fl |= CL_MEM_USE_HOST_PTR;
         else if (init)
                 fl |= CL_MEM_COPY_HOST_PTR;
-        cl_mem m = clCreateBuffer(c->ctx, fl, bytes, (fl & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) ? ptr : NULL,
+        cl_mem m = clCreateBuffer(c->ctx, fl, bytes,
+                                  (fl & (CL_MEM_USE_HOST_PTR | CL_MEM_COPY_HOST_PTR)) ? ptr : NULL,
                                   &e);
         if (!m)
                 return cl_fail(err, e, "wrapping a request's memory");
@@ -367,12 +374,13 @@ static int finish_task(ocl_dev *c, axp_error *err) {
         for (int i = 0; i < c->n_dirt && e == CL_SUCCESS; i++) {
                 dirty *d = &c->dirt[i];
                 if (c->copy_mode) {
-                        e = clEnqueueReadBuffer(c->q, d->mem, CL_FALSE, d->off, d->bytes, (char *) d->ptr + d->off, 0,
-                                                NULL, NULL);
+                        e = clEnqueueReadBuffer(c->q, d->mem, CL_FALSE, d->off, d->bytes,
+                                                (char *) d->ptr + d->off, 0, NULL, NULL);
                         continue;
                 }
                 /* mapping a CL_MEM_USE_HOST_PTR buffer makes the host pointer hold the latest bits */
-                void *p = clEnqueueMapBuffer(c->q, d->mem, CL_FALSE, CL_MAP_READ, d->off, d->bytes, 0, NULL, NULL, &e);
+                void *p = clEnqueueMapBuffer(c->q, d->mem, CL_FALSE, CL_MAP_READ, d->off, d->bytes,
+                                             0, NULL, NULL, &e);
                 if (p)
                         e = clEnqueueUnmapMemObject(c->q, d->mem, p, 0, NULL, NULL);
         }
@@ -415,8 +423,8 @@ static int collect_rows(ocl_dev *c, const axp_task *t, bool last_only, int *ret_
         for (int i = 0; i < t->n_spans; i++) {
                 const axp_span *s = &t->spans[i];
                 if (!s->seq || s->t0 < 0 || s->t1 > s->seq->n_new || s->t0 >= s->t1)
-                        return axp_errorf(err, -EINVAL, "task %s: span %d [%d, %d) is not pending", axp_op_name(t->op),
-                                          i, s->t0, s->t1);
+                        return axp_errorf(err, -EINVAL, "task %s: span %d [%d, %d) is not pending",
+                                          axp_op_name(t->op), i, s->t0, s->t1);
                 n += last_only ? 1 : s->t1 - s->t0;
         }
         if (n > c->rows_cap) {
@@ -452,30 +460,43 @@ static int make_runs(ocl_dev *c, int base, int n) {
         return nr;
 }
 
-/* Wrap every request of the task: activations up to the last pending token it touches,
- * the KV cache of `layer` up to its last position (layer < 0: none). */
+/* A request's memory as a task uses it: written only, or read too (copied in when the
+ * memory is copied rather than wrapped). */
+enum {
+        USE_X = 1 << 0,
+        READ_X = 1 << 1 | USE_X,
+        USE_QA = 1 << 2,
+        READ_QA = 1 << 3 | USE_QA,
+        USE_KV = 1 << 4,
+        READ_KV = 1 << 5 | USE_KV,
+};
+
 typedef struct seq_bufs {
         cl_mem x, qa, k, v;
 } seq_bufs;
 
-static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, bool x, bool qa, bool kv, bool init_x, bool init_qa,
-                    bool init_kv, seq_bufs *ret, axp_error *err) {
+/* Wrap a request of the task: its activations up to the last pending token the task
+ * touches, the KV cache of the task's layer up to that token's position. */
+static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, unsigned use, seq_bufs *ret,
+                    axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
         int t1 = 0, r;
         for (int i = 0; i < t->n_spans; i++)
                 if (t->spans[i].seq == s)
                         t1 = MAX(t1, t->spans[i].t1);
-        if (x && (r = wrap_get(c, s->x, (size_t) t1 * hp->n_embd * sizeof(float), init_x, &ret->x, err)) < 0)
+        const size_t xb = (size_t) t1 * hp->n_embd * sizeof(float),
+                     qab = (size_t) t1 * hp->n_head * hp->head_dim * sizeof(float),
+                     kvb = (size_t) (s->n_past + t1) * hp->n_head_kv * hp->head_dim * kv_elt(s);
+        if ((use & USE_X) &&
+            (r = wrap_get(c, s->x, xb, (use & READ_X) == READ_X, &ret->x, err)) < 0)
                 return r;
-        if (qa && (r = wrap_get(c, s->qa, (size_t) t1 * hp->n_head * hp->head_dim * sizeof(float), init_qa,
-                                &ret->qa, err)) < 0)
+        if ((use & USE_QA) &&
+            (r = wrap_get(c, s->qa, qab, (use & READ_QA) == READ_QA, &ret->qa, err)) < 0)
                 return r;
-        if (kv) {
-                size_t kvb = (size_t) (s->n_past + t1) * hp->n_head_kv * hp->head_dim * kv_elt(s);
-                if ((r = wrap_get(c, s->k[t->layer], kvb, init_kv, &ret->k, err)) < 0 ||
-                    (r = wrap_get(c, s->v[t->layer], kvb, init_kv, &ret->v, err)) < 0)
-                        return r;
-        }
+        if ((use & USE_KV) &&
+            ((r = wrap_get(c, s->k[t->layer], kvb, (use & READ_KV) == READ_KV, &ret->k, err)) < 0 ||
+             (r = wrap_get(c, s->v[t->layer], kvb, (use & READ_KV) == READ_KV, &ret->v, err)) < 0))
+                return r;
         return 0;
 }
 
@@ -491,15 +512,18 @@ static int run_embed(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
         for (int i = 0; i < nr; i++) {
                 run *u = &c->runs[i];
                 seq_bufs b;
-                if ((r = seq_wrap(c, t, u->seq, true, false, false, false, false, false, &b, err)) < 0)
+                if ((r = seq_wrap(c, t, u->seq, USE_X, &b, err)) < 0)
                         return r;
-                cl_int e = clEnqueueWriteBuffer(c->q, c->tokens, CL_FALSE, (size_t) u->row * sizeof(cl_int),
-                                                (size_t) u->n * sizeof(cl_int), u->seq->tokens + u->t, 0, NULL, NULL);
+                cl_int e = clEnqueueWriteBuffer(
+                        c->q, c->tokens, CL_FALSE, (size_t) u->row * sizeof(cl_int),
+                        (size_t) u->n * sizeof(cl_int), u->seq->tokens + u->t, 0, NULL, NULL);
                 if (e != CL_SUCCESS)
                         return cl_fail(err, e, "uploading tokens");
-                if ((r = launch(c, c->k_embed[w->type], "embed", round_up((size_t) (d / 32), c->wg), (size_t) u->n, (size_t) c->wg,
-                                ARGS(KM(w->buf), KU(w->off), KU(w->w->row_bytes), KI(d), KM(c->tokens), KI(u->row),
-                                     KM(b.x), KI((long) u->t * d), KI(d)),
+                if ((r = launch(c, c->k_embed[w->type], "embed", round_up((size_t) (d / 32), c->wg),
+                                (size_t) u->n, (size_t) c->wg,
+                                ARGS(KM(w->buf), KU(w->off), KU(w->w->row_bytes), KI(d),
+                                     KM(c->tokens), KI(u->row), KM(b.x), KI((long) u->t * d),
+                                     KI(d)),
                                 err)) < 0)
                         return r;
                 if ((r = mark_dirty(c, b.x, u->seq->x, (size_t) u->t * d * sizeof(float),
@@ -532,7 +556,8 @@ static int rope_table(ocl_dev *c, int n, axp_error *err) {
                 if (!c->rope_host_cap)
                         return axp_errorf(err, -ENOMEM, "out of memory");
         }
-        if ((r = grow(c, &c->rope, &c->rope_rows, (size_t) n, (size_t) MAX(half, 1) * 2 * sizeof(float), err)) < 0)
+        if ((r = grow(c, &c->rope, &c->rope_rows, (size_t) n,
+                      (size_t) MAX(half, 1) * 2 * sizeof(float), err)) < 0)
                 return r;
         for (int i = 0; i < n; i++) {
                 const double p = (double) c->rows[i].pos * hp->rope_scale;
@@ -547,8 +572,9 @@ static int rope_table(ocl_dev *c, int n, axp_error *err) {
         if (half == 0)
                 return 0;
         /* blocking: the host table is rewritten by the next task */
-        cl_int e = clEnqueueWriteBuffer(c->q, c->rope, CL_TRUE, 0, (size_t) n * half * 2 * sizeof(float), c->rope_host,
-                                        0, NULL, NULL);
+        cl_int e = clEnqueueWriteBuffer(c->q, c->rope, CL_TRUE, 0,
+                                        (size_t) n * half * 2 * sizeof(float), c->rope_host, 0,
+                                        NULL, NULL);
         if (e != CL_SUCCESS) {
                 c->rope_n = 0;
                 return cl_fail(err, e, "uploading the RoPE table");
@@ -558,7 +584,8 @@ static int rope_table(ocl_dev *c, int n, axp_error *err) {
 
 static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
-        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim, kvd = (long) hp->n_head_kv * hp->head_dim;
+        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim,
+                   kvd = (long) hp->n_head_kv * hp->head_dim;
         const layer_refs *L = &c->layers[t->layer];
         const wref *anyw = &L->wq; /* stands in for absent optional weights */
         int r;
@@ -571,11 +598,13 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
                         seq_bufs b;
-                        if ((r = seq_wrap(c, t, u->seq, true, false, false, true, false, false, &b, err)) < 0)
+                        if ((r = seq_wrap(c, t, u->seq, READ_X, &b, err)) < 0)
                                 return r;
-                        if ((r = launch(c, c->k_rmsnorm, "rmsnorm", (size_t) u->n * c->wg, 1, (size_t) c->wg,
-                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(L->attn_norm.buf), KU(L->attn_norm.off),
-                                             KM(c->h), KI(u->row * d), KI(d), KI(d), KF(hp->rms_eps)),
+                        if ((r = launch(c, c->k_rmsnorm, "rmsnorm", (size_t) u->n * c->wg, 1,
+                                        (size_t) c->wg,
+                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(L->attn_norm.buf),
+                                             KU(L->attn_norm.off), KM(c->h), KI(u->row * d), KI(d),
+                                             KI(d), KF(hp->rms_eps)),
                                         err)) < 0)
                                 return r;
                 }
@@ -587,27 +616,34 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         run *u = &c->runs[i];
                         axp_seq *s = u->seq;
                         seq_bufs b;
-                        if ((r = seq_wrap(c, t, s, false, true, true, false, false, false, &b, err)) < 0)
+                        if ((r = seq_wrap(c, t, s, USE_QA | USE_KV, &b, err)) < 0)
                                 return r;
                         const bool bias = L->bq.buf, norm = L->q_norm.buf;
-                        const wref *bq = bias ? &L->bq : anyw, *bk = bias ? &L->bk : anyw, *bv = bias ? &L->bv : anyw;
+                        const wref *bq = bias ? &L->bq : anyw, *bk = bias ? &L->bk : anyw,
+                                   *bv = bias ? &L->bv : anyw;
                         const wref *qn = norm ? &L->q_norm : anyw, *kn = norm ? &L->k_norm : anyw;
                         const int pos0 = s->n_past + u->t;
-                        if ((r = launch(c, c->k_k1_post, "k1_post", (size_t) u->n * c->wg, 1, (size_t) c->wg,
-                                        ARGS(KM(c->sq), KM(c->sk), KM(c->sv), KI(u->row), KI(hp->n_head),
-                                             KI(hp->n_head_kv), KI(hp->head_dim), KI(bias), KM(bq->buf), KU(bq->off),
-                                             KM(bk->buf), KU(bk->off), KM(bv->buf), KU(bv->off), KI(norm),
-                                             KM(qn->buf), KU(qn->off), KM(kn->buf), KU(kn->off), KF(hp->rms_eps),
-                                             KM(c->rope), KI(base + u->row), KI(hp->rope_dim / 2),
-                                             KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t), KM(b.k),
-                                             KM(b.v), KI(pos0), KI(s->kv_type == AXP_TYPE_F16)),
+                        if ((r = launch(c, c->k_k1_post, "k1_post", (size_t) u->n * c->wg, 1,
+                                        (size_t) c->wg,
+                                        ARGS(KM(c->sq), KM(c->sk), KM(c->sv), KI(u->row),
+                                             KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
+                                             KI(bias), KM(bq->buf), KU(bq->off), KM(bk->buf),
+                                             KU(bk->off), KM(bv->buf), KU(bv->off), KI(norm),
+                                             KM(qn->buf), KU(qn->off), KM(kn->buf), KU(kn->off),
+                                             KF(hp->rms_eps), KM(c->rope), KI(base + u->row),
+                                             KI(hp->rope_dim / 2),
+                                             KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t),
+                                             KM(b.k), KM(b.v), KI(pos0),
+                                             KI(s->kv_type == AXP_TYPE_F16)),
                                         err)) < 0)
                                 return r;
                         const size_t kvb = (size_t) kvd * kv_elt(s);
                         if ((r = mark_dirty(c, b.qa, s->qa, (size_t) u->t * qd * sizeof(float),
                                             (size_t) u->n * qd * sizeof(float), err)) < 0 ||
-                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) pos0 * kvb, (size_t) u->n * kvb, err)) < 0 ||
-                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) pos0 * kvb, (size_t) u->n * kvb, err)) < 0)
+                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) pos0 * kvb,
+                                            (size_t) u->n * kvb, err)) < 0 ||
+                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) pos0 * kvb,
+                                            (size_t) u->n * kvb, err)) < 0)
                                 return r;
                 }
         }
@@ -625,11 +661,13 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
                 axp_seq *s = sp->seq;
                 const int n_q = sp->t1 - sp->t0;
                 seq_bufs b;
-                if ((r = seq_wrap(c, t, s, false, true, true, false, true, true, &b, err)) < 0)
+                if ((r = seq_wrap(c, t, s, READ_QA | READ_KV, &b, err)) < 0)
                         return r;
-                if ((r = launch(c, c->k_attention, "attention", (size_t) n_q * hp->n_head * c->wg, 1, (size_t) c->wg,
-                                ARGS(KM(b.qa), KI(sp->t0), KM(b.k), KM(b.v), KI(s->kv_type == AXP_TYPE_F16),
-                                     KI(s->n_past + sp->t0), KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
+                if ((r = launch(c, c->k_attention, "attention", (size_t) n_q * hp->n_head * c->wg,
+                                1, (size_t) c->wg,
+                                ARGS(KM(b.qa), KI(sp->t0), KM(b.k), KM(b.v),
+                                     KI(s->kv_type == AXP_TYPE_F16), KI(s->n_past + sp->t0),
+                                     KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
                                      KF(1.0f / sqrtf((float) hp->head_dim))),
                                 err)) < 0)
                         return r;
@@ -654,11 +692,12 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
                         seq_bufs b;
-                        if ((r = seq_wrap(c, t, u->seq, true, true, false, true, true, false, &b, err)) < 0)
+                        if ((r = seq_wrap(c, t, u->seq, READ_X | READ_QA, &b, err)) < 0)
                                 return r;
-                        cl_int e = clEnqueueCopyBuffer(c->q, b.qa, c->a, (size_t) u->t * qd * sizeof(float),
-                                                       (size_t) u->row * qd * sizeof(float),
-                                                       (size_t) u->n * qd * sizeof(float), 0, NULL, NULL);
+                        cl_int e = clEnqueueCopyBuffer(
+                                c->q, b.qa, c->a, (size_t) u->t * qd * sizeof(float),
+                                (size_t) u->row * qd * sizeof(float),
+                                (size_t) u->n * qd * sizeof(float), 0, NULL, NULL);
                         if (e != CL_SUCCESS)
                                 return cl_fail(err, e, "gathering attention rows");
                 }
@@ -667,32 +706,35 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
                         seq_bufs b;
-                        if ((r = seq_wrap(c, t, u->seq, true, true, false, true, true, false, &b, err)) < 0)
+                        if ((r = seq_wrap(c, t, u->seq, READ_X | READ_QA, &b, err)) < 0)
                                 return r;
-                        if ((r = launch(c, c->k_residual_rmsnorm, "residual_rmsnorm", (size_t) u->n * c->wg, 1,
-                                        (size_t) c->wg,
-                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d), KI(d),
-                                             KM(L->ffn_norm.buf), KU(L->ffn_norm.off), KM(c->h), KI(u->row * d), KI(d),
-                                             KI(d), KF(hp->rms_eps)),
+                        if ((r = launch(c, c->k_residual_rmsnorm, "residual_rmsnorm",
+                                        (size_t) u->n * c->wg, 1, (size_t) c->wg,
+                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d),
+                                             KI(d), KM(L->ffn_norm.buf), KU(L->ffn_norm.off),
+                                             KM(c->h), KI(u->row * d), KI(d), KI(d),
+                                             KF(hp->rms_eps)),
                                         err)) < 0)
                                 return r;
                 }
                 if ((r = matmul(c, &L->w_gate, c->h, 0, d, c->g, 0, ff, nt, err)) < 0 ||
                     (r = matmul(c, &L->w_up, c->h, 0, d, c->u, 0, ff, nt, err)) < 0)
                         return r;
-                if ((r = launch(c, c->k_swiglu, "swiglu", round_up((size_t) nt * ff, c->wg), 1, (size_t) c->wg,
-                                ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)), err)) < 0)
+                if ((r = launch(c, c->k_swiglu, "swiglu", round_up((size_t) nt * ff, c->wg), 1,
+                                (size_t) c->wg, ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)),
+                                err)) < 0)
                         return r;
                 if ((r = matmul(c, &L->w_down, c->g, 0, ff, c->o, 0, d, nt, err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
                         seq_bufs b;
-                        if ((r = seq_wrap(c, t, u->seq, true, true, false, true, true, false, &b, err)) < 0)
+                        if ((r = seq_wrap(c, t, u->seq, READ_X | READ_QA, &b, err)) < 0)
                                 return r;
-                        if ((r = launch(c, c->k_residual, "residual", round_up((size_t) d, c->wg), (size_t) u->n,
-                                        (size_t) c->wg,
-                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d), KI(d), KI(d)),
+                        if ((r = launch(c, c->k_residual, "residual", round_up((size_t) d, c->wg),
+                                        (size_t) u->n, (size_t) c->wg,
+                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d),
+                                             KI(d), KI(d)),
                                         err)) < 0)
                                 return r;
                         if ((r = mark_dirty(c, b.x, u->seq->x, (size_t) u->t * d * sizeof(float),
@@ -710,24 +752,27 @@ static int run_head(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
         const long d = hp->n_embd, nv = hp->n_vocab;
         int r;
 
-        if ((r = grow(c, &c->logits, &c->logits_rows, (size_t) n, (size_t) nv * sizeof(float), err)) < 0)
+        if ((r = grow(c, &c->logits, &c->logits_rows, (size_t) n, (size_t) nv * sizeof(float),
+                      err)) < 0)
                 return r;
         for (int i = 0; i < n; i++) {
                 row_ref *rr = &c->rows[i];
                 seq_bufs b;
-                if ((r = seq_wrap(c, t, rr->seq, true, false, false, true, false, false, &b, err)) < 0)
+                if ((r = seq_wrap(c, t, rr->seq, READ_X, &b, err)) < 0)
                         return r;
                 if ((r = launch(c, c->k_rmsnorm, "rmsnorm", (size_t) c->wg, 1, (size_t) c->wg,
-                                ARGS(KM(b.x), KI(rr->t * d), KI(d), KM(c->output_norm.buf), KU(c->output_norm.off),
-                                     KM(c->h), KI(i * d), KI(d), KI(d), KF(hp->rms_eps)),
+                                ARGS(KM(b.x), KI(rr->t * d), KI(d), KM(c->output_norm.buf),
+                                     KU(c->output_norm.off), KM(c->h), KI(i * d), KI(d), KI(d),
+                                     KF(hp->rms_eps)),
                                 err)) < 0)
                         return r;
         }
         if ((r = matmul(c, &c->output, c->h, 0, d, c->logits, 0, nv, n, err)) < 0)
                 return r;
         for (int i = 0; i < n; i++) {
-                cl_int e = clEnqueueReadBuffer(c->q, c->logits, CL_FALSE, (size_t) i * nv * sizeof(float),
-                                               (size_t) nv * sizeof(float), c->rows[i].seq->logits, 0, NULL, NULL);
+                cl_int e = clEnqueueReadBuffer(
+                        c->q, c->logits, CL_FALSE, (size_t) i * nv * sizeof(float),
+                        (size_t) nv * sizeof(float), c->rows[i].seq->logits, 0, NULL, NULL);
                 if (e != CL_SUCCESS)
                         return cl_fail(err, e, "reading logits");
         }
@@ -744,8 +789,10 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "the OpenCL device has no model prepared");
         if (t->n_spans < 1 || t->n_spans > AXP_MAX_BATCH)
                 return axp_errorf(err, -EINVAL, "task with %d spans", t->n_spans);
-        if (t->op != AXP_OP_EMBED && t->op != AXP_OP_HEAD && (t->layer < 0 || t->layer >= c->model->hp.n_layer))
-                return axp_errorf(err, -EINVAL, "task for layer %d of %d", t->layer, c->model->hp.n_layer);
+        if (t->op != AXP_OP_EMBED && t->op != AXP_OP_HEAD &&
+            (t->layer < 0 || t->layer >= c->model->hp.n_layer))
+                return axp_errorf(err, -EINVAL, "task for layer %d of %d", t->layer,
+                                  c->model->hp.n_layer);
         for (int i = 0; i < t->n_spans; i++)
                 if (t->spans[i].seq && t->spans[i].seq->model != c->model)
                         return axp_errorf(err, -EINVAL, "task for a request of another model");
@@ -753,24 +800,12 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
                 return r;
 
         switch (t->op) {
-        case AXP_OP_EMBED:
-                r = run_embed(c, t, n, err);
-                break;
-        case AXP_OP_K1:
-                r = run_k1(c, t, n, err);
-                break;
-        case AXP_OP_K2:
-                r = run_k2(c, t, err);
-                break;
-        case AXP_OP_K3:
-                r = run_k3(c, t, n, err);
-                break;
-        case AXP_OP_HEAD:
-                r = run_head(c, t, n, err);
-                break;
-        default:
-                r = axp_errorf(err, -EINVAL, "unknown kernel %d", t->op);
-                break;
+        case AXP_OP_EMBED: r = run_embed(c, t, n, err); break;
+        case AXP_OP_K1: r = run_k1(c, t, n, err); break;
+        case AXP_OP_K2: r = run_k2(c, t, err); break;
+        case AXP_OP_K3: r = run_k3(c, t, n, err); break;
+        case AXP_OP_HEAD: r = run_head(c, t, n, err); break;
+        default: r = axp_errorf(err, -EINVAL, "unknown kernel %d", t->op); break;
         }
         /* even after a failure: nothing may still run on the request's memory when we return */
         int f = finish_task(c, r < 0 ? NULL : err);
@@ -827,15 +862,16 @@ static int segments_make(ocl_dev *c, axp_model *m, segs *ret, axp_error *err) {
                 s.len = c->info.max_alloc & ~(uint64_t) 4095;
                 if (largest + 4096 > s.len)
                         return axp_errorf(err, -E2BIG,
-                                          "OpenCL: a weight of %" PRIu64 " bytes exceeds the device's largest buffer "
+                                          "OpenCL: a weight of %" PRIu64
+                                          " bytes exceeds the device's largest buffer "
                                           "(%" PRIu64 " bytes)",
                                           largest, c->info.max_alloc);
                 s.step = (s.len - largest) & ~(uint64_t) 4095;
         }
         for (uint64_t off = 0; off < s.size; off += s.step) {
                 cl_int e;
-                cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, MIN(s.len, s.size - off),
-                                          (void *) (s.base + off), &e);
+                cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
+                                          MIN(s.len, s.size - off), (void *) (s.base + off), &e);
                 if (!b)
                         return cl_fail(err, e, "wrapping the model's weights");
                 int r = wbuf_add(c, b, err);
@@ -855,18 +891,21 @@ static int type_index(uint32_t type) {
         return -1;
 }
 
-static int wref_make(ocl_dev *c, const segs *s, const axp_weight *w, bool matrix, wref *ret, axp_error *err) {
+static int wref_make(ocl_dev *c, const segs *s, const axp_weight *w, bool matrix, wref *ret,
+                     axp_error *err) {
         *ret = (wref) { .w = w, .type = -1 };
         if (!w->data)
                 return 0;
         if (matrix) {
                 ret->type = type_index(w->type);
                 if (ret->type < 0)
-                        return axp_errorf(err, -EOPNOTSUPP, "OpenCL: %s has a weight type the kernels do not read",
+                        return axp_errorf(err, -EOPNOTSUPP,
+                                          "OpenCL: %s has a weight type the kernels do not read",
                                           w->name);
                 if (w->n_in % 32 != 0)
                         return axp_errorf(err, -EOPNOTSUPP,
-                                          "OpenCL: %s has rows of %" PRId64 " values; the kernels need multiples of 32",
+                                          "OpenCL: %s has rows of %" PRId64
+                                          " values; the kernels need multiples of 32",
                                           w->name, w->n_in);
         }
         if (c->zero_copy) {
@@ -878,8 +917,8 @@ static int wref_make(ocl_dev *c, const segs *s, const axp_weight *w, bool matrix
                 return 0;
         }
         cl_int e;
-        cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, weight_bytes(w), (void *) w->data,
-                                  &e);
+        cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, weight_bytes(w),
+                                  (void *) w->data, &e);
         if (!b)
                 return cl_fail(err, e, "uploading the model's weights");
         int r = wbuf_add(c, b, err);
@@ -914,20 +953,29 @@ static int weights_make(ocl_dev *c, axp_model *m, axp_error *err) {
                         wref *ref;
                         bool matrix;
                 } ws[] = {
-                        { &l->attn_norm, &o->attn_norm, false }, { &l->wq, &o->wq, true },
-                        { &l->wk, &o->wk, true },                { &l->wv, &o->wv, true },
-                        { &l->bq, &o->bq, false },               { &l->bk, &o->bk, false },
-                        { &l->bv, &o->bv, false },               { &l->q_norm, &o->q_norm, false },
-                        { &l->k_norm, &o->k_norm, false },       { &l->wo, &o->wo, true },
-                        { &l->ffn_norm, &o->ffn_norm, false },   { &l->w_gate, &o->w_gate, true },
-                        { &l->w_up, &o->w_up, true },            { &l->w_down, &o->w_down, true },
+                        { &l->attn_norm, &o->attn_norm, false },
+                        { &l->wq, &o->wq, true },
+                        { &l->wk, &o->wk, true },
+                        { &l->wv, &o->wv, true },
+                        { &l->bq, &o->bq, false },
+                        { &l->bk, &o->bk, false },
+                        { &l->bv, &o->bv, false },
+                        { &l->q_norm, &o->q_norm, false },
+                        { &l->k_norm, &o->k_norm, false },
+                        { &l->wo, &o->wo, true },
+                        { &l->ffn_norm, &o->ffn_norm, false },
+                        { &l->w_gate, &o->w_gate, true },
+                        { &l->w_up, &o->w_up, true },
+                        { &l->w_down, &o->w_down, true },
                 };
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
                         if ((r = wref_make(c, &s, ws[j].w, ws[j].matrix, ws[j].ref, err)) < 0)
                                 return r;
                 /* the kernels take biases and q/k norms all or none */
-                if (!!o->bq.buf != !!o->bk.buf || !!o->bq.buf != !!o->bv.buf || !!o->q_norm.buf != !!o->k_norm.buf)
-                        return axp_errorf(err, -EOPNOTSUPP, "OpenCL: layer %d has only some of its biases or norms",
+                if (!!o->bq.buf != !!o->bk.buf || !!o->bq.buf != !!o->bv.buf ||
+                    !!o->q_norm.buf != !!o->k_norm.buf)
+                        return axp_errorf(err, -EOPNOTSUPP,
+                                          "OpenCL: layer %d has only some of its biases or norms",
                                           i);
         }
         return 0;
@@ -939,7 +987,8 @@ static void model_release(ocl_dev *c) {
         free(c->inv_freq);
         c->layers = NULL;
         c->inv_freq = NULL;
-        cl_mem *ms[] = { &c->h, &c->sq, &c->sk, &c->sv, &c->a, &c->o, &c->g, &c->u, &c->rope, &c->tokens, &c->logits };
+        cl_mem *ms[] = { &c->h, &c->sq, &c->sk,   &c->sv,     &c->a,     &c->o,
+                         &c->g, &c->u,  &c->rope, &c->tokens, &c->logits };
         for (size_t i = 0; i < ELEMENTSOF(ms); i++) {
                 if (*ms[i])
                         clReleaseMemObject(*ms[i]);
@@ -959,7 +1008,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
                 return 0;
         const axp_hparams *hp = &m->hp;
         if (hp->head_dim > MAX_HD)
-                return axp_errorf(err, -EOPNOTSUPP, "OpenCL: heads of %d values; the kernels handle up to %d",
+                return axp_errorf(err, -EOPNOTSUPP,
+                                  "OpenCL: heads of %d values; the kernels handle up to %d",
                                   hp->head_dim, MAX_HD);
         c->layers = calloc((size_t) hp->n_layer, sizeof(layer_refs));
         c->inv_freq = malloc((size_t) MAX(hp->rope_dim / 2, 1) * sizeof(double));
@@ -981,8 +1031,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
         struct {
                 cl_mem *m;
                 size_t floats;
-        } sc[] = { { &c->h, d }, { &c->sq, qd }, { &c->sk, kvd }, { &c->sv, kvd },
-                   { &c->a, qd }, { &c->o, d },  { &c->g, ff },   { &c->u, ff } };
+        } sc[] = { { &c->h, d },  { &c->sq, qd }, { &c->sk, kvd }, { &c->sv, kvd },
+                   { &c->a, qd }, { &c->o, d },   { &c->g, ff },   { &c->u, ff } };
         for (size_t i = 0; i < ELEMENTSOF(sc); i++) {
                 size_t cap = 0;
                 if ((r = grow(c, sc[i].m, &cap, TILE, sc[i].floats * sizeof(float), err)) < 0) {
@@ -997,8 +1047,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
 /* Build the program ------------------------------------------------------------------------------ */
 
 static void release_kernels(ocl_dev *c) {
-        cl_kernel *ks[] = { &c->k_rmsnorm, &c->k_residual_rmsnorm, &c->k_residual, &c->k_swiglu, &c->k_k1_post,
-                            &c->k_attention };
+        cl_kernel *ks[] = { &c->k_rmsnorm, &c->k_residual_rmsnorm, &c->k_residual,
+                            &c->k_swiglu,  &c->k_k1_post,          &c->k_attention };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++) {
                 if (*ks[i])
                         clReleaseKernel(*ks[i]);
@@ -1031,18 +1081,20 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
         e = clBuildProgram(c->prog, 1, &c->dev, opts, NULL, NULL);
         if (e != CL_SUCCESS) {
                 char log[2048] = "";
-                clGetProgramBuildInfo(c->prog, c->dev, CL_PROGRAM_BUILD_LOG, sizeof(log) - 1, log, NULL);
+                clGetProgramBuildInfo(c->prog, c->dev, CL_PROGRAM_BUILD_LOG, sizeof(log) - 1, log,
+                                      NULL);
                 for (char *p = log; *p; p++) /* one line for the user */
                         if (*p == '\n')
                                 *p = ' ';
-                return axp_errorf(err, -EIO, "OpenCL: building the kernels for %s failed: %.240s", c->info.name, log);
+                return axp_errorf(err, -EIO, "OpenCL: building the kernels for %s failed: %.240s",
+                                  c->info.name, log);
         }
         struct {
                 cl_kernel *k;
                 const char *name;
-        } ks[] = { { &c->k_rmsnorm, "rmsnorm" }, { &c->k_residual_rmsnorm, "residual_rmsnorm" },
+        } ks[] = { { &c->k_rmsnorm, "rmsnorm" },   { &c->k_residual_rmsnorm, "residual_rmsnorm" },
                    { &c->k_residual, "residual" }, { &c->k_swiglu, "swiglu" },
-                   { &c->k_k1_post, "k1_post" }, { &c->k_attention, "attention" } };
+                   { &c->k_k1_post, "k1_post" },   { &c->k_attention, "attention" } };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++)
                 if (!(*ks[i].k = clCreateKernel(c->prog, ks[i].name, &e)))
                         return cl_fail(err, e, ks[i].name);
@@ -1067,18 +1119,19 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
 
 /* Largest work-group every reducing kernel accepts on this device. */
 static size_t kernels_max_wg(ocl_dev *c) {
-        cl_kernel ks[] = { c->k_rmsnorm, c->k_residual_rmsnorm, c->k_k1_post, c->k_attention, c->k_matmul[0] };
+        cl_kernel ks[] = { c->k_rmsnorm, c->k_residual_rmsnorm, c->k_k1_post, c->k_attention,
+                           c->k_matmul[0] };
         size_t best = SIZE_MAX;
         for (size_t i = 0; i < ELEMENTSOF(ks); i++) {
                 size_t w = 0;
-                if (clGetKernelWorkGroupInfo(ks[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof(w), &w, NULL) ==
-                    CL_SUCCESS)
+                if (clGetKernelWorkGroupInfo(ks[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof(w),
+                                             &w, NULL) == CL_SUCCESS)
                         best = MIN(best, w);
         }
         for (size_t i = 0; i < N_WTYPES; i++) {
                 size_t w = 0;
-                if (clGetKernelWorkGroupInfo(c->k_matmul[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof(w), &w,
-                                             NULL) == CL_SUCCESS)
+                if (clGetKernelWorkGroupInfo(c->k_matmul[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE,
+                                             sizeof(w), &w, NULL) == CL_SUCCESS)
                         best = MIN(best, w);
         }
         return best;
@@ -1128,7 +1181,8 @@ static int find_one(cl_platform_id p, cl_device_id d, int index, void *ud) {
 int axp_opencl_device_new(int index, axp_device **ret, axp_error *err) {
         find_ctx f = { .index = index };
         if (index < 0 || !for_each_device(find_one, &f))
-                return axp_errorf(err, -ENODEV, "no OpenCL device %d (agentxpu devices lists them)", index);
+                return axp_errorf(err, -ENODEV, "no OpenCL device %d (agentxpu devices lists them)",
+                                  index);
 
         _cleanup_(axp_device_freep) axp_device *d = calloc(1, sizeof(*d));
         ocl_dev *c = calloc(1, sizeof(*c));

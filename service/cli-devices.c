@@ -59,20 +59,24 @@ static double telemetry_now(axp_gpu_telemetry *t) {
         return f;
 }
 
-static void print_text(const axp_discovery *d, const role_view *roles, const char *tsrc, double busy) {
-        printf("%-10s %-5s %-10s %-9s %-4s %-14s %s\n", "SPEC", "KIND", "BACKEND", "MEMORY", "RUNS", "ROLE", "NAME");
+static void print_text(const axp_discovery *d, const role_view *roles, const char *tsrc,
+                       double busy) {
+        printf("%-10s %-5s %-10s %-9s %-4s %-14s %s\n", "SPEC", "KIND", "BACKEND", "MEMORY", "RUNS",
+               "ROLE", "NAME");
         for (int i = 0; i < d->n; i++) {
                 const axp_dev_entry *e = &d->devs[i];
                 char m[32], r[32];
                 roles_of(roles, i, r, sizeof(r));
-                printf("%-10s %-5s %-10s %-9s %-4s %-14s %s\n", *e->spec ? e->spec : "-", axp_dev_kind_name(e->kind),
-                       e->backend, mem_str(e->mem_bytes, m, sizeof(m)), e->can_run ? "yes" : "no", r, e->name);
+                printf("%-10s %-5s %-10s %-9s %-4s %-14s %s\n", *e->spec ? e->spec : "-",
+                       axp_dev_kind_name(e->kind), e->backend, mem_str(e->mem_bytes, m, sizeof(m)),
+                       e->can_run ? "yes" : "no", r, e->name);
                 printf("%-10s %s\n", "", e->note);
         }
         printf("\n");
         for (int k = 0; k < 2; k++) {
                 const axp_dev_entry *e = &d->devs[roles[k].entry];
-                printf("%s role (%s): %s [%s]", k == 0 ? "static" : "dynamic", roles[k].spec, e->name, e->spec);
+                printf("%s role (%s): %s [%s]", k == 0 ? "static" : "dynamic", roles[k].spec,
+                       e->name, e->spec);
                 if (*roles[k].why)
                         printf("; %s", roles[k].why);
                 printf("\n");
@@ -89,7 +93,8 @@ static void json_str(const char *s) {
         axp_json_string(stdout, s, strlen(s));
 }
 
-static void print_json(const axp_discovery *d, const role_view *roles, const char *tsrc, double busy) {
+static void print_json(const axp_discovery *d, const role_view *roles, const char *tsrc,
+                       double busy) {
         printf("{\"devices\": [");
         for (int i = 0; i < d->n; i++) {
                 const axp_dev_entry *e = &d->devs[i];
@@ -135,11 +140,11 @@ static void print_json(const axp_discovery *d, const role_view *roles, const cha
 }
 
 int cli_devices(int argc, char **argv) {
-        static const struct option options[] = {
-                { "json", no_argument, NULL, 'j' },          { "static", required_argument, NULL, 's' },
-                { "dynamic", required_argument, NULL, 'd' }, { "help", no_argument, NULL, 'h' },
-                {}
-        };
+        static const struct option options[] = { { "json", no_argument, NULL, 'j' },
+                                                 { "static", required_argument, NULL, 's' },
+                                                 { "dynamic", required_argument, NULL, 'd' },
+                                                 { "help", no_argument, NULL, 'h' },
+                                                 {} };
         role_view roles[2] = { { .spec = "auto" }, { .spec = "auto" } };
         bool json = false;
         axp_error err = { 0 };
@@ -159,7 +164,8 @@ int cli_devices(int argc, char **argv) {
                 return usage(stderr);
         for (int k = 0; k < 2; k++)
                 if (axp_device_spec_check(roles[k].spec, &err) < 0) {
-                        fprintf(stderr, "agentxpu: --%s: %s\n", k == 0 ? "static" : "dynamic", err.msg);
+                        fprintf(stderr, "agentxpu: --%s: %s\n", k == 0 ? "static" : "dynamic",
+                                err.msg);
                         return 2;
                 }
 
@@ -167,8 +173,8 @@ int cli_devices(int argc, char **argv) {
         if (axp_devices_discover(&d, &err) < 0)
                 return cli_fail("%s", err.msg);
         for (int k = 0; k < 2; k++)
-                if (axp_roles_resolve(d.devs, d.n, (axp_role_id) k, roles[k].spec, &roles[k].entry, roles[k].why,
-                                      sizeof(roles[k].why), &err) < 0)
+                if (axp_roles_resolve(d.devs, d.n, (axp_role_id) k, roles[k].spec, &roles[k].entry,
+                                      roles[k].why, sizeof(roles[k].why), &err) < 0)
                         return cli_fail("%s", err.msg);
 
         _cleanup_(axp_gpu_telemetry_freep) axp_gpu_telemetry *t = NULL;

@@ -99,7 +99,8 @@ EXPORT ze_result_t zeDeviceGetMemoryProperties(ze_device_handle_t h, uint32_t *c
         return ZE_RESULT_SUCCESS;
 }
 
-EXPORT ze_result_t zesDeviceEnumEngineGroups(zes_device_handle_t h, uint32_t *count, zes_engine_handle_t *out) {
+EXPORT ze_result_t zesDeviceEnumEngineGroups(zes_device_handle_t h, uint32_t *count,
+                                             zes_engine_handle_t *out) {
         const fake_dev *d = dev_of(h);
         if (!d)
                 return ZE_RESULT_ERROR_INVALID_NULL_HANDLE;

@@ -10,8 +10,8 @@
 #include "levelzero.h"
 #include "test.h"
 
-static axp_dev_entry entry(const char *spec, const char *backend, const char *name, axp_dev_kind kind,
-                           bool can_run) {
+static axp_dev_entry entry(const char *spec, const char *backend, const char *name,
+                           axp_dev_kind kind, bool can_run) {
         axp_dev_entry e = { .backend = backend, .kind = kind, .can_run = can_run };
         snprintf(e.spec, sizeof(e.spec), "%s", spec);
         snprintf(e.name, sizeof(e.name), "%s", name);
@@ -20,7 +20,9 @@ static axp_dev_entry entry(const char *spec, const char *backend, const char *na
 
 static void test_specs(void) {
         const char *good[] = { "cpu", "opencl", "opencl:0", "opencl:12", "npu", "auto" };
-        const char *bad[] = { "gpu", "opencl:", "opencl:x", "opencl:-1", "opencl:1x", "CPU", "cuda" };
+        const char *bad[] = {
+                "gpu", "opencl:", "opencl:x", "opencl:-1", "opencl:1x", "CPU", "cuda"
+        };
         axp_error err = { 0 };
         for (size_t i = 0; i < ELEMENTSOF(good); i++)
                 CHECK_MSG(axp_device_spec_check(good[i], &err) == 0, "%s", good[i]);
@@ -49,18 +51,23 @@ static void test_resolve_laptop(void) {
         CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_STATIC, "npu", &e, why, sizeof(why), &err) == 0);
         CHECK_EQ_INT(e, 0);
         CHECK(strstr(why, "AI Boost") != NULL);
-        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), &err) == 0);
+        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), &err) ==
+              0);
         CHECK_EQ_INT(e, 1);
         CHECK_EQ_INT(why[0], 0);
-        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_STATIC, "opencl", &e, why, sizeof(why), &err) == 0);
+        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_STATIC, "opencl", &e, why, sizeof(why), &err) ==
+              0);
         CHECK_EQ_INT(e, 1);
         CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "cpu", &e, why, sizeof(why), &err) == 0);
         CHECK_EQ_INT(e, 0);
         CHECK_EQ_INT(why[0], 0);
-        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "opencl:3", &e, why, sizeof(why), &err) == 0);
+        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "opencl:3", &e, why, sizeof(why),
+                                &err) == 0);
         CHECK_EQ_INT(e, 0);
         CHECK_MSG(strstr(why, "no OpenCL device 3"), "%s", why);
-        CHECK_EQ_INT(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "vulkan", &e, why, sizeof(why), &err), -EINVAL);
+        CHECK_EQ_INT(
+                axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "vulkan", &e, why, sizeof(why), &err),
+                -EINVAL);
 
         /* with an NPU that could run our kernels, the static role would take it */
         l[3].can_run = true;
@@ -80,19 +87,25 @@ static void test_resolve_preference(void) {
         };
         char why[200];
         int e;
-        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), NULL) == 0);
+        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), NULL) ==
+              0);
         CHECK_EQ_INT(e, 3);
-        CHECK(axp_roles_resolve(l, 3, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), NULL) == 0);
+        CHECK(axp_roles_resolve(l, 3, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), NULL) ==
+              0);
         CHECK_EQ_INT(e, 2);
-        CHECK(axp_roles_resolve(l, 2, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), NULL) == 0);
+        CHECK(axp_roles_resolve(l, 2, AXP_ROLE_ID_DYNAMIC, "auto", &e, why, sizeof(why), NULL) ==
+              0);
         CHECK_EQ_INT(e, 0);
         CHECK(strstr(why, "no GPU") != NULL);
-        CHECK(axp_roles_resolve(l, 2, AXP_ROLE_ID_DYNAMIC, "opencl", &e, why, sizeof(why), NULL) == 0);
+        CHECK(axp_roles_resolve(l, 2, AXP_ROLE_ID_DYNAMIC, "opencl", &e, why, sizeof(why), NULL) ==
+              0);
         CHECK_EQ_INT(e, 1);
-        CHECK(axp_roles_resolve(l, 1, AXP_ROLE_ID_DYNAMIC, "opencl", &e, why, sizeof(why), NULL) == 0);
+        CHECK(axp_roles_resolve(l, 1, AXP_ROLE_ID_DYNAMIC, "opencl", &e, why, sizeof(why), NULL) ==
+              0);
         CHECK_EQ_INT(e, 0);
         CHECK(strstr(why, "no OpenCL device") != NULL);
-        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "opencl:0", &e, why, sizeof(why), NULL) == 0);
+        CHECK(axp_roles_resolve(l, 4, AXP_ROLE_ID_DYNAMIC, "opencl:0", &e, why, sizeof(why),
+                                NULL) == 0);
         CHECK_EQ_INT(e, 1);
 }
 
@@ -128,12 +141,14 @@ static void test_bind(void) {
         CHECK_EQ_INT(b.n_devs, 1);
         CHECK_EQ_INT(b.static_dev, b.dynamic_dev);
         CHECK_EQ_INT(lb.lines, 2);
-        CHECK_MSG(strstr(lb.text, "static role: CPU") && strstr(lb.text, "dynamic role: CPU"), "%s", lb.text);
+        CHECK_MSG(strstr(lb.text, "static role: CPU") && strstr(lb.text, "dynamic role: CPU"), "%s",
+                  lb.text);
         axp_role_binding_clear(&b);
 
         if (has_opencl(&d)) {
                 lb = (log_buf) { 0 };
-                CHECK_MSG(axp_roles_bind("cpu", "opencl", 1, log_to, &lb, &b, &err) == 0, "%s", err.msg);
+                CHECK_MSG(axp_roles_bind("cpu", "opencl", 1, log_to, &lb, &b, &err) == 0, "%s",
+                          err.msg);
                 CHECK_EQ_INT(b.n_devs, 2);
                 CHECK(b.static_dev != b.dynamic_dev);
                 CHECK(strcmp(b.devs[b.static_dev]->ops->backend, "cpu") == 0);
@@ -148,7 +163,8 @@ static void test_bind(void) {
         CHECK(axp_roles_bind("npu", "opencl:99", 1, log_to, &lb, &b, &err) == 0);
         CHECK_EQ_INT(b.n_devs, 1);
         CHECK(strcmp(b.devs[0]->ops->backend, "cpu") == 0);
-        CHECK_MSG(strstr(lb.text, "fallback for 'npu'") && strstr(lb.text, "no OpenCL device 99"), "%s", lb.text);
+        CHECK_MSG(strstr(lb.text, "fallback for 'npu'") && strstr(lb.text, "no OpenCL device 99"),
+                  "%s", lb.text);
         axp_role_binding_clear(&b);
         CHECK_EQ_INT(axp_roles_bind("cpu", "gpu", 1, log_to, &lb, &b, &err), -EINVAL);
 
@@ -161,7 +177,8 @@ static void test_bind(void) {
         axp_discovery_clear(&d);
 }
 
-static const axp_dev_entry *find_entry(const axp_discovery *d, const char *backend, axp_dev_kind kind) {
+static const axp_dev_entry *find_entry(const axp_discovery *d, const char *backend,
+                                       axp_dev_kind kind) {
         for (int i = 0; i < d->n; i++)
                 if (strcmp(d->devs[i].backend, backend) == 0 && d->devs[i].kind == kind)
                         return &d->devs[i];
@@ -184,7 +201,8 @@ static void test_levelzero_no_driver(void) {
                 if (axp_ze_n_devices(z) == 0) {
                         axp_discovery d;
                         CHECK(axp_devices_discover(&d, &err) == 0);
-                        CHECK_MSG(strstr(d.levelzero, "no Level Zero devices") != NULL, "%s", d.levelzero);
+                        CHECK_MSG(strstr(d.levelzero, "no Level Zero devices") != NULL, "%s",
+                                  d.levelzero);
                         CHECK(!find_entry(&d, "levelzero", AXP_DEV_NPU));
                         axp_discovery_clear(&d);
                 }
@@ -219,8 +237,9 @@ static void test_levelzero_fake(void) {
         log_buf lb = { 0 };
         CHECK(axp_roles_bind("auto", "cpu", 1, log_to, &lb, &b, &err) == 0);
         CHECK_EQ_INT(b.n_devs, 1);
-        CHECK_MSG(strstr(lb.text, "static role: CPU") && strstr(lb.text, "the NPU Intel(R) AI Boost (levelzero) "
-                                                                          "cannot run agentxpu's kernels"),
+        CHECK_MSG(strstr(lb.text, "static role: CPU") &&
+                          strstr(lb.text, "the NPU Intel(R) AI Boost (levelzero) "
+                                          "cannot run agentxpu's kernels"),
                   "%s", lb.text);
         axp_role_binding_clear(&b);
         axp_device *dev = NULL;
@@ -267,10 +286,13 @@ static void test_cli(void) {
         size_t n = fread(out, 1, sizeof(out) - 1, p);
         out[n] = 0;
         CHECK_EQ_INT(pclose(p), 0);
-        CHECK_MSG(strstr(out, "\"name\": \"Intel(R) AI Boost\"") && strstr(out, "\"kind\": \"npu\""), "%s", out);
+        CHECK_MSG(strstr(out, "\"name\": \"Intel(R) AI Boost\"") &&
+                          strstr(out, "\"kind\": \"npu\""),
+                  "%s", out);
         CHECK(strstr(out, "\"can_run\": false") != NULL);
-        CHECK_MSG(strstr(out, "\"static\": {\"asked\": \"npu\", \"device\": \"cpu\", \"fallback\": \"the NPU"), "%s",
-                  out);
+        CHECK_MSG(strstr(out, "\"static\": {\"asked\": \"npu\", \"device\": \"cpu\", \"fallback\": "
+                              "\"the NPU"),
+                  "%s", out);
         CHECK(strstr(out, "\"telemetry\": {\"source\": \"sysman\"") != NULL);
 
         snprintf(cmd, sizeof(cmd), "'%s' devices --static gpu >/dev/null 2>&1", cli);

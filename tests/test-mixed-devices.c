@@ -85,19 +85,23 @@ static void *run_batch(void *arg) {
 
 /* Prefill with the static chunks of each token-wise kernel on a CPU thread while OpenCL runs
  * the remainder, as the scheduler overlaps the two roles. */
-static int prefill_mixed(axp_seq *s, const int32_t *toks, int n, int chunk, bool concurrent, axp_error *err) {
+static int prefill_mixed(axp_seq *s, const int32_t *toks, int n, int chunk, bool concurrent,
+                         axp_error *err) {
         axp_task *tasks;
         int n_tasks, r;
-        if ((r = axp_seq_begin(s, toks, n, err)) < 0 || (r = axp_prefill_plan(s, chunk, &tasks, &n_tasks, err)) < 0)
+        if ((r = axp_seq_begin(s, toks, n, err)) < 0 ||
+            (r = axp_prefill_plan(s, chunk, &tasks, &n_tasks, err)) < 0)
                 return r;
         for (int i = 0; i < n_tasks && r == 0;) {
                 /* a group: the tasks of one kernel (EMBED, K1 or K3 of a layer) over its chunks */
                 int j = i + 1;
-                while (j < n_tasks && tasks[j].op == tasks[i].op && tasks[j].layer == tasks[i].layer)
+                while (j < n_tasks && tasks[j].op == tasks[i].op &&
+                       tasks[j].layer == tasks[i].layer)
                         j++;
                 if (!concurrent) {
                         for (int k = i; k < j && r == 0; k++)
-                                r = role_of(&tasks[k])->ops->run(role_of(&tasks[k]), &tasks[k], err);
+                                r = role_of(&tasks[k])->ops->run(role_of(&tasks[k]), &tasks[k],
+                                                                 err);
                 } else {
                         batch b = { .tasks = tasks + i };
                         int k = i;
@@ -123,7 +127,7 @@ static int prefill_mixed(axp_seq *s, const int32_t *toks, int n, int chunk, bool
 }
 
 #define N_PROMPT 45
-#define N_GEN 8
+#define N_GEN    8
 
 static void check_mixed(const char *type, uint32_t kv_type, bool concurrent, double tol) {
         axp_model *m = make_model(type, 21);
@@ -155,12 +159,14 @@ static void check_mixed(const char *type, uint32_t kv_type, bool concurrent, dou
                         int32_t turn[10];
                         prompt_tokens(m, turn, 10, (unsigned) step);
                         CHECK(axp_forward_prefill(cpu, &a, turn, 10, 4, &err) == 0);
-                        CHECK_MSG(prefill_mixed(&b, turn, 10, 4, concurrent, &err) == 0, "%s", err.msg);
+                        CHECK_MSG(prefill_mixed(&b, turn, 10, 4, concurrent, &err) == 0, "%s",
+                                  err.msg);
                         worst = fmax(worst, rel_diff(b.logits, a.logits, nv));
                 }
         }
         printf("  %s, %s KV, %s: max relative difference %.2e, %d/%d greedy tokens equal\n", type,
-               kv_type == AXP_TYPE_F16 ? "F16" : "F32", concurrent ? "concurrent" : "in turn", worst, same, N_GEN);
+               kv_type == AXP_TYPE_F16 ? "F16" : "F32", concurrent ? "concurrent" : "in turn",
+               worst, same, N_GEN);
         CHECK_MSG(worst <= tol, "%g > %g", worst, tol);
         CHECK_EQ_INT(same, N_GEN);
         CHECK_EQ_INT(a.n_past, b.n_past);
