@@ -25,7 +25,7 @@ extern const char axp_opencl_source[]; /* the .cl files of kernels/opencl, embed
 
 #define TILE   256 /* rows per pass of a token-wise kernel: bounds the scratch buffers */
 #define MAX_HD 256 /* largest head dimension the attention kernel is built for */
-#define TT     8   /* tokens per work-group of matmul (kernels/opencl/quant.cl) */
+#define TT     8   /* tokens per work-group of a matrix product */
 
 /* Weight types the kernels read, and the suffix of their kernels' names. */
 static const struct {
@@ -1073,7 +1073,7 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
 
         release_kernels(c);
         /* AXP_OPENCL_NO_FP64: the kernels of devices without doubles, for tests */
-        snprintf(opts, sizeof(opts), "-cl-std=CL1.2 -DWG=%d -DMAX_HD=%d%s", wg, MAX_HD,
+        snprintf(opts, sizeof(opts), "-cl-std=CL1.2 -DWG=%d -DMAX_HD=%d -DTT=%d%s", wg, MAX_HD, TT,
                  getenv("AXP_OPENCL_NO_FP64") ? " -DAXP_NO_FP64" : "");
         c->prog = clCreateProgramWithSource(c->ctx, 1, &src, NULL, &e);
         if (!c->prog)

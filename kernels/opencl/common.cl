@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Shared pieces of the HEG kernels (OpenCL C 1.2). The host builds every .cl file of this
- * folder as one program with -DWG=<work-group size> (a power of two) and -DMAX_HD=<largest
- * head dimension>; every kernel with a work-group reduction runs with exactly WG items.
+ * folder as one program with -DWG=<work-group size> (a power of two), -DMAX_HD=<largest
+ * head dimension> and -DTT=<tokens per matrix-product work-group>; every kernel with a
+ * work-group reduction runs with exactly WG items.
  *
  * Without cl_khr_fp16 a half is storage only: read with vload_half, write with vstore_half
  * (round to nearest even), compute in float. Sums of squares for RMSNorm accumulate in

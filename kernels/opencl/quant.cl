@@ -80,8 +80,8 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
         }
 }
 
-/* Tokens per work-group of the matrix product: each item keeps TT partial sums. */
-#define TT 8
+/* TT (from the host's build options): tokens per work-group of the matrix product; each
+ * item keeps TT partial sums. */
 
 /* Y[y_off + t * ldy + r] = sum_k W[r][k] * X[x_off + t * ldx + k] for rows r < n_out and
  * tokens t < n_tok. A work-group holds WG >> kl_log2 rows; the 1 << kl_log2 items of a row
