@@ -190,7 +190,7 @@ static double clients_delta(client_set *prev, client_set *cur, double wall_ns) {
 }
 
 static double clamp01(double v) {
-        return v < 0 ? 0 : v > 1 ? 1 : v;
+        return v > 0 ? (v < 1 ? v : 1) : 0; /* NaN too goes to 0 */
 }
 
 /* Our own render-engine share over wall_ns, to take out of sources that count everyone. */

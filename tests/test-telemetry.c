@@ -81,6 +81,11 @@ static void test_fake(void) {
         write_file("busy", "7");
         CHECK(axp_gpu_telemetry_sample(t, 3.0, &f) == 0);
         CHECK_NEAR(f, 1.0, 1e-12);
+        write_file("busy", "nan");
+        CHECK(axp_gpu_telemetry_sample(t, 4.0, &f) == 0);
+        CHECK_NEAR(f, 0.0, 0);
+        write_file("busy", "lots");
+        CHECK_EQ_INT(axp_gpu_telemetry_sample(t, 5.0, &f), -EINVAL);
         axp_gpu_telemetry_free(t);
         unsetenv("AXP_GPU_BUSY_FILE");
 
