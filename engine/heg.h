@@ -104,8 +104,9 @@ typedef struct axp_heg_shape {
 void axp_heg_shape_from_model(const axp_model *m, uint32_t kv_type, axp_heg_shape *ret);
 
 typedef struct axp_cost {
-        double flops; /* W */
-        double bytes; /* Q */
+        double flops;      /* W */
+        double bytes;      /* Q */
+        double attn_flops; /* the part of W that is attention (K2): it runs at e_attn of P_eff */
 } axp_cost;
 
 /* Cost of one kernel over n_tokens tokens (summed over all spans), n_seqs requests, where
@@ -123,6 +124,9 @@ typedef struct axp_calib {
         double u_m;  /* bandwidth utilization at the memory-bound anchor */
         double u_c;  /* bandwidth utilization at the compute-bound anchor */
         double I_c;  /* intensity of the compute-bound anchor (FLOP/byte) */
+        /* Attention reaches only this fraction of P_eff (softmax, masking and short dot
+         * products keep it below the GEMM roof); 0 means 1. A third calibration point. */
+        double e_attn;
 } axp_calib;
 
 double axp_calib_B_eff(const axp_calib *c);
