@@ -15,6 +15,8 @@ typedef struct cli_command {
 
 /* Subcommands present in this build; each line is added with its implementation. */
 static const cli_command commands[] = {
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
+        { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { NULL, NULL, NULL },
 };
 
