@@ -156,8 +156,9 @@ typedef struct sdev {
         axp_task task;
         int prio;
         bool mem_bound;
+        double guard_since; /* a kernel for it is deferred by the contention guard since */
         bool proactive; /* only proactive requests in the running task */
-        bool assist;    /* a kernel of the assist lane */
+        bool lane_kernel; /* a kernel of a prefill lane on the dynamic role (second reactive, assist) */
         axp_sched_dev_stats st;
 } sdev;
 
@@ -186,9 +187,10 @@ struct axp_sched {
         double wake; /* earliest time a deferred kernel becomes ready */
         sreq *warming;      /* the request the host's warm-up worker prepares kernels for */
         double warm_end;
-        /* recent dynamic-role time of proactive decode and of the assist lane (decaying), to
-         * share the proactive budget between them */
-        double use_decode, use_assist, use_t;
+        /* recent dynamic-role time of decode and of the prefill lanes that run there whole
+         * (decaying), to share the dynamic role between them */
+        double use_decode, use_lane, use_t;
+        int last_lane; /* lane of the last prefill kernel issued on the dynamic role */
         double warmup_total;
 
         double timer_armed;

@@ -61,6 +61,12 @@ bool prefill_started(const sreq *r) {
         return r->staged && r->embed != O_PENDING;
 }
 
+/* Is the dynamic role free to take a share of a prefill's chunks (Algorithm 1's decode
+ * status, widened to the other prefills that run there)? */
+static bool dynamic_free(axp_sched *s) {
+        return sched_decode_idle(s) && !s->active[LANE_REACTIVE2] && !s->active[LANE_ASSIST];
+}
+
 /* Algorithm 1, taken for a whole layer (K1 and K3 together) since without layer barriers
  * the roles balance over the layer: scenario 1 (decode idle) gives the static role the
  * number of full chunks that makes its time match the dynamic role's (its chunks, the
@@ -75,7 +81,7 @@ static void decide_split(axp_sched *s, sreq *r, int layer) {
                 balance = true;
         else {
                 bool elastic = r->kind == AXP_REACTIVE || sched_aged(s, r);
-                bool idle = sched_decode_idle(s);
+                bool idle = dynamic_free(s);
                 balance = elastic && s->cfg.elastic_split && idle;
                 defer = !balance && !idle && two_devices(s) && S % C > 0;
         }
@@ -142,8 +148,14 @@ static axp_role chunk_role(axp_sched *s, sreq *r, int c, double *ret_not_before)
         if (ch->st == ST_K2)
                 return AXP_ROLE_DYNAMIC;
         sp = split_of(s, r, stage_op(ch->st), ch->layer);
-        if (ch->t1 - ch->t0 == C)
-                return c < sp->n_static ? AXP_ROLE_STATIC : AXP_ROLE_DYNAMIC;
+        if (ch->t1 - ch->t0 == C) {
+                /* a full chunk given to the dynamic role goes back to the static role if the
+                 * dynamic role has found other work since */
+                if (c < sp->n_static ||
+                    (s->cfg.policy == AXP_POLICY_AGENTXPU && (s->active[LANE_REACTIVE2] || s->active[LANE_ASSIST])))
+                        return AXP_ROLE_STATIC;
+                return AXP_ROLE_DYNAMIC;
+        }
         /* the remainder; in scenario 2 it starts once the last static chunk of its op has,
          * late enough to end with it, leaving the dynamic role to decode meanwhile */
         if (sp->defer && sp->n_static > 0) {

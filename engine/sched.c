@@ -241,26 +241,46 @@ bool sched_budget_ok(axp_sched *s) {
         return false;
 }
 
-/* Contention guard: a memory-bound kernel does not start next to a memory-bound kernel of
- * higher priority on the other role's device; it waits for that one to finish. */
+static bool reactive_decoding(const axp_sched *s) {
+        for (const sreq *r = s->lists[L_DECODE].head; r; r = r->q_next)
+                if (r->kind == AXP_REACTIVE)
+                        return true;
+        return false;
+}
+
+/* Contention guard: a memory-bound kernel does not start next to memory-bound work of
+ * higher priority on the other role's device -- a running kernel, or a decode iteration in
+ * progress (all its kernels stream the weights) -- until that side is done; but it waits no
+ * longer than one preemption bound, so that the lower-priority pipeline is slowed, not
+ * stopped. */
 bool sched_guard_ok(axp_sched *s, int dev, const axp_task *t, int prio) {
-        bool mb = false, known = false;
+        int dyn = s->role_dev[AXP_ROLE_DYNAMIC];
+        sdev *me = &s->devs[dev];
+        bool conflict = false;
+        double now;
 
         if (s->cfg.policy != AXP_POLICY_AGENTXPU || !s->cfg.contention_guard)
                 return true;
-        for (int o = 0; o < s->n_devs; o++) {
+        for (int o = 0; o < s->n_devs && !conflict; o++) {
                 sdev *d = &s->devs[o];
-                if (o == dev || !d->busy || !d->mem_bound || d->prio <= prio)
+                if (o == dev)
                         continue;
-                if (!known) {
-                        mb = axp_calib_memory_bound(&s->devs[dev].calib,
-                                                    axp_task_cost(&s->shape, t));
-                        known = true;
-                }
-                if (mb)
-                        return false;
+                if (d->busy && d->mem_bound && d->prio > prio)
+                        conflict = true;
+                if (o == dyn && prio == 0 &&
+                    (s->it.active ? s->it.prio > 0 : reactive_decoding(s)))
+                        conflict = true;
         }
-        return true;
+        if (!conflict || !axp_calib_memory_bound(&me->calib, axp_task_cost(&s->shape, t)))
+                return true;
+        now = sched_now(s);
+        if (me->guard_since < 0)
+                me->guard_since = now;
+        if (now - me->guard_since >= s->cfg.preempt_bound_s)
+                return true;
+        if (me->guard_since + s->cfg.preempt_bound_s < s->wake)
+                s->wake = me->guard_since + s->cfg.preempt_bound_s;
+        return false;
 }
 
 static void task_reqs(axp_sched *s, const axp_task *t, src_kind src, sreq *r, uint64_t *ids,
@@ -298,6 +318,7 @@ int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r,
         if (ret < 0)
                 return ret;
         d->busy = true;
+        d->guard_since = -1;
         d->t_start = now;
         d->src = src;
         d->req = r;
@@ -463,8 +484,14 @@ static void use_decay(axp_sched *s) {
         double now = sched_now(s), k = exp(-(now - s->use_t) / 10.0);
 
         s->use_decode *= k;
-        s->use_assist *= k;
+        s->use_lane *= k;
         s->use_t = now;
+}
+
+/* May a prefill lane running whole on the dynamic role go before decode? */
+static bool use_lane_ok(axp_sched *s) {
+        use_decay(s);
+        return sched_decode_idle(s) || s->use_lane <= s->use_decode;
 }
 
 static bool issue_iter(axp_sched *s, int dev) {
@@ -477,7 +504,10 @@ static bool issue_iter(axp_sched *s, int dev) {
         iter_task(s, &t);
         if (!sched_guard_ok(s, dev, &t, s->it.prio))
                 return false;
-        return sched_issue(s, dev, &t, SRC_ITER, NULL, s->it.prio, s->it.prio == 0) >= 0;
+        if (sched_issue(s, dev, &t, SRC_ITER, NULL, s->it.prio, s->it.prio == 0) < 0)
+                return false;
+        s->last_lane = -1;
+        return true;
 }
 
 static bool issue_lane(axp_sched *s, int lane, int dev) {
@@ -494,12 +524,14 @@ static bool issue_lane(axp_sched *s, int lane, int dev) {
                 return false;
         if (sched_issue(s, dev, &t, SRC_UNIT, r, r->kind == AXP_REACTIVE, r->kind == AXP_PROACTIVE) < 0)
                 return false;
-        s->devs[dev].assist = lane == LANE_ASSIST;
+        s->devs[dev].lane_kernel = lane == LANE_ASSIST || lane == LANE_REACTIVE2;
+        if (dev == s->role_dev[AXP_ROLE_DYNAMIC])
+                s->last_lane = lane;
         return true;
 }
 
 static bool try_issue(axp_sched *s, int dev) {
-        bool assist_first;
+        bool lane_first, p_aged;
 
         if (s->cfg.policy == AXP_POLICY_FCFS)
                 return issue_iter(s, dev);
@@ -507,18 +539,28 @@ static bool try_issue(axp_sched *s, int dev) {
          * next decode kernel */
         if (s->cfg.policy == AXP_POLICY_AGENTXPU && !s->cfg.prefill_first && issue_iter(s, dev))
                 return true;
-        if (issue_lane(s, LANE_REACTIVE, dev) || issue_lane(s, LANE_REACTIVE2, dev) ||
-            issue_lane(s, LANE_PROACTIVE, dev))
+        /* two reactive prefills share the dynamic role kernel by kernel: the second one
+         * starts at once (it does not preempt the first; both go on) */
+        if (s->last_lane == LANE_REACTIVE && dev == s->role_dev[AXP_ROLE_DYNAMIC] &&
+            use_lane_ok(s) && issue_lane(s, LANE_REACTIVE2, dev))
                 return true;
-        /* the assist lane and proactive decode share the proactive budget: whichever used
-         * less of the dynamic role lately goes first */
-        use_decay(s);
-        assist_first = s->use_assist <= s->use_decode;
-        if (assist_first && issue_lane(s, LANE_ASSIST, dev))
+        if (issue_lane(s, LANE_REACTIVE, dev))
+                return true;
+        /* a promoted (aged) proactive prefill comes before a second reactive one */
+        p_aged = s->active[LANE_PROACTIVE] && sched_aged(s, s->active[LANE_PROACTIVE]);
+        if (p_aged && issue_lane(s, LANE_PROACTIVE, dev))
+                return true;
+        if (!p_aged && issue_lane(s, LANE_PROACTIVE, dev))
+                return true;
+        /* A whole prefill on the dynamic role (the second reactive lane, the assist lane) is
+         * more than the short bursts prefill-first is meant for: it shares the dynamic role
+         * with decode, whichever used less of it lately going first. */
+        lane_first = use_lane_ok(s);
+        if (lane_first && (issue_lane(s, LANE_REACTIVE2, dev) || issue_lane(s, LANE_ASSIST, dev)))
                 return true;
         if (issue_iter(s, dev))
                 return true;
-        return !assist_first && issue_lane(s, LANE_ASSIST, dev);
+        return !lane_first && (issue_lane(s, LANE_REACTIVE2, dev) || issue_lane(s, LANE_ASSIST, dev));
 }
 
 /* Finish requests that were cancelled or failed once nothing of them is in flight. */
@@ -662,11 +704,14 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
                 s->devs[i].name = devs[i].name;
                 s->devs[i].calib = devs[i].calib;
                 s->devs[i].warmup_s = devs[i].warmup_s;
+                s->devs[i].guard_since = -1;
         }
         s->role_dev[AXP_ROLE_STATIC] = static_dev;
         s->role_dev[AXP_ROLE_DYNAMIC] = dynamic_dev;
         s->next_id = 1;
         s->timer_armed = INFINITY;
+        s->last_lane = -1;
+        s->use_t = sched_now(s);
         s->s_chk = c->s_chk > 0 ? c->s_chk : derive_s_chk(s);
         s->credit_t = sched_now(s);
         s->credit = budget_rate(s) * s->cfg.duty_window_s;
@@ -769,13 +814,15 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc) {
                         budget_refill(s);
                         s->credit -= dt;
                 }
+        }
+        if (dev == s->role_dev[AXP_ROLE_DYNAMIC]) {
                 use_decay(s);
-                if (d->assist)
-                        s->use_assist += dt;
+                if (d->lane_kernel)
+                        s->use_lane += dt;
                 else if (d->src == SRC_ITER)
                         s->use_decode += dt;
         }
-        d->assist = false;
+        d->lane_kernel = false;
         if (d->src == SRC_UNIT) {
                 d->req->in_flight--;
                 prefill_done(s, d->req, &d->task, rc);
