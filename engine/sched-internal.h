@@ -4,7 +4,7 @@
  * iterations, Algorithm 2, the fcfs and serial iterations). */
 #pragma once
 
-#include "sched.h"
+#include "scheduler.h"
 
 /* A prefill as a DAG of kernels over chunks of the prompt (the HEG's prefill graph): chunk c
  * runs K1, K2, K3 of layer 0, then of layer 1, ...; K1 and K3 are token-wise, K2 of chunk c

@@ -11,7 +11,7 @@
 
 #include "device.h"
 #include "heg.h"
-#include "sched.h"
+#include "scheduler.h"
 
 #define AXP_SIM_MAX_DEVS 4
 

@@ -52,7 +52,7 @@ struct harness {
         int n_tasks;
 };
 
-static void h_trace(void *ud, double now, int dev, const axp_task *t, const uint64_t *ids,
+static inline void h_trace(void *ud, double now, int dev, const axp_task *t, const uint64_t *ids,
                     const axp_kind *kinds) {
         harness *h = ud;
         h_task *k;
@@ -74,7 +74,7 @@ static void h_trace(void *ud, double now, int dev, const axp_task *t, const uint
         }
 }
 
-static bool h_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
+static inline bool h_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
                    axp_finish_reason *ret_reason) {
         h_req *q = ud;
         if (++q->generated >= q->output) {
@@ -85,7 +85,7 @@ static bool h_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
         return true;
 }
 
-static void h_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
+static inline void h_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
         h_req *q = ud;
         q->done = true;
         q->reason = reason;
@@ -95,7 +95,7 @@ static void h_finished(void *ud, uint64_t id, axp_finish_reason reason, const ax
 
 static const axp_sched_req_ops h_ops = { .next = h_next, .finished = h_finished };
 
-static void h_arrive(void *ud) {
+static inline void h_arrive(void *ud) {
         h_req *q = ud;
         axp_error err = { 0 };
 
@@ -107,7 +107,7 @@ static void h_arrive(void *ud) {
                 fprintf(stderr, "submit: %s\n", err.msg);
 }
 
-static int h_init(harness *h, const char *model, const axp_sched_config *cfg) {
+static inline int h_init(harness *h, const char *model, const axp_sched_config *cfg) {
         axp_sched_device devs[AXP_SIM_MAX_DEVS];
         axp_error err = { 0 };
 
@@ -131,36 +131,36 @@ static int h_init(harness *h, const char *model, const axp_sched_config *cfg) {
         return 0;
 }
 
-static h_req *h_add(harness *h, double t, axp_kind kind, int prompt, int output) {
+static inline h_req *h_add(harness *h, double t, axp_kind kind, int prompt, int output) {
         h_req *q = &h->reqs[h->n++];
         *q = (h_req) { .h = h, .t = t, .kind = kind, .prompt = prompt, .output = output };
         axp_sim_at(h->sim, t, h_arrive, q);
         return q;
 }
 
-static void h_run(harness *h, double t_end) {
+static inline void h_run(harness *h, double t_end) {
         axp_error err = { 0 };
         if (axp_sim_run(h->sim, t_end, &err) < 0)
                 fprintf(stderr, "sim: %s\n", err.msg);
 }
 
-static void h_free(harness *h) {
+static inline void h_free(harness *h) {
         axp_sched_free(h->sched);
         axp_sim_free(h->sim);
         free(h->tasks);
 }
 
-static bool h_task_has(const h_task *k, uint64_t id) {
+static inline bool h_task_has(const h_task *k, uint64_t id) {
         for (int i = 0; i < k->n && i < 8; i++)
                 if (k->ids[i] == id)
                         return true;
         return false;
 }
 
-static int h_dynamic_dev(const harness *h) {
+static inline int h_dynamic_dev(const harness *h) {
         return h->soc->dynamic_dev;
 }
 
-static int h_static_dev(const harness *h) {
+static inline int h_static_dev(const harness *h) {
         return h->soc->static_dev;
 }
