@@ -178,6 +178,7 @@ struct axp_sched {
         rlist lists[L__COUNT];
         sreq *active[LANE__COUNT];
         unsigned n_reactive; /* reactive requests in the engine */
+        unsigned n_abort;    /* cancelled or failed requests not finished yet */
         iter it;
 
         /* proactive duty budget on the dynamic role: a token bucket of busy seconds */

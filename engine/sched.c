@@ -146,6 +146,8 @@ void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
                 s->active[r->lane] = NULL;
         if (s->warming == r)
                 s->warming = NULL;
+        if (r->abort)
+                s->n_abort--;
         if (r->kind == AXP_REACTIVE)
                 s->n_reactive--;
         for (sreq **p = &s->all; *p; p = &(*p)->all_next)
@@ -166,6 +168,7 @@ void sched_fail(axp_sched *s, sreq *r, int code, const char *what) {
         if (r->abort)
                 return;
         r->abort = true;
+        s->n_abort++;
         r->abort_reason = AXP_FINISH_ERROR;
         snprintf(r->error, sizeof(r->error), "%s (%s)", what, strerror(code < 0 ? -code : code));
 }
@@ -567,6 +570,8 @@ static bool try_issue(axp_sched *s, int dev) {
 static void reap(axp_sched *s) {
         sreq *r = s->all;
 
+        if (s->n_abort == 0)
+                return;
         while (r) {
                 sreq *next = r->all_next;
                 if (r->abort && r->in_flight == 0 && !r->in_iter)
@@ -724,7 +729,10 @@ void axp_sched_free(axp_sched *s) {
                 return;
         while (s->all) {
                 sreq *r = s->all;
-                r->abort = true;
+                if (!r->abort) {
+                        r->abort = true;
+                        s->n_abort++;
+                }
                 r->abort_reason = AXP_FINISH_CANCELLED;
                 sched_finish(s, r, AXP_FINISH_CANCELLED);
         }
@@ -790,6 +798,7 @@ int axp_sched_cancel(axp_sched *s, uint64_t id) {
                 return -ENOENT;
         if (!r->abort) {
                 r->abort = true;
+                s->n_abort++;
                 r->abort_reason = AXP_FINISH_CANCELLED;
         }
         dispatch(s);
