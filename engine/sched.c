@@ -380,13 +380,16 @@ static bool assist_allowed(axp_sched *s) {
                s->role_dev[AXP_ROLE_STATIC] != s->role_dev[AXP_ROLE_DYNAMIC];
 }
 
-/* On-the-fly warm-up (Agent.xpu §4.3): while proactive requests wait, one host worker
- * prepares the static role's kernels for their own shapes (remainder, attention), the
- * request the proactive lane runs next first. A prepared request prefills on the static
- * role alone. */
+/* On-the-fly warm-up (Agent.xpu §4.3): while proactive requests wait (queued, or preempted
+ * in the proactive lane), one host worker prepares the static role's kernels for their own
+ * shapes (remainder, attention), the request the proactive lane runs next first. A prepared
+ * request prefills on the static role alone. */
 static void warmup_step(axp_sched *s) {
         double w = s->devs[s->role_dev[AXP_ROLE_STATIC]].warmup_s;
         sreq *r = s->active[LANE_PROACTIVE];
+
+        if (r && !r->suspended)
+                r = NULL; /* running: not waiting for anything */
 
         if (s->warming && sched_now(s) >= s->warm_end) {
                 s->warming->prepared = true;
