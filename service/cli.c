@@ -17,6 +17,7 @@ typedef struct cli_command {
 static const cli_command commands[] = {
         { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
+        { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
         { NULL, NULL, NULL },
 };
 
