@@ -92,6 +92,9 @@ axp_cost axp_task_cost(const axp_heg_shape *s, const axp_task *t) {
                 attn_ctx += n * past + ((double) sp->t1 * (sp->t1 + 1) - (double) sp->t0 * (sp->t0 + 1)) / 2.0;
                 kv_ctx += past + sp->t1;
         }
+        /* a padded static chunk costs its full shape (token-wise kernels only) */
+        if (t->variant == AXP_VAR_STATIC && t->chunk > n_tokens && axp_op_tokenwise(t->op))
+                n_tokens = t->chunk;
         return axp_heg_cost(s, t->op, n_tokens, t->n_spans, attn_ctx, kv_ctx);
 }
 

@@ -80,6 +80,10 @@ typedef struct axp_task {
         axp_op op;
         axp_variant variant;
         int layer; /* K1..K3 */
+        /* AXP_VAR_STATIC: the chunk length S_chk the kernel is shaped for; a shorter span is
+         * padded to it (the device computes, and the cost model charges, chunk rows).
+         * 0: the span's length. */
+        int chunk;
         int n_spans;
         axp_span spans[AXP_MAX_BATCH];
 } axp_task;

@@ -50,16 +50,23 @@ typedef enum req_where {
 } req_where;
 
 /* Prefill lanes: the reactive prefill and the proactive prefill (both static role first,
- * placed by Algorithm 1), a second reactive prefill on the dynamic role (instead of waiting
- * behind the first), and the assist lane, a second proactive prefill on the dynamic role
- * while no reactive request is in the engine. */
+ * placed by Algorithm 1); a second proactive prefill that fills the static role's gaps when
+ * the first waits on the dynamic role; a second reactive prefill on the dynamic role
+ * (instead of waiting behind the first); and the assist lane, a proactive prefill on the
+ * dynamic role while no reactive request is in the engine. */
 enum {
         LANE_REACTIVE = AXP_REACTIVE,
         LANE_PROACTIVE = AXP_PROACTIVE,
+        LANE_PROACTIVE2,
         LANE_REACTIVE2,
         LANE_ASSIST,
         LANE__COUNT,
 };
+
+/* The lanes whose prefill prefers the static role. */
+static inline bool lane_static_proactive(int lane) {
+        return lane == LANE_PROACTIVE || lane == LANE_PROACTIVE2;
+}
 
 typedef struct sreq sreq;
 struct sreq {

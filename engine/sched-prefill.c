@@ -126,7 +126,7 @@ static bool reroute(axp_sched *s, const sreq *r) {
 /* A proactive request whose kernels the static role has prepared runs its whole prefill
  * there (attention and remainder too), leaving the dynamic role to decode and graphics. */
 bool prefill_prepared(axp_sched *s, const sreq *r) {
-        return r->lane == LANE_PROACTIVE && s->cfg.policy == AXP_POLICY_AGENTXPU &&
+        return lane_static_proactive(r->lane) && s->cfg.policy == AXP_POLICY_AGENTXPU &&
                s->cfg.warmup && two_devices(s) && r->prepared && !reroute(s, r);
 }
 
@@ -156,6 +156,11 @@ static axp_role chunk_role(axp_sched *s, sreq *r, int c, double *ret_not_before)
                         return AXP_ROLE_STATIC;
                 return AXP_ROLE_DYNAMIC;
         }
+        /* a proactive remainder is padded to a static chunk: the dynamic role (graphics,
+         * decode, its duty budget) is worth more than the static role's wasted rows */
+        if (lane_static_proactive(r->lane) && s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.pad &&
+            two_devices(s))
+                return AXP_ROLE_STATIC;
         /* the remainder; in scenario 2 it starts once the last static chunk of its op has,
          * late enough to end with it, leaving the dynamic role to decode meanwhile */
         if (sp->defer && sp->n_static > 0) {
@@ -226,11 +231,16 @@ int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t) {
         if (best < 0)
                 return -EAGAIN;
 
+        /* On the static role a full chunk is a static chunk kernel; a remainder is one too,
+         * padded, unless warm-up has prepared the request's own shapes. */
         chunk *ch = &r->chunks[best];
-        bool stat = !best_rerouted && ch->st != ST_K2 && ch->t1 - ch->t0 == s->s_chk &&
-                    dev == s->role_dev[AXP_ROLE_STATIC];
+        bool full = ch->t1 - ch->t0 == s->s_chk;
+        bool stat = !best_rerouted && ch->st != ST_K2 && dev == s->role_dev[AXP_ROLE_STATIC] &&
+                    (full || !prefill_prepared(s, r));
         *t = one_span(r, stage_op(ch->st), ch->layer, stat ? AXP_VAR_STATIC : AXP_VAR_DYNAMIC,
                       ch->t0, ch->t1);
+        if (stat)
+                t->chunk = s->s_chk;
         return 0;
 }
 

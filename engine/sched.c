@@ -47,6 +47,8 @@ void axp_sched_config_default(axp_sched_config *c) {
                 .warmup = true,
                 .assist = true,
                 .dual_reactive = true,
+                .pad = true,
+                .pipeline = true,
         };
 }
 
@@ -386,10 +388,14 @@ static bool assist_allowed(axp_sched *s) {
  * request prefills on the static role alone. */
 static void warmup_step(axp_sched *s) {
         double w = s->devs[s->role_dev[AXP_ROLE_STATIC]].warmup_s;
-        sreq *r = s->active[LANE_PROACTIVE];
+        sreq *r = NULL;
 
-        if (r && !r->suspended)
-                r = NULL; /* running: not waiting for anything */
+        /* a preempted request of the static lanes waits too */
+        for (int l = LANE_PROACTIVE; l <= LANE_PROACTIVE2 && !r; l++) {
+                sreq *q = s->active[l];
+                if (q && q->suspended && !q->prepared && !q->abort)
+                        r = q;
+        }
 
         if (s->warming && sched_now(s) >= s->warm_end) {
                 s->warming->prepared = true;
@@ -398,7 +404,7 @@ static void warmup_step(axp_sched *s) {
         if (s->warming || !(w > 0) || !s->cfg.warmup || s->cfg.policy != AXP_POLICY_AGENTXPU ||
             s->role_dev[AXP_ROLE_STATIC] == s->role_dev[AXP_ROLE_DYNAMIC])
                 return;
-        if (!r || r->prepared || r->abort)
+        if (!r)
                 for (r = s->lists[L_PREFILL_PROACTIVE].head; r; r = r->q_next)
                         if (!r->prepared && !r->abort)
                                 break;
@@ -438,6 +444,7 @@ static void admit(axp_sched *s) {
                         /* without preemption a started proactive prefill runs to its end */
                         if (s->cfg.preemption || !p || !prefill_started(p)) {
                                 suspend(s, p);
+                                suspend(s, s->active[LANE_PROACTIVE2]);
                                 suspend(s, s->active[LANE_ASSIST]);
                                 activate(s, hr, LANE_REACTIVE);
                         }
@@ -447,10 +454,21 @@ static void admit(axp_sched *s) {
                     s->cfg.dual_reactive &&
                     s->role_dev[AXP_ROLE_STATIC] != s->role_dev[AXP_ROLE_DYNAMIC])
                         activate(s, hr, LANE_REACTIVE2);
+                if (!s->active[LANE_PROACTIVE] && s->active[LANE_PROACTIVE2]) {
+                        sreq *p2 = s->active[LANE_PROACTIVE2];
+                        s->active[LANE_PROACTIVE2] = NULL;
+                        s->active[LANE_PROACTIVE] = p2;
+                        p2->lane = LANE_PROACTIVE;
+                }
                 hp = s->lists[L_PREFILL_PROACTIVE].head;
                 if (!s->active[LANE_PROACTIVE] && hp &&
                     (!s->active[LANE_REACTIVE] || sched_aged(s, hp) || !s->cfg.preemption))
                         activate(s, hp, LANE_PROACTIVE);
+                hp = s->lists[L_PREFILL_PROACTIVE].head;
+                if (s->active[LANE_PROACTIVE] && !s->active[LANE_PROACTIVE2] && hp &&
+                    s->cfg.pipeline && !s->active[LANE_REACTIVE] &&
+                    s->role_dev[AXP_ROLE_STATIC] != s->role_dev[AXP_ROLE_DYNAMIC])
+                        activate(s, hp, LANE_PROACTIVE2);
                 /* the static role is taken and more proactive work waits: a second prefill
                  * on the dynamic role, if the budget has room */
                 if (!s->active[LANE_ASSIST] && s->active[LANE_PROACTIVE] &&
@@ -557,6 +575,8 @@ static bool try_issue(axp_sched *s, int dev) {
         if (p_aged && issue_lane(s, LANE_PROACTIVE, dev))
                 return true;
         if (!p_aged && issue_lane(s, LANE_PROACTIVE, dev))
+                return true;
+        if (issue_lane(s, LANE_PROACTIVE2, dev))
                 return true;
         /* A whole prefill on the dynamic role (the second reactive lane, the assist lane) is
          * more than the short bursts prefill-first is meant for: it shares the dynamic role

@@ -61,6 +61,9 @@ typedef struct axp_sched_config {
                                  * reactive request is in the engine, within the duty budget */
         bool dual_reactive;     /* a reactive prefill arriving while another runs starts at
                                  * once on the dynamic role instead of waiting */
+        bool pad;               /* a proactive remainder runs on the static role, padded to
+                                 * S_chk, rather than on the dynamic role */
+        bool pipeline;          /* a second proactive prefill fills the static role's gaps */
 } axp_sched_config;
 
 void axp_sched_config_default(axp_sched_config *c);

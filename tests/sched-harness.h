@@ -38,6 +38,7 @@ typedef struct h_task {
         uint64_t ids[8];    /* the first spans' requests */
         axp_kind kinds[8];
         int t0, t1;         /* of the first span */
+        int chunk;
         bool proactive_only;
 } h_task;
 
@@ -62,7 +63,7 @@ static inline void h_trace(void *ud, double now, int dev, const axp_task *t, con
         k = &h->tasks[h->n_tasks++];
         *k = (h_task) { .t = now, .dev = dev, .op = t->op, .layer = t->layer,
                         .variant = t->variant, .n = t->n_spans, .t0 = t->spans[0].t0,
-                        .t1 = t->spans[0].t1, .proactive_only = true };
+                        .t1 = t->spans[0].t1, .chunk = t->chunk, .proactive_only = true };
         k->dur = axp_calib_latency(&h->soc->devs[dev].calib, axp_task_cost(&h->shape, t));
         for (int i = 0; i < t->n_spans; i++) {
                 if (i < 8) {

@@ -282,6 +282,7 @@ static void test_warmup(void) {
                 axp_sched_config_default(&cfg);
                 cfg.warmup = on;
                 cfg.assist = false;
+                cfg.pipeline = false;
                 CHECK(h_init(&h, "llama-3b", &cfg) == 0);
                 h_req *a = h_add(&h, 0.0, AXP_PROACTIVE, 3000, 2);
                 h_req *b = h_add(&h, 0.1, AXP_PROACTIVE, 700, 2);
@@ -303,6 +304,70 @@ static void test_warmup(void) {
                         CHECK(axp_sched_warmup_seconds(h.sched) > 0);
                 } else
                         CHECK(b_attn_static == 0 && b_attn_dyn > 0);
+                h_free(&h);
+        }
+}
+
+/* Padding: a proactive remainder runs on the static role as a static chunk padded to
+ * S_chk, not on the dynamic role. */
+static void test_pad(void) {
+        for (int on = 1; on >= 0; on--) {
+                axp_sched_config cfg;
+                axp_sched_config_default(&cfg);
+                cfg.pad = on;
+                cfg.warmup = false; /* prepared shapes would run as they are */
+                CHECK(h_init(&h, "llama-3b", &cfg) == 0);
+                h_req *p = h_add(&h, 0.0, AXP_PROACTIVE, 300, 2);
+                h_run(&h, INFINITY);
+                CHECK(p->done);
+                int padded = 0, on_dyn = 0, s_chk = axp_sched_s_chk(h.sched);
+                for (int i = 0; i < h.n_tasks; i++) {
+                        const h_task *k = &h.tasks[i];
+                        if ((k->op != AXP_OP_K1 && k->op != AXP_OP_K3) || k->variant == AXP_VAR_DECODE ||
+                            k->t1 - k->t0 == s_chk)
+                                continue;
+                        if (k->dev == h_static_dev(&h) && k->variant == AXP_VAR_STATIC &&
+                            k->chunk == s_chk)
+                                padded++;
+                        if (k->dev == h_dynamic_dev(&h))
+                                on_dyn++;
+                }
+                if (on)
+                        CHECK(padded == 2 * h.shape.n_layer && on_dyn == 0);
+                else
+                        CHECK(padded == 0 && on_dyn == 2 * h.shape.n_layer);
+                h_free(&h);
+        }
+}
+
+/* Pipelining: a second proactive prefill uses the static role while the first waits on the
+ * dynamic role, so the second starts before the first has finished. */
+static void test_pipeline(void) {
+        for (int on = 1; on >= 0; on--) {
+                axp_sched_config cfg;
+                axp_sched_config_default(&cfg);
+                cfg.pipeline = on;
+                cfg.warmup = false;
+                cfg.assist = false;
+                CHECK(h_init(&h, "llama-3b", &cfg) == 0);
+                h_req *a = h_add(&h, 0.0, AXP_PROACTIVE, 200, 2);
+                h_req *b = h_add(&h, 0.0, AXP_PROACTIVE, 200, 2);
+                h_run(&h, INFINITY);
+                CHECK(a->done && b->done);
+                double a_head = -1, b_first = -1;
+                for (int i = 0; i < h.n_tasks; i++) {
+                        const h_task *k = &h.tasks[i];
+                        if (k->variant == AXP_VAR_DECODE)
+                                continue;
+                        if (k->op == AXP_OP_HEAD && h_task_has(k, a->id))
+                                a_head = k->t;
+                        if (k->op == AXP_OP_K1 && h_task_has(k, b->id) && b_first < 0)
+                                b_first = k->t;
+                }
+                if (on)
+                        CHECK(b_first < a_head);
+                else
+                        CHECK(b_first > a_head);
                 h_free(&h);
         }
 }
@@ -372,7 +437,7 @@ static int guard_violations(bool on, int *ret_overlaps) {
                 prev_end = k->t + k->dur;
                 if (!k->proactive_only)
                         continue;
-                axp_task t = { .op = k->op, .variant = k->variant, .n_spans = 1 };
+                axp_task t = { .op = k->op, .variant = k->variant, .chunk = k->chunk, .n_spans = 1 };
                 axp_seq q = { .n_past = 0 };
                 t.spans[0] = (axp_span) { .seq = &q, .t0 = k->t0, .t1 = k->t1 };
                 if (!axp_calib_memory_bound(&h.soc->devs[k->dev].calib, axp_task_cost(&h.shape, &t)))
@@ -409,6 +474,8 @@ int main(void) {
         RUN(test_elastic_split);
         RUN(test_dual_reactive);
         RUN(test_warmup);
+        RUN(test_pad);
+        RUN(test_pipeline);
         RUN(test_assist);
         RUN(test_contention_guard);
         TEST_EXIT();
