@@ -259,13 +259,14 @@ static void finish_iter(axp_sched *s) {
         }
 }
 
-void iter_task_done(axp_sched *s, int rc) {
+void iter_task_done(axp_sched *s, int rc, const char *msg) {
         iter *it = &s->it;
 
         it->issued = false;
         if (rc < 0) {
                 for (int i = 0; i < it->n; i++)
-                        sched_fail(s, it->reqs[i], rc, "a device failed to run a decode kernel");
+                        sched_fail(s, it->reqs[i], rc,
+                                   msg && msg[0] ? msg : "a device failed to run a decode kernel");
                 finish_iter(s);
                 return;
         }

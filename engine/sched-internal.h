@@ -236,7 +236,7 @@ bool prefill_started(const sreq *r);
 int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t);
 /* The kernel was issued / has finished. After HEAD the request leaves the prefill. */
 void prefill_issued(axp_sched *s, sreq *r, const axp_task *t);
-void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc);
+void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc, const char *msg);
 /* Are r's dynamic-shape kernels prepared for the static role (warm-up done)? */
 bool prefill_prepared(axp_sched *s, const sreq *r);
 
@@ -244,4 +244,4 @@ bool prefill_prepared(axp_sched *s, const sreq *r);
 /* Form the next iteration if none is running; false if there is nothing to run. */
 bool iter_form(axp_sched *s);
 void iter_task(axp_sched *s, axp_task *t);
-void iter_task_done(axp_sched *s, int rc);
+void iter_task_done(axp_sched *s, int rc, const char *msg);

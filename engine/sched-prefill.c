@@ -271,9 +271,9 @@ void prefill_issued(axp_sched *s, sreq *r, const axp_task *t) {
                 sp->t_last_static = sched_now(s);
 }
 
-void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc) {
+void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc, const char *msg) {
         if (rc < 0)
-                sched_fail(s, r, rc, "a device failed to run a prefill kernel");
+                sched_fail(s, r, rc, msg && msg[0] ? msg : "a device failed to run a prefill kernel");
         if (t->op == AXP_OP_EMBED) {
                 r->embed = O_DONE;
         } else if (t->op == AXP_OP_HEAD) {

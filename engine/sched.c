@@ -828,7 +828,7 @@ int axp_sched_cancel(axp_sched *s, uint64_t id) {
         return 0;
 }
 
-void axp_sched_task_done(axp_sched *s, int dev, int rc) {
+void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         sdev *d;
         double dt;
 
@@ -857,11 +857,11 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc) {
         d->lane_kernel = false;
         if (d->src == SRC_UNIT) {
                 d->req->in_flight--;
-                prefill_done(s, d->req, &d->task, rc);
+                prefill_done(s, d->req, &d->task, rc, msg);
         } else if (d->src == SRC_ITER) {
                 for (int i = 0; i < s->it.n; i++)
                         s->it.reqs[i]->in_flight--;
-                iter_task_done(s, rc);
+                iter_task_done(s, rc, msg);
         }
         d->src = SRC_NONE;
         d->req = NULL;

@@ -72,7 +72,7 @@ void axp_sched_config_default(axp_sched_config *c);
 typedef struct axp_sched_env {
         double (*now)(void *userdata);
         /* Start task t on device dev (t is copied or used before returning). The environment
-         * calls axp_sched_task_done(s, dev, rc) once the device has finished it. A negative
+         * calls axp_sched_task_done(s, dev, rc, msg) once the device has finished it. A negative
          * return means the task was not started. */
         int (*issue)(void *userdata, int dev, const axp_task *t);
         /* Call axp_sched_timer() at time t (replaces the previous timer; INFINITY: none). */
@@ -120,7 +120,8 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
 int axp_sched_cancel(axp_sched *s, uint64_t id);
 
 /* Events from the environment. */
-void axp_sched_task_done(axp_sched *s, int dev, int rc);
+/* rc < 0: the task failed; msg (may be NULL) says why, for the requests' error. */
+void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg);
 void axp_sched_timer(axp_sched *s);
 
 /* Share (0..1) of the dynamic role's device that other processes keep busy (graphics): the

@@ -115,6 +115,7 @@ typedef struct simdev {
         axp_device *real;
         bool busy;
         int rc;
+        char err[320];     /* the wrapped device's error */
         double t0;         /* standalone duration of the running task */
         double left;       /* work left, as a fraction of t0 */
         double rate;       /* work per second under the current contention */
@@ -213,9 +214,12 @@ static int env_issue(void *ud, int dev, const axp_task *t) {
         d->started = sim->now;
         d->demand = d->t0 > 0 ? c.bytes / d->t0 : 0;
         d->power = t->variant == AXP_VAR_DECODE ? d->prof->power_decode_w : d->prof->power_prefill_w;
+        d->err[0] = 0;
         if (d->real) {
                 axp_error err = { 0 };
                 d->rc = d->real->ops->run(d->real, t, &err);
+                if (d->rc < 0)
+                        snprintf(d->err, sizeof(d->err), "%s", err.msg);
         }
         recompute(sim);
         return 0;
@@ -356,7 +360,7 @@ int axp_sim_run(axp_sim *sim, double t_end, axp_error *err) {
                         d->st.slowdown_s += dt - d->t0 > 0 ? dt - d->t0 : 0;
                         recompute(sim);
                         if (sim->sched)
-                                axp_sched_task_done(sim->sched, dev, d->rc);
+                                axp_sched_task_done(sim->sched, dev, d->rc, d->err);
                 } else if (sim->timer <= t_ev) {
                         sim->timer = INFINITY;
                         if (sim->sched)
