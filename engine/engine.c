@@ -24,6 +24,9 @@
 
 typedef struct flow flow;
 typedef struct ereq ereq;
+typedef struct axp_engine axp_engine;
+
+static void flow_free(axp_engine *e, flow *f);
 
 struct flow {
         uint64_t id;
@@ -226,8 +229,6 @@ static flow *find_flow(axp_engine *e, uint64_t id) {
                         return f;
         return NULL;
 }
-
-static void flow_free(axp_engine *e, flow *f);
 
 static int check_sampling(const axp_sampler_params *p, axp_error *err) {
         if (!isfinite(p->temperature) || p->temperature < 0 || p->temperature > 100)
@@ -463,7 +464,8 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                 r = axp_calib_get(d, m, e->calib_cache, &d->calib, err);
                 if (r < 0)
                         return r;
-                sd[i] = (axp_sched_device) { .name = d->name, .calib = d->calib, .warmup_s = 0 };
+                sd[i] = (axp_sched_device) { .name = d->name, .calib = d->calib, .warmup_s = 0,
+                                             .graphics = d->kind == AXP_DEV_IGPU || d->kind == AXP_DEV_DGPU };
         }
         axp_sched_config_default(&sc);
         sc.policy = e->pol;

@@ -156,6 +156,7 @@ typedef struct sdev {
         const char *name;
         axp_calib calib;
         double warmup_s;
+        bool graphics;
         bool busy;
         double t_start;
         src_kind src;

@@ -223,7 +223,8 @@ static double budget_rate(const axp_sched *s) {
 }
 
 static bool budget_unlimited(const axp_sched *s) {
-        return s->cfg.policy != AXP_POLICY_AGENTXPU || budget_rate(s) >= 1.0;
+        return s->cfg.policy != AXP_POLICY_AGENTXPU || budget_rate(s) >= 1.0 ||
+               !s->devs[s->role_dev[AXP_ROLE_DYNAMIC]].graphics;
 }
 
 static void budget_refill(axp_sched *s) {
@@ -732,6 +733,7 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
                 s->devs[i].name = devs[i].name;
                 s->devs[i].calib = devs[i].calib;
                 s->devs[i].warmup_s = devs[i].warmup_s;
+                s->devs[i].graphics = devs[i].graphics;
                 s->devs[i].guard_since = -1;
         }
         s->role_dev[AXP_ROLE_STATIC] = static_dev;

@@ -87,6 +87,9 @@ typedef struct axp_sched_device {
          * for this device: an NPU compiles them (Agent.xpu's on-the-fly warm-up, done for
          * queued proactive requests); 0: it runs any shape as it is; < 0: never. */
         double warmup_s;
+        /* The desktop's GPU: proactive work on it keeps to the duty budget (graphics
+         * protection). A CPU standing in for the dynamic role is not throttled. */
+        bool graphics;
 } axp_sched_device;
 
 /* The client of a request. Both callbacks run inside axp_sched_* calls, on the scheduler's

@@ -647,7 +647,8 @@ int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
                 return r;
         for (int i = 0; i < soc->n_devs; i++)
                 devs[i] = (axp_sched_device) { .name = soc->devs[i].name, .calib = soc->devs[i].calib,
-                                               .warmup_s = soc->devs[i].warmup_s };
+                                               .warmup_s = soc->devs[i].warmup_s,
+                                               .graphics = soc->devs[i].kind == AXP_DEV_IGPU };
         r = axp_sched_new(cfg, shape, axp_sim_env(rp.sim), devs, soc->n_devs, soc->static_dev,
                           soc->dynamic_dev, &rp.sched, err);
         if (r < 0)

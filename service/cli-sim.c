@@ -39,7 +39,8 @@ static int usage(FILE *f) {
                 "  --duty F               proactive duty budget on the dynamic role (0.5)\n"
                 "  --gpu-busy F           share of the GPU other processes use (0)\n"
                 "  --disable MECH         preemption, prefill-first, contention-guard,\n"
-                "                         elastic-split, reactive-first (repeatable)\n"
+                "                         elastic-split, reactive-first, warmup, assist,\n"
+                "                         dual-reactive, pad, pipeline (repeatable)\n"
                 "  --trace FILE           write every kernel the scheduler issues to FILE\n");
         return f == stderr ? 2 : 0;
 }
@@ -228,6 +229,16 @@ int cli_sim(int argc, char **argv) {
                                 cfg.elastic_split = false;
                         else if (strcmp(optarg, "reactive-first") == 0)
                                 cfg.reactive_first = false;
+                        else if (strcmp(optarg, "warmup") == 0)
+                                cfg.warmup = false;
+                        else if (strcmp(optarg, "assist") == 0)
+                                cfg.assist = false;
+                        else if (strcmp(optarg, "dual-reactive") == 0)
+                                cfg.dual_reactive = false;
+                        else if (strcmp(optarg, "pad") == 0)
+                                cfg.pad = false;
+                        else if (strcmp(optarg, "pipeline") == 0)
+                                cfg.pipeline = false;
                         else
                                 return cli_fail("--disable: unknown mechanism '%s'", optarg);
                         break;

@@ -121,7 +121,8 @@ static inline int h_init(harness *h, const char *model, const axp_sched_config *
         for (int i = 0; i < h->soc->n_devs; i++)
                 devs[i] = (axp_sched_device) { .name = h->soc->devs[i].name,
                                                .calib = h->soc->devs[i].calib,
-                                               .warmup_s = h->soc->devs[i].warmup_s };
+                                               .warmup_s = h->soc->devs[i].warmup_s,
+                                               .graphics = h->soc->devs[i].kind == AXP_DEV_IGPU };
         if (axp_sched_new(cfg, &h->shape, axp_sim_env(h->sim), devs, h->soc->n_devs,
                           h->soc->static_dev, h->soc->dynamic_dev, &h->sched, &err) < 0) {
                 fprintf(stderr, "sched: %s\n", err.msg);
