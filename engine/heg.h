@@ -64,7 +64,7 @@ typedef enum axp_op {
 
 /* The variant a task is shaped as (DESIGN §3), which decides the role it may run on. */
 typedef enum axp_variant {
-        AXP_VAR_STATIC,  /* a chunk of exactly S_chk tokens: the static (NPU) role */
+        AXP_VAR_STATIC,  /* a chunk of S_chk tokens (a shorter one padded): the static (NPU) role */
         AXP_VAR_DYNAMIC, /* any length: the dynamic (iGPU) role */
         AXP_VAR_DECODE,  /* a batch of one token per request: the dynamic role */
 } axp_variant;

@@ -20,6 +20,7 @@ static const cli_command commands[] = {
         { "tokenize", cli_tokenize, "print the token ids of a text" },
         { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
+        { "sim", cli_sim, "replay a request trace on a simulated SoC under each scheduling policy" },
         { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
         { NULL, NULL, NULL },
 };
