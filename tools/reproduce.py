@@ -188,24 +188,29 @@ def plot_mixed(data, model, title, path):
     svg.save(path)
 
 
+def nice_ticks(rmax):
+    step = next(t for t in (5, 10, 20, 25, 50, 100) if rmax / t <= 6)
+    return [1] + list(range(step, rmax + 1, step))
+
+
 def plot_proactive(data, model, title, path):
     sets = data["proactive_only"][model]
-    svg = Svg(960, 360)
-    pw = 280
+    pw, gap, left = 270, 80, 70
+    svg = Svg(left + 3 * pw + 2 * gap + 20, 380)
     vals = [sets[s][r][pol]["proactive"]["normalized_latency_s_per_token"]
             for s in PRO_SETS for r in sets[s] for pol in POLICIES]
-    ax = LogAxis(min(v for v in vals if v > 0), max(vals), 300, 60)
+    ax = LogAxis(min(v for v in vals if v > 0), max(vals), 320, 80)
     for i, s in enumerate(PRO_SETS):
-        x0 = 70 + i * (pw + 30)
+        x0 = left + i * (pw + gap)
         x1 = x0 + pw
         rates = sorted(int(r) for r in sets[s])
         rmax = max(rates)
         ax.draw(svg, x0, x1, "normalized latency (s/token)" if i == 0 else "")
-        svg.line(x0, 300, x1, 300)
-        for r in rates:
-            if r in (1, 10, 20, 30, 50, 100) or r == rmax:
-                x = x0 + r / rmax * pw
-                svg.text(x, 316, str(r), 11, "middle")
+        svg.line(x0, 320, x1, 320)
+        for r in nice_ticks(rmax):
+            x = x0 + r / rmax * pw
+            svg.line(x, 320, x, 324)
+            svg.text(x, 336, str(r), 11, "middle")
         for pol in POLICIES:
             pts = [(x0 + r / rmax * pw,
                     ax.y(sets[s][str(r)][pol]["proactive"]["normalized_latency_s_per_token"]))
@@ -213,11 +218,11 @@ def plot_proactive(data, model, title, path):
             svg.poly(pts, COLORS[pol])
             for x, y in pts:
                 svg.circle(x, y, 2.5, COLORS[pol])
-        svg.text(x0 + pw / 2, 52, s, 13, "middle", weight="bold")
-        svg.text(x0 + pw / 2, 336, "proactive requests per minute", 11, "middle")
-    svg.text(70, 22, f"{title}, proactive only: normalized latency against request rate", 14,
+        svg.text(x0 + pw / 2, 72, s, 13, "middle", weight="bold")
+        svg.text(x0 + pw / 2, 356, "proactive requests per minute", 11, "middle")
+    svg.text(left, 24, f"{title}, proactive only: normalized latency against request rate", 14,
              weight="bold")
-    legend(svg, 620, 22)
+    legend(svg, left, 48)
     svg.save(path)
 
 
