@@ -54,7 +54,8 @@ axp_cost axp_heg_cost(const axp_heg_shape *s, axp_op op, int n_tokens, int n_seq
                 c.bytes = n * (s->n_vocab > 0 ? s->bytes_head / s->n_vocab : d) + n * d * a;
                 break;
         case AXP_OP_K1:
-                c.flops = 2.0 * n * d * (q_dim + 2.0 * kv_dim) + n * (4.0 * d + 6.0 * (q_dim + kv_dim));
+                c.flops = 2.0 * n * d * (q_dim + 2.0 * kv_dim) +
+                          n * (4.0 * d + 6.0 * (q_dim + kv_dim));
                 c.bytes = s->bytes_k1 + n * (d * a + q_dim * a + 2.0 * kv_dim * s->kv_bytes);
                 break;
         case AXP_OP_K2:
@@ -89,7 +90,8 @@ axp_cost axp_task_cost(const axp_heg_shape *s, const axp_task *t) {
 
                 n_tokens += sp->t1 - sp->t0;
                 /* pending token i sits at position past + i and attends to past + i + 1 keys */
-                attn_ctx += n * past + ((double) sp->t1 * (sp->t1 + 1) - (double) sp->t0 * (sp->t0 + 1)) / 2.0;
+                attn_ctx += n * past +
+                            ((double) sp->t1 * (sp->t1 + 1) - (double) sp->t0 * (sp->t0 + 1)) / 2.0;
                 kv_ctx += past + sp->t1;
         }
         /* a padded static chunk costs its full shape (token-wise kernels only) */

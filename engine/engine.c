@@ -350,8 +350,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 q->seq = &f->seq;
                 q->prev_pending = f->pending;
         } else {
-                r = axp_seq_init(&q->own_seq, e->model, AXP_TYPE_F32, e->n_ctx,
-                                 (int) MIN((uint64_t) e->n_ctx, (uint64_t) n_all + max_tokens), a->err);
+                int reserve = (int) MIN((uint64_t) e->n_ctx, (uint64_t) n_all + max_tokens);
+                r = axp_seq_init(&q->own_seq, e->model, AXP_TYPE_F32, e->n_ctx, reserve, a->err);
                 if (r < 0) {
                         free(q);
                         return r;
@@ -464,8 +464,12 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                 r = axp_calib_get(d, m, e->calib_cache, &d->calib, err);
                 if (r < 0)
                         return r;
-                sd[i] = (axp_sched_device) { .name = d->name, .calib = d->calib, .warmup_s = 0,
-                                             .graphics = d->kind == AXP_DEV_IGPU || d->kind == AXP_DEV_DGPU };
+                sd[i] = (axp_sched_device) {
+                        .name = d->name,
+                        .calib = d->calib,
+                        .warmup_s = 0,
+                        .graphics = d->kind == AXP_DEV_IGPU || d->kind == AXP_DEV_DGPU,
+                };
         }
         axp_sched_config_default(&sc);
         sc.policy = e->pol;
@@ -596,7 +600,8 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
                 goto fail;
         }
         if (axp_policy_from_name(e->policy, &e->pol) < 0) {
-                r = axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)", e->policy);
+                r = axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
+                               e->policy);
                 goto fail;
         }
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
@@ -851,6 +856,9 @@ int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err) {
 }
 
 static void api_swap_begin(axp_engine *e, void *arg) {
+        /* two LoadModel calls in a row: the later model wins */
+        if (e->next_model)
+                axp_model_free(e->next_model);
         e->next_model = arg;
         e->swapping = true;
 }
@@ -871,7 +879,8 @@ int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
         /* waits (as new requests do) until the requests in flight are done and m is in place */
         engine_call(e, api_swap_result, &rc, true);
         if (rc < 0)
-                return axp_errorf(err, rc, "%s", e->swap_err.msg[0] ? e->swap_err.msg : "cannot load the model");
+                return axp_errorf(err, rc, "%s",
+                                  e->swap_err.msg[0] ? e->swap_err.msg : "cannot load the model");
         return 0;
 }
 

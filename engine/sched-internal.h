@@ -166,7 +166,7 @@ typedef struct sdev {
         bool mem_bound;
         double guard_since; /* a kernel for it is deferred by the contention guard since */
         bool proactive; /* only proactive requests in the running task */
-        bool lane_kernel; /* a kernel of a prefill lane on the dynamic role (second reactive, assist) */
+        bool lane_kernel; /* of a prefill lane living on the dynamic role (reactive2, assist) */
         axp_sched_dev_stats st;
 } sdev;
 

@@ -151,8 +151,8 @@ static axp_role chunk_role(axp_sched *s, sreq *r, int c, double *ret_not_before)
         if (ch->t1 - ch->t0 == C) {
                 /* a full chunk given to the dynamic role goes back to the static role if the
                  * dynamic role has found other work since */
-                if (c < sp->n_static ||
-                    (s->cfg.policy == AXP_POLICY_AGENTXPU && (s->active[LANE_REACTIVE2] || s->active[LANE_ASSIST])))
+                if (c < sp->n_static || (s->cfg.policy == AXP_POLICY_AGENTXPU &&
+                                         (s->active[LANE_REACTIVE2] || s->active[LANE_ASSIST])))
                         return AXP_ROLE_STATIC;
                 return AXP_ROLE_DYNAMIC;
         }

@@ -547,7 +547,8 @@ static bool issue_lane(axp_sched *s, int lane, int dev) {
                 return false;
         if (!sched_guard_ok(s, dev, &t, r->kind == AXP_REACTIVE))
                 return false;
-        if (sched_issue(s, dev, &t, SRC_UNIT, r, r->kind == AXP_REACTIVE, r->kind == AXP_PROACTIVE) < 0)
+        if (sched_issue(s, dev, &t, SRC_UNIT, r, r->kind == AXP_REACTIVE,
+                        r->kind == AXP_PROACTIVE) < 0)
                 return false;
         s->devs[dev].lane_kernel = lane == LANE_ASSIST || lane == LANE_REACTIVE2;
         if (dev == s->role_dev[AXP_ROLE_DYNAMIC])

@@ -343,8 +343,8 @@ int axp_sim_run(axp_sim *sim, double t_end, axp_error *err) {
                  * forever */
                 if (t <= sim->now + 1e-12) {
                         if (++stuck > 1000000)
-                                return axp_errorf(err, -ELOOP,
-                                                  "simulation stopped advancing at t=%.6f s", sim->now);
+                                return axp_errorf(err, -ELOOP, "simulation stopped advancing at t=%.6f s",
+                                                  sim->now);
                 } else
                         stuck = 0;
                 sim->now = t;
@@ -514,7 +514,8 @@ int axp_trace_generate(const axp_trace_params *p, axp_trace_req **ret, int *ret_
                 return axp_errorf(err, -EINVAL,
                                   "trace: rates must be 0..10000 per minute and minutes 0..10000");
         for (int kind = 0; kind < 2; kind++) {
-                double rate = (kind == AXP_REACTIVE ? p->reactive_per_min : p->proactive_per_min) / 60.0;
+                double per_min = kind == AXP_REACTIVE ? p->reactive_per_min : p->proactive_per_min;
+                double rate = per_min / 60.0;
                 int set = kind == AXP_REACTIVE ? p->reactive_set : p->proactive_set;
                 /* each kind has its own stream, so changing one rate leaves the other's trace */
                 rng k;
@@ -619,7 +620,8 @@ static void log_task(void *ud, double now, int dev, const axp_task *t, const uin
         replay *rp = ud;
         FILE *f = rp->log;
 
-        fprintf(f, "%.6f dev=%d t0=%.6f %s l=%d %s", now, dev, rp->sim->devs[dev].t0, t->op < AXP_OP__COUNT ? ops[t->op] : "?",
+        fprintf(f, "%.6f dev=%d t0=%.6f %s l=%d %s", now, dev, rp->sim->devs[dev].t0,
+                t->op < AXP_OP__COUNT ? ops[t->op] : "?",
                 t->layer, t->variant <= AXP_VAR_DECODE ? vars[t->variant] : "?");
         for (int i = 0; i < t->n_spans; i++)
                 fprintf(f, " %c%llu[%d,%d)", kinds[i] == AXP_REACTIVE ? 'R' : 'P',
@@ -649,6 +651,8 @@ int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
                 devs[i] = (axp_sched_device) { .name = soc->devs[i].name, .calib = soc->devs[i].calib,
                                                .warmup_s = soc->devs[i].warmup_s,
                                                .graphics = soc->devs[i].kind == AXP_DEV_IGPU };
+        if (opts && opts->warmup_s > 0 && devs[soc->static_dev].warmup_s > 0)
+                devs[soc->static_dev].warmup_s = opts->warmup_s;
         r = axp_sched_new(cfg, shape, axp_sim_env(rp.sim), devs, soc->n_devs, soc->static_dev,
                           soc->dynamic_dev, &rp.sched, err);
         if (r < 0)

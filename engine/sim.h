@@ -91,6 +91,7 @@ int axp_trace_generate(const axp_trace_params *p, axp_trace_req **ret, int *ret_
 
 typedef struct axp_sim_replay_opts {
         double gpu_busy; /* share of the dynamic role's device other processes keep busy */
+        double warmup_s; /* > 0: NPU kernel warm-up time instead of the profile's */
         FILE *log;       /* if set: one line per task issued */
 } axp_sim_replay_opts;
 

@@ -38,6 +38,7 @@ static int usage(FILE *f) {
                 "  --aging S              proactive age threshold, 0: no aging (30)\n"
                 "  --duty F               proactive duty budget on the dynamic role (0.5)\n"
                 "  --gpu-busy F           share of the GPU other processes use (0)\n"
+                "  --warmup S             time to compile a request's NPU kernels (profile: 2)\n"
                 "  --disable MECH         preemption, prefill-first, contention-guard,\n"
                 "                         elastic-split, reactive-first, warmup, assist,\n"
                 "                         dual-reactive, pad, pipeline (repeatable)\n"
@@ -104,7 +105,7 @@ int cli_sim(int argc, char **argv) {
         enum {
                 O_SOC = 256, O_MODEL, O_RRATE, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY,
                 O_JSON, O_BOUND, O_SCHK, O_BCAP, O_MAXB, O_AGING, O_DUTY, O_GPUBUSY, O_DISABLE,
-                O_TRACE, O_HELP,
+                O_TRACE, O_WARMUP, O_HELP,
         };
         static const struct option opts[] = {
                 { "soc", required_argument, NULL, O_SOC },
@@ -126,6 +127,7 @@ int cli_sim(int argc, char **argv) {
                 { "gpu-busy", required_argument, NULL, O_GPUBUSY },
                 { "disable", required_argument, NULL, O_DISABLE },
                 { "trace", required_argument, NULL, O_TRACE },
+                { "warmup", required_argument, NULL, O_WARMUP },
                 { "help", no_argument, NULL, O_HELP },
                 {},
         };
@@ -159,11 +161,11 @@ int cli_sim(int argc, char **argv) {
                         break;
                 case O_RRATE:
                         if (parse_double(optarg, 0, 10000, &tp.reactive_per_min) < 0)
-                                return cli_fail("--reactive-rate: expected requests per minute, 0..10000");
+                                return cli_fail("--reactive-rate: expected requests per minute in 0..10000");
                         break;
                 case O_PRATE:
                         if (parse_double(optarg, 0, 10000, &tp.proactive_per_min) < 0)
-                                return cli_fail("--proactive-rate: expected requests per minute, 0..10000");
+                                return cli_fail("--proactive-rate: expected requests per minute in 0..10000");
                         break;
                 case O_RSET:
                         rset = optarg;
@@ -173,7 +175,7 @@ int cli_sim(int argc, char **argv) {
                         break;
                 case O_MINUTES:
                         if (parse_double(optarg, 0.01, 10000, &tp.minutes) < 0)
-                                return cli_fail("--minutes: expected a duration in minutes, 0.01..10000");
+                                return cli_fail("--minutes: expected a duration in minutes in 0.01..10000");
                         break;
                 case O_SEED:
                         if (parse_int(optarg, 0, 0x7fffffffL, &l) < 0)
@@ -247,8 +249,13 @@ int cli_sim(int argc, char **argv) {
                                 fclose(log);
                         log = fopen(optarg, "we");
                         if (!log)
-                                return cli_fail("--trace: cannot write '%s': %s", optarg, strerror(errno));
+                                return cli_fail("--trace: cannot write '%s': %s", optarg,
+                                                strerror(errno));
                         ro.log = log;
+                        break;
+                case O_WARMUP:
+                        if (parse_double(optarg, 0.001, 3600, &ro.warmup_s) < 0)
+                                return cli_fail("--warmup: expected seconds in 0.001..3600");
                         break;
                 case O_HELP:
                         return usage(stdout);
@@ -265,7 +272,8 @@ int cli_sim(int argc, char **argv) {
         } else {
                 axp_policy p;
                 if (axp_policy_from_name(policy, &p) < 0)
-                        return cli_fail("--policy: expected agentxpu, fcfs, serial or all, not '%s'", policy);
+                        return cli_fail("--policy: expected agentxpu, fcfs, serial or all, not '%s'",
+                                        policy);
                 run[p] = true;
         }
         if (axp_soc_profile_find(soc_name, &soc, &err) < 0 ||

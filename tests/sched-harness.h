@@ -86,7 +86,8 @@ static inline bool h_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_toke
         return true;
 }
 
-static inline void h_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
+static inline void h_finished(void *ud, uint64_t id, axp_finish_reason reason,
+                              const axp_req_stats *st) {
         h_req *q = ud;
         q->done = true;
         q->reason = reason;

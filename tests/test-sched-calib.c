@@ -59,7 +59,8 @@ static void test_cache(void) {
 
         /* damaged lines are skipped */
         f = fopen(cache, "a");
-        fputs("dev:c:Q8_0 nan 1 1 1 1 1\ndev:d:Q8_0 1 2\n\x01\x02garbage\ndev:e:Q8_0 -1 1 1 1 1 1\n", f);
+        fputs("dev:c:Q8_0 nan 1 1 1 1 1\ndev:d:Q8_0 1 2\n\x01\x02garbage\n"
+              "dev:e:Q8_0 -1 1 1 1 1 1\n", f);
         fclose(f);
         CHECK(axp_calib_cache_load(cache, "dev:c:Q8_0", &got) == -ENOENT);
         CHECK(axp_calib_cache_load(cache, "dev:d:Q8_0", &got) == -ENOENT);

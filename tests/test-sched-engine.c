@@ -157,18 +157,21 @@ static void test_concurrent_requests_match_reference(void) {
                         uint64_t id;
                         result_init(&res[i]);
                         greedy_opts(&o, 24);
-                        CHECK(axp_engine_submit(e, i % 2 ? AXP_PROACTIVE : AXP_REACTIVE, prompts[i], &o,
-                                                &cb, &id, &err) == 0);
+                        axp_kind kind = i % 2 ? AXP_PROACTIVE : AXP_REACTIVE;
+                        CHECK(axp_engine_submit(e, kind, prompts[i], &o, &cb, &id, &err) == 0);
                 }
                 for (int i = 0; i < 4; i++) {
                         result_wait(&res[i]);
-                        CHECK_MSG(res[i].len == strlen(want[i]) && memcmp(res[i].text, want[i], res[i].len) == 0,
+                        bool same = res[i].len == strlen(want[i]) &&
+                                    memcmp(res[i].text, want[i], res[i].len) == 0;
+                        CHECK_MSG(same,
                                   "%s request %d: '%.*s' vs '%s'", name, i, (int) res[i].len,
                                   res[i].text, want[i]);
                         CHECK(res[i].reason == AXP_FINISH_LENGTH || res[i].reason == AXP_FINISH_STOP);
                         CHECK(res[i].st.generated_tokens >= 1 && res[i].st.generated_tokens <= 24);
                         CHECK(res[i].st.queue_wait_s >= 0 && res[i].st.ttft_s <= res[i].st.latency_s);
-                        CHECK(res[i].st.prompt_tokens > 0 && res[i].st.prefill_tokens == res[i].st.prompt_tokens);
+                        CHECK(res[i].st.prompt_tokens > 0);
+                        CHECK(res[i].st.prefill_tokens == res[i].st.prompt_tokens);
                 }
                 axp_device_info info[4];
                 CHECK_EQ_INT(axp_engine_devices(e, info, 4), 1);

@@ -323,8 +323,8 @@ static void test_pad(void) {
                 int padded = 0, on_dyn = 0, s_chk = axp_sched_s_chk(h.sched);
                 for (int i = 0; i < h.n_tasks; i++) {
                         const h_task *k = &h.tasks[i];
-                        if ((k->op != AXP_OP_K1 && k->op != AXP_OP_K3) || k->variant == AXP_VAR_DECODE ||
-                            k->t1 - k->t0 == s_chk)
+                        bool tokenwise = k->op == AXP_OP_K1 || k->op == AXP_OP_K3;
+                        if (!tokenwise || k->variant == AXP_VAR_DECODE || k->t1 - k->t0 == s_chk)
                                 continue;
                         if (k->dev == h_static_dev(&h) && k->variant == AXP_VAR_STATIC &&
                             k->chunk == s_chk)

@@ -44,8 +44,8 @@ static void test_calibration_figures(void) {
         /* a decode step of the 8B model streams its ~7.5 GB of weights at the iGPU's
          * bandwidth: about 120 ms */
         const axp_calib *g = &p->devs[p->dynamic_dev].calib;
-        double step = s8.n_layer * (lat(g, &s8, AXP_OP_K1, 1, 0, 0) + lat(g, &s8, AXP_OP_K3, 1, 0, 0)) +
-                      lat(g, &s8, AXP_OP_HEAD, 1, 0, 0);
+        double layer = lat(g, &s8, AXP_OP_K1, 1, 0, 0) + lat(g, &s8, AXP_OP_K3, 1, 0, 0);
+        double step = s8.n_layer * layer + lat(g, &s8, AXP_OP_HEAD, 1, 0, 0);
         CHECK_MSG(step > 0.10 && step < 0.14, "decode step %.4f s", step);
 }
 
@@ -116,8 +116,10 @@ static void test_contention(void) {
         double gemv_both = run_alone_or_with(&decode, igpu, &decode, npu);
         double gemm_alone = run_alone_or_with(&chunk, npu, NULL, 0);
         double gemm_with = run_alone_or_with(&chunk, npu, &decode, igpu);
-        CHECK_MSG(gemv_both > 1.2 * gemv_alone, "GEMV %.5f alone, %.5f together", gemv_alone, gemv_both);
-        CHECK_MSG(gemm_with < 1.02 * gemm_alone, "GEMM %.5f alone, %.5f with a GEMV", gemm_alone, gemm_with);
+        CHECK_MSG(gemv_both > 1.2 * gemv_alone, "GEMV %.5f alone, %.5f together", gemv_alone,
+                  gemv_both);
+        CHECK_MSG(gemm_with < 1.02 * gemm_alone, "GEMM %.5f alone, %.5f with a GEMV", gemm_alone,
+                  gemm_with);
         CHECK(gemm_with >= gemm_alone - 1e-12);
 }
 
