@@ -15,6 +15,11 @@ typedef struct cli_command {
 
 /* Subcommands present in this build; each line is added with its implementation. */
 static const cli_command commands[] = {
+        { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },
+        { "submit", cli_submit, "a proactive request to the engine service" },
+        { "chat", cli_chat, "a conversation with the engine service (one flow)" },
+        { "status", cli_status, "the engine service's model, devices, policy and queues" },
+        { "cancel", cli_cancel, "cancel a request of yours" },
         { NULL, NULL, NULL },
 };
 
