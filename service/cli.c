@@ -15,6 +15,8 @@ typedef struct cli_command {
 
 /* Subcommands present in this build; each line is added with its implementation. */
 static const cli_command commands[] = {
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
+        { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },
         { "submit", cli_submit, "a proactive request to the engine service" },
         { "chat", cli_chat, "a conversation with the engine service (one flow)" },
