@@ -76,9 +76,9 @@ uint64_t path_number(const char *path, const char *prefix) {
         if (*p < '1' || *p > '9')
                 return 0;
         for (; *p; p++) {
-                if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
+                if (*p < '0' || *p > '9' || __builtin_mul_overflow(v, 10, &v) ||
+                    __builtin_add_overflow(v, (uint64_t) (*p - '0'), &v))
                         return 0;
-                v = v * 10 + (uint64_t) (*p - '0');
         }
         return v;
 }

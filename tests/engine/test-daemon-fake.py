@@ -632,6 +632,20 @@ def test_cli_status_and_cancel():
         bus.close()
 
 
+def test_gdbus_example_client_streams():
+    example = os.environ.get("AXP_GDBUS_EXAMPLE")
+    if not example:
+        raise Skip("the GDBus example is not built (no GIO)")
+    with engine() as (bus, d):
+        r = run([example, "--address", bus.address, "-n", "12", "--temperature", "0", "hello"])
+        assert r.rc == 0, r
+        assert r.out == "".join(f" t{i}" for i in range(1, 13)) + "\n", r.out
+        r = run([example, "--address", bus.address, "fail please"])
+        assert r.rc == 1 and "error: the fake engine was asked to fail" in r.err, r
+        r = run([example, "--address", bus.address, "-n", "0", "--temperature", "-0.5", ""])
+        assert r.rc == 1 and "The prompt is empty" in r.err, r
+
+
 TESTS = [
     test_introspection_matches_xml,
     test_complete_replies_with_text_and_stats,
@@ -652,6 +666,7 @@ TESTS = [
     test_bus_activated_daemon_exits_when_idle,
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
+    test_gdbus_example_client_streams,
 ]
 
 if __name__ == "__main__":
