@@ -2,6 +2,7 @@
 #include "context.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,6 +143,15 @@ static void context_emit_status(Context *c) {
 void context_changed(Context *c) {
         context_emit_status(c);
         context_update_idle(c);
+
+        /* A burst of requests leaves freed heap behind (token events, buffers, requests);
+         * give it back to the system once the last request is gone. */
+        if (idmap_size(&c->requests) > 0)
+                c->trim_pending = true;
+        else if (c->trim_pending) {
+                c->trim_pending = false;
+                (void) malloc_trim(0);
+        }
 }
 
 void context_on_engine_event(void *userdata, const BridgeEvent *ev) {

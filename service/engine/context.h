@@ -91,6 +91,7 @@ struct Context {
         axp_engine_status status_sent;
         char *policy_sent;
 
+        bool trim_pending;       /* requests came and went since the heap was last trimmed */
         sd_event_source *idle_timer;
         bool bus_activated;
         bool stopping;           /* SIGTERM: no new work; exit once everything is answered */

@@ -267,6 +267,8 @@ void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_sta
 
         if (r->finished)
                 return;
+        log_debug("%s finished: %s, %u tokens%s", r->path, axp_finish_reason_name(reason),
+                  stats->generated_tokens, r->client ? "" : " (its client left)");
         idmap_remove(&c->requests_by_id, r->engine_id);
         r->finished = true;
         r->reason = reason;

@@ -30,8 +30,12 @@ BASE_CONFIG = """
 ContextSize=64
 [Limits]
 PromptBytes=4096
-MaxTokens=4096
+MaxTokens=1000000
 """
+
+# Long enough never to end on its own (over an hour at the test double's pace): a test that
+# waits for such a request to go proves it was cancelled.
+LONG = "1000000"
 
 
 @contextlib.contextmanager
@@ -106,7 +110,7 @@ def test_introspection_matches_xml():
     with engine() as (bus, d):
         r = bus.gdbus(PATH, "org.freedesktop.DBus.Introspectable.Introspect")
         live = interface_members(ET.fromstring(gvariant_first_string(r.out)))
-        p, path = submit_bg(bus, "-n", "4000", "hello")
+        p, path = submit_bg(bus, "-n", LONG, "hello")
         r = bus.gdbus(path, "org.freedesktop.DBus.Introspectable.Introspect")
         live.update(interface_members(ET.fromstring(gvariant_first_string(r.out))))
         p.kill()
@@ -192,12 +196,13 @@ def test_tokens_unicast_in_order_and_bystander_sees_none():
 
 def test_client_that_leaves_has_its_request_cancelled_and_freed():
     with engine() as (bus, d):
-        p, path = submit_bg(bus, "-n", "4000", "a long one")
+        p, path = submit_bg(bus, "-n", LONG, "a long one")
         first_token(p)
         assert bus.request_nodes() == [path.rsplit("/", 1)[1]]
         p.kill()
         wait_for(lambda: engine_idle(bus) and bus.request_nodes() == [], "the request to go")
         assert re.search(r"Client :\S+ is gone", d.text()), d.text()
+        assert f"{path} finished: cancelled" in d.text(), d.text()
 
 
 def test_finished_request_is_kept_for_its_owner_then_dropped():
@@ -241,7 +246,7 @@ def test_other_user_cannot_read_or_cancel():
     if not is_root():
         raise Skip("needs root to run the second client as nobody")
     with engine() as (bus, d):
-        p, path = submit_bg(bus, "-n", "4000", "mine")
+        p, path = submit_bg(bus, "-n", LONG, "mine")
         first_token(p)
         for method, args in ((f"{REQ_IFACE}.Cancel", ()),
                              ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
@@ -312,7 +317,7 @@ def test_flows():
         # One turn at a time: while a turn runs, another on the same flow is Busy.
         long_turn = bus.spawn(["gdbus", "call", "--address", bus.address, "--dest", NAME, "--object-path", PATH,
                                "--method", f"{IFACE}.Complete", "go on",
-                               f"{{'flow': <objectpath '{flow}'>, 'max_tokens': <uint32 4000>}}"],
+                               f"{{'flow': <objectpath '{flow}'>, 'max_tokens': <uint32 1000000>}}"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: bus.props()["Running"] == 1, "the long turn to run")
         r = bus.call("Complete", "hi", f"{{'flow': <objectpath '{flow}'>}}")
@@ -338,7 +343,7 @@ def test_flows():
 
 def test_per_user_limit_answers_busy():
     with engine("[Limits]\nRequestsPerUser=3\n") as (bus, d):
-        clients = [submit_bg(bus, "-n", "4000", f"job {i}")[0] for i in range(3)]
+        clients = [submit_bg(bus, "-n", LONG, f"job {i}")[0] for i in range(3)]
         r = bus.call("Proactive", "one more", "{}")
         assert r.error_name == "org.agentxpu.Error.Busy", r
         assert "3 requests" in r.error_message, r
@@ -531,11 +536,11 @@ def test_without_polkit_only_root_administers():
 def test_sigterm_answers_everything_and_exits_0():
     with engine(step_ms=20) as (bus, d):
         polkit_standin(bus, "--hang")
-        streams = [submit_bg(bus, "-n", "4000", f"stream {i}")[0] for i in range(3)]
+        streams = [submit_bg(bus, "-n", LONG, f"stream {i}")[0] for i in range(3)]
         for p in streams:
             first_token(p)
         complete = bus.spawn(["gdbus", "call", "--address", bus.address, "--dest", NAME, "--object-path", PATH,
-                              "--method", f"{IFACE}.Complete", "long", "{'max_tokens': <uint32 4000>}"],
+                              "--method", f"{IFACE}.Complete", "long", "{'max_tokens': <uint32 1000000>}"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         admin = bus.spawn(["gdbus", "call", "--address", bus.address, "--dest", NAME, "--object-path", PATH,
                            "--method", f"{IFACE}.SetPolicy", "fcfs"],
@@ -594,7 +599,7 @@ def test_under_valgrind_no_leaks():
     with engine("[Daemon]\nFinishedKeepSec=600\n", valgrind=True) as (bus, d):
         assert bus.call("Complete", "hello", "{'max_tokens': <uint32 3>}").rc == 0
         assert bus.call("Reactive", "hi", "{'colour': <1>}").error_name == "org.agentxpu.Error.InvalidArgument"
-        p, path = submit_bg(bus, "-n", "4000", "leaving")
+        p, path = submit_bg(bus, "-n", LONG, "leaving")
         first_token(p)
         p.kill()
         chat = bus.spawn([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "3"],
@@ -603,7 +608,7 @@ def test_under_valgrind_no_leaks():
         chat.stdin.flush()
         assert chat.stdout.readline() == " t1 t2 t3\n"
         # Left running on purpose: SIGTERM must cancel it, close the flow and free everything.
-        p2, path2 = submit_bg(bus, "-n", "4000", "still running at the end")
+        p2, path2 = submit_bg(bus, "-n", LONG, "still running at the end")
         first_token(p2)
         rc = d.stop(signal.SIGTERM)
         assert rc == 0, d.text()
@@ -616,7 +621,7 @@ def test_cli_status_and_cancel():
         for line in ("Model:    tiny.gguf", "Policy:   agentxpu", "Running:  0",
                      "Devices:  fake CPU (cpu, backend cpu, roles static+dynamic, 1.0 GiB)"):
             assert line in r.out, (line, r.out)
-        p, path = submit_bg(bus, "-n", "4000", "watch me")
+        p, path = submit_bg(bus, "-n", LONG, "watch me")
         first_token(p)
         r = bus.cli("status")
         assert re.search(rf"Yours:\s+{path}\s+proactive\s+decode", r.out), r.out
