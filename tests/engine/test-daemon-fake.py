@@ -434,7 +434,7 @@ def test_bad_inputs():
 
 
 def print_bad_inputs_table():
-    with engine() as (bus, d):
+    with engine("[Limits]\nMaxTokens=4096\n") as (bus, d):
         print("| input | call | error | message |")
         print("|---|---|---|---|")
         for what, method, args, name, msg in BAD_INPUTS:
