@@ -537,11 +537,10 @@ static int gen_command(int argc, char **argv, bool reactive) {
         r = run_request(bus, reactive ? "Reactive" : "Proactive", argv[optind], &a, a.flow,
                         !reactive, reactive || a.wait, &s);
         if (r < 0) {
-                if (s.print && !s.ends_in_newline && (s.stats.generated_tokens || s.finished))
-                        putchar('\n');
-                else if (!s.print && s.text)
-                        printf("%s\n", s.text);
-                else if (s.print)
+                /* End the answer with exactly one newline. */
+                if (!s.print && s.text)
+                        fputs(s.text, stdout);
+                if ((s.print && !s.ends_in_newline) || (!s.print && (!s.text || s.text[s.len - 1] != '\n')))
                         putchar('\n');
                 fflush(stdout);
                 r = stream_result(&s, a.verbose);

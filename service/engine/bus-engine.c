@@ -189,11 +189,15 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
 
         bridge_request_cbs(&c->bridge, &cbs);
         r = axp_engine_submit(c->engine, kind, prompt, &o.opts, &cbs, &id, &err);
-        if (r >= 0)
-                r = request_started(req, id);
         if (r < 0) {
                 request_free(req); /* frees the client too if this was all it had */
                 return engine_error(error, r, &err);
+        }
+        r = request_started(req, id);
+        if (r < 0) {
+                (void) axp_engine_cancel(c->engine, id);
+                request_free(req);
+                return r;
         }
         if (f) {
                 f->busy = req;

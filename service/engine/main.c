@@ -218,6 +218,8 @@ static int run(int argc, char **argv) {
         r = sd_event_loop(c.event);
         if (r < 0)
                 return log_error_errno(r, "Event loop failed");
+        if (r > 0) /* the bus went away (sd_bus_set_exit_on_disconnect) */
+                return log_error("Lost the connection to the bus"), -ENOTCONN;
         return 0;
 }
 

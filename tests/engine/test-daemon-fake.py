@@ -625,6 +625,9 @@ def test_cli_status_and_cancel():
         first_token(p)
         r = bus.cli("status")
         assert re.search(rf"Yours:\s+{path}\s+proactive\s+decode", r.out), r.out
+        r = bus.cli("submit", "-n", "3", "no streaming")
+        lines = r.out.split("\n")
+        assert r.rc == 0 and lines[0].startswith(PATH + "/request/") and lines[1:] == [" t1 t2 t3", ""], r
         r = bus.cli("cancel", PATH + "/request/999")
         assert r.rc == 1 and "no such request" in r.err, r
         assert bus.cli("cancel", path).rc == 0
@@ -651,6 +654,46 @@ def test_gdbus_example_client_streams():
         assert r.rc == 1 and "The prompt is empty" in r.err, r
 
 
+def test_ctrl_c_cancels_the_request():
+    with engine() as (bus, d):
+        p = bus.cli_spawn("ask", "-v", "-n", LONG, "tell me everything")
+        assert p.stdout.read(1)
+        p.send_signal(signal.SIGINT)
+        rc, out, err = drain(p)
+        assert rc == 1 and "the request was cancelled" in err and "finished: cancelled" in err, (rc, err)
+        path = re.search(r"request (\S+)", err).group(1)
+        assert f"{path} finished: cancelled" in d.text()
+
+
+def test_startup_errors_are_clear():
+    if not FAKE:
+        raise Skip("AXP_ENGINE_FAKE is not set")
+    bus = TestBus()
+    try:
+        conf = bus.path("bad.conf")
+        with open(conf, "w") as f:
+            f.write("[Limits]\nRequestsPerUser=lots\n")
+        for args, message in (
+                (["--config", conf], f"{conf}:2: RequestsPerUser= must be a whole number above 0, got 'lots'"),
+                (["--config", bus.path("missing.conf")], "Cannot open " + bus.path("missing.conf")),
+                (["--config", "/dev/null", "--model", "/nonexistent.gguf"], "Cannot start the engine: Cannot open model"),
+                (["--policy", "fastest"], "--policy must be agentxpu, fcfs or serial"),
+                (["--exit-idle-time", "soon"], "--exit-idle-time wants seconds"),
+                (["--config", "/dev/null", "--address", "unix:path=/nonexistent/bus"], "Failed to connect to unix:path=/nonexistent/bus")):
+            r = run([FAKE] + args)
+            assert r.rc == 1 and message in r.err, (args, r)
+        # A second instance cannot take the name from the first.
+        model = bus.path("tiny.gguf")
+        with open(model, "w") as f:
+            f.write("x")
+        d = Daemon(bus, FAKE, args=["--model", model])
+        r = run([FAKE, "--config", "/dev/null", "--address", bus.address])
+        assert r.rc == 1 and "Failed to acquire the bus name org.agentxpu.Engine" in r.err, r
+        assert d.stop() == 0
+    finally:
+        bus.close()
+
+
 TESTS = [
     test_introspection_matches_xml,
     test_complete_replies_with_text_and_stats,
@@ -672,6 +715,8 @@ TESTS = [
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
     test_gdbus_example_client_streams,
+    test_ctrl_c_cancels_the_request,
+    test_startup_errors_are_clear,
 ]
 
 if __name__ == "__main__":
