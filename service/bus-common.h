@@ -41,8 +41,9 @@ int axp_bus_error_setf(sd_bus_error *error, int code, const char *fmt, ...)
  * `description` names the connection in sd-bus's debug output. */
 int axp_bus_open(const char *address, const char *description, sd_bus **ret);
 
-/* sd_bus_message_read_strv()-like check: every byte is valid UTF-8 (sd-bus validates
- * strings on receipt; this guards text that comes from elsewhere, such as the engine). */
+/* Whether the bytes are valid UTF-8 (no overlong forms, surrogates or code points past
+ * U+10FFFF). sd-bus validates strings it receives; this guards text from elsewhere, such as
+ * the engine's tokens, before it goes on the bus. */
 int axp_utf8_valid(const char *s, size_t len);
 
 static inline void sd_bus_error_freep_(sd_bus_error *e) {

@@ -26,6 +26,16 @@ struct AdminCall {
         LIST_FIELDS(AdminCall, admin_calls);
 };
 
+#define ADMIN_CALLS_MAX 32
+
+static unsigned admin_calls_count(Context *c) {
+        unsigned n = 0;
+
+        LIST_FOREACH(admin_calls, a, c->admin_calls)
+                n++;
+        return n;
+}
+
 static void admin_call_free(AdminCall *a) {
         Context *c = a->context;
 
@@ -138,6 +148,10 @@ static int admin_start(Context *c, sd_bus_message *m, AdminAction action, const 
 
         if (c->stopping)
                 return sd_bus_error_setf(error, AXP_ERROR_BUSY, "The engine is shutting down");
+        /* Each waits for polkit, which may wait for a password: keep their number bounded. */
+        if (admin_calls_count(c) >= ADMIN_CALLS_MAX)
+                return sd_bus_error_setf(error, AXP_ERROR_BUSY,
+                                         "Too many administrative calls are waiting; try again later");
         r = context_sender_uid(c, m, &uid);
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Cannot identify the caller");

@@ -64,7 +64,6 @@ bool policy_name_valid(const char *s) {
 }
 
 typedef enum ValueKind {
-        VALUE_STRING,
         VALUE_PATH,     /* absolute path, or empty for none */
         VALUE_POLICY,
         VALUE_DEVICE,
@@ -146,8 +145,6 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
         double d = 0;
 
         switch (k->kind) {
-        case VALUE_STRING:
-                return daemon_config_set_string(field, v);
         case VALUE_PATH:
                 if (*v && v[0] != '/')
                         return axp_errorf(err, -EINVAL, "%s: %s= must be an absolute path, got '%s'",

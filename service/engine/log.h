@@ -3,6 +3,7 @@
  * journal understands when stderr is connected to it (systemd's StandardError=journal). */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <syslog.h>
 
