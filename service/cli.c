@@ -17,6 +17,7 @@ typedef struct cli_command {
 static const cli_command commands[] = {
         { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
+        { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
         { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },
         { "submit", cli_submit, "a proactive request to the engine service" },
         { "chat", cli_chat, "a conversation with the engine service (one flow)" },
