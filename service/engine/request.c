@@ -200,7 +200,7 @@ void request_on_token(Request *r, const char *text, size_t len) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int k;
 
-        if (r->finished || !r->client)
+        if (r->finished || !r->client || len == 0)
                 return;
         if (!axp_utf8_valid(text, len) || strlen(text) != len) {
                 log_warning("Engine produced a token for %s that is not UTF-8 text, dropping it", r->path);
