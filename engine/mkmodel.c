@@ -22,23 +22,6 @@
 #define STD_BIAS 0.02f
 #define MAX_THREADS 64
 
-static const char *const arch_names[] = {
-        [AXP_ARCH_LLAMA] = "llama",
-        [AXP_ARCH_QWEN2] = "qwen2",
-        [AXP_ARCH_QWEN3] = "qwen3",
-};
-
-const char *axp_mkmodel_arch_name(enum axp_arch a) {
-        return (unsigned) a < ELEMENTSOF(arch_names) ? arch_names[a] : "unknown";
-}
-
-int axp_mkmodel_arch_from_name(const char *name) {
-        for (size_t i = 0; i < ELEMENTSOF(arch_names); i++)
-                if (strcmp(arch_names[i], name) == 0)
-                        return (int) i;
-        return -1;
-}
-
 void axp_mkmodel_defaults(axp_mkmodel_params *p) {
         *p = (axp_mkmodel_params) {
                 .arch = AXP_ARCH_LLAMA,
@@ -644,7 +627,7 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
         const axp_type_traits *tr = axp_type_traits_get(p->type);
         int head_dim;
 
-        if ((unsigned) p->arch >= ELEMENTSOF(arch_names))
+        if ((unsigned) p->arch > AXP_ARCH_QWEN3)
                 return axp_errorf(err, -EINVAL, "unknown architecture %d", (int) p->arch);
         if (!tr || file_type_of(p->type) < 0)
                 return axp_errorf(err, -EINVAL,
@@ -704,7 +687,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         k = check_params(p, &head_dim, err);
         if (k < 0)
                 return k;
-        arch = arch_names[p->arch];
+        arch = axp_arch_name(p->arch);
         tr = axp_type_traits_get(p->type);
         qwen = p->arch != AXP_ARCH_LLAMA;
         q_dim = (int64_t) p->n_head * head_dim;

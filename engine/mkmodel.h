@@ -35,5 +35,3 @@ void axp_mkmodel_defaults(axp_mkmodel_params *p);
 int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err);
 
 /* "llama", "qwen2", "qwen3"; parse returns -1 for an unknown name. */
-const char *axp_mkmodel_arch_name(enum axp_arch a);
-int axp_mkmodel_arch_from_name(const char *name);

@@ -92,7 +92,7 @@ int cli_mkmodel(int argc, char **argv) {
                 k = 0;
                 switch (c) {
                 case O_ARCH:
-                        a = axp_mkmodel_arch_from_name(optarg);
+                        a = axp_arch_from_name(optarg);
                         if (a < 0) {
                                 fprintf(stderr, "agentxpu mkmodel: unknown --arch '%s' (llama, qwen2, qwen3)\n",
                                         optarg);
@@ -188,7 +188,7 @@ int cli_mkmodel(int argc, char **argv) {
                 return cli_fail("mkmodel: %s", err.msg);
         if (stat(p.path, &st) == 0)
                 printf("wrote %s: %s, %s weights, %.1f MB in %.1f s\n", p.path,
-                       axp_mkmodel_arch_name(p.arch), axp_type_traits_get(p.type)->name,
+                       axp_arch_name(p.arch), axp_type_traits_get(p.type)->name,
                        (double) st.st_size / 1e6, axp_now() - t0);
         return 0;
 }

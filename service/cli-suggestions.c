@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "monitor/jsonline.h"
+#include "json.h"
 #include "util.h"
 
 typedef struct Options {

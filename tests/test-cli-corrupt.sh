@@ -48,5 +48,30 @@ done <<END
 $commands
 END
 
+# Commands that run a model reject the same files, and a real model cut short anywhere.
+model_commands="generate -p hi -n 2 -m
+tokenize -p hi -m
+logits -p hi -o $dir/logits.f32 -m"
+"$AXP_CLI" mkmodel --arch qwen2 --type q4_k --seed 3 -o "$dir/model.gguf" > /dev/null
+size=$(stat -c %s "$dir/model.gguf")
+for cut in 3 20 100 1000 5000 20000 $((size / 2)) $((size - 100)); do
+        head -c "$cut" "$dir/model.gguf" > "$dir/model-cut-$cut.gguf"
+done
+while IFS= read -r cmd; do
+        while IFS="$(printf '\t')" read -r name expect; do
+                check "$cmd" "$dir/$name.gguf" "$expect"
+        done < "$dir/list.txt"
+        for cut in 3 20 100 1000 5000 20000 $((size / 2)) $((size - 100)); do
+                check "$cmd" "$dir/model-cut-$cut.gguf" "model-cut-$cut.gguf"
+        done
+        # shellcheck disable=SC2086
+        if ! "$AXP_CLI" $cmd "$dir/model.gguf" > /dev/null; then
+                echo "FAIL: agentxpu $cmd model.gguf rejects a valid model"
+                fails=$((fails + 1))
+        fi
+done <<END
+$model_commands
+END
+
 echo "$count runs on corrupt files, $fails failed"
 [ "$fails" -eq 0 ] && [ "$count" -gt 100 ]

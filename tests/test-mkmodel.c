@@ -67,7 +67,7 @@ static void check_tensor(const gguf_file *f, const char *name, uint32_t type, in
 /* Everything llama.cpp's loader reads for these archs is there, named and shaped as it
  * expects; tensors are laid out as its gguf reader requires. */
 static void check_model(const gguf_file *f, const axp_mkmodel_params *p, int head_dim) {
-        const char *arch = axp_mkmodel_arch_name(p->arch);
+        const char *arch = axp_arch_name(p->arch);
         const gguf_kv *tok;
         gguf_str s;
         float x;

@@ -8,7 +8,7 @@
 #include <glib.h>
 #include <stdbool.h>
 
-#include "jsonline.h"
+#include "json.h"
 #include "prompt.h"
 
 typedef enum EventSource {

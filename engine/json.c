@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-#include "jsonline.h"
+#include "json.h"
 
 #include <errno.h>
 #include <stdlib.h>

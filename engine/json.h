@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* A small JSON reader for the monitor's journal and suggestion store, which hold one JSON
- * object per line. Plain C (no GLib) so the `agentxpu` command line can read the store too.
- * Input is untrusted: every malformed line is an error with a message, never a crash. */
+/* A small JSON reader: the monitor's journal and suggestion store (one object per line), the
+ * command line reading the store, and the tests reading reference data. Input is untrusted:
+ * anything malformed is an error with a message, never a crash. */
 #pragma once
 
 #include <stdbool.h>
