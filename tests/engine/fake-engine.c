@@ -341,7 +341,7 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 .kind = kind,
                 .cbs = *cbs,
                 .max_tokens = opts->max_tokens ? opts->max_tokens : 256,
-                .prompt_tokens = (f ? f->tokens : 0) + tokens,
+                .prompt_tokens = tokens, /* this turn's, as the engine counts them */
                 .prefill_tokens = tokens,
                 .fail = has_word(prompt, "fail"),
                 .short_answer = has_word(prompt, "short"),

@@ -311,8 +311,8 @@ def test_flows():
         chat.stdin.write("four five\n")
         chat.stdin.flush()
         chat.stderr.readline()
-        # The second turn prefills only its own 6 tokens; its prompt is the whole conversation.
-        assert read_stats_line(chat.stderr) == ("length", 7 + 5 + 6, 6, 5)
+        # The second turn prefills only its own 6 tokens, not the 12 before it.
+        assert read_stats_line(chat.stderr) == ("length", 6, 6, 5)
 
         # One turn at a time: while a turn runs, another on the same flow is Busy.
         long_turn = bus.spawn(["gdbus", "call", "--address", bus.address, "--dest", NAME, "--object-path", PATH,
