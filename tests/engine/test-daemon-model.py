@@ -153,22 +153,25 @@ def test_fifty_clients_a_third_leaving():
         assert second <= idle + 8192, (idle, first, second)
 
 
+def generated(bus, path):
+    st = bus.busctl("get-property", NAME, path, REQ_IFACE, "Stats")
+    assert st.rc == 0, st
+    return st.json["data"]["generated_tokens"]["data"]
+
+
 def test_reactive_overtakes_busy_proactive_work():
     with engine() as (bus, d):
         background = [submit_bg(bus, "-n", "300", "--temperature", "0", f"Background job {i}") for i in range(4)]
-        for p, _ in background:
-            p.stdout.read(1)
+        # Well into their decoding, so the engine is busy with them.
+        wait_for(lambda: all(generated(bus, path) >= 20 for _, path in background), "proactive work to get going")
         ask = bus.cli_spawn("ask", "-n", "8", "--temperature", "0", "Quick question")
         assert ask.stdout.read(1), "the reactive request produced no token"
         # At the reactive request's first token, how far is the proactive work?
-        progress = []
-        for p, path in background:
-            st = bus.busctl("get-property", NAME, path, REQ_IFACE, "Stats")
-            assert st.rc == 0, st
-            progress.append(st.json["data"]["generated_tokens"]["data"])
+        progress = [generated(bus, path) for _, path in background]
         rc, out, err = drain(ask)
         assert rc == 0, err
         print(f"    proactive tokens generated when the reactive one began: {progress} of 300", flush=True)
+        assert all(p.poll() is None for p, _ in background), "proactive work finished first"
         assert all(n < 150 for n in progress), progress
         for p, _ in background:
             p.kill()
