@@ -6,11 +6,14 @@ the engine's scheduler) or the command line cannot make a model.
 
 Run one test: test-daemon-model.py test_complete_matches_generate."""
 
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bustest import (NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvariant_first_string,  # noqa: E402
@@ -18,23 +21,23 @@ from bustest import (NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvaria
 
 DAEMON = os.environ.get("AXP_ENGINE_DAEMON", "")
 CLI = os.environ.get("AXP_CLI", "")
-MODEL_DIR = os.environ.get("AXP_BUILD_DIR", "/tmp")
 _model = None
 
 
 def model():
-    """A small synthetic model, made once per run."""
+    """A small synthetic model (seeded random weights), made once per run, readable by all."""
     global _model
     if _model:
         return _model
     if not DAEMON:
         raise Skip("agentxpu-engine is not built (the engine's scheduler, engine/engine.c, is missing)")
-    path = os.path.join(MODEL_DIR, "test-daemon-model.gguf")
-    if not os.path.exists(path):
-        r = run([CLI, "mkmodel", "-o", path + ".tmp", "--seed", "7"])
-        if r.rc != 0:
-            raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
-        os.replace(path + ".tmp", path)
+    folder = tempfile.mkdtemp(prefix="axp-test-model-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "tiny.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--seed", "7"])
+    if r.rc != 0:
+        raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
     _model = path
     return path
 
