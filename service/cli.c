@@ -22,6 +22,11 @@ static const cli_command commands[] = {
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { "sim", cli_sim, "replay a request trace on a simulated SoC under each scheduling policy" },
         { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
+        { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },
+        { "submit", cli_submit, "a proactive request to the engine service" },
+        { "chat", cli_chat, "a conversation with the engine service (one flow)" },
+        { "status", cli_status, "the engine service's model, devices, policy and queues" },
+        { "cancel", cli_cancel, "cancel a request of yours" },
         { NULL, NULL, NULL },
 };
 
