@@ -64,7 +64,7 @@ typedef enum axp_op {
 
 /* The variant a task is shaped as (DESIGN §3), which decides the role it may run on. */
 typedef enum axp_variant {
-        AXP_VAR_STATIC,  /* a chunk of exactly S_chk tokens: the static (NPU) role */
+        AXP_VAR_STATIC,  /* a chunk of S_chk tokens (a shorter one padded): the static (NPU) role */
         AXP_VAR_DYNAMIC, /* any length: the dynamic (iGPU) role */
         AXP_VAR_DECODE,  /* a batch of one token per request: the dynamic role */
 } axp_variant;
@@ -80,6 +80,10 @@ typedef struct axp_task {
         axp_op op;
         axp_variant variant;
         int layer; /* K1..K3 */
+        /* AXP_VAR_STATIC: the chunk length S_chk the kernel is shaped for; a shorter span is
+         * padded to it (the device computes, and the cost model charges, chunk rows).
+         * 0: the span's length. */
+        int chunk;
         int n_spans;
         axp_span spans[AXP_MAX_BATCH];
 } axp_task;
@@ -104,8 +108,9 @@ typedef struct axp_heg_shape {
 void axp_heg_shape_from_model(const axp_model *m, uint32_t kv_type, axp_heg_shape *ret);
 
 typedef struct axp_cost {
-        double flops; /* W */
-        double bytes; /* Q */
+        double flops;      /* W */
+        double bytes;      /* Q */
+        double attn_flops; /* the part of W that is attention (K2): it runs at e_attn of P_eff */
 } axp_cost;
 
 /* Cost of one kernel over n_tokens tokens (summed over all spans), n_seqs requests, where
@@ -123,6 +128,9 @@ typedef struct axp_calib {
         double u_m;  /* bandwidth utilization at the memory-bound anchor */
         double u_c;  /* bandwidth utilization at the compute-bound anchor */
         double I_c;  /* intensity of the compute-bound anchor (FLOP/byte) */
+        /* Attention reaches only this fraction of P_eff (softmax, masking and short dot
+         * products keep it below the GEMM roof); 0 means 1. A third calibration point. */
+        double e_attn;
 } axp_calib;
 
 double axp_calib_B_eff(const axp_calib *c);

@@ -20,8 +20,14 @@ static const cli_command commands[] = {
         { "tokenize", cli_tokenize, "print the token ids of a text" },
         { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
+        { "sim", cli_sim, "replay a request trace on a simulated SoC under each scheduling policy" },
         { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
         { "devices", cli_devices, "list every device, the roles they take, and graphics telemetry" },
+        { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },
+        { "submit", cli_submit, "a proactive request to the engine service" },
+        { "chat", cli_chat, "a conversation with the engine service (one flow)" },
+        { "status", cli_status, "the engine service's model, devices, policy and queues" },
+        { "cancel", cli_cancel, "cancel a request of yours" },
         { NULL, NULL, NULL },
 };
 

@@ -12,6 +12,12 @@ int cli_inspect(int argc, char **argv);
 int cli_sim(int argc, char **argv);
 int cli_suggestions(int argc, char **argv);
 int cli_devices(int argc, char **argv);
+/* service/cli-bus.c: clients of the engine service */
+int cli_ask(int argc, char **argv);
+int cli_submit(int argc, char **argv);
+int cli_status(int argc, char **argv);
+int cli_cancel(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 
 /* Print "agentxpu: <msg>" to stderr as one line and return 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

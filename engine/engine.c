@@ -1,0 +1,918 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine: a model, its devices bound to roles, and the scheduler on a thread of its own
+ * on the wall clock. Every API call runs on that thread (posted to its mailbox, the caller
+ * waiting for the answer), so the engine's state has one owner and needs no locks; the
+ * devices run kernels on their executors' threads and post completions to the same mailbox. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "calib.h"
+#include "chat.h"
+#include "engine.h"
+#include "executor.h"
+#include "generate.h"
+#include "model.h"
+#include "scheduler.h"
+#include "tokenizer.h"
+#include "types.h"
+
+#define MAX_DEVS 4
+#define DEFAULT_MAX_TOKENS 256
+#define PREFILL_MAX_CTX 4096
+
+typedef struct flow flow;
+typedef struct ereq ereq;
+typedef struct axp_engine axp_engine;
+
+static void flow_free(axp_engine *e, flow *f);
+
+struct flow {
+        uint64_t id;
+        char *system;
+        bool raw;
+        axp_seq seq;       /* its KV cache, kept between turns */
+        int32_t pending;   /* last sampled token, not yet in the KV cache; -1: none */
+        ereq *busy;        /* the request in flight, if any */
+        bool closing;      /* closed while busy: freed when its request finishes */
+        flow *next;
+};
+
+struct ereq {
+        axp_engine *e;
+        uint64_t id;
+        axp_kind kind;
+        axp_request_cbs cbs;
+        axp_gen gen;
+        bool gen_ok;
+        axp_seq own_seq;   /* without a flow */
+        axp_seq *seq;
+        flow *flow;
+        int32_t prev_pending; /* the flow's pending token this turn consumed */
+        int32_t last_tok;
+        uint32_t prompt_tokens;
+        ereq *next;
+};
+
+typedef struct deferred {
+        axp_mail *mail;
+        struct deferred *next;
+} deferred;
+
+struct axp_engine {
+        axp_engine_config cfg;
+        char *model_path, *policy, *static_dev, *dynamic_dev, *calib_cache;
+
+        pthread_t thread;
+        bool thread_started, stop;
+        axp_mailbox *mb;
+        double timer;
+
+        axp_model *model;
+        axp_device *devs[MAX_DEVS];
+        bool role_static[MAX_DEVS], role_dynamic[MAX_DEVS];
+        int n_devs, static_dev_i, dynamic_dev_i;
+        axp_executor *ex[MAX_DEVS];
+        axp_sched *sched;
+        axp_policy pol;
+        int n_ctx;
+
+        ereq *reqs;
+        flow *flows;
+        uint64_t next_flow;
+
+        /* LoadModel: the new model waits here until requests in flight are done; calls that
+         * need a model wait in `deferred` meanwhile */
+        axp_model *next_model;
+        int swap_rc;
+        axp_error swap_err;
+        bool swapping;
+        deferred *deferred;
+};
+
+const char *axp_kind_name(axp_kind k) {
+        return k == AXP_REACTIVE ? "reactive" : k == AXP_PROACTIVE ? "proactive" : "unknown";
+}
+
+const char *axp_finish_reason_name(axp_finish_reason r) {
+        switch (r) {
+        case AXP_FINISH_STOP:
+                return "stop";
+        case AXP_FINISH_LENGTH:
+                return "length";
+        case AXP_FINISH_CANCELLED:
+                return "cancelled";
+        case AXP_FINISH_ERROR:
+                return "error";
+        }
+        return "unknown";
+}
+
+const char *axp_req_state_name(axp_req_state s) {
+        switch (s) {
+        case AXP_STATE_QUEUED:
+                return "queued";
+        case AXP_STATE_PREFILL:
+                return "prefill";
+        case AXP_STATE_DECODE:
+                return "decode";
+        case AXP_STATE_FINISHED:
+                return "finished";
+        }
+        return "unknown";
+}
+
+void axp_engine_config_default(axp_engine_config *c) {
+        *c = (axp_engine_config) {
+                .policy = "agentxpu",
+                .static_dev = "auto",
+                .dynamic_dev = "auto",
+                .preempt_bound_s = 0.1,
+                .b_cap = 3,
+                .max_batch = 32,
+                .aging_s = 30,
+                .proactive_duty = 0.5,
+        };
+}
+
+void axp_request_opts_default(axp_request_opts *o) {
+        *o = (axp_request_opts) { 0 };
+        axp_sampler_params_default(&o->sampling);
+}
+
+/* The scheduler's environment on the wall clock ---------------------------------------------- */
+
+static double env_now(void *ud) {
+        return axp_now();
+}
+
+static int env_issue(void *ud, int dev, const axp_task *t) {
+        axp_engine *e = ud;
+        return dev >= 0 && dev < e->n_devs ? axp_executor_submit(e->ex[dev], t) : -EINVAL;
+}
+
+static void env_set_timer(void *ud, double t) {
+        ((axp_engine *) ud)->timer = t;
+}
+
+/* Requests ------------------------------------------------------------------------------------- */
+
+static void deliver_text(ereq *q) {
+        if (q->gen.out_len > 0 && q->cbs.token)
+                q->cbs.token(q->cbs.userdata, q->id, q->gen.out, q->gen.out_len);
+        q->gen.out_len = 0;
+}
+
+static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
+                     axp_finish_reason *ret_reason) {
+        ereq *q = ud;
+        int32_t tok = axp_gen_next(&q->gen, seq->logits);
+
+        q->last_tok = tok;
+        deliver_text(q);
+        if (q->gen.done) {
+                *ret_reason = q->gen.reason;
+                return false;
+        }
+        *ret_token = tok;
+        return true;
+}
+
+static void req_unlink(axp_engine *e, ereq *q) {
+        for (ereq **p = &e->reqs; *p; p = &(*p)->next)
+                if (*p == q) {
+                        *p = q->next;
+                        return;
+                }
+}
+
+static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
+        ereq *q = ud;
+        axp_req_stats stats = *st;
+
+        axp_gen_finish(&q->gen, reason);
+        deliver_text(q);
+        stats.prompt_tokens = q->prompt_tokens;
+        stats.generated_tokens = q->gen.n_generated;
+        if (q->flow) {
+                flow *f = q->flow;
+                /* what the KV cache holds: the turn's tokens if its prefill completed, and every
+                 * generated token but the last, which the next turn feeds first */
+                if (q->gen.n_generated == 0) {
+                        axp_seq_truncate(&f->seq, f->seq.n_past);
+                        f->pending = q->prev_pending;
+                } else {
+                        axp_seq_truncate(&f->seq, f->seq.n_past);
+                        f->pending = q->last_tok;
+                }
+                axp_seq_release_activations(&f->seq);
+                f->busy = NULL;
+        }
+        if (q->flow && q->flow->closing)
+                flow_free(q->e, q->flow);
+        if (q->cbs.finished)
+                q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
+        req_unlink(q->e, q);
+        if (q->gen_ok)
+                axp_gen_free(&q->gen);
+        if (!q->flow)
+                axp_seq_free(&q->own_seq);
+        free(q);
+}
+
+static const axp_sched_req_ops req_ops = { .next = req_next, .finished = req_finished };
+
+static flow *find_flow(axp_engine *e, uint64_t id) {
+        for (flow *f = e->flows; f; f = f->next)
+                if (f->id == id && !f->closing)
+                        return f;
+        return NULL;
+}
+
+static int check_sampling(const axp_sampler_params *p, axp_error *err) {
+        if (!isfinite(p->temperature) || p->temperature < 0 || p->temperature > 100)
+                return axp_errorf(err, -EINVAL, "temperature must be between 0 and 100");
+        if (p->top_k < 0)
+                return axp_errorf(err, -EINVAL, "top_k must not be negative");
+        if (!isfinite(p->top_p) || p->top_p <= 0 || p->top_p > 1)
+                return axp_errorf(err, -EINVAL, "top_p must be in (0, 1]");
+        if (!isfinite(p->min_p) || p->min_p < 0 || p->min_p > 1)
+                return axp_errorf(err, -EINVAL, "min_p must be in [0, 1]");
+        if (!isfinite(p->repeat_penalty) || p->repeat_penalty <= 0 || p->repeat_penalty > 100)
+                return axp_errorf(err, -EINVAL, "repeat_penalty must be in (0, 100]");
+        if (p->repeat_last_n < 0)
+                return axp_errorf(err, -EINVAL, "repeat_last_n must not be negative");
+        return 0;
+}
+
+/* The turn's text as the model reads it: chat-templated unless raw. */
+static char *format_turn(axp_engine *e, const char *prompt, const char *system, bool raw) {
+        axp_chat_msg msgs[2];
+        size_t n = 0;
+
+        if (raw)
+                return strdup(prompt);
+        if (system && system[0])
+                msgs[n++] = (axp_chat_msg) { "system", system };
+        msgs[n++] = (axp_chat_msg) { "user", prompt };
+        return axp_chat_format(axp_chat_detect(e->model->chat_template, e->model->tok), msgs, n,
+                               true);
+}
+
+typedef struct submit_args {
+        axp_kind kind;
+        const char *prompt;
+        const axp_request_opts *opts;
+        const axp_request_cbs *cbs;
+        uint64_t id;
+        axp_error *err;
+        int ret;
+} submit_args;
+
+static int do_submit(axp_engine *e, submit_args *a) {
+        const axp_request_opts *o = a->opts;
+        _cleanup_free_ char *text = NULL;
+        _cleanup_free_ int32_t *toks = NULL, *all = NULL;
+        flow *f = NULL;
+        ereq *q;
+        int n = 0, n_all, r;
+        bool first_turn = true;
+        uint32_t max_tokens;
+
+        if (!e->model)
+                return axp_errorf(a->err, -ENOMEDIUM, "no model is loaded");
+        if (a->kind != AXP_REACTIVE && a->kind != AXP_PROACTIVE)
+                return axp_errorf(a->err, -EINVAL, "unknown request kind");
+        if (!a->prompt)
+                return axp_errorf(a->err, -EINVAL, "the prompt is missing");
+        if ((r = check_sampling(&o->sampling, a->err)) < 0)
+                return r;
+        if (o->n_stop > 16)
+                return axp_errorf(a->err, -EINVAL, "at most 16 stop strings");
+        for (size_t i = 0; i < o->n_stop; i++)
+                if (!o->stop[i] || !o->stop[i][0] || strlen(o->stop[i]) > 256)
+                        return axp_errorf(a->err, -EINVAL, "stop strings must be 1 to 256 bytes");
+        if (o->flow) {
+                f = find_flow(e, o->flow);
+                if (!f)
+                        return axp_errorf(a->err, -ENOENT, "no such flow");
+                if (f->busy)
+                        return axp_errorf(a->err, -EBUSY, "the flow has a request in flight");
+                first_turn = f->seq.n_past == 0 && f->pending < 0;
+        }
+
+        text = format_turn(e, a->prompt, first_turn ? (o->system ? o->system : f ? f->system : NULL)
+                                                    : NULL,
+                           o->raw || (f && f->raw));
+        if (!text)
+                return axp_errorf(a->err, -ENOMEM, "out of memory");
+        r = axp_tokenize(e->model->tok, text, strlen(text),
+                         AXP_TOK_PARSE_SPECIAL | (first_turn ? AXP_TOK_ADD_BOS : 0), &toks, &n,
+                         a->err);
+        if (r < 0)
+                return r;
+        /* a flow's next turn first feeds the token its last answer ended with */
+        n_all = n + (f && f->pending >= 0);
+        if (n_all == 0)
+                return axp_errorf(a->err, -EINVAL, "the prompt is empty");
+        all = malloc(sizeof(int32_t) * n_all);
+        if (!all)
+                return axp_errorf(a->err, -ENOMEM, "out of memory");
+        if (n_all > n)
+                all[0] = f->pending;
+        memcpy(all + (n_all - n), toks, sizeof(int32_t) * n);
+
+        int used = f ? f->seq.n_past : 0;
+        if (n_all > PREFILL_MAX_CTX || used + n_all + 1 > e->n_ctx)
+                return axp_errorf(a->err, -E2BIG,
+                                  "the prompt has %d tokens and %d are in use; the context holds %d",
+                                  n_all, used, e->n_ctx);
+        max_tokens = o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS;
+
+        q = calloc(1, sizeof(*q));
+        if (!q)
+                return axp_errorf(a->err, -ENOMEM, "out of memory");
+        q->e = e;
+        q->kind = a->kind;
+        q->cbs = a->cbs ? *a->cbs : (axp_request_cbs) { 0 };
+        q->flow = f;
+        q->prompt_tokens = (uint32_t) n_all;
+        q->last_tok = -1;
+        if (f) {
+                if (!f->seq.model) {
+                        r = axp_seq_init(&f->seq, e->model, AXP_TYPE_F32, e->n_ctx, n_all, a->err);
+                        if (r < 0) {
+                                free(q);
+                                return r;
+                        }
+                }
+                q->seq = &f->seq;
+                q->prev_pending = f->pending;
+        } else {
+                int reserve = (int) MIN((uint64_t) e->n_ctx, (uint64_t) n_all + max_tokens);
+                r = axp_seq_init(&q->own_seq, e->model, AXP_TYPE_F32, e->n_ctx, reserve, a->err);
+                if (r < 0) {
+                        free(q);
+                        return r;
+                }
+                q->seq = &q->own_seq;
+        }
+        r = axp_gen_init(&q->gen, e->model, &o->sampling, o->stop, o->n_stop, max_tokens, all,
+                         n_all, a->err);
+        if (r < 0)
+                goto fail;
+        q->gen_ok = true;
+        q->next = e->reqs;
+        e->reqs = q;
+        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
+        if (r < 0) {
+                req_unlink(e, q);
+                goto fail;
+        }
+        if (f) {
+                f->pending = -1;
+                f->busy = q;
+        }
+        a->id = q->id;
+        return 0;
+fail:
+        if (q->gen_ok)
+                axp_gen_free(&q->gen);
+        if (!f)
+                axp_seq_free(&q->own_seq);
+        free(q);
+        return r;
+}
+
+
+/* Flows -------------------------------------------------------------------------------------- */
+
+static void flow_free(axp_engine *e, flow *f) {
+        for (flow **p = &e->flows; *p; p = &(*p)->next)
+                if (*p == f) {
+                        *p = f->next;
+                        break;
+                }
+        if (f->seq.model)
+                axp_seq_free(&f->seq);
+        free(f->system);
+        free(f);
+}
+
+/* Calls: every API function runs on the engine's thread ---------------------------------------- */
+
+typedef struct call {
+        axp_engine *e;
+        void (*fn)(axp_engine *e, void *arg);
+        void *arg;
+        bool needs_model; /* waits while a new model is swapped in */
+} call;
+
+static void run_call(void *p) {
+        call *c = p;
+        c->fn(c->e, c->arg);
+}
+
+static void engine_call(axp_engine *e, void (*fn)(axp_engine *e, void *arg), void *arg,
+                        bool needs_model) {
+        call c = { e, fn, arg, needs_model };
+
+        /* with no memory for the mail, run nothing: callers see their default answer */
+        (void) axp_mailbox_call(e->mb, run_call, &c);
+}
+
+/* Model, devices, scheduler ------------------------------------------------------------------ */
+
+static int setup_devices(axp_engine *e, axp_error *err) {
+        const char *names[2] = { e->static_dev, e->dynamic_dev };
+        axp_device *cpu = NULL;
+        int r;
+
+        for (int i = 0; i < 2; i++)
+                if (strcmp(names[i], "auto") != 0 && strcmp(names[i], "cpu") != 0)
+                        return axp_errorf(err, -ENODEV,
+                                          "device '%s' is not available: this build runs kernels on "
+                                          "the CPU only (use 'auto' or 'cpu')",
+                                          names[i]);
+        r = axp_cpu_device_new(e->cfg.n_threads, &cpu, err);
+        if (r < 0)
+                return r;
+        e->devs[0] = cpu;
+        e->n_devs = 1;
+        e->static_dev_i = e->dynamic_dev_i = 0;
+        e->role_static[0] = e->role_dynamic[0] = true;
+        r = axp_executor_new(cpu, 0, e->mb, &e->ex[0], err);
+        if (r < 0)
+                return r;
+        return 0;
+}
+
+/* Prepare the devices for m, calibrate them and start a scheduler. */
+static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
+        axp_sched_device sd[MAX_DEVS];
+        axp_sched_config sc;
+        axp_heg_shape shape;
+        axp_sched_env env = { .now = env_now, .issue = env_issue, .set_timer = env_set_timer,
+                              .userdata = e };
+        int r;
+
+        for (int i = 0; i < e->n_devs; i++) {
+                axp_device *d = e->devs[i];
+                if (d->ops->prepare && (r = d->ops->prepare(d, m, err)) < 0)
+                        return r;
+                r = axp_calib_get(d, m, e->calib_cache, &d->calib, err);
+                if (r < 0)
+                        return r;
+                sd[i] = (axp_sched_device) {
+                        .name = d->name,
+                        .calib = d->calib,
+                        .warmup_s = 0,
+                        .graphics = d->kind == AXP_DEV_IGPU || d->kind == AXP_DEV_DGPU,
+                };
+        }
+        axp_sched_config_default(&sc);
+        sc.policy = e->pol;
+        sc.preempt_bound_s = e->cfg.preempt_bound_s;
+        sc.b_cap = e->cfg.b_cap;
+        sc.max_batch = e->cfg.max_batch;
+        sc.aging_s = e->cfg.aging_s;
+        sc.proactive_duty = e->cfg.proactive_duty;
+        e->n_ctx = e->cfg.n_ctx > 0 ? MIN(e->cfg.n_ctx, m->hp.n_ctx_train)
+                                    : MIN(m->hp.n_ctx_train, PREFILL_MAX_CTX);
+        sc.max_ctx = MIN(e->n_ctx, PREFILL_MAX_CTX);
+        axp_heg_shape_from_model(m, AXP_TYPE_F32, &shape);
+        r = axp_sched_new(&sc, &shape, &env, sd, e->n_devs, e->static_dev_i, e->dynamic_dev_i,
+                          &e->sched, err);
+        if (r < 0)
+                return r;
+        e->model = m;
+        return 0;
+}
+
+static void teardown_model(axp_engine *e) {
+        axp_sched_free(e->sched);
+        e->sched = NULL;
+        /* a flow's context belongs to the old model: it starts afresh with the next one */
+        for (flow *f = e->flows; f; f = f->next) {
+                if (f->seq.model)
+                        axp_seq_free(&f->seq);
+                f->pending = -1;
+        }
+        for (int i = 0; i < e->n_devs; i++)
+                if (e->devs[i]->ops->prepare)
+                        (void) e->devs[i]->ops->prepare(e->devs[i], NULL, NULL);
+        axp_model_free(e->model);
+        e->model = NULL;
+}
+
+/* LoadModel: once nothing is in flight, put the new model in place, then run the calls that
+ * waited for it. */
+static void maybe_swap(axp_engine *e) {
+        if (!e->swapping || (e->sched && !axp_sched_idle(e->sched)))
+                return;
+        if (e->model)
+                teardown_model(e);
+        e->swap_err = (axp_error) { 0 };
+        e->swap_rc = setup_model(e, e->next_model, &e->swap_err);
+        if (e->swap_rc < 0) {
+                axp_sched_free(e->sched);
+                e->sched = NULL;
+                axp_model_free(e->next_model);
+        }
+        e->next_model = NULL;
+        e->swapping = false;
+        while (e->deferred) {
+                deferred *d = e->deferred;
+                e->deferred = d->next;
+                d->mail->fn(d->mail->arg);
+                axp_mailbox_call_done(e->mb, d->mail);
+                free(d->mail);
+                free(d);
+        }
+}
+
+static void *engine_main(void *p) {
+        axp_engine *e = p;
+
+        for (;;) {
+                axp_mail *m = axp_mailbox_wait(e->mb, e->timer);
+                if (!m) {
+                        if (axp_now() >= e->timer) {
+                                e->timer = INFINITY;
+                                if (e->sched)
+                                        axp_sched_timer(e->sched);
+                        }
+                } else if (m->type == AXP_MAIL_DONE) {
+                        if (e->sched)
+                                axp_sched_task_done(e->sched, m->dev, m->rc, m->err);
+                        free(m);
+                } else if (e->swapping && ((call *) m->arg)->needs_model) {
+                        deferred *d = malloc(sizeof(*d));
+                        if (d) {
+                                /* in order: append */
+                                deferred **t = &e->deferred;
+                                while (*t)
+                                        t = &(*t)->next;
+                                *d = (deferred) { .mail = m };
+                                *t = d;
+                        } else {
+                                m->fn(m->arg);
+                                axp_mailbox_call_done(e->mb, m);
+                                free(m);
+                        }
+                } else {
+                        m->fn(m->arg);
+                        axp_mailbox_call_done(e->mb, m);
+                        free(m);
+                }
+                maybe_swap(e);
+                if (e->stop && (!e->sched || axp_sched_idle(e->sched)) && !e->swapping)
+                        return NULL;
+        }
+}
+
+/* The API --------------------------------------------------------------------------------------- */
+
+static char *strdup_or(const char *s, const char *def) {
+        return strdup(s ? s : def);
+}
+
+int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err) {
+        axp_engine *e;
+        axp_model *m = NULL;
+        int r;
+
+        e = calloc(1, sizeof(*e));
+        if (!e)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        e->cfg = *c;
+        e->timer = INFINITY;
+        e->next_flow = 1;
+        e->policy = strdup_or(c->policy, "agentxpu");
+        e->static_dev = strdup_or(c->static_dev, "auto");
+        e->dynamic_dev = strdup_or(c->dynamic_dev, "auto");
+        e->model_path = c->model_path ? strdup(c->model_path) : NULL;
+        e->calib_cache = c->calib_cache ? strdup(c->calib_cache) : NULL;
+        if (!e->policy || !e->static_dev || !e->dynamic_dev || (c->model_path && !e->model_path) ||
+            (c->calib_cache && !e->calib_cache)) {
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+                goto fail;
+        }
+        if (axp_policy_from_name(e->policy, &e->pol) < 0) {
+                r = axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
+                               e->policy);
+                goto fail;
+        }
+        if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
+            c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
+            c->n_ctx < 0 || c->n_threads < 0) {
+                r = axp_errorf(err, -EINVAL, "an engine setting is out of range");
+                goto fail;
+        }
+        if ((r = axp_mailbox_new(&e->mb)) < 0) {
+                r = axp_errorf(err, r, "out of memory");
+                goto fail;
+        }
+        if ((r = setup_devices(e, err)) < 0)
+                goto fail;
+        if (c->model_path) {
+                if ((r = axp_model_load(c->model_path, &m, err)) < 0)
+                        goto fail;
+                if ((r = setup_model(e, m, err)) < 0) {
+                        axp_model_free(m);
+                        goto fail;
+                }
+        }
+        r = pthread_create(&e->thread, NULL, engine_main, e);
+        if (r != 0) {
+                r = axp_errorf(err, -r, "cannot start the engine's thread");
+                goto fail;
+        }
+        e->thread_started = true;
+        *ret = e;
+        return 0;
+fail:
+        axp_engine_free(e);
+        return r;
+}
+
+static void api_stop(axp_engine *e, void *arg) {
+        if (e->sched)
+                for (ereq *q = e->reqs; q; q = q->next)
+                        (void) axp_sched_cancel(e->sched, q->id);
+        e->stop = true;
+}
+
+void axp_engine_free(axp_engine *e) {
+        if (!e)
+                return;
+        if (e->thread_started) {
+                engine_call(e, api_stop, NULL, false);
+                pthread_join(e->thread, NULL);
+        }
+        if (e->model)
+                teardown_model(e);
+        while (e->flows)
+                flow_free(e, e->flows);
+        for (int i = 0; i < e->n_devs; i++) {
+                axp_executor_free(e->ex[i]);
+                axp_device_free(e->devs[i]);
+        }
+        axp_mailbox_free(e->mb);
+        free(e->policy);
+        free(e->static_dev);
+        free(e->dynamic_dev);
+        free(e->model_path);
+        free(e->calib_cache);
+        free(e);
+}
+
+static void api_submit(axp_engine *e, void *arg) {
+        submit_args *a = arg;
+        a->ret = do_submit(e, a);
+}
+
+int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt,
+                      const axp_request_opts *opts, const axp_request_cbs *cbs,
+                      uint64_t *ret_id, axp_error *err) {
+        axp_request_opts def;
+        submit_args a = { .kind = kind, .prompt = prompt, .opts = opts, .cbs = cbs, .err = err,
+                          .ret = -ENOMEM };
+
+        if (!opts) {
+                axp_request_opts_default(&def);
+                a.opts = &def;
+        }
+        engine_call(e, api_submit, &a, true);
+        if (a.ret == -ENOMEM && err && !err->msg[0])
+                axp_errorf(err, -ENOMEM, "out of memory");
+        if (a.ret >= 0 && ret_id)
+                *ret_id = a.id;
+        return a.ret;
+}
+
+typedef struct id_args {
+        uint64_t id;
+        int ret;
+} id_args;
+
+static void api_cancel(axp_engine *e, void *arg) {
+        id_args *a = arg;
+        a->ret = e->sched ? axp_sched_cancel(e->sched, a->id) : -ENOENT;
+}
+
+int axp_engine_cancel(axp_engine *e, uint64_t id) {
+        id_args a = { .id = id, .ret = -ENOENT };
+        engine_call(e, api_cancel, &a, false);
+        return a.ret;
+}
+
+typedef struct flow_args {
+        const char *system;
+        bool raw;
+        uint64_t id;
+        int ret;
+} flow_args;
+
+static void api_flow_open(axp_engine *e, void *arg) {
+        flow_args *a = arg;
+        flow *f = calloc(1, sizeof(*f));
+
+        if (!f || (a->system && !(f->system = strdup(a->system)))) {
+                free(f);
+                a->ret = -ENOMEM;
+                return;
+        }
+        f->id = e->next_flow++;
+        f->raw = a->raw;
+        f->pending = -1;
+        f->next = e->flows;
+        e->flows = f;
+        a->id = f->id;
+        a->ret = 0;
+}
+
+int axp_engine_flow_open(axp_engine *e, const char *system, bool raw, uint64_t *ret_flow,
+                         axp_error *err) {
+        flow_args a = { .system = system, .raw = raw, .ret = -ENOMEM };
+
+        engine_call(e, api_flow_open, &a, false);
+        if (a.ret < 0)
+                return axp_errorf(err, a.ret, "out of memory");
+        *ret_flow = a.id;
+        return 0;
+}
+
+static void api_flow_close(axp_engine *e, void *arg) {
+        id_args *a = arg;
+        flow *f = find_flow(e, a->id);
+
+        if (!f) {
+                a->ret = -ENOENT;
+                return;
+        }
+        a->ret = 0;
+        if (f->busy) {
+                /* its request finishes as cancelled; the flow goes with it */
+                f->closing = true;
+                if (e->sched)
+                        (void) axp_sched_cancel(e->sched, f->busy->id);
+                return;
+        }
+        flow_free(e, f);
+}
+
+int axp_engine_flow_close(axp_engine *e, uint64_t id) {
+        id_args a = { .id = id, .ret = -ENOENT };
+        engine_call(e, api_flow_close, &a, false);
+        return a.ret;
+}
+
+typedef struct info_args {
+        uint64_t id;
+        axp_req_state *state;
+        axp_req_stats *stats;
+        int ret;
+} info_args;
+
+static void api_info(axp_engine *e, void *arg) {
+        info_args *a = arg;
+        a->ret = e->sched ? axp_sched_request_info(e->sched, a->id, a->state, a->stats) : -ENOENT;
+}
+
+int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state,
+                            axp_req_stats *ret_stats) {
+        axp_req_state st;
+        axp_req_stats sts;
+        info_args a = { .id = id, .state = &st, .stats = &sts, .ret = -ENOENT };
+
+        engine_call(e, api_info, &a, false);
+        if (a.ret < 0)
+                return a.ret;
+        if (ret_state)
+                *ret_state = st;
+        if (ret_stats)
+                *ret_stats = sts;
+        return 0;
+}
+
+static void api_status(axp_engine *e, void *arg) {
+        axp_sched_status st = { 0 };
+        if (e->sched)
+                axp_sched_status_get(e->sched, &st);
+        *(axp_engine_status *) arg = (axp_engine_status) {
+                .queued_reactive = st.queued_reactive,
+                .queued_proactive = st.queued_proactive,
+                .running = st.running,
+        };
+}
+
+void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
+        *ret = (axp_engine_status) { 0 };
+        engine_call(e, api_status, ret, false);
+}
+
+/* The strings returned below stay valid until the model or policy changes. */
+static void api_model_name(axp_engine *e, void *arg) {
+        *(const char **) arg = e->model && e->model->name ? e->model->name : "";
+}
+
+const char *axp_engine_model_name(axp_engine *e) {
+        const char *name = "";
+        engine_call(e, api_model_name, &name, false);
+        return name;
+}
+
+static void api_policy(axp_engine *e, void *arg) {
+        *(const char **) arg = axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol);
+}
+
+const char *axp_engine_policy(axp_engine *e) {
+        const char *name = "";
+        engine_call(e, api_policy, &name, false);
+        return name;
+}
+
+typedef struct policy_args {
+        axp_policy p;
+        int ret;
+} policy_args;
+
+static void api_set_policy(axp_engine *e, void *arg) {
+        policy_args *a = arg;
+        e->pol = a->p;
+        a->ret = e->sched ? axp_sched_set_policy(e->sched, a->p) : 0;
+}
+
+int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err) {
+        policy_args a = { .ret = -ENOMEM };
+
+        if (axp_policy_from_name(policy, &a.p) < 0)
+                return axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
+                                  policy ? policy : "");
+        engine_call(e, api_set_policy, &a, false);
+        return a.ret < 0 ? axp_errorf(err, a.ret, "cannot change the policy") : 0;
+}
+
+static void api_swap_begin(axp_engine *e, void *arg) {
+        /* two LoadModel calls in a row: the later model wins */
+        if (e->next_model)
+                axp_model_free(e->next_model);
+        e->next_model = arg;
+        e->swapping = true;
+}
+
+static void api_swap_result(axp_engine *e, void *arg) {
+        int *rc = arg;
+        *rc = e->swap_rc;
+}
+
+int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
+        axp_model *m = NULL;
+        int r, rc = -EIO;
+
+        r = axp_model_load(path, &m, err);
+        if (r < 0)
+                return r;
+        engine_call(e, api_swap_begin, m, false);
+        /* waits (as new requests do) until the requests in flight are done and m is in place */
+        engine_call(e, api_swap_result, &rc, true);
+        if (rc < 0)
+                return axp_errorf(err, rc, "%s",
+                                  e->swap_err.msg[0] ? e->swap_err.msg : "cannot load the model");
+        return 0;
+}
+
+typedef struct dev_args {
+        axp_device_info *out;
+        int cap, n;
+} dev_args;
+
+static void api_devices(axp_engine *e, void *arg) {
+        dev_args *a = arg;
+
+        a->n = e->n_devs;
+        for (int i = 0; i < e->n_devs && i < a->cap; i++) {
+                axp_device *d = e->devs[i];
+                axp_sched_dev_stats st = { 0 };
+                if (e->sched)
+                        axp_sched_device_stats(e->sched, i, &st);
+                a->out[i] = (axp_device_info) {
+                        .kind = axp_dev_kind_name(d->kind),
+                        .backend = d->ops && d->ops->backend ? d->ops->backend : "?",
+                        .can_run = d->can_run,
+                        .role_static = e->role_static[i],
+                        .role_dynamic = e->role_dynamic[i],
+                        .memory_bytes = d->mem_bytes,
+                        .busy_s = st.busy_s,
+                };
+                snprintf(a->out[i].name, sizeof(a->out[i].name), "%s", d->name);
+        }
+}
+
+int axp_engine_devices(axp_engine *e, axp_device_info *ret, int cap) {
+        dev_args a = { .out = ret, .cap = cap };
+        engine_call(e, api_devices, &a, false);
+        return a.n;
+}

@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/* Decode iterations: a batch of spans passes through EMBED, K1/K2/K3 of every layer and
+ * HEAD on the dynamic role, one kernel at a time, so that prefill kernels can take the
+ * dynamic role between any two of them. The batch is formed anew for every iteration
+ * (continuous batching): by Algorithm 2 under agentxpu, in arrival order under fcfs (which
+ * also fuses prefill chunks of waiting requests into the iteration, as llama-server and
+ * OpenVINO's continuous batching do) and from the single running request under serial. */
+#include <stdlib.h>
+
+#include "sched-internal.h"
+
+static bool add_member(axp_sched *s, sreq *r, int t0, int t1, bool head) {
+        iter *it = &s->it;
+
+        if (it->n >= AXP_MAX_BATCH)
+                return false;
+        it->reqs[it->n] = r;
+        it->t0[it->n] = t0;
+        it->t1[it->n] = t1;
+        it->head[it->n] = head;
+        it->n++;
+        return true;
+}
+
+/* Stage the token sampled last for a decode member. */
+static bool stage_decode(axp_sched *s, sreq *r) {
+        axp_error err = { 0 };
+        int ret = sched_seq_begin(r->seq, &r->next_tok, 1, &err);
+
+        if (ret < 0) {
+                sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the next token");
+                return false;
+        }
+        return true;
+}
+
+static int by_length(const void *a, const void *b) {
+        const sreq *x = *(const sreq *const *) a, *y = *(const sreq *const *) b;
+        int lx = x->seq->n_past, ly = y->seq->n_past;
+
+        if (lx != ly)
+                return lx < ly ? -1 : 1;
+        return x->t_arrival < y->t_arrival ? -1 : x->t_arrival > y->t_arrival;
+}
+
+/* Algorithm 2, reactive-first batching: every reactive request; aged proactive requests
+ * past the cap; other proactive requests, shortest first, while the batch is below B_cap
+ * -- or freely (up to max_batch) when no reactive request decodes. The longest proactive
+ * requests are the ones left out. */
+static void pick_batch(axp_sched *s, sreq **batch, int *ret_n) {
+        sreq *pro[AXP_MAX_BATCH * 4];
+        int n = 0, n_pro = 0, n_react = 0, max = s->cfg.max_batch;
+        bool rf = s->cfg.reactive_first && s->cfg.policy == AXP_POLICY_AGENTXPU;
+
+        for (sreq *r = s->lists[L_DECODE].head; r; r = r->q_next) {
+                if (r->abort)
+                        continue;
+                if (rf && r->kind == AXP_REACTIVE) {
+                        if (n < max)
+                                batch[n++] = r;
+                        n_react++;
+                } else if (rf && sched_aged(s, r)) {
+                        if (n < max)
+                                batch[n++] = r; /* promoted: bypasses B_cap */
+                } else if (!rf) {
+                        if (n < max)
+                                batch[n++] = r; /* arrival order */
+                } else if (n_pro < (int) ELEMENTSOF(pro)) {
+                        pro[n_pro++] = r;
+                }
+        }
+        qsort(pro, n_pro, sizeof(pro[0]), by_length);
+        for (int i = 0; i < n_pro && n < max; i++)
+                if (n_react == 0 || n < s->cfg.b_cap)
+                        batch[n++] = pro[i];
+        *ret_n = n;
+}
+
+static void start(axp_sched *s, axp_variant v) {
+        iter *it = &s->it;
+
+        it->active = true;
+        it->issued = false;
+        it->ph = PH_EMBED;
+        it->layer = 0;
+        it->variant = v;
+        it->prio = 0;
+        for (int i = 0; i < it->n; i++) {
+                it->reqs[i]->in_iter = true;
+                if (it->reqs[i]->kind == AXP_REACTIVE)
+                        it->prio = 1;
+        }
+}
+
+static bool form_pool(axp_sched *s) {
+        sreq *batch[AXP_MAX_BATCH];
+        int n = 0;
+        bool react = false;
+
+        pick_batch(s, batch, &n);
+        if (n == 0)
+                return false;
+        for (int i = 0; i < n; i++)
+                react |= batch[i]->kind == AXP_REACTIVE;
+        /* graphics protection: a decode step of proactive requests only spends duty budget */
+        if (!react && s->cfg.policy == AXP_POLICY_AGENTXPU && !sched_budget_ok(s))
+                return false;
+
+        /* a request batched last time and left out now was evicted: count it */
+        for (sreq *r = s->lists[L_DECODE].head; r; r = r->q_next) {
+                bool in = false;
+                for (int i = 0; i < n && !in; i++)
+                        in = batch[i] == r;
+                if (r->was_batched && !in)
+                        r->preemptions++;
+                r->was_batched = in;
+        }
+        s->it.n = 0;
+        for (int i = 0; i < n; i++)
+                if (stage_decode(s, batch[i]))
+                        add_member(s, batch[i], 0, 1, true);
+        if (s->it.n == 0)
+                return false;
+        start(s, AXP_VAR_DECODE);
+        return true;
+}
+
+static sreq *fcfs_next_waiting(axp_sched *s) {
+        sreq *hr = s->lists[L_PREFILL_REACTIVE].head, *hp = s->lists[L_PREFILL_PROACTIVE].head;
+
+        if (hr && hp)
+                return hr->t_arrival <= hp->t_arrival ? hr : hp;
+        return hr ? hr : hp;
+}
+
+/* fcfs: decode tokens of the running requests first (arrival order), then prefill chunks of
+ * waiting requests in arrival order up to the iteration's token budget -- no priorities. */
+static bool form_fcfs(axp_sched *s) {
+        iter *it = &s->it;
+        int budget = s->cfg.fcfs_tokens;
+        bool chunk = false;
+
+        it->n = 0;
+        for (sreq *r = s->lists[L_DECODE].head; r && it->n < s->cfg.max_batch; r = r->q_next) {
+                if (r->abort || !stage_decode(s, r))
+                        continue;
+                add_member(s, r, 0, 1, true);
+                budget--;
+        }
+        for (sreq *r = s->lists[L_FCFS].head; r && budget > 0 && it->n < AXP_MAX_BATCH;
+             r = r->q_next) {
+                int c;
+                if (r->abort)
+                        continue;
+                c = MIN(budget, r->n_tokens - r->fcfs_done);
+                add_member(s, r, r->fcfs_done, r->fcfs_done + c, r->fcfs_done + c == r->n_tokens);
+                budget -= c;
+                chunk = true;
+        }
+        while (budget > 0 && it->n < AXP_MAX_BATCH && s->pending_policy == s->cfg.policy &&
+               (int) (s->lists[L_DECODE].n + s->lists[L_FCFS].n) < s->cfg.max_batch) {
+                sreq *r = fcfs_next_waiting(s);
+                axp_error err = { 0 };
+                int c, ret;
+                if (!r)
+                        break;
+                rlist_remove(s, r);
+                ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
+                if (ret < 0) {
+                        sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the prompt");
+                        continue;
+                }
+                r->staged = true;
+                r->where = W_FCFS;
+                r->fcfs_done = 0;
+                rlist_push(s, L_FCFS, r);
+                c = MIN(budget, r->n_tokens);
+                add_member(s, r, 0, c, c == r->n_tokens);
+                budget -= c;
+                chunk = true;
+        }
+        if (it->n == 0)
+                return false;
+        start(s, chunk ? AXP_VAR_DYNAMIC : AXP_VAR_DECODE);
+        return true;
+}
+
+bool iter_form(axp_sched *s) {
+        if (s->it.active)
+                return true;
+        if (s->cfg.policy == AXP_POLICY_FCFS)
+                return form_fcfs(s);
+        return form_pool(s);
+}
+
+static const axp_op phase_op[] = {
+        [PH_EMBED] = AXP_OP_EMBED, [PH_K1] = AXP_OP_K1, [PH_K2] = AXP_OP_K2,
+        [PH_K3] = AXP_OP_K3,       [PH_HEAD] = AXP_OP_HEAD,
+};
+
+void iter_task(axp_sched *s, axp_task *t) {
+        const iter *it = &s->it;
+
+        t->op = phase_op[it->ph];
+        t->variant = it->variant;
+        t->layer = it->ph == PH_EMBED || it->ph == PH_HEAD ? 0 : it->layer;
+        t->n_spans = 0;
+        for (int i = 0; i < it->n; i++) {
+                int t0 = it->t0[i];
+                if (it->ph == PH_HEAD) {
+                        if (!it->head[i])
+                                continue;
+                        t0 = it->t1[i] - 1; /* logits of the last token only */
+                }
+                t->spans[t->n_spans++] = (axp_span) {
+                        .seq = it->reqs[i]->seq, .t0 = t0, .t1 = it->t1[i],
+                };
+        }
+}
+
+static bool any_head(const iter *it) {
+        for (int i = 0; i < it->n; i++)
+                if (it->head[i])
+                        return true;
+        return false;
+}
+
+static void finish_iter(axp_sched *s) {
+        iter *it = &s->it;
+        int n = it->n;
+        sreq *reqs[AXP_MAX_BATCH];
+        int t1[AXP_MAX_BATCH];
+        bool head[AXP_MAX_BATCH];
+
+        /* copy first: the callbacks below may end requests */
+        for (int i = 0; i < n; i++) {
+                reqs[i] = it->reqs[i];
+                t1[i] = it->t1[i];
+                head[i] = it->head[i];
+                reqs[i]->in_iter = false;
+        }
+        it->active = false;
+        it->issued = false;
+        it->n = 0;
+
+        for (int i = 0; i < n; i++) {
+                sreq *r = reqs[i];
+                if (r->abort)
+                        continue; /* reaped by the dispatcher */
+                if (r->where == W_FCFS) {
+                        r->fcfs_done = t1[i];
+                        if (!head[i])
+                                continue;
+                        rlist_remove(s, r);
+                }
+                sched_seq_end(r->seq);
+                r->staged = false;
+                sched_after_head(s, r);
+        }
+}
+
+void iter_task_done(axp_sched *s, int rc, const char *msg) {
+        iter *it = &s->it;
+
+        it->issued = false;
+        if (rc < 0) {
+                for (int i = 0; i < it->n; i++)
+                        sched_fail(s, it->reqs[i], rc,
+                                   msg && msg[0] ? msg : "a device failed to run a decode kernel");
+                finish_iter(s);
+                return;
+        }
+        switch (it->ph) {
+        case PH_EMBED:
+                it->ph = PH_K1;
+                break;
+        case PH_K1:
+                it->ph = PH_K2;
+                break;
+        case PH_K2:
+                it->ph = PH_K3;
+                break;
+        case PH_K3:
+                if (++it->layer < s->shape.n_layer)
+                        it->ph = PH_K1;
+                else if (any_head(it))
+                        it->ph = PH_HEAD;
+                else
+                        finish_iter(s);
+                break;
+        case PH_HEAD:
+        default:
+                finish_iter(s);
+                break;
+        }
+}

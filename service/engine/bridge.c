@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+#include "bridge.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static void bridge_push(Bridge *b, BridgeEvent *ev) {
+        uint64_t one = 1;
+        ssize_t n;
+
+        pthread_mutex_lock(&b->lock);
+        if (b->tail)
+                b->tail->next = ev;
+        else
+                b->head = ev;
+        b->tail = ev;
+        pthread_mutex_unlock(&b->lock);
+
+        /* An eventfd counter only fails to take a write at 2^64-2; EAGAIN there still means
+         * the loop will wake up. */
+        do
+                n = write(b->fd, &one, sizeof(one));
+        while (n < 0 && errno == EINTR);
+}
+
+static BridgeEvent *bridge_event_new(BridgeEventType type, size_t text_len) {
+        BridgeEvent *ev = calloc(1, sizeof(BridgeEvent) + text_len + 1);
+
+        if (ev)
+                ev->type = type;
+        return ev;
+}
+
+static void on_token(void *userdata, uint64_t id, const char *text, size_t len) {
+        Bridge *b = userdata;
+        BridgeEvent *ev = bridge_event_new(BRIDGE_TOKEN, len);
+
+        /* Out of memory on the engine's thread: the token is lost, but the request still
+         * ends with its Finished; better than stopping the scheduler. */
+        if (!ev)
+                return;
+        ev->id = id;
+        ev->len = len;
+        memcpy(ev->text, text, len);
+        bridge_push(b, ev);
+}
+
+static void on_finished(void *userdata, uint64_t id, axp_finish_reason reason,
+                        const axp_req_stats *stats) {
+        Bridge *b = userdata;
+        BridgeEvent *ev;
+
+        /* Finished must never be lost (it frees the request's object): retry the small
+         * allocation rather than drop it. */
+        while (!(ev = bridge_event_new(BRIDGE_FINISHED, 0)))
+                usleep(1000);
+        ev->id = id;
+        ev->reason = reason;
+        if (stats)
+                ev->stats = *stats;
+        ev->stats.error[sizeof(ev->stats.error) - 1] = 0;
+        bridge_push(b, ev);
+}
+
+void bridge_request_cbs(Bridge *b, axp_request_cbs *ret) {
+        *ret = (axp_request_cbs) {
+                .token = on_token,
+                .finished = on_finished,
+                .userdata = b,
+        };
+}
+
+void bridge_post_job_done(Bridge *b, void *job) {
+        BridgeEvent *ev;
+
+        while (!(ev = bridge_event_new(BRIDGE_JOB_DONE, 0)))
+                usleep(1000);
+        ev->job = job;
+        bridge_push(b, ev);
+}
+
+void bridge_dispatch(Bridge *b) {
+        BridgeEvent *list;
+        uint64_t count;
+
+        /* Reset the counter first: events queued after this point write it again. */
+        (void) !read(b->fd, &count, sizeof(count));
+
+        pthread_mutex_lock(&b->lock);
+        list = b->head;
+        b->head = b->tail = NULL;
+        pthread_mutex_unlock(&b->lock);
+
+        while (list) {
+                BridgeEvent *next = list->next;
+
+                b->handler(b->userdata, list);
+                free(list);
+                list = next;
+        }
+        b->handler(b->userdata, NULL);
+}
+
+static int on_eventfd(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        bridge_dispatch(userdata);
+        return 0;
+}
+
+int bridge_init(Bridge *b, sd_event *event, BridgeHandler handler, void *userdata) {
+        int r;
+
+        *b = (Bridge) {
+                .fd = -1,
+                .handler = handler,
+                .userdata = userdata,
+        };
+        pthread_mutex_init(&b->lock, NULL);
+
+        b->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (b->fd < 0)
+                return log_error_errno(errno, "Failed to create the engine's eventfd");
+        r = sd_event_add_io(event, &b->source, b->fd, EPOLLIN, on_eventfd, b);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch the engine's eventfd");
+        (void) sd_event_source_set_description(b->source, "engine-events");
+        return 0;
+}
+
+void bridge_done(Bridge *b) {
+        BridgeEvent *list = b->head;
+
+        while (list) {
+                BridgeEvent *next = list->next;
+                free(list);
+                list = next;
+        }
+        b->head = b->tail = NULL;
+        b->source = sd_event_source_disable_unref(b->source);
+        if (b->fd >= 0)
+                close(b->fd);
+        b->fd = -1;
+        pthread_mutex_destroy(&b->lock);
+}

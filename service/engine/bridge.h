@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* The one way into the event loop from the engine's threads: the engine's callbacks (and the
+ * model loader's thread) queue events under a mutex and write an eventfd; the event loop
+ * thread drains the queue in order. Nothing here touches sd-bus. */
+#pragma once
+
+#include <pthread.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "engine.h"
+
+typedef enum BridgeEventType {
+        BRIDGE_TOKEN,
+        BRIDGE_FINISHED,
+        BRIDGE_JOB_DONE, /* a job run on a worker thread (LoadModel) is over */
+} BridgeEventType;
+
+typedef struct BridgeEvent BridgeEvent;
+struct BridgeEvent {
+        BridgeEvent *next;
+        BridgeEventType type;
+        uint64_t id;                 /* TOKEN, FINISHED: the engine's request id */
+        axp_finish_reason reason;    /* FINISHED */
+        axp_req_stats stats;         /* FINISHED */
+        void *job;                   /* JOB_DONE: the job's own pointer */
+        size_t len;                  /* TOKEN: bytes of text */
+        char text[];                 /* TOKEN: NUL-terminated */
+};
+
+/* Called for each event in order, then once with NULL at the end of a batch. */
+typedef void (*BridgeHandler)(void *userdata, const BridgeEvent *ev);
+
+typedef struct Bridge {
+        pthread_mutex_t lock;
+        BridgeEvent *head, *tail;    /* under lock */
+        int fd;                      /* eventfd */
+        sd_event_source *source;
+        BridgeHandler handler;
+        void *userdata;
+} Bridge;
+
+int bridge_init(Bridge *b, sd_event *event, BridgeHandler handler, void *userdata);
+void bridge_done(Bridge *b);
+
+/* Callbacks for axp_engine_submit() that queue into this bridge. */
+void bridge_request_cbs(Bridge *b, axp_request_cbs *ret);
+
+/* From any thread. */
+void bridge_post_job_done(Bridge *b, void *job);
+
+/* Handle everything queued now (the event loop calls this when the eventfd fires; shutdown
+ * calls it after the engine stopped to deliver the last events). */
+void bridge_dispatch(Bridge *b);

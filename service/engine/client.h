@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* Clients: the connections that own requests and flows. */
+#pragma once
+
+#include "context.h"
+
+/* The sender's Client, created (with its uid and bus tracking) on first use. */
+int client_get(Context *c, sd_bus_message *m, Client **ret);
+Client *client_find(Context *c, const char *name);
+
+/* The connection left: cancel its requests, close its flows, free what is not still in the
+ * engine (the rest goes when the engine reports it finished). */
+void client_free(Client *cl);
+
+/* Free the client if it holds nothing any more. */
+void client_maybe_free(Client *cl);

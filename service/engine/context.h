@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/* The daemon's state. One Context owns everything; only the event loop thread touches it
+ * (the engine's threads reach it through the Bridge). */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-event.h>
+
+#include "bridge.h"
+#include "daemon-config.h"
+#include "engine.h"
+#include "idmap.h"
+#include "list.h"
+
+typedef struct Context Context;
+typedef struct Client Client;
+typedef struct Request Request;
+typedef struct Flow Flow;
+typedef struct AdminCall AdminCall;
+
+/* A connection that submitted requests or opened flows; it lives while it has either, and
+ * goes when the connection leaves the bus (sd_bus_track). */
+struct Client {
+        Context *context;
+        char *name;              /* unique bus name */
+        uid_t uid;
+        sd_bus_track *track;
+        sd_bus_slot *check_slot; /* GetNameOwner: did it leave before we tracked it? */
+        Request *requests;       /* LIST of its requests, finished ones too */
+        Flow *flows;             /* LIST */
+        LIST_FIELDS(Client, clients);
+};
+
+struct Request {
+        Context *context;
+        Client *client;          /* NULL once its client left (orphan, cancelled) */
+        Flow *flow;              /* the flow it continues, NULL if none */
+        uint64_t n;              /* /org/agentxpu/Engine/request/N */
+        uint64_t engine_id;
+        char *path;
+        char *owner;             /* unique name: destination of its signals */
+        uid_t uid;
+        axp_kind kind;
+        bool complete;           /* made by Complete: no object, no signals, one reply */
+        axp_req_state state;     /* as last seen by the daemon */
+        bool finished;
+        axp_finish_reason reason;
+        axp_req_stats stats;     /* final, once finished */
+
+        sd_bus_message *complete_call; /* Complete: replied at finish; the request has no object */
+        char *text;              /* Complete: the answer so far */
+        size_t text_len, text_cap;
+
+        sd_event_source *expire; /* drops a finished request's object after the grace period */
+        LIST_FIELDS(Request, requests); /* in its client's list */
+};
+
+struct Flow {
+        Context *context;
+        Client *client;          /* NULL once its client left or it was closed */
+        uint64_t n;              /* /org/agentxpu/Engine/flow/N */
+        uint64_t engine_flow;
+        uid_t uid;
+        Request *busy;           /* its request in flight, if any */
+        bool closing;            /* closed by its owner or orphaned: close once idle */
+        LIST_FIELDS(Flow, flows);
+};
+
+struct Context {
+        DaemonConfig config;
+        sd_event *event;
+        sd_bus *bus;
+        axp_engine *engine;
+        Bridge bridge;
+
+        IdMap requests;          /* by N; Complete requests are here too (no object) */
+        IdMap requests_by_id;    /* unfinished, by engine id */
+        IdMap flows;             /* by N, closing ones too (until the engine's flow is closed) */
+        Client *clients;         /* LIST */
+        uint64_t last_request_n, last_flow_n;
+
+        AdminCall *admin_calls;  /* LIST: waiting for polkit or running */
+        pthread_t loader;        /* LoadModel's worker thread */
+        bool loader_running;
+
+        /* Engine properties as last announced, to emit PropertiesChanged only on change. */
+        axp_engine_status status_sent;
+        char *policy_sent;
+
+        bool trim_pending;       /* requests came and went since the heap was last trimmed */
+        sd_event_source *idle_timer;
+        bool bus_activated;
+        bool stopping;           /* SIGTERM: no new work; exit once everything is answered */
+};
+
+/* The uid of the message's sender (cached for known clients). */
+int context_sender_uid(Context *c, sd_bus_message *m, uid_t *ret);
+
+/* Count unfinished requests of one uid (orphans included) and of everyone. */
+unsigned context_count_active(Context *c, uid_t uid, unsigned *ret_total);
+unsigned context_count_flows(Context *c, uid_t uid);
+
+/* Announce changed Engine properties; re-arm or disarm the idle timer. Called after anything
+ * that may change them. */
+void context_changed(Context *c);
+
+/* The engine's events, from the bridge (NULL: the end of a batch). */
+void context_on_engine_event(void *userdata, const BridgeEvent *ev);
+
+/* SIGTERM: refuse new work, answer every pending call, finish every request as cancelled,
+ * then leave the event loop with 0. */
+void context_stop(Context *c);
+
+void context_clear(Context *c);

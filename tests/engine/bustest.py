@@ -1,0 +1,252 @@
+# SPDX-License-Identifier: MIT
+"""Helpers for agentxpu-engine's integration tests: a private dbus-daemon started by the test,
+the daemon under test on it, and clients (gdbus, busctl, dbus-monitor, the agentxpu command
+line), run as a desktop would run them. Python 3 standard library only."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+CLI = os.environ.get("AXP_CLI", "")
+BUS_CONF = os.environ.get("AXP_TEST_BUS_CONF", os.path.join(os.path.dirname(__file__), "test-bus.conf.in"))
+NAME = "org.agentxpu.Engine"
+PATH = "/org/agentxpu/Engine"
+IFACE = "org.agentxpu.Engine"
+REQ_IFACE = "org.agentxpu.Engine.Request"
+
+# Liveness bounds only: how long to wait before calling something hung. Never asserted on.
+WAIT = float(os.environ.get("AXP_TEST_WAIT", "120"))
+
+
+class Skip(Exception):
+    pass
+
+
+def need_tools(*tools):
+    for t in tools:
+        if not shutil.which(t):
+            raise Skip(f"{t} is not installed")
+
+
+def is_root():
+    return os.geteuid() == 0
+
+
+def as_nobody(cmd):
+    """The command as user nobody (the tests run as root to be able to do this)."""
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"] + cmd
+
+
+def wait_for(cond, what, timeout=WAIT, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+class Result:
+    def __init__(self, p):
+        self.rc, self.out, self.err = p.returncode, p.stdout, p.stderr
+
+    @property
+    def error_name(self):
+        m = re.search(r"GDBus\.Error:([\w.]+):", self.err)
+        return m.group(1) if m else None
+
+    @property
+    def error_message(self):
+        m = re.search(r"GDBus\.Error:[\w.]+:\s*(.*)", self.err)
+        return m.group(1).strip() if m else self.err.strip()
+
+    def __repr__(self):
+        return f"<rc={self.rc} out={self.out!r} err={self.err!r}>"
+
+
+def run(cmd, timeout=WAIT, **kw):
+    return Result(subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw))
+
+
+class TestBus:
+    """A private dbus-daemon in a temporary folder readable by everyone."""
+
+    def __init__(self):
+        need_tools("dbus-daemon", "gdbus", "busctl")
+        self.dir = tempfile.mkdtemp(prefix="axp-test-bus-")
+        os.chmod(self.dir, 0o755)
+        os.mkdir(os.path.join(self.dir, "services"))
+        conf = os.path.join(self.dir, "bus.conf")
+        with open(BUS_CONF) as f, open(conf, "w") as g:
+            g.write(f.read().replace("@DIR@", self.dir))
+        self.bus_log = open(os.path.join(self.dir, "dbus-daemon.log"), "w")
+        self.proc = subprocess.Popen(["dbus-daemon", "--config-file", conf, "--nofork", "--nopidfile",
+                                      "--print-address"], stdout=subprocess.PIPE, stderr=self.bus_log, text=True)
+        self.address = self.proc.stdout.readline().strip()
+        if not self.address:
+            raise AssertionError("dbus-daemon did not start")
+        self.children = []
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def spawn(self, cmd, **kw):
+        p = subprocess.Popen(cmd, **kw)
+        self.children.append(p)
+        return p
+
+    def close(self):
+        for p in self.children:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.bus_log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # --- clients -----------------------------------------------------------------------
+
+    def gdbus(self, path, method, *args, user=None, dest=NAME):
+        cmd = ["gdbus", "call", "--address", self.address, "--dest", dest, "--object-path", path,
+               "--method", method] + list(args)
+        return run(as_nobody(cmd) if user == "nobody" else cmd)
+
+    def call(self, method, *args, **kw):
+        return self.gdbus(PATH, f"{IFACE}.{method}", *args, **kw)
+
+    def busctl(self, *args, user=None):
+        cmd = ["busctl", f"--address={self.address}", "--json=short"] + list(args)
+        r = run(as_nobody(cmd) if user == "nobody" else cmd)
+        r.json = json.loads(r.out) if r.rc == 0 and r.out.strip() else None
+        return r
+
+    def props(self, path=PATH, iface=IFACE):
+        r = self.busctl("call", NAME, path, "org.freedesktop.DBus.Properties", "GetAll", "s", iface)
+        assert r.rc == 0, r
+        return {k: v["data"] for k, v in r.json["data"][0].items()}
+
+    def name_has_owner(self, name=NAME):
+        r = self.busctl("call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                        "NameHasOwner", "s", name)
+        return r.rc == 0 and r.json["data"][0]
+
+    def request_nodes(self, user=None):
+        """The request objects the caller may see (its own)."""
+        r = self.gdbus(PATH + "/request", "org.freedesktop.DBus.Introspectable.Introspect", user=user)
+        assert r.rc == 0, r
+        return re.findall(r'<node name=\\?"(\d+)\\?"', r.out)
+
+    def cli(self, *args, user=None, **kw):
+        cmd = [CLI] + [args[0], "--address", self.address] + list(args[1:])
+        return run(as_nobody(cmd) if user == "nobody" else cmd, **kw)
+
+    def cli_spawn(self, *args, user=None):
+        cmd = [CLI] + [args[0], "--address", self.address] + list(args[1:])
+        return self.spawn(as_nobody(cmd) if user == "nobody" else cmd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+class Daemon:
+    """agentxpu-engine (or its build against the test double) on a TestBus."""
+
+    def __init__(self, bus, exe, config="", args=(), env=None, valgrind=False):
+        self.bus = bus
+        self.config = bus.path("engine.conf")
+        with open(self.config, "w") as f:
+            f.write(config)
+        self.log_path = bus.path(f"daemon-{len(bus.children)}.log")
+        cmd = [exe, "--address", bus.address, "--config", self.config] + list(args)
+        if valgrind:
+            cmd = ["valgrind", "--quiet", "--leak-check=full", "--show-leak-kinds=definite,indirect",
+                   "--errors-for-leak-kinds=definite,indirect", "--error-exitcode=99",
+                   "--track-fds=no"] + cmd
+        e = dict(os.environ)
+        e.update(env or {})
+        self.log = open(self.log_path, "w")
+        self.proc = bus.spawn(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=e)
+        wait_for(lambda: self.proc.poll() is not None or bus.name_has_owner(), "the daemon to own its name")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the daemon exited with {self.proc.returncode}:\n{self.text()}")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=WAIT)
+
+    def rss_kib(self):
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+
+def drain(p, timeout=WAIT):
+    """(returncode, rest of stdout, stderr) of a client whose stdout was partly read with
+    readline(): communicate() would skip what Python already buffered."""
+    out = p.stdout.read()
+    err = p.stderr.read() if p.stderr else ""
+    return p.wait(timeout=timeout), out, err
+
+
+def gvariant_first_string(text):
+    """The first string of gdbus's GVariant text output, e.g. "('hi', {...})" -> 'hi'."""
+    m = re.match(r"\(\s*('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")", text.strip())
+    assert m, f"no string in {text!r}"
+    s = m.group(1)[1:-1]
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", _unescape, s)
+
+
+def _unescape(m):
+    e = m.group(1)
+    table = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b",
+             "f": "\f", "v": "\v"}
+    if e[0] in "uU":
+        return chr(int(e[1:], 16))
+    return table.get(e, e)
+
+
+def main(tests):
+    """Run the test functions in order; exit 0, 1 (a failure) or 77 (all skipped)."""
+    only = sys.argv[1:]
+    failed = skipped = passed = 0
+    for t in tests:
+        if only and t.__name__ not in only:
+            continue
+        start = time.monotonic()
+        try:
+            t()
+            print(f"ok   {t.__name__} ({time.monotonic() - start:.1f}s)", flush=True)
+            passed += 1
+        except Skip as e:
+            print(f"SKIP {t.__name__}: {e}", flush=True)
+            skipped += 1
+        except Exception:
+            print(f"FAIL {t.__name__}", flush=True)
+            traceback.print_exc()
+            failed += 1
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    if failed:
+        sys.exit(1)
+    sys.exit(77 if passed == 0 else 0)

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The real agentxpu-engine on a private bus, serving a small model made by
+`agentxpu mkmodel`: what a desktop sees. Skips (77) where the daemon is not built (it needs
+the engine's scheduler) or the command line cannot make a model.
+
+Run one test: test-daemon-model.py test_complete_matches_generate."""
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bustest import (NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvariant_first_string,  # noqa: E402
+                     is_root, main, need_tools, run, wait_for)
+
+DAEMON = os.environ.get("AXP_ENGINE_DAEMON", "")
+CLI = os.environ.get("AXP_CLI", "")
+_model = None
+
+
+def model():
+    """A small synthetic model (seeded random weights), made once per run, readable by all."""
+    global _model
+    if _model:
+        return _model
+    if not DAEMON:
+        raise Skip("agentxpu-engine is not built (the engine's scheduler, engine/engine.c, is missing)")
+    folder = tempfile.mkdtemp(prefix="axp-test-model-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "tiny.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--seed", "7"])
+    if r.rc != 0:
+        raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
+    _model = path
+    return path
+
+
+@contextlib.contextmanager
+def engine(config="", args=()):
+    m = model()
+    bus = TestBus()
+    try:
+        d = Daemon(bus, DAEMON, config=config, args=["--model", m] + list(args),
+                   env={"AGENTXPU_LOG_LEVEL": "debug"})
+        yield bus, d
+        if d.proc.poll() is None:
+            assert d.stop() == 0, d.text()
+    finally:
+        bus.close()
+
+
+def submit_bg(bus, *args):
+    p = bus.cli_spawn("submit", "--wait", *args)
+    path = p.stdout.readline().strip()
+    assert path.startswith(PATH + "/request/"), path
+    return p, path
+
+
+def engine_idle(bus):
+    p = bus.props()
+    return p["Running"] == 0 and p["QueuedReactive"] == 0 and p["QueuedProactive"] == 0
+
+
+GREEDY = "{'max_tokens': <uint32 8>, 'temperature': <0.0>, 'raw': <true>}"
+
+
+def test_complete_matches_generate():
+    with engine() as (bus, d):
+        r = bus.call("Complete", "Hello", GREEDY)
+        assert r.rc == 0, r
+        text = gvariant_first_string(r.out)
+        assert "'generated_tokens': <uint32 8>" in r.out or "'reason': <'stop'>" in r.out, r.out
+        gen = run([CLI, "generate", "-m", model(), "-p", "Hello", "--raw", "-n", "8", "--temperature", "0"])
+        if gen.rc != 0 and "unknown command" in gen.err:
+            raise Skip("agentxpu generate is not in this build")
+        assert gen.rc == 0, gen
+        assert gen.out.rstrip("\n") == text, (gen.out, text)
+
+
+def test_reactive_stream_in_order_unicast():
+    need_tools("dbus-monitor")
+    if not is_root():
+        raise Skip("dbus-monitor needs root")
+    with engine() as (bus, d):
+        complete = gvariant_first_string(bus.call("Complete", "Hello", GREEDY.replace("8", "16")).out)
+        mon = bus.spawn(["dbus-monitor", "--address", bus.address], stdout=subprocess.PIPE, text=True)
+        by = bus.spawn(["gdbus", "monitor", "--address", bus.address, "--dest", NAME],
+                       stdout=subprocess.PIPE, text=True)
+        mon.stdout.readline()
+        by.stdout.readline()
+        r = bus.cli("ask", "-n", "16", "--temperature", "0", "--raw", "-v", "Hello")
+        assert r.rc == 0, r
+        assert r.out == complete + "\n", (r.out, complete)
+        path = re.search(r"request (\S+)", r.err).group(1)
+        assert bus.cli("ask", "-n", "1", "sync").rc == 0
+        mon.terminate()
+        by.terminate()
+        mon_out, by_out = mon.stdout.read(), by.stdout.read()
+    signals = re.findall(rf"signal .*-> destination=(\S+) .*path={re.escape(path)}; interface=\S+; member=(\w+)\n"
+                         r"(?:\s+string \"((?:[^\"\\]|\\.)*)\")?", mon_out)
+    assert signals and signals[-1][1] == "Finished", signals[-3:]
+    assert len({dest for dest, _, _ in signals}) == 1, "every signal goes to the one requester"
+    assert "Token" not in by_out and "Finished" not in by_out, by_out
+
+
+def test_other_uid_cannot_cancel_or_read():
+    if not is_root():
+        raise Skip("needs root to run the second client as nobody")
+    with engine() as (bus, d):
+        p, path = submit_bg(bus, "-n", "400", "The story goes on")
+        p.stdout.read(1)
+        for method, args in ((f"{REQ_IFACE}.Cancel", ()),
+                             ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "Stats"))):
+            r = bus.gdbus(path, method, *args, user="nobody")
+            assert r.error_name == "org.agentxpu.Error.AccessDenied", r
+        assert p.poll() is None
+        assert bus.cli("cancel", path).rc == 0
+        rc, out, err = drain(p)
+        assert rc == 1 and "cancelled" in err, (rc, err)
+
+
+def test_fifty_clients_a_third_leaving():
+    with engine("[Limits]\nRequestsPerUser=64\n") as (bus, d):
+        def round_():
+            clients = [bus.cli_spawn("submit", "--wait", "-n", "24", "--temperature", "0", f"Client number {i}:")
+                       for i in range(50)]
+            for p in clients:
+                assert p.stdout.readline().startswith(PATH + "/request/")
+            leaving = clients[::3]
+            for p in leaving:
+                p.stdout.read(1)
+                p.kill()
+            for p in clients:
+                if p in leaving:
+                    p.wait(timeout=60)
+                    continue
+                rc, out, err = drain(p)
+                assert rc == 0 and out.strip(), (rc, out, err)
+            wait_for(lambda: engine_idle(bus) and bus.request_nodes() == [], "the request table to empty")
+        assert bus.call("Complete", "warm up", "{'max_tokens': <uint32 4>}").rc == 0
+        idle = d.rss_kib()
+        round_()
+        first = d.rss_kib()
+        round_()
+        second = d.rss_kib()
+        print(f"    daemon RSS: idle {idle} KiB, after 50 clients {first} KiB, after 50 more {second} KiB",
+              flush=True)
+        assert second <= first + 1024, (idle, first, second)
+        assert second <= idle + 8192, (idle, first, second)
+
+
+def generated(bus, path):
+    st = bus.busctl("get-property", NAME, path, REQ_IFACE, "Stats")
+    assert st.rc == 0, st
+    return st.json["data"]["generated_tokens"]["data"]
+
+
+def test_reactive_overtakes_busy_proactive_work():
+    with engine() as (bus, d):
+        background = [submit_bg(bus, "-n", "300", "--temperature", "0", f"Background job {i}") for i in range(4)]
+        # Well into their decoding, so the engine is busy with them.
+        wait_for(lambda: all(generated(bus, path) >= 20 for _, path in background), "proactive work to get going")
+        ask = bus.cli_spawn("ask", "-n", "8", "--temperature", "0", "Quick question")
+        assert ask.stdout.read(1), "the reactive request produced no token"
+        # At the reactive request's first token, how far is the proactive work?
+        progress = [generated(bus, path) for _, path in background]
+        rc, out, err = drain(ask)
+        assert rc == 0, err
+        print(f"    proactive tokens generated when the reactive one began: {progress} of 300", flush=True)
+        assert all(p.poll() is None for p, _ in background), "proactive work finished first"
+        assert all(n < 150 for n in progress), progress
+        for p, _ in background:
+            p.kill()
+
+
+def test_gdbus_example_client():
+    example = os.environ.get("AXP_GDBUS_EXAMPLE")
+    if not example:
+        raise Skip("the GDBus example is not built (no GIO)")
+    with engine() as (bus, d):
+        complete = gvariant_first_string(bus.call("Complete", "Hello", GREEDY).out)
+        r = run([example, "--address", bus.address, "-n", "8", "--temperature", "0", "--raw", "Hello"])
+        assert r.rc == 0, r
+        assert r.out == complete + "\n", (r.out, complete)
+
+
+def chat_turns(bus, lines):
+    """[(prompt_tokens, prefill_tokens)] of each turn of one `agentxpu chat`."""
+    chat = bus.spawn([CLI, "chat", "--address", bus.address, "-v", "-n", "6", "--temperature", "0"],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert chat.stderr.readline().startswith("flow ")
+    stats = []
+    for line in lines:
+        chat.stdin.write(line + "\n")
+        chat.stdin.flush()
+        chat.stderr.readline()
+        m = re.match(r"finished: \w+, prompt (\d+) tokens \((\d+) prefilled\)", chat.stderr.readline())
+        assert m
+        stats.append((int(m.group(1)), int(m.group(2))))
+    chat.stdin.close()
+    assert chat.wait(timeout=120) == 0
+    return stats
+
+
+def test_flow_turn_prefills_only_new_tokens():
+    with engine() as (bus, d):
+        long_first = "Tell me about the sea, " + " ".join(["the waves and the tide"] * 12) + "."
+        a = chat_turns(bus, [long_first, "And the mountains?"])
+        b = chat_turns(bus, ["Hi.", "And the mountains?"])
+    print(f"    (prompt, prefilled) per turn: long first turn {a}, short first turn {b}", flush=True)
+    # The first turns differ by dozens of tokens; the second turns prefill the same few,
+    # because the conversation before them stays in the flow's KV cache.
+    assert a[0][1] > b[0][1] + 40, (a, b)
+    assert a[1][1] == b[1][1], (a, b)
+    assert a[1][1] < a[0][1], (a, b)
+
+
+def test_sigterm_cancels_running_requests_and_exits_0():
+    with engine() as (bus, d):
+        streams = [submit_bg(bus, "-n", "400", f"Long story {i}")[0] for i in range(2)]
+        for p in streams:
+            p.stdout.read(1)
+        assert d.stop() == 0, d.text()
+        for p in streams:
+            rc, out, err = drain(p)
+            assert rc == 1 and "cancelled" in err, (rc, err)
+
+
+TESTS = [
+    test_complete_matches_generate,
+    test_reactive_stream_in_order_unicast,
+    test_other_uid_cannot_cancel_or_read,
+    test_fifty_clients_a_third_leaving,
+    test_reactive_overtakes_busy_proactive_work,
+    test_gdbus_example_client,
+    test_flow_turn_prefills_only_new_tokens,
+    test_sigterm_cancels_running_requests_and_exits_0,
+]
+
+if __name__ == "__main__":
+    main(TESTS)
