@@ -295,6 +295,24 @@ static void test_cli(void) {
                   "%s", out);
         CHECK(strstr(out, "\"telemetry\": {\"source\": \"sysman\"") != NULL);
 
+        /* with a model: every device that runs kernels is calibrated, the others are not */
+        char dir[] = "/tmp/axp-test-devices-XXXXXX";
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(cmd, sizeof(cmd),
+                 "'%s' mkmodel --layers 1 -o '%s/m.gguf' >/dev/null && '%s' devices --json -m "
+                 "'%s/m.gguf' --calib-cache '%s/calib'",
+                 cli, dir, cli, dir, dir);
+        p = popen(cmd, "r");
+        CHECK(p != NULL);
+        n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+        out[n] = 0;
+        CHECK(p && pclose(p) == 0);
+        const char *cpu = strstr(out, "\"spec\": \"cpu\""), *npu = strstr(out, "Intel(R) AI Boost");
+        CHECK_MSG(cpu && strstr(cpu, "\"calibration\": {\"P_pk\": "), "%s", out);
+        CHECK(npu && strstr(npu, "\"calibration\": null"));
+        snprintf(cmd, sizeof(cmd), "grep -c . '%s/calib' >/dev/null && rm -rf '%s'", dir, dir);
+        CHECK_EQ_INT(system(cmd), 0);
+
         snprintf(cmd, sizeof(cmd), "'%s' devices --static gpu >/dev/null 2>&1", cli);
         CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 2);
 }
