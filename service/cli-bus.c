@@ -366,9 +366,12 @@ typedef struct Stream {
         char *text;
         size_t len, cap;
         bool ends_in_newline;
+        bool engine_lost;       /* the engine left the bus before Finished */
+        sd_bus_slot *owner_slot;
 } Stream;
 
 static void stream_done(Stream *s) {
+        sd_bus_slot_unref(s->owner_slot);
         free(s->path);
         free(s->text);
 }
@@ -419,11 +422,28 @@ static int on_request_signal(sd_bus_message *m, void *userdata, sd_bus_error *re
         return 0;
 }
 
-/* Subscribe to the engine's request signals; do this before submitting (signals from one
- * sender arrive in order, and those that come while a call waits for its reply are kept). */
+/* The engine's name lost its owner (it crashed or was stopped): no Finished will come. */
+static int on_engine_owner(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        Stream *s = userdata;
+        const char *name, *old_owner, *new_owner;
+
+        if (sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner) >= 0 && !*new_owner)
+                s->engine_lost = true;
+        return 0;
+}
+
+/* Subscribe to the engine's request signals, and to its leaving the bus; do this before
+ * submitting (signals from one sender arrive in order, and those that come while a call
+ * waits for its reply are kept). */
 static int stream_subscribe(sd_bus *bus, Stream *s, sd_bus_slot **ret_slot) {
         int r = sd_bus_match_signal(bus, ret_slot, AXP_BUS_NAME, NULL, AXP_BUS_REQUEST_IFACE, NULL,
                                     on_request_signal, s);
+        if (r >= 0)
+                r = sd_bus_add_match(bus, &s->owner_slot,
+                                     "type='signal',sender='org.freedesktop.DBus',"
+                                     "interface='org.freedesktop.DBus',member='NameOwnerChanged',"
+                                     "arg0='" AXP_BUS_NAME "'",
+                                     on_engine_owner, s);
         if (r < 0)
                 return cli_fail("cannot subscribe to the engine's signals: %s", strerror(-r));
         return 0;
@@ -434,6 +454,8 @@ static int stream_wait(sd_bus *bus, Stream *s) {
         int r;
 
         while (!s->finished) {
+                if (s->engine_lost)
+                        return -ECONNRESET;
                 if (interrupted >= 2)
                         return -EINTR;
                 if (interrupted && !cancel_sent) {
@@ -501,6 +523,8 @@ static int run_request(sd_bus *bus, const char *method, const char *prompt, cons
         r = stream_wait(bus, s);
         if (r == -EINTR)
                 return cli_fail("interrupted");
+        if (r == -ECONNRESET)
+                return cli_fail("the engine left the bus before %s finished", path);
         if (r < 0)
                 return cli_fail("lost the engine while waiting for %s: %s", path, strerror(-r));
         return -1; /* go on: the caller reports the result */

@@ -233,6 +233,25 @@ def test_sigterm_cancels_running_requests_and_exits_0():
             assert rc == 1 and "cancelled" in err, (rc, err)
 
 
+def test_cli_ends_when_the_engine_dies_mid_stream():
+    """A killed engine sends no Finished: ask and submit --wait end with an error, not a hang."""
+    with engine() as (bus, d):
+        streams = [submit_bg(bus, "-n", "4000", "Long story")[0],
+                   bus.cli_spawn("ask", "-n", "4000", "Another long story")]
+        for p in streams:
+            p.stdout.read(1)
+        d.proc.kill()
+        d.proc.wait()
+        for p in streams:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise AssertionError("the command line still waits for a dead engine")
+            rc, out, err = drain(p)
+            assert rc == 1 and "left the bus" in err, (rc, err)
+
+
 TESTS = [
     test_complete_matches_generate,
     test_reactive_stream_in_order_unicast,
@@ -242,6 +261,7 @@ TESTS = [
     test_gdbus_example_client,
     test_flow_turn_prefills_only_new_tokens,
     test_sigterm_cancels_running_requests_and_exits_0,
+    test_cli_ends_when_the_engine_dies_mid_stream,
 ]
 
 if __name__ == "__main__":
