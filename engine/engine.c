@@ -10,9 +10,11 @@
 
 #include "calib.h"
 #include "chat.h"
+#include "devices.h"
 #include "engine.h"
 #include "executor.h"
 #include "generate.h"
+#include "gpu-telemetry.h"
 #include "model.h"
 #include "scheduler.h"
 #include "tokenizer.h"
@@ -21,6 +23,7 @@
 #define MAX_DEVS 4
 #define DEFAULT_MAX_TOKENS 256
 #define PREFILL_MAX_CTX 4096
+#define TELEMETRY_PERIOD_S 0.5 /* how often the desktop's GPU use is sampled while busy */
 
 typedef struct flow flow;
 typedef struct ereq ereq;
@@ -75,6 +78,8 @@ struct axp_engine {
         int n_devs, static_dev_i, dynamic_dev_i;
         axp_executor *ex[MAX_DEVS];
         axp_sched *sched;
+        axp_gpu_telemetry *telemetry;
+        double telemetry_next; /* next sample, INFINITY while the engine is idle */
         axp_policy pol;
         int n_ctx;
 
@@ -425,27 +430,49 @@ static void engine_call(axp_engine *e, void (*fn)(axp_engine *e, void *arg), voi
 /* Model, devices, scheduler ------------------------------------------------------------------ */
 
 static int setup_devices(axp_engine *e, axp_error *err) {
-        const char *names[2] = { e->static_dev, e->dynamic_dev };
-        axp_device *cpu = NULL;
+        axp_role_binding b;
         int r;
 
-        for (int i = 0; i < 2; i++)
-                if (strcmp(names[i], "auto") != 0 && strcmp(names[i], "cpu") != 0)
-                        return axp_errorf(err, -ENODEV,
-                                          "device '%s' is not available: this build runs kernels on "
-                                          "the CPU only (use 'auto' or 'cpu')",
-                                          names[i]);
-        r = axp_cpu_device_new(e->cfg.n_threads, &cpu, err);
+        /* roles that cannot be met fall back to the CPU, each with a line on stderr (the
+         * daemon's journal) saying why */
+        r = axp_roles_bind(e->static_dev, e->dynamic_dev, e->cfg.n_threads, NULL, NULL, &b, err);
         if (r < 0)
                 return r;
-        e->devs[0] = cpu;
-        e->n_devs = 1;
-        e->static_dev_i = e->dynamic_dev_i = 0;
-        e->role_static[0] = e->role_dynamic[0] = true;
-        r = axp_executor_new(cpu, 0, e->mb, &e->ex[0], err);
-        if (r < 0)
-                return r;
+        for (int i = 0; i < b.n_devs; i++) {
+                e->devs[i] = TAKE_PTR(b.devs[i]);
+                e->role_static[i] = i == b.static_dev;
+                e->role_dynamic[i] = i == b.dynamic_dev;
+        }
+        e->n_devs = b.n_devs;
+        e->static_dev_i = b.static_dev;
+        e->dynamic_dev_i = b.dynamic_dev;
+        for (int i = 0; i < e->n_devs; i++)
+                if ((r = axp_executor_new(e->devs[i], i, e->mb, &e->ex[i], err)) < 0)
+                        return r;
+
+        /* graphics protection: how busy other processes keep the dynamic role's GPU */
+        if (e->devs[e->dynamic_dev_i]->kind == AXP_DEV_IGPU || e->devs[e->dynamic_dev_i]->kind == AXP_DEV_DGPU)
+                if (axp_gpu_telemetry_open("auto", &e->telemetry, NULL) < 0)
+                        e->telemetry = NULL;
         return 0;
+}
+
+/* While the engine has work, feed the desktop's GPU use to the scheduler's proactive budget;
+ * while it is idle, stay asleep. */
+static void telemetry_tick(axp_engine *e) {
+        double now = axp_now(), busy;
+        if (!e->telemetry || !e->sched || axp_sched_idle(e->sched)) {
+                e->telemetry_next = INFINITY;
+                return;
+        }
+        if (e->telemetry_next == INFINITY) {
+                (void) axp_gpu_telemetry_sample(e->telemetry, now, &busy); /* start a window */
+                e->telemetry_next = now + TELEMETRY_PERIOD_S;
+        } else if (now >= e->telemetry_next) {
+                if (axp_gpu_telemetry_sample(e->telemetry, now, &busy) >= 0)
+                        axp_sched_set_external_busy(e->sched, busy);
+                e->telemetry_next = now + TELEMETRY_PERIOD_S;
+        }
 }
 
 /* Prepare the devices for m, calibrate them and start a scheduler. */
@@ -536,7 +563,8 @@ static void *engine_main(void *p) {
         axp_engine *e = p;
 
         for (;;) {
-                axp_mail *m = axp_mailbox_wait(e->mb, e->timer);
+                axp_mail *m = axp_mailbox_wait(e->mb, MIN(e->timer, e->telemetry_next));
+                telemetry_tick(e);
                 if (!m) {
                         if (axp_now() >= e->timer) {
                                 e->timer = INFINITY;
@@ -588,6 +616,7 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
                 return axp_errorf(err, -ENOMEM, "out of memory");
         e->cfg = *c;
         e->timer = INFINITY;
+        e->telemetry_next = INFINITY;
         e->next_flow = 1;
         e->policy = strdup_or(c->policy, "agentxpu");
         e->static_dev = strdup_or(c->static_dev, "auto");
@@ -659,6 +688,7 @@ void axp_engine_free(axp_engine *e) {
                 axp_executor_free(e->ex[i]);
                 axp_device_free(e->devs[i]);
         }
+        axp_gpu_telemetry_free(e->telemetry);
         axp_mailbox_free(e->mb);
         free(e->policy);
         free(e->static_dev);

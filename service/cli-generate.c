@@ -25,13 +25,14 @@ static int usage(FILE *f) {
                    "  --system TEXT      system prompt for the chat template\n"
                    "  --raw              no chat template: BOS as the model says, special-token text parsed\n"
                    "  --threads N        CPU threads (default: one per core)\n"
+                   "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
                    "  --json             print one JSON object with tokens, text and timings\n");
         return f == stderr ? 2 : 0;
 }
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
-       OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON };
+       OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -43,11 +44,12 @@ static const struct option options[] = {
         { "system", required_argument, NULL, OPT_SYSTEM }, { "raw", no_argument, NULL, OPT_RAW },
         { "threads", required_argument, NULL, OPT_THREADS }, { "chunk", required_argument, NULL, OPT_CHUNK },
         { "json", no_argument, NULL, OPT_JSON },        { "help", no_argument, NULL, 'h' },
+        { "device", required_argument, NULL, OPT_DEVICE },
         {}
 };
 
 typedef struct gen_args {
-        const char *model, *prompt, *file, *system;
+        const char *model, *prompt, *file, *system, *device;
         long n_predict, threads, chunk;
         bool raw, json;
         const char *stops[16];
@@ -128,6 +130,7 @@ static int parse(int argc, char **argv, gen_args *a) {
                                 return 2;
                         break;
                 case OPT_JSON: a->json = true; break;
+                case OPT_DEVICE: a->device = optarg; break;
                 case 'h': return usage(stdout) - 1; /* -1: stop, exit 0 */
                 default: return usage(stderr);
                 }
@@ -206,7 +209,7 @@ int cli_generate(int argc, char **argv) {
                 return r;
         _cleanup_(axp_model_freep) axp_model *m = NULL;
         _cleanup_(axp_device_freep) axp_device *dev = NULL;
-        if ((r = cli_load(a.model, (int) a.threads, &m, &dev)) != 0)
+        if ((r = cli_load(a.model, a.device, (int) a.threads, &m, &dev)) != 0)
                 return r;
 
         _cleanup_free_ int32_t *prompt = NULL;

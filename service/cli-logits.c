@@ -11,6 +11,7 @@
 
 static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT [--threads N] [--chunk N]\n"
+                   "                      [--device cpu|opencl|opencl:N|auto]\n"
                    "Writes the logits of the last prompt position (tokenized as generate --raw does)\n"
                    "to OUT as n_vocab little-endian float32 values.\n");
         return f == stderr ? 2 : 0;
@@ -21,9 +22,10 @@ int cli_logits(int argc, char **argv) {
                 { "model", required_argument, NULL, 'm' }, { "prompt", required_argument, NULL, 'p' },
                 { "file", required_argument, NULL, 'f' },  { "output", required_argument, NULL, 'o' },
                 { "threads", required_argument, NULL, 't' }, { "chunk", required_argument, NULL, 'c' },
-                { "help", no_argument, NULL, 'h' },        {}
+                { "device", required_argument, NULL, 'd' }, { "help", no_argument, NULL, 'h' },
+                {}
         };
-        const char *model = NULL, *prompt = NULL, *file = NULL, *out = NULL;
+        const char *model = NULL, *prompt = NULL, *file = NULL, *out = NULL, *device = NULL;
         long threads = 0, chunk = 256;
         int c, r;
 
@@ -34,6 +36,7 @@ int cli_logits(int argc, char **argv) {
                 case 'p': prompt = optarg; break;
                 case 'f': file = optarg; break;
                 case 'o': out = optarg; break;
+                case 'd': device = optarg; break;
                 case 't':
                         if (!cli_int("--threads", optarg, 1, 1024, &threads))
                                 return 2;
@@ -55,7 +58,7 @@ int cli_logits(int argc, char **argv) {
                 return r;
         _cleanup_(axp_model_freep) axp_model *m = NULL;
         _cleanup_(axp_device_freep) axp_device *dev = NULL;
-        if ((r = cli_load(model, (int) threads, &m, &dev)) != 0)
+        if ((r = cli_load(model, device, (int) threads, &m, &dev)) != 0)
                 return r;
         _cleanup_free_ int32_t *toks = NULL;
         int n;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "devices.h"
 #include "tokenizer.h"
 
 int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len) {
@@ -25,7 +26,7 @@ int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len) 
         return 0;
 }
 
-int cli_load(const char *path, int n_threads, axp_model **ret_model, axp_device **ret_dev) {
+int cli_load(const char *path, const char *device, int n_threads, axp_model **ret_model, axp_device **ret_dev) {
         axp_error err = { 0 };
         axp_model *m;
         axp_device *d = NULL;
@@ -34,10 +35,15 @@ int cli_load(const char *path, int n_threads, axp_model **ret_model, axp_device 
                 fprintf(stderr, "agentxpu: no model given (-m MODEL.gguf)\n");
                 return 2;
         }
+        if (device && axp_device_spec_check(device, &err) < 0) {
+                fprintf(stderr, "agentxpu: --device: %s\n", err.msg);
+                return 2;
+        }
         if (axp_model_load(path, &m, &err) < 0)
                 return cli_fail("%s", err.msg);
         if (ret_dev) {
-                if (axp_cpu_device_new(n_threads, &d, &err) < 0 || d->ops->prepare(d, m, &err) < 0) {
+                if (axp_device_open(device ? device : "cpu", n_threads, &d, &err) < 0 ||
+                    d->ops->prepare(d, m, &err) < 0) {
                         axp_device_free(d);
                         axp_model_free(m);
                         return cli_fail("%s", err.msg);

@@ -50,7 +50,7 @@ int cli_tokenize(int argc, char **argv) {
         if ((r = cli_prompt(prompt, file, &text, &len)) != 0)
                 return r;
         _cleanup_(axp_model_freep) axp_model *m = NULL;
-        if ((r = cli_load(model, 0, &m, NULL)) != 0)
+        if ((r = cli_load(model, NULL, 0, &m, NULL)) != 0)
                 return r;
 
         _cleanup_free_ int32_t *toks = NULL;

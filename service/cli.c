@@ -22,6 +22,7 @@ static const cli_command commands[] = {
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { "sim", cli_sim, "replay a request trace on a simulated SoC under each scheduling policy" },
         { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
+        { "devices", cli_devices, "list every device, the roles they take, and graphics telemetry" },
         { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },
         { "submit", cli_submit, "a proactive request to the engine service" },
         { "chat", cli_chat, "a conversation with the engine service (one flow)" },

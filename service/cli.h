@@ -11,6 +11,7 @@ int cli_mkmodel(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_sim(int argc, char **argv);
 int cli_suggestions(int argc, char **argv);
+int cli_devices(int argc, char **argv);
 /* service/cli-bus.c: clients of the engine service */
 int cli_ask(int argc, char **argv);
 int cli_submit(int argc, char **argv);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "devices.h"
 #include "forward.h"
 #include "model.h"
 #include "test.h"
@@ -179,9 +180,17 @@ int main(void) {
         snprintf(probe, sizeof(probe), "%s/tiny-llama3-f32.gguf", dir ? dir : "");
         if (!dir || access(probe, R_OK) != 0)
                 TEST_SKIP("conformance data not found (AXP_CONFORMANCE_DIR=%s)", dir ? dir : "");
+        /* AXP_DEVICE runs every kernel on another device (opencl, opencl:N) */
+        const char *spec = getenv("AXP_DEVICE") ? getenv("AXP_DEVICE") : "cpu";
         axp_error err = { 0 };
-        if (axp_cpu_device_new(0, &dev, &err) < 0)
+        int r = axp_device_open(spec, 0, &dev, &err);
+        if (r == -ENODEV)
+                TEST_SKIP("%s", err.msg);
+        if (r < 0) {
+                fprintf(stderr, "%s\n", err.msg);
                 return 1;
+        }
+        printf("device: %s\n", dev->name);
         RUN(test_f32_model);
         RUN(test_q8_0_model);
         axp_device_free(dev);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "device.h"
+#include "devices.h"
 #include "forward.h"
 #include "model.h"
 #include "ref-forward.h"
@@ -259,9 +260,17 @@ int main(void) {
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/axp-test-forward-XXXXXX");
         if (!mkdtemp(tmpdir))
                 return 1;
+        /* AXP_DEVICE runs every kernel on another device (opencl, opencl:N) */
+        const char *spec = getenv("AXP_DEVICE") ? getenv("AXP_DEVICE") : "cpu";
         axp_error err = { 0 };
-        if (axp_cpu_device_new(2, &dev, &err) < 0)
+        int r = axp_device_open(spec, 2, &dev, &err);
+        if (r == -ENODEV)
+                TEST_SKIP("%s", err.msg);
+        if (r < 0) {
+                fprintf(stderr, "%s\n", err.msg);
                 return 1;
+        }
+        printf("device: %s\n", dev->name);
         RUN(test_types_llama);
         RUN(test_archs);
         RUN(test_chunked_stop_resume);

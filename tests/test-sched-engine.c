@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "devices.h"
 #include "engine.h"
 #include "forward.h"
 #include "generate.h"
@@ -100,7 +101,11 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
         return len;
 }
 
-static axp_engine *new_engine(const char *policy) {
+/* A tiny preemption bound gives the smallest S_chk (16 tokens), so short prompts still split
+ * into static chunks and a dynamic remainder. */
+static bool small_chunks;
+
+static axp_engine *new_engine_on(const char *policy, const char *static_dev, const char *dynamic_dev) {
         axp_engine_config c;
         axp_engine *e = NULL;
         axp_error err = { 0 };
@@ -108,11 +113,19 @@ static axp_engine *new_engine(const char *policy) {
         axp_engine_config_default(&c);
         c.model_path = model_path;
         c.policy = policy;
+        c.static_dev = static_dev;
+        c.dynamic_dev = dynamic_dev;
+        if (small_chunks)
+                c.preempt_bound_s = 1e-6;
         c.n_threads = 2;
         c.calib_cache = calib_path;
         if (axp_engine_new(&c, &e, &err) < 0)
                 fprintf(stderr, "engine: %s\n", err.msg);
         return e;
+}
+
+static axp_engine *new_engine(const char *policy) {
+        return new_engine_on(policy, "auto", "auto");
 }
 
 static void greedy_opts(axp_request_opts *o, int max_tokens) {
@@ -130,12 +143,55 @@ static const char *prompts[4] = {
         "and then it runs kernel after kernel until its answer is complete.",
 };
 
-static void test_concurrent_requests_match_reference(void) {
+/* Reactive and proactive requests at once stream what each generates alone. */
+static void run_concurrent(const char *policy, const char *static_dev, const char *dynamic_dev,
+                           char want[4][8192], int expect_devs) {
+        static result res[4];
+        axp_error err = { 0 };
+        axp_engine *e = new_engine_on(policy, static_dev, dynamic_dev);
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        CHECK(strcmp(axp_engine_policy(e), policy) == 0);
+        for (int i = 0; i < 4; i++) {
+                axp_request_opts o;
+                axp_request_cbs cb = cbs_for(&res[i]);
+                uint64_t id;
+                result_init(&res[i]);
+                greedy_opts(&o, 24);
+                axp_kind kind = i % 2 ? AXP_PROACTIVE : AXP_REACTIVE;
+                CHECK(axp_engine_submit(e, kind, prompts[i], &o, &cb, &id, &err) == 0);
+        }
+        for (int i = 0; i < 4; i++) {
+                result_wait(&res[i]);
+                bool same = res[i].len == strlen(want[i]) && memcmp(res[i].text, want[i], res[i].len) == 0;
+                CHECK_MSG(same, "%s on %s+%s, request %d: '%.*s' vs '%s'", policy, static_dev,
+                          dynamic_dev, i, (int) res[i].len, res[i].text, want[i]);
+                CHECK(res[i].reason == AXP_FINISH_LENGTH || res[i].reason == AXP_FINISH_STOP);
+                CHECK(res[i].st.generated_tokens >= 1 && res[i].st.generated_tokens <= 24);
+                CHECK(res[i].st.queue_wait_s >= 0 && res[i].st.ttft_s <= res[i].st.latency_s);
+                CHECK(res[i].st.prompt_tokens > 0);
+                CHECK(res[i].st.prefill_tokens == res[i].st.prompt_tokens);
+        }
+        axp_device_info info[4];
+        int n = axp_engine_devices(e, info, 4);
+        CHECK_EQ_INT(n, expect_devs);
+        if (n == 1) {
+                CHECK(info[0].role_static && info[0].role_dynamic && info[0].busy_s > 0);
+                CHECK(strcmp(info[0].kind, "cpu") == 0);
+        } else if (n == 2) {
+                /* each role on its own device, and both did work */
+                CHECK(info[0].role_static != info[1].role_static);
+                CHECK(info[0].role_dynamic != info[1].role_dynamic);
+                CHECK(info[0].busy_s > 0 && info[1].busy_s > 0);
+        }
+        axp_engine_free(e);
+}
+
+static void reference_texts(char want[4][8192]) {
         axp_model *m = NULL;
         axp_device *d = NULL;
         axp_error err = { 0 };
-        char want[4][8192];
-        static result res[4];
 
         CHECK(axp_model_load(model_path, &m, &err) == 0);
         CHECK(axp_cpu_device_new(1, &d, &err) == 0 && d->ops->prepare(d, m, &err) == 0);
@@ -143,42 +199,31 @@ static void test_concurrent_requests_match_reference(void) {
                 reference(m, d, prompts[i], 24, want[i], sizeof(want[i]));
         axp_device_free(d);
         axp_model_free(m);
+}
 
-        for (int pol = 0; pol < 3; pol++) {
-                const char *name = pol == 0 ? "agentxpu" : pol == 1 ? "fcfs" : "serial";
-                axp_engine *e = new_engine(name);
-                CHECK(e != NULL);
-                if (!e)
-                        return;
-                CHECK(strcmp(axp_engine_policy(e), name) == 0);
-                for (int i = 0; i < 4; i++) {
-                        axp_request_opts o;
-                        axp_request_cbs cb = cbs_for(&res[i]);
-                        uint64_t id;
-                        result_init(&res[i]);
-                        greedy_opts(&o, 24);
-                        axp_kind kind = i % 2 ? AXP_PROACTIVE : AXP_REACTIVE;
-                        CHECK(axp_engine_submit(e, kind, prompts[i], &o, &cb, &id, &err) == 0);
-                }
-                for (int i = 0; i < 4; i++) {
-                        result_wait(&res[i]);
-                        bool same = res[i].len == strlen(want[i]) &&
-                                    memcmp(res[i].text, want[i], res[i].len) == 0;
-                        CHECK_MSG(same,
-                                  "%s request %d: '%.*s' vs '%s'", name, i, (int) res[i].len,
-                                  res[i].text, want[i]);
-                        CHECK(res[i].reason == AXP_FINISH_LENGTH || res[i].reason == AXP_FINISH_STOP);
-                        CHECK(res[i].st.generated_tokens >= 1 && res[i].st.generated_tokens <= 24);
-                        CHECK(res[i].st.queue_wait_s >= 0 && res[i].st.ttft_s <= res[i].st.latency_s);
-                        CHECK(res[i].st.prompt_tokens > 0);
-                        CHECK(res[i].st.prefill_tokens == res[i].st.prompt_tokens);
-                }
-                axp_device_info info[4];
-                CHECK_EQ_INT(axp_engine_devices(e, info, 4), 1);
-                CHECK(info[0].role_static && info[0].role_dynamic && info[0].busy_s > 0);
-                CHECK(strcmp(info[0].kind, "cpu") == 0);
-                axp_engine_free(e);
+static void test_concurrent_requests_match_reference(void) {
+        static char want[4][8192];
+        reference_texts(want);
+        run_concurrent("agentxpu", "auto", "auto", want, 1);
+        run_concurrent("fcfs", "auto", "auto", want, 1);
+        run_concurrent("serial", "auto", "auto", want, 1);
+}
+
+/* The static role on the CPU and the dynamic role on OpenCL (PoCL here): the same text as
+ * the CPU alone, under every policy. */
+static void test_roles_on_two_devices(void) {
+        static char want[4][8192];
+        axp_device *probe = NULL;
+        if (axp_device_open("opencl", 1, &probe, NULL) < 0) {
+                printf("  no OpenCL device here: the two-device run is not possible\n");
+                return;
         }
+        axp_device_free(probe);
+        reference_texts(want);
+        small_chunks = true;
+        run_concurrent("agentxpu", "cpu", "opencl", want, 2);
+        run_concurrent("serial", "cpu", "opencl", want, 2);
+        small_chunks = false;
 }
 
 static void test_cancel_and_errors(void) {
@@ -310,6 +355,7 @@ int main(void) {
                 return 1;
         }
         RUN(test_concurrent_requests_match_reference);
+        RUN(test_roles_on_two_devices);
         RUN(test_cancel_and_errors);
         RUN(test_flow_reuses_kv);
         unlink(model_path);

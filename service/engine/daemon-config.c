@@ -110,7 +110,7 @@ static const ConfigKey config_keys[] = {
 
 static bool device_name_valid(const char *s) {
         if (strcmp(s, "auto") == 0 || strcmp(s, "cpu") == 0 || strcmp(s, "npu") == 0 ||
-            strcmp(s, "opencl") == 0 || strcmp(s, "sim") == 0)
+            strcmp(s, "opencl") == 0)
                 return true;
         if (strncmp(s, "opencl:", 7) == 0 && s[7]) {
                 for (const char *p = s + 7; *p; p++)
@@ -164,7 +164,7 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
         case VALUE_DEVICE:
                 if (!device_name_valid(v))
                         return axp_errorf(err, -EINVAL,
-                                          "%s: %s= must be auto, cpu, npu, sim, opencl or opencl:N, got '%s'",
+                                          "%s: %s= must be auto, cpu, npu, opencl or opencl:N, got '%s'",
                                           where, k->key, v);
                 return daemon_config_set_string(field, v);
         case VALUE_INT:

@@ -107,6 +107,17 @@ static gboolean dispatch_cb(gpointer data) {
                         break;
                 }
                 ev = g_queue_pop_head(&d->queue);
+                /* Cancelled by an engine that is still here: by someone, not by stopping. */
+                if (ev->cancelled) {
+                        ev->cancelled = false;
+                        if (++ev->attempts >= MAX_ATTEMPTS) {
+                                g_warning("dispatch: the engine cancelled event %" G_GUINT64_FORMAT
+                                          " (%s) %u times; giving it up", ev->id, describe(ev),
+                                          ev->attempts);
+                                forget(d, ev, "cancelled");
+                                continue;
+                        }
+                }
                 if (d->cfg->requests_per_minute > 0)
                         d->tokens -= 1.0;
                 ev->state = EVENT_SUBMITTING;
@@ -152,8 +163,22 @@ static void on_changed(void *userdata) {
                 d->retry_after_us = 0;
                 d->backoff_us = 0;
                 d->told_unavailable = false;
+        } else {
+                /* The engine left (or the bus went): what it cancelled, it cancelled because
+                 * it was stopping (it does so on SIGTERM), which is no fault of the events. */
+                GHashTableIter it;
+                gpointer v;
+                g_hash_table_iter_init(&it, d->live);
+                while (g_hash_table_iter_next(&it, NULL, &v))
+                        ((Event *) v)->cancelled = false;
         }
         kick(d);
+}
+
+/* The engine or the bus is in trouble: wait before the next submission, longer each time. */
+static void back_off(Dispatcher *d) {
+        d->backoff_us = d->backoff_us ? MIN(d->backoff_us * 2, BACKOFF_MAX_US) : BACKOFF_MIN_US;
+        d->retry_after_us = g_get_monotonic_time() + d->backoff_us;
 }
 
 static void on_submitted(void *userdata, guint64 id, const char *request, const char *error,
@@ -194,8 +219,7 @@ static void on_submitted(void *userdata, guint64 id, const char *request, const 
                           g_queue_get_length(&d->queue) + 1);
         d->told_unavailable = true;
         d->tokens = MIN((double) d->cfg->request_burst, d->tokens + 1.0);
-        d->backoff_us = d->backoff_us ? MIN(d->backoff_us * 2, BACKOFF_MAX_US) : BACKOFF_MIN_US;
-        d->retry_after_us = g_get_monotonic_time() + d->backoff_us;
+        back_off(d);
         requeue(d, ev);
         kick(d);
 }
@@ -222,6 +246,14 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
                 return;
         d->in_flight--;
         if (strcmp(reason, "lost") == 0) {
+                requeue(d, ev);
+        } else if (strcmp(reason, "cancelled") == 0) {
+                /* Most likely the engine is stopping: it cancels every request first, then
+                 * leaves the bus. Submit again once it is back, or after a pause. */
+                g_message("dispatch: the engine cancelled event %" G_GUINT64_FORMAT " (%s); it "
+                          "will be submitted again", id, describe(ev));
+                ev->cancelled = true;
+                back_off(d);
                 requeue(d, ev);
         } else if (strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0) {
                 text = g_strstrip(g_strdup(ev->answer ? ev->answer->str : ""));

@@ -4,7 +4,8 @@
  * [limits] burst and requests_per_minute, at most max_in_flight at once), folds queued file
  * events into one summary when they pile up, and turns each answer into a stored suggestion
  * and a notification. Events whose request was lost (the engine left, the monitor restarted)
- * are submitted again, once. */
+ * or cancelled by a stopping engine are submitted again, once; a cancellation by anyone else
+ * counts as a failed attempt. */
 #pragma once
 
 #include "common.h"

@@ -34,6 +34,8 @@ typedef struct Event {
         /* Dispatch state; not journaled (a restart submits every pending event afresh). */
         EventState state;
         guint attempts;
+        bool cancelled;         /* the engine cancelled its request: charged as an attempt
+                                 * when next submitted, unless the engine left meanwhile */
         char *request;          /* the engine's request object while running */
         char *engine;           /* the engine's unique bus name for that request */
         GString *answer;

@@ -1,19 +1,20 @@
 # SPDX-License-Identifier: MIT
-"""Test harness for agentxpu-monitor: a private dbus-daemon, an engine on it, a recorder of
-every message on it, the monitor under test, and helpers to read what came out.
-
-The engine is AXP_ENGINE_CMD (a command line where {address} is the bus address; the engine
-may also read DBUS_SYSTEM_BUS_ADDRESS), by default the test stand-in tests/monitor/fake-engine.
+"""Test harness for agentxpu-monitor: a private dbus-daemon, the real engine daemon
+(agentxpu-engine) on it serving a small model made by `agentxpu mkmodel` (model.py), a
+recorder of every message on the bus, the monitor under test, and helpers to read what came
+out.
 """
 import json
 import os
-import shlex
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+from model import make_model
 
 SKIP = 77
 
@@ -31,13 +32,30 @@ def env_path(name):
 
 MONITOR = env_path("AXP_MONITOR")
 CLI = env_path("AXP_CLI")
-FAKE_ENGINE = env_path("AXP_FAKE_ENGINE")
+ENGINE = env_path("AXP_ENGINE_DAEMON")
+CONFORMANCE_DIR = os.environ.get("AXP_CONFORMANCE_DIR", "")
 RECORDER = env_path("AXP_BUS_RECORDER")
 NOTIFYD = env_path("AXP_FAKE_NOTIFYD")
 SECRET_OWNER = os.environ.get("AXP_X11_SECRET_OWNER", "")
 FAKE_WL_PASTE = env_path("AXP_FAKE_WL_PASTE")
-ENGINE_CMD = os.environ.get("AXP_ENGINE_CMD") or (FAKE_ENGINE + " --address {address}")
-STAND_IN = not os.environ.get("AXP_ENGINE_CMD")
+
+# The monitor's request options in the tests: few tokens, greedy. (The model never ends an
+# answer early, see model.py, so each answer is exactly this long.)
+ENGINE_OPTIONS = {"max_tokens": 8, "temperature": 0}
+# A request that runs far longer than any test waits (the context allows ~4,000 tokens).
+LONG_TOKENS = 4000
+BLOCKERS = 3
+BLOCKER_PROMPT = "Write a very long story about a lighthouse keeper."
+
+# Lines in the monitor's log that mean a test cannot pass: fail at once, saying why, rather
+# than wait for a suggestion that will not come.
+FATAL = {
+    "got an empty answer": "the engine answered with no text (see tests/monitor/model.py)",
+    "the engine refused event": "the engine refused a request",
+    'finished with "': "a request ended badly",
+    "giving it up": "the monitor gave an event up",
+}
+_sessions = []
 
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -55,9 +73,13 @@ BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Config
 
 
 def wait_for(predicate, what, timeout=90):
-    """Polls until predicate() is true; the timeout only guards against a hang."""
+    """Polls until predicate() is true; the timeout only guards against a hang. Fails at
+    once when the monitor logs something no test expects (see FATAL), or the monitor or the
+    engine dies."""
     deadline = time.monotonic() + timeout
     while True:
+        for s in _sessions:
+            s.check_fatal(what)
         value = predicate()
         if value:
             return value
@@ -133,6 +155,9 @@ class Session:
         self.store_path = os.path.join(self.state, "agentxpu", "suggestions.jsonl")
         self.journal_path = os.path.join(self.state, "agentxpu", "monitor-journal.jsonl")
         self.recording = os.path.join(self.tmp, "bus.jsonl")
+        self.engine_state = os.path.join(self.tmp, "engine-state")
+        os.makedirs(self.engine_state)
+        self._model = None
         self.address = self._start_bus()
         self.env["DBUS_SESSION_BUS_ADDRESS"] = self.address
         self.env["DBUS_SYSTEM_BUS_ADDRESS"] = self.address
@@ -182,13 +207,61 @@ class Session:
                            capture_output=True, text=True, env=self.env)
         return "true" in r.stdout
 
-    def start_engine(self, stand_in_args=""):
-        """Starts the engine; stand_in_args only reach the test stand-in."""
-        cmd = ENGINE_CMD.format(address=shlex.quote(self.address))
-        if STAND_IN and stand_in_args:
-            cmd += " " + stand_in_args
-        self._spawn("engine", cmd, shell=True)
-        wait_for(lambda: self.name_has_owner("org.agentxpu.Engine"), "the engine on the bus")
+    def model(self):
+        """The test model, made once per test (in this session's folder)."""
+        if not self._model:
+            folder = os.path.join(self.tmp, "model")
+            os.makedirs(folder, exist_ok=True)
+            try:
+                self._model, what = make_model(folder, CLI, CONFORMANCE_DIR)
+            except (RuntimeError, ValueError) as e:
+                raise Fail(f"cannot make the test model: {e}")
+            print(f"model: {what}")
+        return self._model
+
+    def start_engine(self, policy=None, config=None):
+        """Starts agentxpu-engine on the session's bus, with its state (the calibration
+        cache) in engine_state and its log, at the most verbose level, in engine.log.
+        config: extra [Engine] keys."""
+        keys = {"CalibrationCache": os.path.join(self.engine_state, "calibration")}
+        keys.update(config or {})
+        conf = os.path.join(self.tmp, "engine.conf")
+        with open(conf, "w") as f:
+            f.write(conf_text({"Engine": keys}))
+        argv = [ENGINE, "--address", self.address, "--model", self.model(), "--config", conf]
+        if policy:
+            argv += ["--policy", policy]
+        env = dict(self.env, AGENTXPU_LOG_LEVEL="debug")
+        p = self._spawn("engine", argv, env=env)
+        wait_for(lambda: p.poll() is not None or self.name_has_owner("org.agentxpu.Engine"),
+                 "the engine on the bus")
+        if p.poll() is not None:
+            raise Fail(f"the engine exited with status {p.returncode}:\n{self.log('engine')}")
+
+    def engine_name(self):
+        """The unique bus name of the engine now on the bus."""
+        r = subprocess.run(["gdbus", "call", "--address", self.address, "--dest",
+                            "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+                            "--method", "org.freedesktop.DBus.GetNameOwner",
+                            "org.agentxpu.Engine"], capture_output=True, text=True, env=self.env)
+        m = re.search(r"'(:[0-9.]+)'", r.stdout)
+        if not m:
+            raise Fail(f"no owner of org.agentxpu.Engine: {r.stdout}{r.stderr}")
+        return m.group(1)
+
+    def check_fatal(self, what):
+        """Raises Fail when the monitor logged a line no test expects, or the monitor or the
+        engine died without the test stopping it."""
+        log = self.log()
+        for needle, why in FATAL.items():
+            if needle in log:
+                line = next(l for l in log.splitlines() if needle in l)
+                raise Fail(f"{why}, while waiting for {what}: {line.strip()}")
+        for name in ("monitor", "engine"):
+            p = self.procs.get(name)
+            if p is not None and p.poll() is not None:
+                raise Fail(f"the {name} exited with status {p.returncode} while waiting for "
+                           f"{what}")
 
     def stop(self, name, sig=signal.SIGTERM):
         p = self.procs.pop(name, None)
@@ -196,6 +269,7 @@ class Session:
             return
         try:
             os.killpg(p.pid, sig)
+            os.killpg(p.pid, signal.SIGCONT)  # in case a test left it stopped
         except ProcessLookupError:
             pass
         try:
@@ -215,6 +289,8 @@ class Session:
         return path
 
     def start_monitor(self, sections, args=(), env=None):
+        sections = dict(sections)
+        sections["engine"] = dict(ENGINE_OPTIONS, **sections.get("engine", {}))
         config = self.write_config(sections)
         argv = [MONITOR, "--address", self.address, "--config", config] + list(args)
         return self._spawn("monitor", argv, env=env)
@@ -247,15 +323,71 @@ class Session:
     def messages(self):
         return read_jsonl(self.recording)
 
-    def prompts(self):
-        """The prompt of every Proactive call an engine accepted, in order. (A call while
-        no engine is on the bus gets an error from the bus itself and is left out.)"""
+    def accepted(self):
+        """(engine, prompt) of every Proactive call of the monitor that an engine accepted,
+        in order; engine is the unique bus name that answered. (A call while no engine is on
+        the bus gets an error from the bus itself, and one the engine refuses an error from
+        it: both are left out.)"""
         msgs = self.messages()
-        accepted = {(m.get("destination"), m.get("reply_serial")) for m in msgs
-                    if m.get("type") == "return"}
-        return [m.get("arg0", "") for m in msgs
+        accepted = {(m.get("destination"), m.get("reply_serial")): m.get("sender")
+                    for m in msgs if m.get("type") == "return"}
+        return [(accepted[(m.get("sender"), m.get("serial"))], m.get("arg0", "")) for m in msgs
                 if m.get("type") == "call" and m.get("member") == "Proactive"
-                and (m.get("sender"), m.get("serial")) in accepted]
+                and (m.get("sender"), m.get("serial")) in accepted
+                and m.get("arg0") != BLOCKER_PROMPT]
+
+    def prompts(self):
+        """The prompt of every Proactive call of the monitor that an engine accepted."""
+        return [prompt for _, prompt in self.accepted()]
+
+    def signals(self, path, engine=None):
+        """(member, first argument) of every signal an engine (that one, given its unique
+        name: a new engine numbers its requests from 1 again) sent for a request object."""
+        return [(m.get("member"), m.get("arg0")) for m in self.messages()
+                if m.get("type") == "signal" and m.get("path") == path
+                and m.get("interface") == "org.agentxpu.Engine.Request"
+                and engine in (None, m.get("sender"))]
+
+    def start_blocker(self):
+        """Another client's long requests, the first running once this returns. With the
+        engine's serial policy every later request waits behind them, submitted and
+        unanswered, until the test stops the blocker (its requests are then cancelled).
+        BLOCKERS requests of LONG_TOKENS tokens each hold the queue for minutes with the
+        llama-bpe model, for half a minute with the built-in vocabulary's faster one.
+        Returns their request paths."""
+        engine = self.engine_name()
+        paths = []
+        for i in range(BLOCKERS):
+            out = os.path.join(self.tmp, f"blocker-{i}.out")
+            p = subprocess.Popen([CLI, "submit", "--address", self.address, "--wait", "-n",
+                                  str(LONG_TOKENS), "--temperature", "0", BLOCKER_PROMPT],
+                                 stdout=open(out, "wb"), stderr=open(out + ".err", "wb"),
+                                 stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            self.procs[f"blocker-{i}"] = p
+
+            def submitted():
+                if p.poll() is not None:
+                    raise Fail(f"a blocking request ended early (status {p.returncode}): "
+                               + open(out + ".err", errors="replace").read())
+                with open(out, encoding="utf-8", errors="replace") as f:
+                    lines = f.read().split("\n", 1)
+                return lines[0] if len(lines) > 1 else None
+            # One after the other, so that the engine runs them in this order.
+            paths.append(wait_for(submitted, "a blocking request's path"))
+        wait_for(lambda: self.signals(paths[0], engine), "the first blocking request's first token")
+        return paths
+
+    def blocker_ends(self, paths, engine=None):
+        """How the blocking requests ended so far: only "cancelled" means they held."""
+        return [a for path in paths for m, a in self.signals(path, engine) if m == "Finished"]
+
+    def stop_blocker(self):
+        """Ends the blocking clients; the engine, if still there, cancels their requests.
+        (SIGKILL, since `agentxpu submit --wait` does not notice an engine that died: it
+        waits on for a Finished that will not come, and a first SIGTERM only sends a
+        Cancel.)"""
+        for name in [n for n in self.procs if n.startswith("blocker-")]:
+            self.stop(name, signal.SIGKILL)
 
     def pending_ids(self):
         """Ids of the events the journal holds as pending (replayed as the monitor would)."""
@@ -269,6 +401,25 @@ class Session:
             elif op == "done":
                 pending.pop(r.get("id"), None)
         return pending
+
+    def everywhere(self):
+        """[(what, text)] of everything a secret must never reach: the bus (every request
+        and answer), the monitor's log, store and journal, and the engine's log (at its most
+        verbose) and state files."""
+        def read(path):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return ""
+        out = [("the bus", read(self.recording)), ("the monitor log", self.log()),
+               ("the store", read(self.store_path)), ("the journal", read(self.journal_path)),
+               ("the engine log", self.log("engine"))]
+        for root, _, names in os.walk(self.engine_state):
+            for name in names:
+                path = os.path.join(root, name)
+                out.append((f"the engine's state ({path})", read(path)))
+        return out
 
     def cli(self, *args):
         return subprocess.run([CLI, "suggestions", *args], capture_output=True, text=True,
@@ -297,6 +448,7 @@ class Session:
 def run(name, body):
     """Runs body(session); prints the outcome and exits as meson expects."""
     s = Session(name)
+    _sessions.append(s)
     try:
         body(s)
     except Fail as e:
@@ -313,7 +465,7 @@ def run(name, body):
         s.close()
         raise
     s.close()
-    print(f"ok   {name}" + ("" if STAND_IN else " (engine: AXP_ENGINE_CMD)"))
+    print(f"ok   {name}")
     sys.exit(0)
 
 

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 """Wayland through a data-control protocol (`wl-paste --watch`, here a stand-in driven by the
 test): plain text gives a suggestion; content offered with x-kde-passwordManagerHint, or that
-wl-paste itself reports as sensitive, is never fetched and appears nowhere; a compositor
-without data-control (and no X11) gives one clear log line."""
+wl-paste itself reports as sensitive, is never fetched and appears nowhere, the engine's log
+and state included; a compositor without data-control (and no X11) gives one clear log
+line."""
 import os
 
 from harness import FAKE_WL_PASTE, check, run, wait_for
@@ -64,9 +65,9 @@ def body(s):
         fetched = f.read().split()
     check(fetched == ["text/plain;charset=utf-8"] * 2,
           f"the monitor fetched content other than the two plain copies: {fetched}")
-    for name, data in (("the bus", open(s.recording).read()), ("the monitor log", s.log()),
-                       ("the store", open(s.store_path).read()),
-                       ("the journal", open(s.journal_path).read())):
+    places = s.everywhere()
+    check(any("calibration" in name for name, _ in places), "the engine kept no state to check")
+    for name, data in places:
         check(SECRET not in data, f"the secret appears in {name}")
 
     # A compositor without data-control, and no X11 to fall back on: say so, once, clearly.

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 """A text file written in a watched folder gives exactly one suggestion naming it; files
 under ignored globs, binary files, symlinks and unchanged rewrites give none."""
+import json
 import os
 
 from harness import TEST_TEMPLATES, check, run, wait_for
@@ -81,10 +82,14 @@ def body(s):
     firsts = sorted(p.split("\n", 1)[0] for p in prompts)
     check(firsts == sorted(f"FILE {p}" for p in (notes, fresh, marker)),
           f"requests name the wrong files: {firsts}")
-    everything = "\n".join(prompts) + open(s.store_path).read() + s.log()
+    # The store without the answers' text: a random model may well say ".git".
+    records = [json.dumps({k: v for k, v in r.items() if k != "text"}) for r in s.store()]
+    everything = "\n".join(prompts + records + [s.log(), s.log("engine")] +
+                            [text for name, text in s.everywhere() if "engine's state" in name])
     for needle in ("IGNORED-CONTENT", "OUTSIDE-SECRET", "image.bin", "latin1.txt", "link.txt",
                    "server.key", "cert.pem", "node_modules", ".ssh", ".git"):
-        check(needle not in everything, f"{needle!r} reached a request, the store or the log")
+        check(needle not in everything, f"{needle!r} reached a request, the store, a log or "
+                                        "the engine's state")
     notes_prompt = next(p for p in prompts if p.startswith(f"FILE {notes}"))
     check("send the budget to Ana" in notes_prompt, "the request lacks the file's final content")
 

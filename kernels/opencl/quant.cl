@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/* Weight rows of every supported type, read 32 elements at a time (a Q8_0/Q4_0 block, a
+ * sub-block of a Q4_K/Q6_K super-block, 32 floats), and the two kernels built on them: the
+ * token embedding lookup and the matrix product Y = X W^T. Block layouts as in GGUF. */
+
+void dq32_f32(__global const uchar *row, int u, float *w) {
+        __global const float *p = (__global const float *) row + u * 32;
+        for (int i = 0; i < 32; i++)
+                w[i] = p[i];
+}
+
+void dq32_f16(__global const uchar *row, int u, float *w) {
+        __global const half *p = (__global const half *) row + u * 32;
+        for (int i = 0; i < 32; i++)
+                w[i] = vload_half(i, p);
+}
+
+void dq32_bf16(__global const uchar *row, int u, float *w) {
+        __global const ushort *p = (__global const ushort *) row + u * 32;
+        for (int i = 0; i < 32; i++)
+                w[i] = as_float((uint) p[i] << 16);
+}
+
+/* block_q8_0: half d, int8 qs[32] (34 bytes) */
+void dq32_q8_0(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + u * 34;
+        const float d = vload_half(0, (__global const half *) b);
+        __global const char *q = (__global const char *) (b + 2);
+        vstore16(d * convert_float16(vload16(0, q)), 0, w);
+        vstore16(d * convert_float16(vload16(1, q)), 1, w);
+}
+
+/* block_q4_0: half d, uint8 qs[16]; low nibbles are elements 0..15, high ones 16..31 */
+void dq32_q4_0(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + u * 18;
+        const float d = vload_half(0, (__global const half *) b);
+        for (int j = 0; j < 16; j++) {
+                const uchar q = b[2 + j];
+                w[j] = d * (float) ((int) (q & 15) - 8);
+                w[j + 16] = d * (float) ((int) (q >> 4) - 8);
+        }
+}
+
+/* block_q4_K (144 bytes): half d, half dmin, 12 bytes of packed 6-bit scales and mins,
+ * 128 bytes of nibbles. Sub-block s uses scale/min s and the low (even s) or high (odd s)
+ * nibbles of bytes 32 * (s / 2) .. + 31. */
+void dq32_q4_k(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 144;
+        const int s = u % 8;
+        const float d = vload_half(0, (__global const half *) b);
+        const float dmin = vload_half(1, (__global const half *) b);
+        __global const uchar *sc = b + 4, *q = b + 16 + 32 * (s / 2);
+        uint scale, mn;
+        if (s < 4) {
+                scale = sc[s] & 63;
+                mn = sc[s + 4] & 63;
+        } else {
+                scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+                mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        }
+        const float d1 = d * (float) scale, m1 = dmin * (float) mn;
+        const int shift = (s & 1) * 4;
+        for (int l = 0; l < 32; l++)
+                w[l] = d1 * (float) ((q[l] >> shift) & 15) - m1;
+}
+
+/* block_q6_K (210 bytes): uint8 ql[128], uint8 qh[64], int8 scales[16], half d. Each half
+ * of 128 elements holds four quarters of 32: quarter k takes the low (k < 2) or high
+ * nibble of ql[l + 32 * (k & 1)], two bits 2k of qh[l], and scale is + 2k (is = l / 16). */
+void dq32_q6_k(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 210;
+        const int s = u % 8, h = s / 4, k = s % 4;
+        const float d = vload_half(0, (__global const half *) (b + 208));
+        __global const uchar *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
+        __global const char *sc = (__global const char *) (b + 192) + 8 * h + 2 * k;
+        const int lshift = (k >> 1) * 4, hshift = 2 * k;
+        for (int l = 0; l < 32; l++) {
+                const int q = (int) (((ql[l] >> lshift) & 15) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+                w[l] = d * (float) sc[l / 16] * (float) q;
+        }
+}
+
+/* TT (from the host's build options): tokens per work-group of the matrix product; each
+ * item keeps TT partial sums. */
+
+/* Y[y_off + t * ldy + r] = sum_k W[r][k] * X[x_off + t * ldx + k] for rows r < n_out and
+ * tokens t < n_tok. A work-group holds WG >> kl_log2 rows; the 1 << kl_log2 items of a row
+ * take every (1 << kl_log2)-th group of 32 elements, then their partial sums are added in
+ * local memory. The second dimension walks the tokens TT at a time. */
+#define DEF_MATMUL(T)                                                                              \
+        __kernel WG_ATTR void matmul_##T(__global const uchar *W, ulong woff, ulong row_bytes,     \
+                                         int n_in, int n_out, int kl_log2,                         \
+                                         __global const float *X, int x_off, int ldx,              \
+                                         __global float *Y, int y_off, int ldy, int n_tok) {       \
+                __local float red[WG * TT];                                                        \
+                const int lid = get_local_id(0), KL = 1 << kl_log2, kl = lid & (KL - 1);           \
+                const int r = get_group_id(0) * (WG >> kl_log2) + (lid >> kl_log2);                \
+                const int t0 = get_group_id(1) * TT, nt = min(TT, n_tok - t0);                     \
+                float acc[TT];                                                                     \
+                for (int t = 0; t < TT; t++)                                                       \
+                        acc[t] = 0;                                                                \
+                if (r < n_out) {                                                                   \
+                        __global const uchar *row = W + woff + (ulong) r * row_bytes;              \
+                        const int nu = n_in / 32;                                                  \
+                        for (int u = kl; u < nu; u += KL) {                                        \
+                                float w[32];                                                       \
+                                dq32_##T(row, u, w);                                               \
+                                for (int t = 0; t < nt; t++) {                                     \
+                                        __global const float *x =                                  \
+                                                X + x_off + (long) (t0 + t) * ldx + u * 32;        \
+                                        float4 s = 0;                                              \
+                                        for (int i = 0; i < 8; i++)                                \
+                                                s += vload4(i, w) * vload4(i, x);                  \
+                                        acc[t] += (s.x + s.y) + (s.z + s.w);                       \
+                                }                                                                  \
+                        }                                                                          \
+                }                                                                                  \
+                for (int t = 0; t < nt; t++)                                                       \
+                        red[lid * TT + t] = acc[t];                                                \
+                barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+                for (int s = KL / 2; s > 0; s >>= 1) {                                             \
+                        if (kl < s)                                                                \
+                                for (int t = 0; t < nt; t++)                                       \
+                                        red[lid * TT + t] += red[(lid + s) * TT + t];              \
+                        barrier(CLK_LOCAL_MEM_FENCE);                                              \
+                }                                                                                  \
+                if (kl == 0 && r < n_out)                                                          \
+                        for (int t = 0; t < nt; t++)                                               \
+                                Y[y_off + (long) (t0 + t) * ldy + r] = red[lid * TT + t];          \
+        }
+
+/* X[x_off + i * ldx + k] = row tok[tok_off + i] of W, dequantized; one item per 32
+ * elements. */
+#define DEF_EMBED(T)                                                                               \
+        __kernel void embed_##T(__global const uchar *W, ulong woff, ulong row_bytes, int n_in,    \
+                                __global const int *tok, int tok_off, __global float *X,           \
+                                int x_off, int ldx) {                                              \
+                const int u = get_global_id(0), i = get_global_id(1);                              \
+                if (u >= n_in / 32)                                                                \
+                        return;                                                                    \
+                float w[32];                                                                       \
+                dq32_##T(W + woff + (ulong) tok[tok_off + i] * row_bytes, u, w);                   \
+                __global float *x = X + x_off + (long) i * ldx + u * 32;                           \
+                for (int j = 0; j < 32; j++)                                                       \
+                        x[j] = w[j];                                                               \
+        }
+
+DEF_MATMUL(f32)
+DEF_MATMUL(f16)
+DEF_MATMUL(bf16)
+DEF_MATMUL(q8_0)
+DEF_MATMUL(q4_0)
+DEF_MATMUL(q4_k)
+DEF_MATMUL(q6_k)
+
+DEF_EMBED(f32)
+DEF_EMBED(f16)
+DEF_EMBED(bf16)
+DEF_EMBED(q8_0)
+DEF_EMBED(q4_0)
+DEF_EMBED(q4_k)
+DEF_EMBED(q6_k)

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/* Row-wise pieces of K1, K3 and HEAD, the same arithmetic as engine/cpu-device.c: RMSNorm,
+ * biases, per-head q/k norm, RoPE from a host table of cos/sin, the KV cache write, the
+ * residual additions and SwiGLU. Row kernels run one work-group of WG items per row. */
+
+/* y = x / sqrt(mean(x^2) + eps) * w over one row of n; y may be x. */
+void rmsnorm_row(__global float *y, __global const float *x, __global const float *w, int n,
+                 float eps, __local acc_t *red) {
+        acc_t s = 0;
+        for (int j = get_local_id(0); j < n; j += WG)
+                s += (acc_t) x[j] * (acc_t) x[j];
+        s = wg_sum(s, red);
+        const float scale = 1.0f / sqrt((float) (s / n) + eps);
+        for (int j = get_local_id(0); j < n; j += WG)
+                y[j] = x[j] * scale * w[j];
+}
+
+/* Y row i = RMSNorm(X row i) * W */
+__kernel WG_ATTR void rmsnorm(__global const float *X, int x_off, int ldx, __global const uchar *W,
+                              ulong woff, __global float *Y, int y_off, int ldy, int n, float eps) {
+        __local acc_t red[WG];
+        const int i = get_group_id(0);
+        rmsnorm_row(Y + y_off + (long) i * ldy, (__global float *) (X + x_off + (long) i * ldx),
+                    (__global const float *) (W + woff), n, eps, red);
+}
+
+/* X row i += O row i; H row i = RMSNorm(X row i) * W */
+__kernel WG_ATTR void residual_rmsnorm(__global float *X, int x_off, int ldx, __global const float *O,
+                                       int o_off, int ldo, __global const uchar *W, ulong woff,
+                                       __global float *H, int h_off, int ldh, int n, float eps) {
+        __local acc_t red[WG];
+        const int i = get_group_id(0);
+        __global float *x = X + x_off + (long) i * ldx;
+        __global const float *o = O + o_off + (long) i * ldo;
+        for (int j = get_local_id(0); j < n; j += WG)
+                x[j] += o[j];
+        /* each item reads back only what it wrote: no barrier needed before the norm */
+        rmsnorm_row(H + h_off + (long) i * ldh, x, (__global const float *) (W + woff), n, eps, red);
+}
+
+/* X[x_off + i * ldx + j] += O[o_off + i * ldo + j], j < n: one item per element */
+__kernel void residual(__global float *X, int x_off, int ldx, __global const float *O, int o_off,
+                       int ldo, int n) {
+        const int j = get_global_id(0), i = get_global_id(1);
+        if (j < n)
+                X[x_off + (long) i * ldx + j] += O[o_off + (long) i * ldo + j];
+}
+
+/* G = SiLU(G) * U over n elements */
+__kernel void swiglu(__global float *G, __global const float *U, int n) {
+        const int i = get_global_id(0);
+        if (i < n) {
+                const float g = G[i];
+                G[i] = g / (1.0f + exp(-g)) * U[i];
+        }
+}
+
+void add_bias(__global float *x, __global const float *b, int n) {
+        for (int j = get_local_id(0); j < n; j += WG)
+                x[j] += b[j];
+}
+
+/* Rotate the pairs of n_heads heads of hd: adjacent pairs (NORM) or (i, i + n_pairs) (NEOX),
+ * with cs[2 * i], cs[2 * i + 1] = cos, sin of the pair's angle. */
+void rope_row(__global float *x, int n_heads, int hd, int n_pairs, int neox, __global const float *cs) {
+        for (int p = get_local_id(0); p < n_heads * n_pairs; p += WG) {
+                const int h = p / n_pairs, i = p % n_pairs;
+                const int i0 = neox ? i : 2 * i, i1 = neox ? i + n_pairs : 2 * i + 1;
+                __global float *v = x + h * hd;
+                const float c = cs[2 * i], s = cs[2 * i + 1], a = v[i0], b = v[i1];
+                v[i0] = a * c - b * s;
+                v[i1] = a * s + b * c;
+        }
+}
+
+/* The end of K1 for the rows of one request: rows row0.. of the Q/K/V scratch get their
+ * biases (qwen2), per-head norms (qwen3) and RoPE, then Q goes to the request's QA rows
+ * qa_row0.. and K/V to its cache at positions pos0.. . cs: rows cs_row0.. of a table of
+ * n_pairs (cos, sin) pairs per row. */
+__kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global float *V, int row0,
+                              int n_head, int n_head_kv, int hd, int has_bias,
+                              __global const uchar *Wbq, ulong obq, __global const uchar *Wbk,
+                              ulong obk, __global const uchar *Wbv, ulong obv, int has_norm,
+                              __global const uchar *Wqn, ulong oqn, __global const uchar *Wkn,
+                              ulong okn, float eps, __global const float *cs, int cs_row0, int n_pairs,
+                              int neox, __global float *QA, int qa_row0, __global uchar *Kc,
+                              __global uchar *Vc, int pos0, int kv_f16) {
+        __local acc_t red[WG];
+        const int i = get_group_id(0), lid = get_local_id(0);
+        const int qd = n_head * hd, kvd = n_head_kv * hd, row = row0 + i;
+        __global float *q = Q + (long) row * qd, *k = K + (long) row * kvd, *v = V + (long) row * kvd;
+
+        if (has_bias) {
+                add_bias(q, (__global const float *) (Wbq + obq), qd);
+                add_bias(k, (__global const float *) (Wbk + obk), kvd);
+                add_bias(v, (__global const float *) (Wbv + obv), kvd);
+                barrier(CLK_GLOBAL_MEM_FENCE); /* the head norms split the row otherwise */
+        }
+        if (has_norm) {
+                /* within a head, every item reads back only what it wrote */
+                for (int h = 0; h < n_head; h++)
+                        rmsnorm_row(q + h * hd, q + h * hd, (__global const float *) (Wqn + oqn), hd, eps, red);
+                for (int h = 0; h < n_head_kv; h++)
+                        rmsnorm_row(k + h * hd, k + h * hd, (__global const float *) (Wkn + okn), hd, eps, red);
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE); /* RoPE pairs cross items */
+        __global const float *c = cs + (long) (cs_row0 + i) * 2 * n_pairs;
+        rope_row(q, n_head, hd, n_pairs, neox, c);
+        rope_row(k, n_head_kv, hd, n_pairs, neox, c);
+        barrier(CLK_GLOBAL_MEM_FENCE);
+
+        __global float *qa = QA + (long) (qa_row0 + i) * qd;
+        for (int j = lid; j < qd; j += WG)
+                qa[j] = q[j];
+        const long kv0 = (long) (pos0 + i) * kvd;
+        for (int j = lid; j < kvd; j += WG) {
+                kv_put(Kc, kv_f16, kv0 + j, k[j]);
+                kv_put(Vc, kv_f16, kv0 + j, v[j]);
+        }
+}
