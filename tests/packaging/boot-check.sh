@@ -3,8 +3,8 @@
 # Runs inside the Debian 12 root booted with systemd-nspawn (test-install.sh), after
 # check-installed.sh installed the package and a model: the real system bus activates
 # agentxpu-engine.service, sandbox and all, for an ordinary user's `agentxpu ask`; the engine
-# exits when idle and comes back on the next call. Writes OK or the failure to $1, then
-# powers the container off.
+# exits when idle and comes back on the next call; with PoCL there, the dynamic role runs on
+# OpenCL. Writes OK or the failure to $1, then powers the container off.
 set -u
 
 result=$1
@@ -64,4 +64,21 @@ systemctl is-failed --quiet agentxpu-engine.service && finish "FAIL: the idle ex
 again=$(as_user timeout 120 agentxpu ask -n 8 --temperature 0 --raw Hello) ||
         finish "FAIL: no answer once the engine had exited when idle"
 [ "$again" = "$expected" ] || finish "FAIL: second answer '$again'"
+
+# The GPU's role on PoCL, where test-install.sh installed it: OpenCL kernels compiled at run
+# time, inside the sandbox (MemoryDenyWriteExecute=, the system call filter, a read-only
+# system but for the cache folder).
+if [ -e /etc/OpenCL/vendors/pocl.icd ]; then
+        expected=$(agentxpu generate -m "$MODEL" -p Hello --raw -n 8 --temperature 0 --device opencl) ||
+                finish "FAIL: agentxpu generate --device opencl"
+        sed -i 's/^#DynamicDevice=.*/DynamicDevice=opencl/' /etc/agentxpu/engine.conf
+        systemctl stop agentxpu-engine.service
+        answer=$(as_user timeout 120 agentxpu ask -n 8 --temperature 0 --raw Hello) ||
+                finish "FAIL: agentxpu ask with the dynamic role on OpenCL (exit $?)"
+        [ "$answer" = "$expected" ] || finish "FAIL: on OpenCL the engine answered '$answer', in-process '$expected'"
+        as_user agentxpu status | grep -q "backend opencl, roles dynamic" ||
+                finish "FAIL: the dynamic role is not on OpenCL: $(as_user agentxpu status)"
+        [ -d /var/cache/agentxpu/pocl ] || finish "FAIL: PoCL's kernel cache is not in /var/cache/agentxpu"
+        echo "on OpenCL (PoCL): $answer"
+fi
 finish "OK"

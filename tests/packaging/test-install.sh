@@ -124,6 +124,10 @@ if [ "$mode" = chroot ]; then
         elif ! nspawn --pipe true >/dev/null 2>&1; then
                 echo "systemd-nspawn does not work here: not booting the root"
         else
+                # PoCL, for an OpenCL device whose kernels compile at run time in the sandbox.
+                in_root sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                        --no-install-recommends pocl-opencl-icd' >"$work/apt-pocl.log" 2>&1 ||
+                        echo "could not install pocl-opencl-icd in the root: no OpenCL check"
                 elapsed "booting the root: the system bus activates agentxpu-engine.service"
                 cat >"$root/etc/systemd/system/axp-boot-check.service" <<UNIT
 [Unit]
