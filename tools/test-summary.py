@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
-"""Print 'N passed, N failed' from meson's testlog.json (skips are listed, not counted)."""
+"""Print 'N passed, N failed' from meson's testlog.json files (skips are listed, not counted)."""
 import json
 import sys
 
 passed = failed = 0
 skipped = []
-with open(sys.argv[1]) as f:
-    for line in f:
-        r = json.loads(line)
-        res = r.get("result")
-        if res in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        elif res == "SKIP":
-            skipped.append(r["name"])
-        else:
-            failed += 1
-            print(f"FAILED: {r['name']} ({res})")
+for path in sys.argv[1:]:
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            res = r.get("result")
+            if res in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            elif res == "SKIP":
+                skipped.append(r["name"])
+            else:
+                failed += 1
+                print(f"FAILED: {r['name']} ({res})")
 for name in skipped:
     print(f"skipped: {name}")
 print(f"{passed} passed, {failed} failed")
