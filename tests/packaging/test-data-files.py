@@ -139,6 +139,17 @@ def test_udev_rule():
 # --- the D-Bus policy ----------------------------------------------------------------------
 
 
+def test_monitor_autostart_is_opt_in():
+    """The monitor reads files and the clipboard: its autostart entry is off until a user
+    turns it on, as its user unit is (the package enables neither)."""
+    e = unit_entries(data("agentxpu-monitor.desktop"))
+    assert unit_value(e, "Desktop Entry", "Hidden") == "true"
+    assert unit_value(e, "Desktop Entry", "Exec").endswith("/agentxpu-monitor")
+    if shutil.which("desktop-file-validate"):
+        r = run(["desktop-file-validate", data("agentxpu-monitor.desktop")])
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_policy_grants():
     tree = ET.parse(data(NAME + ".conf"))
     policies = tree.getroot().findall("policy")
