@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: MIT */
+/* The AVX-512 path (F, BW, VL, DQ and VNNI: Ice Lake, Sapphire Rapids, Zen 4 and later).
+ *
+ * One 64-byte vector of a packed group holds 4 inputs of each of the 16 rows, so
+ * vpdpbusd(acc, weights, broadcast 4 activation bytes) adds 4 products to each row's lane:
+ * a block's dot products for 16 rows come out exact in 16 int32 lanes, and only then is the
+ * block's scale applied in float. Weights are the unsigned operand (Q8_0 is stored as w+128,
+ * the nibbles are unsigned anyway); the activations' offset term is folded in as the starting
+ * value. Tokens are handled in tiles of up to 8 that share the weight registers; every
+ * (row, token) sees the same operations in the same order whatever the tile, so results do
+ * not depend on how tokens or rows were split. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#define AI __attribute__((always_inline)) static inline
+#define MAX_T 8
+
+AI int32_t load_i32(const void *p) {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+}
+
+AI __m512i bcast4(const int8_t *p) {
+        return _mm512_set1_epi32(load_i32(p));
+}
+
+AI void store_rows(float *y, __m512 v, int n_rows) {
+        if (n_rows == AXP_GROUP)
+                _mm512_storeu_ps(y, v);
+        else
+                _mm512_mask_storeu_ps(y, (__mmask16) ((1u << n_rows) - 1), v);
+}
+
+/* Float weights ---------------------------------------------------------------------------- */
+
+enum { W_F32, W_F16, W_BF16 };
+
+AI __m512 load_w(const uint8_t *g, int64_t i, int kind) {
+        if (kind == W_F32)
+                return _mm512_load_ps((const float *) g + i * 16);
+        __m256i h = _mm256_load_si256((const __m256i *) ((const uint16_t *) g + i * 16));
+        if (kind == W_F16)
+                return _mm512_cvtph_ps(h);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                   int n_rows, int kind) {
+        const float *x[MAX_T];
+        __m512 acc[MAX_T];
+        for (int t = 0; t < T; t++) {
+                x[t] = (const float *) (act->data + (t0 + t) * act->stride);
+                acc[t] = _mm512_setzero_ps();
+        }
+        for (int64_t i = 0; i < act->k; i++) {
+                __m512 w = load_w(g, i, kind);
+                for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[t]);
+        }
+        for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+#define TILE_DISPATCH(fn, ...)                                                                     \
+        do {                                                                                       \
+                int t = 0;                                                                         \
+                for (; t + MAX_T <= n_tok; t += MAX_T)                                             \
+                        fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, ##__VA_ARGS__);        \
+                switch (n_tok - t) {                                                               \
+                case 7: fn(g, act, t0 + t, 7, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 6: fn(g, act, t0 + t, 6, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 5: fn(g, act, t0 + t, 5, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 4: fn(g, act, t0 + t, 4, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                default: break;                                                                    \
+                }                                                                                  \
+        } while (0)
+
+static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        TILE_DISPATCH(float_tile, W_F32);
+}
+
+static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        TILE_DISPATCH(float_tile, W_F16);
+}
+
+static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(float_tile, W_BF16);
+}
+
+/* Q8_0 and Q4_0 ----------------------------------------------------------------------------- */
+
+AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int nibbles) {
+        int64_t k = act->k, nb = k / QK8_0;
+        const uint16_t *sc = (const uint16_t *) g;
+        const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
+        const int8_t *a[MAX_T];
+        const float *da[MAX_T];
+        const int32_t *c[MAX_T];
+        __m512 acc[MAX_T];
+        for (int t = 0; t < T; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                a[t] = (const int8_t *) row;
+                da[t] = act_q8_0_d(row, k);
+                c[t] = nibbles ? act_q8_0_c4(row, k) : act_q8_0_c8(row, k);
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int64_t b = 0; b < nb; b++) {
+                __m512i w[8];
+                if (nibbles) {
+                        const uint8_t *q = qs + b * 256;
+                        for (int p = 0; p < 4; p++) {
+                                __m512i v = _mm512_load_si512(q + p * 64);
+                                w[2 * p] = _mm512_and_si512(v, m4);
+                                w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                        }
+                } else {
+                        const uint8_t *q = qs + b * 512;
+                        for (int j = 0; j < 8; j++)
+                                w[j] = _mm512_load_si512(q + j * 64);
+                }
+                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sc + b * 16)));
+                __m512i isum[MAX_T];
+                for (int t = 0; t < T; t++)
+                        isum[t] = _mm512_set1_epi32(c[t][b]);
+                for (int j = 0; j < 8; j++)
+                        for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[j], bcast4(a[t] + b * 32 + j * 4));
+                for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
+                                                 _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])), acc[t]);
+        }
+        for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, 0);
+}
+
+static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, 1);
+}
+
+/* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
+ * the mins term is an integer dot of the mins with the activation sums. */
+AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const int8_t *a[MAX_T];
+        const float *da[MAX_T];
+        const int16_t *bs[MAX_T];
+        __m512 acc[MAX_T];
+        for (int t = 0; t < T; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                a[t] = (const int8_t *) row;
+                da[t] = act_q8_K_d(row, k);
+                bs[t] = act_q8_K_bs32(row, k);
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                __m512i msum[MAX_T];
+                __m512 sacc[MAX_T];
+                for (int t = 0; t < T; t++) {
+                        msum[t] = _mm512_setzero_si512();
+                        sacc[t] = _mm512_setzero_ps();
+                }
+                for (int p = 0; p < 4; p++) {
+                        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (sb + 192 + 32 * p)));
+                        for (int t = 0; t < T; t++)
+                                msum[t] = _mm512_dpwssd_epi32(msum[t], m16,
+                                                              _mm512_set1_epi32(load_i32(bs[t] + 8 * s + 2 * p)));
+                }
+                for (int j = 0; j < 8; j++) {
+                        __m512 scj = _mm512_cvtepi32_ps(
+                                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) (sb + 64 + 16 * j))));
+                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
+                        __m512i w[8];
+                        for (int p = 0; p < 4; p++) {
+                                __m512i v = _mm512_load_si512(q + p * 64);
+                                w[2 * p] = _mm512_and_si512(v, m4);
+                                w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                        }
+                        __m512i isum[MAX_T];
+                        for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_setzero_si512();
+                        for (int jj = 0; jj < 8; jj++)
+                                for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
+                                                                      bcast4(a[t] + s * QK_K + j * 32 + jj * 4));
+                        for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
+                __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sb + 32)));
+                for (int t = 0; t < T; t++) {
+                        __m512 v = _mm512_fmsub_ps(d, sacc[t], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t])));
+                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da[t][s]), v, acc[t]);
+                }
+        }
+        for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile);
+}
+
+/* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; the offset goes with the
+ * activation sums: sum_j sc_j (S_j - 32 A_j). */
+AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const int8_t *a[MAX_T];
+        const float *da[MAX_T];
+        const int16_t *bs[MAX_T];
+        __m512 acc[MAX_T];
+        for (int t = 0; t < T; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                a[t] = (const int8_t *) row;
+                da[t] = act_q8_K_d(row, k);
+                bs[t] = act_q8_K_bs16(row, k);
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q6_K_SB;
+                __m512i corr[MAX_T];
+                __m512 sacc[MAX_T];
+                for (int t = 0; t < T; t++) {
+                        corr[t] = _mm512_setzero_si512();
+                        sacc[t] = _mm512_setzero_ps();
+                }
+                for (int p = 0; p < 8; p++) {
+                        __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (sb + 32 + 32 * p)));
+                        for (int t = 0; t < T; t++)
+                                corr[t] = _mm512_dpwssd_epi32(corr[t], sc16,
+                                                              _mm512_set1_epi32(load_i32(bs[t] + 16 * s + 2 * p)));
+                }
+                for (int j = 0; j < 16; j++) {
+                        /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
+                        __m512i w32 = _mm512_cvtepi16_epi32(
+                                _mm256_load_si256((const __m256i *) (sb + 32 + 32 * (j / 2))));
+                        __m512i sci = (j & 1) ? _mm512_srai_epi32(w32, 8)
+                                              : _mm512_srai_epi32(_mm512_slli_epi32(w32, 24), 24);
+                        __m512 scj = _mm512_cvtepi32_ps(sci);
+                        const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
+                        __m512i n0 = _mm512_load_si512(q), n1 = _mm512_load_si512(q + 64);
+                        __m512i h = _mm512_load_si512(q + 128);
+                        __m512i w[4];
+                        /* (lo & 0x0f) | (hi2 << 4): ternlog 0xE4 selects A where C is set, else B */
+                        w[0] = _mm512_ternarylogic_epi32(n0, _mm512_and_si512(_mm512_slli_epi16(h, 4), m30), m4, 0xE4);
+                        w[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n0, 4),
+                                                         _mm512_and_si512(_mm512_slli_epi16(h, 2), m30), m4, 0xE4);
+                        w[2] = _mm512_ternarylogic_epi32(n1, _mm512_and_si512(h, m30), m4, 0xE4);
+                        w[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n1, 4),
+                                                         _mm512_and_si512(_mm512_srli_epi16(h, 2), m30), m4, 0xE4);
+                        __m512i isum[MAX_T];
+                        for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_setzero_si512();
+                        for (int jj = 0; jj < 4; jj++)
+                                for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
+                                                                      bcast4(a[t] + s * QK_K + j * 16 + jj * 4));
+                        for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
+                for (int t = 0; t < T; t++) {
+                        __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f), _mm512_cvtepi32_ps(corr[t]), sacc[t]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(da[t][s])), v, acc[t]);
+                }
+        }
+        for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q6_K_tile);
+}
+
+/* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
+
+static void quant_f16(const float *x, int64_t k, uint8_t *row) {
+        float *o = (float *) row;
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16)
+                _mm512_storeu_ps(o + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                                                        _MM_FROUND_TO_NEAREST_INT)));
+        for (; i < k; i++)
+                o[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
+        int8_t *qs = (int8_t *) row;
+        float *d = act_q8_0_d(row, k);
+        int32_t *c8 = act_q8_0_c8(row, k), *c4 = act_q8_0_c4(row, k);
+        const __m512 sign = _mm512_set1_ps(-0.0f);
+        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0, qs += QK8_0) {
+                __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+                __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+                float amax = _mm512_reduce_max_ps(m);
+                d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+                __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+                _mm_storeu_si128((__m128i *) qs, _mm512_cvtsepi32_epi8(q0));
+                _mm_storeu_si128((__m128i *) (qs + 16), _mm512_cvtsepi32_epi8(q1));
+                int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+                c8[b] = -128 * sum;
+                c4[b] = -8 * sum;
+        }
+}
+
+static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
+        int8_t *qs = (int8_t *) row;
+        float *d = act_q8_K_d(row, k);
+        int16_t *bs16 = act_q8_K_bs16(row, k), *bs32 = act_q8_K_bs32(row, k);
+        const __m512 sign = _mm512_set1_ps(-0.0f);
+        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K, qs += QK_K) {
+                __m512 m = _mm512_setzero_ps();
+                for (int i = 0; i < QK_K; i += 16)
+                        m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
+                float amax = _mm512_reduce_max_ps(m);
+                if (amax == 0) {
+                        memset(qs, 0, QK_K);
+                        memset(bs16 + 16 * s, 0, 32);
+                        memset(bs32 + 8 * s, 0, 16);
+                        d[s] = 0;
+                        continue;
+                }
+                /* the first element of largest magnitude gives the sign, as the reference */
+                float max = 0;
+                __m512 va = _mm512_set1_ps(amax);
+                for (int i = 0; i < QK_K; i += 16) {
+                        __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), va,
+                                                           _CMP_EQ_OQ);
+                        if (hit) {
+                                max = x[i + __builtin_ctz(hit)];
+                                break;
+                        }
+                }
+                float iscale = -127.0f / max;
+                __m512 vs = _mm512_set1_ps(iscale);
+                const __m512i q127 = _mm512_set1_epi32(127);
+                for (int j = 0; j < 16; j++) {
+                        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), vs));
+                        q = _mm512_min_epi32(q, q127);
+                        _mm_storeu_si128((__m128i *) (qs + 16 * j), _mm512_cvtsepi32_epi8(q));
+                        bs16[16 * s + j] = (int16_t) _mm512_reduce_add_epi32(q);
+                }
+                for (int j = 0; j < 8; j++)
+                        bs32[8 * s + j] = (int16_t) (bs16[16 * s + 2 * j] + bs16[16 * s + 2 * j + 1]);
+                d[s] = 1.0f / iscale;
+        }
+}
+
+/* Attention inner loops --------------------------------------------------------------------- */
+
+AI __m512 load_kv(const void *p, long i, uint32_t type, __mmask16 m) {
+        if (type == AXP_TYPE_F16)
+                return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *) p + i));
+        return _mm512_maskz_loadu_ps(m, (const float *) p + i);
+}
+
+static void att_scores(const float *q, const void *k, uint32_t kv_type, long ld, int n_pos,
+                       int head_dim, float scale, float *s) {
+        __m512 qv[ATT_MAXV];
+        int nv = (head_dim + 15) / 16;
+        __mmask16 tail = (head_dim % 16) ? (__mmask16) ((1u << (head_dim % 16)) - 1) : 0xffff;
+        for (int v = 0; v < nv; v++)
+                qv[v] = _mm512_maskz_loadu_ps(v == nv - 1 ? tail : 0xffff, q + 16 * v);
+        for (int t = 0; t < n_pos; t++) {
+                __m512 acc = _mm512_setzero_ps();
+                for (int v = 0; v < nv; v++)
+                        acc = _mm512_fmadd_ps(qv[v], load_kv(k, t * ld + 16 * v, kv_type, v == nv - 1 ? tail : 0xffff),
+                                              acc);
+                s[t] = _mm512_reduce_add_ps(acc) * scale;
+        }
+}
+
+static void att_accum(const float *p, const void *v, uint32_t kv_type, long ld, int n_pos,
+                      int head_dim, float *acc) {
+        for (int c = 0; c < head_dim; c += 16) {
+                __mmask16 m = head_dim - c >= 16 ? 0xffff : (__mmask16) ((1u << (head_dim - c)) - 1);
+                __m512 a = _mm512_maskz_loadu_ps(m, acc + c);
+                for (int t = 0; t < n_pos; t++)
+                        a = _mm512_fmadd_ps(_mm512_set1_ps(p[t]), load_kv(v, t * ld + c, kv_type, m), a);
+                _mm512_mask_storeu_ps(acc + c, m, a);
+        }
+}
+
+/* exp for x <= 0 (softmax): 2^n * p(r), r = x - n ln2, Cephes' minimax polynomial; results
+ * below the float range flush to 0 */
+AI __m512 exp_neg(__m512 x) {
+        x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+        __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        return _mm512_scalef_ps(p, n);
+}
+
+static void att_softmax(float *s, int n, float *ret_max, float *ret_sum) {
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int t = 0; t < n; t += 16) {
+                __mmask16 k = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+                m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, s + t));
+        }
+        float mx = _mm512_reduce_max_ps(m);
+        __m512 vm = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
+        for (int t = 0; t < n; t += 16) {
+                __mmask16 k = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+                __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm));
+                _mm512_mask_storeu_ps(s + t, k, e);
+                sum = _mm512_mask_add_ps(sum, k, sum, e);
+        }
+        *ret_max = mx;
+        *ret_sum = _mm512_reduce_add_ps(sum);
+}
+
+const axp_cpu_ops axp_cpu_ops_avx512 = {
+        .name = "avx512",
+        .quant = {
+                [AXP_ACT_F32] = axp_quant_act_f32,
+                [AXP_ACT_F16] = quant_f16,
+                [AXP_ACT_Q8_0] = quant_q8_0,
+                [AXP_ACT_Q8_K] = quant_q8_K,
+        },
+        .gemm = {
+                [AXP_TYPE_F32] = gemm_f32,
+                [AXP_TYPE_F16] = gemm_f16,
+                [AXP_TYPE_BF16] = gemm_bf16,
+                [AXP_TYPE_Q8_0] = gemm_q8_0,
+                [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q6_K] = gemm_q6_K,
+        },
+        .att_scores = att_scores,
+        .att_accum = att_accum,
+        .att_softmax = att_softmax,
+};
