@@ -1,3 +1,527 @@
 /* SPDX-License-Identifier: MIT */
+/* The AVX2 path (AVX2, FMA, F16C: Haswell and later, Zen). Same packed layout as AVX-512: a
+ * 32-byte half of a group vector holds 4 inputs of 8 rows, so each half of the group is one
+ * pass over k with 8 rows per lane set. Without VNNI the 8-bit products go through
+ * vpmaddubsw (u8 x s8 pairs to s16) and vpmaddwd; Q8_0's full-range weights take the sign
+ * trick (|w| times a with w's sign) so the s16 pairs cannot saturate. Every (row, token) sees
+ * one fixed sequence of operations, whatever the tile. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
 #include "cpu.h"
-const axp_cpu_ops axp_cpu_ops_avx2 = { .name = "avx2-todo" };
+
+#define AI __attribute__((always_inline)) static inline
+#define MAX_T 4
+#define UNROLL _Pragma("GCC unroll 16")
+
+AI int32_t load_i32(const void *p) {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+}
+
+AI __m256i bcast4(const void *p) {
+        return _mm256_set1_epi32(load_i32(p));
+}
+
+AI float hsum8(__m256 v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+}
+
+AI int hsum8_i32(__m256i v) {
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+        return _mm_cvtsi128_si32(s);
+}
+
+/* 8 rows (one half of a group) to y */
+AI void store_half(float *y, __m256 v, int h, int n_rows) {
+        int n = n_rows - 8 * h;
+        if (n >= 8) {
+                _mm256_storeu_ps(y + 8 * h, v);
+        } else if (n > 0) {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, v);
+                memcpy(y + 8 * h, tmp, (size_t) n * sizeof(float));
+        }
+}
+
+#define TILE_DISPATCH(fn, ...)                                                                     \
+        do {                                                                                       \
+                for (int h = 0; h < 2 && 8 * h < n_rows; h++) {                                    \
+                        int t = 0;                                                                 \
+                        for (; t + MAX_T <= n_tok; t += MAX_T)                                     \
+                                fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); \
+                        switch (n_tok - t) {                                                       \
+                        case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); break; \
+                        case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); break; \
+                        case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); break; \
+                        default: break;                                                            \
+                        }                                                                          \
+                }                                                                                  \
+        } while (0)
+
+/* Float weights ---------------------------------------------------------------------------- */
+
+enum { W_F32, W_F16, W_BF16 };
+
+AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
+        if (kind == W_F32)
+                return _mm256_load_ps((const float *) g + i * 16 + 8 * h);
+        __m128i v = _mm_load_si128((const __m128i *) ((const uint16_t *) g + i * 16 + 8 * h));
+        if (kind == W_F16)
+                return _mm256_cvtph_ps(v);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                   int n_rows, int h, int kind) {
+        const float *x[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                x[t] = (const float *) (act->data + (t0 + t) * act->stride);
+                acc[t] = _mm256_setzero_ps();
+        }
+        for (int64_t i = 0; i < act->k; i++) {
+                __m256 w = load_w(g, i, h, kind);
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t] = _mm256_fmadd_ps(w, _mm256_set1_ps(x[t][i]), acc[t]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        TILE_DISPATCH(float_tile, W_F32);
+}
+
+static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        TILE_DISPATCH(float_tile, W_F16);
+}
+
+static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(float_tile, W_BF16);
+}
+
+/* Q8_0 and Q4_0 ----------------------------------------------------------------------------- */
+
+AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int h, int nibbles) {
+        int64_t k = act->k, nb = k / QK8_0;
+        const uint16_t *sc = (const uint16_t *) g;
+        const uint8_t *qs = g + pk_q8_0_scales_bytes(k) + 32 * h;
+        const int8_t *a[MAX_T];
+        const float *da[MAX_T];
+        const int32_t *c[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                a[t] = (const int8_t *) row;
+                da[t] = act_q8_0_d(row, k);
+                c[t] = act_q8_0_c4(row, k);
+                acc[t] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i flip = _mm256_set1_epi8((char) 0x80);
+        for (int64_t b = 0; b < nb; b++) {
+                __m256i isum[MAX_T];
+                if (nibbles) {
+                        /* u8 nibbles x s8: 8 pair sums of at most 2*15*127 fit s16 */
+                        __m256i s16[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                s16[t] = _mm256_setzero_si256();
+                        const uint8_t *q = qs + b * 256;
+                        UNROLL for (int p = 0; p < 4; p++) {
+                                __m256i v = _mm256_load_si256((const __m256i *) (q + p * 64));
+                                __m256i lo = _mm256_and_si256(v, m4);
+                                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(a[t] + b * 32 + 8 * p)));
+                                        s16[t] = _mm256_add_epi16(s16[t],
+                                                                  _mm256_maddubs_epi16(hi, bcast4(a[t] + b * 32 + 8 * p + 4)));
+                                }
+                        }
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(c[t][b]));
+                } else {
+                        const uint8_t *q = qs + b * 512;
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm256_setzero_si256();
+                        UNROLL for (int j = 0; j < 8; j++) {
+                                __m256i ws = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (q + j * 64)), flip);
+                                __m256i aw = _mm256_sign_epi8(ws, ws);
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        __m256i sa = _mm256_sign_epi8(bcast4(a[t] + b * 32 + 4 * j), ws);
+                                        isum[t] = _mm256_add_epi32(isum[t],
+                                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sa), ones));
+                                }
+                        }
+                }
+                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sc + b * 16 + 8 * h)));
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                                 _mm256_mul_ps(dw, _mm256_set1_ps(da[t][b])), acc[t]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, 0);
+}
+
+static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, 1);
+}
+
+/* Q4_K --------------------------------------------------------------------------------------- */
+
+AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int h) {
+        int64_t k = act->k, ns = k / QK_K;
+        const int8_t *a[MAX_T];
+        const float *da[MAX_T];
+        const int16_t *bs[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                a[t] = (const int8_t *) row;
+                da[t] = act_q8_K_d(row, k);
+                bs[t] = act_q8_K_bs32(row, k);
+                acc[t] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                __m256i msum[MAX_T];
+                __m256 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++) {
+                        msum[t] = _mm256_setzero_si256();
+                        sacc[t] = _mm256_setzero_ps();
+                }
+                UNROLL for (int p = 0; p < 4; p++) {
+                        __m256i m16 = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *) (sb + 192 + 32 * p + 16 * h)));
+                        UNROLL for (int t = 0; t < T; t++)
+                                msum[t] = _mm256_add_epi32(msum[t],
+                                                           _mm256_madd_epi16(m16, bcast4(bs[t] + 8 * s + 2 * p)));
+                }
+                for (int j = 0; j < 8; j++) {
+                        __m256 scj = _mm256_cvtepi32_ps(
+                                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * h))));
+                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + 32 * h;
+                        __m256i s16[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                s16[t] = _mm256_setzero_si256();
+                        UNROLL for (int p = 0; p < 4; p++) {
+                                __m256i v = _mm256_load_si256((const __m256i *) (q + p * 64));
+                                __m256i lo = _mm256_and_si256(v, m4);
+                                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                long off = s * QK_K + j * 32 + 8 * p;
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(a[t] + off)));
+                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast4(a[t] + off + 4)));
+                                }
+                        }
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones)), scj, sacc[t]);
+                }
+                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 16 * h)));
+                __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 32 + 16 * h)));
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m256 v = _mm256_fmsub_ps(d, sacc[t], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t])));
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(da[t][s]), v, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile);
+}
+
+/* Q6_K --------------------------------------------------------------------------------------- */
+
+AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int h) {
+        int64_t k = act->k, ns = k / QK_K;
+        const int8_t *a[MAX_T];
+        const float *da[MAX_T];
+        const int16_t *bs[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                a[t] = (const int8_t *) row;
+                da[t] = act_q8_K_d(row, k);
+                bs[t] = act_q8_K_bs16(row, k);
+                acc[t] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q6_K_SB;
+                __m256i corr[MAX_T];
+                __m256 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++) {
+                        corr[t] = _mm256_setzero_si256();
+                        sacc[t] = _mm256_setzero_ps();
+                }
+                UNROLL for (int p = 0; p < 8; p++) {
+                        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *) (sb + 32 + 32 * p + 16 * h)));
+                        UNROLL for (int t = 0; t < T; t++)
+                                corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sc16, bcast4(bs[t] + 16 * s + 2 * p)));
+                }
+                for (int j = 0; j < 16; j++) {
+                        __m256i w32 = _mm256_cvtepi16_epi32(_mm_load_si128((const __m128i *) (sb + 32 + 32 * (j / 2) + 16 * h)));
+                        __m256i sci = (j & 1) ? _mm256_srai_epi32(w32, 8) : _mm256_srai_epi32(_mm256_slli_epi32(w32, 24), 24);
+                        __m256 scj = _mm256_cvtepi32_ps(sci);
+                        const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192 + 32 * h;
+                        __m256i n0 = _mm256_load_si256((const __m256i *) q);
+                        __m256i n1 = _mm256_load_si256((const __m256i *) (q + 64));
+                        __m256i hb = _mm256_load_si256((const __m256i *) (q + 128));
+                        __m256i w0 = _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                        __m256i w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
+                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                        __m256i w2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
+                        __m256i w3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
+                                                     _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                        long off = s * QK_K + j * 16;
+                        UNROLL for (int t = 0; t < T; t++) {
+                                /* u8 6-bit x s8: a pair sum is at most 2*63*127, two of them fit s16 */
+                                __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a[t] + off)),
+                                                               _mm256_maddubs_epi16(w1, bcast4(a[t] + off + 4)));
+                                __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a[t] + off + 8)),
+                                                               _mm256_maddubs_epi16(w3, bcast4(a[t] + off + 12)));
+                                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
+                        }
+                }
+                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 16 * h)));
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f), _mm256_cvtepi32_ps(corr[t]), sacc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(da[t][s])), v, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q6_K_tile);
+}
+
+/* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
+
+static void quant_f16(const float *x, int64_t k, uint8_t *row) {
+        float *o = (float *) row;
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+        for (; i < k; i++)
+                o[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+AI float hmax8(__m256 v) {
+        __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_max_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+}
+
+/* 32 int32 (in four vectors) to 32 int8 in order, saturating */
+AI __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
+        int8_t *qs = (int8_t *) row;
+        float *d = act_q8_0_d(row, k);
+        int32_t *c8 = act_q8_0_c8(row, k), *c4 = act_q8_0_c4(row, k);
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0, qs += QK8_0) {
+                __m256 v[4];
+                __m256 m = _mm256_setzero_ps();
+                for (int i = 0; i < 4; i++) {
+                        v[i] = _mm256_loadu_ps(x + 8 * i);
+                        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+                }
+                float amax = hmax8(m);
+                d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+                __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+                __m256i q[4];
+                for (int i = 0; i < 4; i++)
+                        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+                _mm256_storeu_si256((__m256i *) qs, pack32(q[0], q[1], q[2], q[3]));
+                int sum = hsum8_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+                c8[b] = -128 * sum;
+                c4[b] = -8 * sum;
+        }
+}
+
+static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
+        int8_t *qs = (int8_t *) row;
+        float *d = act_q8_K_d(row, k);
+        int16_t *bs16 = act_q8_K_bs16(row, k), *bs32 = act_q8_K_bs32(row, k);
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K, qs += QK_K) {
+                __m256 m = _mm256_setzero_ps();
+                for (int i = 0; i < QK_K; i += 8)
+                        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+                float amax = hmax8(m);
+                if (amax == 0) {
+                        memset(qs, 0, QK_K);
+                        memset(bs16 + 16 * s, 0, 32);
+                        memset(bs32 + 8 * s, 0, 16);
+                        d[s] = 0;
+                        continue;
+                }
+                float max = 0;
+                for (int i = 0; i < QK_K; i++)
+                        if (fabsf(x[i]) == amax) {
+                                max = x[i];
+                                break;
+                        }
+                float iscale = -127.0f / max;
+                __m256 vs = _mm256_set1_ps(iscale);
+                const __m256i q127 = _mm256_set1_epi32(127);
+                for (int j = 0; j < 8; j++) {
+                        __m256i q[4];
+                        for (int i = 0; i < 4; i++)
+                                q[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * j + 8 * i), vs)),
+                                                        q127);
+                        _mm256_storeu_si256((__m256i *) (qs + 32 * j), pack32(q[0], q[1], q[2], q[3]));
+                        bs16[16 * s + 2 * j] = (int16_t) hsum8_i32(_mm256_add_epi32(q[0], q[1]));
+                        bs16[16 * s + 2 * j + 1] = (int16_t) hsum8_i32(_mm256_add_epi32(q[2], q[3]));
+                }
+                for (int j = 0; j < 8; j++)
+                        bs32[8 * s + j] = (int16_t) (bs16[16 * s + 2 * j] + bs16[16 * s + 2 * j + 1]);
+                d[s] = 1.0f / iscale;
+        }
+}
+
+/* Attention inner loops --------------------------------------------------------------------- */
+
+AI __m256 load_kv8(const void *p, long i, uint32_t type) {
+        if (type == AXP_TYPE_F16)
+                return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) p + i)));
+        return _mm256_loadu_ps((const float *) p + i);
+}
+
+AI float kv1(const void *p, long i, uint32_t type) {
+        if (type == AXP_TYPE_F16)
+                return _cvtsh_ss(((const uint16_t *) p)[i]);
+        return ((const float *) p)[i];
+}
+
+static void att_scores(const float *q, const void *k, uint32_t kv_type, long ld, int n_pos,
+                       int head_dim, float scale, float *s) {
+        int full = head_dim / 8 * 8;
+        for (int t = 0; t < n_pos; t++) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int c = 0; c < full; c += 8)
+                        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_kv8(k, t * ld + c, kv_type), acc);
+                float sum = hsum8(acc);
+                for (int c = full; c < head_dim; c++)
+                        sum = fmaf(q[c], kv1(k, t * ld + c, kv_type), sum);
+                s[t] = sum * scale;
+        }
+}
+
+static void att_accum(const float *p, const void *v, uint32_t kv_type, long ld, int n_pos,
+                      int head_dim, float *acc) {
+        int full = head_dim / 8 * 8;
+        for (int c = 0; c < full; c += 8) {
+                __m256 a = _mm256_loadu_ps(acc + c);
+                for (int t = 0; t < n_pos; t++)
+                        a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), load_kv8(v, t * ld + c, kv_type), a);
+                _mm256_storeu_ps(acc + c, a);
+        }
+        for (int c = full; c < head_dim; c++)
+                for (int t = 0; t < n_pos; t++)
+                        acc[c] = fmaf(p[t], kv1(v, t * ld + c, kv_type), acc[c]);
+}
+
+/* exp for x <= 0: see the AVX-512 path; 2^n is built in the exponent field, so x is clamped
+ * where 2^n stays normal (the result there is below 1e-37 of the maximum anyway) */
+AI __m256 exp_neg(__m256 x) {
+        x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+        __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+        r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+        p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static void att_softmax(float *s, int n, float *ret_max, float *ret_sum) {
+        int full = n / 8 * 8;
+        __m256 m8 = _mm256_set1_ps(-INFINITY);
+        for (int t = 0; t < full; t += 8)
+                m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + t));
+        float mx = hmax8(m8);
+        for (int t = full; t < n; t++)
+                mx = fmaxf(mx, s[t]);
+        __m256 vm = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
+        for (int t = 0; t < full; t += 8) {
+                __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+                _mm256_storeu_ps(s + t, e);
+                sum8 = _mm256_add_ps(sum8, e);
+        }
+        if (full < n) {
+                float tmp[8] = { 0 };
+                for (int t = full; t < n; t++)
+                        tmp[t - full] = s[t] - mx;
+                for (int t = n - full; t < 8; t++)
+                        tmp[t] = -INFINITY;
+                __m256 e = exp_neg(_mm256_loadu_ps(tmp));
+                e = _mm256_blendv_ps(e, _mm256_setzero_ps(),
+                                     _mm256_cmp_ps(_mm256_loadu_ps(tmp), _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+                _mm256_storeu_ps(tmp, e);
+                for (int t = full; t < n; t++)
+                        s[t] = tmp[t - full];
+                sum8 = _mm256_add_ps(sum8, e);
+        }
+        *ret_max = mx;
+        *ret_sum = hsum8(sum8);
+}
+
+const axp_cpu_ops axp_cpu_ops_avx2 = {
+        .name = "avx2",
+        .quant = {
+                [AXP_ACT_F32] = axp_quant_act_f32,
+                [AXP_ACT_F16] = quant_f16,
+                [AXP_ACT_Q8_0] = quant_q8_0,
+                [AXP_ACT_Q8_K] = quant_q8_K,
+        },
+        .gemm = {
+                [AXP_TYPE_F32] = gemm_f32,
+                [AXP_TYPE_F16] = gemm_f16,
+                [AXP_TYPE_BF16] = gemm_bf16,
+                [AXP_TYPE_Q8_0] = gemm_q8_0,
+                [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q6_K] = gemm_q6_K,
+        },
+        .att_scores = att_scores,
+        .att_accum = att_accum,
+        .att_softmax = att_softmax,
+};

@@ -52,15 +52,18 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                    int n_rows, int kind) {
         const float *x[MAX_T];
         __m512 acc[MAX_T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
                 x[t] = (const float *) (act->data + (t0 + t) * act->stride);
                 acc[t] = _mm512_setzero_ps();
         }
         for (int64_t i = 0; i < act->k; i++) {
                 __m512 w = load_w(g, i, kind);
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++)
                         acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[t]);
         }
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
@@ -108,6 +111,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const float *da[MAX_T];
         const int32_t *c[MAX_T];
         __m512 acc[MAX_T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
                 a[t] = (const int8_t *) row;
@@ -120,6 +124,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i w[8];
                 if (nibbles) {
                         const uint8_t *q = qs + b * 256;
+                        #pragma GCC unroll 16
                         for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
@@ -127,20 +132,26 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 } else {
                         const uint8_t *q = qs + b * 512;
+                        #pragma GCC unroll 16
                         for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sc + b * 16)));
                 __m512i isum[MAX_T];
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++)
                         isum[t] = _mm512_set1_epi32(c[t][b]);
+                #pragma GCC unroll 16
                 for (int j = 0; j < 8; j++)
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_dpbusd_epi32(isum[t], w[j], bcast4(a[t] + b * 32 + j * 4));
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++)
                         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
                                                  _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])), acc[t]);
         }
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
@@ -164,6 +175,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const float *da[MAX_T];
         const int16_t *bs[MAX_T];
         __m512 acc[MAX_T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
                 a[t] = (const int8_t *) row;
@@ -176,43 +188,54 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 const uint8_t *sb = g + s * PK_Q4_K_SB;
                 __m512i msum[MAX_T];
                 __m512 sacc[MAX_T];
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++) {
                         msum[t] = _mm512_setzero_si512();
                         sacc[t] = _mm512_setzero_ps();
                 }
+                #pragma GCC unroll 16
                 for (int p = 0; p < 4; p++) {
                         __m512i m16 = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (sb + 192 + 32 * p)));
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 msum[t] = _mm512_dpwssd_epi32(msum[t], m16,
                                                               _mm512_set1_epi32(load_i32(bs[t] + 8 * s + 2 * p)));
                 }
+                #pragma GCC unroll 16
                 for (int j = 0; j < 8; j++) {
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) (sb + 64 + 16 * j))));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
                         __m512i w[8];
+                        #pragma GCC unroll 16
                         for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
                                 w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                         }
                         __m512i isum[MAX_T];
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
+                        #pragma GCC unroll 16
                         for (int jj = 0; jj < 8; jj++)
+                                #pragma GCC unroll 16
                                 for (int t = 0; t < T; t++)
                                         isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
                                                                       bcast4(a[t] + s * QK_K + j * 32 + jj * 4));
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
                 __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
                 __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sb + 32)));
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++) {
                         __m512 v = _mm512_fmsub_ps(d, sacc[t], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t])));
                         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da[t][s]), v, acc[t]);
                 }
         }
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
@@ -231,6 +254,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const float *da[MAX_T];
         const int16_t *bs[MAX_T];
         __m512 acc[MAX_T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
                 a[t] = (const int8_t *) row;
@@ -243,16 +267,20 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
                 __m512i corr[MAX_T];
                 __m512 sacc[MAX_T];
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++) {
                         corr[t] = _mm512_setzero_si512();
                         sacc[t] = _mm512_setzero_ps();
                 }
+                #pragma GCC unroll 16
                 for (int p = 0; p < 8; p++) {
                         __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (sb + 32 + 32 * p)));
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 corr[t] = _mm512_dpwssd_epi32(corr[t], sc16,
                                                               _mm512_set1_epi32(load_i32(bs[t] + 16 * s + 2 * p)));
                 }
+                #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++) {
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
@@ -272,21 +300,27 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         w[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n1, 4),
                                                          _mm512_and_si512(_mm512_srli_epi16(h, 2), m30), m4, 0xE4);
                         __m512i isum[MAX_T];
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
+                        #pragma GCC unroll 16
                         for (int jj = 0; jj < 4; jj++)
+                                #pragma GCC unroll 16
                                 for (int t = 0; t < T; t++)
                                         isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
                                                                       bcast4(a[t] + s * QK_K + j * 16 + jj * 4));
+                        #pragma GCC unroll 16
                         for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
                 __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
+                #pragma GCC unroll 16
                 for (int t = 0; t < T; t++) {
                         __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f), _mm512_cvtepi32_ps(corr[t]), sacc[t]);
                         acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(da[t][s])), v, acc[t]);
                 }
         }
+        #pragma GCC unroll 16
         for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
@@ -360,12 +394,14 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
                 float iscale = -127.0f / max;
                 __m512 vs = _mm512_set1_ps(iscale);
                 const __m512i q127 = _mm512_set1_epi32(127);
+                #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++) {
                         __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), vs));
                         q = _mm512_min_epi32(q, q127);
                         _mm_storeu_si128((__m128i *) (qs + 16 * j), _mm512_cvtsepi32_epi8(q));
                         bs16[16 * s + j] = (int16_t) _mm512_reduce_add_epi32(q);
                 }
+                #pragma GCC unroll 16
                 for (int j = 0; j < 8; j++)
                         bs32[8 * s + j] = (int16_t) (bs16[16 * s + 2 * j] + bs16[16 * s + 2 * j + 1]);
                 d[s] = 1.0f / iscale;
