@@ -199,14 +199,81 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
 static void noop(void *arg, int ith, int nth) {
 }
 
+static double cpu_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One thread, CPU time (robust on a shared machine): a product's speed per core.
+ * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3);
+ * prefill: n_tok 128 with a 2048x2048 matrix. */
+static void micro(const char *types) {
+        axp_pool *one = axp_pool_new(1);
+        char *list = strdup(types), *save = NULL;
+        float *x = calloc(128 * 8192, 4), *y = calloc(128 * 8192, 4);
+        for (int i = 0; i < 128 * 8192; i++)
+                x[i] = (float) (((long) i * 7919) % 2001 - 1000) * 1e-3f;
+        printf("\nper core (1 thread, CPU time):\n");
+        for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {
+                int type = axp_type_from_name(ty);
+                if (type < 0 || !axp_type_traits_get(type)->supported)
+                        continue;
+                axp_weight w[8];
+                for (int i = 0; i < 8; i++) {
+                        void *raw = random_rows(type, 2048, 8192);
+                        w[i] = (axp_weight) { .name = "m", .type = type, .n_in = 2048, .n_out = 8192,
+                                              .row_bytes = axp_type_row_size(type, 2048), .data = raw };
+                        axp_cpu_weight_prepare(&w[i]);
+                        free(raw);
+                        w[i].data = NULL;
+                }
+                long ld = 8192;
+                double best = 1e9;
+                for (int r = 0; r < 3; r++) {
+                        double t0 = cpu_now();
+                        for (int i = 0; i < 8; i++) {
+                                const axp_weight *ws[1] = { &w[i] };
+                                axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
+                        }
+                        best = fmin(best, cpu_now() - t0);
+                }
+                double bytes = 8.0 * w[0].row_bytes * 8192;
+                void *raw = random_rows(type, 2048, 2048);
+                axp_weight sq = { .name = "sq", .type = type, .n_in = 2048, .n_out = 2048,
+                                  .row_bytes = axp_type_row_size(type, 2048), .data = raw };
+                axp_cpu_weight_prepare(&sq);
+                double bestp = 1e9;
+                int n_tok = 128;
+                axp_weight *sqp = &sq;
+                for (int r = 0; r < 3; r++) {
+                        double t0 = cpu_now();
+                        axp_cpu_matmul(one, 1, (const axp_weight *const *) &sqp, x, 2048, &y, &ld, n_tok);
+                        bestp = fmin(bestp, cpu_now() - t0);
+                }
+                printf("  %-5s decode %5.1f GB/s   prefill (128 tokens) %6.1f GFLOP/s\n", ty, bytes / best / 1e9,
+                       2.0 * 2048 * 2048 * n_tok / bestp / 1e9);
+                for (int i = 0; i < 8; i++)
+                        axp_cpu_weight_release(&w[i]);
+                axp_cpu_weight_release(&sq);
+                free(raw);
+        }
+        free(x);
+        free(y);
+        free(list);
+        axp_pool_free(one);
+}
+
 int main(int argc, char **argv) {
         int threads = 2, chunk = 256, prompt = 512, dec_tokens = 16, reps = 2;
+        const char *micro_types = NULL;
         const char *isa = NULL, *types = "q8_0,q4_k_m";
         static const struct option opts[] = {
                 { "threads", required_argument, NULL, 't' }, { "isa", required_argument, NULL, 'i' },
                 { "types", required_argument, NULL, 'T' },   { "chunk", required_argument, NULL, 'c' },
                 { "prompt", required_argument, NULL, 'p' },  { "decode-tokens", required_argument, NULL, 'd' },
-                { "reps", required_argument, NULL, 'r' },    {},
+                { "reps", required_argument, NULL, 'r' },    { "micro", required_argument, NULL, 'm' },
+                {},
         };
         int c;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
@@ -218,6 +285,7 @@ int main(int argc, char **argv) {
                 case 'p': prompt = atoi(optarg); break;
                 case 'd': dec_tokens = atoi(optarg); break;
                 case 'r': reps = atoi(optarg); break;
+                case 'm': micro_types = optarg; break;
                 default: return 2;
                 }
         }
@@ -226,6 +294,11 @@ int main(int argc, char **argv) {
         if (isa && !axp_cpu_set_isa(isa)) {
                 fprintf(stderr, "path %s is not available here\n", isa);
                 return 1;
+        }
+        if (micro_types) {
+                printf("path %s\n", axp_cpu_isa());
+                micro(micro_types);
+                return 0;
         }
         axp_pool *pool = axp_pool_new(threads);
         printf("path %s, %d threads\n", axp_cpu_isa(), axp_pool_size(pool));
@@ -262,7 +335,7 @@ int main(int argc, char **argv) {
                 printf("\n%s: %.0f MB of weights, %.2f G parameters; prepared in %.2f s (%.1f GB/s)\n", ty,
                        m.bytes / 1e6, m.params / 1e9, prep, m.bytes / prep / 1e9);
                 for (long i = 0; i < (long) maxt * N_EMBD; i++)
-                        b.x[i] = (float) ((i * 7919) % 2001 - 1000) * 1e-3f;
+                        b.x[i] = (float) ((i * 7919L) % 2001 - 1000) * 1e-3f;
 
                 for (int r = 0; r < reps; r++) {
                         /* prefill: the prompt in chunks, then decode steps after it */

@@ -358,9 +358,9 @@ static void test_activation_quantization(void) {
                 for (int64_t i = 0; i < k; i++) {
                         float v;
                         if (kind == AXP_ACT_Q8_0)
-                                v = act_q8_0_d(ref, k)[i / 32] * (int8_t) ref[i];
+                                v = act_q8_0_d(ref, i / 32) * act_q8_0_qs(ref, i / 32)[i % 32];
                         else if (kind == AXP_ACT_Q8_K)
-                                v = act_q8_K_d(ref, k)[i / 256] * (int8_t) ref[i];
+                                v = act_q8_K_d(ref, i / 256) * act_q8_K_qs(ref, i / 256)[i % 256];
                         else
                                 v = ((float *) ref)[i];
                         bad += v != xq[i];

@@ -19,16 +19,20 @@
  *              8-11|12-15 of the sub-block) and one vector of high bits: byte (r, i) =
  *              hi(q[r][i]) | hi(q[r][4+i]) << 2 | hi(q[r][8+i]) << 4 | hi(q[r][12+i]) << 6
  *
- * Quantized activations, one row per token (stride act->stride bytes, 64-aligned):
- *   Q8_0 kind  qs[k] s8 | d[nb] f32 (the f16 scale, widened) | c8[nb] i32 = -128 * sum(qs of
- *              the block) | c4[nb] i32 = -8 * sum: the offsets of u8 weights, added up front
- *   Q8_K kind  qs[k] s8 | d[ns] f32 | bs16[ns][16] i16 (sums of 16) | bs32[ns][8] i16 (of 32)
+ * Quantized activations, one row per token (stride act->stride bytes, 64-aligned), block by
+ * block so that one pointer per token reaches everything a block needs:
+ *   Q8_0 kind  per block of 32, 48 bytes: qs[32] s8 | d f32 (the f16 scale, widened) |
+ *              c8 i32 = -128 * sum(qs) | c4 i32 = -8 * sum(qs) | pad: c8 and c4 are the
+ *              offsets of u8 weights (w + 128, nibbles q = w + 8), added up front
+ *   Q8_K kind  per superblock of 256, 320 bytes: qs[256] s8 | d f32 | bs16[16] i16 (sums of
+ *              16) | bs32[8] i16 (sums of 32) | pad
  *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "types.h"
@@ -72,26 +76,59 @@ typedef struct axp_act {
         int64_t k;
         size_t stride; /* bytes between token rows */
         uint8_t *data;
+        /* Q8_0 and Q8_K kinds: the scales again, per tile of 16 tokens and block:
+         * tile_d[(t / 16) * n_blocks * 16 + b * 16 + t % 16], so that a tile kernel reaches 16
+         * tokens' scales from one pointer */
+        float *tile_d;
 } axp_act;
 
+static inline int64_t axp_act_blocks(const axp_act *a) {
+        return a->kind == AXP_ACT_Q8_0 ? a->k / QK8_0 : a->kind == AXP_ACT_Q8_K ? a->k / QK_K : 0;
+}
+
 /* Offsets inside one activation row. */
-static inline float *act_q8_0_d(const uint8_t *row, int64_t k) {
-        return (float *) (row + k);
+#define ACT_Q8_0_BLOCK 48
+#define ACT_Q8_K_BLOCK 320
+static inline const int8_t *act_q8_0_qs(const uint8_t *row, int64_t b) {
+        return (const int8_t *) (row + b * ACT_Q8_0_BLOCK);
 }
-static inline int32_t *act_q8_0_c8(const uint8_t *row, int64_t k) {
-        return (int32_t *) (row + k + 4 * (k / QK8_0));
+static inline float act_q8_0_d(const uint8_t *row, int64_t b) {
+        return *(const float *) (row + b * ACT_Q8_0_BLOCK + 32);
 }
-static inline int32_t *act_q8_0_c4(const uint8_t *row, int64_t k) {
-        return (int32_t *) (row + k + 8 * (k / QK8_0));
+static inline int32_t act_q8_0_c8(const uint8_t *row, int64_t b) {
+        return *(const int32_t *) (row + b * ACT_Q8_0_BLOCK + 36);
 }
-static inline float *act_q8_K_d(const uint8_t *row, int64_t k) {
-        return (float *) (row + k);
+static inline int32_t act_q8_0_c4(const uint8_t *row, int64_t b) {
+        return *(const int32_t *) (row + b * ACT_Q8_0_BLOCK + 40);
 }
-static inline int16_t *act_q8_K_bs16(const uint8_t *row, int64_t k) {
-        return (int16_t *) (row + k + 4 * (k / QK_K));
+static inline const int8_t *act_q8_K_qs(const uint8_t *row, int64_t s) {
+        return (const int8_t *) (row + s * ACT_Q8_K_BLOCK);
 }
-static inline int16_t *act_q8_K_bs32(const uint8_t *row, int64_t k) {
-        return (int16_t *) (row + k + 36 * (k / QK_K));
+static inline float act_q8_K_d(const uint8_t *row, int64_t s) {
+        return *(const float *) (row + s * ACT_Q8_K_BLOCK + 256);
+}
+static inline const int16_t *act_q8_K_bs16(const uint8_t *row, int64_t s) {
+        return (const int16_t *) (row + s * ACT_Q8_K_BLOCK + 260);
+}
+static inline const int16_t *act_q8_K_bs32(const uint8_t *row, int64_t s) {
+        return (const int16_t *) (row + s * ACT_Q8_K_BLOCK + 292);
+}
+/* For the quantizers: a block's scale and sums (the quants go to act_q8_*_qs). */
+static inline void act_q8_0_put(uint8_t *row, int64_t b, float d, int32_t sum) {
+        uint8_t *blk = row + b * ACT_Q8_0_BLOCK;
+        int32_t c[3] = { -128 * sum, -8 * sum, 0 };
+        memcpy(blk + 32, &d, 4);
+        memcpy(blk + 36, c, 12);
+}
+static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t *bs16) {
+        uint8_t *blk = row + s * ACT_Q8_K_BLOCK;
+        int16_t bs32[8];
+        for (int j = 0; j < 8; j++)
+                bs32[j] = (int16_t) (bs16[2 * j] + bs16[2 * j + 1]);
+        memcpy(blk + 256, &d, 4);
+        memcpy(blk + 260, bs16, 32);
+        memcpy(blk + 292, bs32, 16);
+        memset(blk + 308, 0, ACT_Q8_K_BLOCK - 308);
 }
 
 /* Packed layout offsets. */
@@ -147,5 +184,12 @@ void axp_quant_act_q8_0(const float *x, int64_t k, uint8_t *row);
 void axp_quant_act_q8_K(const float *x, int64_t k, uint8_t *row);
 
 /* A per-thread scratch buffer of at least n bytes, 64-aligned, kept for the thread's life. */
-enum { AXP_SCRATCH_ACT, AXP_SCRATCH_PACK, AXP_SCRATCH_ATT, AXP_SCRATCH_ATT_SPLIT, AXP_SCRATCH__MAX };
+enum {
+        AXP_SCRATCH_ACT,
+        AXP_SCRATCH_PACK,
+        AXP_SCRATCH_UNPACK,
+        AXP_SCRATCH_ATT,
+        AXP_SCRATCH_ATT_SPLIT,
+        AXP_SCRATCH__MAX
+};
 void *axp_cpu_scratch(int slot, size_t n);

@@ -118,15 +118,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         int64_t k = act->k, nb = k / QK8_0;
         const uint16_t *sc = (const uint16_t *) g;
         const uint8_t *qs = g + pk_q8_0_scales_bytes(k) + 32 * h;
-        const int8_t *a[MAX_T];
-        const float *da[MAX_T];
-        const int32_t *c[MAX_T];
+        const uint8_t *row[MAX_T];
         __m256 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
-                const uint8_t *row = act->data + (t0 + t) * act->stride;
-                a[t] = (const int8_t *) row;
-                da[t] = act_q8_0_d(row, k);
-                c[t] = act_q8_0_c4(row, k);
+                row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
@@ -144,13 +139,13 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m256i lo = _mm256_and_si256(v, m4);
                                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(a[t] + b * 32 + 8 * p)));
+                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(act_q8_0_qs(row[t], b) + 8 * p)));
                                         s16[t] = _mm256_add_epi16(s16[t],
-                                                                  _mm256_maddubs_epi16(hi, bcast4(a[t] + b * 32 + 8 * p + 4)));
+                                                                  _mm256_maddubs_epi16(hi, bcast4(act_q8_0_qs(row[t], b) + 8 * p + 4)));
                                 }
                         }
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(c[t][b]));
+                                isum[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
                 } else {
                         const uint8_t *q = qs + b * 512;
                         UNROLL for (int t = 0; t < T; t++)
@@ -159,7 +154,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m256i ws = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (q + j * 64)), flip);
                                 __m256i aw = _mm256_sign_epi8(ws, ws);
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        __m256i sa = _mm256_sign_epi8(bcast4(a[t] + b * 32 + 4 * j), ws);
+                                        __m256i sa = _mm256_sign_epi8(bcast4(act_q8_0_qs(row[t], b) + 4 * j), ws);
                                         isum[t] = _mm256_add_epi32(isum[t],
                                                                    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sa), ones));
                                 }
@@ -168,7 +163,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sc + b * 16 + 8 * h)));
                 UNROLL for (int t = 0; t < T; t++)
                         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                                                 _mm256_mul_ps(dw, _mm256_set1_ps(da[t][b])), acc[t]);
+                                                 _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))), acc[t]);
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_half(y + t * ldy, acc[t], h, n_rows);
@@ -189,15 +184,10 @@ static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h) {
         int64_t k = act->k, ns = k / QK_K;
-        const int8_t *a[MAX_T];
-        const float *da[MAX_T];
-        const int16_t *bs[MAX_T];
+        const uint8_t *row[MAX_T];
         __m256 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
-                const uint8_t *row = act->data + (t0 + t) * act->stride;
-                a[t] = (const int8_t *) row;
-                da[t] = act_q8_K_d(row, k);
-                bs[t] = act_q8_K_bs32(row, k);
+                row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
@@ -213,7 +203,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m256i m16 = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *) (sb + 192 + 32 * p + 16 * h)));
                         UNROLL for (int t = 0; t < T; t++)
                                 msum[t] = _mm256_add_epi32(msum[t],
-                                                           _mm256_madd_epi16(m16, bcast4(bs[t] + 8 * s + 2 * p)));
+                                                           _mm256_madd_epi16(m16, bcast4(act_q8_K_bs32(row[t], s) + 2 * p)));
                 }
                 for (int j = 0; j < 8; j++) {
                         __m256 scj = _mm256_cvtepi32_ps(
@@ -226,10 +216,10 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m256i v = _mm256_load_si256((const __m256i *) (q + p * 64));
                                 __m256i lo = _mm256_and_si256(v, m4);
                                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                                long off = s * QK_K + j * 32 + 8 * p;
+                                long off = j * 32 + 8 * p;
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(a[t] + off)));
-                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast4(a[t] + off + 4)));
+                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(act_q8_K_qs(row[t], s) + off)));
+                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast4(act_q8_K_qs(row[t], s) + off + 4)));
                                 }
                         }
                         UNROLL for (int t = 0; t < T; t++)
@@ -239,7 +229,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 32 + 16 * h)));
                 UNROLL for (int t = 0; t < T; t++) {
                         __m256 v = _mm256_fmsub_ps(d, sacc[t], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t])));
-                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(da[t][s]), v, acc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
@@ -256,15 +246,10 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h) {
         int64_t k = act->k, ns = k / QK_K;
-        const int8_t *a[MAX_T];
-        const float *da[MAX_T];
-        const int16_t *bs[MAX_T];
+        const uint8_t *row[MAX_T];
         __m256 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
-                const uint8_t *row = act->data + (t0 + t) * act->stride;
-                a[t] = (const int8_t *) row;
-                da[t] = act_q8_K_d(row, k);
-                bs[t] = act_q8_K_bs16(row, k);
+                row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
@@ -279,7 +264,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int p = 0; p < 8; p++) {
                         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *) (sb + 32 + 32 * p + 16 * h)));
                         UNROLL for (int t = 0; t < T; t++)
-                                corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sc16, bcast4(bs[t] + 16 * s + 2 * p)));
+                                corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sc16, bcast4(act_q8_K_bs16(row[t], s) + 2 * p)));
                 }
                 for (int j = 0; j < 16; j++) {
                         __m256i w32 = _mm256_cvtepi16_epi32(_mm_load_si128((const __m128i *) (sb + 32 + 32 * (j / 2) + 16 * h)));
@@ -295,13 +280,13 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m256i w2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
                         __m256i w3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
                                                      _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-                        long off = s * QK_K + j * 16;
+                        long off = j * 16;
                         UNROLL for (int t = 0; t < T; t++) {
                                 /* u8 6-bit x s8: a pair sum is at most 2*63*127, two of them fit s16 */
-                                __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a[t] + off)),
-                                                               _mm256_maddubs_epi16(w1, bcast4(a[t] + off + 4)));
-                                __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a[t] + off + 8)),
-                                                               _mm256_maddubs_epi16(w3, bcast4(a[t] + off + 12)));
+                                __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(act_q8_K_qs(row[t], s) + off)),
+                                                               _mm256_maddubs_epi16(w1, bcast4(act_q8_K_qs(row[t], s) + off + 4)));
+                                __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(act_q8_K_qs(row[t], s) + off + 8)),
+                                                               _mm256_maddubs_epi16(w3, bcast4(act_q8_K_qs(row[t], s) + off + 12)));
                                 __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
                                 sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
                         }
@@ -309,7 +294,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 16 * h)));
                 UNROLL for (int t = 0; t < T; t++) {
                         __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f), _mm256_cvtepi32_ps(corr[t]), sacc[t]);
-                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(da[t][s])), v, acc[t]);
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))), v, acc[t]);
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
@@ -346,11 +331,8 @@ AI __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
 }
 
 static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
-        int8_t *qs = (int8_t *) row;
-        float *d = act_q8_0_d(row, k);
-        int32_t *c8 = act_q8_0_c8(row, k), *c4 = act_q8_0_c4(row, k);
         const __m256 sign = _mm256_set1_ps(-0.0f);
-        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0, qs += QK8_0) {
+        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0) {
                 __m256 v[4];
                 __m256 m = _mm256_setzero_ps();
                 for (int i = 0; i < 4; i++) {
@@ -358,33 +340,28 @@ static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
                         m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
                 }
                 float amax = hmax8(m);
-                d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
                 __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
                 __m256i q[4];
                 for (int i = 0; i < 4; i++)
                         q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-                _mm256_storeu_si256((__m256i *) qs, pack32(q[0], q[1], q[2], q[3]));
+                _mm256_storeu_si256((__m256i *) act_q8_0_qs(row, b), pack32(q[0], q[1], q[2], q[3]));
                 int sum = hsum8_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-                c8[b] = -128 * sum;
-                c4[b] = -8 * sum;
+                act_q8_0_put(row, b, _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT)), sum);
         }
 }
 
 static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
-        int8_t *qs = (int8_t *) row;
-        float *d = act_q8_K_d(row, k);
-        int16_t *bs16 = act_q8_K_bs16(row, k), *bs32 = act_q8_K_bs32(row, k);
         const __m256 sign = _mm256_set1_ps(-0.0f);
-        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K, qs += QK_K) {
+        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K) {
+                int8_t *qs = (int8_t *) act_q8_K_qs(row, s);
+                int16_t bs16[16] = { 0 };
                 __m256 m = _mm256_setzero_ps();
                 for (int i = 0; i < QK_K; i += 8)
                         m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
                 float amax = hmax8(m);
                 if (amax == 0) {
                         memset(qs, 0, QK_K);
-                        memset(bs16 + 16 * s, 0, 32);
-                        memset(bs32 + 8 * s, 0, 16);
-                        d[s] = 0;
+                        act_q8_K_put(row, s, 0.0f, bs16);
                         continue;
                 }
                 float max = 0;
@@ -402,12 +379,10 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
                                 q[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * j + 8 * i), vs)),
                                                         q127);
                         _mm256_storeu_si256((__m256i *) (qs + 32 * j), pack32(q[0], q[1], q[2], q[3]));
-                        bs16[16 * s + 2 * j] = (int16_t) hsum8_i32(_mm256_add_epi32(q[0], q[1]));
-                        bs16[16 * s + 2 * j + 1] = (int16_t) hsum8_i32(_mm256_add_epi32(q[2], q[3]));
+                        bs16[2 * j] = (int16_t) hsum8_i32(_mm256_add_epi32(q[0], q[1]));
+                        bs16[2 * j + 1] = (int16_t) hsum8_i32(_mm256_add_epi32(q[2], q[3]));
                 }
-                for (int j = 0; j < 8; j++)
-                        bs32[8 * s + j] = (int16_t) (bs16[16 * s + 2 * j] + bs16[16 * s + 2 * j + 1]);
-                d[s] = 1.0f / iscale;
+                act_q8_K_put(row, s, 1.0f / iscale, bs16);
         }
 }
 

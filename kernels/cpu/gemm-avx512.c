@@ -17,6 +17,7 @@
 
 #define AI __attribute__((always_inline)) static inline
 #define MAX_T 8
+#define UNROLL _Pragma("GCC unroll 16")
 
 AI int32_t load_i32(const void *p) {
         int32_t v;
@@ -52,19 +53,16 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                    int n_rows, int kind) {
         const float *x[MAX_T];
         __m512 acc[MAX_T];
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
+        UNROLL for (int t = 0; t < T; t++) {
                 x[t] = (const float *) (act->data + (t0 + t) * act->stride);
                 acc[t] = _mm512_setzero_ps();
         }
         for (int64_t i = 0; i < act->k; i++) {
                 __m512 w = load_w(g, i, kind);
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++)
+                UNROLL for (int t = 0; t < T; t++)
                         acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[t]);
         }
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++)
+        UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
@@ -107,16 +105,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         int64_t k = act->k, nb = k / QK8_0;
         const uint16_t *sc = (const uint16_t *) g;
         const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
-        const int8_t *a[MAX_T];
-        const float *da[MAX_T];
-        const int32_t *c[MAX_T];
+        const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-                const uint8_t *row = act->data + (t0 + t) * act->stride;
-                a[t] = (const int8_t *) row;
-                da[t] = act_q8_0_d(row, k);
-                c[t] = nibbles ? act_q8_0_c4(row, k) : act_q8_0_c8(row, k);
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
         const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -124,35 +116,28 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i w[8];
                 if (nibbles) {
                         const uint8_t *q = qs + b * 256;
-                        #pragma GCC unroll 16
-                        for (int p = 0; p < 4; p++) {
+                        UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
                                 w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                         }
                 } else {
                         const uint8_t *q = qs + b * 512;
-                        #pragma GCC unroll 16
-                        for (int j = 0; j < 8; j++)
+                        UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sc + b * 16)));
                 __m512i isum[MAX_T];
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++)
-                        isum[t] = _mm512_set1_epi32(c[t][b]);
-                #pragma GCC unroll 16
-                for (int j = 0; j < 8; j++)
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
-                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[j], bcast4(a[t] + b * 32 + j * 4));
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++)
+                UNROLL for (int t = 0; t < T; t++)
+                        isum[t] = _mm512_set1_epi32(nibbles ? act_q8_0_c4(row[t], b) : act_q8_0_c8(row[t], b));
+                UNROLL for (int j = 0; j < 8; j++)
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[j], bcast4(act_q8_0_qs(row[t], b) + j * 4));
+                UNROLL for (int t = 0; t < T; t++)
                         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
-                                                 _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])), acc[t]);
+                                                 _mm512_mul_ps(dw, _mm512_set1_ps(act_q8_0_d(row[t], b))), acc[t]);
         }
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++)
+        UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
@@ -171,16 +156,10 @@ static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows) {
         int64_t k = act->k, ns = k / QK_K;
-        const int8_t *a[MAX_T];
-        const float *da[MAX_T];
-        const int16_t *bs[MAX_T];
+        const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-                const uint8_t *row = act->data + (t0 + t) * act->stride;
-                a[t] = (const int8_t *) row;
-                da[t] = act_q8_K_d(row, k);
-                bs[t] = act_q8_K_bs32(row, k);
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
         const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -188,55 +167,44 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 const uint8_t *sb = g + s * PK_Q4_K_SB;
                 __m512i msum[MAX_T];
                 __m512 sacc[MAX_T];
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++) {
+                UNROLL for (int t = 0; t < T; t++) {
                         msum[t] = _mm512_setzero_si512();
                         sacc[t] = _mm512_setzero_ps();
                 }
-                #pragma GCC unroll 16
-                for (int p = 0; p < 4; p++) {
+                UNROLL for (int p = 0; p < 4; p++) {
                         __m512i m16 = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (sb + 192 + 32 * p)));
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
+                        UNROLL for (int t = 0; t < T; t++)
                                 msum[t] = _mm512_dpwssd_epi32(msum[t], m16,
-                                                              _mm512_set1_epi32(load_i32(bs[t] + 8 * s + 2 * p)));
+                                                              _mm512_set1_epi32(load_i32(act_q8_K_bs32(row[t], s) + 2 * p)));
                 }
-                #pragma GCC unroll 16
-                for (int j = 0; j < 8; j++) {
+                UNROLL for (int j = 0; j < 8; j++) {
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) (sb + 64 + 16 * j))));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
                         __m512i w[8];
-                        #pragma GCC unroll 16
-                        for (int p = 0; p < 4; p++) {
+                        UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
                                 w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                         }
                         __m512i isum[MAX_T];
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
+                        UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
-                        #pragma GCC unroll 16
-                        for (int jj = 0; jj < 8; jj++)
-                                #pragma GCC unroll 16
-                                for (int t = 0; t < T; t++)
+                        UNROLL for (int jj = 0; jj < 8; jj++)
+                                UNROLL for (int t = 0; t < T; t++)
                                         isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
-                                                                      bcast4(a[t] + s * QK_K + j * 32 + jj * 4));
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
+                                                                      bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                        UNROLL for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
                 __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
                 __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sb + 32)));
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++) {
+                UNROLL for (int t = 0; t < T; t++) {
                         __m512 v = _mm512_fmsub_ps(d, sacc[t], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t])));
-                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(da[t][s]), v, acc[t]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
                 }
         }
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++)
+        UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
@@ -250,16 +218,10 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows) {
         int64_t k = act->k, ns = k / QK_K;
-        const int8_t *a[MAX_T];
-        const float *da[MAX_T];
-        const int16_t *bs[MAX_T];
+        const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) {
-                const uint8_t *row = act->data + (t0 + t) * act->stride;
-                a[t] = (const int8_t *) row;
-                da[t] = act_q8_K_d(row, k);
-                bs[t] = act_q8_K_bs16(row, k);
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
         const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
@@ -267,21 +229,17 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
                 __m512i corr[MAX_T];
                 __m512 sacc[MAX_T];
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++) {
+                UNROLL for (int t = 0; t < T; t++) {
                         corr[t] = _mm512_setzero_si512();
                         sacc[t] = _mm512_setzero_ps();
                 }
-                #pragma GCC unroll 16
-                for (int p = 0; p < 8; p++) {
+                UNROLL for (int p = 0; p < 8; p++) {
                         __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (sb + 32 + 32 * p)));
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
+                        UNROLL for (int t = 0; t < T; t++)
                                 corr[t] = _mm512_dpwssd_epi32(corr[t], sc16,
-                                                              _mm512_set1_epi32(load_i32(bs[t] + 16 * s + 2 * p)));
+                                                              _mm512_set1_epi32(load_i32(act_q8_K_bs16(row[t], s) + 2 * p)));
                 }
-                #pragma GCC unroll 16
-                for (int j = 0; j < 16; j++) {
+                UNROLL for (int j = 0; j < 16; j++) {
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
                                 _mm256_load_si256((const __m256i *) (sb + 32 + 32 * (j / 2))));
@@ -300,28 +258,22 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         w[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n1, 4),
                                                          _mm512_and_si512(_mm512_srli_epi16(h, 2), m30), m4, 0xE4);
                         __m512i isum[MAX_T];
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
+                        UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
-                        #pragma GCC unroll 16
-                        for (int jj = 0; jj < 4; jj++)
-                                #pragma GCC unroll 16
-                                for (int t = 0; t < T; t++)
+                        UNROLL for (int jj = 0; jj < 4; jj++)
+                                UNROLL for (int t = 0; t < T; t++)
                                         isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
-                                                                      bcast4(a[t] + s * QK_K + j * 16 + jj * 4));
-                        #pragma GCC unroll 16
-                        for (int t = 0; t < T; t++)
+                                                                      bcast4(act_q8_K_qs(row[t], s) + j * 16 + jj * 4));
+                        UNROLL for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
                 __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
-                #pragma GCC unroll 16
-                for (int t = 0; t < T; t++) {
+                UNROLL for (int t = 0; t < T; t++) {
                         __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f), _mm512_cvtepi32_ps(corr[t]), sacc[t]);
-                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(da[t][s])), v, acc[t]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s))), v, acc[t]);
                 }
         }
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; t++)
+        UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
@@ -343,41 +295,34 @@ static void quant_f16(const float *x, int64_t k, uint8_t *row) {
 }
 
 static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
-        int8_t *qs = (int8_t *) row;
-        float *d = act_q8_0_d(row, k);
-        int32_t *c8 = act_q8_0_c8(row, k), *c4 = act_q8_0_c4(row, k);
         const __m512 sign = _mm512_set1_ps(-0.0f);
-        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0, qs += QK8_0) {
+        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0) {
+                int8_t *qs = (int8_t *) act_q8_0_qs(row, b);
                 __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
                 __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
                 float amax = _mm512_reduce_max_ps(m);
-                d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
                 __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
                 __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
                 __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
                 _mm_storeu_si128((__m128i *) qs, _mm512_cvtsepi32_epi8(q0));
                 _mm_storeu_si128((__m128i *) (qs + 16), _mm512_cvtsepi32_epi8(q1));
-                int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-                c8[b] = -128 * sum;
-                c4[b] = -8 * sum;
+                act_q8_0_put(row, b, _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT)),
+                             _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
         }
 }
 
 static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
-        int8_t *qs = (int8_t *) row;
-        float *d = act_q8_K_d(row, k);
-        int16_t *bs16 = act_q8_K_bs16(row, k), *bs32 = act_q8_K_bs32(row, k);
         const __m512 sign = _mm512_set1_ps(-0.0f);
-        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K, qs += QK_K) {
+        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K) {
+                int8_t *qs = (int8_t *) act_q8_K_qs(row, s);
+                int16_t bs16[16] = { 0 };
                 __m512 m = _mm512_setzero_ps();
                 for (int i = 0; i < QK_K; i += 16)
                         m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
                 float amax = _mm512_reduce_max_ps(m);
                 if (amax == 0) {
                         memset(qs, 0, QK_K);
-                        memset(bs16 + 16 * s, 0, 32);
-                        memset(bs32 + 8 * s, 0, 16);
-                        d[s] = 0;
+                        act_q8_K_put(row, s, 0.0f, bs16);
                         continue;
                 }
                 /* the first element of largest magnitude gives the sign, as the reference */
@@ -394,17 +339,13 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
                 float iscale = -127.0f / max;
                 __m512 vs = _mm512_set1_ps(iscale);
                 const __m512i q127 = _mm512_set1_epi32(127);
-                #pragma GCC unroll 16
                 for (int j = 0; j < 16; j++) {
                         __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), vs));
                         q = _mm512_min_epi32(q, q127);
                         _mm_storeu_si128((__m128i *) (qs + 16 * j), _mm512_cvtsepi32_epi8(q));
-                        bs16[16 * s + j] = (int16_t) _mm512_reduce_add_epi32(q);
+                        bs16[j] = (int16_t) _mm512_reduce_add_epi32(q);
                 }
-                #pragma GCC unroll 16
-                for (int j = 0; j < 8; j++)
-                        bs32[8 * s + j] = (int16_t) (bs16[16 * s + 2 * j] + bs16[16 * s + 2 * j + 1]);
-                d[s] = 1.0f / iscale;
+                act_q8_K_put(row, s, 1.0f / iscale, bs16);
         }
 }
 

@@ -60,14 +60,12 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
         const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
         for (int t = 0; t < n_tok; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
-                const int8_t *a = (const int8_t *) row;
-                const float *da = act_q8_0_d(row, k);
-                const int32_t *c = nibbles ? act_q8_0_c4(row, k) : act_q8_0_c8(row, k);
                 float acc[AXP_GROUP] = { 0 };
-                for (int64_t b = 0; b < nb; b++, a += QK8_0) {
+                for (int64_t b = 0; b < nb; b++) {
+                        const int8_t *a = act_q8_0_qs(row, b);
                         int32_t isum[AXP_GROUP];
                         for (int r = 0; r < AXP_GROUP; r++)
-                                isum[r] = c[b];
+                                isum[r] = nibbles ? act_q8_0_c4(row, b) : act_q8_0_c8(row, b);
                         if (nibbles) {
                                 const uint8_t *q = qs + b * 256;
                                 for (int p = 0; p < 4; p++)
@@ -85,7 +83,7 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
                                                         isum[r] += q[j * 64 + r * 4 + i] * a[4 * j + i];
                         }
                         for (int r = 0; r < AXP_GROUP; r++)
-                                acc[r] += (float) isum[r] * (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * da[b]);
+                                acc[r] += (float) isum[r] * (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * act_q8_0_d(row, b));
                 }
                 store_rows(acc, y + t * ldy, n_rows);
         }
@@ -106,13 +104,12 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         int64_t k = act->k, ns = k / QK_K;
         for (int t = 0; t < n_tok; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
-                const float *da = act_q8_K_d(row, k);
-                const int16_t *bs32 = act_q8_K_bs32(row, k);
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t s = 0; s < ns; s++) {
                         const uint8_t *sb = g + s * PK_Q4_K_SB;
                         const axp_f16 *d = (const axp_f16 *) sb, *dmin = (const axp_f16 *) (sb + 32);
-                        const int8_t *a = (const int8_t *) row + s * QK_K;
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs32 = act_q8_K_bs32(row, s);
                         for (int r = 0; r < AXP_GROUP; r++) {
                                 int32_t sum = 0, msum = 0;
                                 for (int j = 0; j < 8; j++) {
@@ -125,9 +122,9 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                                                                 (v >> 4) * a[32 * j + 8 * p + 4 + i];
                                                 }
                                         sum += isum * sb[64 + j * 16 + r];
-                                        msum += sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] * bs32[8 * s + j];
+                                        msum += sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] * bs32[j];
                                 }
-                                acc[r] += da[s] * (axp_f16_to_f32(d[r]) * (float) sum -
+                                acc[r] += act_q8_K_d(row, s) * (axp_f16_to_f32(d[r]) * (float) sum -
                                                    axp_f16_to_f32(dmin[r]) * (float) msum);
                         }
                 }
@@ -140,13 +137,12 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         int64_t k = act->k, ns = k / QK_K;
         for (int t = 0; t < n_tok; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
-                const float *da = act_q8_K_d(row, k);
-                const int16_t *bs16 = act_q8_K_bs16(row, k);
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t s = 0; s < ns; s++) {
                         const uint8_t *sb = g + s * PK_Q6_K_SB;
                         const axp_f16 *d = (const axp_f16 *) sb;
-                        const int8_t *a = (const int8_t *) row + s * QK_K;
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs16 = act_q8_K_bs16(row, s);
                         for (int r = 0; r < AXP_GROUP; r++) {
                                 int32_t sum = 0;
                                 for (int j = 0; j < 16; j++) {
@@ -162,9 +158,9 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                                                         q3 * aj[12 + i];
                                         }
                                         int8_t scj = (int8_t) sb[32 + (j / 2) * 32 + r * 2 + (j & 1)];
-                                        sum += scj * (isum - 32 * bs16[16 * s + j]);
+                                        sum += scj * (isum - 32 * bs16[j]);
                                 }
-                                acc[r] += da[s] * axp_f16_to_f32(d[r]) * (float) sum;
+                                acc[r] += act_q8_K_d(row, s) * axp_f16_to_f32(d[r]) * (float) sum;
                         }
                 }
                 store_rows(acc, y + t * ldy, n_rows);

@@ -89,8 +89,14 @@ static void quantize_fn(void *arg, int ith, int nth) {
                 axp_act *a = &j->act[kind];
                 if (!a->data)
                         continue;
-                for (long t = lo; t < hi; t++)
-                        j->ops->quant[kind](j->x + t * j->ldx, a->k, a->data + t * a->stride);
+                int64_t nb = axp_act_blocks(a);
+                for (long t = lo; t < hi; t++) {
+                        const uint8_t *row = a->data + t * a->stride;
+                        j->ops->quant[kind](j->x + t * j->ldx, a->k, (uint8_t *) row);
+                        float *td = a->tile_d + (t / 16) * nb * 16 + t % 16;
+                        for (int64_t b = 0; b < nb; b++)
+                                td[b * 16] = kind == AXP_ACT_Q8_0 ? act_q8_0_d(row, b) : act_q8_K_d(row, b);
+                }
         }
 }
 
@@ -155,6 +161,8 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                 .ldx = ldx,
         };
         int64_t k = w[0]->n_in, total_groups = 0;
+        /* whole tiles of 16 rows: AMX loads them even past the last token */
+        int act_rows = (n_tok + 15) / 16 * 16;
         size_t act_bytes = 0, max_stride = 0;
         for (int i = 0; i < n_w; i++) {
                 assert(w[i]->n_in == k);
@@ -172,7 +180,8 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                         a->kind = axp_act_kind_of(w[i]->type);
                         a->k = k;
                         a->stride = axp_act_stride(a->kind, k);
-                        act_bytes += a->stride * (size_t) n_tok;
+                        act_bytes += a->stride * (size_t) act_rows +
+                                     (size_t) act_rows * axp_act_blocks(a) * sizeof(float);
                         max_stride = MAX(max_stride, a->stride);
                 }
         }
@@ -181,8 +190,14 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
         uint8_t *buf = axp_cpu_scratch(AXP_SCRATCH_ACT, act_bytes);
         for (int kind = 0; kind < AXP_ACT__MAX; kind++)
                 if (j.act[kind].stride) {
-                        j.act[kind].data = buf;
-                        buf += j.act[kind].stride * (size_t) n_tok;
+                        axp_act *a = &j.act[kind];
+                        size_t td_bytes = (size_t) act_rows * axp_act_blocks(a) * sizeof(float);
+                        a->data = buf;
+                        memset(buf + a->stride * (size_t) n_tok, 0, a->stride * (size_t) (act_rows - n_tok));
+                        buf += a->stride * (size_t) act_rows;
+                        a->tile_d = (float *) buf;
+                        memset(buf, 0, td_bytes);
+                        buf += td_bytes;
                 }
         if (nth > 1 && (int64_t) n_tok * k >= 16384)
                 axp_pool_run(pool, quantize_fn, &j);

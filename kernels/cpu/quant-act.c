@@ -29,10 +29,10 @@ size_t axp_act_stride(enum axp_act_kind kind, int64_t k) {
         size_t n;
         switch (kind) {
         case AXP_ACT_Q8_0:
-                n = (size_t) k + 12 * (size_t) (k / QK8_0);
+                n = (size_t) (k / QK8_0) * ACT_Q8_0_BLOCK;
                 break;
         case AXP_ACT_Q8_K:
-                n = (size_t) k + 52 * (size_t) (k / QK_K);
+                n = (size_t) (k / QK_K) * ACT_Q8_K_BLOCK;
                 break;
         default:
                 n = (size_t) k * 4;
@@ -52,30 +52,25 @@ void axp_quant_act_f16(const float *x, int64_t k, uint8_t *row) {
 }
 
 void axp_quant_act_q8_0(const float *x, int64_t k, uint8_t *row) {
-        int8_t *qs = (int8_t *) row;
-        float *d = act_q8_0_d(row, k);
-        int32_t *c8 = act_q8_0_c8(row, k), *c4 = act_q8_0_c4(row, k);
-        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0, qs += QK8_0) {
+        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0) {
+                int8_t *qs = (int8_t *) act_q8_0_qs(row, b);
                 float amax = 0;
                 for (int j = 0; j < QK8_0; j++)
                         amax = fmaxf(amax, fabsf(x[j]));
-                d[b] = axp_f16_to_f32(axp_f32_to_f16(amax / 127.0f));
                 float id = amax != 0.0f ? 127.0f / amax : 0.0f;
                 int sum = 0;
                 for (int j = 0; j < QK8_0; j++) {
                         qs[j] = (int8_t) nearbyintf(x[j] * id);
                         sum += qs[j];
                 }
-                c8[b] = -128 * sum;
-                c4[b] = -8 * sum;
+                act_q8_0_put(row, b, axp_f16_to_f32(axp_f32_to_f16(amax / 127.0f)), sum);
         }
 }
 
 void axp_quant_act_q8_K(const float *x, int64_t k, uint8_t *row) {
-        int8_t *qs = (int8_t *) row;
-        float *d = act_q8_K_d(row, k);
-        int16_t *bs16 = act_q8_K_bs16(row, k), *bs32 = act_q8_K_bs32(row, k);
-        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K, qs += QK_K) {
+        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K) {
+                int8_t *qs = (int8_t *) act_q8_K_qs(row, s);
+                int16_t bs16[16] = { 0 };
                 float amax = 0, max = 0;
                 for (int j = 0; j < QK_K; j++)
                         if (fabsf(x[j]) > amax) {
@@ -84,24 +79,15 @@ void axp_quant_act_q8_K(const float *x, int64_t k, uint8_t *row) {
                         }
                 if (amax == 0) {
                         memset(qs, 0, QK_K);
-                        memset(bs16 + 16 * s, 0, 32);
-                        memset(bs32 + 8 * s, 0, 16);
-                        d[s] = 0;
+                        act_q8_K_put(row, s, 0.0f, bs16);
                         continue;
                 }
                 float iscale = -127.0f / max;
                 for (int j = 0; j < QK_K; j++) {
                         int v = (int) nearbyintf(iscale * x[j]);
                         qs[j] = (int8_t) (v < 127 ? v : 127);
+                        bs16[j / 16] = (int16_t) (bs16[j / 16] + qs[j]);
                 }
-                for (int j = 0; j < 16; j++) {
-                        int sum = 0;
-                        for (int l = 0; l < 16; l++)
-                                sum += qs[16 * j + l];
-                        bs16[16 * s + j] = (int16_t) sum;
-                }
-                for (int j = 0; j < 8; j++)
-                        bs32[8 * s + j] = (int16_t) (bs16[16 * s + 2 * j] + bs16[16 * s + 2 * j + 1]);
-                d[s] = 1.0f / iscale;
+                act_q8_K_put(row, s, 1.0f / iscale, bs16);
         }
 }
