@@ -151,18 +151,22 @@ typedef struct axp_cpu_ops {
         const char *name;
         axp_quant_fn quant[AXP_ACT__MAX];
         axp_gemm_fn gemm[AXP_TYPE__MAX];
-        /* attention inner loops over one head: dot of q with n_pos rows of K (stride ld
-         * elements), and acc += sum_t p[t] V[t] */
-        void (*att_scores)(const float *q, const void *k, uint32_t kv_type, long ld, int n_pos,
-                           int head_dim, float scale, float *s);
-        void (*att_accum)(const float *p, const void *v, uint32_t kv_type, long ld, int n_pos,
-                          int head_dim, float *acc);
-        /* s[t] = exp(s[t] - max s); returns the max and the sum */
-        void (*att_softmax)(float *s, int n, float *ret_max, float *ret_sum);
+        /* Attention of nv query vectors (head_dim floats each, q[j]) over n_pos <= ATT_CHUNK
+         * positions of one KV head (rows ld elements apart, F32 or F16). Vector j sees
+         * positions t < len[j]: s = scale q.K_t, m[j] = max s, p_t = exp(s - m), l[j] = sum p,
+         * acc[j * head_dim + c] = sum p_t V_t[c]. The operations for one vector do not depend on
+         * the other vectors or on n_pos (prefill and decode must give the same bits). scratch
+         * holds ATT_SCRATCH floats. */
+        void (*att_chunk)(const float *const *q, int nv, const int *len, const void *k,
+                          const void *v, uint32_t kv_type, long ld, int n_pos, int head_dim,
+                          float scale, float *m, float *l, float *acc, float *scratch);
 } axp_cpu_ops;
 
 #define ATT_MAX_HEAD_DIM 512
-#define ATT_MAXV (ATT_MAX_HEAD_DIM / 16)
+#define ATT_CHUNK 256
+#define ATT_MAX_VECS 128
+/* scores for every vector, then K and V of the chunk widened to f32 */
+#define ATT_SCRATCH ((size_t) ATT_MAX_VECS * ATT_CHUNK + 2 * (size_t) ATT_CHUNK * ATT_MAX_HEAD_DIM)
 
 extern const axp_cpu_ops axp_cpu_ops_generic;
 #if defined(__x86_64__)

@@ -386,47 +386,7 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
         }
 }
 
-/* Attention inner loops --------------------------------------------------------------------- */
-
-AI __m256 load_kv8(const void *p, long i, uint32_t type) {
-        if (type == AXP_TYPE_F16)
-                return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) p + i)));
-        return _mm256_loadu_ps((const float *) p + i);
-}
-
-AI float kv1(const void *p, long i, uint32_t type) {
-        if (type == AXP_TYPE_F16)
-                return _cvtsh_ss(((const uint16_t *) p)[i]);
-        return ((const float *) p)[i];
-}
-
-static void att_scores(const float *q, const void *k, uint32_t kv_type, long ld, int n_pos,
-                       int head_dim, float scale, float *s) {
-        int full = head_dim / 8 * 8;
-        for (int t = 0; t < n_pos; t++) {
-                __m256 acc = _mm256_setzero_ps();
-                for (int c = 0; c < full; c += 8)
-                        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_kv8(k, t * ld + c, kv_type), acc);
-                float sum = hsum8(acc);
-                for (int c = full; c < head_dim; c++)
-                        sum = fmaf(q[c], kv1(k, t * ld + c, kv_type), sum);
-                s[t] = sum * scale;
-        }
-}
-
-static void att_accum(const float *p, const void *v, uint32_t kv_type, long ld, int n_pos,
-                      int head_dim, float *acc) {
-        int full = head_dim / 8 * 8;
-        for (int c = 0; c < full; c += 8) {
-                __m256 a = _mm256_loadu_ps(acc + c);
-                for (int t = 0; t < n_pos; t++)
-                        a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), load_kv8(v, t * ld + c, kv_type), a);
-                _mm256_storeu_ps(acc + c, a);
-        }
-        for (int c = full; c < head_dim; c++)
-                for (int t = 0; t < n_pos; t++)
-                        acc[c] = fmaf(p[t], kv1(v, t * ld + c, kv_type), acc[c]);
-}
+/* Attention ------------------------------------------------------------------------------- */
 
 /* exp for x <= 0: see the AVX-512 path; 2^n is built in the exponent field, so x is clamped
  * where 2^n stays normal (the result there is below 1e-37 of the maximum anyway) */
@@ -447,36 +407,119 @@ AI __m256 exp_neg(__m256 x) {
         return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-static void att_softmax(float *s, int n, float *ret_max, float *ret_sum) {
-        int full = n / 8 * 8;
-        __m256 m8 = _mm256_set1_ps(-INFINITY);
-        for (int t = 0; t < full; t += 8)
-                m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + t));
-        float mx = hmax8(m8);
-        for (int t = full; t < n; t++)
-                mx = fmaxf(mx, s[t]);
-        __m256 vm = _mm256_set1_ps(mx), sum8 = _mm256_setzero_ps();
-        for (int t = 0; t < full; t += 8) {
-                __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
-                _mm256_storeu_ps(s + t, e);
-                sum8 = _mm256_add_ps(sum8, e);
+/* The 8 lane sums of v[0..7], in that order; each sum's tree depends only on its own vector. */
+AI __m256 reduce8(const __m256 *v) {
+        __m256 s[4];
+        UNROLL for (int i = 0; i < 4; i++)
+                s[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+        __m256 w0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
+        __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
+        return _mm256_add_ps(_mm256_permute2f128_ps(w0, w1, 0x20), _mm256_permute2f128_ps(w0, w1, 0x31));
+}
+
+AI __m256i tail_mask8(int n) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 8 values of a K or V row from element i on, n of them real (the rest zero) */
+static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
+        if (n >= 8) {
+                if (type == AXP_TYPE_F16)
+                        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) p + i)));
+                return _mm256_loadu_ps((const float *) p + i);
         }
-        if (full < n) {
-                float tmp[8] = { 0 };
-                for (int t = full; t < n; t++)
-                        tmp[t - full] = s[t] - mx;
-                for (int t = n - full; t < 8; t++)
-                        tmp[t] = -INFINITY;
-                __m256 e = exp_neg(_mm256_loadu_ps(tmp));
-                e = _mm256_blendv_ps(e, _mm256_setzero_ps(),
-                                     _mm256_cmp_ps(_mm256_loadu_ps(tmp), _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
-                _mm256_storeu_ps(tmp, e);
-                for (int t = full; t < n; t++)
-                        s[t] = tmp[t - full];
-                sum8 = _mm256_add_ps(sum8, e);
+        float tmp[8] = { 0 };
+        for (int c = 0; c < n; c++)
+                tmp[c] = type == AXP_TYPE_F16 ? _cvtsh_ss(((const uint16_t *) p)[i + c]) : ((const float *) p)[i + c];
+        return _mm256_loadu_ps(tmp);
+}
+
+AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int hdp, float *acc, int hd, int NC) {
+        __m256 a[2][8];
+        int lmax = 0;
+        for (int j = 0; j < nv_sub; j++) {
+                lmax = len[j] > lmax ? len[j] : lmax;
+                UNROLL for (int c = 0; c < NC; c++)
+                        a[j][c] = _mm256_setzero_ps();
         }
-        *ret_max = mx;
-        *ret_sum = hsum8(sum8);
+        for (int t = 0; t < lmax; t++) {
+                __m256 vt[8];
+                UNROLL for (int c = 0; c < NC; c++)
+                        vt[c] = _mm256_load_ps(vf + t * hdp + 8 * c);
+                UNROLL for (int j = 0; j < 2; j++)
+                        if (j < nv_sub && t < len[j]) {
+                                __m256 pj = _mm256_set1_ps(s[j * ATT_CHUNK + t]);
+                                UNROLL for (int c = 0; c < NC; c++)
+                                        a[j][c] = _mm256_fmadd_ps(pj, vt[c], a[j][c]);
+                        }
+        }
+        for (int j = 0; j < nv_sub; j++)
+                UNROLL for (int c = 0; c < NC; c++)
+                        _mm256_maskstore_ps(acc + j * hd + 8 * c, tail_mask8(hd - 8 * c), a[j][c]);
+}
+
+static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
+                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
+                      float *l, float *acc, float *scratch) {
+        int nc = (hd + 7) / 8, hdp = (hd + 15) / 16 * 16;
+        float *s = scratch, *kf = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kf + ATT_CHUNK * ATT_MAX_HEAD_DIM;
+
+        for (int t = 0; t < n_pos; t++)
+                for (int c = 0; c < nc; c++) {
+                        _mm256_store_ps(kf + t * hdp + 8 * c, load_kv(k, t * ld + 8 * c, kv_type, hd - 8 * c));
+                        _mm256_store_ps(vf + t * hdp + 8 * c, load_kv(v, t * ld + 8 * c, kv_type, hd - 8 * c));
+                }
+
+        for (int j = 0; j < nv; j++) {
+                __m256 qv[ATT_MAX_HEAD_DIM / 8];
+                for (int c = 0; c < nc; c++)
+                        qv[c] = _mm256_maskload_ps(q[j] + 8 * c, tail_mask8(hd - 8 * c));
+                float *sj = s + j * ATT_CHUNK;
+                __m256 vs = _mm256_set1_ps(scale), mx = _mm256_set1_ps(-INFINITY);
+                for (int t0 = 0; t0 < len[j]; t0 += 8) {
+                        __m256 p[8];
+                        UNROLL for (int i = 0; i < 8; i++) {
+                                p[i] = _mm256_setzero_ps();
+                                if (t0 + i < len[j])
+                                        for (int c = 0; c < nc; c++)
+                                                p[i] = _mm256_fmadd_ps(qv[c], _mm256_load_ps(kf + (t0 + i) * hdp + 8 * c), p[i]);
+                        }
+                        __m256 r = _mm256_mul_ps(reduce8(p), vs);
+                        _mm256_store_ps(sj + t0, r);
+                        mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), r,
+                                                                _mm256_castsi256_ps(tail_mask8(len[j] - t0))));
+                }
+                float mj = hmax8(mx);
+                __m256 vm = _mm256_set1_ps(mj), sum = _mm256_setzero_ps();
+                for (int t0 = 0; t0 < len[j]; t0 += 8) {
+                        __m256 e = _mm256_and_ps(exp_neg(_mm256_sub_ps(_mm256_load_ps(sj + t0), vm)),
+                                                 _mm256_castsi256_ps(tail_mask8(len[j] - t0)));
+                        _mm256_store_ps(sj + t0, e);
+                        sum = _mm256_add_ps(sum, e);
+                }
+                m[j] = mj;
+                l[j] = hsum8(sum);
+        }
+
+        for (int j = 0; j < nv;) {
+                if (nc <= 8) {
+                        int sub = nv - j < 2 ? nv - j : 2;
+                        accum(s + j * ATT_CHUNK, len + j, sub, vf, hdp, acc + (size_t) j * hd, hd, 8);
+                        j += sub;
+                } else {
+                        float *a = acc + (size_t) j * hd;
+                        for (int c = 0; c < nc; c++) {
+                                __m256 ac = _mm256_setzero_ps();
+                                for (int t = 0; t < len[j]; t++)
+                                        ac = _mm256_fmadd_ps(_mm256_set1_ps(s[j * ATT_CHUNK + t]),
+                                                             _mm256_load_ps(vf + t * hdp + 8 * c), ac);
+                                _mm256_maskstore_ps(a + 8 * c, tail_mask8(hd - 8 * c), ac);
+                        }
+                        j++;
+                }
+        }
 }
 
 const axp_cpu_ops axp_cpu_ops_avx2 = {
@@ -496,7 +539,5 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
-        .att_scores = att_scores,
-        .att_accum = att_accum,
-        .att_softmax = att_softmax,
+        .att_chunk = att_chunk,
 };

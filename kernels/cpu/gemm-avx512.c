@@ -349,40 +349,7 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
         }
 }
 
-/* Attention inner loops --------------------------------------------------------------------- */
-
-AI __m512 load_kv(const void *p, long i, uint32_t type, __mmask16 m) {
-        if (type == AXP_TYPE_F16)
-                return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *) p + i));
-        return _mm512_maskz_loadu_ps(m, (const float *) p + i);
-}
-
-static void att_scores(const float *q, const void *k, uint32_t kv_type, long ld, int n_pos,
-                       int head_dim, float scale, float *s) {
-        __m512 qv[ATT_MAXV];
-        int nv = (head_dim + 15) / 16;
-        __mmask16 tail = (head_dim % 16) ? (__mmask16) ((1u << (head_dim % 16)) - 1) : 0xffff;
-        for (int v = 0; v < nv; v++)
-                qv[v] = _mm512_maskz_loadu_ps(v == nv - 1 ? tail : 0xffff, q + 16 * v);
-        for (int t = 0; t < n_pos; t++) {
-                __m512 acc = _mm512_setzero_ps();
-                for (int v = 0; v < nv; v++)
-                        acc = _mm512_fmadd_ps(qv[v], load_kv(k, t * ld + 16 * v, kv_type, v == nv - 1 ? tail : 0xffff),
-                                              acc);
-                s[t] = _mm512_reduce_add_ps(acc) * scale;
-        }
-}
-
-static void att_accum(const float *p, const void *v, uint32_t kv_type, long ld, int n_pos,
-                      int head_dim, float *acc) {
-        for (int c = 0; c < head_dim; c += 16) {
-                __mmask16 m = head_dim - c >= 16 ? 0xffff : (__mmask16) ((1u << (head_dim - c)) - 1);
-                __m512 a = _mm512_maskz_loadu_ps(m, acc + c);
-                for (int t = 0; t < n_pos; t++)
-                        a = _mm512_fmadd_ps(_mm512_set1_ps(p[t]), load_kv(v, t * ld + c, kv_type, m), a);
-                _mm512_mask_storeu_ps(acc + c, m, a);
-        }
-}
+/* Attention ------------------------------------------------------------------------------- */
 
 /* exp for x <= 0 (softmax): 2^n * p(r), r = x - n ln2, Cephes' minimax polynomial; results
  * below the float range flush to 0 */
@@ -402,22 +369,178 @@ AI __m512 exp_neg(__m512 x) {
         return _mm512_scalef_ps(p, n);
 }
 
-static void att_softmax(float *s, int n, float *ret_max, float *ret_sum) {
-        __m512 m = _mm512_set1_ps(-INFINITY);
-        for (int t = 0; t < n; t += 16) {
-                __mmask16 k = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
-                m = _mm512_mask_max_ps(m, k, m, _mm512_maskz_loadu_ps(k, s + t));
+/* The 16 lane sums of v[0..15], in that order; each sum's tree depends only on its own
+ * vector. */
+AI __m512 reduce16(const __m512 *v) {
+        __m512 s[8], w[4];
+        UNROLL for (int i = 0; i < 8; i++)
+                s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+        UNROLL for (int i = 0; i < 4; i++)
+                w[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
+        return _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+AI __mmask16 tail_mask(int n) {
+        return n >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << n) - 1);
+}
+
+/* scores of one vector against 16 positions of widened K (rows hdp floats apart); NC is
+ * nc when the head is 64 or 128 wide (the loops unroll), else 0 */
+AI __m512 scores16(const __m512 *qv, int nc, const float *kf, int hdp, int n, int NC) {
+        __m512 p[16];
+        UNROLL for (int i = 0; i < 16; i++) {
+                p[i] = _mm512_setzero_ps();
+                if (i < n) {
+                        if (NC)
+                                UNROLL for (int c = 0; c < NC; c++)
+                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                        else
+                                for (int c = 0; c < nc; c++)
+                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                }
         }
-        float mx = _mm512_reduce_max_ps(m);
-        __m512 vm = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
-        for (int t = 0; t < n; t += 16) {
-                __mmask16 k = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
-                __m512 e = exp_neg(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm));
-                _mm512_mask_storeu_ps(s + t, k, e);
-                sum = _mm512_mask_add_ps(sum, k, sum, e);
+        return reduce16(p);
+}
+
+AI void scores_all(const float *const *q, int nv, const int *len, const float *kb, int t0, int hd, int nc,
+                   int hdp, float scale, float *s, int NC) {
+        __m512 vs = _mm512_set1_ps(scale);
+        for (int j = 0; j < nv; j++) {
+                if (t0 >= len[j])
+                        continue;
+                __m512 qv[ATT_MAX_HEAD_DIM / 16];
+                if (NC)
+                        UNROLL for (int c = 0; c < NC; c++)
+                                qv[c] = _mm512_loadu_ps(q[j] + 16 * c);
+                else
+                        for (int c = 0; c < nc; c++)
+                                qv[c] = _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), q[j] + 16 * c);
+                _mm512_store_ps(s + j * ATT_CHUNK + t0, _mm512_mul_ps(scores16(qv, nc, kb, hdp, len[j] - t0, NC), vs));
         }
-        *ret_max = mx;
-        *ret_sum = _mm512_reduce_add_ps(sum);
+}
+
+AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
+        if (type == AXP_TYPE_F16)
+                return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *) p + i));
+        return _mm512_maskz_loadu_ps(mk, (const float *) p + i);
+}
+
+#define PF_ROWS 32
+
+/* rows [t0, t0 + n) of K or V as f32, hdp floats apart, zero padded */
+static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
+        int nc = hdp / 16;
+        if (type == AXP_TYPE_F16 && hd == 64) {
+                for (int t = 0; t < n; t++) {
+                        const uint16_t *r = (const uint16_t *) src + (long) (t0 + t) * ld;
+                        /* the rows of one KV head are ld apart: fetch well ahead */
+                        _mm_prefetch((const char *) (r + PF_ROWS * ld), _MM_HINT_T0);
+                        _mm_prefetch((const char *) (r + PF_ROWS * ld) + 64, _MM_HINT_T0);
+                        UNROLL for (int c = 0; c < 4; c++)
+                                _mm512_store_ps(dst + t * 64 + 16 * c, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
+                }
+                return;
+        }
+        for (int t = 0; t < n; t++)
+                for (int c = 0; c < nc; c++)
+                        _mm512_store_ps(dst + t * hdp + 16 * c, kv_row(src, (long) (t0 + t) * ld + 16 * c, type,
+                                                                       tail_mask(hd - 16 * c)));
+}
+
+/* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers); V
+ * either widened already (vf) or read and widened here */
+AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const void *v, uint32_t kv_type,
+              long ld, int hdp, float *acc, int hd, int NC, int SUB) {
+        __m512 a[4][8];
+        int lmax = 0;
+        for (int j = 0; j < nv_sub; j++) {
+                lmax = len[j] > lmax ? len[j] : lmax;
+                UNROLL for (int c = 0; c < NC; c++)
+                        a[j][c] = _mm512_setzero_ps();
+        }
+        for (int t = 0; t < lmax; t++) {
+                __m512 vt[8];
+                UNROLL for (int c = 0; c < NC; c++)
+                        vt[c] = vf ? _mm512_load_ps(vf + t * hdp + 16 * c)
+                                   : kv_row(v, (long) t * ld + 16 * c, kv_type, tail_mask(hd - 16 * c));
+                UNROLL for (int j = 0; j < SUB; j++)
+                        if (j < nv_sub && t < len[j]) {
+                                __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
+                                UNROLL for (int c = 0; c < NC; c++)
+                                        a[j][c] = _mm512_fmadd_ps(pj, vt[c], a[j][c]);
+                        }
+        }
+        for (int j = 0; j < nv_sub; j++)
+                UNROLL for (int c = 0; c < NC; c++)
+                        if (16 * c < hd)
+                                _mm512_mask_storeu_ps(acc + j * hd + 16 * c, tail_mask(hd - 16 * c), a[j][c]);
+}
+
+static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
+                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
+                      float *l, float *acc, float *scratch) {
+        int nc = (hd + 15) / 16, hdp = nc * 16;
+        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
+
+        /* scores, 16 positions at a time: their K rows widened once for every vector */
+        for (int t0 = 0; t0 < n_pos; t0 += 16) {
+                int n = n_pos - t0 < 16 ? n_pos - t0 : 16;
+                widen(k, kv_type, ld, t0, n, hd, hdp, kb);
+                if (hd == 64)
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 4);
+                else if (hd == 128)
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 8);
+                else
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 0);
+        }
+
+        for (int j = 0; j < nv; j++) {
+                float *sj = s + j * ATT_CHUNK;
+                __m512 mx = _mm512_set1_ps(-INFINITY);
+                for (int t0 = 0; t0 < len[j]; t0 += 16)
+                        mx = _mm512_mask_max_ps(mx, tail_mask(len[j] - t0), mx, _mm512_load_ps(sj + t0));
+                float mj = _mm512_reduce_max_ps(mx);
+                __m512 vm = _mm512_set1_ps(mj), sum = _mm512_setzero_ps();
+                for (int t0 = 0; t0 < len[j]; t0 += 16) {
+                        __mmask16 mk = tail_mask(len[j] - t0);
+                        __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_load_ps(sj + t0), vm)));
+                        _mm512_store_ps(sj + t0, e);
+                        sum = _mm512_add_ps(sum, e);
+                }
+                m[j] = mj;
+                l[j] = _mm512_reduce_add_ps(sum);
+        }
+
+        int sub = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+        widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
+        const float *vw = vf;
+        for (int j = 0; j < nv; j += sub) {
+                int ns = nv - j < sub ? nv - j : sub;
+                if (nc <= 4)
+                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, acc + (size_t) j * hd, hd, 4, 4);
+                else if (nc <= 8)
+                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, acc + (size_t) j * hd, hd, 8, 2);
+                else {
+                        /* wide heads: in memory, same operations per element */
+                        float *a = acc + (size_t) j * hd;
+                        for (int c = 0; c < nc; c++) {
+                                __m512 ac = _mm512_setzero_ps();
+                                for (int t = 0; t < len[j]; t++)
+                                        ac = _mm512_fmadd_ps(_mm512_set1_ps(s[j * ATT_CHUNK + t]),
+                                                             vw ? _mm512_load_ps(vw + t * hdp + 16 * c)
+                                                                : kv_row(v, (long) t * ld + 16 * c, kv_type,
+                                                                         tail_mask(hd - 16 * c)),
+                                                             ac);
+                                _mm512_mask_storeu_ps(a + 16 * c, tail_mask(hd - 16 * c), ac);
+                        }
+                }
+        }
 }
 
 const axp_cpu_ops axp_cpu_ops_avx512 = {
@@ -437,7 +560,5 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
-        .att_scores = att_scores,
-        .att_accum = att_accum,
-        .att_softmax = att_softmax,
+        .att_chunk = att_chunk,
 };

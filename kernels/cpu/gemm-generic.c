@@ -171,33 +171,30 @@ static float kv_get(const void *kv, uint32_t type, long i) {
         return type == AXP_TYPE_F16 ? axp_f16_to_f32(((const axp_f16 *) kv)[i]) : ((const float *) kv)[i];
 }
 
-static void att_scores(const float *q, const void *k, uint32_t kv_type, long ld, int n_pos,
-                       int head_dim, float scale, float *s) {
-        for (int t = 0; t < n_pos; t++) {
-                float sum = 0;
-                for (int i = 0; i < head_dim; i++)
-                        sum += q[i] * kv_get(k, kv_type, t * ld + i);
-                s[t] = sum * scale;
+static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
+                      uint32_t kv_type, long ld, int n_pos, int head_dim, float scale, float *m,
+                      float *l, float *acc, float *scratch) {
+        float *s = scratch;
+        for (int j = 0; j < nv; j++) {
+                float mx = -INFINITY, sum = 0;
+                for (int t = 0; t < len[j]; t++) {
+                        float d = 0;
+                        for (int c = 0; c < head_dim; c++)
+                                d += q[j][c] * kv_get(k, kv_type, t * ld + c);
+                        s[t] = d * scale;
+                        mx = fmaxf(mx, s[t]);
+                }
+                float *a = acc + (size_t) j * head_dim;
+                memset(a, 0, (size_t) head_dim * sizeof(float));
+                for (int t = 0; t < len[j]; t++) {
+                        float p = expf(s[t] - mx);
+                        sum += p;
+                        for (int c = 0; c < head_dim; c++)
+                                a[c] += p * kv_get(v, kv_type, t * ld + c);
+                }
+                m[j] = mx;
+                l[j] = sum;
         }
-}
-
-static void att_accum(const float *p, const void *v, uint32_t kv_type, long ld, int n_pos,
-                      int head_dim, float *acc) {
-        for (int t = 0; t < n_pos; t++)
-                for (int i = 0; i < head_dim; i++)
-                        acc[i] += p[t] * kv_get(v, kv_type, t * ld + i);
-}
-
-static void att_softmax(float *s, int n, float *ret_max, float *ret_sum) {
-        float m = -INFINITY, sum = 0;
-        for (int t = 0; t < n; t++)
-                m = fmaxf(m, s[t]);
-        for (int t = 0; t < n; t++) {
-                s[t] = expf(s[t] - m);
-                sum += s[t];
-        }
-        *ret_max = m;
-        *ret_sum = sum;
 }
 
 const axp_cpu_ops axp_cpu_ops_generic = {
@@ -217,7 +214,5 @@ const axp_cpu_ops axp_cpu_ops_generic = {
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
-        .att_scores = att_scores,
-        .att_accum = att_accum,
-        .att_softmax = att_softmax,
+        .att_chunk = att_chunk,
 };

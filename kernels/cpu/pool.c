@@ -1,23 +1,32 @@
 /* SPDX-License-Identifier: MIT */
-/* A fixed pool of worker threads. A run publishes (fn, arg) and bumps a generation counter;
- * workers spin on the counter for a short while (decode issues a run every few tens of
- * microseconds) and then sleep on a futex, so an idle engine costs no CPU. The caller runs
- * share 0 itself and waits for the others the same way: spin briefly, then futex. */
+/* A fixed pool of worker threads.
+ *
+ * A run publishes (fn, arg) and bumps a generation counter. Each share i of the run is
+ * claimed exactly once, through one atomic word holding the generation and a bit per share:
+ * worker i claims share i when it notices the run; the caller runs share 0, then claims and
+ * runs itself every share no worker has claimed yet, and finally waits only for the shares
+ * workers did claim. So a worker that another process keeps off the CPU delays nothing: its
+ * share is done by the caller instead (the kernels' results do not depend on which thread runs
+ * which share).
+ *
+ * Workers spin on the generation for a short while (decode issues a run every few tens of
+ * microseconds) and then sleep on a futex, so an idle engine costs no CPU. */
 #include "pool.h"
 
-#include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-/* How long a thread polls before it sleeps. Long enough to bridge the gaps between the
- * kernels of one decode step, short enough not to steal a shared core for long. */
+/* How long a thread polls before it sleeps: long enough to bridge the gaps between the
+ * kernels of one decode step, short enough not to hold a shared core for long. */
 #define SPIN_NS 200000L
+#define MAX_THREADS 32 /* one claim bit each */
 
 typedef struct axp_pool_thread {
         axp_pool *pool;
@@ -32,13 +41,15 @@ struct axp_pool {
         axp_pool_fn fn;
         void *arg;
 
-        /* bumped (release) to start a run; workers wait for it to change */
-        _Alignas(64) _Atomic uint32_t gen;
+        /* generation << 32 | bit i set once share i is claimed */
+        _Alignas(64) _Atomic uint64_t claim;
+        /* bumped (after claim is reset) to start a run; workers wait for it to change */
+        _Atomic uint32_t gen;
         _Atomic uint32_t sleepers; /* workers in (or about to enter) futex wait on gen */
         _Atomic uint32_t stop;
 
-        /* workers still running the current run; the caller waits for 0 */
-        _Alignas(64) _Atomic uint32_t pending;
+        /* shares finished by workers in the current run; the caller waits on it */
+        _Alignas(64) _Atomic uint32_t done;
         _Atomic uint32_t caller_sleeping;
 };
 
@@ -60,27 +71,11 @@ static long now_ns(void) {
         return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
-/* Spin until *addr != val or the spin budget runs out; returns the last value seen. */
-static uint32_t spin_while_equal(_Atomic uint32_t *addr, uint32_t val) {
-        uint32_t v = atomic_load_explicit(addr, memory_order_acquire);
-        if (v != val)
-                return v;
-        long deadline = now_ns() + SPIN_NS;
-        for (unsigned i = 1;; i++) {
-                cpu_relax();
-                v = atomic_load_explicit(addr, memory_order_acquire);
-                if (v != val)
-                        return v;
-                if ((i & 63) == 0 && now_ns() > deadline)
-                        return v;
-        }
-}
-
-/* Spin until *addr is 0 or the spin budget runs out; returns the last value seen. */
-static uint32_t spin_until_zero(_Atomic uint32_t *addr) {
+/* Spin while *addr == val, for at most the spin budget; returns the last value seen. */
+static uint32_t spin_while(_Atomic uint32_t *addr, uint32_t val) {
         uint32_t v = atomic_load_explicit(addr, memory_order_acquire);
         long deadline = 0;
-        for (unsigned i = 1; v != 0; i++) {
+        for (unsigned i = 1; v == val; i++) {
                 cpu_relax();
                 v = atomic_load_explicit(addr, memory_order_acquire);
                 if ((i & 63) == 0) {
@@ -94,32 +89,42 @@ static uint32_t spin_until_zero(_Atomic uint32_t *addr) {
         return v;
 }
 
-static void *worker_main(void *p) {
-        axp_pool_thread *t = p;
-        axp_pool *pool = t->pool;
+/* Claim share ith of generation gen; false if it is taken or the run is over. */
+static bool claim_share(axp_pool *p, uint32_t gen, int ith) {
+        uint64_t bit = 1ull << ith;
+        uint64_t c = atomic_load(&p->claim);
+        while ((uint32_t) (c >> 32) == gen && !(c & bit))
+                if (atomic_compare_exchange_weak(&p->claim, &c, c | bit))
+                        return true;
+        return false;
+}
+
+static void *worker_main(void *arg) {
+        axp_pool_thread *t = arg;
+        axp_pool *p = t->pool;
         uint32_t seen = 0;
 
         for (;;) {
-                uint32_t g = spin_while_equal(&pool->gen, seen);
+                uint32_t g = spin_while(&p->gen, seen);
                 while (g == seen) {
-                        atomic_fetch_add(&pool->sleepers, 1);
+                        atomic_fetch_add(&p->sleepers, 1);
                         /* Dekker with axp_pool_run: it bumps gen, then reads sleepers */
-                        g = atomic_load(&pool->gen);
-                        if (g == seen)
-                                futex(&pool->gen, FUTEX_WAIT_PRIVATE, seen);
-                        atomic_fetch_sub(&pool->sleepers, 1);
-                        g = atomic_load_explicit(&pool->gen, memory_order_acquire);
+                        if (atomic_load(&p->gen) == seen)
+                                futex(&p->gen, FUTEX_WAIT_PRIVATE, seen);
+                        atomic_fetch_sub(&p->sleepers, 1);
+                        g = atomic_load_explicit(&p->gen, memory_order_acquire);
                 }
                 seen = g;
-                if (atomic_load_explicit(&pool->stop, memory_order_acquire))
+                if (atomic_load_explicit(&p->stop, memory_order_acquire))
                         return NULL;
+                if (!claim_share(p, g, t->ith))
+                        continue;
 
-                pool->fn(pool->arg, t->ith, pool->n);
+                p->fn(p->arg, t->ith, p->n);
 
-                /* seq_cst: Dekker with the caller's caller_sleeping store */
-                if (atomic_fetch_sub(&pool->pending, 1) == 1 &&
-                    atomic_load(&pool->caller_sleeping))
-                        futex(&pool->pending, FUTEX_WAKE_PRIVATE, 1);
+                atomic_fetch_add(&p->done, 1); /* seq_cst: Dekker with caller_sleeping */
+                if (atomic_load(&p->caller_sleeping))
+                        futex(&p->done, FUTEX_WAKE_PRIVATE, 1);
         }
 }
 
@@ -128,8 +133,8 @@ axp_pool *axp_pool_new(int n_threads) {
                 long n = sysconf(_SC_NPROCESSORS_ONLN);
                 n_threads = n > 0 ? (int) n : 1;
         }
-        if (n_threads > 1024)
-                n_threads = 1024;
+        if (n_threads > MAX_THREADS)
+                n_threads = MAX_THREADS;
 
         axp_pool *p = calloc(1, sizeof(*p));
         if (!p)
@@ -173,21 +178,33 @@ void axp_pool_run(axp_pool *p, axp_pool_fn fn, void *arg) {
                 return;
         }
 
+        uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
         p->fn = fn;
         p->arg = arg;
-        atomic_store_explicit(&p->pending, (uint32_t) (p->n - 1), memory_order_relaxed);
-        atomic_fetch_add(&p->gen, 1); /* seq_cst: ordered before the sleepers read below */
+        atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->claim, (uint64_t) g << 32 | 1, memory_order_relaxed);
+        atomic_store(&p->gen, g); /* seq_cst: publishes the above; ordered before sleepers */
         if (atomic_load(&p->sleepers) > 0)
                 futex(&p->gen, FUTEX_WAKE_PRIVATE, INT32_MAX);
 
         fn(arg, 0, p->n);
 
-        if (spin_until_zero(&p->pending) != 0) {
+        /* shares no worker has picked up yet are run here */
+        uint32_t by_workers = 0;
+        for (int i = 1; i < p->n; i++) {
+                if (claim_share(p, g, i))
+                        fn(arg, i, p->n);
+                else
+                        by_workers++;
+        }
+
+        uint32_t d;
+        while ((d = atomic_load_explicit(&p->done, memory_order_acquire)) != by_workers) {
+                if (spin_while(&p->done, d) != d)
+                        continue; /* progress: spin on */
                 atomic_store(&p->caller_sleeping, 1);
-                uint32_t left;
-                while ((left = atomic_load(&p->pending)) != 0)
-                        futex(&p->pending, FUTEX_WAIT_PRIVATE, left);
+                if (atomic_load(&p->done) == d)
+                        futex(&p->done, FUTEX_WAIT_PRIVATE, d);
                 atomic_store(&p->caller_sleeping, 0);
         }
-        atomic_thread_fence(memory_order_acquire);
 }
