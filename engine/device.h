@@ -49,3 +49,7 @@ static inline void axp_device_free(axp_device *d) {
         if (d && d->ops && d->ops->free)
                 d->ops->free(d);
 }
+
+static inline void axp_device_freep(axp_device **d) {
+        axp_device_free(*d);
+}

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -50,7 +51,8 @@ typedef struct gguf_kv {
         /* arrays (type == GGUF_TYPE_ARRAY) */
         enum gguf_type arr_type;
         uint64_t arr_n;
-        const void *arr_data; /* element data for non-string arrays, little-endian */
+        const void *arr_data; /* element data for non-string arrays, little-endian and NOT
+                               * aligned: read elements with memcpy or gguf_arr_i32/_f32 */
         gguf_str *arr_str;    /* index of the strings for string arrays (owned) */
 } gguf_kv;
 
@@ -100,7 +102,29 @@ bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *ret);
  * GGUF_TYPE_INT32 requests is NOT converted: exact match only). */
 const gguf_kv *gguf_get_arr(const gguf_file *f, const char *key, enum gguf_type type);
 
-/* Writer ------------------------------------------------------------------------------ */
+/* Element i of an INT32 / FLOAT32 array (the caller checked arr_type and i < arr_n). */
+static inline int32_t gguf_arr_i32(const gguf_kv *kv, uint64_t i) {
+        int32_t v;
+        memcpy(&v, (const char *) kv->arr_data + i * 4, 4);
+        return v;
+}
+static inline float gguf_arr_f32(const gguf_kv *kv, uint64_t i) {
+        float v;
+        memcpy(&v, (const char *) kv->arr_data + i * 4, 4);
+        return v;
+}
+
+/* "uint32", "string", "array", ... ("unknown" past the enum). */
+const char *gguf_type_name(enum gguf_type t);
+/* Bytes of one value of a fixed-size type; 0 for string, array and unknown types. */
+size_t gguf_type_size(enum gguf_type t);
+
+/* Writer ------------------------------------------------------------------------------ *
+ * Writes GGUF v3 as llama.cpp expects it: tensors laid out in the order added, each at an
+ * offset padded to the alignment (general.alignment if set as a uint32, else 32). Setting
+ * a key again replaces its value. Setters return a negative errno; the first failure is
+ * also remembered and reported (with a message) by gguf_writer_write. The file appears
+ * atomically: written to a temporary file beside it, then renamed. */
 
 typedef struct gguf_writer gguf_writer;
 
@@ -116,4 +140,18 @@ int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
 /* Add a tensor; `data` (nbytes, already in the tensor's type) is copied. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                            const int64_t *ne, const void *data, uint64_t nbytes);
+/* Arrays: `n` little-endian elements of a fixed-size `type`, or `n` NUL-terminated strings. */
+int gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_type type, const void *data,
+                        uint64_t n);
+int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+
+/* Produces rows [row, row + n_rows) of a tensor (a row is ne[0] elements in the tensor's
+ * type; rows count over ne[1..3]) into dst. Returns 0 or a negative errno with `err` set. */
+typedef int (*gguf_fill_fn)(void *userdata, uint64_t row, uint64_t n_rows, void *dst,
+                            axp_error *err);
+/* Add a tensor whose data is produced while the file is written, a bounded number of rows
+ * at a time, so a large model never sits in memory whole. `userdata` must stay valid until
+ * gguf_writer_write returns. */
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                const int64_t *ne, gguf_fill_fn fill, void *userdata);
 int gguf_writer_write(gguf_writer *w, const char *path, axp_error *err);

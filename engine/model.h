@@ -33,6 +33,7 @@ typedef struct axp_hparams {
         int rope_dim;   /* rotated dimensions per head (<= head_dim) */
         enum axp_rope_type rope_type;
         float rope_base;
+        float rope_scale; /* linear scaling: positions are multiplied by this (1: none) */
         float rms_eps;
         bool tied_output; /* no output.weight: the LM head is token_embd */
 } axp_hparams;
@@ -78,7 +79,12 @@ typedef struct axp_model {
  * type and shape, and the tokenizer. On failure: negative errno and a one-line message. */
 int axp_model_load(const char *path, axp_model **ret, axp_error *err);
 void axp_model_free(axp_model *m);
+static inline void axp_model_freep(axp_model **m) {
+        axp_model_free(*m);
+}
 
 /* Size in bytes of all weights (what a decode step streams). */
 uint64_t axp_model_weight_bytes(const axp_model *m);
 const char *axp_arch_name(enum axp_arch a);
+/* The architecture named as in GGUF's general.architecture; -1 if unknown. */
+int axp_arch_from_name(const char *name);

@@ -14,7 +14,8 @@
 typedef struct axp_tokenizer axp_tokenizer;
 
 enum {
-        AXP_TOK_ADD_BOS = 1 << 0,       /* add BOS if the vocab asks for it (llama_vocab_get_add_bos) */
+        AXP_TOK_ADD_BOS = 1 << 0,       /* add BOS if the vocab asks for it (llama_vocab_get_add_bos);
+                                         * also EOS if it asks for that (llama.cpp's add_special) */
         AXP_TOK_PARSE_SPECIAL = 1 << 1, /* special-token text ("<|eot_id|>") becomes that token */
 };
 

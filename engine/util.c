@@ -32,3 +32,99 @@ void *axp_alloc(size_t size) {
         memset(p, 0, size);
         return p;
 }
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes are not one. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+        unsigned c = s[0];
+        size_t len;
+        uint32_t cp;
+        if (c < 0x80)
+                return 1;
+        else if ((c & 0xe0) == 0xc0)
+                len = 2, cp = c & 0x1f;
+        else if ((c & 0xf0) == 0xe0)
+                len = 3, cp = c & 0x0f;
+        else if ((c & 0xf8) == 0xf0)
+                len = 4, cp = c & 0x07;
+        else
+                return 0;
+        if (len > n)
+                return 0;
+        for (size_t i = 1; i < len; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = (cp << 6) | (s[i] & 0x3f);
+        }
+        /* overlong forms, surrogates, beyond U+10FFFF */
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                return 0;
+        return len;
+}
+
+void axp_json_string(FILE *f, const char *s, size_t len) {
+        const unsigned char *p = (const unsigned char *) s;
+        fputc('"', f);
+        for (size_t i = 0; i < len;) {
+                unsigned char c = p[i];
+                if (c == '"' || c == '\\') {
+                        fputc('\\', f);
+                        fputc(c, f);
+                        i++;
+                } else if (c < 0x20) {
+                        switch (c) {
+                        case '\n': fputs("\\n", f); break;
+                        case '\t': fputs("\\t", f); break;
+                        case '\r': fputs("\\r", f); break;
+                        default: fprintf(f, "\\u%04x", c); break;
+                        }
+                        i++;
+                } else {
+                        size_t n = utf8_len(p + i, len - i);
+                        if (n == 0) {
+                                fputs("\xef\xbf\xbd", f);
+                                i++;
+                        } else {
+                                fwrite(p + i, 1, n, f);
+                                i += n;
+                        }
+                }
+        }
+        fputc('"', f);
+}
+
+int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err) {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+                return axp_errorf(err, -errno, "%s: %s", path, strerror(errno));
+        size_t cap = 4096, len = 0;
+        char *buf = malloc(cap);
+        while (buf) {
+                size_t n = fread(buf + len, 1, cap - len - 1, f);
+                len += n;
+                if (n == 0)
+                        break;
+                if (cap - len - 1 == 0) {
+                        char *nb = realloc(buf, cap * 2);
+                        if (!nb) {
+                                free(buf);
+                                buf = NULL;
+                                break;
+                        }
+                        buf = nb;
+                        cap *= 2;
+                }
+        }
+        int bad = ferror(f);
+        fclose(f);
+        if (!buf)
+                return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+        if (bad) {
+                free(buf);
+                return axp_errorf(err, -EIO, "%s: read error", path);
+        }
+        buf[len] = 0;
+        *ret = buf;
+        *ret_len = len;
+        return 0;
+}

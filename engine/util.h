@@ -58,3 +58,11 @@ double axp_now(void);
 
 /* Aligned allocation (64 bytes), zeroed. Free with free(). */
 void *axp_alloc(size_t size);
+
+#include <stdio.h>
+/* Write s (len bytes) as a JSON string literal, quotes included. Invalid UTF-8 bytes are
+ * written as U+FFFD so the output is always valid JSON. */
+void axp_json_string(FILE *f, const char *s, size_t len);
+
+/* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
+int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);

@@ -15,6 +15,12 @@ typedef struct cli_command {
 
 /* Subcommands present in this build; each line is added with its implementation. */
 static const cli_command commands[] = {
+        { "generate", cli_generate, "generate text from a model, in-process" },
+        { "logits", cli_logits, "write the last prompt position's logits" },
+        { "tokenize", cli_tokenize, "print the token ids of a text" },
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
+        { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
+        { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
         { NULL, NULL, NULL },
 };
 

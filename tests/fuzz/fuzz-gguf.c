@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* libFuzzer target: the GGUF reader on arbitrary bytes. Whatever it accepts is walked in
+ * full (every key, value, array element, string and tensor byte) so that any pointer the
+ * reader hands out that reaches past the input is caught by AddressSanitizer. */
+#include <stdint.h>
+#include <string.h>
+
+#include "gguf.h"
+
+static volatile uint64_t sink;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        gguf_file *f = NULL;
+        axp_error err = { 0 };
+        uint64_t h = 0;
+
+        if (gguf_open_buffer(data, size, &f, &err) < 0) {
+                /* a one-line message, always */
+                if (!err.msg[0] || strchr(err.msg, '\n'))
+                        __builtin_trap();
+                return 0;
+        }
+        for (uint64_t i = 0; i < f->n_kv; i++) {
+                const gguf_kv *kv = &f->kv[i];
+                char key[64];
+                uint32_t u;
+                int32_t s;
+                float x;
+                bool b;
+                gguf_str str;
+
+                for (uint64_t j = 0; j < kv->key.len; j++)
+                        h += (uint8_t) kv->key.ptr[j];
+                if (kv->type == GGUF_TYPE_STRING)
+                        for (uint64_t j = 0; j < kv->v.str.len; j++)
+                                h += (uint8_t) kv->v.str.ptr[j];
+                if (kv->type == GGUF_TYPE_ARRAY) {
+                        if (kv->arr_type == GGUF_TYPE_STRING) {
+                                for (uint64_t j = 0; j < kv->arr_n; j++)
+                                        for (uint64_t c = 0; c < kv->arr_str[j].len; c++)
+                                                h += (uint8_t) kv->arr_str[j].ptr[c];
+                        } else {
+                                const uint8_t *p = kv->arr_data;
+                                uint64_t n = kv->arr_n * gguf_type_size(kv->arr_type);
+                                for (uint64_t j = 0; j < n; j++)
+                                        h += p[j];
+                        }
+                }
+                /* lookups by the key itself find this very kv (keys are unique) */
+                if (kv->key.len < sizeof(key) && !memchr(kv->key.ptr, 0, kv->key.len)) {
+                        memcpy(key, kv->key.ptr, kv->key.len);
+                        key[kv->key.len] = 0;
+                        if (gguf_find(f, key) != kv)
+                                __builtin_trap();
+                        h += gguf_get_u32(f, key, &u) + gguf_get_i32(f, key, &s) +
+                             gguf_get_f32(f, key, &x) + gguf_get_bool(f, key, &b) +
+                             gguf_get_str(f, key, &str);
+                }
+        }
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+                const gguf_tensor *t = &f->tensors[i];
+                const uint8_t *p = t->data;
+                if (p < data || p + t->nbytes > data + size)
+                        __builtin_trap();
+                for (uint64_t j = 0; j < t->nbytes; j += 61)
+                        h += p[j];
+                if (t->nbytes)
+                        h += p[t->nbytes - 1];
+                for (uint64_t j = 0; j < t->name.len; j++)
+                        h += (uint8_t) t->name.ptr[j];
+        }
+        sink = h;
+        gguf_close(f);
+        return 0;
+}
