@@ -81,19 +81,28 @@ AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                    int n_rows, int h, int kind) {
+        /* two accumulators per token, as in the AVX-512 path */
         const float *x[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 x[t] = (const float *) (act->data + (t0 + t) * act->stride);
-                acc[t] = _mm256_setzero_ps();
+                acc[t][0] = acc[t][1] = _mm256_setzero_ps();
         }
-        for (int64_t i = 0; i < act->k; i++) {
-                __m256 w = load_w(g, i, h, kind);
+        int64_t i = 0;
+        for (; i + 2 <= act->k; i += 2) {
+                __m256 w0 = load_w(g, i, h, kind), w1 = load_w(g, i + 1, h, kind);
+                UNROLL for (int t = 0; t < T; t++) {
+                        acc[t][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t][i]), acc[t][0]);
+                        acc[t][1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[t][i + 1]), acc[t][1]);
+                }
+        }
+        if (i < act->k) {
+                __m256 w0 = load_w(g, i, h, kind);
                 UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm256_fmadd_ps(w, _mm256_set1_ps(x[t][i]), acc[t]);
+                        acc[t][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t][i]), acc[t][0]);
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                store_half(y + t * ldy, _mm256_add_ps(acc[t][0], acc[t][1]), h, n_rows);
 }
 
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,

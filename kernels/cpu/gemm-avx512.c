@@ -51,19 +51,29 @@ AI __m512 load_w(const uint8_t *g, int64_t i, int kind) {
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                    int n_rows, int kind) {
+        /* two accumulators per token (even and odd inputs) so that one token alone, as in
+         * decode, is not bound by the FMA latency; every tile size uses the same split */
         const float *x[MAX_T];
-        __m512 acc[MAX_T];
+        __m512 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 x[t] = (const float *) (act->data + (t0 + t) * act->stride);
-                acc[t] = _mm512_setzero_ps();
+                acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         }
-        for (int64_t i = 0; i < act->k; i++) {
-                __m512 w = load_w(g, i, kind);
+        int64_t i = 0;
+        for (; i + 2 <= act->k; i += 2) {
+                __m512 w0 = load_w(g, i, kind), w1 = load_w(g, i + 1, kind);
+                UNROLL for (int t = 0; t < T; t++) {
+                        acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
+                        acc[t][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t][i + 1]), acc[t][1]);
+                }
+        }
+        if (i < act->k) {
+                __m512 w0 = load_w(g, i, kind);
                 UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[t]);
+                        acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_rows(y + t * ldy, acc[t], n_rows);
+                store_rows(y + t * ldy, _mm512_add_ps(acc[t][0], acc[t][1]), n_rows);
 }
 
 #define TILE_DISPATCH(fn, ...)                                                                     \
