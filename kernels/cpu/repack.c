@@ -56,9 +56,12 @@ static void pack_q8_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                 for (int64_t i = 0; i < nb; i++) {
                         sc[i * AXP_GROUP + r] = b[i].d;
                         uint8_t *q = qs + i * 512 + r * 4;
-                        for (int j = 0; j < 8; j++)
-                                for (int l = 0; l < 4; l++)
-                                        q[j * 64 + l] = (uint8_t) b[i].qs[4 * j + l] ^ 0x80;
+                        for (int j = 0; j < 8; j++) {
+                                uint32_t v;
+                                memcpy(&v, b[i].qs + 4 * j, 4);
+                                v ^= 0x80808080u;
+                                memcpy(q + j * 64, &v, 4);
+                        }
                 }
         }
 }
