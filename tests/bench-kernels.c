@@ -196,7 +196,23 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
         }
 }
 
-static void noop(void *arg, int ith, int nth) {
+/* a share of about 2 us, noting whether a worker (not the caller) ran it */
+static __thread int on_worker;
+typedef struct pool_probe {
+        int on_workers;
+} pool_probe;
+
+static void probe_fn(void *arg, int ith, int nth) {
+        pool_probe *p = arg;
+        double t0 = now();
+        while (now() - t0 < 2e-6)
+                ;
+        if (on_worker)
+                __atomic_fetch_add(&p->on_workers, 1, __ATOMIC_RELAXED);
+}
+
+static void mark_worker(void *arg, int ith, int nth) {
+        on_worker = ith != 0 || arg == NULL;
 }
 
 static double cpu_now(void) {
@@ -303,13 +319,20 @@ int main(int argc, char **argv) {
         axp_pool *pool = axp_pool_new(threads);
         printf("path %s, %d threads\n", axp_cpu_isa(), axp_pool_size(pool));
 
-        /* pool dispatch latency: what each of the ~120 runs per decoded token costs */
+        /* pool dispatch: each of the ~100 runs per decoded token costs this over its work */
+        int dummy = 0;
+        axp_pool_run(pool, mark_worker, &dummy);
+        on_worker = 0;
+        pool_probe probe = { 0 };
         for (int i = 0; i < 1000; i++)
-                axp_pool_run(pool, noop, NULL);
+                axp_pool_run(pool, probe_fn, &probe);
+        probe.on_workers = 0;
         double t0 = now();
         for (int i = 0; i < 20000; i++)
-                axp_pool_run(pool, noop, NULL);
-        printf("pool: %.2f us per empty run\n", (now() - t0) / 20000 * 1e6);
+                axp_pool_run(pool, probe_fn, &probe);
+        printf("pool: %.2f us per run of %d shares of 2 us; %.0f%% of the worker shares ran on workers\n",
+               (now() - t0) / 20000 * 1e6, axp_pool_size(pool),
+               axp_pool_size(pool) > 1 ? 100.0 * probe.on_workers / (20000.0 * (axp_pool_size(pool) - 1)) : 0.0);
 
         bench_bufs b = { .ctx = prompt + dec_tokens + 1 };
         int maxt = MAX(chunk, 1);

@@ -123,9 +123,10 @@ static void prefill_fn(void *arg, int ith, int nth) {
                         last_chunk = MAX(last_chunk, j->pos[i] / ATT_CHUNK);
                 for (int c = 0; c <= last_chunk; c++) {
                         int nv = chunk_run(j, kvh, c, i0, i1, b.vi, b.vg, b.m, b.l, b.acc, b.scratch);
-                        for (int v = 0; v < nv; v++)
-                                merge(b.states + ((b.vi[v] - i0) * G + b.vg[v]) * state_len, hd, c, b.m[v], b.l[v],
-                                      b.acc + (size_t) v * hd);
+                        for (int v = 0; v < nv; v++) {
+                                float *state = b.states + ((b.vi[v] - i0) * G + b.vg[v]) * state_len;
+                                merge(state, hd, c, b.m[v], b.l[v], b.acc + (size_t) v * hd);
+                        }
                 }
                 for (int i = i0; i < i1; i++)
                         for (int g = 0; g < G; g++)
@@ -211,7 +212,8 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
         int nth = axp_pool_size(pool);
 
         /* few units and a long context: split the positions too */
-        if (j.n_chunks > 1 && (long) j.n_qtiles * n_head_kv < 4L * nth && (long) n_q * j.group <= ATT_MAX_VECS) {
+        if (j.n_chunks > 1 && (long) j.n_qtiles * n_head_kv < 4L * nth &&
+            (long) n_q * j.group <= ATT_MAX_VECS) {
                 size_t n = (size_t) n_q * n_head * j.n_chunks * (head_dim + 2);
                 j.part = axp_cpu_scratch(AXP_SCRATCH_ATT_SPLIT, n * sizeof(float));
                 axp_pool_run(pool, split_fn, &j);

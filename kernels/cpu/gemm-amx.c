@@ -5,7 +5,8 @@
  * Per block of 32 inputs (16 for Q6_K), one TDPBSSD multiplies a tile of 16 tokens' s8
  * activations (A, rows straight from the activation buffer) by the group's weights (B: the
  * packed layout is already AMX's 4-byte-interleaved B layout; the weights are turned into s8
- * once per call) into 16x16 exact int32 sums. The sums are then scaled exactly as the AVX-512 kernels scale theirs, in the same
+ * once per call) into 16x16 exact int32 sums. The sums are then scaled exactly as the AVX-512
+ * kernels scale theirs, in the same
  * order, so a token gives the same bits on either unit and batching stays invisible. Two C
  * tiles alternate so the tile unit works on one block while the vector unit scales the
  * other. */
@@ -27,6 +28,15 @@
 #define T_A1 3
 #define T_B0 4
 #define T_B1 5
+
+AI __m256i ld32(const void *p) {
+        return _mm256_load_si256((const __m256i *) p);
+}
+
+/* 16 f16 to f32 */
+AI __m512 f16x16(const void *p) {
+        return _mm512_cvtph_ps(ld32(p));
+}
 
 typedef struct tilecfg {
         uint8_t palette, start_row, reserved[14];
@@ -102,7 +112,7 @@ static void q8_0_tile16(const uint8_t *q, const uint16_t *sc, const uint8_t *row
                         PRODUCT(C, A, B, (blk) + 2);                                               \
                 prefetch_step(pf);                                                                 \
                 epi_q8_0(buf, td + (blk) * 16,                                                     \
-                         _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sc + (blk) * 16))), acc); \
+                         f16x16(sc + (blk) * 16), acc); \
         } while (0)
         /* software pipelined: the tile unit runs two blocks ahead of the scaling */
         PRODUCT(T_C0, T_A0, T_B0, 0);
@@ -126,7 +136,8 @@ static void q8_0_tile16(const uint8_t *q, const uint16_t *sc, const uint8_t *row
 /* The group's weights as s8 for TDPBSSD, which then needs no offset term: Q8_0 stored as
  * w + 128, Q4_0 as nibbles w + 8. Done once per call and reused by every token tile. */
 static void weights_s8(const uint8_t *qs, int64_t nb, bool nibbles, uint8_t *out) {
-        const __m512i m4 = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8), flip = _mm512_set1_epi8((char) 0x80);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8);
+        const __m512i flip = _mm512_set1_epi8((char) 0x80);
         for (int64_t b = 0; b < nb; b++) {
                 if (nibbles)
                         for (int p = 0; p < 4; p++) {
@@ -139,7 +150,8 @@ static void weights_s8(const uint8_t *qs, int64_t nb, bool nibbles, uint8_t *out
                 else
                         for (int j = 0; j < 8; j++)
                                 _mm512_store_si512(out + b * 512 + j * 64,
-                                                   _mm512_xor_si512(_mm512_load_si512(qs + b * 512 + j * 64), flip));
+                                                   _mm512_xor_si512(_mm512_load_si512(qs + b * 512 + j * 64),
+                                                                    flip));
         }
 }
 
@@ -157,8 +169,8 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
                 for (int t = 0; t < n_amx; t += TM) {
                         const uint8_t *row = act->data + (t0 + t) * act->stride;
                         int n = n_amx - t < TM ? n_amx - t : TM;
-                        q8_0_tile16(q, sc, row, act->stride, act->tile_d + (t0 + t) / TM * nb * TM, nb, y + t * ldy,
-                                    ldy, n, n_rows, &pf);
+                        const float *td = act->tile_d + (t0 + t) / TM * nb * TM;
+                        q8_0_tile16(q, sc, row, act->stride, td, nb, y + t * ldy, ldy, n, n_rows, &pf);
                 }
                 _tile_release();
         }

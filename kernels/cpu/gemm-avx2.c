@@ -15,6 +15,18 @@
 #define MAX_T 4
 #define UNROLL _Pragma("GCC unroll 16")
 
+AI __m256i ld32(const void *p) {
+        return _mm256_load_si256((const __m256i *) p);
+}
+
+AI __m128i ld16(const void *p) {
+        return _mm_load_si128((const __m128i *) p);
+}
+
+AI __m128i ldu16(const void *p) {
+        return _mm_loadu_si128((const __m128i *) p);
+}
+
 AI int32_t load_i32(const void *p) {
         int32_t v;
         memcpy(&v, p, 4);
@@ -73,7 +85,7 @@ enum { W_F32, W_F16, W_BF16 };
 AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
         if (kind == W_F32)
                 return _mm256_load_ps((const float *) g + i * 16 + 8 * h);
-        __m128i v = _mm_load_si128((const __m128i *) ((const uint16_t *) g + i * 16 + 8 * h));
+        __m128i v = ld16((const uint16_t *) g + i * 16 + 8 * h);
         if (kind == W_F16)
                 return _mm256_cvtph_ps(v);
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
@@ -144,35 +156,39 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 s16[t] = _mm256_setzero_si256();
                         const uint8_t *q = qs + b * 256;
                         UNROLL for (int p = 0; p < 4; p++) {
-                                __m256i v = _mm256_load_si256((const __m256i *) (q + p * 64));
+                                __m256i v = ld32(q + p * 64);
                                 __m256i lo = _mm256_and_si256(v, m4);
                                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(act_q8_0_qs(row[t], b) + 8 * p)));
-                                        s16[t] = _mm256_add_epi16(s16[t],
-                                                                  _mm256_maddubs_epi16(hi, bcast4(act_q8_0_qs(row[t], b) + 8 * p + 4)));
+                                        const int8_t *a = act_q8_0_qs(row[t], b) + 8 * p;
+                                        __m256i l16 = _mm256_maddubs_epi16(lo, bcast4(a));
+                                        __m256i h16 = _mm256_maddubs_epi16(hi, bcast4(a + 4));
+                                        s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
                                 }
                         }
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones), _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
+                                isum[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones),
+                                                           _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
                 } else {
                         const uint8_t *q = qs + b * 512;
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm256_setzero_si256();
                         UNROLL for (int j = 0; j < 8; j++) {
-                                __m256i ws = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (q + j * 64)), flip);
+                                __m256i ws = _mm256_xor_si256(ld32(q + j * 64), flip);
                                 __m256i aw = _mm256_sign_epi8(ws, ws);
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        __m256i sa = _mm256_sign_epi8(bcast4(act_q8_0_qs(row[t], b) + 4 * j), ws);
-                                        isum[t] = _mm256_add_epi32(isum[t],
-                                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sa), ones));
+                                        const int8_t *a = act_q8_0_qs(row[t], b) + 4 * j;
+                                        __m256i sa = _mm256_sign_epi8(bcast4(a), ws);
+                                        __m256i p16 = _mm256_maddubs_epi16(aw, sa);
+                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, ones));
                                 }
                         }
                 }
-                __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sc + b * 16 + 8 * h)));
+                __m256 dw = _mm256_cvtph_ps(ldu16(sc + b * 16 + 8 * h));
                 UNROLL for (int t = 0; t < T; t++)
                         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                                                 _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))), acc[t]);
+                                                 _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))),
+                                                 acc[t]);
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_half(y + t * ldy, acc[t], h, n_rows);
@@ -209,35 +225,41 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         sacc[t] = _mm256_setzero_ps();
                 }
                 UNROLL for (int p = 0; p < 4; p++) {
-                        __m256i m16 = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *) (sb + 192 + 32 * p + 16 * h)));
-                        UNROLL for (int t = 0; t < T; t++)
-                                msum[t] = _mm256_add_epi32(msum[t],
-                                                           _mm256_madd_epi16(m16, bcast4(act_q8_K_bs32(row[t], s) + 2 * p)));
+                        __m256i m16 = _mm256_cvtepu8_epi16(ld16(sb + 192 + 32 * p + 16 * h));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i bs = bcast4(act_q8_K_bs32(row[t], s) + 2 * p);
+                                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(m16, bs));
+                        }
                 }
                 for (int j = 0; j < 8; j++) {
-                        __m256 scj = _mm256_cvtepi32_ps(
-                                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * h))));
+                        __m128i sc8 = _mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * h));
+                        __m256 scj = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc8));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + 32 * h;
                         __m256i s16[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
                                 s16[t] = _mm256_setzero_si256();
                         UNROLL for (int p = 0; p < 4; p++) {
-                                __m256i v = _mm256_load_si256((const __m256i *) (q + p * 64));
+                                __m256i v = ld32(q + p * 64);
                                 __m256i lo = _mm256_and_si256(v, m4);
                                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                                 long off = j * 32 + 8 * p;
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, bcast4(act_q8_K_qs(row[t], s) + off)));
-                                        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, bcast4(act_q8_K_qs(row[t], s) + off + 4)));
+                                        const int8_t *a = act_q8_K_qs(row[t], s) + off;
+                                        __m256i l16 = _mm256_maddubs_epi16(lo, bcast4(a));
+                                        __m256i h16 = _mm256_maddubs_epi16(hi, bcast4(a + 4));
+                                        s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
                                 }
                         }
-                        UNROLL for (int t = 0; t < T; t++)
-                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones)), scj, sacc[t]);
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
+                                sacc[t] = _mm256_fmadd_ps(f, scj, sacc[t]);
+                        }
                 }
-                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 16 * h)));
-                __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 32 + 16 * h)));
+                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
+                __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * h));
                 UNROLL for (int t = 0; t < T; t++) {
-                        __m256 v = _mm256_fmsub_ps(d, sacc[t], _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t])));
+                        __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t]));
+                        __m256 v = _mm256_fmsub_ps(d, sacc[t], mins);
                         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
                 }
         }
@@ -261,7 +283,8 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
                 __m256i corr[MAX_T];
@@ -271,39 +294,47 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         sacc[t] = _mm256_setzero_ps();
                 }
                 UNROLL for (int p = 0; p < 8; p++) {
-                        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *) (sb + 32 + 32 * p + 16 * h)));
-                        UNROLL for (int t = 0; t < T; t++)
-                                corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sc16, bcast4(act_q8_K_bs16(row[t], s) + 2 * p)));
+                        __m256i sc16 = _mm256_cvtepi8_epi16(ld16(sb + 32 + 32 * p + 16 * h));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
+                                corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sc16, bs));
+                        }
                 }
                 for (int j = 0; j < 16; j++) {
-                        __m256i w32 = _mm256_cvtepi16_epi32(_mm_load_si128((const __m128i *) (sb + 32 + 32 * (j / 2) + 16 * h)));
-                        __m256i sci = (j & 1) ? _mm256_srai_epi32(w32, 8) : _mm256_srai_epi32(_mm256_slli_epi32(w32, 24), 24);
+                        __m256i w32 = _mm256_cvtepi16_epi32(ld16(sb + 32 + 32 * (j / 2) + 16 * h));
+                        __m256i sci = (j & 1) ? _mm256_srai_epi32(w32, 8)
+                                              : _mm256_srai_epi32(_mm256_slli_epi32(w32, 24), 24);
                         __m256 scj = _mm256_cvtepi32_ps(sci);
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192 + 32 * h;
-                        __m256i n0 = _mm256_load_si256((const __m256i *) q);
-                        __m256i n1 = _mm256_load_si256((const __m256i *) (q + 64));
-                        __m256i hb = _mm256_load_si256((const __m256i *) (q + 128));
-                        __m256i w0 = _mm256_or_si256(_mm256_and_si256(n0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                        __m256i w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
-                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                        __m256i w2 = _mm256_or_si256(_mm256_and_si256(n1, m4), _mm256_and_si256(hb, m30));
-                        __m256i w3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
-                                                     _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                        __m256i n0 = ld32(q);
+                        __m256i n1 = ld32(q + 64);
+                        __m256i hb = ld32(q + 128);
+                        /* (low nibble) | (two high bits << 4) */
+#define Q6(lo, hi) _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
+                        __m256i w0 = Q6(n0, _mm256_slli_epi16(hb, 4));
+                        __m256i w1 = Q6(_mm256_srli_epi16(n0, 4), _mm256_slli_epi16(hb, 2));
+                        __m256i w2 = Q6(n1, hb);
+                        __m256i w3 = Q6(_mm256_srli_epi16(n1, 4), _mm256_srli_epi16(hb, 2));
+#undef Q6
                         long off = j * 16;
                         UNROLL for (int t = 0; t < T; t++) {
                                 /* u8 6-bit x s8: a pair sum is at most 2*63*127, two of them fit s16 */
-                                __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(act_q8_K_qs(row[t], s) + off)),
-                                                               _mm256_maddubs_epi16(w1, bcast4(act_q8_K_qs(row[t], s) + off + 4)));
-                                __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(act_q8_K_qs(row[t], s) + off + 8)),
-                                                               _mm256_maddubs_epi16(w3, bcast4(act_q8_K_qs(row[t], s) + off + 12)));
-                                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
+                                const int8_t *a = act_q8_K_qs(row[t], s) + off;
+                                __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a)),
+                                                               _mm256_maddubs_epi16(w1, bcast4(a + 4)));
+                                __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a + 8)),
+                                                               _mm256_maddubs_epi16(w3, bcast4(a + 12)));
+                                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones),
+                                                                _mm256_madd_epi16(p23, ones));
                                 sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
                         }
                 }
-                __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (sb + 16 * h)));
+                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
                 UNROLL for (int t = 0; t < T; t++) {
-                        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f), _mm256_cvtepi32_ps(corr[t]), sacc[t]);
-                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))), v, acc[t]);
+                        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f), _mm256_cvtepi32_ps(corr[t]),
+                                                   sacc[t]);
+                        __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s)));
+                        acc[t] = _mm256_fmadd_ps(dd, v, acc[t]);
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
@@ -321,7 +352,8 @@ static void quant_f16(const float *x, int64_t k, uint8_t *row) {
         float *o = (float *) row;
         int64_t i = 0;
         for (; i + 8 <= k; i += 8)
-                _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+                _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                        _MM_FROUND_TO_NEAREST_INT)));
         for (; i < k; i++)
                 o[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
 }
@@ -354,8 +386,10 @@ static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
                 for (int i = 0; i < 4; i++)
                         q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
                 _mm256_storeu_si256((__m256i *) act_q8_0_qs(row, b), pack32(q[0], q[1], q[2], q[3]));
-                int sum = hsum8_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-                act_q8_0_put(row, b, _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT)), sum);
+                __m256i q4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+                int sum = hsum8_i32(q4);
+                float d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+                act_q8_0_put(row, b, d, sum);
         }
 }
 
@@ -384,9 +418,10 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
                 const __m256i q127 = _mm256_set1_epi32(127);
                 for (int j = 0; j < 8; j++) {
                         __m256i q[4];
-                        for (int i = 0; i < 4; i++)
-                                q[i] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * j + 8 * i), vs)),
-                                                        q127);
+                        for (int i = 0; i < 4; i++) {
+                                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * j + 8 * i), vs);
+                                q[i] = _mm256_min_epi32(_mm256_cvtps_epi32(v), q127);
+                        }
                         _mm256_storeu_si256((__m256i *) (qs + 32 * j), pack32(q[0], q[1], q[2], q[3]));
                         bs16[2 * j] = (int16_t) hsum8_i32(_mm256_add_epi32(q[0], q[1]));
                         bs16[2 * j + 1] = (int16_t) hsum8_i32(_mm256_add_epi32(q[2], q[3]));
@@ -420,7 +455,8 @@ AI __m256 exp_neg(__m256 x) {
 AI __m256 reduce8(const __m256 *v) {
         __m256 s[4];
         UNROLL for (int i = 0; i < 4; i++)
-                s[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+                s[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                                     _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
         __m256 w0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
                                   _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
         __m256 w1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -436,16 +472,18 @@ AI __m256i tail_mask8(int n) {
 static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
         if (n >= 8) {
                 if (type == AXP_TYPE_F16)
-                        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) ((const uint16_t *) p + i)));
+                        return _mm256_cvtph_ps(ldu16((const uint16_t *) p + i));
                 return _mm256_loadu_ps((const float *) p + i);
         }
         float tmp[8] = { 0 };
         for (int c = 0; c < n; c++)
-                tmp[c] = type == AXP_TYPE_F16 ? _cvtsh_ss(((const uint16_t *) p)[i + c]) : ((const float *) p)[i + c];
+                tmp[c] = type == AXP_TYPE_F16 ? _cvtsh_ss(((const uint16_t *) p)[i + c])
+                                              : ((const float *) p)[i + c];
         return _mm256_loadu_ps(tmp);
 }
 
-AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int hdp, float *acc, int hd, int NC) {
+AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int hdp, float *acc,
+              int hd, int NC) {
         __m256 a[2][8];
         int lmax = 0;
         for (int j = 0; j < nv_sub; j++) {
@@ -473,7 +511,8 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                       uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
                       float *l, float *acc, float *scratch) {
         int nc = (hd + 7) / 8, hdp = (hd + 15) / 16 * 16;
-        float *s = scratch, *kf = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kf + ATT_CHUNK * ATT_MAX_HEAD_DIM;
+        float *s = scratch, *kf = scratch + ATT_MAX_VECS * ATT_CHUNK;
+        float *vf = kf + ATT_CHUNK * ATT_MAX_HEAD_DIM;
 
         for (int t = 0; t < n_pos; t++)
                 for (int c = 0; c < nc; c++) {
@@ -493,7 +532,8 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                                 p[i] = _mm256_setzero_ps();
                                 if (t0 + i < len[j])
                                         for (int c = 0; c < nc; c++)
-                                                p[i] = _mm256_fmadd_ps(qv[c], _mm256_load_ps(kf + (t0 + i) * hdp + 8 * c), p[i]);
+                                                p[i] = _mm256_fmadd_ps(
+                                                        qv[c], _mm256_load_ps(kf + (t0 + i) * hdp + 8 * c), p[i]);
                         }
                         __m256 r = _mm256_mul_ps(reduce8(p), vs);
                         _mm256_store_ps(sj + t0, r);

@@ -19,6 +19,19 @@
 #define MAX_T 8
 #define UNROLL _Pragma("GCC unroll 16")
 
+AI __m256i ld32(const void *p) {
+        return _mm256_load_si256((const __m256i *) p);
+}
+
+AI __m128i ld16(const void *p) {
+        return _mm_load_si128((const __m128i *) p);
+}
+
+/* 16 f16 to f32 */
+AI __m512 f16x16(const void *p) {
+        return _mm512_cvtph_ps(ld32(p));
+}
+
 AI int32_t load_i32(const void *p) {
         int32_t v;
         memcpy(&v, p, 4);
@@ -43,7 +56,7 @@ enum { W_F32, W_F16, W_BF16 };
 AI __m512 load_w(const uint8_t *g, int64_t i, int kind) {
         if (kind == W_F32)
                 return _mm512_load_ps((const float *) g + i * 16);
-        __m256i h = _mm256_load_si256((const __m256i *) ((const uint16_t *) g + i * 16));
+        __m256i h = ld32((const uint16_t *) g + i * 16);
         if (kind == W_F16)
                 return _mm512_cvtph_ps(h);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -136,16 +149,18 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }
-                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sc + b * 16)));
+                __m512 dw = f16x16(sc + b * 16);
                 __m512i isum[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
                         isum[t] = _mm512_set1_epi32(nibbles ? act_q8_0_c4(row[t], b) : act_q8_0_c8(row[t], b));
                 UNROLL for (int j = 0; j < 8; j++)
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[j], bcast4(act_q8_0_qs(row[t], b) + j * 4));
-                UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]),
-                                                 _mm512_mul_ps(dw, _mm512_set1_ps(act_q8_0_d(row[t], b))), acc[t]);
+                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[j],
+                                                              bcast4(act_q8_0_qs(row[t], b) + j * 4));
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act_q8_0_d(row[t], b)));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale, acc[t]);
+                }
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
@@ -182,14 +197,15 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         sacc[t] = _mm512_setzero_ps();
                 }
                 UNROLL for (int p = 0; p < 4; p++) {
-                        __m512i m16 = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (sb + 192 + 32 * p)));
-                        UNROLL for (int t = 0; t < T; t++)
-                                msum[t] = _mm512_dpwssd_epi32(msum[t], m16,
-                                                              _mm512_set1_epi32(load_i32(act_q8_K_bs32(row[t], s) + 2 * p)));
+                        __m512i m16 = _mm512_cvtepu8_epi16(ld32(sb + 192 + 32 * p));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m512i bs = _mm512_set1_epi32(load_i32(act_q8_K_bs32(row[t], s) + 2 * p));
+                                msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
+                        }
                 }
                 UNROLL for (int j = 0; j < 8; j++) {
                         __m512 scj = _mm512_cvtepi32_ps(
-                                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) (sb + 64 + 16 * j))));
+                                _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
                         __m512i w[8];
                         UNROLL for (int p = 0; p < 4; p++) {
@@ -202,15 +218,16 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 isum[t] = _mm512_setzero_si512();
                         UNROLL for (int jj = 0; jj < 8; jj++)
                                 UNROLL for (int t = 0; t < T; t++)
-                                        isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
-                                                                      bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
                         UNROLL for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
-                __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
-                __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (sb + 32)));
+                __m512 d = f16x16(sb);
+                __m512 dmin = f16x16(sb + 32);
                 UNROLL for (int t = 0; t < T; t++) {
-                        __m512 v = _mm512_fmsub_ps(d, sacc[t], _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t])));
+                        __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t]));
+                        __m512 v = _mm512_fmsub_ps(d, sacc[t], mins);
                         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
                 }
         }
@@ -244,15 +261,16 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         sacc[t] = _mm512_setzero_ps();
                 }
                 UNROLL for (int p = 0; p < 8; p++) {
-                        __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (sb + 32 + 32 * p)));
-                        UNROLL for (int t = 0; t < T; t++)
-                                corr[t] = _mm512_dpwssd_epi32(corr[t], sc16,
-                                                              _mm512_set1_epi32(load_i32(act_q8_K_bs16(row[t], s) + 2 * p)));
+                        __m512i sc16 = _mm512_cvtepi8_epi16(ld32(sb + 32 + 32 * p));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m512i bs = _mm512_set1_epi32(load_i32(act_q8_K_bs16(row[t], s) + 2 * p));
+                                corr[t] = _mm512_dpwssd_epi32(corr[t], sc16, bs);
+                        }
                 }
                 UNROLL for (int j = 0; j < 16; j++) {
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
-                                _mm256_load_si256((const __m256i *) (sb + 32 + 32 * (j / 2))));
+                                ld32(sb + 32 + 32 * (j / 2)));
                         __m512i sci = (j & 1) ? _mm512_srai_epi32(w32, 8)
                                               : _mm512_srai_epi32(_mm512_slli_epi32(w32, 24), 24);
                         __m512 scj = _mm512_cvtepi32_ps(sci);
@@ -261,26 +279,28 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m512i h = _mm512_load_si512(q + 128);
                         __m512i w[4];
                         /* (lo & 0x0f) | (hi2 << 4): ternlog 0xE4 selects A where C is set, else B */
-                        w[0] = _mm512_ternarylogic_epi32(n0, _mm512_and_si512(_mm512_slli_epi16(h, 4), m30), m4, 0xE4);
-                        w[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n0, 4),
-                                                         _mm512_and_si512(_mm512_slli_epi16(h, 2), m30), m4, 0xE4);
-                        w[2] = _mm512_ternarylogic_epi32(n1, _mm512_and_si512(h, m30), m4, 0xE4);
-                        w[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(n1, 4),
-                                                         _mm512_and_si512(_mm512_srli_epi16(h, 2), m30), m4, 0xE4);
+#define Q6(lo, hi) _mm512_ternarylogic_epi32(lo, _mm512_and_si512(hi, m30), m4, 0xE4)
+                        w[0] = Q6(n0, _mm512_slli_epi16(h, 4));
+                        w[1] = Q6(_mm512_srli_epi16(n0, 4), _mm512_slli_epi16(h, 2));
+                        w[2] = Q6(n1, h);
+                        w[3] = Q6(_mm512_srli_epi16(n1, 4), _mm512_srli_epi16(h, 2));
+#undef Q6
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
                         UNROLL for (int jj = 0; jj < 4; jj++)
                                 UNROLL for (int t = 0; t < T; t++)
-                                        isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj],
-                                                                      bcast4(act_q8_K_qs(row[t], s) + j * 16 + jj * 4));
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 16 + jj * 4));
                         UNROLL for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
-                __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) sb));
+                __m512 d = f16x16(sb);
                 UNROLL for (int t = 0; t < T; t++) {
-                        __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f), _mm512_cvtepi32_ps(corr[t]), sacc[t]);
-                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s))), v, acc[t]);
+                        __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f), _mm512_cvtepi32_ps(corr[t]),
+                                                   sacc[t]);
+                        __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s)));
+                        acc[t] = _mm512_fmadd_ps(dd, v, acc[t]);
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
@@ -384,7 +404,8 @@ AI __m512 exp_neg(__m512 x) {
 AI __m512 reduce16(const __m512 *v) {
         __m512 s[8], w[4];
         UNROLL for (int i = 0; i < 8; i++)
-                s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+                s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                                     _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
         UNROLL for (int i = 0; i < 4; i++)
                 w[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                                      _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -409,10 +430,12 @@ AI __m512 scores16(const __m512 *qv, int nc, const float *kf, int hdp, int n, in
                 if (i < n) {
                         if (NC)
                                 UNROLL for (int c = 0; c < NC; c++)
-                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c),
+                                                               p[i]);
                         else
                                 for (int c = 0; c < nc; c++)
-                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c),
+                                                               p[i]);
                 }
         }
         return reduce16(p);
@@ -431,7 +454,8 @@ AI void scores_all(const float *const *q, int nv, const int *len, const float *k
                 else
                         for (int c = 0; c < nc; c++)
                                 qv[c] = _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), q[j] + 16 * c);
-                _mm512_store_ps(s + j * ATT_CHUNK + t0, _mm512_mul_ps(scores16(qv, nc, kb, hdp, len[j] - t0, NC), vs));
+                __m512 r = scores16(qv, nc, kb, hdp, len[j] - t0, NC);
+                _mm512_store_ps(s + j * ATT_CHUNK + t0, _mm512_mul_ps(r, vs));
         }
 }
 
@@ -453,7 +477,8 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                         _mm_prefetch((const char *) (r + PF_ROWS * ld), _MM_HINT_T0);
                         _mm_prefetch((const char *) (r + PF_ROWS * ld) + 64, _MM_HINT_T0);
                         UNROLL for (int c = 0; c < 4; c++)
-                                _mm512_store_ps(dst + t * 64 + 16 * c, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
+                                _mm512_store_ps(dst + t * 64 + 16 * c,
+                                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
                 }
                 return;
         }
@@ -532,10 +557,11 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         const float *vw = vf;
         for (int j = 0; j < nv; j += sub) {
                 int ns = nv - j < sub ? nv - j : sub;
+                float *aj = acc + (size_t) j * hd;
                 if (nc <= 4)
-                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, acc + (size_t) j * hd, hd, 4, 4);
+                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, aj, hd, 4, 4);
                 else if (nc <= 8)
-                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, acc + (size_t) j * hd, hd, 8, 2);
+                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, aj, hd, 8, 2);
                 else {
                         /* wide heads: in memory, same operations per element */
                         float *a = acc + (size_t) j * hd;

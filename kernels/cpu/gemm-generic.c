@@ -83,7 +83,8 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
                                                         isum[r] += q[j * 64 + r * 4 + i] * a[4 * j + i];
                         }
                         for (int r = 0; r < AXP_GROUP; r++)
-                                acc[r] += (float) isum[r] * (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * act_q8_0_d(row, b));
+                                acc[r] += (float) isum[r] *
+                                          (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * act_q8_0_d(row, b));
                 }
                 store_rows(acc, y + t * ldy, n_rows);
         }

@@ -113,8 +113,8 @@ static void run_chunk(matmul_job *j, int i, int64_t g0, int64_t g1) {
                 uint8_t *buf = axp_cpu_scratch(AXP_SCRATCH_PACK, (size_t) (g1 - g0) * gb);
                 for (int64_t g = g0; g < g1; g++) {
                         int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
-                        axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
-                                       w->row_bytes, w->n_in, n_rows, buf + (g - g0) * gb);
+                        const uint8_t *raw = (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes;
+                        axp_pack_group(w->type, raw, w->row_bytes, w->n_in, n_rows, buf + (g - g0) * gb);
                 }
                 groups = buf;
         }

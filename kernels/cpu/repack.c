@@ -145,10 +145,11 @@ static void pack_q6_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                         const uint8_t *ql = b[s].ql, *qh = b[s].qh;
                         for (int n = 0; n < QK_K; n += 128, ql += 64, qh += 32)
                                 for (int l = 0; l < 32; l++) {
-                                        q[n + l] = (uint8_t) ((ql[l] & 0x0f) | ((qh[l] & 3) << 4));
-                                        q[n + l + 32] = (uint8_t) ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4));
-                                        q[n + l + 64] = (uint8_t) ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
-                                        q[n + l + 96] = (uint8_t) ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                                        uint8_t h = qh[l];
+                                        q[n + l] = (uint8_t) ((ql[l] & 0x0f) | (h & 3) << 4);
+                                        q[n + l + 32] = (uint8_t) ((ql[l + 32] & 0x0f) | ((h >> 2) & 3) << 4);
+                                        q[n + l + 64] = (uint8_t) ((ql[l] >> 4) | ((h >> 4) & 3) << 4);
+                                        q[n + l + 96] = (uint8_t) ((ql[l + 32] >> 4) | ((h >> 6) & 3) << 4);
                                 }
                         uint8_t *qs = sb + PK_Q6_K_HEAD;
                         for (int j = 0; j < 16; j++) {
