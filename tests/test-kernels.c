@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "cpu.h"
 #include "kernels.h"
@@ -512,6 +515,35 @@ static void count_fn(void *arg, int ith, int nth) {
         c->nth_seen = nth;
 }
 
+/* Threads of this process other than the caller that are running (state R) rather than
+ * sleeping. */
+static int running_threads(void) {
+        int n = 0;
+        char path[320];
+        long self = syscall(SYS_gettid);
+        DIR *d = opendir("/proc/self/task");
+        if (!d)
+                return -1;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_name[0] == '.' || atol(e->d_name) == self)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+                FILE *f = fopen(path, "r");
+                if (!f)
+                        continue;
+                char buf[512] = "";
+                if (fgets(buf, sizeof(buf), f)) {
+                        const char *p = strrchr(buf, ')');
+                        if (p && p[1] == ' ' && p[2] == 'R')
+                                n++;
+                }
+                fclose(f);
+        }
+        closedir(d);
+        return n;
+}
+
 static void test_pool(void) {
         for (int p = 1; p <= 3; p++) {
                 pool_count c = { 0 };
@@ -526,6 +558,10 @@ static void test_pool(void) {
                 for (int i = 0; i < p; i++)
                         CHECK_EQ_INT(c.hits[i], 2001);
         }
+        /* an idle pool sleeps: its workers stop spinning well within 100 ms */
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        CHECK_EQ_INT(running_threads(), 0);
 }
 
 int main(void) {
