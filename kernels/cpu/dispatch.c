@@ -64,7 +64,10 @@ static void amx_ops_init(void) {
 }
 
 static bool have_amx(void) {
-        if (!axp_amx_request())
+        bool built = false;
+        for (int t = 0; t < AXP_TYPE__MAX; t++)
+                built |= axp_amx_gemm[t] != NULL;
+        if (!built || !axp_amx_request())
                 return false;
         pthread_once(&amx_once, amx_ops_init);
         return true;

@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* The AMX path (Sapphire Rapids and later): prefill products of integer weights on the tile
- * unit; everything else, and token tails too short to fill a tile, stays on AVX-512.
+/* The AMX path (Sapphire Rapids and later): prefill products of Q8_0 and Q4_0 weights on the
+ * tile unit; everything else, and token tails too short to fill a tile, stays on AVX-512.
  *
- * Per block of 32 inputs (16 for Q6_K), one TDPBSSD multiplies a tile of 16 tokens' s8
- * activations (A, rows straight from the activation buffer) by the group's weights (B: the
- * packed layout is already AMX's 4-byte-interleaved B layout; the weights are turned into s8
- * once per call) into 16x16 exact int32 sums. The sums are then scaled exactly as the AVX-512
- * kernels scale theirs, in the same
- * order, so a token gives the same bits on either unit and batching stays invisible. Two C
- * tiles alternate so the tile unit works on one block while the vector unit scales the
- * other. */
+ * Per block of 32 inputs, one TDPBSSD multiplies a tile of 16 tokens' s8 activations (A, rows
+ * straight from the activation buffer) by the group's weights (B: the packed layout is already
+ * AMX's 4-byte-interleaved B layout; the weights are turned into s8 once per call) into 16x16
+ * exact int32 sums. The sums are then scaled exactly as the AVX-512 kernel scales its own, in
+ * the same order, so a token gives the same bits on either unit and batching stays invisible.
+ * Two C tiles alternate so the tile unit runs two blocks ahead of the vector unit's scaling.
+ * (K-quants gained nothing here over AVX-512 on this tile unit: per sub-block scaling and
+ * tile stores dominate.) */
+#include "cpu.h"
+
+#ifndef AXP_NO_AMX
 #include <immintrin.h>
 #include <string.h>
-
-#include "cpu.h"
 
 #define AI __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("GCC unroll 16")
@@ -192,3 +193,6 @@ const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX] = {
         [AXP_TYPE_Q8_0] = gemm_q8_0,
         [AXP_TYPE_Q4_0] = gemm_q4_0,
 };
+#else
+const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX];
+#endif
