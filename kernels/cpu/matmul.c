@@ -20,7 +20,7 @@
 #define MAX_WEIGHTS 8
 /* target bytes of a chunk's weights and of a token block's activations (each stays in L2) */
 #define CHUNK_BYTES (384 * 1024)
-#define TOKEN_BLOCK_BYTES (256 * 1024)
+#define TOKEN_BLOCK_BYTES (512 * 1024)
 
 /* Per-thread scratch buffers that only grow; freed when the thread exits. */
 typedef struct scratch {
@@ -213,7 +213,7 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                 j.chunk_groups[i] = MIN(want, by_bytes);
                 j.chunk_first[i + 1] = j.chunk_first[i] + DIV_ROUND_UP(j.n_groups[i], j.chunk_groups[i]);
         }
-        j.token_block = (int) MIN(n_tok, MAX(16, (int64_t) (TOKEN_BLOCK_BYTES / max_stride) / 16 * 16));
+        j.token_block = (int) MIN(n_tok, MAX(64, (int64_t) (TOKEN_BLOCK_BYTES / max_stride) / 16 * 16));
         atomic_store_explicit(&j.next, 0, memory_order_relaxed);
 
         if (j.chunk_first[n_w] == 1 || nth == 1)
