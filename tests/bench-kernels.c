@@ -10,6 +10,7 @@
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
  *                 [--prompt 512] [--decode-tokens 16] [--reps 2] */
 #include <getopt.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -197,8 +198,8 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
 }
 
 /* a share of about 2 us, noting whether a worker (not the caller) ran it */
-static __thread int on_worker;
 typedef struct pool_probe {
+        pthread_t caller;
         int on_workers;
 } pool_probe;
 
@@ -207,12 +208,8 @@ static void probe_fn(void *arg, int ith, int nth) {
         double t0 = now();
         while (now() - t0 < 2e-6)
                 ;
-        if (on_worker)
+        if (!pthread_equal(pthread_self(), p->caller))
                 __atomic_fetch_add(&p->on_workers, 1, __ATOMIC_RELAXED);
-}
-
-static void mark_worker(void *arg, int ith, int nth) {
-        on_worker = ith != 0 || arg == NULL;
 }
 
 static double cpu_now(void) {
@@ -320,10 +317,7 @@ int main(int argc, char **argv) {
         printf("path %s, %d threads\n", axp_cpu_isa(), axp_pool_size(pool));
 
         /* pool dispatch: each of the ~100 runs per decoded token costs this over its work */
-        int dummy = 0;
-        axp_pool_run(pool, mark_worker, &dummy);
-        on_worker = 0;
-        pool_probe probe = { 0 };
+        pool_probe probe = { .caller = pthread_self() };
         for (int i = 0; i < 1000; i++)
                 axp_pool_run(pool, probe_fn, &probe);
         probe.on_workers = 0;
