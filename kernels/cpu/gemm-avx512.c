@@ -49,6 +49,15 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
                 _mm512_mask_storeu_ps(y, (__mmask16) ((1u << n_rows) - 1), v);
 }
 
+/* Decode streams each group once; software prefetch keeps more lines in flight than the
+ * hardware prefetcher does for the heavier K-quant kernels. */
+#define PF_AHEAD 2 /* superblocks */
+
+AI void prefetch_lines(const uint8_t *p, int n) {
+        for (int i = 0; i < n; i++)
+                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T0);
+}
+
 /* Float weights ---------------------------------------------------------------------------- */
 
 enum { W_F32, W_F16, W_BF16 };
@@ -73,7 +82,10 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                 acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         }
         int64_t i = 0;
+        size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
         for (; i + 2 <= act->k; i += 2) {
+                if (T <= 2)
+                        prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
                 __m512 w0 = load_w(g, i, kind), w1 = load_w(g, i + 1, kind);
                 UNROLL for (int t = 0; t < T; t++) {
                         acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
@@ -139,6 +151,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i w[8];
                 if (nibbles) {
                         const uint8_t *q = qs + b * 256;
+                        if (T <= 2)
+                                prefetch_lines(q + 8 * 256, 4);
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
@@ -146,6 +160,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 } else {
                         const uint8_t *q = qs + b * 512;
+                        if (T <= 2)
+                                prefetch_lines(q + 8 * 512, 8);
                         UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }
@@ -204,6 +220,9 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 UNROLL for (int j = 0; j < 8; j++) {
+                        /* one token is memory bound: keep more of the stream in flight */
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q4_K_SB + j * 320, 5);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
@@ -268,6 +287,8 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 UNROLL for (int j = 0; j < 16; j++) {
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
                                 ld32(sb + 32 + 32 * (j / 2)));
