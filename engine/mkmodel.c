@@ -132,6 +132,7 @@ typedef struct spec {
         uint64_t stream;   /* hash of (seed, name) */
         int n_threads;
         const ziggurat *zig;
+        const bool *zero_rows; /* rows left at zero (--no-eog), NULL: none */
 } spec;
 
 typedef struct fill_job {
@@ -159,6 +160,8 @@ static void *fill_rows(void *arg) {
                 splitmix64(&state);
                 for (int64_t i = 0; i < t->ne[0]; i++)
                         x[i] = base + scale * normal(t->zig, &state);
+                if (t->zero_rows && t->zero_rows[j->row + r])
+                        memset(x, 0, (size_t) t->ne[0] * sizeof(float));
                 axp_quantize_row(t->type, x, j->dst + r * row_bytes, t->ne[0]);
         }
         free(x);
@@ -557,9 +560,27 @@ static const char chatml_template[] =
         "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
-static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vocab) {
+/* Control tokens and the end-of-generation ids: the rows --no-eog leaves at zero. */
+static bool *control_rows(const int32_t *ttype, size_t n, const int32_t *ids, size_t n_ids) {
+        bool *rows = calloc(n, sizeof(bool));
+        if (!rows)
+                return NULL;
+        for (size_t i = 0; i < n; i++)
+                rows[i] = ttype && ttype[i] == 3; /* CONTROL */
+        for (size_t i = 0; i < n_ids; i++)
+                if (ids[i] >= 0 && (size_t) ids[i] < n)
+                        rows[ids[i]] = true;
+        return rows;
+}
+
+static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vocab, bool **ret_control) {
         vocab v = { 0 };
         int k = builtin_vocab(arch, &v);
+        if (k >= 0 && ret_control) {
+                int32_t ids[2] = { v.eos, v.eot };
+                if (!(*ret_control = control_rows(v.ttype, v.n, ids, 2)))
+                        k = -ENOMEM;
+        }
         if (k >= 0) {
                 gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
                 gguf_writer_set_str(w, "tokenizer.ggml.pre", arch == AXP_ARCH_LLAMA ? "llama-bpe" : "qwen2");
@@ -581,7 +602,8 @@ static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vo
         return k;
 }
 
-static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, axp_error *err) {
+static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, bool **ret_control,
+                      axp_error *err) {
         gguf_file *f;
         const gguf_kv *tokens;
         int k = gguf_open(path, &f, err);
@@ -599,6 +621,25 @@ static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, axp_er
                         gguf_writer_copy_kv(w, kv);
         }
         *ret_n_vocab = (int) tokens->arr_n;
+        if (ret_control) {
+                const gguf_kv *tt = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
+                int32_t *ttype = tt && tt->arr_n == tokens->arr_n ? malloc(tt->arr_n * sizeof(int32_t)) : NULL;
+                int32_t ids[3] = { -1, -1, -1 };
+                uint32_t id;
+                const char *keys[3] = { "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                        "tokenizer.ggml.eom_token_id" };
+                for (int i = 0; i < 3; i++)
+                        if (gguf_get_u32(f, keys[i], &id))
+                                ids[i] = (int32_t) id;
+                for (uint64_t i = 0; ttype && i < tt->arr_n; i++)
+                        ttype[i] = gguf_arr_i32(tt, i);
+                *ret_control = control_rows(ttype, tokens->arr_n, ids, 3);
+                free(ttype);
+                if (!*ret_control) {
+                        gguf_close(f);
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                }
+        }
         gguf_close(f);
         return 0;
 }
@@ -682,7 +723,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         char key[128], name[64], default_name[64];
         int head_dim = 0, n_vocab = 0, k, nth;
         int64_t q_dim, kv_dim;
-        bool qwen;
+        bool qwen, *control = NULL;
 
         k = check_params(p, &head_dim, err);
         if (k < 0)
@@ -728,8 +769,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         ARCH_F32("attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f);
 
         if (p->vocab_from)
-                k = copy_vocab(w, p->vocab_from, &n_vocab, err);
-        else if ((k = write_builtin_vocab(w, p->arch, &n_vocab)) < 0)
+                k = copy_vocab(w, p->vocab_from, &n_vocab, p->no_eog ? &control : NULL, err);
+        else if ((k = write_builtin_vocab(w, p->arch, &n_vocab, p->no_eog ? &control : NULL)) < 0)
                 axp_errorf(err, k, "cannot build the vocabulary: %s", strerror(-k));
         if (k < 0)
                 goto out;
@@ -770,6 +811,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         add_spec(&pl, p, "output_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
         if (!p->tied)
                 add_spec(&pl, p, "output.weight", p->type, p->n_embd, n_vocab, W_PROJ, "--dim");
+        pl.t[p->tied ? 0 : pl.n - 1].zero_rows = control; /* the LM head */
 
         for (size_t i = 0; i < pl.n; i++) {
                 spec *t = &pl.t[i];
@@ -790,5 +832,6 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
 out:
         gguf_writer_free(w);
         free(pl.t);
+        free(control);
         return k;
 }

@@ -17,6 +17,10 @@ typedef struct axp_mkmodel_params {
         int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
         int head_dim;           /* 0: n_embd / n_head */
         bool tied;              /* no output.weight: the LM head is token_embd */
+        bool no_eog;            /* zero the LM head's rows of control tokens (end of
+                                 * generation among them): their logits are always 0, below
+                                 * many others, so generation runs to its token limit (for
+                                 * benchmarks and tests) */
         float rope_base;        /* 0: 500000 for llama, 1000000 for qwen2/qwen3 */
         uint64_t seed;          /* same seed and shape: same weights, for every --type */
         const char *name;       /* general.name; NULL: "synthetic-<arch>-<type>" */

@@ -32,6 +32,8 @@ static int help(FILE *f) {
                 "  --head-dim N       per-head dimension (default dim/heads)\n"
                 "  --rope-base B      RoPE frequency base (default 500000 llama, 1000000 qwen)\n"
                 "  --tied             no output.weight: the LM head uses token_embd\n"
+                "  --no-eog           the LM head never favours control tokens (end of generation\n"
+                "                     among them): generation runs to its token limit\n"
                 "  --seed S           random seed (default 1)\n"
                 "  --name NAME        general.name (default synthetic-ARCH-TYPE)\n"
                 "  --threads N        threads generating weights (default: all CPUs)\n"
@@ -58,7 +60,7 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *ret)
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE, O_TIED, O_SEED, O_NAME, O_THREADS };
+               O_HEAD_DIM, O_ROPE, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -72,6 +74,7 @@ int cli_mkmodel(int argc, char **argv) {
                 { "head-dim", required_argument, NULL, O_HEAD_DIM },
                 { "rope-base", required_argument, NULL, O_ROPE },
                 { "tied", no_argument, NULL, O_TIED },
+                { "no-eog", no_argument, NULL, O_NO_EOG },
                 { "seed", required_argument, NULL, O_SEED },
                 { "name", required_argument, NULL, O_NAME },
                 { "threads", required_argument, NULL, O_THREADS },
@@ -144,6 +147,9 @@ int cli_mkmodel(int argc, char **argv) {
                 }
                 case O_TIED:
                         p.tied = true;
+                        break;
+                case O_NO_EOG:
+                        p.no_eog = true;
                         break;
                 case O_SEED: {
                         char *end;

@@ -42,6 +42,12 @@ static axp_model *make_model(const char *arch, const char *type, int seed, const
         return m;
 }
 
+/* The device holds prepared copies of the model's weights: it lets go of them first. */
+static void model_done(axp_model *m) {
+        dev->ops->prepare(dev, NULL, NULL);
+        axp_model_free(m);
+}
+
 static void prompt_tokens(const axp_model *m, int32_t *t, int n, unsigned seed) {
         for (int i = 0; i < n; i++) {
                 seed = seed * 1103515245u + 12345u;
@@ -74,7 +80,10 @@ static double tolerance(uint32_t type) {
         switch (type) {
         case AXP_TYPE_F32: return 1e-4;
         case AXP_TYPE_F16: case AXP_TYPE_BF16: return 5e-3;
-        default: return 4e-2;
+        /* the CPU kernels quantize activations to 8 bits per block as llama.cpp does; on these
+         * small random models that moves logits by 3.6e-2 (Q4_0) to 6.4e-2 (Q4_K) of the
+         * largest, where a kernel bug gives errors of order 1 */
+        default: return 1e-1;
         }
 }
 
@@ -107,7 +116,7 @@ static void check_against_reference(const char *arch, const char *type) {
         CHECK_MSG(worst <= tolerance(m->layers[0].wq.type), "%s %s: %g", arch, type, worst);
         axp_seq_free(&s);
         free(ref);
-        axp_model_free(m);
+        model_done(m);
 }
 
 static void test_types_llama(void) {
@@ -166,7 +175,7 @@ static void test_chunked_stop_resume(void) {
         axp_seq_free(&whole);
         axp_seq_free(&chunked);
         axp_seq_free(&other);
-        axp_model_free(m);
+        model_done(m);
 }
 
 /* Requests of different context lengths decoded together give what each gives alone. */
@@ -206,7 +215,7 @@ static void test_batched_decode(void) {
                 axp_seq_free(&single[i]);
                 axp_seq_free(&batched[i]);
         }
-        axp_model_free(m);
+        model_done(m);
 }
 
 /* An F16 KV cache stays close to the F32 one. */
@@ -228,7 +237,7 @@ static void test_f16_kv(void) {
         CHECK(e <= 5e-3);
         axp_seq_free(&a);
         axp_seq_free(&b);
-        axp_model_free(m);
+        model_done(m);
 }
 
 /* A prompt beyond the request's context is refused before anything runs. */
@@ -251,7 +260,7 @@ static void test_context_overflow(void) {
         CHECK_EQ_INT(axp_forward_prefill(dev, &s, p, 1, 0, &err), -EINVAL);
         CHECK_EQ_INT(s.n_past, 30);
         axp_seq_free(&s);
-        axp_model_free(m);
+        model_done(m);
 }
 
 int main(void) {

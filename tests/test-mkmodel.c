@@ -499,6 +499,60 @@ static void test_vocab_from(void) {
         gguf_close(v);
 }
 
+/* --no-eog: the LM head's rows of control tokens are zero, every other row is not, for an
+ * untied head and for a tied one (token_embd), with the built-in and a copied vocabulary. */
+static void check_no_eog(axp_mkmodel_params *p) {
+        gguf_file *f = make(p);
+        if (!f)
+                return;
+        const gguf_tensor *head = gguf_find_tensor(f, p->tied ? "token_embd.weight" : "output.weight");
+        const gguf_kv *types = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
+        uint32_t eos = UINT32_MAX;
+        CHECK(head && types && gguf_get_u32(f, "tokenizer.ggml.eos_token_id", &eos));
+        if (!head || !types) {
+                gguf_close(f);
+                return;
+        }
+        int64_t n = head->ne[0];
+        uint64_t row_bytes = axp_type_row_size(head->type, n);
+        float *x = malloc((size_t) n * sizeof(float));
+        int zero_control = 0, control = 0, zero_other = 0;
+        for (int64_t r = 0; r < head->ne[1]; r++) {
+                axp_dequantize_row(head->type, (const uint8_t *) head->data + r * row_bytes, x, n);
+                bool zero = true;
+                for (int64_t i = 0; i < n; i++)
+                        zero &= x[i] == 0;
+                bool is_control = gguf_arr_i32(types, (uint64_t) r) == 3 || (uint32_t) r == eos;
+                control += is_control;
+                zero_control += is_control && zero;
+                zero_other += !is_control && zero;
+        }
+        CHECK(control > 0);
+        CHECK_EQ_INT(zero_control, control);
+        CHECK_EQ_INT(zero_other, 0);
+        free(x);
+        gguf_close(f);
+}
+
+static void test_no_eog(void) {
+        axp_mkmodel_params p;
+        axp_mkmodel_defaults(&p);
+        p.no_eog = true;
+        p.path = tmp_path("no-eog.gguf");
+        check_no_eog(&p);
+        p.tied = true;
+        check_no_eog(&p);
+        const char *dir = getenv("AXP_CONFORMANCE_DIR");
+        char vocab[1024];
+        snprintf(vocab, sizeof(vocab), "%s/vocab/ggml-vocab-qwen2.gguf", dir ? dir : "");
+        if (dir && access(vocab, R_OK) == 0) {
+                p.arch = AXP_ARCH_QWEN2;
+                p.vocab_from = vocab;
+                p.tied = false;
+                check_no_eog(&p);
+        }
+}
+
 static void test_errors(void) {
         axp_mkmodel_params p;
         axp_error err = { 0 };
@@ -556,6 +610,7 @@ int main(void) {
         RUN(test_types_share_weights);
         RUN(test_builtin_vocab);
         RUN(test_vocab_from);
+        RUN(test_no_eog);
         RUN(test_errors);
         unlink(tmp_path("model.gguf"));
         unlink(tmp_path("hd.gguf"));

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* CPU compute kernels: matrix products for every weight type and attention. Each entry point
- * spreads its work over the pool; the best path for the machine (AVX-512 VNNI, AVX-512, AVX2,
- * portable C) is chosen once at run time. */
+ * spreads its work over the pool; the best path for the machine (AMX, AVX-512 VNNI, AVX2,
+ * portable C) is chosen at run time. */
 #pragma once
 
 #include <stdbool.h>
@@ -10,20 +10,27 @@
 #include "model.h"
 #include "pool.h"
 
-/* Which instruction-set path is in use ("avx512-vnni", "avx2", "generic"). */
+/* Which instruction-set path is in use: "amx" (AVX-512 VNNI plus AMX tiles for prefill),
+ * "avx512" (F/BW/VL/DQ/VNNI), "avx2" (with FMA, F16C) or "generic" (portable C). */
 const char *axp_cpu_isa(void);
-/* Force a path for tests ("generic", "avx2", "avx512"); returns false if unavailable here. */
+/* Force a path (tests, benchmarks); returns false if this machine cannot run it. Process-wide. */
 bool axp_cpu_set_isa(const char *name);
 
-/* Prepare a weight for fast products (e.g. repack into an interleaved layout in w->priv).
- * Optional: products work on unprepared weights. Free with axp_cpu_weight_release. */
+/* Prepare a weight for fast products: a repacked copy (16-row interleaved groups, at most
+ * ~3% larger than the original) in w->priv; products then never read w->data, so the caller
+ * may madvise it away. Optional: products work on unprepared weights (repacking on the fly,
+ * slower). Release before the model's memory goes away. -EOPNOTSUPP for types without a
+ * kernel, -ENOMEM. */
 int axp_cpu_weight_prepare(axp_weight *w);
 void axp_cpu_weight_release(axp_weight *w);
 
 /* Y = X W^T for n weights sharing the same input: for each i < n_w and token t < n_tok,
  * y[i][t * ldy[i] + r] = sum_k W_i[r][k] * x[t * ldx + k], r < W_i->n_out.
- * All W_i have the same n_in. x is float; for integer-quantized weights the kernel may
- * quantize x to 8 bits per block first (as llama.cpp does). */
+ * All W_i have the same n_in; n_w <= 8. x is float. As llama.cpp computes: x is quantized to
+ * 8 bits per block first for integer weights (Q8_0 blocks of 32 for Q8_0/Q4_0 weights, with
+ * llama.cpp's x86 rounding; Q8_K blocks of 256 for Q4_K/Q6_K) and rounded to f16 for F16
+ * weights; F32 and BF16 weights take x as it is.
+ * Results are bit-identical whatever the pool size and whatever other tokens share the call. */
 void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const float *x,
                     long ldx, float *const *y, const long *ldy, int n_tok);
 
@@ -31,7 +38,9 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
  * to KV positions [0, pos[i]] (causal). For head h (KV head h / (n_head / n_head_kv)):
  *   out[i][h] = sum_t softmax_t(scale * q[i][h] . K[t]) V[t]
  * q and out may alias (in place). k and v are [positions][n_head_kv * head_dim] of kv_type
- * (AXP_TYPE_F32 or AXP_TYPE_F16). */
+ * (AXP_TYPE_F32 or AXP_TYPE_F16); positions up to max pos[i] must be written. head_dim <= 512.
+ * A query's result does not depend on the pool size nor on the other queries of the call (a
+ * token's attention in a prefill chunk equals its attention as a lone decode step). */
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,

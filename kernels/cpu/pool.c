@@ -1,71 +1,157 @@
 /* SPDX-License-Identifier: MIT */
-/* Interim pool (condition variables, no spinning); the tuned pool replaces it. */
+/* A fixed pool of worker threads.
+ *
+ * A run publishes (fn, arg) and bumps a generation counter. Each share i of the run is
+ * claimed exactly once, through one atomic word holding the generation and a bit per share:
+ * worker i claims share i when it notices the run; the caller runs share 0, then claims and
+ * runs itself every share no worker has claimed yet, and finally waits only for the shares
+ * workers did claim. So a worker that another process keeps off the CPU delays nothing: its
+ * share is done by the caller instead (the kernels' results do not depend on which thread runs
+ * which share).
+ *
+ * Workers spin on the generation for a short while (decode issues a run every few tens of
+ * microseconds) and then sleep on a futex, so an idle engine costs no CPU. */
 #include "pool.h"
 
+#include <linux/futex.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+/* How long a thread polls before it sleeps: long enough to bridge the gaps between the
+ * kernels of one decode step, short enough not to hold a shared core for long. */
+#define SPIN_NS 200000L
+#define MAX_THREADS 32 /* one claim bit each */
+
+typedef struct axp_pool_thread {
+        axp_pool *pool;
+        pthread_t tid;
+        int ith;
+} axp_pool_thread;
 
 struct axp_pool {
         int n;
-        pthread_t *threads;
-        pthread_mutex_t lock;
-        pthread_cond_t go, done;
+        axp_pool_thread *threads;
+
         axp_pool_fn fn;
         void *arg;
-        unsigned long gen;
-        int pending;
-        int quit;
+
+        /* generation << 32 | bit i set once share i is claimed */
+        _Alignas(64) _Atomic uint64_t claim;
+        /* bumped (after claim is reset) to start a run; workers wait for it to change */
+        _Atomic uint32_t gen;
+        _Atomic uint32_t sleepers; /* workers in (or about to enter) futex wait on gen */
+        _Atomic uint32_t stop;
+
+        /* shares finished by workers in the current run; the caller waits on it */
+        _Alignas(64) _Atomic uint32_t done;
+        _Atomic uint32_t caller_sleeping;
 };
 
-typedef struct worker_arg {
-        axp_pool *p;
-        int ith;
-} worker_arg;
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val) {
+        return syscall(SYS_futex, (uint32_t *) addr, op, val, NULL, NULL, 0);
+}
 
-static void *worker(void *a) {
-        worker_arg w = *(worker_arg *) a;
-        free(a);
-        axp_pool *p = w.p;
-        unsigned long seen = 0;
-        for (;;) {
-                pthread_mutex_lock(&p->lock);
-                while (p->gen == seen && !p->quit)
-                        pthread_cond_wait(&p->go, &p->lock);
-                if (p->quit) {
-                        pthread_mutex_unlock(&p->lock);
-                        return NULL;
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#else
+        __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+static long now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* Spin while *addr == val, for at most the spin budget; returns the last value seen. */
+static uint32_t spin_while(_Atomic uint32_t *addr, uint32_t val) {
+        uint32_t v = atomic_load_explicit(addr, memory_order_acquire);
+        long deadline = 0;
+        for (unsigned i = 1; v == val; i++) {
+                cpu_relax();
+                v = atomic_load_explicit(addr, memory_order_acquire);
+                if ((i & 63) == 0) {
+                        long t = now_ns();
+                        if (!deadline)
+                                deadline = t + SPIN_NS;
+                        else if (t > deadline)
+                                break;
                 }
-                seen = p->gen;
-                axp_pool_fn fn = p->fn;
-                void *arg = p->arg;
-                pthread_mutex_unlock(&p->lock);
-                fn(arg, w.ith, p->n);
-                pthread_mutex_lock(&p->lock);
-                if (--p->pending == 0)
-                        pthread_cond_signal(&p->done);
-                pthread_mutex_unlock(&p->lock);
+        }
+        return v;
+}
+
+/* Claim share ith of generation gen; false if it is taken or the run is over. */
+static bool claim_share(axp_pool *p, uint32_t gen, int ith) {
+        uint64_t bit = 1ull << ith;
+        uint64_t c = atomic_load(&p->claim);
+        while ((uint32_t) (c >> 32) == gen && !(c & bit))
+                if (atomic_compare_exchange_weak(&p->claim, &c, c | bit))
+                        return true;
+        return false;
+}
+
+static void *worker_main(void *arg) {
+        axp_pool_thread *t = arg;
+        axp_pool *p = t->pool;
+        uint32_t seen = 0;
+
+        for (;;) {
+                uint32_t g = spin_while(&p->gen, seen);
+                while (g == seen) {
+                        atomic_fetch_add(&p->sleepers, 1);
+                        /* Dekker with axp_pool_run: it bumps gen, then reads sleepers */
+                        if (atomic_load(&p->gen) == seen)
+                                futex(&p->gen, FUTEX_WAIT_PRIVATE, seen);
+                        atomic_fetch_sub(&p->sleepers, 1);
+                        g = atomic_load_explicit(&p->gen, memory_order_acquire);
+                }
+                seen = g;
+                if (atomic_load_explicit(&p->stop, memory_order_acquire))
+                        return NULL;
+                if (!claim_share(p, g, t->ith))
+                        continue;
+
+                p->fn(p->arg, t->ith, p->n);
+
+                atomic_fetch_add(&p->done, 1); /* seq_cst: Dekker with caller_sleeping */
+                if (atomic_load(&p->caller_sleeping))
+                        futex(&p->done, FUTEX_WAKE_PRIVATE, 1);
         }
 }
 
-axp_pool *axp_pool_new(int n) {
-        if (n <= 0)
-                n = (int) sysconf(_SC_NPROCESSORS_ONLN);
-        if (n <= 0)
-                n = 1;
+axp_pool *axp_pool_new(int n_threads) {
+        if (n_threads <= 0) {
+                long n = sysconf(_SC_NPROCESSORS_ONLN);
+                n_threads = n > 0 ? (int) n : 1;
+        }
+        if (n_threads > MAX_THREADS)
+                n_threads = MAX_THREADS;
+
         axp_pool *p = calloc(1, sizeof(*p));
         if (!p)
                 return NULL;
-        p->n = n;
-        pthread_mutex_init(&p->lock, NULL);
-        pthread_cond_init(&p->go, NULL);
-        pthread_cond_init(&p->done, NULL);
-        p->threads = calloc((size_t) n, sizeof(pthread_t));
-        for (int i = 1; i < n; i++) {
-                worker_arg *a = malloc(sizeof(*a));
-                a->p = p;
-                a->ith = i;
-                pthread_create(&p->threads[i], NULL, worker, a);
+        p->n = n_threads;
+        p->threads = calloc((size_t) n_threads, sizeof(axp_pool_thread));
+        if (!p->threads) {
+                free(p);
+                return NULL;
+        }
+        for (int i = 1; i < n_threads; i++) {
+                p->threads[i] = (axp_pool_thread) { .pool = p, .ith = i };
+                if (pthread_create(&p->threads[i].tid, NULL, worker_main, &p->threads[i]) != 0) {
+                        /* run with the threads we got */
+                        p->n = i;
+                        break;
+                }
         }
         return p;
 }
@@ -73,35 +159,52 @@ axp_pool *axp_pool_new(int n) {
 void axp_pool_free(axp_pool *p) {
         if (!p)
                 return;
-        pthread_mutex_lock(&p->lock);
-        p->quit = 1;
-        pthread_cond_broadcast(&p->go);
-        pthread_mutex_unlock(&p->lock);
+        atomic_store(&p->stop, 1);
+        atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+        futex(&p->gen, FUTEX_WAKE_PRIVATE, INT32_MAX);
         for (int i = 1; i < p->n; i++)
-                pthread_join(p->threads[i], NULL);
+                pthread_join(p->threads[i].tid, NULL);
         free(p->threads);
         free(p);
 }
 
 int axp_pool_size(const axp_pool *p) {
-        return p->n;
+        return p ? p->n : 1;
 }
 
 void axp_pool_run(axp_pool *p, axp_pool_fn fn, void *arg) {
-        if (p->n == 1) {
+        if (!p || p->n == 1) {
                 fn(arg, 0, 1);
                 return;
         }
-        pthread_mutex_lock(&p->lock);
+
+        uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
         p->fn = fn;
         p->arg = arg;
-        p->pending = p->n - 1;
-        p->gen++;
-        pthread_cond_broadcast(&p->go);
-        pthread_mutex_unlock(&p->lock);
+        atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+        atomic_store_explicit(&p->claim, (uint64_t) g << 32 | 1, memory_order_relaxed);
+        atomic_store(&p->gen, g); /* seq_cst: publishes the above; ordered before sleepers */
+        if (atomic_load(&p->sleepers) > 0)
+                futex(&p->gen, FUTEX_WAKE_PRIVATE, INT32_MAX);
+
         fn(arg, 0, p->n);
-        pthread_mutex_lock(&p->lock);
-        while (p->pending > 0)
-                pthread_cond_wait(&p->done, &p->lock);
-        pthread_mutex_unlock(&p->lock);
+
+        /* shares no worker has picked up yet are run here */
+        uint32_t by_workers = 0;
+        for (int i = 1; i < p->n; i++) {
+                if (claim_share(p, g, i))
+                        fn(arg, i, p->n);
+                else
+                        by_workers++;
+        }
+
+        uint32_t d;
+        while ((d = atomic_load_explicit(&p->done, memory_order_acquire)) != by_workers) {
+                if (spin_while(&p->done, d) != d)
+                        continue; /* progress: spin on */
+                atomic_store(&p->caller_sleeping, 1);
+                if (atomic_load(&p->done) == d)
+                        futex(&p->done, FUTEX_WAIT_PRIVATE, d);
+                atomic_store(&p->caller_sleeping, 0);
+        }
 }

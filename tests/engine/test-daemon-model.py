@@ -35,7 +35,11 @@ def model():
     atexit.register(shutil.rmtree, folder, True)
     os.chmod(folder, 0o755)
     path = os.path.join(folder, "tiny.gguf")
-    r = run([CLI, "mkmodel", "-o", path, "--seed", "7"])
+    # Large enough that a long request takes seconds, and never ending on its own (--no-eog),
+    # so the tests that watch a request in flight do not see it end first; small enough to
+    # make in a second.
+    r = run([CLI, "mkmodel", "-o", path, "--seed", "7", "--dim", "512", "--layers", "4", "--heads", "8",
+             "--kv-heads", "4", "--ffn", "1536", "--ctx", "4096", "--no-eog"])
     if r.rc != 0:
         raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
     _model = path
@@ -114,7 +118,7 @@ def test_other_uid_cannot_cancel_or_read():
     if not is_root():
         raise Skip("needs root to run the second client as nobody")
     with engine() as (bus, d):
-        p, path = submit_bg(bus, "-n", "400", "The story goes on")
+        p, path = submit_bg(bus, "-n", "4000", "The story goes on")
         p.stdout.read(1)
         for method, args in ((f"{REQ_IFACE}.Cancel", ()),
                              ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "Stats"))):
@@ -164,7 +168,7 @@ def generated(bus, path):
 
 def test_reactive_overtakes_busy_proactive_work():
     with engine() as (bus, d):
-        background = [submit_bg(bus, "-n", "300", "--temperature", "0", f"Background job {i}") for i in range(4)]
+        background = [submit_bg(bus, "-n", "3000", "--temperature", "0", f"Background job {i}") for i in range(4)]
         # Well into their decoding, so the engine is busy with them.
         wait_for(lambda: all(generated(bus, path) >= 20 for _, path in background), "proactive work to get going")
         ask = bus.cli_spawn("ask", "-n", "8", "--temperature", "0", "Quick question")
@@ -173,9 +177,9 @@ def test_reactive_overtakes_busy_proactive_work():
         progress = [generated(bus, path) for _, path in background]
         rc, out, err = drain(ask)
         assert rc == 0, err
-        print(f"    proactive tokens generated when the reactive one began: {progress} of 300", flush=True)
+        print(f"    proactive tokens generated when the reactive one began: {progress} of 3000", flush=True)
         assert all(p.poll() is None for p, _ in background), "proactive work finished first"
-        assert all(n < 150 for n in progress), progress
+        assert all(n < 1500 for n in progress), progress
         for p, _ in background:
             p.kill()
 
@@ -224,7 +228,7 @@ def test_flow_turn_prefills_only_new_tokens():
 
 def test_sigterm_cancels_running_requests_and_exits_0():
     with engine() as (bus, d):
-        streams = [submit_bg(bus, "-n", "400", f"Long story {i}")[0] for i in range(2)]
+        streams = [submit_bg(bus, "-n", "4000", f"Long story {i}")[0] for i in range(2)]
         for p in streams:
             p.stdout.read(1)
         assert d.stop() == 0, d.text()

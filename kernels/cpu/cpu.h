@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal to the CPU kernels: the packed weight layouts, the quantized activation rows and
+ * the table of per-ISA functions. Every path (generic C, AVX2, AVX-512, AMX) reads the same
+ * packed layout and the same activation rows, so a weight is prepared once whatever path runs.
+ *
+ * Packed weights: rows are taken in groups of AXP_GROUP = 16 (the last group padded with zero
+ * rows) and interleaved so that one 64-byte vector holds 4 consecutive inputs of all 16 rows,
+ * the operand layout of vpdpbusd and of AMX's B tile:
+ *
+ *   F32        [k][16] f32
+ *   F16, BF16  [k][16] 16-bit
+ *   Q8_0       scales [nb][16] f16 (padded to 64 B), then quants [nb][8][16][4] u8 = w ^ 0x80
+ *   Q4_0       scales [nb][16] f16 (padded to 64 B), then quants [nb][4][16][4]: byte
+ *              (p, r, i) = q[r][8p+i] | q[r][8p+4+i] << 4, the raw 0..15 nibbles
+ *   Q4_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16] u8, mins[4][16][2] u8
+ *              (pairs of sub-blocks), then quants [8 sub][4][16][4] nibble bytes as Q4_0
+ *   Q6_K       per superblock: d[16] f16, sc[8][16][2] s8 (pairs of sub-blocks), padding to
+ *              320 B, then per sub-block of 16: two nibble vectors [16][4] (k 0-3|4-7,
+ *              8-11|12-15 of the sub-block) and one vector of high bits: byte (r, i) =
+ *              hi(q[r][i]) | hi(q[r][4+i]) << 2 | hi(q[r][8+i]) << 4 | hi(q[r][12+i]) << 6
+ *
+ * Quantized activations, one row per token (stride act->stride bytes, 64-aligned), block by
+ * block so that one pointer per token reaches everything a block needs:
+ *   Q8_0 kind  per block of 32, 48 bytes: qs[32] s8 | d f32 (the f16 scale, widened) |
+ *              c8 i32 = -128 * sum(qs) | c4 i32 = -8 * sum(qs) | pad: c8 and c4 are the
+ *              offsets of u8 weights (w + 128, nibbles q = w + 8), added up front
+ *   Q8_K kind  per superblock of 256, 320 bytes: qs[256] s8 | d f32 | bs16[16] i16 (sums of
+ *              16) | bs32[8] i16 (sums of 32) | pad
+ *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "types.h"
+
+#define AXP_GROUP 16
+#define AXP_ALIGN 64
+
+static inline size_t axp_align_up(size_t n, size_t a) {
+        return (n + a - 1) / a * a;
+}
+
+/* Bytes of one packed group of 16 rows with k inputs; 0 for types without a kernel. */
+size_t axp_pack_group_bytes(uint32_t type, int64_t k);
+/* Pack rows [r0, r0 + n_rows) (n_rows <= 16) of raw GGUF rows into one group. */
+void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
+                    uint8_t *out);
+
+/* What a prepared weight's priv points to. */
+typedef struct axp_packed {
+        uint32_t magic;
+        uint32_t type;
+        int64_t n_in, n_out, n_groups;
+        size_t group_bytes;
+        uint8_t *data; /* n_groups * group_bytes, 64-aligned */
+} axp_packed;
+#define AXP_PACKED_MAGIC 0x4b434150u /* "PACK" */
+
+enum axp_act_kind {
+        AXP_ACT_F32,  /* F32, BF16 weights */
+        AXP_ACT_F16,  /* F16 weights: f32 rounded to f16 precision */
+        AXP_ACT_Q8_0, /* Q8_0, Q4_0 weights */
+        AXP_ACT_Q8_K, /* Q4_K, Q6_K weights */
+        AXP_ACT__MAX,
+};
+
+enum axp_act_kind axp_act_kind_of(uint32_t type);
+size_t axp_act_stride(enum axp_act_kind kind, int64_t k);
+
+typedef struct axp_act {
+        enum axp_act_kind kind;
+        int64_t k;
+        size_t stride; /* bytes between token rows */
+        uint8_t *data;
+        /* Q8_0 and Q8_K kinds: the scales again, per tile of 16 tokens and block:
+         * tile_d[(t / 16) * n_blocks * 16 + b * 16 + t % 16], so that a tile kernel reaches 16
+         * tokens' scales from one pointer */
+        float *tile_d;
+} axp_act;
+
+static inline int64_t axp_act_blocks(const axp_act *a) {
+        return a->kind == AXP_ACT_Q8_0 ? a->k / QK8_0 : a->kind == AXP_ACT_Q8_K ? a->k / QK_K : 0;
+}
+
+/* Offsets inside one activation row. */
+#define ACT_Q8_0_BLOCK 48
+#define ACT_Q8_K_BLOCK 320
+static inline const int8_t *act_q8_0_qs(const uint8_t *row, int64_t b) {
+        return (const int8_t *) (row + b * ACT_Q8_0_BLOCK);
+}
+static inline float act_q8_0_d(const uint8_t *row, int64_t b) {
+        return *(const float *) (row + b * ACT_Q8_0_BLOCK + 32);
+}
+static inline int32_t act_q8_0_c8(const uint8_t *row, int64_t b) {
+        return *(const int32_t *) (row + b * ACT_Q8_0_BLOCK + 36);
+}
+static inline int32_t act_q8_0_c4(const uint8_t *row, int64_t b) {
+        return *(const int32_t *) (row + b * ACT_Q8_0_BLOCK + 40);
+}
+static inline const int8_t *act_q8_K_qs(const uint8_t *row, int64_t s) {
+        return (const int8_t *) (row + s * ACT_Q8_K_BLOCK);
+}
+static inline float act_q8_K_d(const uint8_t *row, int64_t s) {
+        return *(const float *) (row + s * ACT_Q8_K_BLOCK + 256);
+}
+static inline const int16_t *act_q8_K_bs16(const uint8_t *row, int64_t s) {
+        return (const int16_t *) (row + s * ACT_Q8_K_BLOCK + 260);
+}
+static inline const int16_t *act_q8_K_bs32(const uint8_t *row, int64_t s) {
+        return (const int16_t *) (row + s * ACT_Q8_K_BLOCK + 292);
+}
+/* For the quantizers: a block's scale and sums (the quants go to act_q8_*_qs). */
+static inline void act_q8_0_put(uint8_t *row, int64_t b, float d, int32_t sum) {
+        uint8_t *blk = row + b * ACT_Q8_0_BLOCK;
+        int32_t c[3] = { -128 * sum, -8 * sum, 0 };
+        memcpy(blk + 32, &d, 4);
+        memcpy(blk + 36, c, 12);
+}
+static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t *bs16) {
+        uint8_t *blk = row + s * ACT_Q8_K_BLOCK;
+        int16_t bs32[8];
+        for (int j = 0; j < 8; j++)
+                bs32[j] = (int16_t) (bs16[2 * j] + bs16[2 * j + 1]);
+        memcpy(blk + 256, &d, 4);
+        memcpy(blk + 260, bs16, 32);
+        memcpy(blk + 292, bs32, 16);
+        memset(blk + 308, 0, ACT_Q8_K_BLOCK - 308);
+}
+
+/* Packed layout offsets. */
+static inline size_t pk_q8_0_scales_bytes(int64_t k) {
+        return axp_align_up((size_t) (k / QK8_0) * 32, AXP_ALIGN);
+}
+#define PK_Q4_K_HEAD 320
+#define PK_Q4_K_SB (PK_Q4_K_HEAD + 2048)
+#define PK_Q6_K_HEAD 320
+#define PK_Q6_K_SB (PK_Q6_K_HEAD + 3072)
+
+/* A kernel computes the 16 rows of one packed group for n_tok tokens:
+ * y[t * ldy + r] for r < n_rows (rows past n_rows are padding and not written). */
+typedef void (*axp_gemm_fn)(const uint8_t *group, const axp_act *act, int t0, int n_tok,
+                            float *y, long ldy, int n_rows);
+/* Quantize one token row of k floats into an activation row of the given kind. */
+typedef void (*axp_quant_fn)(const float *x, int64_t k, uint8_t *row);
+
+typedef struct axp_cpu_ops {
+        const char *name;
+        axp_quant_fn quant[AXP_ACT__MAX];
+        axp_gemm_fn gemm[AXP_TYPE__MAX];
+        /* Attention of nv query vectors (head_dim floats each, q[j]) over n_pos <= ATT_CHUNK
+         * positions of one KV head (rows ld elements apart, F32 or F16). Vector j sees
+         * positions t < len[j]: s = scale q.K_t, m[j] = max s, p_t = exp(s - m), l[j] = sum p,
+         * acc[j * head_dim + c] = sum p_t V_t[c]. The operations for one vector do not depend on
+         * the other vectors or on n_pos (prefill and decode must give the same bits). scratch
+         * holds ATT_SCRATCH floats. */
+        void (*att_chunk)(const float *const *q, int nv, const int *len, const void *k,
+                          const void *v, uint32_t kv_type, long ld, int n_pos, int head_dim,
+                          float scale, float *m, float *l, float *acc, float *scratch);
+} axp_cpu_ops;
+
+#define ATT_MAX_HEAD_DIM 512
+#define ATT_CHUNK 256
+#define ATT_MAX_VECS 128
+/* scores for every vector, then K and V of the chunk widened to f32 */
+#define ATT_SCRATCH ((size_t) ATT_MAX_VECS * ATT_CHUNK + 2 * (size_t) ATT_CHUNK * ATT_MAX_HEAD_DIM)
+
+extern const axp_cpu_ops axp_cpu_ops_generic;
+#if defined(__x86_64__)
+extern const axp_cpu_ops axp_cpu_ops_avx2;
+extern const axp_cpu_ops axp_cpu_ops_avx512;
+/* AMX replaces the AVX-512 products it does better (prefill of integer weights) */
+extern const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX];
+bool axp_amx_request(void);
+#endif
+
+/* The path in use. */
+const axp_cpu_ops *axp_cpu_ops_get(void);
+
+/* Reference activation quantizers (generic C); the SIMD versions must match them bit for
+ * bit. */
+void axp_quant_act_f32(const float *x, int64_t k, uint8_t *row);
+void axp_quant_act_f16(const float *x, int64_t k, uint8_t *row);
+void axp_quant_act_q8_0(const float *x, int64_t k, uint8_t *row);
+void axp_quant_act_q8_K(const float *x, int64_t k, uint8_t *row);
+
+/* A per-thread scratch buffer of at least n bytes, 64-aligned, kept for the thread's life. */
+enum {
+        AXP_SCRATCH_ACT,
+        AXP_SCRATCH_PACK,
+        AXP_SCRATCH_UNPACK,
+        AXP_SCRATCH_ATT,
+        AXP_SCRATCH_ATT_SPLIT,
+        AXP_SCRATCH__MAX
+};
+void *axp_cpu_scratch(int slot, size_t n);

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/* Choosing the instruction-set path at run time. Each path lives in its own file compiled
+ * with its own flags; nothing from an ISA file runs unless the CPU (and, for AVX-512 and AMX,
+ * the kernel's saved-state support) says it may. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "cpu.h"
+
+#if defined(__x86_64__)
+static bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+        unsigned r[4];
+        if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3]))
+                return false;
+        return (r[reg] >> bit) & 1;
+}
+
+static bool have_avx2(void) {
+        __builtin_cpu_init();
+        /* F16C: cpuid 1, ecx bit 29 (__builtin_cpu_supports has no name for it) */
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               cpuid_bit(1, 0, 2, 29);
+}
+
+static bool have_avx512(void) {
+        __builtin_cpu_init();
+        return have_avx2() && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+}
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* AMX needs the kernel's permission to use the large tile state, once per process. */
+bool axp_amx_request(void) {
+        static _Atomic int state; /* 0 unknown, 1 yes, -1 no */
+        int s = atomic_load(&state);
+        if (s)
+                return s > 0;
+        bool ok = cpuid_bit(7, 0, 3, 24) /* AMX-TILE */ && cpuid_bit(7, 0, 3, 25) /* AMX-INT8 */ &&
+                  have_avx512() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        atomic_store(&state, ok ? 1 : -1);
+        return ok;
+}
+#endif
+
+#if defined(__x86_64__)
+static axp_cpu_ops amx_ops;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_ops_init(void) {
+        amx_ops = axp_cpu_ops_avx512;
+        amx_ops.name = "amx";
+        for (int t = 0; t < AXP_TYPE__MAX; t++)
+                if (axp_amx_gemm[t])
+                        amx_ops.gemm[t] = axp_amx_gemm[t];
+}
+
+static bool have_amx(void) {
+        bool built = false;
+        for (int t = 0; t < AXP_TYPE__MAX; t++)
+                built |= axp_amx_gemm[t] != NULL;
+        if (!built || !axp_amx_request())
+                return false;
+        pthread_once(&amx_once, amx_ops_init);
+        return true;
+}
+#endif
+
+typedef struct isa_entry {
+        const axp_cpu_ops *ops;
+        bool (*available)(void);
+} isa_entry;
+
+static bool always(void) {
+        return true;
+}
+
+/* best first */
+static const isa_entry isas[] = {
+#if defined(__x86_64__)
+        { &amx_ops, have_amx },
+        { &axp_cpu_ops_avx512, have_avx512 },
+        { &axp_cpu_ops_avx2, have_avx2 },
+#endif
+        { &axp_cpu_ops_generic, always },
+};
+
+static _Atomic(const axp_cpu_ops *) active;
+
+const axp_cpu_ops *axp_cpu_ops_get(void) {
+        const axp_cpu_ops *o = atomic_load_explicit(&active, memory_order_acquire);
+        if (o)
+                return o;
+        /* AXP_CPU_ISA=generic|avx2|avx512|amx runs the whole engine on one path (tests, CI) */
+        const char *want = secure_getenv("AXP_CPU_ISA");
+        for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]) && !o; i++)
+                if (isas[i].available() && (!want || strcmp(isas[i].ops->name, want) == 0))
+                        o = isas[i].ops;
+        if (!o)
+                o = &axp_cpu_ops_generic;
+        atomic_store_explicit(&active, o, memory_order_release);
+        return o;
+}
+
+const char *axp_cpu_isa(void) {
+        return axp_cpu_ops_get()->name;
+}
+
+bool axp_cpu_set_isa(const char *name) {
+        /* available() first: it also fills in the AMX table, name included */
+        for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++)
+                if (isas[i].available() && strcmp(isas[i].ops->name, name) == 0) {
+                        atomic_store_explicit(&active, isas[i].ops, memory_order_release);
+                        return true;
+                }
+        return false;
+}

@@ -1,0 +1,621 @@
+/* SPDX-License-Identifier: MIT */
+/* The AVX-512 path (F, BW, VL, DQ and VNNI: Ice Lake, Sapphire Rapids, Zen 4 and later).
+ *
+ * One 64-byte vector of a packed group holds 4 inputs of each of the 16 rows, so
+ * vpdpbusd(acc, weights, broadcast 4 activation bytes) adds 4 products to each row's lane:
+ * a block's dot products for 16 rows come out exact in 16 int32 lanes, and only then is the
+ * block's scale applied in float. Weights are the unsigned operand (Q8_0 is stored as w+128,
+ * the nibbles are unsigned anyway); the activations' offset term is folded in as the starting
+ * value. Tokens are handled in tiles of up to 8 that share the weight registers; every
+ * (row, token) sees the same operations in the same order whatever the tile, so results do
+ * not depend on how tokens or rows were split. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+#define AI __attribute__((always_inline)) static inline
+#define MAX_T 8
+#define UNROLL _Pragma("GCC unroll 16")
+
+AI __m256i ld32(const void *p) {
+        return _mm256_load_si256((const __m256i *) p);
+}
+
+AI __m128i ld16(const void *p) {
+        return _mm_load_si128((const __m128i *) p);
+}
+
+/* 16 f16 to f32 */
+AI __m512 f16x16(const void *p) {
+        return _mm512_cvtph_ps(ld32(p));
+}
+
+AI int32_t load_i32(const void *p) {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+}
+
+AI __m512i bcast4(const int8_t *p) {
+        return _mm512_set1_epi32(load_i32(p));
+}
+
+AI void store_rows(float *y, __m512 v, int n_rows) {
+        if (n_rows == AXP_GROUP)
+                _mm512_storeu_ps(y, v);
+        else
+                _mm512_mask_storeu_ps(y, (__mmask16) ((1u << n_rows) - 1), v);
+}
+
+/* Decode streams each group once; software prefetch keeps more lines in flight than the
+ * hardware prefetcher does for the heavier K-quant kernels. */
+#define PF_AHEAD 2 /* superblocks */
+
+AI void prefetch_lines(const uint8_t *p, int n) {
+        for (int i = 0; i < n; i++)
+                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T0);
+}
+
+/* Float weights ---------------------------------------------------------------------------- */
+
+enum { W_F32, W_F16, W_BF16 };
+
+AI __m512 load_w(const uint8_t *g, int64_t i, int kind) {
+        if (kind == W_F32)
+                return _mm512_load_ps((const float *) g + i * 16);
+        __m256i h = ld32((const uint16_t *) g + i * 16);
+        if (kind == W_F16)
+                return _mm512_cvtph_ps(h);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                   int n_rows, int kind) {
+        /* two accumulators per token (even and odd inputs) so that one token alone, as in
+         * decode, is not bound by the FMA latency; every tile size uses the same split */
+        const float *x[MAX_T];
+        __m512 acc[MAX_T][2];
+        UNROLL for (int t = 0; t < T; t++) {
+                x[t] = (const float *) (act->data + (t0 + t) * act->stride);
+                acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+        }
+        int64_t i = 0;
+        size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
+        for (; i + 2 <= act->k; i += 2) {
+                if (T <= 2)
+                        prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
+                __m512 w0 = load_w(g, i, kind), w1 = load_w(g, i + 1, kind);
+                UNROLL for (int t = 0; t < T; t++) {
+                        acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
+                        acc[t][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t][i + 1]), acc[t][1]);
+                }
+        }
+        if (i < act->k) {
+                __m512 w0 = load_w(g, i, kind);
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, _mm512_add_ps(acc[t][0], acc[t][1]), n_rows);
+}
+
+#define TILE_DISPATCH(fn, ...)                                                                     \
+        do {                                                                                       \
+                int t = 0;                                                                         \
+                for (; t + MAX_T <= n_tok; t += MAX_T)                                             \
+                        fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, ##__VA_ARGS__);        \
+                switch (n_tok - t) {                                                               \
+                case 7: fn(g, act, t0 + t, 7, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 6: fn(g, act, t0 + t, 6, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 5: fn(g, act, t0 + t, 5, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 4: fn(g, act, t0 + t, 4, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                default: break;                                                                    \
+                }                                                                                  \
+        } while (0)
+
+static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        TILE_DISPATCH(float_tile, W_F32);
+}
+
+static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        TILE_DISPATCH(float_tile, W_F16);
+}
+
+static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(float_tile, W_BF16);
+}
+
+/* Q8_0 and Q4_0 ----------------------------------------------------------------------------- */
+
+AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int nibbles) {
+        int64_t k = act->k, nb = k / QK8_0;
+        const uint16_t *sc = (const uint16_t *) g;
+        const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
+        const uint8_t *row[MAX_T];
+        __m512 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int64_t b = 0; b < nb; b++) {
+                __m512i w[8];
+                if (nibbles) {
+                        const uint8_t *q = qs + b * 256;
+                        if (T <= 2)
+                                prefetch_lines(q + 8 * 256, 4);
+                        UNROLL for (int p = 0; p < 4; p++) {
+                                __m512i v = _mm512_load_si512(q + p * 64);
+                                w[2 * p] = _mm512_and_si512(v, m4);
+                                w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                        }
+                } else {
+                        const uint8_t *q = qs + b * 512;
+                        if (T <= 2)
+                                prefetch_lines(q + 8 * 512, 8);
+                        UNROLL for (int j = 0; j < 8; j++)
+                                w[j] = _mm512_load_si512(q + j * 64);
+                }
+                __m512 dw = f16x16(sc + b * 16);
+                __m512i isum[MAX_T];
+                UNROLL for (int t = 0; t < T; t++)
+                        isum[t] = _mm512_set1_epi32(nibbles ? act_q8_0_c4(row[t], b) : act_q8_0_c8(row[t], b));
+                UNROLL for (int j = 0; j < 8; j++)
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[j],
+                                                              bcast4(act_q8_0_qs(row[t], b) + j * 4));
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act_q8_0_d(row[t], b)));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, 0);
+}
+
+static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, 1);
+}
+
+/* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
+ * the mins term is an integer dot of the mins with the activation sums. */
+AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *row[MAX_T];
+        __m512 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                __m512i msum[MAX_T];
+                __m512 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++) {
+                        msum[t] = _mm512_setzero_si512();
+                        sacc[t] = _mm512_setzero_ps();
+                }
+                UNROLL for (int p = 0; p < 4; p++) {
+                        __m512i m16 = _mm512_cvtepu8_epi16(ld32(sb + 192 + 32 * p));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m512i bs = _mm512_set1_epi32(load_i32(act_q8_K_bs32(row[t], s) + 2 * p));
+                                msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
+                        }
+                }
+                UNROLL for (int j = 0; j < 8; j++) {
+                        /* one token is memory bound: keep more of the stream in flight */
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q4_K_SB + j * 320, 5);
+                        __m512 scj = _mm512_cvtepi32_ps(
+                                _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
+                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
+                        __m512i w[8];
+                        UNROLL for (int p = 0; p < 4; p++) {
+                                __m512i v = _mm512_load_si512(q + p * 64);
+                                w[2 * p] = _mm512_and_si512(v, m4);
+                                w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                        }
+                        __m512i isum[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_setzero_si512();
+                        UNROLL for (int jj = 0; jj < 8; jj++)
+                                UNROLL for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = f16x16(sb);
+                __m512 dmin = f16x16(sb + 32);
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t]));
+                        __m512 v = _mm512_fmsub_ps(d, sacc[t], mins);
+                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile);
+}
+
+/* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; the offset goes with the
+ * activation sums: sum_j sc_j (S_j - 32 A_j). */
+AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *row[MAX_T];
+        __m512 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q6_K_SB;
+                __m512i corr[MAX_T];
+                __m512 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++) {
+                        corr[t] = _mm512_setzero_si512();
+                        sacc[t] = _mm512_setzero_ps();
+                }
+                UNROLL for (int p = 0; p < 8; p++) {
+                        __m512i sc16 = _mm512_cvtepi8_epi16(ld32(sb + 32 + 32 * p));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m512i bs = _mm512_set1_epi32(load_i32(act_q8_K_bs16(row[t], s) + 2 * p));
+                                corr[t] = _mm512_dpwssd_epi32(corr[t], sc16, bs);
+                        }
+                }
+                UNROLL for (int j = 0; j < 16; j++) {
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
+                        /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
+                        __m512i w32 = _mm512_cvtepi16_epi32(
+                                ld32(sb + 32 + 32 * (j / 2)));
+                        __m512i sci = (j & 1) ? _mm512_srai_epi32(w32, 8)
+                                              : _mm512_srai_epi32(_mm512_slli_epi32(w32, 24), 24);
+                        __m512 scj = _mm512_cvtepi32_ps(sci);
+                        const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
+                        __m512i n0 = _mm512_load_si512(q), n1 = _mm512_load_si512(q + 64);
+                        __m512i h = _mm512_load_si512(q + 128);
+                        __m512i w[4];
+                        /* (lo & 0x0f) | (hi2 << 4): ternlog 0xE4 selects A where C is set, else B */
+#define Q6(lo, hi) _mm512_ternarylogic_epi32(lo, _mm512_and_si512(hi, m30), m4, 0xE4)
+                        w[0] = Q6(n0, _mm512_slli_epi16(h, 4));
+                        w[1] = Q6(_mm512_srli_epi16(n0, 4), _mm512_slli_epi16(h, 2));
+                        w[2] = Q6(n1, h);
+                        w[3] = Q6(_mm512_srli_epi16(n1, 4), _mm512_srli_epi16(h, 2));
+#undef Q6
+                        __m512i isum[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_setzero_si512();
+                        UNROLL for (int jj = 0; jj < 4; jj++)
+                                UNROLL for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 16 + jj * 4));
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = f16x16(sb);
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(-32.0f), _mm512_cvtepi32_ps(corr[t]),
+                                                   sacc[t]);
+                        __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s)));
+                        acc[t] = _mm512_fmadd_ps(dd, v, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q6_K_tile);
+}
+
+/* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
+
+static void quant_f16(const float *x, int64_t k, uint8_t *row) {
+        float *o = (float *) row;
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16)
+                _mm512_storeu_ps(o + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                                                        _MM_FROUND_TO_NEAREST_INT)));
+        for (; i < k; i++)
+                o[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
+        const __m512 sign = _mm512_set1_ps(-0.0f);
+        for (int64_t b = 0; b < k / QK8_0; b++, x += QK8_0) {
+                int8_t *qs = (int8_t *) act_q8_0_qs(row, b);
+                __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+                __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+                float amax = _mm512_reduce_max_ps(m);
+                __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+                __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+                __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+                _mm_storeu_si128((__m128i *) qs, _mm512_cvtsepi32_epi8(q0));
+                _mm_storeu_si128((__m128i *) (qs + 16), _mm512_cvtsepi32_epi8(q1));
+                act_q8_0_put(row, b, _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT)),
+                             _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        }
+}
+
+static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
+        const __m512 sign = _mm512_set1_ps(-0.0f);
+        for (int64_t s = 0; s < k / QK_K; s++, x += QK_K) {
+                int8_t *qs = (int8_t *) act_q8_K_qs(row, s);
+                int16_t bs16[16] = { 0 };
+                __m512 m = _mm512_setzero_ps();
+                for (int i = 0; i < QK_K; i += 16)
+                        m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
+                float amax = _mm512_reduce_max_ps(m);
+                if (amax == 0) {
+                        memset(qs, 0, QK_K);
+                        act_q8_K_put(row, s, 0.0f, bs16);
+                        continue;
+                }
+                /* the first element of largest magnitude gives the sign, as the reference */
+                float max = 0;
+                __m512 va = _mm512_set1_ps(amax);
+                for (int i = 0; i < QK_K; i += 16) {
+                        __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)), va,
+                                                           _CMP_EQ_OQ);
+                        if (hit) {
+                                max = x[i + __builtin_ctz(hit)];
+                                break;
+                        }
+                }
+                float iscale = -127.0f / max;
+                __m512 vs = _mm512_set1_ps(iscale);
+                const __m512i q127 = _mm512_set1_epi32(127);
+                for (int j = 0; j < 16; j++) {
+                        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j), vs));
+                        q = _mm512_min_epi32(q, q127);
+                        _mm_storeu_si128((__m128i *) (qs + 16 * j), _mm512_cvtsepi32_epi8(q));
+                        bs16[j] = (int16_t) _mm512_reduce_add_epi32(q);
+                }
+                act_q8_K_put(row, s, 1.0f / iscale, bs16);
+        }
+}
+
+/* Attention ------------------------------------------------------------------------------- */
+
+/* exp for x <= 0 (softmax): 2^n * p(r), r = x - n ln2, Cephes' minimax polynomial; results
+ * below the float range flush to 0 */
+AI __m512 exp_neg(__m512 x) {
+        x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+        __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+        return _mm512_scalef_ps(p, n);
+}
+
+/* The 16 lane sums of v[0..15], in that order; each sum's tree depends only on its own
+ * vector. */
+AI __m512 reduce16(const __m512 *v) {
+        __m512 s[8], w[4];
+        UNROLL for (int i = 0; i < 8; i++)
+                s[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                                     _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+        UNROLL for (int i = 0; i < 4; i++)
+                w[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(w[2], w[3], _MM_SHUFFLE(3, 1, 3, 1)));
+        return _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+AI __mmask16 tail_mask(int n) {
+        return n >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << n) - 1);
+}
+
+/* scores of one vector against 16 positions of widened K (rows hdp floats apart); NC is
+ * nc when the head is 64 or 128 wide (the loops unroll), else 0 */
+AI __m512 scores16(const __m512 *qv, int nc, const float *kf, int hdp, int n, int NC) {
+        __m512 p[16];
+        UNROLL for (int i = 0; i < 16; i++) {
+                p[i] = _mm512_setzero_ps();
+                if (i < n) {
+                        if (NC)
+                                UNROLL for (int c = 0; c < NC; c++)
+                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c),
+                                                               p[i]);
+                        else
+                                for (int c = 0; c < nc; c++)
+                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c),
+                                                               p[i]);
+                }
+        }
+        return reduce16(p);
+}
+
+AI void scores_all(const float *const *q, int nv, const int *len, const float *kb, int t0, int hd, int nc,
+                   int hdp, float scale, float *s, int NC) {
+        __m512 vs = _mm512_set1_ps(scale);
+        for (int j = 0; j < nv; j++) {
+                if (t0 >= len[j])
+                        continue;
+                __m512 qv[ATT_MAX_HEAD_DIM / 16];
+                if (NC)
+                        UNROLL for (int c = 0; c < NC; c++)
+                                qv[c] = _mm512_loadu_ps(q[j] + 16 * c);
+                else
+                        for (int c = 0; c < nc; c++)
+                                qv[c] = _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), q[j] + 16 * c);
+                __m512 r = scores16(qv, nc, kb, hdp, len[j] - t0, NC);
+                _mm512_store_ps(s + j * ATT_CHUNK + t0, _mm512_mul_ps(r, vs));
+        }
+}
+
+AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
+        if (type == AXP_TYPE_F16)
+                return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *) p + i));
+        return _mm512_maskz_loadu_ps(mk, (const float *) p + i);
+}
+
+#define PF_ROWS 32
+
+/* rows [t0, t0 + n) of K or V as f32, hdp floats apart, zero padded */
+static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
+        int nc = hdp / 16;
+        if (type == AXP_TYPE_F16 && hd == 64) {
+                for (int t = 0; t < n; t++) {
+                        const uint16_t *r = (const uint16_t *) src + (long) (t0 + t) * ld;
+                        /* the rows of one KV head are ld apart: fetch well ahead */
+                        _mm_prefetch((const char *) (r + PF_ROWS * ld), _MM_HINT_T0);
+                        _mm_prefetch((const char *) (r + PF_ROWS * ld) + 64, _MM_HINT_T0);
+                        UNROLL for (int c = 0; c < 4; c++)
+                                _mm512_store_ps(dst + t * 64 + 16 * c,
+                                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
+                }
+                return;
+        }
+        for (int t = 0; t < n; t++)
+                for (int c = 0; c < nc; c++)
+                        _mm512_store_ps(dst + t * hdp + 16 * c, kv_row(src, (long) (t0 + t) * ld + 16 * c, type,
+                                                                       tail_mask(hd - 16 * c)));
+}
+
+/* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers); V
+ * either widened already (vf) or read and widened here */
+AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const void *v, uint32_t kv_type,
+              long ld, int hdp, float *acc, int hd, int NC, int SUB) {
+        __m512 a[4][8];
+        int lmax = 0;
+        for (int j = 0; j < nv_sub; j++) {
+                lmax = len[j] > lmax ? len[j] : lmax;
+                UNROLL for (int c = 0; c < NC; c++)
+                        a[j][c] = _mm512_setzero_ps();
+        }
+        for (int t = 0; t < lmax; t++) {
+                __m512 vt[8];
+                UNROLL for (int c = 0; c < NC; c++)
+                        vt[c] = vf ? _mm512_load_ps(vf + t * hdp + 16 * c)
+                                   : kv_row(v, (long) t * ld + 16 * c, kv_type, tail_mask(hd - 16 * c));
+                UNROLL for (int j = 0; j < SUB; j++)
+                        if (j < nv_sub && t < len[j]) {
+                                __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
+                                UNROLL for (int c = 0; c < NC; c++)
+                                        a[j][c] = _mm512_fmadd_ps(pj, vt[c], a[j][c]);
+                        }
+        }
+        for (int j = 0; j < nv_sub; j++)
+                UNROLL for (int c = 0; c < NC; c++)
+                        if (16 * c < hd)
+                                _mm512_mask_storeu_ps(acc + j * hd + 16 * c, tail_mask(hd - 16 * c), a[j][c]);
+}
+
+static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
+                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
+                      float *l, float *acc, float *scratch) {
+        int nc = (hd + 15) / 16, hdp = nc * 16;
+        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
+
+        /* scores, 16 positions at a time: their K rows widened once for every vector */
+        for (int t0 = 0; t0 < n_pos; t0 += 16) {
+                int n = n_pos - t0 < 16 ? n_pos - t0 : 16;
+                widen(k, kv_type, ld, t0, n, hd, hdp, kb);
+                if (hd == 64)
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 4);
+                else if (hd == 128)
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 8);
+                else
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 0);
+        }
+
+        for (int j = 0; j < nv; j++) {
+                float *sj = s + j * ATT_CHUNK;
+                __m512 mx = _mm512_set1_ps(-INFINITY);
+                for (int t0 = 0; t0 < len[j]; t0 += 16)
+                        mx = _mm512_mask_max_ps(mx, tail_mask(len[j] - t0), mx, _mm512_load_ps(sj + t0));
+                float mj = _mm512_reduce_max_ps(mx);
+                __m512 vm = _mm512_set1_ps(mj), sum = _mm512_setzero_ps();
+                for (int t0 = 0; t0 < len[j]; t0 += 16) {
+                        __mmask16 mk = tail_mask(len[j] - t0);
+                        __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_load_ps(sj + t0), vm)));
+                        _mm512_store_ps(sj + t0, e);
+                        sum = _mm512_add_ps(sum, e);
+                }
+                m[j] = mj;
+                l[j] = _mm512_reduce_add_ps(sum);
+        }
+
+        int sub = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+        widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
+        const float *vw = vf;
+        for (int j = 0; j < nv; j += sub) {
+                int ns = nv - j < sub ? nv - j : sub;
+                float *aj = acc + (size_t) j * hd;
+                if (nc <= 4)
+                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, aj, hd, 4, 4);
+                else if (nc <= 8)
+                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, aj, hd, 8, 2);
+                else {
+                        /* wide heads: in memory, same operations per element */
+                        float *a = acc + (size_t) j * hd;
+                        for (int c = 0; c < nc; c++) {
+                                __m512 ac = _mm512_setzero_ps();
+                                for (int t = 0; t < len[j]; t++)
+                                        ac = _mm512_fmadd_ps(_mm512_set1_ps(s[j * ATT_CHUNK + t]),
+                                                             vw ? _mm512_load_ps(vw + t * hdp + 16 * c)
+                                                                : kv_row(v, (long) t * ld + 16 * c, kv_type,
+                                                                         tail_mask(hd - 16 * c)),
+                                                             ac);
+                                _mm512_mask_storeu_ps(a + 16 * c, tail_mask(hd - 16 * c), ac);
+                        }
+                }
+        }
+}
+
+const axp_cpu_ops axp_cpu_ops_avx512 = {
+        .name = "avx512",
+        .quant = {
+                [AXP_ACT_F32] = axp_quant_act_f32,
+                [AXP_ACT_F16] = quant_f16,
+                [AXP_ACT_Q8_0] = quant_q8_0,
+                [AXP_ACT_Q8_K] = quant_q8_K,
+        },
+        .gemm = {
+                [AXP_TYPE_F32] = gemm_f32,
+                [AXP_TYPE_F16] = gemm_f16,
+                [AXP_TYPE_BF16] = gemm_bf16,
+                [AXP_TYPE_Q8_0] = gemm_q8_0,
+                [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q6_K] = gemm_q6_K,
+        },
+        .att_chunk = att_chunk,
+};

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/* The portable C path: products of one packed 16-row group with activation rows, and the
+ * attention inner loops. It always builds and serves machines without the SIMD paths; it is
+ * written for clarity first, with the loop order the packed layout makes natural. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+static void store_rows(const float *acc, float *y, int n_rows) {
+        for (int r = 0; r < n_rows; r++)
+                y[r] = acc[r];
+}
+
+static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        const float *w = (const float *) g;
+        for (int t = 0; t < n_tok; t++) {
+                const float *x = (const float *) (act->data + (t0 + t) * act->stride);
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t i = 0; i < act->k; i++)
+                        for (int r = 0; r < AXP_GROUP; r++)
+                                acc[r] += w[i * AXP_GROUP + r] * x[i];
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows) {
+        const axp_f16 *w = (const axp_f16 *) g;
+        for (int t = 0; t < n_tok; t++) {
+                const float *x = (const float *) (act->data + (t0 + t) * act->stride);
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t i = 0; i < act->k; i++)
+                        for (int r = 0; r < AXP_GROUP; r++)
+                                acc[r] += axp_f16_to_f32(w[i * AXP_GROUP + r]) * x[i];
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        const axp_bf16 *w = (const axp_bf16 *) g;
+        for (int t = 0; t < n_tok; t++) {
+                const float *x = (const float *) (act->data + (t0 + t) * act->stride);
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t i = 0; i < act->k; i++)
+                        for (int r = 0; r < AXP_GROUP; r++)
+                                acc[r] += axp_bf16_to_f32(w[i * AXP_GROUP + r]) * x[i];
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+/* Q8_0 and Q4_0 share the shape: per block of 32, an integer dot of u8 weights with s8
+ * activations plus the activation-side offset, times both scales. */
+static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y,
+                           long ldy, int n_rows, bool nibbles) {
+        int64_t k = act->k, nb = k / QK8_0;
+        const axp_f16 *sc = (const axp_f16 *) g;
+        const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
+        for (int t = 0; t < n_tok; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t b = 0; b < nb; b++) {
+                        const int8_t *a = act_q8_0_qs(row, b);
+                        int32_t isum[AXP_GROUP];
+                        for (int r = 0; r < AXP_GROUP; r++)
+                                isum[r] = nibbles ? act_q8_0_c4(row, b) : act_q8_0_c8(row, b);
+                        if (nibbles) {
+                                const uint8_t *q = qs + b * 256;
+                                for (int p = 0; p < 4; p++)
+                                        for (int r = 0; r < AXP_GROUP; r++)
+                                                for (int i = 0; i < 4; i++) {
+                                                        uint8_t v = q[p * 64 + r * 4 + i];
+                                                        isum[r] += (v & 15) * a[8 * p + i] +
+                                                                   (v >> 4) * a[8 * p + 4 + i];
+                                                }
+                        } else {
+                                const uint8_t *q = qs + b * 512;
+                                for (int j = 0; j < 8; j++)
+                                        for (int r = 0; r < AXP_GROUP; r++)
+                                                for (int i = 0; i < 4; i++)
+                                                        isum[r] += q[j * 64 + r * 4 + i] * a[4 * j + i];
+                        }
+                        for (int r = 0; r < AXP_GROUP; r++)
+                                acc[r] += (float) isum[r] *
+                                          (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * act_q8_0_d(row, b));
+                }
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, false);
+}
+
+static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, true);
+}
+
+static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        for (int t = 0; t < n_tok; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t s = 0; s < ns; s++) {
+                        const uint8_t *sb = g + s * PK_Q4_K_SB;
+                        const axp_f16 *d = (const axp_f16 *) sb, *dmin = (const axp_f16 *) (sb + 32);
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs32 = act_q8_K_bs32(row, s);
+                        for (int r = 0; r < AXP_GROUP; r++) {
+                                int32_t sum = 0, msum = 0;
+                                for (int j = 0; j < 8; j++) {
+                                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + r * 4;
+                                        int32_t isum = 0;
+                                        for (int p = 0; p < 4; p++)
+                                                for (int i = 0; i < 4; i++) {
+                                                        uint8_t v = q[p * 64 + i];
+                                                        isum += (v & 15) * a[32 * j + 8 * p + i] +
+                                                                (v >> 4) * a[32 * j + 8 * p + 4 + i];
+                                                }
+                                        sum += isum * sb[64 + j * 16 + r];
+                                        msum += sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] * bs32[j];
+                                }
+                                acc[r] += act_q8_K_d(row, s) * (axp_f16_to_f32(d[r]) * (float) sum -
+                                                   axp_f16_to_f32(dmin[r]) * (float) msum);
+                        }
+                }
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        for (int t = 0; t < n_tok; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t s = 0; s < ns; s++) {
+                        const uint8_t *sb = g + s * PK_Q6_K_SB;
+                        const axp_f16 *d = (const axp_f16 *) sb;
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs16 = act_q8_K_bs16(row, s);
+                        for (int r = 0; r < AXP_GROUP; r++) {
+                                int32_t sum = 0;
+                                for (int j = 0; j < 16; j++) {
+                                        const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192 + r * 4;
+                                        const int8_t *aj = a + 16 * j;
+                                        int32_t isum = 0;
+                                        for (int i = 0; i < 4; i++) {
+                                                int q0 = (q[i] & 15) | (q[128 + i] & 3) << 4;
+                                                int q1 = (q[i] >> 4) | ((q[128 + i] >> 2) & 3) << 4;
+                                                int q2 = (q[64 + i] & 15) | ((q[128 + i] >> 4) & 3) << 4;
+                                                int q3 = (q[64 + i] >> 4) | ((q[128 + i] >> 6) & 3) << 4;
+                                                isum += q0 * aj[i] + q1 * aj[4 + i] + q2 * aj[8 + i] +
+                                                        q3 * aj[12 + i];
+                                        }
+                                        int8_t scj = (int8_t) sb[32 + (j / 2) * 32 + r * 2 + (j & 1)];
+                                        sum += scj * (isum - 32 * bs16[j]);
+                                }
+                                acc[r] += act_q8_K_d(row, s) * axp_f16_to_f32(d[r]) * (float) sum;
+                        }
+                }
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+static float kv_get(const void *kv, uint32_t type, long i) {
+        return type == AXP_TYPE_F16 ? axp_f16_to_f32(((const axp_f16 *) kv)[i]) : ((const float *) kv)[i];
+}
+
+static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
+                      uint32_t kv_type, long ld, int n_pos, int head_dim, float scale, float *m,
+                      float *l, float *acc, float *scratch) {
+        float *s = scratch;
+        for (int j = 0; j < nv; j++) {
+                float mx = -INFINITY, sum = 0;
+                for (int t = 0; t < len[j]; t++) {
+                        float d = 0;
+                        for (int c = 0; c < head_dim; c++)
+                                d += q[j][c] * kv_get(k, kv_type, t * ld + c);
+                        s[t] = d * scale;
+                        mx = fmaxf(mx, s[t]);
+                }
+                float *a = acc + (size_t) j * head_dim;
+                memset(a, 0, (size_t) head_dim * sizeof(float));
+                for (int t = 0; t < len[j]; t++) {
+                        float p = expf(s[t] - mx);
+                        sum += p;
+                        for (int c = 0; c < head_dim; c++)
+                                a[c] += p * kv_get(v, kv_type, t * ld + c);
+                }
+                m[j] = mx;
+                l[j] = sum;
+        }
+}
+
+const axp_cpu_ops axp_cpu_ops_generic = {
+        .name = "generic",
+        .quant = {
+                [AXP_ACT_F32] = axp_quant_act_f32,
+                [AXP_ACT_F16] = axp_quant_act_f16,
+                [AXP_ACT_Q8_0] = axp_quant_act_q8_0,
+                [AXP_ACT_Q8_K] = axp_quant_act_q8_K,
+        },
+        .gemm = {
+                [AXP_TYPE_F32] = gemm_f32,
+                [AXP_TYPE_F16] = gemm_f16,
+                [AXP_TYPE_BF16] = gemm_bf16,
+                [AXP_TYPE_Q8_0] = gemm_q8_0,
+                [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q6_K] = gemm_q6_K,
+        },
+        .att_chunk = att_chunk,
+};

@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* Repacking GGUF weight rows into the interleaved 16-row groups every CPU path reads (layouts
+ * in cpu.h). Used once per weight by axp_cpu_weight_prepare, and per group on the fly when a
+ * product meets a weight that was not prepared. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "util.h"
+
+size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
+        switch (type) {
+        case AXP_TYPE_F32:
+                return (size_t) k * AXP_GROUP * 4;
+        case AXP_TYPE_F16:
+        case AXP_TYPE_BF16:
+                return axp_align_up((size_t) k * AXP_GROUP * 2, AXP_ALIGN);
+        case AXP_TYPE_Q8_0:
+                return pk_q8_0_scales_bytes(k) + (size_t) (k / QK8_0) * AXP_GROUP * 32;
+        case AXP_TYPE_Q4_0:
+                return pk_q8_0_scales_bytes(k) + (size_t) (k / QK4_0) * AXP_GROUP * 16;
+        case AXP_TYPE_Q4_K:
+                return (size_t) (k / QK_K) * PK_Q4_K_SB;
+        case AXP_TYPE_Q6_K:
+                return (size_t) (k / QK_K) * PK_Q6_K_SB;
+        default:
+                return 0;
+        }
+}
+
+static void pack_16bit(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        uint16_t *o = (uint16_t *) out;
+        for (int r = 0; r < n_rows; r++) {
+                const uint16_t *src = (const uint16_t *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < k; i++)
+                        o[i * AXP_GROUP + r] = src[i];
+        }
+}
+
+static void pack_f32(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        float *o = (float *) out;
+        for (int r = 0; r < n_rows; r++) {
+                const float *src = (const float *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < k; i++)
+                        o[i * AXP_GROUP + r] = src[i];
+        }
+}
+
+static void pack_q8_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t nb = k / QK8_0;
+        axp_f16 *sc = (axp_f16 *) out;
+        uint8_t *qs = out + pk_q8_0_scales_bytes(k);
+        for (int r = 0; r < n_rows; r++) {
+                const block_q8_0 *b = (const block_q8_0 *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < nb; i++) {
+                        sc[i * AXP_GROUP + r] = b[i].d;
+                        uint8_t *q = qs + i * 512 + r * 4;
+                        for (int j = 0; j < 8; j++) {
+                                uint32_t v;
+                                memcpy(&v, b[i].qs + 4 * j, 4);
+                                v ^= 0x80808080u;
+                                memcpy(q + j * 64, &v, 4);
+                        }
+                }
+        }
+}
+
+static void pack_q4_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t nb = k / QK4_0;
+        axp_f16 *sc = (axp_f16 *) out;
+        uint8_t *qs = out + pk_q8_0_scales_bytes(k);
+        for (int r = 0; r < n_rows; r++) {
+                const block_q4_0 *b = (const block_q4_0 *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < nb; i++) {
+                        uint8_t q[32];
+                        for (int j = 0; j < 16; j++) {
+                                q[j] = b[i].qs[j] & 0x0f;
+                                q[j + 16] = b[i].qs[j] >> 4;
+                        }
+                        sc[i * AXP_GROUP + r] = b[i].d;
+                        uint8_t *o = qs + i * 256 + r * 4;
+                        for (int p = 0; p < 4; p++)
+                                for (int l = 0; l < 4; l++)
+                                        o[p * 64 + l] = (uint8_t) (q[8 * p + l] | q[8 * p + 4 + l] << 4);
+                }
+        }
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K block. */
+static void q4k_get_scale_min(int j, const uint8_t *q, uint8_t *ret_sc, uint8_t *ret_m) {
+        if (j < 4) {
+                *ret_sc = q[j] & 63;
+                *ret_m = q[j + 4] & 63;
+        } else {
+                *ret_sc = (uint8_t) ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+                *ret_m = (uint8_t) ((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        }
+}
+
+static void pack_q4_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t ns = k / QK_K;
+        for (int r = 0; r < n_rows; r++) {
+                const block_q4_K *b = (const block_q4_K *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t s = 0; s < ns; s++) {
+                        uint8_t *sb = out + s * PK_Q4_K_SB;
+                        ((axp_f16 *) sb)[r] = b[s].d;
+                        ((axp_f16 *) (sb + 32))[r] = b[s].dmin;
+                        for (int j = 0; j < 8; j++) {
+                                uint8_t sc, m;
+                                q4k_get_scale_min(j, b[s].scales, &sc, &m);
+                                sb[64 + j * 16 + r] = sc;
+                                sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] = m;
+                        }
+                        /* sub-block j: weights 32j..32j+31; the GGUF block stores sub-blocks
+                         * 2i and 2i+1 as the low and high nibbles of qs[32i..32i+31] */
+                        uint8_t q[QK_K];
+                        for (int i = 0; i < 4; i++)
+                                for (int l = 0; l < 32; l++) {
+                                        q[64 * i + l] = b[s].qs[32 * i + l] & 0x0f;
+                                        q[64 * i + 32 + l] = b[s].qs[32 * i + l] >> 4;
+                                }
+                        uint8_t *qs = sb + PK_Q4_K_HEAD;
+                        for (int j = 0; j < 8; j++)
+                                for (int p = 0; p < 4; p++)
+                                        for (int l = 0; l < 4; l++)
+                                                qs[j * 256 + p * 64 + r * 4 + l] =
+                                                        (uint8_t) (q[32 * j + 8 * p + l] |
+                                                                   q[32 * j + 8 * p + 4 + l] << 4);
+                }
+        }
+}
+
+static void pack_q6_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t ns = k / QK_K;
+        for (int r = 0; r < n_rows; r++) {
+                const block_q6_K *b = (const block_q6_K *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t s = 0; s < ns; s++) {
+                        uint8_t *sb = out + s * PK_Q6_K_SB;
+                        ((axp_f16 *) sb)[r] = b[s].d;
+                        for (int j = 0; j < 16; j++)
+                                sb[32 + (j / 2) * 32 + r * 2 + (j & 1)] = (uint8_t) b[s].scales[j];
+                        /* unsigned 6-bit values 0..63 in natural order (see dequant_q6_K) */
+                        uint8_t q[QK_K];
+                        const uint8_t *ql = b[s].ql, *qh = b[s].qh;
+                        for (int n = 0; n < QK_K; n += 128, ql += 64, qh += 32)
+                                for (int l = 0; l < 32; l++) {
+                                        uint8_t h = qh[l];
+                                        q[n + l] = (uint8_t) ((ql[l] & 0x0f) | (h & 3) << 4);
+                                        q[n + l + 32] = (uint8_t) ((ql[l + 32] & 0x0f) | ((h >> 2) & 3) << 4);
+                                        q[n + l + 64] = (uint8_t) ((ql[l] >> 4) | ((h >> 4) & 3) << 4);
+                                        q[n + l + 96] = (uint8_t) ((ql[l + 32] >> 4) | ((h >> 6) & 3) << 4);
+                                }
+                        uint8_t *qs = sb + PK_Q6_K_HEAD;
+                        for (int j = 0; j < 16; j++) {
+                                const uint8_t *v = q + 16 * j;
+                                uint8_t *o = qs + j * 192 + r * 4;
+                                for (int l = 0; l < 4; l++) {
+                                        o[l] = (uint8_t) ((v[l] & 15) | (v[4 + l] & 15) << 4);
+                                        o[64 + l] = (uint8_t) ((v[8 + l] & 15) | (v[12 + l] & 15) << 4);
+                                        o[128 + l] = (uint8_t) ((v[l] >> 4) | (v[4 + l] >> 4) << 2 |
+                                                                (v[8 + l] >> 4) << 4 | (v[12 + l] >> 4) << 6);
+                                }
+                        }
+                }
+        }
+}
+
+void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
+                    uint8_t *out) {
+        size_t bytes = axp_pack_group_bytes(type, k);
+        /* padding rows are zero; a zero Q8_0 weight is 0x80 after the sign flip */
+        memset(out, 0, bytes);
+        if (type == AXP_TYPE_Q8_0)
+                memset(out + pk_q8_0_scales_bytes(k), 0x80, bytes - pk_q8_0_scales_bytes(k));
+        switch (type) {
+        case AXP_TYPE_F32:
+                pack_f32(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_F16:
+        case AXP_TYPE_BF16:
+                pack_16bit(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q8_0:
+                pack_q8_0(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q4_0:
+                pack_q4_0(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q4_K:
+                pack_q4_K(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q6_K:
+                pack_q6_K(raw, row_bytes, k, n_rows, out);
+                break;
+        default:
+                break;
+        }
+}
+
+int axp_cpu_weight_prepare(axp_weight *w) {
+        if (!w || !w->data || w->n_in <= 0 || w->n_out <= 0)
+                return -EINVAL;
+        if (w->priv)
+                return 0;
+        size_t gb = axp_pack_group_bytes(w->type, w->n_in);
+        if (gb == 0)
+                return -EOPNOTSUPP;
+        if (w->row_bytes < axp_type_row_size(w->type, w->n_in))
+                return -EINVAL;
+        int64_t n_groups = DIV_ROUND_UP(w->n_out, AXP_GROUP);
+        uint64_t total;
+        if (!axp_mul_ok((uint64_t) n_groups, gb, &total))
+                return -EOVERFLOW;
+
+        axp_packed *p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->data = aligned_alloc(AXP_ALIGN, total);
+        if (!p->data) {
+                free(p);
+                return -ENOMEM;
+        }
+        p->magic = AXP_PACKED_MAGIC;
+        p->type = w->type;
+        p->n_in = w->n_in;
+        p->n_out = w->n_out;
+        p->n_groups = n_groups;
+        p->group_bytes = gb;
+        for (int64_t g = 0; g < n_groups; g++) {
+                int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
+                axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
+                               w->row_bytes, w->n_in, n_rows, p->data + g * gb);
+        }
+        w->priv = p;
+        return 0;
+}
+
+void axp_cpu_weight_release(axp_weight *w) {
+        if (!w || !w->priv)
+                return;
+        axp_packed *p = w->priv;
+        if (p->magic == AXP_PACKED_MAGIC) {
+                free(p->data);
+                free(p);
+        }
+        w->priv = NULL;
+}
