@@ -9,7 +9,11 @@
  * and activations (page-aligned host memory, engine/seq.c) are wrapped for the duration of
  * one task and the rows the task wrote are mapped back before it completes, so another
  * device may work on the same request's other rows meanwhile. AXP_OPENCL_MEM=copy copies
- * them in and out instead. */
+ * them in and out instead.
+ *
+ * Products take their activations exactly as the CPU kernels do (quantized to Q8_0 or Q8_K
+ * blocks for integer weights, rounded to f16 for F16 weights; kernels/opencl/act.cl), so that
+ * the scheduler may give any kernel to either device and get the same tokens. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "opencl-device.h"
 
@@ -27,14 +31,26 @@ extern const char axp_opencl_source[]; /* the .cl files of kernels/opencl, embed
 #define MAX_HD 256 /* largest head dimension the attention kernel is built for */
 #define TT     8   /* tokens per work-group of a matrix product */
 
-/* Weight types the kernels read, and the suffix of their kernels' names. */
+/* How a product's activations are taken, per weight type, as the CPU kernels take them
+ * (kernels/cpu/kernels.h): as they are, rounded to f16, or quantized to 8 bits per block. */
+enum {
+        ACT_F32,
+        ACT_F16,
+        ACT_Q8_0,
+        ACT_Q8_K,
+        ACT__MAX,
+};
+
+/* Weight types the kernels read, the suffix of their kernels' names and their activations. */
 static const struct {
         uint32_t type;
         const char *suffix;
+        int act;
 } wtypes[] = {
-        { AXP_TYPE_F32, "f32" },   { AXP_TYPE_F16, "f16" },   { AXP_TYPE_BF16, "bf16" },
-        { AXP_TYPE_Q8_0, "q8_0" }, { AXP_TYPE_Q4_0, "q4_0" }, { AXP_TYPE_Q4_K, "q4_k" },
-        { AXP_TYPE_Q6_K, "q6_k" },
+        { AXP_TYPE_F32, "f32", ACT_F32 },    { AXP_TYPE_F16, "f16", ACT_F16 },
+        { AXP_TYPE_BF16, "bf16", ACT_F32 },  { AXP_TYPE_Q8_0, "q8_0", ACT_Q8_0 },
+        { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
+        { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
 };
 #define N_WTYPES ELEMENTSOF(wtypes)
 
@@ -84,6 +100,7 @@ typedef struct ocl_dev {
         int kl_max;     /* items sharing one row of a matmul */
         bool copy_mode; /* activations copied in and out instead of wrapped */
         cl_kernel k_matmul[N_WTYPES], k_embed[N_WTYPES];
+        cl_kernel k_act[ACT__MAX]; /* NULL for ACT_F32 */
         cl_kernel k_rmsnorm, k_residual_rmsnorm, k_residual, k_swiglu, k_k1_post, k_attention;
 
         axp_model *model;
@@ -98,6 +115,11 @@ typedef struct ocl_dev {
         cl_mem h, sq, sk, sv, a, o, g, u;
         cl_mem rope, tokens, logits;
         size_t rope_rows, token_rows, logits_rows;
+        /* a product's activations (act.cl): int8 values, block scales, Q8_K sums of 32, F16
+         * rounded values; rows of act_k values */
+        cl_mem aq, ad, as, af;
+        size_t aq_rows, ad_rows, as_rows, af_rows;
+        int act_k;
         float *rope_host;
         int32_t *rope_pos; /* positions the rope table holds, to skip recomputing it */
         int rope_n, rope_host_cap;
@@ -314,23 +336,6 @@ static int ilog2(int v) {
         return l;
 }
 
-/* Y[y_off + t * ldy + r] = W X^T for n_tok tokens of X (rows x_off + t * ldx). */
-static int matmul(ocl_dev *c, const wref *w, cl_mem x, long x_off, long ldx, cl_mem y, long y_off,
-                  long ldy, int n_tok, axp_error *err) {
-        const int n_units = (int) (w->w->n_in / 32);
-        int kl = 1;
-        while (kl < n_units && kl < c->kl_max)
-                kl *= 2;
-        const int rows_per_group = c->wg / kl;
-        size_t groups = (size_t) DIV_ROUND_UP(w->w->n_out, rows_per_group);
-        return launch(c, c->k_matmul[w->type], "matmul", groups * (size_t) c->wg,
-                      (size_t) DIV_ROUND_UP(n_tok, TT), (size_t) c->wg,
-                      ARGS(KM(w->buf), KU(w->off), KU(w->w->row_bytes), KI(w->w->n_in),
-                           KI(w->w->n_out), KI(ilog2(kl)), KM(x), KI(x_off), KI(ldx), KM(y),
-                           KI(y_off), KI(ldy), KI(n_tok)),
-                      err);
-}
-
 /* A request's memory, wrapped for this task --------------------------------------------------- */
 
 static int wrap_get(ocl_dev *c, void *ptr, size_t bytes, bool init, cl_mem *ret, axp_error *err) {
@@ -416,6 +421,101 @@ static int grow(ocl_dev *c, cl_mem *m, size_t *cap, size_t need, size_t row_byte
         *m = n;
         *cap = need;
         return 0;
+}
+
+/* Matrix products ----------------------------------------------------------------------------- */
+
+/* A product's activations: n_tok rows of k floats of x (row t at x_off + t * ldx) taken as
+ * the weights of kind `act` need them, into the scratch planes. */
+static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int k, int n_tok,
+                       axp_error *err) {
+        const size_t kb = (size_t) c->act_k;
+        int r;
+        if (k > c->act_k)
+                return axp_errorf(err, -EINVAL, "OpenCL: a product of %d inputs (at most %d)", k,
+                                  c->act_k);
+        switch (act) {
+        case ACT_F16:
+                if ((r = grow(c, &c->af, &c->af_rows, (size_t) n_tok, kb * sizeof(float), err)) < 0)
+                        return r;
+                return launch(c, c->k_act[act], "act_f16", round_up((size_t) k, c->wg),
+                              (size_t) n_tok, 0,
+                              ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->af)), err);
+        case ACT_Q8_0:
+        case ACT_Q8_K:
+                if ((r = grow(c, &c->aq, &c->aq_rows, (size_t) n_tok, kb, err)) < 0 ||
+                    (r = grow(c, &c->ad, &c->ad_rows, (size_t) n_tok, kb / 32 * sizeof(float),
+                              err)) < 0 ||
+                    (r = grow(c, &c->as, &c->as_rows, (size_t) n_tok, kb / 32 * sizeof(cl_short),
+                              err)) < 0)
+                        return r;
+                if (act == ACT_Q8_0)
+                        return launch(c, c->k_act[act], "act_q8_0", (size_t) (k / 32),
+                                      (size_t) n_tok, 0,
+                                      ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->aq),
+                                           KM(c->ad)),
+                                      err);
+                return launch(c, c->k_act[act], "act_q8_k", (size_t) (k / 256), (size_t) n_tok, 0,
+                              ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->aq), KM(c->ad),
+                                   KM(c->as)),
+                              err);
+        default:
+                return 0;
+        }
+}
+
+/* A matmul kernel's arguments: the weight's, then three of the activations (the float rows,
+ * or the planes of their quantized form), then the output's. */
+#define MATMUL_ARGS(a0, a1, a2)                                                                    \
+        ARGS(KM(wi->buf), KU(wi->off), KU(wi->w->row_bytes), KI(k), KI(wi->w->n_out),              \
+             KI(ilog2(kl)), a0, a1, a2, KM(y[i]), KI(0), KI(ldy[i]), KI(n_tok))
+
+/* Y_i[t * ldy_i + r] = W_i X^T for weights of the same input length sharing the input X (n_tok
+ * rows at x_off + t * ldx). The input is converted once per kind of activations the weights
+ * take, as the CPU kernels do (one in-order queue: the scratch planes are reused safely). */
+static int matmuls(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long x_off, long ldx,
+                   const cl_mem *y, const long *ldy, int n_tok, axp_error *err) {
+        const int k = (int) w[0]->w->n_in;
+        int r;
+        for (int act = 0; act < ACT__MAX; act++) {
+                bool converted = false;
+                for (int i = 0; i < n_w; i++) {
+                        const wref *wi = w[i];
+                        if (wtypes[wi->type].act != act)
+                                continue;
+                        if (!converted &&
+                            (r = act_convert(c, act, x, x_off, ldx, k, n_tok, err)) < 0)
+                                return r;
+                        converted = true;
+                        /* one item per unit at most: a block of 32, a super-block of 256 */
+                        const int n_units = (int) (k / (act == ACT_Q8_K ? 256 : 32));
+                        int kl = 1;
+                        while (kl < n_units && kl < c->kl_max)
+                                kl *= 2;
+                        const int rows_per_group = c->wg / kl;
+                        const size_t gx = (size_t) DIV_ROUND_UP(wi->w->n_out, rows_per_group) *
+                                          (size_t) c->wg,
+                                     gy = (size_t) DIV_ROUND_UP(n_tok, TT);
+                        cl_kernel kern = c->k_matmul[wi->type];
+                        if (act == ACT_Q8_0 || act == ACT_Q8_K)
+                                r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg,
+                                           MATMUL_ARGS(KM(c->aq), KM(c->ad), KM(c->as)), err);
+                        else if (act == ACT_F16)
+                                r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg,
+                                           MATMUL_ARGS(KM(c->af), KI(0), KI(k)), err);
+                        else
+                                r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg,
+                                           MATMUL_ARGS(KM(x), KI(x_off), KI(ldx)), err);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+static int matmul(ocl_dev *c, const wref *w, cl_mem x, long ldx, cl_mem y, long ldy, int n_tok,
+                  axp_error *err) {
+        return matmuls(c, 1, &w, x, 0, ldx, &y, &ldy, n_tok, err);
 }
 
 static int collect_rows(ocl_dev *c, const axp_task *t, bool last_only, int *ret_n, axp_error *err) {
@@ -608,9 +708,9 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                         err)) < 0)
                                 return r;
                 }
-                if ((r = matmul(c, &L->wq, c->h, 0, d, c->sq, 0, qd, nt, err)) < 0 ||
-                    (r = matmul(c, &L->wk, c->h, 0, d, c->sk, 0, kvd, nt, err)) < 0 ||
-                    (r = matmul(c, &L->wv, c->h, 0, d, c->sv, 0, kvd, nt, err)) < 0)
+                if ((r = matmuls(c, 3, (const wref *[]) { &L->wq, &L->wk, &L->wv }, c->h, 0, d,
+                                 (cl_mem[]) { c->sq, c->sk, c->sv }, (long[]) { qd, kvd, kvd }, nt,
+                                 err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
@@ -701,7 +801,7 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         if (e != CL_SUCCESS)
                                 return cl_fail(err, e, "gathering attention rows");
                 }
-                if ((r = matmul(c, &L->wo, c->a, 0, qd, c->o, 0, d, nt, err)) < 0)
+                if ((r = matmul(c, &L->wo, c->a, qd, c->o, d, nt, err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
@@ -717,14 +817,14 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                         err)) < 0)
                                 return r;
                 }
-                if ((r = matmul(c, &L->w_gate, c->h, 0, d, c->g, 0, ff, nt, err)) < 0 ||
-                    (r = matmul(c, &L->w_up, c->h, 0, d, c->u, 0, ff, nt, err)) < 0)
+                if ((r = matmuls(c, 2, (const wref *[]) { &L->w_gate, &L->w_up }, c->h, 0, d,
+                                 (cl_mem[]) { c->g, c->u }, (long[]) { ff, ff }, nt, err)) < 0)
                         return r;
                 if ((r = launch(c, c->k_swiglu, "swiglu", round_up((size_t) nt * ff, c->wg), 1,
                                 (size_t) c->wg, ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)),
                                 err)) < 0)
                         return r;
-                if ((r = matmul(c, &L->w_down, c->g, 0, ff, c->o, 0, d, nt, err)) < 0)
+                if ((r = matmul(c, &L->w_down, c->g, ff, c->o, d, nt, err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
@@ -767,7 +867,7 @@ static int run_head(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                 err)) < 0)
                         return r;
         }
-        if ((r = matmul(c, &c->output, c->h, 0, d, c->logits, 0, nv, n, err)) < 0)
+        if ((r = matmul(c, &c->output, c->h, d, c->logits, nv, n, err)) < 0)
                 return r;
         for (int i = 0; i < n; i++) {
                 cl_int e = clEnqueueReadBuffer(
@@ -987,14 +1087,17 @@ static void model_release(ocl_dev *c) {
         free(c->inv_freq);
         c->layers = NULL;
         c->inv_freq = NULL;
-        cl_mem *ms[] = { &c->h, &c->sq, &c->sk,   &c->sv,     &c->a,     &c->o,
-                         &c->g, &c->u,  &c->rope, &c->tokens, &c->logits };
+        cl_mem *ms[] = { &c->h, &c->sq,   &c->sk,     &c->sv,     &c->a,  &c->o,  &c->g,
+                         &c->u, &c->rope, &c->tokens, &c->logits, &c->aq, &c->ad, &c->as,
+                         &c->af };
         for (size_t i = 0; i < ELEMENTSOF(ms); i++) {
                 if (*ms[i])
                         clReleaseMemObject(*ms[i]);
                 *ms[i] = NULL;
         }
         c->rope_rows = c->token_rows = c->logits_rows = 0;
+        c->aq_rows = c->ad_rows = c->as_rows = c->af_rows = 0;
+        c->act_k = 0;
         c->rope_n = 0;
         c->model = NULL;
 }
@@ -1040,6 +1143,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
                         return r;
                 }
         }
+        /* the longest input of a product; the activation planes grow on first use */
+        c->act_k = (int) MAX(d, MAX(qd, ff));
         c->model = m;
         return 0;
 }
@@ -1053,6 +1158,11 @@ static void release_kernels(ocl_dev *c) {
                 if (*ks[i])
                         clReleaseKernel(*ks[i]);
                 *ks[i] = NULL;
+        }
+        for (size_t i = 0; i < ACT__MAX; i++) {
+                if (c->k_act[i])
+                        clReleaseKernel(c->k_act[i]);
+                c->k_act[i] = NULL;
         }
         for (size_t i = 0; i < N_WTYPES; i++) {
                 if (c->k_matmul[i])
@@ -1068,13 +1178,22 @@ static void release_kernels(ocl_dev *c) {
 
 static int build(ocl_dev *c, int wg, axp_error *err) {
         const char *src = axp_opencl_source;
-        char opts[128];
+        char opts[192];
         cl_int e;
 
         release_kernels(c);
-        /* AXP_OPENCL_NO_FP64: the kernels of devices without doubles, for tests */
-        snprintf(opts, sizeof(opts), "-cl-std=CL1.2 -DWG=%d -DMAX_HD=%d -DTT=%d%s", wg, MAX_HD, TT,
-                 getenv("AXP_OPENCL_NO_FP64") ? " -DAXP_NO_FP64" : "");
+        /* division and square root as the CPU's (RMSNorm, attention) where the device offers
+         * it; the activation quantizers round their divisions themselves either way */
+        cl_device_fp_config fp = 0;
+        clGetDeviceInfo(c->dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
+        /* for tests: AXP_OPENCL_NO_FP64, the kernels of devices without doubles;
+         * AXP_OPENCL_DIV_ERROR, the quantizers' divisions 2 ulp off before they correct them */
+        snprintf(opts, sizeof(opts), "-cl-std=CL1.2 -DWG=%d -DMAX_HD=%d -DTT=%d%s%s%s", wg,
+                 MAX_HD, TT, getenv("AXP_OPENCL_NO_FP64") ? " -DAXP_NO_FP64" : "",
+                 getenv("AXP_OPENCL_DIV_ERROR") ? " -DAXP_DIV_ERROR" : "",
+                 fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT
+                         ? " -cl-fp32-correctly-rounded-divide-sqrt"
+                         : "");
         c->prog = clCreateProgramWithSource(c->ctx, 1, &src, NULL, &e);
         if (!c->prog)
                 return cl_fail(err, e, "creating the kernel program");
@@ -1094,7 +1213,9 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                 const char *name;
         } ks[] = { { &c->k_rmsnorm, "rmsnorm" },   { &c->k_residual_rmsnorm, "residual_rmsnorm" },
                    { &c->k_residual, "residual" }, { &c->k_swiglu, "swiglu" },
-                   { &c->k_k1_post, "k1_post" },   { &c->k_attention, "attention" } };
+                   { &c->k_k1_post, "k1_post" },   { &c->k_attention, "attention" },
+                   { &c->k_act[ACT_F16], "act_f16" }, { &c->k_act[ACT_Q8_0], "act_q8_0" },
+                   { &c->k_act[ACT_Q8_K], "act_q8_k" } };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++)
                 if (!(*ks[i].k = clCreateKernel(c->prog, ks[i].name, &e)))
                         return cl_fail(err, e, ks[i].name);
@@ -1228,6 +1349,133 @@ int axp_opencl_device_new(int index, axp_device **ret, axp_error *err) {
         d->can_run = true;
         *ret = TAKE_PTR(d);
         return 0;
+}
+
+/* Tests and benchmarks: one product or one activation conversion, on buffers of the call -- */
+
+static void act_planes_fit(ocl_dev *c, int k) {
+        if (k <= c->act_k)
+                return;
+        cl_mem *ms[] = { &c->aq, &c->ad, &c->as, &c->af };
+        for (size_t i = 0; i < ELEMENTSOF(ms); i++) {
+                if (*ms[i])
+                        clReleaseMemObject(*ms[i]);
+                *ms[i] = NULL;
+        }
+        c->aq_rows = c->ad_rows = c->as_rows = c->af_rows = 0;
+        c->act_k = k;
+}
+
+static int buf_new(ocl_dev *c, size_t bytes, const void *init, cl_mem *ret, axp_error *err) {
+        cl_int e;
+        cl_mem m = clCreateBuffer(c->ctx, CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0),
+                                  bytes, (void *) init, &e);
+        if (!m)
+                return cl_fail(err, e, "allocating a buffer");
+        *ret = m;
+        return 0;
+}
+
+static void buf_freep(cl_mem *m) {
+        if (*m)
+                clReleaseMemObject(*m);
+}
+
+static int read_back(ocl_dev *c, cl_mem m, size_t bytes, void *dst, axp_error *err) {
+        cl_int e = clEnqueueReadBuffer(c->q, m, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+        return e == CL_SUCCESS ? 0 : cl_fail(err, e, "reading results");
+}
+
+int axp_opencl_matmul(axp_device *d, const axp_weight *w, const float *x, int n_tok, float *y,
+                      int reps, double *ret_seconds, axp_error *err) {
+        if (!d || d->ops != &ocl_ops)
+                return axp_errorf(err, -EINVAL, "not an OpenCL device");
+        ocl_dev *c = d->priv;
+        const int ti = type_index(w->type);
+        const int unit = ti >= 0 && wtypes[ti].act == ACT_Q8_K ? 256 : 32;
+        if (ti < 0 || w->n_in % unit != 0 || n_tok < 1 || w->n_out < 1)
+                return axp_errorf(err, -EINVAL, "OpenCL: no product for this weight");
+        __attribute__((cleanup(buf_freep))) cl_mem wb = NULL, xb = NULL, yb = NULL;
+        int r;
+        act_planes_fit(c, (int) w->n_in);
+        if ((r = buf_new(c, weight_bytes(w), w->data, &wb, err)) < 0 ||
+            (r = buf_new(c, (size_t) n_tok * w->n_in * sizeof(float), x, &xb, err)) < 0 ||
+            (r = buf_new(c, (size_t) n_tok * w->n_out * sizeof(float), NULL, &yb, err)) < 0)
+                return r;
+        const wref ref = { .buf = wb, .type = ti, .w = w };
+        /* the first run builds what the runtime builds lazily; the others are timed */
+        double t0 = 0;
+        for (int i = 0; i < MAX(reps, 1) + (ret_seconds ? 1 : 0); i++) {
+                if (i == 1) {
+                        cl_int e = clFinish(c->q);
+                        if (e != CL_SUCCESS)
+                                return cl_fail(err, e, "running a product");
+                        t0 = axp_now();
+                }
+                if ((r = matmul(c, &ref, xb, w->n_in, yb, w->n_out, n_tok, err)) < 0)
+                        return r;
+        }
+        if ((r = read_back(c, yb, (size_t) n_tok * w->n_out * sizeof(float), y, err)) < 0)
+                return r;
+        if (ret_seconds)
+                *ret_seconds = (axp_now() - t0) / MAX(reps, 1);
+        return 0;
+}
+
+int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int k,
+                   int8_t *ret_q, float *ret_d, int16_t *ret_s, float *ret_f, axp_error *err) {
+        if (!d || d->ops != &ocl_ops)
+                return axp_errorf(err, -EINVAL, "not an OpenCL device");
+        ocl_dev *c = d->priv;
+        const int ti = type_index(type);
+        if (ti < 0 || k < 1 || k % (wtypes[ti].act == ACT_Q8_K ? 256 : 32) != 0 || n_tok < 1)
+                return axp_errorf(err, -EINVAL, "OpenCL: no activations for this weight type");
+        const int act = wtypes[ti].act;
+        __attribute__((cleanup(buf_freep))) cl_mem xb = NULL;
+        int r;
+        act_planes_fit(c, k);
+        if ((r = buf_new(c, (size_t) n_tok * k * sizeof(float), x, &xb, err)) < 0 ||
+            (r = act_convert(c, act, xb, 0, k, k, n_tok, err)) < 0)
+                return r;
+        /* the planes' rows are act_k apart: read them whole, keep k per row */
+        const size_t rows = (size_t) n_tok, kk = (size_t) c->act_k;
+        switch (act) {
+        case ACT_F16: {
+                _cleanup_free_ float *f = malloc(rows * kk * sizeof(float));
+                if (!f)
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                if ((r = read_back(c, c->af, rows * kk * sizeof(float), f, err)) < 0)
+                        return r;
+                for (size_t t = 0; t < rows; t++)
+                        memcpy(ret_f + t * k, f + t * kk, (size_t) k * sizeof(float));
+                return 0;
+        }
+        case ACT_Q8_0:
+        case ACT_Q8_K: {
+                _cleanup_free_ int8_t *q = malloc(rows * kk);
+                _cleanup_free_ float *dd = malloc(rows * kk / 32 * sizeof(float));
+                _cleanup_free_ int16_t *ss = malloc(rows * kk / 32 * sizeof(int16_t));
+                if (!q || !dd || !ss)
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                if ((r = read_back(c, c->aq, rows * kk, q, err)) < 0 ||
+                    (r = read_back(c, c->ad, rows * kk / 32 * sizeof(float), dd, err)) < 0 ||
+                    (act == ACT_Q8_K &&
+                     (r = read_back(c, c->as, rows * kk / 32 * sizeof(int16_t), ss, err)) < 0))
+                        return r;
+                const size_t nb = (size_t) k / (act == ACT_Q8_K ? 256 : 32);
+                for (size_t t = 0; t < rows; t++) {
+                        memcpy(ret_q + t * k, q + t * kk, (size_t) k);
+                        memcpy(ret_d + t * nb, dd + t * (kk / 32), nb * sizeof(float));
+                        if (act == ACT_Q8_K)
+                                memcpy(ret_s + t * (k / 32), ss + t * (kk / 32),
+                                       (size_t) k / 32 * sizeof(int16_t));
+                }
+                return 0;
+        }
+        default:
+                memcpy(ret_f, x, rows * k * sizeof(float));
+                return 0;
+        }
 }
 
 bool axp_opencl_weights_zero_copy(const axp_device *d) {

@@ -38,3 +38,16 @@ int axp_opencl_device_new(int index, axp_device **ret, axp_error *err);
 /* How the device reaches the model's weights after prepare: true if in place (host-unified
  * memory), false if uploaded. */
 bool axp_opencl_weights_zero_copy(const axp_device *d);
+
+/* For tests and benchmarks, on buffers of the call (not while the device runs a task):
+ * Y = X W^T for n_tok rows of x (w->n_in floats each) into y (n_tok rows of w->n_out), with
+ * the kernels of the HEG tasks, w uploaded for the call. With ret_seconds, the product runs
+ * once untimed, then reps times; *ret_seconds is the mean time of one. */
+int axp_opencl_matmul(axp_device *d, const axp_weight *w, const float *x, int n_tok, float *y,
+                      int reps, double *ret_seconds, axp_error *err);
+/* The activations the device makes of n_tok rows of k floats before a product with weights
+ * of `type`: int8 values (ret_q, n_tok * k), block scales (ret_d, n_tok * k / 32 for Q8_0
+ * or k / 256 for Q8_K) and sums of 32 values (ret_s, n_tok * k / 32, Q8_K) for integer
+ * types; the values as the product takes them (ret_f, n_tok * k) for float types. */
+int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int k,
+                   int8_t *ret_q, float *ret_d, int16_t *ret_s, float *ret_f, axp_error *err);

@@ -81,24 +81,42 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
 }
 
 /* TT (from the host's build options): tokens per work-group of the matrix product; each
- * item keeps TT partial sums. */
-
-/* Y[y_off + t * ldy + r] = sum_k W[r][k] * X[x_off + t * ldx + k] for rows r < n_out and
+ * item keeps TT partial sums.
+ *
+ * Float activations (F32, BF16 weights; F16 weights after act_f16 rounded them):
+ * Y[y_off + t * ldy + r] = sum_k W[r][k] * X[x_off + t * ldx + k] for rows r < n_out and
  * tokens t < n_tok. A work-group holds WG >> kl_log2 rows; the 1 << kl_log2 items of a row
- * take every (1 << kl_log2)-th group of 32 elements, then their partial sums are added in
- * local memory. The second dimension walks the tokens TT at a time. */
+ * take every (1 << kl_log2)-th unit of the row (32 elements here), then their partial sums
+ * are added in local memory. The second dimension walks the tokens TT at a time. */
+#define MATMUL_HEAD                                                                                \
+        __local float red[WG * TT];                                                                \
+        const int lid = get_local_id(0), KL = 1 << kl_log2, kl = lid & (KL - 1);                   \
+        const int r = get_group_id(0) * (WG >> kl_log2) + (lid >> kl_log2);                        \
+        const int t0 = get_group_id(1) * TT, nt = min(TT, n_tok - t0);                             \
+        float acc[TT];                                                                             \
+        for (int t = 0; t < TT; t++)                                                               \
+                acc[t] = 0;
+
+#define MATMUL_TAIL                                                                                \
+        for (int t = 0; t < nt; t++)                                                               \
+                red[lid * TT + t] = acc[t];                                                        \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                              \
+        for (int s = KL / 2; s > 0; s >>= 1) {                                                     \
+                if (kl < s)                                                                        \
+                        for (int t = 0; t < nt; t++)                                               \
+                                red[lid * TT + t] += red[(lid + s) * TT + t];                      \
+                barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+        }                                                                                          \
+        if (kl == 0 && r < n_out)                                                                  \
+                for (int t = 0; t < nt; t++)                                                       \
+                        Y[y_off + (long) (t0 + t) * ldy + r] = red[lid * TT + t];
+
 #define DEF_MATMUL(T)                                                                              \
         __kernel WG_ATTR void matmul_##T(__global const uchar *W, ulong woff, ulong row_bytes,     \
                                          int n_in, int n_out, int kl_log2,                         \
                                          __global const float *X, int x_off, int ldx,              \
                                          __global float *Y, int y_off, int ldy, int n_tok) {       \
-                __local float red[WG * TT];                                                        \
-                const int lid = get_local_id(0), KL = 1 << kl_log2, kl = lid & (KL - 1);           \
-                const int r = get_group_id(0) * (WG >> kl_log2) + (lid >> kl_log2);                \
-                const int t0 = get_group_id(1) * TT, nt = min(TT, n_tok - t0);                     \
-                float acc[TT];                                                                     \
-                for (int t = 0; t < TT; t++)                                                       \
-                        acc[t] = 0;                                                                \
+                MATMUL_HEAD                                                                        \
                 if (r < n_out) {                                                                   \
                         __global const uchar *row = W + woff + (ulong) r * row_bytes;              \
                         const int nu = n_in / 32;                                                  \
@@ -115,18 +133,153 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
                                 }                                                                  \
                         }                                                                          \
                 }                                                                                  \
-                for (int t = 0; t < nt; t++)                                                       \
-                        red[lid * TT + t] = acc[t];                                                \
-                barrier(CLK_LOCAL_MEM_FENCE);                                                      \
-                for (int s = KL / 2; s > 0; s >>= 1) {                                             \
-                        if (kl < s)                                                                \
-                                for (int t = 0; t < nt; t++)                                       \
-                                        red[lid * TT + t] += red[(lid + s) * TT + t];              \
-                        barrier(CLK_LOCAL_MEM_FENCE);                                              \
+                MATMUL_TAIL                                                                        \
+        }
+
+/* Integer weights take the activations quantized by act_q8_0 / act_q8_k (act.cl): per block
+ * an exact integer dot product, then the block's float terms as the CPU kernels combine them
+ * (kernels/cpu/gemm-generic.c). The unit an item takes is a block of 32 (Q8_0, Q4_0) or a
+ * super-block of 256 (Q4_K, Q6_K). dot_T adds unit u of a weight row, for tokens t < nt of
+ * the quantized rows of k values from aq, ad, as, to acc[t]. */
+
+int hsum16(int16 v) {
+        const int8 a = v.lo + v.hi;
+        const int4 b = a.lo + a.hi;
+        const int2 c = b.lo + b.hi;
+        return c.x + c.y;
+}
+
+int16 a16(__global const char *a, int i) {
+        return convert_int16(vload16(i, a));
+}
+
+/* block_q8_0: half d, int8 qs[32] */
+void dot_q8_0(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 34;
+        const float d = vload_half(0, (__global const half *) b);
+        __global const char *q = (__global const char *) (b + 2);
+        const int16 w0 = a16(q, 0), w1 = a16(q, 1);
+        for (int t = 0; t < nt; t++) {
+                __global const char *a = aq + (long) t * k + u * 32;
+                const int isum = hsum16(w0 * a16(a, 0) + w1 * a16(a, 1));
+                acc[t] += (float) isum * (d * ad[(long) t * (k / 32) + u]);
+        }
+}
+
+/* block_q4_0: half d, uint8 qs[16]; element j is low nibble j (j < 16) or high nibble j - 16,
+ * minus 8 */
+void dot_q4_0(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 18;
+        const float d = vload_half(0, (__global const half *) b);
+        const uchar16 q = vload16(0, b + 2);
+        const int16 lo = convert_int16(q & (uchar) 15) - 8, hi = convert_int16(q >> (uchar) 4) - 8;
+        for (int t = 0; t < nt; t++) {
+                __global const char *a = aq + (long) t * k + u * 32;
+                const int isum = hsum16(lo * a16(a, 0) + hi * a16(a, 1));
+                acc[t] += (float) isum * (d * ad[(long) t * (k / 32) + u]);
+        }
+}
+
+/* block_q4_K (layout at dq32_q4_k): per super-block
+ * ad * (d * sum_s sc_s * dot(q_s, a_s) - dmin * sum_s m_s * sum(a_s)) */
+void dot_q4_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 144;
+        const float d = vload_half(0, (__global const half *) b);
+        const float dmin = vload_half(1, (__global const half *) b);
+        __global const uchar *sc = b + 4, *q = b + 16;
+        int scale[8], mn[8];
+        for (int s = 0; s < 4; s++) {
+                scale[s] = sc[s] & 63;
+                mn[s] = sc[s + 4] & 63;
+                scale[s + 4] = (sc[s + 8] & 15) | ((sc[s] >> 6) << 4);
+                mn[s + 4] = (sc[s + 8] >> 4) | ((sc[s + 4] >> 6) << 4);
+        }
+        int sum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = 0;
+        for (int p = 0; p < 4; p++) {
+                /* sub-blocks 2p (low nibbles) and 2p + 1 (high) share 32 bytes */
+                const uchar16 q0 = vload16(0, q + 32 * p), q1 = vload16(1, q + 32 * p);
+                const int16 l0 = convert_int16(q0 & (uchar) 15);
+                const int16 l1 = convert_int16(q1 & (uchar) 15);
+                const int16 h0 = convert_int16(q0 >> (uchar) 4);
+                const int16 h1 = convert_int16(q1 >> (uchar) 4);
+                for (int t = 0; t < nt; t++) {
+                        __global const char *a = aq + (long) t * k + u * 256 + 64 * p;
+                        sum[t] += hsum16(l0 * a16(a, 0) + l1 * a16(a, 1)) * scale[2 * p] +
+                                  hsum16(h0 * a16(a, 2) + h1 * a16(a, 3)) * scale[2 * p + 1];
+                }
+        }
+        for (int t = 0; t < nt; t++) {
+                __global const short *bs = as + (long) t * (k / 32) + u * 8;
+                int msum = 0;
+                for (int s = 0; s < 8; s++)
+                        msum += mn[s] * bs[s];
+                acc[t] += ad[(long) t * (k / 32) + u] * (d * (float) sum[t] - dmin * (float) msum);
+        }
+}
+
+/* block_q6_K (layout at dq32_q6_k): per super-block ad * d * sum_j sc_j * dot(q_j - 32, a_j)
+ * over its 16 sub-blocks of 16 */
+void dot_q6_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 210;
+        const float d = vload_half(0, (__global const half *) (b + 208));
+        __global const char *sc = (__global const char *) (b + 192);
+        int sum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = 0;
+        for (int h = 0; h < 2; h++) {
+                __global const uchar *qh = b + 128 + 32 * h;
+                const uchar16 qh0 = vload16(0, qh), qh1 = vload16(1, qh);
+                for (int kk = 0; kk < 2; kk++) {
+                        __global const uchar *ql = b + 64 * h + 32 * kk;
+                        const uchar16 c0 = vload16(0, ql), c1 = vload16(1, ql);
+                        for (int hi = 0; hi < 2; hi++) {
+                                /* quarter qk = kk + 2 hi of this half: elements 32 qk .. + 31 */
+                                const int qk = kk + 2 * hi;
+                                const uchar ls = (uchar) (4 * hi), hs = (uchar) (2 * qk);
+                                const uchar16 u0 = ((c0 >> ls) & (uchar) 15) |
+                                                   (((qh0 >> hs) & (uchar) 3) << (uchar) 4);
+                                const uchar16 u1 = ((c1 >> ls) & (uchar) 15) |
+                                                   (((qh1 >> hs) & (uchar) 3) << (uchar) 4);
+                                const int16 v0 = convert_int16(u0) - 32, v1 = convert_int16(u1) - 32;
+                                const int s0 = sc[8 * h + 2 * qk], s1 = sc[8 * h + 2 * qk + 1];
+                                for (int t = 0; t < nt; t++) {
+                                        __global const char *a =
+                                                aq + (long) t * k + u * 256 + 128 * h + 32 * qk;
+                                        sum[t] += hsum16(v0 * a16(a, 0)) * s0 +
+                                                  hsum16(v1 * a16(a, 1)) * s1;
+                                }
+                        }
+                }
+        }
+        for (int t = 0; t < nt; t++)
+                acc[t] += ad[(long) t * (k / 32) + u] * d * (float) sum[t];
+}
+
+/* Y[y_off + t * ldy + r] = sum over the units of row r of dot_T, for the quantized rows
+ * t0 + t of AQ/AD/AS (n_in values each). */
+#define DEF_MATMUL_Q(T, UNIT)                                                                      \
+        __kernel WG_ATTR void matmul_##T(__global const uchar *W, ulong woff, ulong row_bytes,     \
+                                         int n_in, int n_out, int kl_log2,                         \
+                                         __global const char *AQ, __global const float *AD,        \
+                                         __global const short *AS, __global float *Y, int y_off,   \
+                                         int ldy, int n_tok) {                                     \
+                MATMUL_HEAD                                                                        \
+                if (r < n_out) {                                                                   \
+                        __global const uchar *row = W + woff + (ulong) r * row_bytes;              \
+                        const int nu = n_in / UNIT;                                                \
+                        __global const char *aq = AQ + (long) t0 * n_in;                           \
+                        __global const float *ad = AD + (long) t0 * (n_in / 32);                   \
+                        __global const short *as = AS + (long) t0 * (n_in / 32);                   \
+                        for (int u = kl; u < nu; u += KL)                                          \
+                                dot_##T(row, u, aq, ad, as, n_in, nt, acc);                        \
                 }                                                                                  \
-                if (kl == 0 && r < n_out)                                                          \
-                        for (int t = 0; t < nt; t++)                                               \
-                                Y[y_off + (long) (t0 + t) * ldy + r] = red[lid * TT + t];          \
+                MATMUL_TAIL                                                                        \
         }
 
 /* X[x_off + i * ldx + k] = row tok[tok_off + i] of W, dequantized; one item per 32
@@ -148,10 +301,10 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
 DEF_MATMUL(f32)
 DEF_MATMUL(f16)
 DEF_MATMUL(bf16)
-DEF_MATMUL(q8_0)
-DEF_MATMUL(q4_0)
-DEF_MATMUL(q4_k)
-DEF_MATMUL(q6_k)
+DEF_MATMUL_Q(q8_0, 32)
+DEF_MATMUL_Q(q4_0, 32)
+DEF_MATMUL_Q(q4_k, 256)
+DEF_MATMUL_Q(q6_k, 256)
 
 DEF_EMBED(f32)
 DEF_EMBED(f16)
