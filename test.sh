@@ -10,15 +10,19 @@ ninja -C "$BUILD" >/dev/null
 set +e
 meson test -C "$BUILD" --print-errorlogs --num-processes 2 "$@"
 status=$?
-packaging_log=
-# The install test (suite 'packaging', left out of a plain `meson test`): builds the .deb and
-# installs it into a Debian 12 root. Only in a full run; it needs root and skips without.
+logs="$BUILD/meson-logs/testlog.json"
+# In a full run, the suites a plain `meson test` leaves out: the fuzz targets under ASan and
+# UBSan for a minute, and the install test, which builds the .deb and installs it into a
+# Debian 12 root (it needs root and skips without).
 if [ $# -eq 0 ]; then
         [ "$(id -u)" -eq 0 ] || echo "test-install will skip: installing the package needs root"
-        meson test -C "$BUILD" --print-errorlogs --suite packaging --logbase packaging-testlog
-        [ $? -eq 0 ] || status=1
-        packaging_log="$BUILD/meson-logs/packaging-testlog.json"
+        for suite in fuzz packaging; do
+                meson test -C "$BUILD" --print-errorlogs --suite $suite --logbase $suite-testlog
+                [ $? -eq 0 ] || status=1
+                logs="$logs $BUILD/meson-logs/$suite-testlog.json"
+        done
 fi
 set -e
-python3 tools/test-summary.py "$BUILD/meson-logs/testlog.json" ${packaging_log:+"$packaging_log"}
+# shellcheck disable=SC2086 # one log per word
+python3 tools/test-summary.py $logs
 exit $status

@@ -73,8 +73,13 @@ void admin_job_done(Context *c, void *job) {
         }
 
         if (a->result < 0) {
+                /* A file that is there but no usable model (corrupt, truncated, unsupported) is
+                 * the caller's argument at fault, whatever errno the loader chose. */
+                int code = a->result == -ENOENT || a->result == -EACCES || a->result == -ENOMEM
+                                   ? a->result
+                                   : -EINVAL;
                 log_warning("LoadModel %s failed: %s", a->arg, a->err.msg);
-                admin_reply_error(a, a->result, "%s", a->err.msg[0] ? a->err.msg : strerror(-a->result));
+                admin_reply_error(a, code, "%s", a->err.msg[0] ? a->err.msg : strerror(-a->result));
         } else {
                 log_info("Loaded model %s", a->arg);
                 (void) sd_bus_emit_properties_changed(c->bus, AXP_BUS_PATH, AXP_BUS_IFACE, "Model",

@@ -256,6 +256,23 @@ def test_cli_ends_when_the_engine_dies_mid_stream():
             assert rc == 1 and "left the bus" in err, (rc, err)
 
 
+def test_load_model_refuses_a_corrupt_file_and_keeps_serving():
+    """LoadModel of a truncated GGUF answers an error naming the file; the engine keeps its
+    model and still answers (no polkit on this bus: root is authorized)."""
+    if not is_root():
+        raise Skip("needs root (administrative call without polkit)")
+    with engine() as (bus, d):
+        bad = bus.path("cut.gguf")
+        with open(model(), "rb") as src, open(bad, "wb") as dst:
+            dst.write(src.read(200000))
+        os.chmod(bad, 0o644)
+        r = bus.call("LoadModel", bad)
+        assert r.error_name == "org.agentxpu.Error.InvalidArgument" and "cut.gguf" in r.error_message, r
+        assert bus.props()["Model"], "the engine lost its model"
+        r = bus.call("Complete", "Hello", GREEDY)
+        assert r.rc == 0, r
+
+
 TESTS = [
     test_complete_matches_generate,
     test_reactive_stream_in_order_unicast,
@@ -266,6 +283,7 @@ TESTS = [
     test_flow_turn_prefills_only_new_tokens,
     test_sigterm_cancels_running_requests_and_exits_0,
     test_cli_ends_when_the_engine_dies_mid_stream,
+    test_load_model_refuses_a_corrupt_file_and_keeps_serving,
 ]
 
 if __name__ == "__main__":
