@@ -20,7 +20,7 @@ static int usage(FILE *f) {
                    "  --top-p P          (default 0.95, 1 disables)\n"
                    "  --min-p P          (default 0.05, 0 disables)\n"
                    "  --repeat-penalty R (default 1, disabled)\n"
-                   "  --seed S           sampling seed (default 0)\n"
+                   "  --seed S           sampling seed (default: random)\n"
                    "  --stop TEXT        stop before TEXT (repeatable)\n"
                    "  --system TEXT      system prompt for the chat template\n"
                    "  --raw              no chat template: BOS as the model says, special-token text parsed\n"
