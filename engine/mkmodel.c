@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "rng.h"
 #include "types.h"
 
 #define STD_EMBD 0.02f
@@ -38,18 +39,11 @@ void axp_mkmodel_defaults(axp_mkmodel_params *p) {
 
 /* Random numbers ------------------------------------------------------------------------- */
 
-static inline uint64_t splitmix64(uint64_t *s) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-}
-
 static uint64_t hash_name(uint64_t seed, const char *s) {
         uint64_t h = 0xcbf29ce484222325ull ^ seed; /* FNV-1a, then mixed */
         for (; *s; s++)
                 h = (h ^ (uint8_t) *s) * 0x100000001b3ull;
-        return splitmix64(&h);
+        return axp_splitmix64(&h);
 }
 
 /* Standard normal values by Marsaglia and Tsang's ziggurat (128 strips): one 64-bit draw
@@ -81,7 +75,7 @@ static void ziggurat_init(ziggurat *z) {
 }
 
 static inline float uniform01(uint64_t *s) { /* (0, 1] */
-        return (float) ((splitmix64(s) >> 40) + 1) * 0x1p-24f;
+        return (float) ((axp_splitmix64(s) >> 40) + 1) * 0x1p-24f;
 }
 
 /* The rare case: the wedge of a strip, or the tail beyond ZIG_R. */
@@ -104,12 +98,12 @@ static __attribute__((noinline)) float normal_slow(const ziggurat *z, uint64_t *
                 }
                 if (z->f[iz] + uniform01(s) * (z->f[iz - 1] - z->f[iz]) < expf(-0.5f * v * v))
                         return v;
-                x = splitmix64(s);
+                x = axp_splitmix64(s);
         }
 }
 
 static inline float normal(const ziggurat *z, uint64_t *s) {
-        uint64_t x = splitmix64(s);
+        uint64_t x = axp_splitmix64(s);
         int32_t hz = (int32_t) (x >> 32);
         uint32_t iz = x & 127;
         uint32_t a = hz < 0 ? (uint32_t) -(int64_t) hz : (uint32_t) hz;
@@ -157,7 +151,7 @@ static void *fill_rows(void *arg) {
                 float scale = t->kind == W_EMBD ? STD_EMBD : t->kind == W_PROJ ? STD_PROJ :
                               t->kind == W_NORM ? STD_NORM : STD_BIAS;
                 float base = t->kind == W_NORM ? 1.0f : 0.0f;
-                splitmix64(&state);
+                axp_splitmix64(&state);
                 for (int64_t i = 0; i < t->ne[0]; i++)
                         x[i] = base + scale * normal(t->zig, &state);
                 if (t->zero_rows && t->zero_rows[j->row + r])

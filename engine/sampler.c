@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rng.h"
 #include "strbuf.h"
 #include "util.h"
 
@@ -23,41 +24,13 @@ typedef struct cand {
 struct axp_sampler {
         axp_sampler_params p;
         int n_vocab;
-        uint64_t rng[4];
+        axp_rng rng;
         int32_t *hist; /* the last repeat_last_n accepted tokens, a ring */
         int n_hist, hist_pos;
         float *logits;     /* penalized copy */
         uint8_t *penalized;
         cand *cand;
 };
-
-static uint64_t splitmix64(uint64_t *x) {
-        uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        return z ^ (z >> 31);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) {
-        return (x << k) | (x >> (64 - k));
-}
-
-/* xoshiro256** */
-static uint64_t rng_next(uint64_t s[4]) {
-        uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = rotl(s[3], 45);
-        return r;
-}
-
-/* uniform in [0, 1) */
-static double rng_uniform(uint64_t s[4]) {
-        return (rng_next(s) >> 11) * 0x1.0p-53;
-}
 
 void axp_sampler_params_default(axp_sampler_params *p) {
         uint64_t seed;
@@ -93,9 +66,7 @@ axp_sampler *axp_sampler_new(const axp_sampler_params *p, int n_vocab) {
         s->p = *p;
         s->n_vocab = n_vocab;
         s->p.repeat_last_n = MAX(s->p.repeat_last_n, 0);
-        uint64_t x = p->seed;
-        for (int i = 0; i < 4; i++)
-                s->rng[i] = splitmix64(&x);
+        axp_rng_seed(&s->rng, p->seed);
         s->hist = malloc(MAX(s->p.repeat_last_n, 1) * sizeof(int32_t));
         s->logits = malloc(n_vocab * sizeof(float));
         s->penalized = calloc(n_vocab, 1);
@@ -323,7 +294,7 @@ int32_t axp_sampler_sample(axp_sampler *s, const float *logits) {
                         s->cand[i].w = weight((s->cand[i].logit - max) * inv_t);
                 total += s->cand[i].w;
         }
-        double r = rng_uniform(s->rng) * total;
+        double r = axp_rng_uniform(&s->rng) * total;
         for (size_t i = 0; i < n; i++) {
                 r -= s->cand[i].w;
                 if (r < 0)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rng.h"
 #include "sim.h"
 
 /* Profiles ------------------------------------------------------------------------------- */
@@ -429,49 +430,17 @@ int axp_workload_set_find(const char *name, axp_kind kind, int *ret, axp_error *
                                                : "proactivebench, samsum, cnndm, proactive-mixed");
 }
 
-/* xoshiro256** seeded by splitmix64: small, fast and the same on every machine. */
-typedef struct rng {
-        uint64_t s[4];
-} rng;
-
-static uint64_t splitmix(uint64_t *x) {
-        uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-}
-
-static void rng_seed(rng *g, uint64_t seed) {
-        for (int i = 0; i < 4; i++)
-                g->s[i] = splitmix(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-        return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t rng_next(rng *g) {
-        uint64_t *s = g->s, r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = rotl(s[3], 45);
-        return r;
-}
-
 /* uniform in (0, 1) */
-static double rng_unit(rng *g) {
-        return ((rng_next(g) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+static double rng_unit(axp_rng *g) {
+        return ((axp_rng_next(g) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static double rng_normal(rng *g) {
+static double rng_normal(axp_rng *g) {
         return sqrt(-2.0 * log(rng_unit(g))) * cos(2.0 * M_PI * rng_unit(g));
 }
 
 /* log-normal with the given mean */
-static double rng_lognormal(rng *g, double mean, double sigma) {
+static double rng_lognormal(axp_rng *g, double mean, double sigma) {
         return exp(log(mean) - sigma * sigma / 2.0 + sigma * rng_normal(g));
 }
 
@@ -479,7 +448,7 @@ static double rng_lognormal(rng *g, double mean, double sigma) {
 #define OUTPUT_SIGMA 0.9
 #define OUTPUT_CAP 1600
 
-static void draw_lengths(rng *g, int set, int max_ctx, axp_trace_req *r) {
+static void draw_lengths(axp_rng *g, int set, int max_ctx, axp_trace_req *r) {
         const workload_set *w;
         int p, o;
 
@@ -518,8 +487,8 @@ int axp_trace_generate(const axp_trace_params *p, axp_trace_req **ret, int *ret_
                 double rate = per_min / 60.0;
                 int set = kind == AXP_REACTIVE ? p->reactive_set : p->proactive_set;
                 /* each kind has its own stream, so changing one rate leaves the other's trace */
-                rng k;
-                rng_seed(&k, p->seed * 2 + (uint64_t) kind + 1);
+                axp_rng k;
+                axp_rng_seed(&k, p->seed * 2 + (uint64_t) kind + 1);
                 if (rate <= 0)
                         continue;
                 for (double t = -log(rng_unit(&k)) / rate; t < p->minutes * 60.0;
