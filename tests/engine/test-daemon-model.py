@@ -240,10 +240,12 @@ def test_sigterm_cancels_running_requests_and_exits_0():
 def test_cli_ends_when_the_engine_dies_mid_stream():
     """A killed engine sends no Finished: ask and submit --wait end with an error, not a hang."""
     with engine() as (bus, d):
-        streams = [submit_bg(bus, "-n", "4000", "Long story")[0],
-                   bus.cli_spawn("ask", "-n", "4000", "Another long story")]
-        for p in streams:
-            p.stdout.read(1)
+        # The proactive one streams before the reactive one comes (which would run first and,
+        # on a fast machine, end before the kill), then both stream together.
+        streams = [submit_bg(bus, "-n", "4000", "Long story")[0]]
+        streams[0].stdout.read(1)
+        streams.append(bus.cli_spawn("ask", "-n", "4000", "Another long story"))
+        streams[1].stdout.read(1)
         d.proc.kill()
         d.proc.wait()
         for p in streams:
@@ -253,7 +255,7 @@ def test_cli_ends_when_the_engine_dies_mid_stream():
                 p.kill()
                 raise AssertionError("the command line still waits for a dead engine")
             rc, out, err = drain(p)
-            assert rc == 1 and "left the bus" in err, (rc, err)
+            assert rc == 1 and "left the bus" in err, (p.args, rc, err)
 
 
 def test_load_model_refuses_a_corrupt_file_and_keeps_serving():

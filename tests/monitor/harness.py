@@ -44,7 +44,7 @@ FAKE_WL_PASTE = env_path("AXP_FAKE_WL_PASTE")
 ENGINE_OPTIONS = {"max_tokens": 8, "temperature": 0}
 # A request that runs far longer than any test waits (the context allows ~4,000 tokens).
 LONG_TOKENS = 4000
-BLOCKERS = 3
+BLOCKERS = 10
 BLOCKER_PROMPT = "Write a very long story about a lighthouse keeper."
 
 # Lines in the monitor's log that mean a test cannot pass: fail at once, saying why, rather
@@ -352,9 +352,10 @@ class Session:
         """Another client's long requests, the first running once this returns. With the
         engine's serial policy every later request waits behind them, submitted and
         unanswered, until the test stops the blocker (its requests are then cancelled).
-        BLOCKERS requests of LONG_TOKENS tokens each hold the queue for minutes with the
-        llama-bpe model, for half a minute with the built-in vocabulary's faster one.
-        Returns their request paths."""
+        BLOCKERS requests of LONG_TOKENS tokens each: one runs for about 5 s on a 2-core
+        machine with the llama-bpe model, so the first few may finish by themselves while a
+        test acts, but together they hold the queue for most of a minute (and stay within
+        the engine's 16 requests per user, beside the monitor's). Returns their paths."""
         engine = self.engine_name()
         paths = []
         for i in range(BLOCKERS):
@@ -378,8 +379,15 @@ class Session:
         return paths
 
     def blocker_ends(self, paths, engine=None):
-        """How the blocking requests ended so far: only "cancelled" means they held."""
+        """How the blocking requests ended so far."""
         return [a for path in paths for m, a in self.signals(path, engine) if m == "Finished"]
+
+    def blocker_held(self, paths, engine=None):
+        """Whether the blocking requests still hold the queue (or held it until they were
+        cancelled): with the serial policy nothing behind them runs while the last of them
+        is unfinished, so it held if one has not ended or one ended cancelled."""
+        ends = self.blocker_ends(paths, engine)
+        return len(ends) < len(paths) or "cancelled" in ends
 
     def stop_blocker(self):
         """Ends the blocking clients; the engine, if still there, cancels their requests.

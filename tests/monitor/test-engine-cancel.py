@@ -39,7 +39,7 @@ def body(s):
                            capture_output=True, text=True, env=s.env)
         check(r.returncode == 0, f"agentxpu cancel: {r.returncode} {r.stderr}")
     s.wait_log("giving it up")
-    check(not s.blocker_ends(blocker),
+    check(s.blocker_held(blocker),
           f"the blocking requests ended while they should have held the queue: "
           f"{s.blocker_ends(blocker)}")
     s.stop_blocker()

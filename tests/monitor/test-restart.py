@@ -61,7 +61,7 @@ def body(s):
     s.wait_log(f"{request} finished: cancelled, 0 tokens (its client left)", "engine")
     check(s.signals(request) == [],
           f"the submitted request was answered before the kill: {s.signals(request)}")
-    check(not s.blocker_ends(blocker),
+    check(s.blocker_held(blocker),
           f"the blocking requests ended while they should have held the queue: "
           f"{s.blocker_ends(blocker)}")
     s.stop_blocker()
