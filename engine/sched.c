@@ -556,6 +556,17 @@ static bool issue_lane(axp_sched *s, int lane, int dev) {
         return true;
 }
 
+/* One device serving both roles runs the static role's proactive chunks not beside decode,
+ * as an NPU would, but in its place: there they yield to a decode iteration that carries
+ * reactive requests, as the contention guard defers lower-priority work (an aged request
+ * does not yield, so an unbroken reactive stream cannot starve it). */
+static bool yields_to_reactive_decode(const axp_sched *s, int dev) {
+        const sreq *p = s->active[LANE_PROACTIVE];
+        return s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.contention_guard &&
+               dev == s->role_dev[AXP_ROLE_STATIC] && dev == s->role_dev[AXP_ROLE_DYNAMIC] &&
+               reactive_decoding(s) && !(p && sched_aged((axp_sched *) s, p));
+}
+
 static bool try_issue(axp_sched *s, int dev) {
         bool lane_first, p_aged;
 
@@ -571,6 +582,8 @@ static bool try_issue(axp_sched *s, int dev) {
             use_lane_ok(s) && issue_lane(s, LANE_REACTIVE2, dev))
                 return true;
         if (issue_lane(s, LANE_REACTIVE, dev))
+                return true;
+        if (yields_to_reactive_decode(s, dev) && issue_iter(s, dev))
                 return true;
         /* a promoted (aged) proactive prefill comes before a second reactive one */
         p_aged = s->active[LANE_PROACTIVE] && sched_aged(s, s->active[LANE_PROACTIVE]);

@@ -51,6 +51,7 @@ struct harness {
         int n;
         h_task *tasks;
         int n_tasks;
+        int static_dev, dynamic_dev;
 };
 
 static inline void h_trace(void *ud, double now, int dev, const axp_task *t, const uint64_t *ids,
@@ -109,7 +110,9 @@ static inline void h_arrive(void *ud) {
                 fprintf(stderr, "submit: %s\n", err.msg);
 }
 
-static inline int h_init(harness *h, const char *model, const axp_sched_config *cfg) {
+/* Both roles on the profile's device of kind `shared` (e.g. AXP_DEV_CPU: a machine without
+ * NPU or usable GPU), or on the profile's own static and dynamic devices if shared < 0. */
+static inline int h_init_roles(harness *h, const char *model, const axp_sched_config *cfg, int shared) {
         axp_sched_device devs[AXP_SIM_MAX_DEVS];
         axp_error err = { 0 };
 
@@ -124,14 +127,23 @@ static inline int h_init(harness *h, const char *model, const axp_sched_config *
                                                .calib = h->soc->devs[i].calib,
                                                .warmup_s = h->soc->devs[i].warmup_s,
                                                .graphics = h->soc->devs[i].kind == AXP_DEV_IGPU };
+        h->static_dev = h->soc->static_dev;
+        h->dynamic_dev = h->soc->dynamic_dev;
+        for (int i = 0; shared >= 0 && i < h->soc->n_devs; i++)
+                if ((int) h->soc->devs[i].kind == shared)
+                        h->static_dev = h->dynamic_dev = i;
         if (axp_sched_new(cfg, &h->shape, axp_sim_env(h->sim), devs, h->soc->n_devs,
-                          h->soc->static_dev, h->soc->dynamic_dev, &h->sched, &err) < 0) {
+                          h->static_dev, h->dynamic_dev, &h->sched, &err) < 0) {
                 fprintf(stderr, "sched: %s\n", err.msg);
                 return -1;
         }
         axp_sim_attach(h->sim, h->sched);
         axp_sched_set_trace(h->sched, h_trace, h);
         return 0;
+}
+
+static inline int h_init(harness *h, const char *model, const axp_sched_config *cfg) {
+        return h_init_roles(h, model, cfg, -1);
 }
 
 static inline h_req *h_add(harness *h, double t, axp_kind kind, int prompt, int output) {
@@ -161,9 +173,9 @@ static inline bool h_task_has(const h_task *k, uint64_t id) {
 }
 
 static inline int h_dynamic_dev(const harness *h) {
-        return h->soc->dynamic_dev;
+        return h->dynamic_dev;
 }
 
 static inline int h_static_dev(const harness *h) {
-        return h->soc->static_dev;
+        return h->static_dev;
 }

@@ -465,6 +465,51 @@ static void test_contention_guard(void) {
         CHECK(guard_violations(false, &overlaps) > 0);
 }
 
+/* One device serving both roles (no NPU, no usable GPU): a reactive request's decode is not
+ * interleaved with the proactive prefill chunks that run there instead of on an NPU; its
+ * latency stays close to what it is alone. Without the rule (the contention guard off) the
+ * chunks slip between its decode kernels. */
+static int shared_device_run(bool guard, double *ret_latency, double *ret_alone) {
+        axp_sched_config cfg;
+        int interleaved = 0;
+
+        for (int loaded = 0; loaded <= 1; loaded++) {
+                axp_sched_config_default(&cfg);
+                cfg.contention_guard = guard;
+                CHECK(h_init_roles(&h, "llama-3b", &cfg, AXP_DEV_CPU) == 0);
+                CHECK(h_static_dev(&h) == h_dynamic_dev(&h));
+                for (int i = 0; loaded && i < 3; i++)
+                        h_add(&h, 0.0, AXP_PROACTIVE, 2000, 64);
+                h_req *r = h_add(&h, 1.0, AXP_REACTIVE, 40, 48);
+                h_run(&h, INFINITY);
+                CHECK(r->done);
+                /* from its first token (its decode begins) to its last */
+                double decoding = r->t + r->st.ttft_s;
+                for (int i = 0; i < h.n_tasks; i++) {
+                        const h_task *k = &h.tasks[i];
+                        if (k->t > decoding && k->t < r->t_done && k->variant != AXP_VAR_DECODE &&
+                            k->proactive_only)
+                                interleaved++;
+                }
+                *(loaded ? ret_latency : ret_alone) = r->st.latency_s;
+                h_free(&h);
+        }
+        return interleaved;
+}
+
+static void test_shared_device_reactive_decode(void) {
+        double lat, alone;
+        CHECK_EQ_INT(shared_device_run(true, &lat, &alone), 0);
+        CHECK_MSG(lat < 1.5 * alone, "%.3f s loaded vs %.3f s alone", lat, alone);
+        double lat_off, alone_off;
+        int n_off = shared_device_run(false, &lat_off, &alone_off);
+        printf("  reactive latency on one device under proactive prefill: %.3f s (alone %.3f s); "
+               "without the rule %.3f s, %d proactive prefill kernels while it decodes\n",
+               lat, alone, lat_off, n_off);
+        CHECK(n_off > 0);
+        CHECK_MSG(lat_off > 2 * lat, "%.3f s without the rule vs %.3f s with it", lat_off, lat);
+}
+
 int main(void) {
         RUN(test_preemption);
         RUN(test_reactive_first_batching);
@@ -478,5 +523,6 @@ int main(void) {
         RUN(test_pipeline);
         RUN(test_assist);
         RUN(test_contention_guard);
+        RUN(test_shared_device_reactive_decode);
         TEST_EXIT();
 }
