@@ -21,6 +21,7 @@ static const cli_command commands[] = {
         { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { "sim", cli_sim, "replay a request trace on a simulated SoC under each scheduling policy" },
+        { "bench", cli_bench, "replay a request trace on the real engine under each policy, side by side" },
         { "suggestions", cli_suggestions, "list what agentxpu-monitor suggested" },
         { "devices", cli_devices, "list every device, the roles they take, and graphics telemetry" },
         { "ask", cli_ask, "a reactive request to the engine service; prints the answer as it comes" },

@@ -10,6 +10,7 @@ int cli_tokenize(int argc, char **argv);
 int cli_mkmodel(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_sim(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 int cli_suggestions(int argc, char **argv);
 int cli_devices(int argc, char **argv);
 /* service/cli-bus.c: clients of the engine service */

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""agentxpu bench from the command line, on a small synthetic model: --json prints the
+documented fields for each policy, every request of the trace completes under each, the
+trace is the one `agentxpu sim` replays for the same rates and seed, the ratios are those of
+the numbers printed, and bad options or models get a clear error. Timings are not judged
+here (the machines are noisy); the README reports them. Env: AXP_CLI."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+CLI = os.environ["AXP_CLI"]
+failures = 0
+
+
+def fail(msg):
+    global failures
+    failures += 1
+    print("FAIL:", msg)
+
+
+def run(*args, timeout=600):
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+tmp = tempfile.mkdtemp(prefix="axp-bench-test-")
+model = os.path.join(tmp, "m.gguf")
+r = run("mkmodel", "-o", model, "--seed", "4", "--ctx", "1024", "--no-eog")
+if r.returncode != 0:
+    print("mkmodel failed:", r.stderr)
+    sys.exit(1)
+
+rates = ["--reactive-rate", "30", "--proactive-rate", "60", "--minutes", "0.1", "--seed", "3"]
+r = run("bench", "-m", model, *rates, "--json")
+if r.returncode != 0:
+    fail(f"bench: status {r.returncode}: {r.stderr.strip()}")
+    doc = {}
+else:
+    doc = json.loads(r.stdout)
+pols = doc.get("policies", {})
+if r.returncode == 0 and set(pols) != {"agentxpu", "fcfs"}:
+    fail(f"--policy all (the default) runs agentxpu and fcfs: {list(pols)}")
+for name, p in pols.items():
+    re_, pro = p.get("reactive", {}), p.get("proactive", {})
+    for k in ("mean_latency_s", "p90_latency_s", "mean_ttft_s", "mean_prefill_wait_s",
+              "p99_prefill_wait_s", "max_prefill_wait_s", "completed", "submitted"):
+        if not number(re_.get(k)):
+            fail(f"{name}: reactive.{k} missing")
+    for k in ("mean_latency_s", "normalized_latency_s_per_token", "throughput_req_per_min",
+              "completed", "submitted"):
+        if not number(pro.get(k)):
+            fail(f"{name}: proactive.{k} missing")
+    if re_.get("completed") != re_.get("submitted") or pro.get("completed") != pro.get("submitted"):
+        fail(f"{name}: not every request completed: {p}")
+    if p.get("cancelled_at_drain") != 0:
+        fail(f"{name}: requests cancelled at the drain: {p}")
+    if not 0 < re_.get("mean_latency_s", 0) <= re_.get("p90_latency_s", 0) * 10:
+        fail(f"{name}: reactive latencies {re_}")
+    if not re_.get("mean_prefill_wait_s", -1) <= re_.get("p99_prefill_wait_s", -1) \
+            <= re_.get("max_prefill_wait_s", -1):
+        fail(f"{name}: prefill waits out of order: {re_}")
+    if not pro.get("throughput_req_per_min", 0) > 0:
+        fail(f"{name}: no proactive throughput: {pro}")
+
+if pols:
+    a, f = pols["agentxpu"], pols["fcfs"]
+    ratios = doc.get("agentxpu_over_fcfs", {})
+    want = (a["reactive"]["p90_latency_s"] / f["reactive"]["p90_latency_s"],
+            a["proactive"]["throughput_req_per_min"] / f["proactive"]["throughput_req_per_min"])
+    got = (ratios.get("reactive_p90_latency"), ratios.get("proactive_throughput"))
+    if not all(number(g) and math.isclose(g, w, rel_tol=2e-3, abs_tol=2e-4)
+               for g, w in zip(got, want)):
+        fail(f"ratios {got}, from the numbers {want}")
+    # the same trace as the simulator's for these rates and seed
+    s = run("sim", "--model", "llama-3b", *rates, "--policy", "fcfs", "--json")
+    if s.returncode != 0:
+        fail(f"sim: {s.stderr.strip()}")
+    else:
+        sp = json.loads(s.stdout)["policies"]["fcfs"]
+        for kind in ("reactive", "proactive"):
+            if sp[kind]["submitted"] != f[kind]["submitted"]:
+                fail(f"{kind}: bench replayed {f[kind]['submitted']} requests, sim "
+                     f"{sp[kind]['submitted']}")
+        tr = doc.get("trace", {})
+        if (tr.get("reactive_requests"), tr.get("proactive_requests")) != \
+                (sp["reactive"]["submitted"], sp["proactive"]["submitted"]):
+            fail(f"trace counts {tr}")
+
+# one policy, as a table
+r = run("bench", "-m", model, "--reactive-rate", "60", "--proactive-rate", "0", "--minutes",
+        "0.05", "--policy", "serial")
+if r.returncode != 0 or "serial" not in r.stdout or "agentxpu/fcfs" in r.stdout:
+    fail(f"bench --policy serial: status {r.returncode}: {r.stdout} {r.stderr}")
+
+# bad input: a clear one-line error, status 2 for usage, 1 for a model that cannot load
+cut = os.path.join(tmp, "cut.gguf")
+with open(model, "rb") as src, open(cut, "wb") as dst:
+    dst.write(src.read(5000))
+for args, status, words in (
+        ((), 2, "no model"),
+        (("-m", model, "--policy", "fastest"), 2, "--policy"),
+        (("-m", model, "--minutes", "0"), 2, "--minutes"),
+        (("-m", model, "--reactive-rate", "x"), 2, "--reactive-rate"),
+        (("-m", model, "--proactive-set", "lmsys"), 2, "lmsys"),
+        (("-m", model, "extra"), 1, "extra"),
+        (("-m", cut), 1, "cut.gguf"),
+        (("-m", os.path.join(tmp, "missing.gguf")), 1, "missing.gguf")):
+    r = run("bench", *args, timeout=60)
+    err = r.stderr.strip()
+    if r.returncode != status or words not in err or "\n" in err:
+        fail(f"bench {' '.join(args)}: status {r.returncode} (want {status}), stderr {err!r}")
+
+print(f"{'FAILED' if failures else 'ok'}: agentxpu bench ({failures} failures)")
+sys.exit(1 if failures else 0)
