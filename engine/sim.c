@@ -598,11 +598,6 @@ static void log_task(void *ud, double now, int dev, const axp_task *t, const uin
         fputc('\n', f);
 }
 
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *) a, y = *(const double *) b;
-        return x < y ? -1 : x > y;
-}
-
 int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
                    const axp_sched_config *cfg, const axp_sim_replay_opts *opts,
                    const axp_trace_req *trace, int n, axp_sim_result *ret, axp_error *err) {
@@ -693,9 +688,7 @@ int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
                 res.reactive.mean_prefill_wait_s /= k;
                 res.reactive.mean_ttft_s /= k;
                 res.reactive.mean_tpot_s /= k;
-                qsort(lat, n_lat, sizeof(double), cmp_double);
-                /* nearest-rank P90 */
-                res.reactive.p90_latency_s = lat[(int) ceil(0.9 * n_lat) - 1];
+                res.reactive.p90_latency_s = axp_quantile(lat, n_lat, 0.9);
         }
         if (res.proactive.completed) {
                 double k = res.proactive.completed;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -20,6 +22,21 @@ double axp_now(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *) a, y = *(const double *) b;
+        return x < y ? -1 : x > y;
+}
+
+double axp_quantile(double *v, size_t n, double q) {
+        size_t k;
+
+        if (n == 0)
+                return 0;
+        qsort(v, n, sizeof(*v), cmp_double);
+        k = (size_t) ceil(q * (double) n);
+        return v[k < 1 ? 0 : MIN(k, n) - 1];
 }
 
 void *axp_alloc(size_t size) {

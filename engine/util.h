@@ -56,6 +56,10 @@ static inline int axp_add_ok(uint64_t a, uint64_t b, uint64_t *ret) {
 /* Monotonic time in seconds. */
 double axp_now(void);
 
+/* The q-quantile (0 < q <= 1) of v[0..n) by the nearest-rank method: the smallest value that
+ * at least a share q of the sample does not exceed. Sorts v in place; 0 if n == 0. */
+double axp_quantile(double *v, size_t n, double q);
+
 /* Aligned allocation (64 bytes), zeroed. Free with free(). */
 void *axp_alloc(size_t size);
 

@@ -172,21 +172,6 @@ typedef struct policy_result {
         double makespan_s;
 } policy_result;
 
-static int cmp_double(const void *a, const void *b) {
-        double x = *(const double *) a, y = *(const double *) b;
-        return (x > y) - (x < y);
-}
-
-/* The q-quantile by the nearest-rank method (q = 0.9: the smallest value at least 90% of
- * the sample do not exceed). */
-static double quantile(double *v, int n, double q) {
-        if (n == 0)
-                return 0;
-        qsort(v, (size_t) n, sizeof(*v), cmp_double);
-        int k = (int) ceil(q * n);
-        return v[k < 1 ? 0 : k - 1];
-}
-
 static void sleep_until(double t) {
         double now = axp_now();
         if (t <= now)
@@ -298,8 +283,8 @@ static int run_policy(const axp_engine_config *base, const char *policy, bench_r
                 res->reactive.mean_latency_s /= res->reactive.completed;
                 res->reactive.mean_ttft_s /= res->reactive.completed;
                 res->reactive.mean_prefill_wait_s /= res->reactive.completed;
-                res->reactive.p90_latency_s = quantile(lat, nl, 0.9);
-                res->reactive.p99_prefill_wait_s = quantile(wait, nw, 0.99);
+                res->reactive.p90_latency_s = axp_quantile(lat, (size_t) nl, 0.9);
+                res->reactive.p99_prefill_wait_s = axp_quantile(wait, (size_t) nw, 0.99);
         }
         res->proactive.completed = p_done;
         if (p_done) {

@@ -24,9 +24,22 @@ static void test_alloc_aligned(void) {
         CHECK(p[99] == 0);
 }
 
+static void test_quantile(void) {
+        double v[] = { 5, 1, 4, 2, 3, 10, 9, 8, 7, 6 };
+        double one[] = { 42 };
+        CHECK(axp_quantile(v, 10, 0.9) == 9);  /* nearest rank: the 9th of 10 */
+        CHECK(axp_quantile(v, 10, 0.99) == 10);
+        CHECK(axp_quantile(v, 10, 0.5) == 5);
+        CHECK(axp_quantile(v, 10, 1.0) == 10);
+        CHECK(v[0] == 1 && v[9] == 10);        /* sorted in place */
+        CHECK(axp_quantile(one, 1, 0.9) == 42);
+        CHECK(axp_quantile(NULL, 0, 0.9) == 0);
+}
+
 int main(void) {
         RUN(test_errorf);
         RUN(test_overflow);
         RUN(test_alloc_aligned);
+        RUN(test_quantile);
         TEST_EXIT();
 }
