@@ -302,14 +302,14 @@ static int run_policy(const axp_engine_config *base, const char *policy, bench_r
 
 static void print_json_policy(const policy_result *r, bool last) {
         printf("    \"%s\": {\n", r->name);
-        printf("      \"reactive\": {\"mean_latency_s\": %.4f, \"p90_latency_s\": %.4f, "
-               "\"mean_ttft_s\": %.4f, \"mean_prefill_wait_s\": %.4f, \"p99_prefill_wait_s\": %.4f, "
-               "\"max_prefill_wait_s\": %.4f, \"completed\": %d, \"submitted\": %d},\n",
+        printf("      \"reactive\": {\"mean_latency_s\": %.6f, \"p90_latency_s\": %.6f, "
+               "\"mean_ttft_s\": %.6f, \"mean_prefill_wait_s\": %.6f, \"p99_prefill_wait_s\": %.6f, "
+               "\"max_prefill_wait_s\": %.6f, \"completed\": %d, \"submitted\": %d},\n",
                r->reactive.mean_latency_s, r->reactive.p90_latency_s, r->reactive.mean_ttft_s,
                r->reactive.mean_prefill_wait_s, r->reactive.p99_prefill_wait_s,
                r->reactive.max_prefill_wait_s, r->reactive.completed, r->reactive.submitted);
-        printf("      \"proactive\": {\"mean_latency_s\": %.4f, \"normalized_latency_s_per_token\": %.5f, "
-               "\"throughput_req_per_min\": %.4f, \"completed\": %d, \"submitted\": %d},\n",
+        printf("      \"proactive\": {\"mean_latency_s\": %.6f, \"normalized_latency_s_per_token\": %.7f, "
+               "\"throughput_req_per_min\": %.6f, \"completed\": %d, \"submitted\": %d},\n",
                r->proactive.mean_latency_s, r->proactive.normalized_latency_s_per_token,
                r->proactive.throughput_req_per_min, r->proactive.completed, r->proactive.submitted);
         printf("      \"preemptions\": %u, \"cancelled_at_drain\": %d, \"makespan_s\": %.3f\n",
@@ -505,8 +505,8 @@ int cli_bench(int argc, char **argv) {
                         print_json_policy(&res[i], i == n_names - 1);
                 printf("  }");
                 if (ia >= 0 && iff >= 0)
-                        printf(",\n  \"agentxpu_over_fcfs\": {\"reactive_p90_latency\": %.4f, "
-                               "\"proactive_throughput\": %.4f}",
+                        printf(",\n  \"agentxpu_over_fcfs\": {\"reactive_p90_latency\": %.6f, "
+                               "\"proactive_throughput\": %.6f}",
                                ratio(res[ia].reactive.p90_latency_s, res[iff].reactive.p90_latency_s),
                                ratio(res[ia].proactive.throughput_req_per_min,
                                      res[iff].proactive.throughput_req_per_min));
