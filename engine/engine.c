@@ -138,6 +138,7 @@ void axp_engine_config_default(axp_engine_config *c) {
                 .max_batch = 32,
                 .aging_s = 30,
                 .proactive_duty = 0.5,
+                .piggyback_slack = 0.25,
         };
 }
 
@@ -505,6 +506,9 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         sc.max_batch = e->cfg.max_batch;
         sc.aging_s = e->cfg.aging_s;
         sc.proactive_duty = e->cfg.proactive_duty;
+        sc.piggyback = e->cfg.piggyback_slack >= 0;
+        if (sc.piggyback)
+                sc.piggyback_slack = e->cfg.piggyback_slack;
         e->n_ctx = e->cfg.n_ctx > 0 ? MIN(e->cfg.n_ctx, m->hp.n_ctx_train)
                                     : MIN(m->hp.n_ctx_train, PREFILL_MAX_CTX);
         sc.max_ctx = MIN(e->n_ctx, PREFILL_MAX_CTX);
@@ -635,7 +639,7 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
         }
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
-            c->n_ctx < 0 || c->n_threads < 0) {
+            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10)) {
                 r = axp_errorf(err, -EINVAL, "an engine setting is out of range");
                 goto fail;
         }

@@ -4,7 +4,10 @@
  * dynamic role between any two of them. The batch is formed anew for every iteration
  * (continuous batching): by Algorithm 2 under agentxpu, in arrival order under fcfs (which
  * also fuses prefill chunks of waiting requests into the iteration, as llama-server and
- * OpenVINO's continuous batching do) and from the single running request under serial. */
+ * OpenVINO's continuous batching do) and from the single running request under serial.
+ * Under agentxpu on one shared device, slices of proactive prompts ride in the iterations
+ * (slack-aware piggybacking, below). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "sched-internal.h"
@@ -92,13 +95,154 @@ static void start(axp_sched *s, axp_variant v) {
         }
 }
 
+/* Slack-aware piggybacking. On one device serving both roles (no NPU, no usable GPU) the
+ * proactive prefill yields to a reactive decode (sched.c: yields_to_reactive_decode), and
+ * with it the device's compute: a decode step streams every weight for a handful of rows.
+ * Instead, slices of proactive prompts ride in the decode step, prefilled chunk-wise inside
+ * the iteration (W_FCFS): next to reactive requests as many tokens as keep the step's
+ * predicted time within (1 + piggyback_slack) of the step alone, which on a memory-bound
+ * step is nearly free; in a step of proactive requests only, up to S_chk tokens, as
+ * continuous batching does. A slice never exceeds S_chk, so each kernel of the iteration
+ * stays within the preemption bound and a reactive prefill still takes the device at the
+ * next kernel boundary. */
+static bool piggyback_on(const axp_sched *s) {
+        return s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.piggyback &&
+               s->role_dev[AXP_ROLE_STATIC] == s->role_dev[AXP_ROLE_DYNAMIC];
+}
+
+/* Predicted time of one layer (K1, K2, K3) of the iteration formed so far, plus the span
+ * [t0, t1) of r if r is given. */
+static double layer_time(axp_sched *s, const sreq *r, int t0, int t1) {
+        const iter *it = &s->it;
+        axp_task t = { .variant = AXP_VAR_DYNAMIC };
+        static const axp_op ops[] = { AXP_OP_K1, AXP_OP_K2, AXP_OP_K3 };
+        double sum = 0;
+
+        for (int i = 0; i < it->n; i++)
+                t.spans[t.n_spans++] = (axp_span) { .seq = it->reqs[i]->seq,
+                                                    .t0 = it->t0[i], .t1 = it->t1[i] };
+        if (r && t1 > t0 && t.n_spans < AXP_MAX_BATCH)
+                t.spans[t.n_spans++] = (axp_span) { .seq = r->seq, .t0 = t0, .t1 = t1 };
+        if (t.n_spans == 0)
+                return 0;
+        for (size_t i = 0; i < ELEMENTSOF(ops); i++) {
+                t.op = ops[i];
+                sum += sched_predict(s, AXP_ROLE_DYNAMIC, &t);
+        }
+        return sum;
+}
+
+/* Tokens of r's prompt (from t0) that fit: all up to `cap`, or with a time limit, the most
+ * that keep the layer's predicted time within it. */
+static int slice_fits(axp_sched *s, const sreq *r, int t0, int cap, double limit) {
+        int lo = 0, hi = MIN(cap, r->n_tokens - t0);
+
+        if (hi <= 0)
+                return 0;
+        if (!(limit < INFINITY) || layer_time(s, r, t0, t0 + hi) <= limit)
+                return hi;
+        while (lo < hi) { /* the largest n with layer_time(n) <= limit */
+                int mid = lo + (hi - lo + 1) / 2;
+                if (layer_time(s, r, t0, t0 + mid) <= limit)
+                        lo = mid;
+                else
+                        hi = mid - 1;
+        }
+        return lo;
+}
+
+static void add_slice(axp_sched *s, sreq *r, int n) {
+        add_member(s, r, r->fcfs_done, r->fcfs_done + n, r->fcfs_done + n == r->n_tokens);
+}
+
+/* Add prompt slices to the iteration formed so far (react: it has reactive members;
+ * pull: waiting proactive prompts may start riding). */
+static bool piggyback(axp_sched *s, bool react, bool pull) {
+        iter *it = &s->it;
+        int budget = MAX(0, (react ? s->s_chk : s->it_tokens) - it->n);
+        double limit = INFINITY;
+        bool added = false;
+
+        if (react) {
+                bool aged = false;
+                for (sreq *r = s->lists[L_FCFS].head; r && !aged; r = r->q_next)
+                        aged = !r->abort && sched_aged(s, r);
+                /* a promoted request rides with a whole chunk; otherwise within the slack */
+                if (!aged)
+                        limit = (1.0 + s->cfg.piggyback_slack) * layer_time(s, NULL, 0, 0);
+                /* the slices are proactive work on the dynamic role */
+                if (!sched_budget_ok(s))
+                        return false;
+        }
+        /* bandwidth slack: proactive requests Algorithm 2 left out of a reactive step ride
+         * while the step stays within its slack, shortest first */
+        if (react && limit < INFINITY) {
+                sreq *cand[AXP_MAX_BATCH * 4];
+                int n_cand = 0;
+                for (sreq *r = s->lists[L_DECODE].head; r && n_cand < (int) ELEMENTSOF(cand);
+                     r = r->q_next)
+                        if (!r->abort && !r->in_iter && r->kind == AXP_PROACTIVE)
+                                cand[n_cand++] = r;
+                qsort(cand, n_cand, sizeof(cand[0]), by_length);
+                for (int i = 0; i < n_cand && it->n < s->cfg.max_batch && budget > 0; i++) {
+                        if (layer_time(s, cand[i], 0, 1) > limit)
+                                break;
+                        if (stage_decode(s, cand[i])) {
+                                add_member(s, cand[i], 0, 1, true);
+                                cand[i]->in_iter = true;
+                                budget--;
+                        }
+                }
+        }
+        for (sreq *r = s->lists[L_FCFS].head; r && budget > 0 && it->n < AXP_MAX_BATCH;
+             r = r->q_next) {
+                int n;
+                if (r->abort)
+                        continue;
+                n = slice_fits(s, r, r->fcfs_done, budget, limit);
+                if (n <= 0)
+                        return added;
+                add_slice(s, r, n);
+                budget -= n;
+                added = true;
+        }
+        while (pull && budget > 0 && it->n < AXP_MAX_BATCH && s->pending_policy == s->cfg.policy) {
+                /* the proactive lane's request if its prefill has not begun, else the queue's */
+                sreq *r = s->active[LANE_PROACTIVE];
+                axp_error err = { 0 };
+                int n, ret;
+                if (!r || r->abort || !r->staged || prefill_started(r))
+                        r = s->lists[L_PREFILL_PROACTIVE].head;
+                if (!r || r->abort)
+                        break;
+                n = slice_fits(s, r, 0, budget, limit);
+                if (n <= 0)
+                        break;
+                if (!r->staged) {
+                        ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
+                        if (ret < 0) {
+                                rlist_remove(s, r);
+                                sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the prompt");
+                                continue;
+                        }
+                        r->staged = true;
+                }
+                prefill_to_iter(s, r);
+                add_slice(s, r, n);
+                budget -= n;
+                added = true;
+        }
+        return added;
+}
+
 static bool form_pool(axp_sched *s) {
         sreq *batch[AXP_MAX_BATCH];
+        iter *it = &s->it;
         int n = 0;
-        bool react = false;
+        bool react = false, pig = piggyback_on(s), chunk = false;
 
         pick_batch(s, batch, &n);
-        if (n == 0)
+        if (n == 0 && !(pig && s->lists[L_FCFS].n))
                 return false;
         for (int i = 0; i < n; i++)
                 react |= batch[i]->kind == AXP_REACTIVE;
@@ -106,22 +250,26 @@ static bool form_pool(axp_sched *s) {
         if (!react && s->cfg.policy == AXP_POLICY_AGENTXPU && !sched_budget_ok(s))
                 return false;
 
+        it->n = 0;
+        for (int i = 0; i < n; i++)
+                if (stage_decode(s, batch[i])) {
+                        add_member(s, batch[i], 0, 1, true);
+                        batch[i]->in_iter = true; /* start() sets it for all; here for piggyback() */
+                }
+        if (pig)
+                chunk = piggyback(s, react, it->n > 0);
         /* a request batched last time and left out now was evicted: count it */
         for (sreq *r = s->lists[L_DECODE].head; r; r = r->q_next) {
                 bool in = false;
-                for (int i = 0; i < n && !in; i++)
-                        in = batch[i] == r;
+                for (int i = 0; i < it->n && !in; i++)
+                        in = it->reqs[i] == r;
                 if (r->was_batched && !in)
                         r->preemptions++;
                 r->was_batched = in;
         }
-        s->it.n = 0;
-        for (int i = 0; i < n; i++)
-                if (stage_decode(s, batch[i]))
-                        add_member(s, batch[i], 0, 1, true);
-        if (s->it.n == 0)
+        if (it->n == 0)
                 return false;
-        start(s, AXP_VAR_DECODE);
+        start(s, chunk ? AXP_VAR_DYNAMIC : AXP_VAR_DECODE);
         return true;
 }
 

@@ -44,7 +44,7 @@ typedef enum once_state {
 typedef enum req_where {
         W_QUEUED,     /* in a prefill queue, nothing run yet */
         W_PREFILL,    /* the active prefill of its kind, or suspended in its queue */
-        W_FCFS,       /* fcfs: being prefilled chunk by chunk in iterations */
+        W_FCFS,       /* prefilled slice by slice inside iterations (fcfs; piggybacking) */
         W_DECODE,     /* in the decode pool (or in the running iteration) */
         W_FINISHED,
 } req_where;
@@ -94,7 +94,7 @@ struct sreq {
         split *splits;     /* [2][n_layer]: K1, K3 */
         bool suspended;    /* preempted by a reactive prefill, not resumed yet */
         bool prepared;     /* warm-up done: its whole prefill may run on the static role */
-        int fcfs_done;     /* fcfs: prompt tokens through every layer */
+        int fcfs_done;     /* W_FCFS: prompt tokens through every layer */
 
         /* decode */
         int32_t next_tok;
@@ -118,7 +118,7 @@ enum {
         L_PREFILL_REACTIVE,
         L_PREFILL_PROACTIVE,
         L_DECODE,  /* decode pool: prefilled requests waiting for or in a batch */
-        L_FCFS,    /* fcfs: requests part-way through their chunked prefill */
+        L_FCFS,    /* requests part-way through a prefill inside iterations (W_FCFS) */
         L__COUNT,
 };
 
@@ -176,6 +176,7 @@ struct axp_sched {
         axp_heg_shape shape;
         axp_sched_env env;
         int s_chk;
+        int it_tokens; /* tokens of an iteration of proactive requests only (one device) */
 
         sdev *devs;
         int n_devs;
@@ -194,6 +195,7 @@ struct axp_sched {
         double external_busy;
         bool budget_blocked;
         double wake; /* earliest time a deferred kernel becomes ready */
+        sreq *promoted;     /* the proactive request aging has promoted, if any */
         sreq *warming;      /* the request the host's warm-up worker prepares kernels for */
         double warm_end;
         /* recent dynamic-role time of decode and of the prefill lanes that run there whole
@@ -232,6 +234,9 @@ bool sched_decode_idle(axp_sched *s);
 int prefill_start(axp_sched *s, sreq *r);
 /* Has any kernel of r's prefill been issued? */
 bool prefill_started(const sreq *r);
+/* Hand a staged request whose prefill has not started from its lane to the iterations
+ * (piggybacking): it leaves the lane and joins L_FCFS as W_FCFS. */
+void prefill_to_iter(axp_sched *s, sreq *r);
 /* The next kernel of r that may run on device dev now: fills *t and returns 0, or -EAGAIN
  * (and lowers s->wake if one becomes ready later). */
 int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t);

@@ -61,6 +61,20 @@ bool prefill_started(const sreq *r) {
         return r->staged && r->embed != O_PENDING;
 }
 
+void prefill_to_iter(axp_sched *s, sreq *r) {
+        free(r->chunks);
+        free(r->splits);
+        r->chunks = NULL;
+        r->splits = NULL;
+        if (r->lane >= 0 && s->active[r->lane] == r)
+                s->active[r->lane] = NULL;
+        r->lane = -1;
+        rlist_remove(s, r);
+        r->where = W_FCFS;
+        r->fcfs_done = 0;
+        rlist_push(s, L_FCFS, r);
+}
+
 /* Is the dynamic role free to take a share of a prefill's chunks (Algorithm 1's decode
  * status, widened to the other prefills that run there)? */
 static bool dynamic_free(axp_sched *s) {
@@ -232,11 +246,13 @@ int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t) {
                 return -EAGAIN;
 
         /* On the static role a full chunk is a static chunk kernel; a remainder is one too,
-         * padded, unless warm-up has prepared the request's own shapes. */
+         * padded, unless warm-up has prepared the request's own shapes or the device runs
+         * any shape as it is (a CPU standing in for the NPU: warmup_s 0). */
         chunk *ch = &r->chunks[best];
         bool full = ch->t1 - ch->t0 == s->s_chk;
+        bool any_shape = s->devs[dev].warmup_s == 0;
         bool stat = !best_rerouted && ch->st != ST_K2 && dev == s->role_dev[AXP_ROLE_STATIC] &&
-                    (full || !prefill_prepared(s, r));
+                    (full || (!prefill_prepared(s, r) && !any_shape));
         *t = one_span(r, stage_op(ch->st), ch->layer, stat ? AXP_VAR_STATIC : AXP_VAR_DYNAMIC,
                       ch->t0, ch->t1);
         if (stat)

@@ -39,6 +39,7 @@ void axp_sched_config_default(axp_sched_config *c) {
                 .duty_window_s = 2.0,
                 .max_ctx = 4096,
                 .fcfs_tokens = 256,
+                .piggyback_slack = 0.25,
                 .preemption = true,
                 .prefill_first = true,
                 .contention_guard = true,
@@ -49,6 +50,7 @@ void axp_sched_config_default(axp_sched_config *c) {
                 .dual_reactive = true,
                 .pad = true,
                 .pipeline = true,
+                .piggyback = true,
         };
 }
 
@@ -78,9 +80,30 @@ double sched_now(axp_sched *s) {
         return s->env.now(s->env.userdata);
 }
 
+static bool aging_on(const axp_sched *s) {
+        return s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.aging_s > 0;
+}
+
+/* Aging: the oldest proactive request that has waited aging_s is promoted, one at a time
+ * until it finishes. Under overload every proactive request ages; promoting them all would
+ * hand the reactive requests' priority to the whole backlog, while promoting the oldest
+ * still guarantees that each one finishes in turn. */
 bool sched_aged(axp_sched *s, const sreq *r) {
-        return r->kind == AXP_PROACTIVE && s->cfg.policy == AXP_POLICY_AGENTXPU &&
-               s->cfg.aging_s > 0 && sched_now(s) - r->t_arrival >= s->cfg.aging_s;
+        return r && r == s->promoted && aging_on(s);
+}
+
+static void promote(axp_sched *s) {
+        double now = sched_now(s);
+        sreq *oldest = NULL;
+
+        if (s->promoted || !aging_on(s))
+                return;
+        for (sreq *r = s->all; r; r = r->all_next)
+                if (r->kind == AXP_PROACTIVE && !r->abort && r->where != W_FINISHED &&
+                    (!oldest || r->t_arrival < oldest->t_arrival))
+                        oldest = r;
+        if (oldest && now - oldest->t_arrival >= s->cfg.aging_s)
+                s->promoted = oldest;
 }
 
 void rlist_push(axp_sched *s, int list, sreq *r) {
@@ -148,6 +171,8 @@ void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
                 s->active[r->lane] = NULL;
         if (s->warming == r)
                 s->warming = NULL;
+        if (s->promoted == r)
+                s->promoted = NULL;
         if (r->abort)
                 s->n_abort--;
         if (r->kind == AXP_REACTIVE)
@@ -635,19 +660,13 @@ static void arm_timer(axp_sched *s) {
                 t = fmin(t, s->warm_end);
         if (s->budget_blocked && budget_rate(s) > 0)
                 t = fmin(t, s->credit_t + (1e-9 - s->credit) / budget_rate(s) + 1e-9);
-        if (s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.aging_s > 0) {
-                /* promotion changes decisions: wake when the next proactive request ages */
-                const sreq *h = s->lists[L_PREFILL_PROACTIVE].head;
-                if (h && !sched_aged(s, h))
-                        t = fmin(t, h->t_arrival + s->cfg.aging_s);
-                for (int l = 0; l < LANE__COUNT; l++) {
-                        const sreq *p = s->active[l];
-                        if (p && p->kind == AXP_PROACTIVE && !sched_aged(s, p))
-                                t = fmin(t, p->t_arrival + s->cfg.aging_s);
-                }
-                for (const sreq *q = s->lists[L_DECODE].head; q; q = q->q_next)
-                        if (q->kind == AXP_PROACTIVE && !sched_aged(s, q))
-                                t = fmin(t, q->t_arrival + s->cfg.aging_s);
+        if (aging_on(s) && !s->promoted) {
+                /* promotion changes decisions: wake when the oldest proactive request ages */
+                double oldest = INFINITY;
+                for (const sreq *r = s->all; r; r = r->all_next)
+                        if (r->kind == AXP_PROACTIVE && !r->abort && r->where != W_FINISHED)
+                                oldest = fmin(oldest, r->t_arrival);
+                t = fmin(t, oldest + s->cfg.aging_s);
         }
         if (t <= now)
                 t = now + 1e-9;
@@ -663,6 +682,7 @@ static void dispatch(axp_sched *s) {
                 s->cfg.policy = s->pending_policy;
         s->budget_blocked = false;
         s->wake = INFINITY;
+        promote(s);
         for (int round = 0; round < 2 * s->n_devs + 2; round++) {
                 bool any = false;
                 warmup_step(s);
@@ -677,12 +697,12 @@ static void dispatch(axp_sched *s) {
         arm_timer(s);
 }
 
-/* S_chk: the largest power of two (at most max_ctx / 16, so that a prompt splits into
- * enough chunks for Algorithm 1 and leaves only a small dynamic remainder) whose chunk
- * kernels -- K1 and K3 on either role, and the attention of a chunk's rows at the longest
- * context on the dynamic role -- finish within the preemption bound. */
-static int derive_s_chk(const axp_sched *s) {
-        int best = 16, limit = MAX(16, s->cfg.max_ctx / 16);
+/* The largest power of two up to limit whose chunk kernels -- K1 and K3 on either role, and
+ * the attention of a chunk's rows at the longest context on the dynamic role -- finish
+ * within the preemption bound. S_chk is that up to max_ctx / 16, so that a prompt splits
+ * into enough chunks for Algorithm 1 and leaves only a small dynamic remainder. */
+static int fit_bound(const axp_sched *s, int limit) {
+        int best = 16;
         double ctx = s->cfg.max_ctx;
 
         for (int n = 16; n <= limit; n *= 2) {
@@ -717,10 +737,10 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || c->max_ctx < 16 || c->s_chk < 0 ||
             c->proactive_duty < 0 || c->proactive_duty > 1 || c->duty_window_s <= 0 ||
-            c->fcfs_tokens < 1)
+            c->fcfs_tokens < 1 || !(c->piggyback_slack >= 0) || c->piggyback_slack > 10)
                 return axp_errorf(err, -EINVAL,
                                   "scheduler: a setting is out of range (batch 1..%d, duty 0..1, "
-                                  "bound and window > 0, context >= 16)",
+                                  "bound and window > 0, context >= 16, slack 0..10)",
                                   AXP_MAX_BATCH);
         if (shape->n_layer <= 0 || shape->n_embd <= 0)
                 return axp_errorf(err, -EINVAL, "scheduler: the model shape is empty");
@@ -756,7 +776,8 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
         s->timer_armed = INFINITY;
         s->last_lane = -1;
         s->use_t = sched_now(s);
-        s->s_chk = c->s_chk > 0 ? c->s_chk : derive_s_chk(s);
+        s->s_chk = c->s_chk > 0 ? c->s_chk : fit_bound(s, MAX(16, c->max_ctx / 16));
+        s->it_tokens = MAX(s->s_chk, fit_bound(s, c->fcfs_tokens));
         s->credit_t = sched_now(s);
         s->credit = budget_rate(s) * s->cfg.duty_window_s;
         *ret = s;

@@ -44,11 +44,16 @@ typedef struct axp_sched_config {
         int s_chk;              /* static chunk length; 0: derived from preempt_bound_s */
         int b_cap;              /* proactive slots in a decode batch with reactive members (3) */
         int max_batch;          /* decode batch limit (32) */
-        double aging_s;         /* a proactive request this old is promoted (30 s); <= 0: never */
+        double aging_s;         /* the oldest proactive request, once this old, is promoted
+                                 * until it finishes (30 s); <= 0: never */
         double proactive_duty;  /* share of the dynamic role proactive work may use (0.5) */
         double duty_window_s;   /* burst the duty budget allows, in seconds of window (2 s) */
         int max_ctx;            /* prefill buffer: most tokens one prefill stages (4096) */
-        int fcfs_tokens;        /* fcfs: tokens per continuous-batching iteration (256) */
+        int fcfs_tokens;        /* tokens per continuous-batching iteration (256): fcfs's, and
+                                 * agentxpu's proactive-only ones on one device (there at most
+                                 * as many as the preemption bound allows) */
+        double piggyback_slack; /* piggybacking: a reactive decode step may grow by this share
+                                 * of its predicted time to carry proactive prefill (0.25) */
         /* Mechanisms that can be switched off, for ablations and for tests that show each
          * one matters. All on by default. */
         bool preemption;        /* reactive prefill preempts proactive prefill */
@@ -64,6 +69,9 @@ typedef struct axp_sched_config {
         bool pad;               /* a proactive remainder runs on the static role, padded to
                                  * S_chk, rather than on the dynamic role */
         bool pipeline;          /* a second proactive prefill fills the static role's gaps */
+        bool piggyback;         /* one device serving both roles: slices of proactive prompts
+                                 * ride in decode steps (slack-bounded next to reactive ones)
+                                 * instead of waiting for them */
 } axp_sched_config;
 
 void axp_sched_config_default(axp_sched_config *c);

@@ -42,6 +42,9 @@ static int usage(FILE *f) {
                 "  --dynamic DEV          device of the dynamic role (default auto)\n"
                 "  --b-cap N              proactive requests riding along in a decode batch with\n"
                 "                         reactive ones (agentxpu; default 3)\n"
+                "  --piggyback-slack S    on one device, a reactive decode step may grow by this\n"
+                "                         share to carry proactive prefill (agentxpu; 0.25)\n"
+                "  --no-piggyback         proactive prefill waits for reactive decode instead\n"
                 "  --drain S              after the last arrival, wait at most S seconds for the\n"
                 "                         requests in flight, then cancel them (default 600)\n"
                 "  --json                 print JSON\n");
@@ -321,10 +324,18 @@ static double ratio(double a, double b) {
         return b > 0 ? a / b : NAN;
 }
 
+/* A JSON number, or null where there is none (a ratio over nothing). */
+static const char *json_num(char buf[32], double v) {
+        if (!isfinite(v))
+                return "null";
+        snprintf(buf, 32, "%.6f", v);
+        return buf;
+}
+
 int cli_bench(int argc, char **argv) {
         enum {
                 O_RRATE = 256, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY, O_THREADS,
-                O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_JSON, O_HELP,
+                O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_SLACK, O_NOPIG, O_JSON, O_HELP,
         };
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },
@@ -340,6 +351,8 @@ int cli_bench(int argc, char **argv) {
                 { "dynamic", required_argument, NULL, O_DYNAMIC },
                 { "drain", required_argument, NULL, O_DRAIN },
                 { "b-cap", required_argument, NULL, O_BCAP },
+                { "piggyback-slack", required_argument, NULL, O_SLACK },
+                { "no-piggyback", no_argument, NULL, O_NOPIG },
                 { "json", no_argument, NULL, O_JSON },
                 { "help", no_argument, NULL, O_HELP },
                 {},
@@ -407,6 +420,13 @@ int cli_bench(int argc, char **argv) {
                         if (!cli_int("--b-cap", optarg, 0, 32, &l))
                                 return 2;
                         ec.b_cap = (int) l;
+                        break;
+                case O_SLACK:
+                        if (!cli_double("--piggyback-slack", optarg, 0, 10, &ec.piggyback_slack))
+                                return 2;
+                        break;
+                case O_NOPIG:
+                        ec.piggyback_slack = -1;
                         break;
                 case O_JSON:
                         json = true;
@@ -504,12 +524,15 @@ int cli_bench(int argc, char **argv) {
                 for (int i = 0; i < n_names; i++)
                         print_json_policy(&res[i], i == n_names - 1);
                 printf("  }");
-                if (ia >= 0 && iff >= 0)
-                        printf(",\n  \"agentxpu_over_fcfs\": {\"reactive_p90_latency\": %.6f, "
-                               "\"proactive_throughput\": %.6f}",
-                               ratio(res[ia].reactive.p90_latency_s, res[iff].reactive.p90_latency_s),
-                               ratio(res[ia].proactive.throughput_req_per_min,
-                                     res[iff].proactive.throughput_req_per_min));
+                if (ia >= 0 && iff >= 0) {
+                        char b1[32], b2[32];
+                        printf(",\n  \"agentxpu_over_fcfs\": {\"reactive_p90_latency\": %s, "
+                               "\"proactive_throughput\": %s}",
+                               json_num(b1, ratio(res[ia].reactive.p90_latency_s,
+                                                  res[iff].reactive.p90_latency_s)),
+                               json_num(b2, ratio(res[ia].proactive.throughput_req_per_min,
+                                                  res[iff].proactive.throughput_req_per_min)));
+                }
                 printf("\n}\n");
                 return 0;
         }

@@ -99,6 +99,20 @@ r = run("bench", "-m", model, "--reactive-rate", "60", "--proactive-rate", "0", 
 if r.returncode != 0 or "serial" not in r.stdout or "agentxpu/fcfs" in r.stdout:
     fail(f"bench --policy serial: status {r.returncode}: {r.stdout} {r.stderr}")
 
+# without reactive requests there is no P90 ratio: null, and the JSON still parses
+r = run("bench", "-m", model, "--reactive-rate", "0", "--proactive-rate", "60", "--minutes",
+        "0.05", "--piggyback-slack", "0.5", "--json")
+try:
+    ratios = json.loads(r.stdout).get("agentxpu_over_fcfs", {}) if r.returncode == 0 else None
+except ValueError as e:
+    ratios = None
+    fail(f"bench --reactive-rate 0 --json: not JSON ({e}): {r.stdout[-300:]}")
+if r.returncode != 0:
+    fail(f"bench --reactive-rate 0: status {r.returncode}: {r.stderr.strip()}")
+elif ratios is not None and (ratios.get("reactive_p90_latency", 0) is not None or
+                             not number(ratios.get("proactive_throughput"))):
+    fail(f"bench --reactive-rate 0: ratios {ratios}")
+
 # bad input: a clear one-line error, status 2 for usage, 1 for a model that cannot load
 cut = os.path.join(tmp, "cut.gguf")
 with open(model, "rb") as src, open(cut, "wb") as dst:
@@ -108,6 +122,7 @@ for args, status, words in (
         (("-m", model, "--policy", "fastest"), 2, "--policy"),
         (("-m", model, "--minutes", "0"), 2, "--minutes"),
         (("-m", model, "--reactive-rate", "x"), 2, "--reactive-rate"),
+        (("-m", model, "--piggyback-slack", "-1"), 2, "--piggyback-slack"),
         (("-m", model, "--proactive-set", "lmsys"), 2, "lmsys"),
         (("-m", model, "extra"), 1, "extra"),
         (("-m", cut), 1, "cut.gguf"),

@@ -122,6 +122,48 @@ static void test_aging(void) {
         }
 }
 
+/* Under overload every proactive request ages; promotion goes to one at a time, the oldest,
+ * until it finishes: next to an unbroken reactive stream a decode batch then holds at most
+ * B_cap proactive requests plus the promoted one (promoting every aged request would hand
+ * the whole backlog the batch), and still every proactive request finishes in turn. */
+static void test_aging_one_at_a_time(void) {
+        axp_sched_config cfg;
+        axp_sched_config_default(&cfg);
+        cfg.aging_s = 5.0;
+        CHECK(h_init(&h, "llama-3b", &cfg) == 0);
+        h_req *p[6], *last = NULL;
+        for (int i = 0; i < 6; i++)
+                p[i] = h_add(&h, 0.0, AXP_PROACTIVE, 100 * (i + 1), 200);
+        for (double t = 0.5; t < 200; t += 5)
+                last = h_add(&h, t, AXP_REACTIVE, 50, 400);
+        h_run(&h, INFINITY);
+        CHECK(last->done);
+        int max_pro = 0, with_r = 0;
+        for (int i = 0; i < h.n_tasks; i++) {
+                const h_task *k = &h.tasks[i];
+                int pro = 0;
+                bool react = false;
+                if (k->variant != AXP_VAR_DECODE || k->op != AXP_OP_K1 || k->layer != 0)
+                        continue;
+                for (int j = 0; j < k->n && j < 8; j++) {
+                        pro += k->kinds[j] == AXP_PROACTIVE;
+                        react |= k->kinds[j] == AXP_REACTIVE;
+                }
+                if (!react)
+                        continue;
+                with_r++;
+                max_pro = MAX(max_pro, pro);
+        }
+        CHECK(with_r > 0);
+        CHECK_MSG(max_pro <= cfg.b_cap + 1, "%d proactive requests in a reactive decode batch",
+                  max_pro);
+        for (int i = 0; i < 6; i++)
+                CHECK_MSG(p[i]->done && p[i]->t_done < 150,
+                          "proactive %d finished at %.1f s under the reactive stream", i,
+                          p[i]->t_done);
+        h_free(&h);
+}
+
 /* A prefill kernel waiting for the dynamic role runs before the next decode kernel. */
 static void test_prefill_first(void) {
         for (int on = 1; on >= 0; on--) {
@@ -510,10 +552,56 @@ static void test_shared_device_reactive_decode(void) {
         CHECK_MSG(lat_off > 2 * lat, "%.3f s without the rule vs %.3f s with it", lat_off, lat);
 }
 
+/* Slack-aware piggybacking on one device: while a reactive request decodes, a waiting
+ * proactive prompt is prefilled in slices riding in its decode steps, and the reactive
+ * request's time per token stays within the slack of its time alone. Without it the prompt
+ * waits until the reactive request is done. */
+static void test_piggyback(void) {
+        double tpot_alone = 0;
+        for (int run = 0; run < 3; run++) { /* alone, with piggybacking, without */
+                axp_sched_config cfg;
+                axp_sched_config_default(&cfg);
+                cfg.piggyback = run != 2;
+                CHECK(h_init_roles(&h, "llama-3b", &cfg, AXP_DEV_CPU) == 0);
+                h_req *r = h_add(&h, 0.0, AXP_REACTIVE, 40, 64);
+                h_req *p = run ? h_add(&h, 1.0, AXP_PROACTIVE, 600, 4) : NULL;
+                h_run(&h, INFINITY);
+                CHECK(r->done && (!p || p->done));
+                if (run == 0) {
+                        tpot_alone = r->st.tpot_s;
+                        h_free(&h);
+                        continue;
+                }
+                int shared = 0;
+                for (int i = 0; i < h.n_tasks; i++)
+                        if (h_task_has(&h.tasks[i], r->id) && h_task_has(&h.tasks[i], p->id))
+                                shared++;
+                double p_start = p->t + p->st.queue_wait_s;
+                if (run == 1) {
+                        CHECK_MSG(shared > 0 && p_start < r->t_done,
+                                  "proactive prefill began at %.2f s, reactive done at %.2f s",
+                                  p_start, r->t_done);
+                        CHECK_MSG(r->st.tpot_s <= (1 + cfg.piggyback_slack) * tpot_alone * 1.01,
+                                  "reactive %.1f ms per token, alone %.1f ms",
+                                  1e3 * r->st.tpot_s, 1e3 * tpot_alone);
+                        CHECK(r->st.tpot_s > tpot_alone * 1.001); /* it did carry work */
+                        printf("  reactive %.1f ms per token with piggybacking (alone %.1f); "
+                               "the proactive prompt began at %.2f s, done at %.2f s\n",
+                               1e3 * r->st.tpot_s, 1e3 * tpot_alone, p_start, p->t_done);
+                } else {
+                        CHECK_EQ_INT(shared, 0);
+                        CHECK_MSG(p_start >= r->t_done - 1e-9,
+                                  "without piggybacking the prompt began at %.2f s", p_start);
+                }
+                h_free(&h);
+        }
+}
+
 int main(void) {
         RUN(test_preemption);
         RUN(test_reactive_first_batching);
         RUN(test_aging);
+        RUN(test_aging_one_at_a_time);
         RUN(test_prefill_first);
         RUN(test_duty_budget);
         RUN(test_elastic_split);
@@ -524,5 +612,6 @@ int main(void) {
         RUN(test_assist);
         RUN(test_contention_guard);
         RUN(test_shared_device_reactive_decode);
+        RUN(test_piggyback);
         TEST_EXIT();
 }

@@ -57,7 +57,19 @@ typedef struct world {
         axp_sched *sched;
         run_req p, r;
         int32_t p_tokens[600], r_tokens[100];
+        /* one device (the CPU) for both roles; P arrives at t_p; R generates r_want tokens */
+        bool shared;
+        double t_p;
+        int r_want;
+        double r_done, p_first_kernel;
 } world;
+
+static void arrive_p(void *ud) {
+        world *w = ud;
+        axp_error err;
+        CHECK(axp_sched_submit(w->sched, AXP_PROACTIVE, &w->p.seq, w->p_tokens, 600, &ops, &w->p,
+                               NULL, &err) == 0);
+}
 
 static void arrive_r(void *ud) {
         world *w = ud;
@@ -81,7 +93,7 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         for (int i = 0; i < 100; i++)
                 w->r_tokens[i] = (i * 104729 + 5) % model->hp.n_vocab;
         w->p.want = N_OUT;
-        w->r.want = 4;
+        w->r.want = w->r_want > 0 ? w->r_want : 4;
         CHECK(axp_seq_init(&w->p.seq, model, AXP_TYPE_F32, 1024, 700, &err) == 0);
         CHECK(axp_seq_init(&w->r.seq, model, AXP_TYPE_F32, 1024, 200, &err) == 0);
 
@@ -97,16 +109,24 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         axp_sched_config_default(&cfg);
         cfg.policy = policy;
         cfg.max_ctx = 1024; /* the model's context: S_chk = 64, many kernels to stop between */
-        CHECK(axp_sched_new(&cfg, &shape, axp_sim_env(w->sim), devs, soc->n_devs, soc->static_dev,
-                            soc->dynamic_dev, &w->sched, &err) == 0);
+        int st = soc->static_dev, dy = soc->dynamic_dev;
+        for (int i = 0; w->shared && i < soc->n_devs; i++)
+                if (soc->devs[i].kind == AXP_DEV_CPU)
+                        st = dy = i;
+        CHECK(axp_sched_new(&cfg, &shape, axp_sim_env(w->sim), devs, soc->n_devs, st, dy,
+                            &w->sched, &err) == 0);
         axp_sim_attach(w->sim, w->sched);
-        CHECK(axp_sched_submit(w->sched, AXP_PROACTIVE, &w->p.seq, w->p_tokens, 600, &ops, &w->p,
-                               NULL, &err) == 0);
+        if (w->t_p > 0)
+                axp_sim_at(w->sim, w->t_p, arrive_p, w);
+        else
+                arrive_p(w);
         if (t_reactive >= 0)
                 axp_sim_at(w->sim, t_reactive, arrive_r, w);
         CHECK(axp_sim_run(w->sim, INFINITY, &err) == 0);
         CHECK(w->p.done && w->p.n_out == N_OUT);
-        CHECK(t_reactive < 0 || (w->r.done && w->r.n_out == 4));
+        CHECK(t_reactive < 0 || (w->r.done && w->r.n_out == w->r.want));
+        w->r_done = t_reactive + w->r.st.latency_s;
+        w->p_first_kernel = (w->t_p > 0 ? w->t_p : 0) + w->p.st.queue_wait_s;
         axp_sched_free(w->sched);
         axp_sim_free(w->sim);
         axp_seq_free(&w->p.seq);
@@ -136,6 +156,37 @@ static void test_preempted_tokens(void) {
         }
 }
 
+/* On one device a proactive prompt arriving while a reactive request decodes is prefilled
+ * in slices inside the reactive decode steps (piggybacking); it still generates exactly the
+ * tokens it generates alone. */
+static void test_piggybacked_tokens(void) {
+        static world w;
+        int32_t alone[N_OUT];
+
+        run(&w, AXP_POLICY_AGENTXPU, -1);
+        memcpy(alone, w.p.out, sizeof(alone));
+
+        /* R alone on the one device, to place P's arrival inside its decode */
+        w.shared = true;
+        w.r_want = N_OUT;
+        w.t_p = 1e6; /* after R is done */
+        run(&w, AXP_POLICY_AGENTXPU, 0);
+        double r_first = w.r.st.ttft_s, r_done = w.r.st.latency_s;
+        int32_t r_alone[N_OUT];
+        memcpy(r_alone, w.r.out, sizeof(r_alone));
+        CHECK(w.p_first_kernel >= r_done);
+
+        w.t_p = r_first + (r_done - r_first) / 4;
+        run(&w, AXP_POLICY_AGENTXPU, 0);
+        CHECK_MSG(w.p_first_kernel < w.r_done, "P began at %.4f s, R done at %.4f s",
+                  w.p_first_kernel, w.r_done);
+        CHECK(memcmp(alone, w.p.out, sizeof(alone)) == 0);
+        CHECK(memcmp(r_alone, w.r.out, sizeof(r_alone)) == 0);
+        w.shared = false;
+        w.r_want = 0;
+        w.t_p = 0;
+}
+
 int main(void) {
         char dir[] = "/tmp/axp-test-tokens-XXXXXX", path[256];
         axp_mkmodel_params mp;
@@ -156,6 +207,7 @@ int main(void) {
                 return 1;
         }
         RUN(test_preempted_tokens);
+        RUN(test_piggybacked_tokens);
         axp_device_free(cpu);
         axp_model_free(model);
         unlink(path);

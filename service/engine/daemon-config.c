@@ -96,6 +96,7 @@ static const ConfigKey config_keys[] = {
         { "Engine", "MaxBatch",           VALUE_INT,      ENGINE_FIELD(max_batch) },
         { "Engine", "AgingSec",           VALUE_SECONDS,  ENGINE_FIELD(aging_s) },
         { "Engine", "ProactiveDutyCycle", VALUE_FRACTION, ENGINE_FIELD(proactive_duty) },
+        { "Engine", "PiggybackSlack",     VALUE_FRACTION, ENGINE_FIELD(piggyback_slack) },
         { "Engine", "CalibrationCache",   VALUE_PATH,     offsetof(DaemonConfig, calib_cache) },
         { "Limits", "RequestsPerUser",    VALUE_UNSIGNED, offsetof(DaemonConfig, max_requests_per_user) },
         { "Limits", "Requests",           VALUE_UNSIGNED, offsetof(DaemonConfig, max_requests) },

@@ -39,6 +39,7 @@ static void test_every_key(void) {
                 "MaxBatch=16\n"
                 "AgingSec=12.5\n"
                 "ProactiveDutyCycle=0.25\n"
+                "PiggybackSlack=0.5\n"
                 "CalibrationCache=/var/cache/agentxpu/calibration\n"
                 "\n"
                 "; limits\n"
@@ -69,6 +70,7 @@ static void test_every_key(void) {
         CHECK_EQ_INT(c.engine.max_batch, 16);
         CHECK_NEAR(c.engine.aging_s, 12.5, 0);
         CHECK_NEAR(c.engine.proactive_duty, 0.25, 0);
+        CHECK_NEAR(c.engine.piggyback_slack, 0.5, 0);
         CHECK(strcmp(c.engine.calib_cache, "/var/cache/agentxpu/calibration") == 0);
         CHECK_EQ_INT(c.max_requests_per_user, 4);
         CHECK_EQ_INT(c.max_requests, 100);
