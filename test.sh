@@ -12,11 +12,12 @@ meson test -C "$BUILD" --print-errorlogs --num-processes 2 "$@"
 status=$?
 logs="$BUILD/meson-logs/testlog.json"
 # In a full run, the suites a plain `meson test` leaves out: the fuzz targets under ASan and
-# UBSan for a minute, and the install test, which builds the .deb and installs it into a
+# UBSan for a minute, the scheduler's and engine's tests under the same sanitizers, and the
+# install test, which builds the .deb and installs it into a
 # Debian 12 root (it needs root and skips without).
 if [ $# -eq 0 ]; then
         [ "$(id -u)" -eq 0 ] || echo "test-install will skip: installing the package needs root"
-        for suite in fuzz packaging; do
+        for suite in fuzz sanitize packaging; do
                 meson test -C "$BUILD" --print-errorlogs --suite $suite --logbase $suite-testlog
                 [ $? -eq 0 ] || status=1
                 logs="$logs $BUILD/meson-logs/$suite-testlog.json"

@@ -55,6 +55,7 @@ struct ereq {
         int32_t prev_pending; /* the flow's pending token this turn consumed */
         int32_t last_tok;
         uint32_t prompt_tokens;
+        bool stop_sent;    /* cancelled by the engine stopping */
         ereq *next;
 };
 
@@ -671,9 +672,19 @@ fail:
 }
 
 static void api_stop(axp_engine *e, void *arg) {
-        if (e->sched)
+        /* A cancel may finish requests at once (its own, and others already cancelled),
+         * freeing them: walk the list again after each one rather than keep a pointer. */
+        bool again = e->sched != NULL;
+        while (again) {
+                again = false;
                 for (ereq *q = e->reqs; q; q = q->next)
-                        (void) axp_sched_cancel(e->sched, q->id);
+                        if (!q->stop_sent) {
+                                q->stop_sent = true;
+                                (void) axp_sched_cancel(e->sched, q->id);
+                                again = true;
+                                break;
+                        }
+        }
         e->stop = true;
 }
 

@@ -300,6 +300,34 @@ static void test_cancel_and_errors(void) {
         axp_engine_free(e);
 }
 
+/* Freeing the engine with requests queued and running cancels each one exactly once (a
+ * cancel finishes requests at once, which once left the stop walking freed ones). */
+static void test_free_with_requests_in_flight(void) {
+        enum { N = 12 };
+        static result rs[N];
+        axp_engine *e = new_engine("agentxpu");
+        axp_request_opts o;
+        axp_error err = { 0 };
+
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        greedy_opts(&o, 400);
+        for (int i = 0; i < N; i++) {
+                axp_request_cbs cb = cbs_for(&rs[i]);
+                uint64_t id;
+                result_init(&rs[i]);
+                CHECK(axp_engine_submit(e, i % 3 ? AXP_PROACTIVE : AXP_REACTIVE,
+                                        prompts[i % 4], &o, &cb, &id, &err) == 0);
+        }
+        axp_engine_free(e);
+        for (int i = 0; i < N; i++) {
+                CHECK(rs[i].done);
+                CHECK_MSG(rs[i].reason == AXP_FINISH_CANCELLED || rs[i].reason == AXP_FINISH_LENGTH,
+                          "request %d ended %d", i, (int) rs[i].reason);
+        }
+}
+
 /* A flow keeps its KV cache: the second turn prefills only its own tokens (plus the token
  * the first answer ended with). */
 static void test_flow_reuses_kv(void) {
@@ -357,6 +385,7 @@ int main(void) {
         RUN(test_concurrent_requests_match_reference);
         RUN(test_roles_on_two_devices);
         RUN(test_cancel_and_errors);
+        RUN(test_free_with_requests_in_flight);
         RUN(test_flow_reuses_kv);
         unlink(model_path);
         unlink(calib_path);
