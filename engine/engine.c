@@ -139,7 +139,7 @@ void axp_engine_config_default(axp_engine_config *c) {
                 .max_batch = 32,
                 .aging_s = 30,
                 .proactive_duty = 0.5,
-                .piggyback_slack = 0.25,
+                .piggyback_slack = 0,
         };
 }
 

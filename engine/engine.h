@@ -28,7 +28,8 @@ typedef struct axp_engine_config {
         double aging_s;          /* proactive age threshold for promotion (30) */
         double proactive_duty;   /* duty-cycle budget of proactive work on the dynamic role (0.5) */
         double piggyback_slack;  /* one device for both roles: share by which a reactive decode
-                                  * step may grow to carry proactive prefill (0.25); < 0: none */
+                                  * step may grow to carry proactive work (0: only what the
+                                  * memory-bound step hides); < 0: none */
         int n_ctx;               /* per-request context limit, 0: the model's (capped at 4096) */
         const char *calib_cache; /* file caching device calibration, NULL: none */
 } axp_engine_config;

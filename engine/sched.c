@@ -39,7 +39,7 @@ void axp_sched_config_default(axp_sched_config *c) {
                 .duty_window_s = 2.0,
                 .max_ctx = 4096,
                 .fcfs_tokens = 256,
-                .piggyback_slack = 0.25,
+                .piggyback_slack = 0,
                 .preemption = true,
                 .prefill_first = true,
                 .contention_guard = true,

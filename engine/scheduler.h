@@ -53,7 +53,8 @@ typedef struct axp_sched_config {
                                  * agentxpu's proactive-only ones on one device (there at most
                                  * as many as the preemption bound allows) */
         double piggyback_slack; /* piggybacking: a reactive decode step may grow by this share
-                                 * of its predicted time to carry proactive prefill (0.25) */
+                                 * of its predicted time to carry proactive work (0: only
+                                 * what the memory-bound step hides) */
         /* Mechanisms that can be switched off, for ablations and for tests that show each
          * one matters. All on by default. */
         bool preemption;        /* reactive prefill preempts proactive prefill */

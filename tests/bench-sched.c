@@ -5,6 +5,7 @@
  * much the proactive request was delayed. Synthetic model, so it runs anywhere. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +77,8 @@ static int scenario(const char *model, const char *policy, const char *long_prom
         c.model_path = model;
         c.policy = policy;
         c.n_ctx = 2048;
+        if (getenv("PIGGYBACK_SLACK")) /* < 0: off */
+                c.piggyback_slack = atof(getenv("PIGGYBACK_SLACK"));
         if (axp_engine_new(&c, &e, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return -1;

@@ -109,6 +109,7 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         axp_sched_config_default(&cfg);
         cfg.policy = policy;
         cfg.max_ctx = 1024; /* the model's context: S_chk = 64, many kernels to stop between */
+        cfg.piggyback_slack = 0.25; /* on one device, let the steps carry slices */
         int st = soc->static_dev, dy = soc->dynamic_dev;
         for (int i = 0; w->shared && i < soc->n_devs; i++)
                 if (soc->devs[i].kind == AXP_DEV_CPU)
