@@ -209,8 +209,7 @@ static bool piggyback(axp_sched *s, bool react, bool pull) {
         while (pull && budget > 0 && it->n < AXP_MAX_BATCH && s->pending_policy == s->cfg.policy) {
                 /* the proactive lane's request if its prefill has not begun, else the queue's */
                 sreq *r = s->active[LANE_PROACTIVE];
-                axp_error err = { 0 };
-                int n, ret;
+                int n;
                 if (!r || r->abort || !r->staged || prefill_started(r))
                         r = s->lists[L_PREFILL_PROACTIVE].head;
                 if (!r || r->abort)
@@ -218,15 +217,8 @@ static bool piggyback(axp_sched *s, bool react, bool pull) {
                 n = slice_fits(s, r, 0, budget, limit);
                 if (n <= 0)
                         break;
-                if (!r->staged) {
-                        ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
-                        if (ret < 0) {
-                                rlist_remove(s, r);
-                                sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the prompt");
-                                continue;
-                        }
-                        r->staged = true;
-                }
+                if (!r->staged && sched_stage_prompt(s, r) < 0)
+                        continue;
                 prefill_to_iter(s, r);
                 add_slice(s, r, n);
                 budget -= n;
@@ -301,29 +293,21 @@ static bool form_fcfs(axp_sched *s) {
                 if (r->abort)
                         continue;
                 c = MIN(budget, r->n_tokens - r->fcfs_done);
-                add_member(s, r, r->fcfs_done, r->fcfs_done + c, r->fcfs_done + c == r->n_tokens);
+                add_slice(s, r, c);
                 budget -= c;
                 chunk = true;
         }
         while (budget > 0 && it->n < AXP_MAX_BATCH && s->pending_policy == s->cfg.policy &&
                (int) (s->lists[L_DECODE].n + s->lists[L_FCFS].n) < s->cfg.max_batch) {
                 sreq *r = fcfs_next_waiting(s);
-                axp_error err = { 0 };
-                int c, ret;
+                int c;
                 if (!r)
                         break;
-                rlist_remove(s, r);
-                ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
-                if (ret < 0) {
-                        sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the prompt");
+                if (sched_stage_prompt(s, r) < 0)
                         continue;
-                }
-                r->staged = true;
-                r->where = W_FCFS;
-                r->fcfs_done = 0;
-                rlist_push(s, L_FCFS, r);
+                prefill_to_iter(s, r);
                 c = MIN(budget, r->n_tokens);
-                add_member(s, r, 0, c, c == r->n_tokens);
+                add_slice(s, r, c);
                 budget -= c;
                 chunk = true;
         }

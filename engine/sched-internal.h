@@ -218,6 +218,8 @@ void rlist_push(axp_sched *s, int list, sreq *r);
 void rlist_remove(axp_sched *s, sreq *r);
 int sched_seq_begin(axp_seq *q, const int32_t *tokens, int n, axp_error *err);
 void sched_seq_end(axp_seq *q);
+/* Stage r's whole prompt in its seq; if it cannot be, r fails and leaves its list. */
+int sched_stage_prompt(axp_sched *s, sreq *r);
 void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason);
 void sched_fail(axp_sched *s, sreq *r, int code, const char *what);
 /* The request's HEAD ran: ask its client for the next token; on to decode or finished. */
@@ -234,8 +236,8 @@ bool sched_decode_idle(axp_sched *s);
 int prefill_start(axp_sched *s, sreq *r);
 /* Has any kernel of r's prefill been issued? */
 bool prefill_started(const sreq *r);
-/* Hand a staged request whose prefill has not started from its lane to the iterations
- * (piggybacking): it leaves the lane and joins L_FCFS as W_FCFS. */
+/* Hand a staged request whose prefill has not started (from its queue or its lane) to the
+ * iterations, which prefill it slice by slice: it joins L_FCFS as W_FCFS. */
 void prefill_to_iter(axp_sched *s, sreq *r);
 /* The next kernel of r that may run on device dev now: fills *t and returns 0, or -EAGAIN
  * (and lowers s->wake if one becomes ready later). */

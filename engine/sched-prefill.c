@@ -31,15 +31,10 @@ static bool two_devices(const axp_sched *s) {
 }
 
 int prefill_start(axp_sched *s, sreq *r) {
-        axp_error err = { 0 };
         int C = s->s_chk, S = r->n_tokens, L = s->shape.n_layer, nc = (S + C - 1) / C, ret;
 
-        ret = sched_seq_begin(r->seq, r->tokens, S, &err);
-        if (ret < 0) {
-                sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the prompt");
+        if ((ret = sched_stage_prompt(s, r)) < 0)
                 return ret;
-        }
-        r->staged = true;
         r->chunks = calloc(nc, sizeof(chunk));
         r->splits = calloc(2 * (size_t) L, sizeof(split));
         if (!r->chunks || !r->splits) {

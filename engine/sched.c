@@ -76,6 +76,19 @@ void sched_seq_end(axp_seq *q) {
         q->n_new = 0;
 }
 
+int sched_stage_prompt(axp_sched *s, sreq *r) {
+        axp_error err = { 0 };
+        int ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
+
+        if (ret < 0) {
+                rlist_remove(s, r);
+                sched_fail(s, r, ret, err.msg[0] ? err.msg : "cannot stage the prompt");
+                return ret;
+        }
+        r->staged = true;
+        return 0;
+}
+
 double sched_now(axp_sched *s) {
         return s->env.now(s->env.userdata);
 }
@@ -92,17 +105,23 @@ bool sched_aged(axp_sched *s, const sreq *r) {
         return r && r == s->promoted && aging_on(s);
 }
 
-static void promote(axp_sched *s) {
-        double now = sched_now(s);
+static sreq *oldest_proactive(const axp_sched *s) {
         sreq *oldest = NULL;
 
-        if (s->promoted || !aging_on(s))
-                return;
         for (sreq *r = s->all; r; r = r->all_next)
                 if (r->kind == AXP_PROACTIVE && !r->abort && r->where != W_FINISHED &&
                     (!oldest || r->t_arrival < oldest->t_arrival))
                         oldest = r;
-        if (oldest && now - oldest->t_arrival >= s->cfg.aging_s)
+        return oldest;
+}
+
+static void promote(axp_sched *s) {
+        sreq *oldest;
+
+        if (s->promoted || !aging_on(s))
+                return;
+        oldest = oldest_proactive(s);
+        if (oldest && sched_now(s) - oldest->t_arrival >= s->cfg.aging_s)
                 s->promoted = oldest;
 }
 
@@ -662,11 +681,9 @@ static void arm_timer(axp_sched *s) {
                 t = fmin(t, s->credit_t + (1e-9 - s->credit) / budget_rate(s) + 1e-9);
         if (aging_on(s) && !s->promoted) {
                 /* promotion changes decisions: wake when the oldest proactive request ages */
-                double oldest = INFINITY;
-                for (const sreq *r = s->all; r; r = r->all_next)
-                        if (r->kind == AXP_PROACTIVE && !r->abort && r->where != W_FINISHED)
-                                oldest = fmin(oldest, r->t_arrival);
-                t = fmin(t, oldest + s->cfg.aging_s);
+                const sreq *oldest = oldest_proactive(s);
+                if (oldest)
+                        t = fmin(t, oldest->t_arrival + s->cfg.aging_s);
         }
         if (t <= now)
                 t = now + 1e-9;

@@ -77,8 +77,9 @@ static int scenario(const char *model, const char *policy, const char *long_prom
         c.model_path = model;
         c.policy = policy;
         c.n_ctx = 2048;
-        if (getenv("PIGGYBACK_SLACK")) /* < 0: off */
-                c.piggyback_slack = atof(getenv("PIGGYBACK_SLACK"));
+        const char *slack = getenv("PIGGYBACK_SLACK"); /* < 0: off */
+        if (slack)
+                c.piggyback_slack = atof(slack);
         if (axp_engine_new(&c, &e, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return -1;
