@@ -56,7 +56,7 @@ static void pick_batch(axp_sched *s, sreq **batch, int *ret_n) {
         bool rf = s->cfg.reactive_first && s->cfg.policy == AXP_POLICY_AGENTXPU;
 
         for (sreq *r = s->lists[L_DECODE].head; r; r = r->q_next) {
-                if (r->abort)
+                if (r->abort || r->in_iter) /* in_iter: a member of the parked iteration */
                         continue;
                 if (rf && r->kind == AXP_REACTIVE) {
                         if (n < max)
@@ -105,7 +105,7 @@ static void start(axp_sched *s, axp_variant v) {
  * continuous batching does. A slice never exceeds S_chk, so each kernel of the iteration
  * stays within the preemption bound and a reactive prefill still takes the device at the
  * next kernel boundary. */
-static bool piggyback_on(const axp_sched *s) {
+bool sched_piggyback_on(const axp_sched *s) {
         return s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.piggyback &&
                s->role_dev[AXP_ROLE_STATIC] == s->role_dev[AXP_ROLE_DYNAMIC];
 }
@@ -197,7 +197,7 @@ static bool piggyback(axp_sched *s, bool react, bool pull) {
         for (sreq *r = s->lists[L_FCFS].head; r && budget > 0 && it->n < AXP_MAX_BATCH;
              r = r->q_next) {
                 int n;
-                if (r->abort)
+                if (r->abort || r->in_iter)
                         continue;
                 n = slice_fits(s, r, r->fcfs_done, budget, limit);
                 if (n <= 0)
@@ -227,14 +227,22 @@ static bool piggyback(axp_sched *s, bool react, bool pull) {
         return added;
 }
 
+/* Is a prompt part-way through the iterations and not in the parked one? */
+static bool fcfs_waiting(const axp_sched *s) {
+        for (const sreq *r = s->lists[L_FCFS].head; r; r = r->q_next)
+                if (!r->abort && !r->in_iter)
+                        return true;
+        return false;
+}
+
 static bool form_pool(axp_sched *s) {
         sreq *batch[AXP_MAX_BATCH];
         iter *it = &s->it;
         int n = 0;
-        bool react = false, pig = piggyback_on(s), chunk = false;
+        bool react = false, pig = sched_piggyback_on(s), chunk = false;
 
         pick_batch(s, batch, &n);
-        if (n == 0 && !(pig && s->lists[L_FCFS].n))
+        if (n == 0 && !(pig && fcfs_waiting(s)))
                 return false;
         for (int i = 0; i < n; i++)
                 react |= batch[i]->kind == AXP_REACTIVE;
@@ -248,8 +256,10 @@ static bool form_pool(axp_sched *s) {
                         add_member(s, batch[i], 0, 1, true);
                         batch[i]->in_iter = true; /* start() sets it for all; here for piggyback() */
                 }
+        /* prompts start riding in steps that carry other work; the proactive lane starts
+         * them on an otherwise idle device (sched.c: admit) */
         if (pig)
-                chunk = piggyback(s, react, it->n > 0);
+                chunk = piggyback(s, react, it->n > 0 || fcfs_waiting(s));
         /* a request batched last time and left out now was evicted: count it */
         for (sreq *r = s->lists[L_DECODE].head; r; r = r->q_next) {
                 bool in = false;
@@ -317,12 +327,59 @@ static bool form_fcfs(axp_sched *s) {
         return true;
 }
 
+/* Preemption of a long step. On one device an iteration of proactive requests carries
+ * prompt slices and takes as long as a prefill chunk through every layer; a reactive request
+ * that has finished its prefill meanwhile does not wait for it: between two kernels the
+ * iteration is parked (its members keep their activations and their place, as a preempted
+ * prefill does) and a reactive step runs. The parked iteration goes on once no reactive
+ * request waits for a step, or at once if it carries the request aging has promoted. */
+static bool reactive_waits(const axp_sched *s) {
+        for (const sreq *r = s->lists[L_DECODE].head; r; r = r->q_next)
+                if (r->kind == AXP_REACTIVE && !r->abort && !r->in_iter)
+                        return true;
+        return false;
+}
+
+static bool carries_aged(axp_sched *s, const iter *it) {
+        for (int i = 0; i < it->n; i++)
+                if (sched_aged(s, it->reqs[i]))
+                        return true;
+        return false;
+}
+
+static bool may_park(axp_sched *s) {
+        const iter *it = &s->it;
+        return s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.preemption && it->active &&
+               !it->issued && it->prio == 0 && it->variant == AXP_VAR_DYNAMIC &&
+               !s->parked.active && reactive_waits(s) && !carries_aged(s, it);
+}
+
 bool iter_form(axp_sched *s) {
-        if (s->it.active)
+        if (s->it.active && !may_park(s))
                 return true;
+        if (s->it.active) {
+                for (int i = 0; i < s->it.n; i++)
+                        s->it.reqs[i]->preemptions++;
+                s->parked = s->it;
+                s->it.active = false;
+                s->it.n = 0;
+        } else if (s->parked.active && (!reactive_waits(s) || carries_aged(s, &s->parked))) {
+                s->it = s->parked;
+                s->parked.active = false;
+                s->parked.n = 0;
+                return true;
+        }
         if (s->cfg.policy == AXP_POLICY_FCFS)
                 return form_fcfs(s);
-        return form_pool(s);
+        if (form_pool(s))
+                return true;
+        if (s->parked.active) { /* nothing else to run after all */
+                s->it = s->parked;
+                s->parked.active = false;
+                s->parked.n = 0;
+                return true;
+        }
+        return false;
 }
 
 static const axp_op phase_op[] = {

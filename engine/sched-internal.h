@@ -189,6 +189,7 @@ struct axp_sched {
         unsigned n_reactive; /* reactive requests in the engine */
         unsigned n_abort;    /* cancelled or failed requests not finished yet */
         iter it;
+        iter parked; /* a proactive iteration with prompt slices, preempted for a reactive step */
 
         /* proactive duty budget on the dynamic role: a token bucket of busy seconds */
         double credit, credit_t;
@@ -251,5 +252,8 @@ bool prefill_prepared(axp_sched *s, const sreq *r);
 /* sched-decode.c */
 /* Form the next iteration if none is running; false if there is nothing to run. */
 bool iter_form(axp_sched *s);
+/* Do slices of proactive prompts ride in the iterations (agentxpu, one device for both
+ * roles)? */
+bool sched_piggyback_on(const axp_sched *s);
 void iter_task(axp_sched *s, axp_task *t);
 void iter_task_done(axp_sched *s, int rc, const char *msg);

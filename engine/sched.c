@@ -3,8 +3,6 @@
  * kernel boundary, the contention guard, the proactive duty budget, timers and stats. The
  * prefill pipeline is in sched-prefill.c, decode iterations in sched-decode.c. */
 #include <math.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "sched-internal.h"
 
@@ -256,7 +254,7 @@ double sched_predict(axp_sched *s, axp_role role, const axp_task *t) {
 }
 
 bool sched_decode_idle(axp_sched *s) {
-        return !s->it.active && s->lists[L_DECODE].n == 0;
+        return !s->it.active && !s->parked.active && s->lists[L_DECODE].n == 0;
 }
 
 /* Proactive duty budget: a token bucket of busy seconds on the dynamic role, refilled at
@@ -469,6 +467,14 @@ static sreq *assist_pick(axp_sched *s) {
         return s->lists[L_PREFILL_PROACTIVE].tail;
 }
 
+/* On one device serving both roles, proactive prompts ride in the iterations beside the
+ * decode rows (continuous batching: one pass over the weights for both) whenever there is
+ * decode work; the proactive lane, whose chunks run alone, starts a prompt only when there
+ * is none. */
+static bool lane_device_idle(axp_sched *s) {
+        return sched_decode_idle(s) && s->lists[L_FCFS].n == 0;
+}
+
 /* Move queue heads into the prefill lanes as the policy allows. */
 static void admit(axp_sched *s) {
         sreq *hr = s->lists[L_PREFILL_REACTIVE].head, *hp = s->lists[L_PREFILL_PROACTIVE].head;
@@ -507,7 +513,8 @@ static void admit(axp_sched *s) {
                 }
                 hp = s->lists[L_PREFILL_PROACTIVE].head;
                 if (!s->active[LANE_PROACTIVE] && hp &&
-                    (!s->active[LANE_REACTIVE] || sched_aged(s, hp) || !s->cfg.preemption))
+                    (!s->active[LANE_REACTIVE] || sched_aged(s, hp) || !s->cfg.preemption) &&
+                    (!sched_piggyback_on(s) || lane_device_idle(s) || sched_aged(s, hp)))
                         activate(s, hp, LANE_PROACTIVE);
                 hp = s->lists[L_PREFILL_PROACTIVE].head;
                 if (s->active[LANE_PROACTIVE] && !s->active[LANE_PROACTIVE2] && hp &&
@@ -669,7 +676,7 @@ static bool anything_in_flight(const axp_sched *s) {
         for (int l = 0; l < LANE__COUNT; l++)
                 if (s->active[l])
                         return true;
-        return s->it.active || s->lists[L_DECODE].n || s->lists[L_FCFS].n;
+        return s->it.active || s->parked.active || s->lists[L_DECODE].n || s->lists[L_FCFS].n;
 }
 
 static void arm_timer(axp_sched *s) {

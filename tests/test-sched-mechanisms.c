@@ -598,6 +598,86 @@ static void test_piggyback(void) {
         }
 }
 
+/* Continuous batching on one device: a proactive prompt arriving while another proactive
+ * request decodes is prefilled in slices inside the decode steps (one pass over the weights
+ * for both), not in the proactive lane whose chunks would run alone and stall the decode. */
+static void test_fused_prefill(void) {
+        for (int fused = 1; fused >= 0; fused--) {
+                axp_sched_config cfg;
+                axp_sched_config_default(&cfg);
+                cfg.piggyback = fused;
+                CHECK(h_init_roles(&h, "llama-3b", &cfg, AXP_DEV_CPU) == 0);
+                h_req *q = h_add(&h, 0.0, AXP_PROACTIVE, 100, 400);
+                h_req *p = h_add(&h, 5.0, AXP_PROACTIVE, 600, 4);
+                h_run(&h, INFINITY);
+                CHECK(q->done && p->done);
+                int shared = 0, alone = 0, q_during = 0;
+                double p_start = p->t + p->st.queue_wait_s, p_end = p->t + p->st.ttft_s;
+                CHECK(p_start < q->t_done);
+                for (int i = 0; i < h.n_tasks; i++) {
+                        const h_task *k = &h.tasks[i];
+                        bool has_p = h_task_has(k, p->id), has_q = h_task_has(k, q->id);
+                        if (k->t >= p_end)
+                                break; /* P's decode steps are not its prefill */
+                        shared += has_p && has_q && k->op == AXP_OP_K3;
+                        alone += has_p && !has_q && k->op == AXP_OP_K3;
+                        q_during += has_q && k->op == AXP_OP_HEAD && k->t > p_start && k->t < p_end;
+                }
+                if (fused) {
+                        /* every layer of P's prompt ran together with Q's decode rows */
+                        CHECK_MSG(alone == 0 && shared > 0, "%d K3 kernels of P alone, %d with Q",
+                                  alone, shared);
+                        CHECK(q_during > 0);
+                        printf("  P's prompt in %d fused FFN kernels; Q made %d tokens meanwhile\n",
+                               shared, q_during);
+                } else {
+                        CHECK_EQ_INT(shared, 0);
+                        CHECK_EQ_INT(q_during, 0); /* prefill-first: Q's decode waited */
+                }
+                h_free(&h);
+        }
+}
+
+/* A reactive request that finishes its prefill while a long proactive step (decode rows and
+ * a prompt slice through every layer) is part-way does not wait for that step: it is parked
+ * at the next kernel boundary, the reactive step runs, and the parked step goes on after;
+ * everything completes. */
+static void test_parked_step(void) {
+        double gap[2];
+        for (int park = 1; park >= 0; park--) {
+                axp_sched_config cfg;
+                axp_sched_config_default(&cfg);
+                cfg.preemption = park; /* parking is preemption of a step */
+                CHECK(h_init_roles(&h, "llama-3b", &cfg, AXP_DEV_CPU) == 0);
+                h_req *q = h_add(&h, 0.0, AXP_PROACTIVE, 100, 600);
+                h_req *p = h_add(&h, 5.0, AXP_PROACTIVE, 3000, 4);
+                h_req *r = h_add(&h, 9.0, AXP_REACTIVE, 40, 8);
+                h_run(&h, INFINITY);
+                CHECK(q->done && p->done && r->done);
+                double head_end = -1, first_step = -1;
+                for (int i = 0; i < h.n_tasks; i++) {
+                        const h_task *k = &h.tasks[i];
+                        if (!h_task_has(k, r->id))
+                                continue;
+                        if (k->op == AXP_OP_HEAD && head_end < 0)
+                                head_end = k->t + k->dur;
+                        else if (k->op == AXP_OP_EMBED && head_end >= 0 && first_step < 0)
+                                first_step = k->t;
+                }
+                CHECK(head_end > 0 && first_step >= head_end - 1e-9);
+                gap[park] = first_step - head_end;
+                if (park) {
+                        CHECK(p->st.preemptions >= 1 && q->st.preemptions >= 1);
+                        CHECK_MSG(gap[1] < 1e-6, "the reactive step began %.3f s after its prefill",
+                                  gap[1]);
+                }
+                h_free(&h);
+        }
+        printf("  reactive step %.3f s after its prefill with parking, %.3f s without\n", gap[1],
+               gap[0]);
+        CHECK(gap[0] > 0.05);
+}
+
 int main(void) {
         RUN(test_preemption);
         RUN(test_reactive_first_batching);
@@ -614,5 +694,7 @@ int main(void) {
         RUN(test_contention_guard);
         RUN(test_shared_device_reactive_decode);
         RUN(test_piggyback);
+        RUN(test_fused_prefill);
+        RUN(test_parked_step);
         TEST_EXIT();
 }

@@ -21,7 +21,7 @@ static axp_device *cpu;
 
 typedef struct run_req {
         axp_seq seq;
-        int32_t out[N_OUT];
+        int32_t out[4 * N_OUT];
         int n_out, want;
         bool done;
         axp_req_stats st;
@@ -55,8 +55,9 @@ static const axp_sched_req_ops ops = { .next = greedy_next, .finished = greedy_f
 typedef struct world {
         axp_sim *sim;
         axp_sched *sched;
-        run_req p, r;
-        int32_t p_tokens[600], r_tokens[100];
+        run_req p, r, q;
+        int32_t p_tokens[600], r_tokens[100], q_tokens[100];
+        bool with_q; /* Q, proactive, arrives first and decodes 4 * N_OUT tokens */
         /* one device (the CPU) for both roles; P arrives at t_p; R generates r_want tokens */
         bool shared;
         double t_p;
@@ -78,6 +79,13 @@ static void arrive_r(void *ud) {
                                &err) == 0);
 }
 
+static void arrive_q(void *ud) {
+        world *w = ud;
+        axp_error err;
+        CHECK(axp_sched_submit(w->sched, AXP_PROACTIVE, &w->q.seq, w->q_tokens, 100, &ops, &w->q,
+                               NULL, &err) == 0);
+}
+
 /* Run P alone (t_reactive < 0) or with R arriving at t_reactive; returns P's first-token time. */
 static double run(world *w, axp_policy policy, double t_reactive) {
         const axp_soc_profile *soc;
@@ -88,6 +96,12 @@ static double run(world *w, axp_policy policy, double t_reactive) {
 
         memset(&w->p, 0, sizeof(w->p));
         memset(&w->r, 0, sizeof(w->r));
+        memset(&w->q, 0, sizeof(w->q));
+        for (int i = 0; i < 100; i++)
+                w->q_tokens[i] = (i * 7877 + 3) % model->hp.n_vocab;
+        w->q.want = 4 * N_OUT;
+        if (w->with_q)
+                CHECK(axp_seq_init(&w->q.seq, model, AXP_TYPE_F32, 1024, 200, &err) == 0);
         for (int i = 0; i < 600; i++)
                 w->p_tokens[i] = (i * 7919 + 11) % model->hp.n_vocab;
         for (int i = 0; i < 100; i++)
@@ -117,6 +131,8 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         CHECK(axp_sched_new(&cfg, &shape, axp_sim_env(w->sim), devs, soc->n_devs, st, dy,
                             &w->sched, &err) == 0);
         axp_sim_attach(w->sim, w->sched);
+        if (w->with_q)
+                arrive_q(w);
         if (w->t_p > 0)
                 axp_sim_at(w->sim, w->t_p, arrive_p, w);
         else
@@ -126,12 +142,15 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         CHECK(axp_sim_run(w->sim, INFINITY, &err) == 0);
         CHECK(w->p.done && w->p.n_out == N_OUT);
         CHECK(t_reactive < 0 || (w->r.done && w->r.n_out == w->r.want));
+        CHECK(!w->with_q || (w->q.done && w->q.n_out == w->q.want));
         w->r_done = t_reactive + w->r.st.latency_s;
         w->p_first_kernel = (w->t_p > 0 ? w->t_p : 0) + w->p.st.queue_wait_s;
         axp_sched_free(w->sched);
         axp_sim_free(w->sim);
         axp_seq_free(&w->p.seq);
         axp_seq_free(&w->r.seq);
+        if (w->with_q)
+                axp_seq_free(&w->q.seq);
         return w->p.st.ttft_s;
 }
 
@@ -188,6 +207,38 @@ static void test_piggybacked_tokens(void) {
         w.t_p = 0;
 }
 
+/* On one device P's prompt rides in Q's decode steps; R arrives meanwhile, and when its
+ * prefill is done the step carrying P's slice and Q's token is parked part-way for R's
+ * steps, then goes on. Every request generates exactly the tokens it generates alone. */
+static void test_parked_tokens(void) {
+        static world w;
+        int32_t p_alone[N_OUT], r_alone[N_OUT], q_alone[4 * N_OUT];
+
+        run(&w, AXP_POLICY_AGENTXPU, -1);
+        memcpy(p_alone, w.p.out, sizeof(p_alone));
+        w.shared = true;
+        w.t_p = 1e6;
+        run(&w, AXP_POLICY_AGENTXPU, 0); /* R alone */
+        memcpy(r_alone, w.r.out, sizeof(r_alone));
+        w.with_q = true;
+        w.t_p = 2e6;
+        run(&w, AXP_POLICY_AGENTXPU, 1e6); /* Q alone, then R and P long after */
+        memcpy(q_alone, w.q.out, sizeof(q_alone));
+        double q_first = w.q.st.ttft_s;
+
+        w.t_p = q_first * 1.5; /* while Q decodes */
+        double p_ttft = run(&w, AXP_POLICY_AGENTXPU, -1);
+        CHECK_EQ_INT(w.p.st.preemptions, 0);
+        run(&w, AXP_POLICY_AGENTXPU, w.t_p + p_ttft / 3);
+        CHECK_MSG(w.p.st.preemptions >= 1, "P was not parked");
+        CHECK(memcmp(p_alone, w.p.out, sizeof(p_alone)) == 0);
+        CHECK(memcmp(r_alone, w.r.out, sizeof(r_alone)) == 0);
+        CHECK(memcmp(q_alone, w.q.out, sizeof(q_alone)) == 0);
+        w.shared = false;
+        w.with_q = false;
+        w.t_p = 0;
+}
+
 int main(void) {
         char dir[] = "/tmp/axp-test-tokens-XXXXXX", path[256];
         axp_mkmodel_params mp;
@@ -209,6 +260,7 @@ int main(void) {
         }
         RUN(test_preempted_tokens);
         RUN(test_piggybacked_tokens);
+        RUN(test_parked_tokens);
         axp_device_free(cpu);
         axp_model_free(model);
         unlink(path);
