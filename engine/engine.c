@@ -951,6 +951,12 @@ static void api_devices(axp_engine *e, void *arg) {
                         .role_dynamic = e->role_dynamic[i],
                         .memory_bytes = d->mem_bytes,
                         .busy_s = st.busy_s,
+                        .prefill_reactive_s = st.prefill_reactive_s,
+                        .prefill_proactive_s = st.prefill_proactive_s,
+                        .steps_reactive_s = st.steps_reactive_s,
+                        .steps_proactive_s = st.steps_proactive_s,
+                        .steps_reactive = st.steps_reactive,
+                        .steps_proactive = st.steps_proactive,
                 };
                 snprintf(a->out[i].name, sizeof(a->out[i].name), "%s", d->name);
         }

@@ -138,6 +138,11 @@ typedef struct axp_device_info {
         bool role_static, role_dynamic;
         uint64_t memory_bytes;
         double busy_s;       /* time spent running kernels */
+        /* of which: prefill kernels of reactive / proactive requests' own chunks, and steps
+         * (decode, with prompt slices riding) with a reactive member / of proactive requests
+         * only; and how many steps of each began */
+        double prefill_reactive_s, prefill_proactive_s, steps_reactive_s, steps_proactive_s;
+        uint64_t steps_reactive, steps_proactive;
 } axp_device_info;
 
 /* Fills up to cap entries; returns the number of devices. */

@@ -915,6 +915,15 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
                 else if (d->src == SRC_ITER)
                         s->use_decode += dt;
         }
+        if (d->src == SRC_UNIT) {
+                *(d->req->kind == AXP_REACTIVE ? &d->st.prefill_reactive_s
+                                               : &d->st.prefill_proactive_s) += dt;
+        } else if (d->src == SRC_ITER) {
+                bool react = s->it.prio > 0;
+                *(react ? &d->st.steps_reactive_s : &d->st.steps_proactive_s) += dt;
+                if (d->task.op == AXP_OP_EMBED)
+                        (*(react ? &d->st.steps_reactive : &d->st.steps_proactive))++;
+        }
         d->lane_kernel = false;
         if (d->src == SRC_UNIT) {
                 d->req->in_flight--;

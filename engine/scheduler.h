@@ -162,6 +162,12 @@ typedef struct axp_sched_dev_stats {
         double busy_s;           /* time spent running tasks */
         double busy_proactive_s; /* of which tasks with proactive requests only */
         uint64_t tasks;
+        /* busy time by kind of work: prefill kernels of the lanes (a request's own chunks),
+         * and steps (decode iterations, with any prompt slices riding in them) with a
+         * reactive member or of proactive requests only; steps begun of each */
+        double prefill_reactive_s, prefill_proactive_s;
+        double steps_reactive_s, steps_proactive_s;
+        uint64_t steps_reactive, steps_proactive;
 } axp_sched_dev_stats;
 void axp_sched_device_stats(const axp_sched *s, int dev, axp_sched_dev_stats *ret);
 

@@ -174,6 +174,11 @@ typedef struct policy_result {
         unsigned preemptions;
         int cancelled_at_drain;
         double makespan_s;
+        /* device time over every device, by kind of work (engine.h: axp_device_info) */
+        struct {
+                double busy, prefill_reactive, prefill_proactive, steps_reactive, steps_proactive;
+                uint64_t n_steps_reactive, n_steps_proactive;
+        } dev;
 } policy_result;
 
 static void sleep_until(double t) {
@@ -238,6 +243,8 @@ static int run_policy(const axp_engine_config *base, const char *policy, bench_r
         }
         int left_over = n_submitted - rp.n_done;
         pthread_mutex_unlock(&rp.lock);
+        axp_device_info di[8];
+        int n_di = MIN(axp_engine_devices(e, di, (int) ELEMENTSOF(di)), (int) ELEMENTSOF(di));
         /* freeing the engine cancels what is left; their finished callbacks run */
         axp_engine_free(e);
 
@@ -252,6 +259,15 @@ static int run_policy(const axp_engine_config *base, const char *policy, bench_r
         }
         memset(res, 0, sizeof(*res));
         res->name = policy;
+        for (int i = 0; i < n_di; i++) {
+                res->dev.busy += di[i].busy_s;
+                res->dev.prefill_reactive += di[i].prefill_reactive_s;
+                res->dev.prefill_proactive += di[i].prefill_proactive_s;
+                res->dev.steps_reactive += di[i].steps_reactive_s;
+                res->dev.steps_proactive += di[i].steps_proactive_s;
+                res->dev.n_steps_reactive += di[i].steps_reactive;
+                res->dev.n_steps_proactive += di[i].steps_proactive;
+        }
         res->cancelled_at_drain = left_over;
         for (int i = 0; i < n; i++) {
                 const bench_req *q = &reqs[i];
@@ -316,9 +332,24 @@ static void print_json_policy(const policy_result *r, bool last) {
                "\"throughput_req_per_min\": %.6f, \"completed\": %d, \"submitted\": %d},\n",
                r->proactive.mean_latency_s, r->proactive.normalized_latency_s_per_token,
                r->proactive.throughput_req_per_min, r->proactive.completed, r->proactive.submitted);
+        printf("      \"device_time_s\": {\"total\": %.3f, \"prefill_reactive\": %.3f, "
+               "\"prefill_proactive\": %.3f, \"steps_reactive\": %.3f, \"steps_proactive\": %.3f},\n",
+               r->dev.busy, r->dev.prefill_reactive, r->dev.prefill_proactive, r->dev.steps_reactive,
+               r->dev.steps_proactive);
+        printf("      \"steps\": {\"reactive\": %llu, \"proactive\": %llu},\n",
+               (unsigned long long) r->dev.n_steps_reactive,
+               (unsigned long long) r->dev.n_steps_proactive);
         printf("      \"preemptions\": %u, \"cancelled_at_drain\": %d, \"makespan_s\": %.3f\n",
                r->preemptions, r->cancelled_at_drain, r->makespan_s);
         printf("    }%s\n", last ? "" : ",");
+}
+
+/* A ratio for people: "none" where there is none (no reactive requests, say). */
+static const char *text_num(char buf[32], double v) {
+        if (!isfinite(v))
+                return "none";
+        snprintf(buf, 32, "%.3f", v);
+        return buf;
 }
 
 static double ratio(double a, double b) {
@@ -546,11 +577,20 @@ int cli_bench(int argc, char **argv) {
                        res[i].reactive.p99_prefill_wait_s, res[i].reactive.completed,
                        res[i].reactive.submitted, res[i].proactive.throughput_req_per_min,
                        res[i].proactive.completed, res[i].proactive.submitted, res[i].preemptions);
-        if (ia >= 0 && iff >= 0)
-                printf("\nagentxpu/fcfs: reactive P90 latency %.3f, proactive throughput %.3f\n",
-                       ratio(res[ia].reactive.p90_latency_s, res[iff].reactive.p90_latency_s),
-                       ratio(res[ia].proactive.throughput_req_per_min,
-                             res[iff].proactive.throughput_req_per_min));
+        printf("\n%-9s %9s %13s %13s %13s %13s\n", "device s", "total", "reactive pre",
+               "proactive pre", "reactive steps", "proactive steps");
+        for (int i = 0; i < n_names; i++)
+                printf("%-9s %9.2f %13.2f %13.2f %8.2f %4llu %8.2f %4llu\n", res[i].name, res[i].dev.busy,
+                       res[i].dev.prefill_reactive, res[i].dev.prefill_proactive,
+                       res[i].dev.steps_reactive, (unsigned long long) res[i].dev.n_steps_reactive,
+                       res[i].dev.steps_proactive, (unsigned long long) res[i].dev.n_steps_proactive);
+        if (ia >= 0 && iff >= 0) {
+                char a[32], b[32];
+                printf("\nagentxpu/fcfs: reactive P90 latency %s, proactive throughput %s\n",
+                       text_num(a, ratio(res[ia].reactive.p90_latency_s, res[iff].reactive.p90_latency_s)),
+                       text_num(b, ratio(res[ia].proactive.throughput_req_per_min,
+                                         res[iff].proactive.throughput_req_per_min)));
+        }
         for (int i = 0; i < n_names; i++)
                 if (res[i].cancelled_at_drain)
                         printf("%s: %d requests were still running after --drain and were cancelled\n",

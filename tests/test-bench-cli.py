@@ -68,6 +68,21 @@ for name, p in pols.items():
         fail(f"{name}: prefill waits out of order: {re_}")
     if not pro.get("throughput_req_per_min", 0) > 0:
         fail(f"{name}: no proactive throughput: {pro}")
+    # device time by kind of work: the parts add up to at most the total, and under agentxpu
+    # reactive prompts run as prefill kernels of their own, under fcfs inside the steps
+    dt, steps = p.get("device_time_s", {}), p.get("steps", {})
+    parts = [dt.get(k) for k in ("prefill_reactive", "prefill_proactive", "steps_reactive",
+                                 "steps_proactive")]
+    if not (number(dt.get("total")) and all(number(x) and x >= 0 for x in parts)
+            and 0 < sum(parts) <= dt["total"] * 1.0001 + 0.003):  # printed to the ms
+        fail(f"{name}: device time {dt}")
+    if not (number(steps.get("reactive")) and number(steps.get("proactive"))
+            and steps["reactive"] > 0 and steps["proactive"] > 0):
+        fail(f"{name}: steps {steps}")
+    if name == "agentxpu" and not dt.get("prefill_reactive", 0) > 0:
+        fail(f"agentxpu ran no reactive prefill kernels of their own: {dt}")
+    if name == "fcfs" and (dt.get("prefill_reactive") or dt.get("prefill_proactive")):
+        fail(f"fcfs ran prefill kernels outside its steps: {dt}")
 
 if pols:
     a, f = pols["agentxpu"], pols["fcfs"]
@@ -112,6 +127,12 @@ if r.returncode != 0:
 elif ratios is not None and (ratios.get("reactive_p90_latency", 0) is not None or
                              not number(ratios.get("proactive_throughput"))):
     fail(f"bench --reactive-rate 0: ratios {ratios}")
+
+# and as a table it says so in words
+r = run("bench", "-m", model, "--reactive-rate", "0", "--proactive-rate", "60", "--minutes",
+        "0.05")
+if r.returncode != 0 or "reactive P90 latency none" not in r.stdout or "nan" in r.stdout:
+    fail(f"bench --reactive-rate 0 (table): status {r.returncode}: {r.stdout[-300:]}")
 
 # bad input: a clear one-line error, status 2 for usage, 1 for a model that cannot load
 cut = os.path.join(tmp, "cut.gguf")
