@@ -85,7 +85,20 @@ def collect(cli, seeds, minutes, quick):
             runs = [sim(cli, model, 6, 3, s, minutes, policy="agentxpu", extra=extra)
                     for s in seeds]
             data["ablations"][model][name] = mean_runs(runs)["agentxpu"]
+    data["alone"] = collect_alone(cli, seeds, minutes)
     return data
+
+
+def collect_alone(cli, seeds, minutes):
+    """The mixed settings' reactive requests with no proactive load at all: the same reactive
+    trace (each kind has its own random stream), the floor of any policy's reactive latency."""
+    alone = {}
+    for model, _ in MODELS:
+        alone[model] = {}
+        for r in sorted({r for _, r in MIXED}):
+            runs = [sim(cli, model, 0, r, s, minutes, policy="agentxpu") for s in seeds]
+            alone[model][str(r)] = mean_runs(runs)["agentxpu"]["reactive"]["mean_latency_s"]
+    return alone
 
 
 # SVG ------------------------------------------------------------------------------------------
@@ -308,6 +321,23 @@ def table_ablations(data):
     return "\n".join(out)
 
 
+def table_floor(data):
+    out = ["| model | P/min | R/min | reactive alone s | agentxpu s | fcfs s | agentxpu vs fcfs "
+           "| alone vs fcfs (the most any policy can gain) | agentxpu over alone | paper vs OpenVINO |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for model, name in MODELS:
+        for p, r in MIXED:
+            row = data["mixed"][model][f"{p},{r}"]
+            alone = data["alone"][model][str(r)]
+            a = row["agentxpu"]["reactive"]["mean_latency_s"]
+            fc = row["fcfs"]["reactive"]["mean_latency_s"]
+            paper = PAPER_REDUCTION[model].get((p, r))
+            out.append(f"| {name} | {p} | {r} | {f(alone)} | {f(a)} | {f(fc)} | {change(a, fc)} "
+                       f"| {change(alone, fc)} | {change(a, alone)} "
+                       f"| {'−%.1f%%' % paper if paper else ''} |")
+    return "\n".join(out)
+
+
 def replace_generated(doc, name, body):
     pat = re.compile(rf"(<!-- BEGIN GENERATED {name} -->\n).*?(<!-- END GENERATED {name} -->)",
                      re.S)
@@ -331,6 +361,10 @@ def main():
     if a.data:
         with open(a.data) as fh:
             data = json.load(fh)
+        if "alone" not in data:  # data of an older run: add what it lacks
+            data["alone"] = collect_alone(a.cli, data["seeds"], data["minutes"])
+            with open(os.path.join(outdir, "data.json"), "w") as fh:
+                json.dump(data, fh, indent=1, sort_keys=True)
     else:
         seeds = [int(s) for s in a.seeds.split(",")]
         if a.quick:
@@ -348,6 +382,7 @@ def main():
     doc = replace_generated(doc, "mixed", table_mixed(data))
     doc = replace_generated(doc, "saturation", table_saturation(data))
     doc = replace_generated(doc, "load", table_load(data))
+    doc = replace_generated(doc, "floor", table_floor(data))
     doc = replace_generated(doc, "ablations", table_ablations(data))
     with open(path, "w") as fh:
         fh.write(doc)
