@@ -265,6 +265,8 @@ static bool form_pool(axp_sched *s) {
                 bool in = false;
                 for (int i = 0; i < it->n && !in; i++)
                         in = it->reqs[i] == r;
+                if (!in && r->in_iter)
+                        continue; /* parked, and counted as preempted there */
                 if (r->was_batched && !in)
                         r->preemptions++;
                 r->was_batched = in;
@@ -354,32 +356,33 @@ static bool may_park(axp_sched *s) {
                !s->parked.active && reactive_waits(s) && !carries_aged(s, it);
 }
 
+static void park(axp_sched *s) {
+        for (int i = 0; i < s->it.n; i++)
+                s->it.reqs[i]->preemptions++;
+        s->parked = s->it;
+        s->it.active = false;
+        s->it.n = 0;
+}
+
+static bool unpark(axp_sched *s) {
+        s->it = s->parked;
+        s->parked.active = false;
+        s->parked.n = 0;
+        return true;
+}
+
 bool iter_form(axp_sched *s) {
         if (s->it.active && !may_park(s))
                 return true;
-        if (s->it.active) {
-                for (int i = 0; i < s->it.n; i++)
-                        s->it.reqs[i]->preemptions++;
-                s->parked = s->it;
-                s->it.active = false;
-                s->it.n = 0;
-        } else if (s->parked.active && (!reactive_waits(s) || carries_aged(s, &s->parked))) {
-                s->it = s->parked;
-                s->parked.active = false;
-                s->parked.n = 0;
-                return true;
-        }
+        if (s->it.active)
+                park(s);
+        else if (s->parked.active && (!reactive_waits(s) || carries_aged(s, &s->parked)))
+                return unpark(s);
         if (s->cfg.policy == AXP_POLICY_FCFS)
                 return form_fcfs(s);
         if (form_pool(s))
                 return true;
-        if (s->parked.active) { /* nothing else to run after all */
-                s->it = s->parked;
-                s->parked.active = false;
-                s->parked.n = 0;
-                return true;
-        }
-        return false;
+        return s->parked.active && unpark(s); /* nothing else to run after all */
 }
 
 static const axp_op phase_op[] = {
