@@ -678,6 +678,31 @@ static void test_parked_step(void) {
         CHECK(gap[0] > 0.05);
 }
 
+static void cancel_at(void *ud) {
+        h_req *q = ud;
+        CHECK(axp_sched_cancel(q->h->sched, q->id) == 0);
+}
+
+/* A request cancelled while its step is parked finishes as cancelled; the others of that
+ * step, and the reactive request, complete. */
+static void test_cancel_parked(void) {
+        axp_sched_config cfg;
+        axp_sched_config_default(&cfg);
+        CHECK(h_init_roles(&h, "llama-3b", &cfg, AXP_DEV_CPU) == 0);
+        h_req *q = h_add(&h, 0.0, AXP_PROACTIVE, 100, 600);
+        h_req *p = h_add(&h, 5.0, AXP_PROACTIVE, 3000, 4);
+        h_req *r = h_add(&h, 9.0, AXP_REACTIVE, 40, 32);
+        /* R's prefill takes well under a second; it decodes for longer, P's step parked */
+        axp_sim_at(h.sim, 10.0, cancel_at, p);
+        h_run(&h, INFINITY);
+        CHECK(q->done && q->reason == AXP_FINISH_LENGTH);
+        CHECK(r->done && r->reason == AXP_FINISH_LENGTH);
+        CHECK(p->done && p->reason == AXP_FINISH_CANCELLED);
+        CHECK(p->st.preemptions >= 1); /* it was parked when cancelled */
+        CHECK(r->t + r->st.ttft_s < 10.0 && r->t_done > 10.0);
+        h_free(&h);
+}
+
 int main(void) {
         RUN(test_preemption);
         RUN(test_reactive_first_batching);
@@ -696,5 +721,6 @@ int main(void) {
         RUN(test_piggyback);
         RUN(test_fused_prefill);
         RUN(test_parked_step);
+        RUN(test_cancel_parked);
         TEST_EXIT();
 }
