@@ -56,7 +56,8 @@ bool prefill_started(const sreq *r) {
         return r->staged && r->embed != O_PENDING;
 }
 
-void prefill_to_iter(axp_sched *s, sreq *r) {
+/* r's prefill is over in its lane: drop its chunk layout and free the lane. */
+static void leave_lane(axp_sched *s, sreq *r) {
         free(r->chunks);
         free(r->splits);
         r->chunks = NULL;
@@ -64,6 +65,10 @@ void prefill_to_iter(axp_sched *s, sreq *r) {
         if (r->lane >= 0 && s->active[r->lane] == r)
                 s->active[r->lane] = NULL;
         r->lane = -1;
+}
+
+void prefill_to_iter(axp_sched *s, sreq *r) {
+        leave_lane(s, r);
         rlist_remove(s, r);
         r->where = W_FCFS;
         r->fcfs_done = 0;
@@ -307,12 +312,6 @@ void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc, const char *
 
         sched_seq_end(r->seq);
         r->staged = false;
-        free(r->chunks);
-        free(r->splits);
-        r->chunks = NULL;
-        r->splits = NULL;
-        if (r->lane >= 0 && s->active[r->lane] == r)
-                s->active[r->lane] = NULL;
-        r->lane = -1;
+        leave_lane(s, r);
         sched_after_head(s, r);
 }
