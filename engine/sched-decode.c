@@ -95,16 +95,16 @@ static void start(axp_sched *s, axp_variant v) {
         }
 }
 
-/* Slack-aware piggybacking. On one device serving both roles (no NPU, no usable GPU) the
- * proactive prefill yields to a reactive decode (sched.c: yields_to_reactive_decode), and
- * with it the device's compute: a decode step streams every weight for a handful of rows.
- * Instead, slices of proactive prompts ride in the decode step, prefilled chunk-wise inside
- * the iteration (W_FCFS): next to reactive requests as many tokens as keep the step's
- * predicted time within (1 + piggyback_slack) of the step alone, which on a memory-bound
- * step is nearly free; in a step of proactive requests only, up to S_chk tokens, as
- * continuous batching does. A slice never exceeds S_chk, so each kernel of the iteration
- * stays within the preemption bound and a reactive prefill still takes the device at the
- * next kernel boundary. */
+/* Work riding in decode steps on one device serving both roles (no NPU, no usable GPU).
+ * There is no second device to prefill on while this one decodes, so proactive prompts are
+ * prefilled in slices inside the steps (W_FCFS), one pass over the weights for the decode
+ * rows and the prompt rows: in a step of proactive requests only, up to it_tokens rows in
+ * all, as continuous batching does; next to reactive requests (the paper's slack-aware
+ * piggybacking) as many rows as keep the step's predicted time within (1 + piggyback_slack)
+ * of the step alone, in slices of at most S_chk. it_tokens and S_chk come from the
+ * preemption bound, so each kernel of a step stays within it and a reactive prefill still
+ * takes the device at the next kernel boundary; a long proactive step is parked for the
+ * reactive steps that follow (iter_form). */
 bool sched_piggyback_on(const axp_sched *s) {
         return s->cfg.policy == AXP_POLICY_AGENTXPU && s->cfg.piggyback &&
                s->role_dev[AXP_ROLE_STATIC] == s->role_dev[AXP_ROLE_DYNAMIC];

@@ -3,6 +3,8 @@
  * kernel boundary, the contention guard, the proactive duty budget, timers and stats. The
  * prefill pipeline is in sched-prefill.c, decode iterations in sched-decode.c. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "sched-internal.h"
 
@@ -915,20 +917,17 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
                 else if (d->src == SRC_ITER)
                         s->use_decode += dt;
         }
+        d->lane_kernel = false;
         if (d->src == SRC_UNIT) {
                 *(d->req->kind == AXP_REACTIVE ? &d->st.prefill_reactive_s
                                                : &d->st.prefill_proactive_s) += dt;
+                d->req->in_flight--;
+                prefill_done(s, d->req, &d->task, rc, msg);
         } else if (d->src == SRC_ITER) {
                 bool react = s->it.prio > 0;
                 *(react ? &d->st.steps_reactive_s : &d->st.steps_proactive_s) += dt;
                 if (d->task.op == AXP_OP_EMBED)
                         (*(react ? &d->st.steps_reactive : &d->st.steps_proactive))++;
-        }
-        d->lane_kernel = false;
-        if (d->src == SRC_UNIT) {
-                d->req->in_flight--;
-                prefill_done(s, d->req, &d->task, rc, msg);
-        } else if (d->src == SRC_ITER) {
                 for (int i = 0; i < s->it.n; i++)
                         s->it.reqs[i]->in_flight--;
                 iter_task_done(s, rc, msg);
