@@ -44,7 +44,7 @@ static int usage(FILE *f) {
                 "                         reactive ones (agentxpu; default 3)\n"
                 "  --piggyback-slack S    on one device, a reactive decode step may grow by this\n"
                 "                         share to carry proactive work (agentxpu; default 0:\n"
-                "                         only what the memory-bound step hides)\n"
+                "                         only what the cost model predicts to cost nothing)\n"
                 "  --no-piggyback         proactive prefill waits for reactive decode instead\n"
                 "  --drain S              after the last arrival, wait at most S seconds for the\n"
                 "                         requests in flight, then cancel them (default 600)\n"
@@ -344,23 +344,16 @@ static void print_json_policy(const policy_result *r, bool last) {
         printf("    }%s\n", last ? "" : ",");
 }
 
-/* A ratio for people: "none" where there is none (no reactive requests, say). */
-static const char *text_num(char buf[32], double v) {
-        if (!isfinite(v))
-                return "none";
-        snprintf(buf, 32, "%.3f", v);
-        return buf;
-}
-
 static double ratio(double a, double b) {
         return b > 0 ? a / b : NAN;
 }
 
-/* A JSON number, or null where there is none (a ratio over nothing). */
-static const char *json_num(char buf[32], double v) {
+/* v with `decimals` decimals, or `none` where there is no number (a ratio over nothing):
+ * "null" in JSON, "none" for people. */
+static const char *num_or(char buf[32], double v, int decimals, const char *none) {
         if (!isfinite(v))
-                return "null";
-        snprintf(buf, 32, "%.6f", v);
+                return none;
+        snprintf(buf, 32, "%.*f", decimals, v);
         return buf;
 }
 
@@ -560,10 +553,10 @@ int cli_bench(int argc, char **argv) {
                         char b1[32], b2[32];
                         printf(",\n  \"agentxpu_over_fcfs\": {\"reactive_p90_latency\": %s, "
                                "\"proactive_throughput\": %s}",
-                               json_num(b1, ratio(res[ia].reactive.p90_latency_s,
-                                                  res[iff].reactive.p90_latency_s)),
-                               json_num(b2, ratio(res[ia].proactive.throughput_req_per_min,
-                                                  res[iff].proactive.throughput_req_per_min)));
+                               num_or(b1, ratio(res[ia].reactive.p90_latency_s,
+                                                res[iff].reactive.p90_latency_s), 6, "null"),
+                               num_or(b2, ratio(res[ia].proactive.throughput_req_per_min,
+                                                res[iff].proactive.throughput_req_per_min), 6, "null"));
                 }
                 printf("\n}\n");
                 return 0;
@@ -587,9 +580,10 @@ int cli_bench(int argc, char **argv) {
         if (ia >= 0 && iff >= 0) {
                 char a[32], b[32];
                 printf("\nagentxpu/fcfs: reactive P90 latency %s, proactive throughput %s\n",
-                       text_num(a, ratio(res[ia].reactive.p90_latency_s, res[iff].reactive.p90_latency_s)),
-                       text_num(b, ratio(res[ia].proactive.throughput_req_per_min,
-                                         res[iff].proactive.throughput_req_per_min)));
+                       num_or(a, ratio(res[ia].reactive.p90_latency_s, res[iff].reactive.p90_latency_s),
+                              3, "none"),
+                       num_or(b, ratio(res[ia].proactive.throughput_req_per_min,
+                                       res[iff].proactive.throughput_req_per_min), 3, "none"));
         }
         for (int i = 0; i < n_names; i++)
                 if (res[i].cancelled_at_drain)
