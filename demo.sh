@@ -8,8 +8,8 @@ tools/install-deps
 BUILD=${BUILD:-build}
 [ -d "$BUILD" ] || meson setup "$BUILD" --buildtype=release >/dev/null
 ninja -C "$BUILD" >/dev/null
-AXP="$BUILD/service/agentxpu"
-ENGINE="$BUILD/service/engine/agentxpu-engine"
+AXP="$BUILD/service/cli/agentxpu"
+ENGINE="$BUILD/service/daemon/agentxpu-engine"
 MODEL="$BUILD/demo-model.gguf"
 VOCAB=../shared/conformance/vocab/ggml-vocab-llama-bpe.gguf
 
@@ -32,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 mkdir -p "$DIR/services"
-sed "s|@DIR@|$DIR|g" tests/engine/test-bus.conf.in > "$DIR/bus.conf"
+sed "s|@DIR@|$DIR|g" tests/daemon/test-bus.conf.in > "$DIR/bus.conf"
 dbus-daemon --config-file="$DIR/bus.conf" --fork --print-address=1 --print-pid=3 \
         1> "$DIR/address" 3> "$DIR/pid"
 ADDR=$(head -n1 "$DIR/address")

@@ -8,17 +8,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "calib.h"
-#include "chat.h"
-#include "devices.h"
+#include "devices/calib.h"
+#include "model/chat.h"
+#include "devices/devices.h"
 #include "engine.h"
-#include "executor.h"
-#include "generate.h"
-#include "gpu-telemetry.h"
-#include "model.h"
-#include "scheduler.h"
-#include "tokenizer.h"
-#include "types.h"
+#include "devices/executor.h"
+#include "model/generate.h"
+#include "devices/gpu-telemetry.h"
+#include "model/model.h"
+#include "sched/scheduler.h"
+#include "model/tokenizer.h"
+#include "kernels/types.h"
 
 #define MAX_DEVS 4
 #define DEFAULT_MAX_TOKENS 256
@@ -96,38 +96,6 @@ struct axp_engine {
         bool swapping;
         deferred *deferred;
 };
-
-const char *axp_kind_name(axp_kind k) {
-        return k == AXP_REACTIVE ? "reactive" : k == AXP_PROACTIVE ? "proactive" : "unknown";
-}
-
-const char *axp_finish_reason_name(axp_finish_reason r) {
-        switch (r) {
-        case AXP_FINISH_STOP:
-                return "stop";
-        case AXP_FINISH_LENGTH:
-                return "length";
-        case AXP_FINISH_CANCELLED:
-                return "cancelled";
-        case AXP_FINISH_ERROR:
-                return "error";
-        }
-        return "unknown";
-}
-
-const char *axp_req_state_name(axp_req_state s) {
-        switch (s) {
-        case AXP_STATE_QUEUED:
-                return "queued";
-        case AXP_STATE_PREFILL:
-                return "prefill";
-        case AXP_STATE_DECODE:
-                return "decode";
-        case AXP_STATE_FINISHED:
-                return "finished";
-        }
-        return "unknown";
-}
 
 void axp_engine_config_default(axp_engine_config *c) {
         *c = (axp_engine_config) {

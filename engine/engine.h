@@ -11,8 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sampler.h"
-#include "util.h"
+#include "model/sampler.h"
+#include "base/util.h"
+#include "sched/request.h"
 
 typedef struct axp_engine axp_engine;
 
@@ -40,21 +41,6 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
 /* Cancels every request (their finished callbacks run), stops the threads, frees. */
 void axp_engine_free(axp_engine *e);
 
-typedef enum axp_kind {
-        AXP_REACTIVE,
-        AXP_PROACTIVE,
-} axp_kind;
-
-typedef enum axp_finish_reason {
-        AXP_FINISH_STOP,      /* end of generation token or a stop string */
-        AXP_FINISH_LENGTH,    /* max_tokens or the context limit */
-        AXP_FINISH_CANCELLED,
-        AXP_FINISH_ERROR,
-} axp_finish_reason;
-
-const char *axp_kind_name(axp_kind k);
-const char *axp_finish_reason_name(axp_finish_reason r);
-
 typedef struct axp_request_opts {
         uint32_t max_tokens;          /* 0: default (256) */
         axp_sampler_params sampling;
@@ -66,18 +52,6 @@ typedef struct axp_request_opts {
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);
-
-typedef struct axp_req_stats {
-        uint32_t prompt_tokens;   /* tokens of this turn's prompt, after templating */
-        uint32_t prefill_tokens;  /* tokens actually prefilled (fewer on a flow's later turns) */
-        uint32_t generated_tokens;
-        uint32_t preemptions;
-        double queue_wait_s;      /* submit -> first kernel */
-        double ttft_s;            /* submit -> first token */
-        double tpot_s;            /* mean time per output token after the first */
-        double latency_s;         /* submit -> finished */
-        char error[256];          /* AXP_FINISH_ERROR: why */
-} axp_req_stats;
 
 typedef struct axp_request_cbs {
         /* A piece of text (whole UTF-8 characters, stop strings removed). */
@@ -103,14 +77,6 @@ int axp_engine_flow_open(axp_engine *e, const char *system, bool raw, uint64_t *
                          axp_error *err);
 int axp_engine_flow_close(axp_engine *e, uint64_t flow);
 
-typedef enum axp_req_state {
-        AXP_STATE_QUEUED,
-        AXP_STATE_PREFILL,
-        AXP_STATE_DECODE,
-        AXP_STATE_FINISHED,
-} axp_req_state;
-
-const char *axp_req_state_name(axp_req_state s);
 /* Snapshot of a request's state and stats; -ENOENT if unknown. */
 int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state,
                             axp_req_stats *ret_stats);

@@ -5,7 +5,7 @@ Core Ultra 5 125H, and write what docs/reproduction.md shows: the raw numbers
 (docs/reproduction/data.json), SVG plots (docs/reproduction/*.svg) and the tables between
 the GENERATED markers of docs/reproduction.md.
 
-    tools/reproduce.py --cli build/service/agentxpu
+    tools/reproduce.py --cli build/service/cli/agentxpu
 
 Python standard library only. A full run replays a few hundred 15-minute traces and takes
 a few minutes on one core; --quick runs a smaller sweep for a look."""
@@ -348,7 +348,7 @@ def replace_generated(doc, name, body):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cli", default="build/service/agentxpu")
+    ap.add_argument("--cli", default="build/service/cli/agentxpu")
     ap.add_argument("--docs", default=os.path.join(os.path.dirname(__file__), "..", "docs"))
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--minutes", type=float, default=15)

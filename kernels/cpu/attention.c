@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "util.h"
+#include "kernels/macros.h"
 
 #define ATT_QTILE 8
 

@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "types.h"
+#include "kernels/types.h"
 
 #define AXP_GROUP 16
 #define AXP_ALIGN 64

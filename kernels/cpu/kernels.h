@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model.h"
+#include "kernels/weight.h"
 #include "pool.h"
 
 /* Which instruction-set path is in use: "amx" (AVX-512 VNNI plus AMX tiles for prefill),

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "util.h"
+#include "kernels/macros.h"
 
 #define MAX_WEIGHTS 8
 /* target bytes of a chunk's weights and of a token block's activations (each stays in L2) */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "util.h"
+#include "kernels/macros.h"
 
 size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
         switch (type) {

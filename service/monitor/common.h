@@ -3,7 +3,7 @@
  * redefines MIN and MAX itself while util.h defines them plainly. */
 #pragma once
 
-#include "util.h"
+#include "base/util.h"
 
 #include <glib.h>
 

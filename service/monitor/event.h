@@ -8,7 +8,7 @@
 #include <glib.h>
 #include <stdbool.h>
 
-#include "json.h"
+#include "base/json.h"
 #include "prompt.h"
 
 typedef enum EventSource {

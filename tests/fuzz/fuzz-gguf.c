@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 static volatile uint64_t sink;
 

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "json.h"
+#include "base/json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_value *v = NULL;

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tok-util.h"
-#include "unicode.h"
+#include "tok-util.h"
+#include "model/unicode.h"
 
 typedef struct fuzz_vocab {
         loaded_vocab v;

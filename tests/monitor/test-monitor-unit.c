@@ -8,7 +8,7 @@
 
 #include "event.h"
 #include "journal.h"
-#include "json.h"
+#include "base/json.h"
 #include "monitor-config.h"
 #include "prompt.h"
 #include "store.h"

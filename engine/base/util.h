@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers shared by every part of agentxpu: cleanup attributes, ownership transfer,
+ * errors that carry a sentence a person can act on. */
+#pragma once
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+#define _likely_(x) __builtin_expect(!!(x), 1)
+#define _unlikely_(x) __builtin_expect(!!(x), 0)
+
+#include "kernels/macros.h"
+
+/* Hand ownership on: returns the pointer and clears the variable so cleanup skips it. */
+#define TAKE_PTR(p)                                                                                \
+        ({                                                                                         \
+                __typeof__(p) _ptr_ = (p);                                                         \
+                (p) = NULL;                                                                        \
+                _ptr_;                                                                             \
+        })
+
+static inline void freep(void *p) {
+        free(*(void **) p);
+}
+#define _cleanup_free_ _cleanup_(freep)
+
+/* An error: a negative errno and a one-line message for the user. Functions that can fail
+ * take an `axp_error *` (may be NULL) and return a negative errno; on success they leave it
+ * untouched. */
+typedef struct axp_error {
+        int code;
+        char msg[320];
+} axp_error;
+
+/* Fills `err` (if not NULL) and returns `code` (a negative errno) so callers can write
+ * `return axp_errorf(err, -EINVAL, "...");`. */
+int axp_errorf(axp_error *err, int code, const char *fmt, ...) _printf_(3, 4);
+
+
+/* Monotonic time in seconds. */
+double axp_now(void);
+
+/* The q-quantile (0 < q <= 1) of v[0..n) by the nearest-rank method: the smallest value that
+ * at least a share q of the sample does not exceed. Sorts v in place; 0 if n == 0. */
+double axp_quantile(double *v, size_t n, double q);
+
+/* Aligned allocation (64 bytes), zeroed. Free with free(). */
+void *axp_alloc(size_t size);
+
+#include <stdio.h>
+/* Write s (len bytes) as a JSON string literal, quotes included. Invalid UTF-8 bytes are
+ * written as U+FFFD so the output is always valid JSON. */
+void axp_json_string(FILE *f, const char *s, size_t len);
+
+/* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
+int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/* Two-point roofline calibration of a real device (Agent.xpu appendix A, DESIGN §3): a short
+ * micro-benchmark that runs the loaded model's own kernels -- a compute-bound chunk of K3, a
+ * memory-bound decode-shaped K3 over every layer, and an attention kernel -- and turns the
+ * times into an axp_calib. Results are cached in a small text file, keyed by device and
+ * weight type, so that start-up measures once. */
+#pragma once
+
+#include <stddef.h>
+
+#include "device.h"
+#include "heg/heg.h"
+#include "model/model.h"
+
+/* The device must have the model prepared. Takes well under a second on a CPU for a 1B
+ * model; the compute anchor uses up to 256 tokens. */
+int axp_calib_measure(axp_device *d, const axp_model *m, axp_calib *ret, axp_error *err);
+
+/* The cache key of a device running a model's weights: backend, device name, weight type. */
+void axp_calib_key(const axp_device *d, const axp_model *m, char *buf, size_t size);
+
+/* -ENOENT if the file or the key is absent; malformed lines are skipped. */
+int axp_calib_cache_load(const char *path, const char *key, axp_calib *ret);
+/* Add or replace the key's line (written to a temporary file, then renamed). */
+int axp_calib_cache_store(const char *path, const char *key, const axp_calib *c, axp_error *err);
+
+/* From the cache if there, else measured and stored (a cache that cannot be written is not
+ * an error). path may be NULL: always measure. */
+int axp_calib_get(axp_device *d, const axp_model *m, const char *path, axp_calib *ret,
+                  axp_error *err);

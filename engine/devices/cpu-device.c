@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU backend: runs HEG tasks with the kernels of kernels/cpu on a thread pool.
+ * Token-wise kernels process their rows in tiles so scratch memory stays bounded whatever
+ * the length of a dynamic remainder. */
+#include <math.h>
+#include <string.h>
+
+#include "device.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/types.h"
+
+#define TILE 256 /* tokens per matmul call in prefill: enough to reuse weights from cache */
+
+typedef struct row_ref {
+        axp_seq *seq;
+        int t;   /* pending-token index */
+        int pos; /* absolute position */
+} row_ref;
+
+typedef struct cpu_dev {
+        axp_pool *pool;
+        axp_model *model; /* prepared model */
+        double *inv_freq; /* RoPE: per rotated pair */
+        /* scratch, grown on demand */
+        float *buf;
+        size_t buf_floats;
+        row_ref *rows;
+        int rows_cap;
+        int32_t *pos;
+        int pos_cap;
+} cpu_dev;
+
+static int scratch(cpu_dev *c, size_t floats, axp_error *err) {
+        if (floats <= c->buf_floats)
+                return 0;
+        free(c->buf);
+        c->buf = axp_alloc(floats * sizeof(float));
+        c->buf_floats = c->buf ? floats : 0;
+        return c->buf ? 0 : axp_errorf(err, -ENOMEM, "out of memory for kernel scratch");
+}
+
+static int collect_rows(cpu_dev *c, const axp_task *t, bool last_only, int *ret_n, axp_error *err) {
+        int n = 0;
+        for (int i = 0; i < t->n_spans; i++) {
+                const axp_span *s = &t->spans[i];
+                if (!s->seq || s->t0 < 0 || s->t1 > s->seq->n_new || s->t0 >= s->t1)
+                        return axp_errorf(err, -EINVAL, "task %s: span %d [%d, %d) is not pending",
+                                          axp_op_name(t->op), i, s->t0, s->t1);
+                n += last_only ? 1 : s->t1 - s->t0;
+        }
+        if (n > c->rows_cap) {
+                free(c->rows);
+                c->rows = malloc((size_t) n * sizeof(row_ref));
+                c->rows_cap = c->rows ? n : 0;
+                if (!c->rows)
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+        }
+        n = 0;
+        for (int i = 0; i < t->n_spans; i++) {
+                const axp_span *s = &t->spans[i];
+                for (int k = last_only ? s->t1 - 1 : s->t0; k < s->t1; k++)
+                        c->rows[n++] = (row_ref) { s->seq, k, s->seq->n_past + k };
+        }
+        *ret_n = n;
+        return 0;
+}
+
+/* Element-wise work over rows, spread on the pool ------------------------------------------ */
+
+typedef void (*row_fn)(cpu_dev *c, const axp_task *t, int base, int i, void *ctx);
+
+typedef struct rows_job {
+        cpu_dev *c;
+        const axp_task *t;
+        int base, n;
+        row_fn fn;
+        void *ctx;
+} rows_job;
+
+static void rows_worker(void *a, int ith, int nth) {
+        rows_job *j = a;
+        long lo, hi;
+        axp_split(j->n, ith, nth, 1, &lo, &hi);
+        for (long i = lo; i < hi; i++)
+                j->fn(j->c, j->t, j->base, (int) i, j->ctx);
+}
+
+static void for_rows(cpu_dev *c, const axp_task *t, int base, int n, row_fn fn, void *ctx) {
+        rows_job j = { c, t, base, n, fn, ctx };
+        if (n == 1)
+                fn(c, t, base, 0, ctx);
+        else
+                axp_pool_run(c->pool, rows_worker, &j);
+}
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+                sum += (double) x[i] * x[i];
+        float scale = 1.0f / sqrtf((float) (sum / n) + eps);
+        for (int i = 0; i < n; i++)
+                out[i] = x[i] * scale * w[i];
+}
+
+static void rope(const cpu_dev *c, float *x, int n_heads, int pos) {
+        const axp_hparams *hp = &c->model->hp;
+        const int half = hp->rope_dim / 2;
+        const double p = (double) pos * hp->rope_scale;
+        for (int i = 0; i < half; i++) {
+                double theta = p * c->inv_freq[i];
+                float cs = (float) cos(theta), sn = (float) sin(theta);
+                for (int h = 0; h < n_heads; h++) {
+                        float *v = x + h * hp->head_dim;
+                        int i0 = hp->rope_type == AXP_ROPE_NORM ? 2 * i : i;
+                        int i1 = hp->rope_type == AXP_ROPE_NORM ? 2 * i + 1 : i + half;
+                        float a = v[i0], b = v[i1];
+                        v[i0] = a * cs - b * sn;
+                        v[i1] = a * sn + b * cs;
+                }
+        }
+}
+
+/* EMBED -------------------------------------------------------------------------------------- */
+
+static void embed_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        const axp_weight *e = &c->model->tok_embd;
+        row_ref *r = &c->rows[base + i];
+        int32_t id = r->seq->tokens[r->t];
+        axp_dequantize_row(e->type, (const char *) e->data + (uint64_t) id * e->row_bytes,
+                           r->seq->x + (size_t) r->t * c->model->hp.n_embd, e->n_in);
+}
+
+/* K1: RMSNorm, Q/K/V, biases, q/k norm, RoPE, K/V into the cache ------------------------------ */
+
+typedef struct k1_ctx {
+        const axp_layer *l;
+        float *h, *q, *k, *v;
+} k1_ctx;
+
+static void k1_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        k1_ctx *k = ctx;
+        const axp_hparams *hp = &c->model->hp;
+        row_ref *r = &c->rows[base + i];
+        rmsnorm(k->h + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd, k->l->attn_norm.data,
+                hp->n_embd, hp->rms_eps);
+}
+
+static void add_bias(float *x, const axp_weight *b, int n) {
+        if (!b->data)
+                return;
+        const float *bb = b->data;
+        for (int i = 0; i < n; i++)
+                x[i] += bb[i];
+}
+
+static void head_norm(float *x, const axp_weight *w, int n_heads, int hd, float eps) {
+        if (!w->data)
+                return;
+        for (int h = 0; h < n_heads; h++)
+                rmsnorm(x + h * hd, x + h * hd, w->data, hd, eps);
+}
+
+static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        k1_ctx *k = ctx;
+        const axp_hparams *hp = &c->model->hp;
+        const int qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+        row_ref *r = &c->rows[base + i];
+        float *q = k->q + (size_t) i * qd, *kk = k->k + (size_t) i * kvd, *v = k->v + (size_t) i * kvd;
+
+        add_bias(q, &k->l->bq, qd);
+        add_bias(kk, &k->l->bk, kvd);
+        add_bias(v, &k->l->bv, kvd);
+        head_norm(q, &k->l->q_norm, hp->n_head, hp->head_dim, hp->rms_eps);
+        head_norm(kk, &k->l->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
+        rope(c, q, hp->n_head, r->pos);
+        rope(c, kk, hp->n_head_kv, r->pos);
+
+        memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
+        int layer = t->layer;
+        if (r->seq->kv_type == AXP_TYPE_F16) {
+                axp_f16 *kc = (axp_f16 *) r->seq->k[layer] + (size_t) r->pos * kvd;
+                axp_f16 *vc = (axp_f16 *) r->seq->v[layer] + (size_t) r->pos * kvd;
+                for (int j = 0; j < kvd; j++) {
+                        kc[j] = axp_f32_to_f16(kk[j]);
+                        vc[j] = axp_f32_to_f16(v[j]);
+                }
+        } else {
+                memcpy((float *) r->seq->k[layer] + (size_t) r->pos * kvd, kk, (size_t) kvd * sizeof(float));
+                memcpy((float *) r->seq->v[layer] + (size_t) r->pos * kvd, v, (size_t) kvd * sizeof(float));
+        }
+}
+
+static int run_k1(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim, kvd = (long) hp->n_head_kv * hp->head_dim;
+        const axp_layer *l = &c->model->layers[t->layer];
+        int r;
+
+        if ((r = scratch(c, (size_t) TILE * (d + qd + 2 * kvd), err)) < 0)
+                return r;
+        k1_ctx k = { l, c->buf, c->buf + TILE * d, c->buf + TILE * (d + qd), c->buf + TILE * (d + qd + kvd) };
+        for (int base = 0; base < n; base += TILE) {
+                int nt = MIN(TILE, n - base);
+                for_rows(c, t, base, nt, k1_norm_row, &k);
+                const axp_weight *ws[3] = { &l->wq, &l->wk, &l->wv };
+                float *ys[3] = { k.q, k.k, k.v };
+                long ldy[3] = { qd, kvd, kvd };
+                axp_cpu_matmul(c->pool, 3, ws, k.h, d, ys, ldy, nt);
+                for_rows(c, t, base, nt, k1_post_row, &k);
+        }
+        return 0;
+}
+
+/* K2: attention of each span's tokens over its own KV cache ------------------------------------ */
+
+static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long qd = (long) hp->n_head * hp->head_dim;
+        for (int i = 0; i < t->n_spans; i++) {
+                const axp_span *s = &t->spans[i];
+                int n_q = s->t1 - s->t0;
+                if (n_q > c->pos_cap) {
+                        free(c->pos);
+                        c->pos = malloc((size_t) n_q * sizeof(int32_t));
+                        c->pos_cap = c->pos ? n_q : 0;
+                        if (!c->pos)
+                                return axp_errorf(err, -ENOMEM, "out of memory");
+                }
+                for (int j = 0; j < n_q; j++)
+                        c->pos[j] = s->seq->n_past + s->t0 + j;
+                float *q = s->seq->qa + (size_t) s->t0 * qd;
+                axp_cpu_attention(c->pool, q, qd, q, qd, s->seq->k[t->layer], s->seq->v[t->layer],
+                                  s->seq->kv_type, n_q, c->pos, hp->n_head, hp->n_head_kv, hp->head_dim,
+                                  1.0f / sqrtf((float) hp->head_dim));
+        }
+        return 0;
+}
+
+/* K3: output projection + residual, RMSNorm, SwiGLU FFN + residual ------------------------------ */
+
+typedef struct k3_ctx {
+        const axp_layer *l;
+        float *a, *o, *h, *g, *u;
+} k3_ctx;
+
+static void k3_gather_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        k3_ctx *k = ctx;
+        const long qd = (long) c->model->hp.n_head * c->model->hp.head_dim;
+        row_ref *r = &c->rows[base + i];
+        memcpy(k->a + i * qd, r->seq->qa + (size_t) r->t * qd, (size_t) qd * sizeof(float));
+}
+
+static void k3_residual_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        k3_ctx *k = ctx;
+        const axp_hparams *hp = &c->model->hp;
+        row_ref *r = &c->rows[base + i];
+        float *x = r->seq->x + (size_t) r->t * hp->n_embd, *o = k->o + (size_t) i * hp->n_embd;
+        for (int j = 0; j < hp->n_embd; j++)
+                x[j] += o[j];
+        rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
+}
+
+static void k3_swiglu_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        k3_ctx *k = ctx;
+        const int ff = c->model->hp.n_ff;
+        float *g = k->g + (size_t) i * ff, *u = k->u + (size_t) i * ff;
+        for (int j = 0; j < ff; j++)
+                g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+}
+
+static void k3_residual_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        k3_ctx *k = ctx;
+        const int d = c->model->hp.n_embd;
+        row_ref *r = &c->rows[base + i];
+        float *x = r->seq->x + (size_t) r->t * d, *o = k->o + (size_t) i * d;
+        for (int j = 0; j < d; j++)
+                x[j] += o[j];
+}
+
+static int run_k3(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim, ff = hp->n_ff;
+        const axp_layer *l = &c->model->layers[t->layer];
+        int r;
+
+        if ((r = scratch(c, (size_t) TILE * (qd + 2 * d + 2 * ff), err)) < 0)
+                return r;
+        k3_ctx k = { l, c->buf, c->buf + TILE * qd, c->buf + TILE * (qd + d), c->buf + TILE * (qd + 2 * d),
+                     c->buf + TILE * (qd + 2 * d + ff) };
+        for (int base = 0; base < n; base += TILE) {
+                int nt = MIN(TILE, n - base);
+                for_rows(c, t, base, nt, k3_gather_row, &k);
+                const axp_weight *wo = &l->wo;
+                axp_cpu_matmul(c->pool, 1, &wo, k.a, qd, &k.o, &d, nt);
+                for_rows(c, t, base, nt, k3_residual_norm_row, &k);
+                const axp_weight *gu[2] = { &l->w_gate, &l->w_up };
+                float *ys[2] = { k.g, k.u };
+                long ldy[2] = { ff, ff };
+                axp_cpu_matmul(c->pool, 2, gu, k.h, d, ys, ldy, nt);
+                for_rows(c, t, base, nt, k3_swiglu_row, &k);
+                const axp_weight *wd = &l->w_down;
+                axp_cpu_matmul(c->pool, 1, &wd, k.g, ff, &k.o, &d, nt);
+                for_rows(c, t, base, nt, k3_residual_row, &k);
+        }
+        return 0;
+}
+
+/* HEAD: final RMSNorm and LM head for the last token of each span -------------------------------- */
+
+static void head_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        const axp_hparams *hp = &c->model->hp;
+        row_ref *r = &c->rows[base + i];
+        rmsnorm((float *) ctx + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd,
+                c->model->output_norm.data, hp->n_embd, hp->rms_eps);
+}
+
+static int run_head(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long d = hp->n_embd, nv = hp->n_vocab;
+        int r;
+
+        if ((r = scratch(c, (size_t) n * (d + nv), err)) < 0)
+                return r;
+        float *h = c->buf, *logits = c->buf + (size_t) n * d;
+        for_rows(c, t, 0, n, head_norm_row, h);
+        const axp_weight *w = &c->model->output;
+        axp_cpu_matmul(c->pool, 1, &w, h, d, &logits, &nv, n);
+        for (int i = 0; i < n; i++) {
+                row_ref *rr = &c->rows[i];
+                memcpy(rr->seq->logits, logits + (size_t) i * nv, (size_t) nv * sizeof(float));
+                rr->seq->logits_pos = rr->pos;
+        }
+        return 0;
+}
+
+/* The device ------------------------------------------------------------------------------------ */
+
+static int cpu_run(axp_device *d, const axp_task *t, axp_error *err) {
+        cpu_dev *c = d->priv;
+        int n = 0, r;
+
+        if (!c->model)
+                return axp_errorf(err, -EINVAL, "the CPU device has no model prepared");
+        if (t->n_spans < 1 || t->n_spans > AXP_MAX_BATCH)
+                return axp_errorf(err, -EINVAL, "task with %d spans", t->n_spans);
+        if (t->op != AXP_OP_EMBED && t->op != AXP_OP_HEAD && (t->layer < 0 || t->layer >= c->model->hp.n_layer))
+                return axp_errorf(err, -EINVAL, "task for layer %d of %d", t->layer, c->model->hp.n_layer);
+        for (int i = 0; i < t->n_spans; i++)
+                if (t->spans[i].seq && t->spans[i].seq->model != c->model)
+                        return axp_errorf(err, -EINVAL, "task for a request of another model");
+        if ((r = collect_rows(c, t, t->op == AXP_OP_HEAD, &n, err)) < 0)
+                return r;
+
+        switch (t->op) {
+        case AXP_OP_EMBED:
+                for_rows(c, t, 0, n, embed_row, NULL);
+                return 0;
+        case AXP_OP_K1:
+                return run_k1(c, t, n, err);
+        case AXP_OP_K2:
+                return run_k2(c, t, err);
+        case AXP_OP_K3:
+                return run_k3(c, t, n, err);
+        case AXP_OP_HEAD:
+                return run_head(c, t, n, err);
+        default:
+                return axp_errorf(err, -EINVAL, "unknown kernel %d", t->op);
+        }
+}
+
+static void for_each_matrix(axp_model *m, int (*fn)(axp_weight *w)) {
+        for (int i = 0; i < m->hp.n_layer; i++) {
+                axp_layer *l = &m->layers[i];
+                axp_weight *ws[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
+                for (size_t j = 0; j < ELEMENTSOF(ws); j++)
+                        fn(ws[j]);
+        }
+        fn(&m->output);
+}
+
+static int release_weight(axp_weight *w) {
+        axp_cpu_weight_release(w);
+        return 0;
+}
+
+static int cpu_prepare(axp_device *d, axp_model *m, axp_error *err) {
+        cpu_dev *c = d->priv;
+        if (c->model)
+                for_each_matrix(c->model, release_weight);
+        free(c->inv_freq);
+        c->inv_freq = NULL;
+        c->model = NULL;
+        if (!m)
+                return 0;
+
+        const axp_hparams *hp = &m->hp;
+        c->inv_freq = malloc((size_t) (hp->rope_dim / 2) * sizeof(double));
+        if (!c->inv_freq)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        for (int i = 0; i < hp->rope_dim / 2; i++) {
+                c->inv_freq[i] = pow((double) hp->rope_base, -2.0 * i / hp->rope_dim);
+                if (m->rope_freqs.data)
+                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i];
+        }
+        for_each_matrix(m, axp_cpu_weight_prepare);
+        c->model = m;
+        return 0;
+}
+
+static void cpu_free(axp_device *d) {
+        cpu_dev *c = d->priv;
+        if (c) {
+                cpu_prepare(d, NULL, NULL);
+                axp_pool_free(c->pool);
+                free(c->buf);
+                free(c->rows);
+                free(c->pos);
+                free(c);
+        }
+        free(d);
+}
+
+static const axp_device_ops cpu_ops = {
+        .backend = "cpu",
+        .prepare = cpu_prepare,
+        .run = cpu_run,
+        .free = cpu_free,
+};
+
+int axp_cpu_device_new(int n_threads, axp_device **ret, axp_error *err) {
+        axp_device *d = calloc(1, sizeof(*d));
+        cpu_dev *c = calloc(1, sizeof(*c));
+        if (!d || !c || !(c->pool = axp_pool_new(n_threads))) {
+                free(d);
+                free(c);
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        }
+        d->ops = &cpu_ops;
+        d->priv = c;
+        d->kind = AXP_DEV_CPU;
+        d->can_run = true;
+        snprintf(d->name, sizeof(d->name), "CPU (%d threads, %s)", axp_pool_size(c->pool), axp_cpu_isa());
+        *ret = d;
+        return 0;
+}
+
+const char *axp_dev_kind_name(axp_dev_kind k) {
+        static const char *const names[] = { "cpu", "igpu", "dgpu", "npu", "other" };
+        return k <= AXP_DEV_OTHER ? names[k] : "other";
+}

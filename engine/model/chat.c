@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/* Chat templates by family. Each formatter writes what the model's own Jinja template renders
+ * (with add_generation_prompt), without the leading BOS, which the tokenizer adds:
+ *
+ *   llama3   Meta-Llama-3-*-Instruct: each turn "<|start_header_id|>ROLE<|end_header_id|>\n\n"
+ *            + trim(content) + "<|eot_id|>".
+ *   chatml   "<|im_start|>ROLE\n" + content + "<|im_end|>\n" (Qwen, Hermes, ...). Qwen2's own
+ *            template also adds a default system prompt when there is none; that prompt is
+ *            model-specific and left to the caller.
+ *   mistral  Mistral-7B-Instruct: "[INST] " + user + " [/INST]" + assistant + "</s>"; a system
+ *            prompt goes before the first user message, separated by "\n\n".
+ *   llama2   Llama-2-*-chat: "[INST] " + strip(user, with the system prompt as
+ *            "<<SYS>>\n...\n<</SYS>>\n\n" before the first one) + " [/INST]", then
+ *            " " + strip(assistant) + " </s>", and "<s>" before every later "[INST]".
+ *
+ * Detection follows llama.cpp's substring heuristics on tokenizer.chat_template. */
+#include "chat.h"
+
+#include <string.h>
+
+#include "base/strbuf.h"
+#include "unicode.h"
+
+static const char *const family_names[] = {
+        [AXP_CHAT_RAW] = "raw",
+        [AXP_CHAT_LLAMA3] = "llama3",
+        [AXP_CHAT_CHATML] = "chatml",
+        [AXP_CHAT_MISTRAL] = "mistral",
+        [AXP_CHAT_LLAMA2] = "llama2",
+};
+
+const char *axp_chat_family_name(axp_chat_family f) {
+        if ((unsigned) f >= ELEMENTSOF(family_names))
+                return "raw";
+        return family_names[f];
+}
+
+static bool has(const char *s, const char *sub) {
+        return strstr(s, sub) != NULL;
+}
+
+static bool vocab_has(const axp_tokenizer *tok, const char *a, const char *b) {
+        return tok && axp_tokenizer_find(tok, a) >= 0 && axp_tokenizer_find(tok, b) >= 0;
+}
+
+axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
+        if (tmpl && *tmpl) {
+                /* a family named directly, as llama.cpp's --chat-template accepts */
+                for (size_t i = 0; i < ELEMENTSOF(family_names); i++)
+                        if (strcmp(tmpl, family_names[i]) == 0)
+                                return i;
+                if (has(tmpl, "<|im_start|>"))
+                        return AXP_CHAT_CHATML;
+                if (strncmp(tmpl, "mistral", 7) == 0 || has(tmpl, "[INST]")) {
+                        /* Mistral's own templates; otherwise Llama 2 if it has a system block */
+                        if (has(tmpl, "[SYSTEM_PROMPT]") || has(tmpl, "[AVAILABLE_TOOLS]") ||
+                            has(tmpl, "' [INST] ' + system_message"))
+                                return AXP_CHAT_MISTRAL;
+                        return has(tmpl, "<<SYS>>") ? AXP_CHAT_LLAMA2 : AXP_CHAT_MISTRAL;
+                }
+                if (has(tmpl, "<|start_header_id|>") && has(tmpl, "<|end_header_id|>"))
+                        return AXP_CHAT_LLAMA3;
+                return AXP_CHAT_RAW;
+        }
+        /* no template: what the vocabulary's special tokens suggest */
+        if (vocab_has(tok, "<|start_header_id|>", "<|end_header_id|>"))
+                return AXP_CHAT_LLAMA3;
+        if (vocab_has(tok, "<|im_start|>", "<|im_end|>"))
+                return AXP_CHAT_CHATML;
+        if (vocab_has(tok, "[INST]", "[/INST]"))
+                return AXP_CHAT_MISTRAL;
+        return AXP_CHAT_RAW;
+}
+
+/* Python's str.isspace(), which Jinja's trim and str.strip() use. */
+static bool py_space(uint32_t c) {
+        return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+               c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
+               c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+/* The bounds of s without leading and trailing white space. */
+static void strip(const char *s, size_t *ret_off, size_t *ret_len) {
+        const uint8_t *u = (const uint8_t *) s;
+        size_t i = 0, j = strlen(s), k;
+
+        while (i < j) {
+                k = axp_utf8_valid_char(u + i, j - i);
+                if (k == 0 || !py_space(axp_utf8_decode(u + i, k, &k)))
+                        break;
+                i += k;
+        }
+        while (j > i) {
+                size_t p = j - 1;
+                while (p > i && (u[p] & 0xc0) == 0x80 && j - p < 4)
+                        p--;
+                k = axp_utf8_valid_char(u + p, j - p);
+                if (k != j - p || !py_space(axp_utf8_decode(u + p, k, &k)))
+                        break;
+                j = p;
+        }
+        *ret_off = i;
+        *ret_len = j - i;
+}
+
+typedef struct out {
+        char *buf;
+        size_t len, cap;
+        int r;
+} out;
+
+static void put(out *o, const char *s, size_t n) {
+        if (o->r == 0)
+                o->r = axp_strbuf_append(&o->buf, &o->len, &o->cap, s, n);
+}
+
+static void puts_(out *o, const char *s) {
+        put(o, s, strlen(s));
+}
+
+static void put_stripped(out *o, const char *s) {
+        size_t off, len;
+        strip(s, &off, &len);
+        put(o, s + off, len);
+}
+
+static const char *str_or_empty(const char *s) {
+        return s ? s : "";
+}
+
+static bool is_role(const axp_chat_msg *m, const char *role) {
+        return strcmp(str_or_empty(m->role), role) == 0;
+}
+
+static void format_llama3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        for (size_t i = 0; i < n; i++) {
+                puts_(o, "<|start_header_id|>");
+                puts_(o, str_or_empty(msgs[i].role));
+                puts_(o, "<|end_header_id|>\n\n");
+                put_stripped(o, str_or_empty(msgs[i].content));
+                puts_(o, "<|eot_id|>");
+        }
+        if (gen)
+                puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void format_chatml(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        for (size_t i = 0; i < n; i++) {
+                puts_(o, "<|im_start|>");
+                puts_(o, str_or_empty(msgs[i].role));
+                puts_(o, "\n");
+                puts_(o, str_or_empty(msgs[i].content));
+                puts_(o, "<|im_end|>\n");
+        }
+        if (gen)
+                puts_(o, "<|im_start|>assistant\n");
+}
+
+/* One [INST] turn: the waiting system prompt (if any) and the user's text (if any). */
+static void inst_user(out *o, out *sys, const char *user, bool llama2, bool started) {
+        out content = {};
+
+        if (sys->buf) {
+                if (llama2) {
+                        puts_(&content, "<<SYS>>\n");
+                        put(&content, sys->buf, sys->len);
+                        puts_(&content, "\n<</SYS>>\n\n");
+                } else {
+                        put(&content, sys->buf, sys->len);
+                        if (user)
+                                puts_(&content, "\n\n");
+                }
+                free(sys->buf);
+                *sys = (out) {};
+        }
+        if (user)
+                puts_(&content, user);
+        put(&content, "", 0);
+        if (content.r < 0)
+                o->r = content.r;
+        if (llama2 && started)
+                puts_(o, "<s>");
+        puts_(o, "[INST] ");
+        if (llama2)
+                put_stripped(o, content.buf ? content.buf : "");
+        else
+                put(o, content.buf, content.len);
+        puts_(o, " [/INST]");
+        free(content.buf);
+}
+
+/* [INST] families: system prompts wait for the next user message; one left over at the end
+ * becomes a turn of its own. */
+static void format_inst(out *o, const axp_chat_msg *msgs, size_t n, bool llama2) {
+        out sys = {};
+        bool started = false;
+
+        for (size_t i = 0; i < n; i++) {
+                const char *content = str_or_empty(msgs[i].content);
+                if (is_role(&msgs[i], "system")) {
+                        if (sys.len > 0)
+                                puts_(&sys, "\n\n");
+                        puts_(&sys, content);
+                        put(&sys, "", 0);
+                } else if (is_role(&msgs[i], "user"))
+                        inst_user(o, &sys, content, llama2, started);
+                else if (llama2) {
+                        puts_(o, " ");
+                        put_stripped(o, content);
+                        puts_(o, " </s>");
+                } else {
+                        puts_(o, content);
+                        puts_(o, "</s>");
+                }
+                started |= o->len > 0;
+        }
+        if (sys.buf)
+                inst_user(o, &sys, NULL, llama2, started);
+        if (sys.r < 0)
+                o->r = sys.r;
+        free(sys.buf);
+}
+
+static void format_raw(out *o, const axp_chat_msg *msgs, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                if (i > 0)
+                        puts_(o, "\n\n");
+                puts_(o, str_or_empty(msgs[i].content));
+        }
+}
+
+char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
+                      bool add_generation_prompt) {
+        out o = {};
+
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                format_llama3(&o, msgs, n, add_generation_prompt);
+                break;
+        case AXP_CHAT_CHATML:
+                format_chatml(&o, msgs, n, add_generation_prompt);
+                break;
+        case AXP_CHAT_MISTRAL:
+                format_inst(&o, msgs, n, false);
+                break;
+        case AXP_CHAT_LLAMA2:
+                format_inst(&o, msgs, n, true);
+                break;
+        default:
+                format_raw(&o, msgs, n);
+                break;
+        }
+        put(&o, "", 0); /* an empty conversation is still a string */
+        if (o.r < 0) {
+                free(o.buf);
+                return NULL;
+        }
+        return o.buf;
+}

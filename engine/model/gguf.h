@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* GGUF v2/v3 reader (over mmap) and writer.
+ *
+ * The reader validates every count, offset, size, alignment and type before anything is
+ * exposed: a hostile or truncated file gives a clear error, never an out-of-bounds read.
+ * Strings returned by the reader point into the mapping and are NOT NUL-terminated. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "base/util.h"
+
+enum gguf_type {
+        GGUF_TYPE_UINT8 = 0,
+        GGUF_TYPE_INT8 = 1,
+        GGUF_TYPE_UINT16 = 2,
+        GGUF_TYPE_INT16 = 3,
+        GGUF_TYPE_UINT32 = 4,
+        GGUF_TYPE_INT32 = 5,
+        GGUF_TYPE_FLOAT32 = 6,
+        GGUF_TYPE_BOOL = 7,
+        GGUF_TYPE_STRING = 8,
+        GGUF_TYPE_ARRAY = 9,
+        GGUF_TYPE_UINT64 = 10,
+        GGUF_TYPE_INT64 = 11,
+        GGUF_TYPE_FLOAT64 = 12,
+        GGUF_TYPE__COUNT,
+};
+
+#define GGUF_MAX_DIMS 4
+#define GGUF_DEFAULT_ALIGNMENT 32
+
+typedef struct gguf_str {
+        const char *ptr; /* into the mapping, not NUL-terminated */
+        uint64_t len;
+} gguf_str;
+
+typedef struct gguf_kv {
+        gguf_str key;
+        enum gguf_type type;
+        /* scalars (integers widened; bool as 0/1) */
+        union {
+                uint64_t u64;
+                int64_t i64;
+                double f64;
+                gguf_str str;
+        } v;
+        /* arrays (type == GGUF_TYPE_ARRAY) */
+        enum gguf_type arr_type;
+        uint64_t arr_n;
+        const void *arr_data; /* element data for non-string arrays, little-endian and NOT
+                               * aligned: read elements with memcpy or gguf_arr_i32/_f32 */
+        gguf_str *arr_str;    /* index of the strings for string arrays (owned) */
+} gguf_kv;
+
+typedef struct gguf_tensor {
+        gguf_str name;
+        uint32_t n_dims;
+        int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the row length; unused dims are 1 */
+        uint32_t type;             /* ggml type id, see types.h */
+        uint64_t offset;           /* relative to the data section */
+        const void *data;          /* validated: [data, data + nbytes) is inside the file */
+        uint64_t nbytes;
+} gguf_tensor;
+
+typedef struct gguf_file {
+        void *map;
+        size_t size;
+        bool owns_map; /* false for gguf_open_buffer */
+        uint32_t version;
+        uint64_t n_kv;
+        gguf_kv *kv;
+        uint64_t n_tensors;
+        gguf_tensor *tensors;
+        uint64_t alignment;
+        uint64_t data_offset;
+} gguf_file;
+
+/* Open and validate a GGUF file. On failure returns a negative errno and a one-line message. */
+int gguf_open(const char *path, gguf_file **ret, axp_error *err);
+/* Same over a caller-owned buffer (fuzzing, tests). The buffer must outlive the result. */
+int gguf_open_buffer(const void *data, size_t size, gguf_file **ret, axp_error *err);
+void gguf_close(gguf_file *f);
+
+const gguf_kv *gguf_find(const gguf_file *f, const char *key);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+bool gguf_str_eq(gguf_str s, const char *c);
+/* Copy into a freshly allocated NUL-terminated string (NULL on OOM). */
+char *gguf_str_dup(gguf_str s);
+
+/* Typed getters: return false if the key is missing or of an incompatible type (integers
+ * convert between widths when the value fits). */
+bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *ret);
+bool gguf_get_i32(const gguf_file *f, const char *key, int32_t *ret);
+bool gguf_get_f32(const gguf_file *f, const char *key, float *ret);
+bool gguf_get_bool(const gguf_file *f, const char *key, bool *ret);
+bool gguf_get_str(const gguf_file *f, const char *key, gguf_str *ret);
+/* Array accessor: returns the kv if it is an array of `type` (any integer type for
+ * GGUF_TYPE_INT32 requests is NOT converted: exact match only). */
+const gguf_kv *gguf_get_arr(const gguf_file *f, const char *key, enum gguf_type type);
+
+/* Element i of an INT32 / FLOAT32 array (the caller checked arr_type and i < arr_n). */
+static inline int32_t gguf_arr_i32(const gguf_kv *kv, uint64_t i) {
+        int32_t v;
+        memcpy(&v, (const char *) kv->arr_data + i * 4, 4);
+        return v;
+}
+static inline float gguf_arr_f32(const gguf_kv *kv, uint64_t i) {
+        float v;
+        memcpy(&v, (const char *) kv->arr_data + i * 4, 4);
+        return v;
+}
+
+/* "uint32", "string", "array", ... ("unknown" past the enum). */
+const char *gguf_type_name(enum gguf_type t);
+/* Bytes of one value of a fixed-size type; 0 for string, array and unknown types. */
+size_t gguf_type_size(enum gguf_type t);
+
+/* Writer ------------------------------------------------------------------------------ *
+ * Writes GGUF v3 as llama.cpp expects it: tensors laid out in the order added, each at an
+ * offset padded to the alignment (general.alignment if set as a uint32, else 32). Setting
+ * a key again replaces its value. Setters return a negative errno; the first failure is
+ * also remembered and reported (with a message) by gguf_writer_write. The file appears
+ * atomically: written to a temporary file beside it, then renamed. */
+
+typedef struct gguf_writer gguf_writer;
+
+gguf_writer *gguf_writer_new(void);
+void gguf_writer_free(gguf_writer *w);
+int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
+int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
+int gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+int gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
+int gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+/* Copy a kv (scalar or array) from an open file, e.g. the tokenizer of another model. */
+int gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv);
+/* Add a tensor; `data` (nbytes, already in the tensor's type) is copied. */
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                           const int64_t *ne, const void *data, uint64_t nbytes);
+/* Arrays: `n` little-endian elements of a fixed-size `type`, or `n` NUL-terminated strings. */
+int gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_type type, const void *data,
+                        uint64_t n);
+int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
+
+/* Produces rows [row, row + n_rows) of a tensor (a row is ne[0] elements in the tensor's
+ * type; rows count over ne[1..3]) into dst. Returns 0 or a negative errno with `err` set. */
+typedef int (*gguf_fill_fn)(void *userdata, uint64_t row, uint64_t n_rows, void *dst,
+                            axp_error *err);
+/* Add a tensor whose data is produced while the file is written, a bounded number of rows
+ * at a time, so a large model never sits in memory whole. `userdata` must stay valid until
+ * gguf_writer_write returns. */
+int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                const int64_t *ne, gguf_fill_fn fill, void *userdata);
+int gguf_writer_write(gguf_writer *w, const char *path, axp_error *err);

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* Tokenizer from GGUF metadata: byte-level BPE (tokenizer.ggml.model = "gpt2", with the
+ * pre-tokenizer named by tokenizer.ggml.pre: "llama-bpe", "qwen2", ...) and SentencePiece
+ * style ("llama"). Matches llama.cpp's llama_tokenize / llama_token_to_piece. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "base/util.h"
+
+typedef struct axp_tokenizer axp_tokenizer;
+
+enum {
+        AXP_TOK_ADD_BOS = 1 << 0,       /* add BOS if the vocab asks for it (llama_vocab_get_add_bos);
+                                         * also EOS if it asks for that (llama.cpp's add_special) */
+        AXP_TOK_PARSE_SPECIAL = 1 << 1, /* special-token text ("<|eot_id|>") becomes that token */
+};
+
+int axp_tokenizer_load(const gguf_file *f, axp_tokenizer **ret, axp_error *err);
+void axp_tokenizer_free(axp_tokenizer *t);
+
+int axp_tokenizer_n_vocab(const axp_tokenizer *t);
+int32_t axp_tokenizer_bos(const axp_tokenizer *t); /* -1 if none */
+int32_t axp_tokenizer_eos(const axp_tokenizer *t); /* -1 if none */
+bool axp_tokenizer_add_bos(const axp_tokenizer *t);
+/* End of generation: EOS, EOT (<|eot_id|>, <|im_end|>, <|end|>, ...). */
+bool axp_tokenizer_is_eog(const axp_tokenizer *t, int32_t id);
+/* Token id of an exact token text (e.g. "<|im_start|>"), -1 if absent. */
+int32_t axp_tokenizer_find(const axp_tokenizer *t, const char *text);
+
+/* Tokenize len bytes of text (need not be NUL-terminated). *ret_tokens is malloc'd. */
+int axp_tokenize(const axp_tokenizer *t, const char *text, size_t len, unsigned flags,
+                 int32_t **ret_tokens, int *ret_n, axp_error *err);
+
+/* The bytes a token stands for (byte-level decoded, "▁" -> " " for SentencePiece, <0xNN>
+ * byte tokens as that byte). Control tokens give their text only if render_special. Returns
+ * the number of bytes written (at most cap), or the negative size needed if cap is too
+ * small. */
+int axp_token_to_piece(const axp_tokenizer *t, int32_t id, bool render_special, char *buf,
+                       int cap);
+
+/* Streaming detokenizer: collects token bytes and releases only complete UTF-8 characters
+ * (a token that ends inside a multi-byte character is held back until it completes; bytes
+ * that can never form a valid character are replaced by U+FFFD). */
+typedef struct axp_detok {
+        const axp_tokenizer *tok;
+        bool render_special;
+        bool first; /* SentencePiece: strip the leading space of the first piece */
+        char pend[8];
+        int n_pend;
+} axp_detok;
+
+void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special);
+/* Append the complete text of token id to *out (malloc'd, grown; *out_len updated). */
+int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t *out_cap);
+/* End of stream: flush held-back bytes (as U+FFFD). */
+int axp_detok_flush(axp_detok *d, char **out, size_t *out_len, size_t *out_cap);

@@ -1,0 +1,884 @@
+/* SPDX-License-Identifier: MIT */
+/* agentxpu ask | submit | status | cancel | chat: the command line as a client of the engine
+ * service over D-Bus (the system bus unless --address names another). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/bus-common.h"
+#include "cli.h"
+#include "base/util.h"
+
+#define MAX_STOP 16
+
+/* What the user asked for; only options given on the command line are sent, so the
+ * engine's defaults apply to the rest. */
+typedef struct GenArgs {
+        const char *address;
+        bool verbose;
+        bool wait;
+        uint32_t max_tokens;
+        bool has_max_tokens;
+        double temperature, top_p, min_p, repeat_penalty;
+        bool has_temperature, has_top_p, has_min_p, has_repeat_penalty;
+        uint32_t top_k;
+        bool has_top_k;
+        uint64_t seed;
+        bool has_seed;
+        const char *stop[MAX_STOP];
+        size_t n_stop;
+        const char *system;
+        bool raw;
+        const char *flow;
+} GenArgs;
+
+enum {
+        ARG_ADDRESS = 0x100,
+        ARG_TEMPERATURE,
+        ARG_TOP_K,
+        ARG_TOP_P,
+        ARG_MIN_P,
+        ARG_REPEAT_PENALTY,
+        ARG_SEED,
+        ARG_STOP,
+        ARG_SYSTEM,
+        ARG_RAW,
+        ARG_FLOW,
+        ARG_WAIT,
+};
+
+static const struct option gen_options[] = {
+        { "address", required_argument, NULL, ARG_ADDRESS },
+        { "max-tokens", required_argument, NULL, 'n' },
+        { "temperature", required_argument, NULL, ARG_TEMPERATURE },
+        { "top-k", required_argument, NULL, ARG_TOP_K },
+        { "top-p", required_argument, NULL, ARG_TOP_P },
+        { "min-p", required_argument, NULL, ARG_MIN_P },
+        { "repeat-penalty", required_argument, NULL, ARG_REPEAT_PENALTY },
+        { "seed", required_argument, NULL, ARG_SEED },
+        { "stop", required_argument, NULL, ARG_STOP },
+        { "system", required_argument, NULL, ARG_SYSTEM },
+        { "raw", no_argument, NULL, ARG_RAW },
+        { "flow", required_argument, NULL, ARG_FLOW },
+        { "wait", no_argument, NULL, ARG_WAIT },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        {}
+};
+
+static const char gen_options_help[] =
+        "  -n, --max-tokens N      generate at most N tokens\n"
+        "      --temperature T     0 is greedy\n"
+        "      --top-k K           0 disables\n"
+        "      --top-p P           1 disables\n"
+        "      --min-p P           0 disables\n"
+        "      --repeat-penalty R  1 disables\n"
+        "      --seed S            sampling seed\n"
+        "      --stop STRING       stop before STRING (repeatable)\n"
+        "      --system TEXT       system prompt\n"
+        "      --raw               no chat template\n"
+        "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
+        "      --address ADDRESS   the bus to use (default: the system bus)\n";
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
+        char *end;
+        unsigned long long v;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno || *end || v > max)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+static int parse_double(const char *s, double *ret) {
+        char *end;
+        double d;
+
+        errno = 0;
+        d = strtod(s, &end);
+        if (errno || end == s || *end || !isfinite(d))
+                return -EINVAL;
+        *ret = d;
+        return 0;
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+        fprintf(stderr, "agentxpu %s: ", cmd);
+        fprintf(stderr, fmt, arg);
+        fprintf(stderr, "\n'agentxpu %s --help' lists the options.\n", cmd);
+        return 2;
+}
+
+/* Parses the shared options; returns -1 to go on, or an exit status. `extra` allows --flow
+ * and --wait where they apply. */
+static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_flow, bool allow_wait,
+                          GenArgs *a) {
+        const char *cmd = argv[0];
+        uint64_t v;
+        int c;
+
+        *a = (GenArgs) {};
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "n:vh", gen_options, NULL)) >= 0)
+                switch (c) {
+                case ARG_ADDRESS:
+                        a->address = optarg;
+                        break;
+                case 'n':
+                        if (parse_u64(optarg, UINT32_MAX, &v) < 0 || v == 0)
+                                return usage_error(cmd, "-n wants a number of tokens above 0, got '%s'", optarg);
+                        a->max_tokens = (uint32_t) v;
+                        a->has_max_tokens = true;
+                        break;
+                case ARG_TEMPERATURE:
+                        if (parse_double(optarg, &a->temperature) < 0)
+                                return usage_error(cmd, "--temperature wants a number, got '%s'", optarg);
+                        a->has_temperature = true;
+                        break;
+                case ARG_TOP_K:
+                        if (parse_u64(optarg, UINT32_MAX, &v) < 0)
+                                return usage_error(cmd, "--top-k wants a whole number, got '%s'", optarg);
+                        a->top_k = (uint32_t) v;
+                        a->has_top_k = true;
+                        break;
+                case ARG_TOP_P:
+                        if (parse_double(optarg, &a->top_p) < 0)
+                                return usage_error(cmd, "--top-p wants a number, got '%s'", optarg);
+                        a->has_top_p = true;
+                        break;
+                case ARG_MIN_P:
+                        if (parse_double(optarg, &a->min_p) < 0)
+                                return usage_error(cmd, "--min-p wants a number, got '%s'", optarg);
+                        a->has_min_p = true;
+                        break;
+                case ARG_REPEAT_PENALTY:
+                        if (parse_double(optarg, &a->repeat_penalty) < 0)
+                                return usage_error(cmd, "--repeat-penalty wants a number, got '%s'", optarg);
+                        a->has_repeat_penalty = true;
+                        break;
+                case ARG_SEED:
+                        if (parse_u64(optarg, UINT64_MAX, &a->seed) < 0)
+                                return usage_error(cmd, "--seed wants a whole number, got '%s'", optarg);
+                        a->has_seed = true;
+                        break;
+                case ARG_STOP:
+                        if (a->n_stop >= MAX_STOP)
+                                return usage_error(cmd, "at most 16 --stop strings, '%s' is one too many", optarg);
+                        a->stop[a->n_stop++] = optarg;
+                        break;
+                case ARG_SYSTEM:
+                        a->system = optarg;
+                        break;
+                case ARG_RAW:
+                        a->raw = true;
+                        break;
+                case ARG_FLOW:
+                        if (!allow_flow)
+                                return usage_error(cmd, "%s--flow does not apply here", "");
+                        a->flow = optarg;
+                        break;
+                case ARG_WAIT:
+                        if (!allow_wait)
+                                return usage_error(cmd, "%s--wait does not apply here", "");
+                        a->wait = true;
+                        break;
+                case 'v':
+                        a->verbose = true;
+                        break;
+                case 'h':
+                        printf("%s\n%s", usage, gen_options_help);
+                        return 0;
+                default:
+                        return 2;
+                }
+        return -1;
+}
+
+/* The options a{sv} of a Reactive, Proactive or Complete call. */
+static int append_options(sd_bus_message *m, const GenArgs *a, const char *flow) {
+        int r;
+
+        r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r >= 0 && a->has_max_tokens)
+                r = sd_bus_message_append(m, "{sv}", "max_tokens", "u", a->max_tokens);
+        if (r >= 0 && a->has_temperature)
+                r = sd_bus_message_append(m, "{sv}", "temperature", "d", a->temperature);
+        if (r >= 0 && a->has_top_k)
+                r = sd_bus_message_append(m, "{sv}", "top_k", "u", a->top_k);
+        if (r >= 0 && a->has_top_p)
+                r = sd_bus_message_append(m, "{sv}", "top_p", "d", a->top_p);
+        if (r >= 0 && a->has_min_p)
+                r = sd_bus_message_append(m, "{sv}", "min_p", "d", a->min_p);
+        if (r >= 0 && a->has_repeat_penalty)
+                r = sd_bus_message_append(m, "{sv}", "repeat_penalty", "d", a->repeat_penalty);
+        if (r >= 0 && a->has_seed)
+                r = sd_bus_message_append(m, "{sv}", "seed", "t", a->seed);
+        if (r >= 0 && a->n_stop > 0) {
+                const char *strv[MAX_STOP + 1] = {};
+
+                memcpy(strv, a->stop, a->n_stop * sizeof(char *));
+                r = sd_bus_message_open_container(m, 'e', "sv");
+                if (r >= 0)
+                        r = sd_bus_message_append(m, "s", "stop");
+                if (r >= 0)
+                        r = sd_bus_message_open_container(m, 'v', "as");
+                if (r >= 0)
+                        r = sd_bus_message_append_strv(m, (char **) strv);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(m);
+        }
+        if (r >= 0 && a->system && !flow)
+                r = sd_bus_message_append(m, "{sv}", "system", "s", a->system);
+        if (r >= 0 && a->raw && !flow)
+                r = sd_bus_message_append(m, "{sv}", "raw", "b", 1);
+        if (r >= 0 && flow)
+                r = sd_bus_message_append(m, "{sv}", "flow", "o", flow);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        return r;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+        interrupted++;
+}
+
+/* Ctrl-C cancels the request (the engine answers with Finished "cancelled"); a second one
+ * leaves at once. No SA_RESTART: the wait for the bus returns with EINTR. */
+static void catch_sigint(void) {
+        struct sigaction sa = { .sa_handler = on_sigint };
+
+        sigemptyset(&sa.sa_mask);
+        (void) sigaction(SIGINT, &sa, NULL);
+        (void) sigaction(SIGTERM, &sa, NULL);
+}
+
+static int connect_engine(const char *address, sd_bus **ret) {
+        int r = axp_bus_open(address, "agentxpu", ret);
+
+        if (r < 0)
+                return cli_fail("cannot connect to %s: %s", address ?: "the system bus", strerror(-r));
+        return 0;
+}
+
+/* A failed call as one line a person can act on. */
+static int call_fail(const char *what, const sd_bus_error *e, int r) {
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+                return cli_fail("%s: the engine is not running (" AXP_BUS_NAME " is not on the bus)", what);
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_UNKNOWN_OBJECT))
+                return cli_fail("%s: no such request (finished and gone, or never made)", what);
+        if (e && e->message)
+                return cli_fail("%s: %s", what, e->message);
+        return cli_fail("%s: %s", what, strerror(-r));
+}
+
+typedef struct Stats {
+        uint32_t prompt_tokens, prefill_tokens, generated_tokens, preemptions;
+        double queue_wait_s, ttft_s, tpot_s, latency_s;
+        char error[256];
+} Stats;
+
+/* Reads a stats a{sv}; keys it does not know are skipped (a newer engine may add some). */
+static int stats_read(sd_bus_message *m, Stats *st) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key, *contents;
+                uint32_t *u = NULL;
+                double *d = NULL;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_peek_type(m, NULL, &contents);
+                if (r < 0)
+                        return r;
+                if (strcmp(key, "prompt_tokens") == 0)
+                        u = &st->prompt_tokens;
+                else if (strcmp(key, "prefill_tokens") == 0)
+                        u = &st->prefill_tokens;
+                else if (strcmp(key, "generated_tokens") == 0)
+                        u = &st->generated_tokens;
+                else if (strcmp(key, "preemptions") == 0)
+                        u = &st->preemptions;
+                else if (strcmp(key, "queue_wait_s") == 0)
+                        d = &st->queue_wait_s;
+                else if (strcmp(key, "ttft_s") == 0)
+                        d = &st->ttft_s;
+                else if (strcmp(key, "tpot_s") == 0)
+                        d = &st->tpot_s;
+                else if (strcmp(key, "latency_s") == 0)
+                        d = &st->latency_s;
+
+                if (u && strcmp(contents, "u") == 0)
+                        r = sd_bus_message_read(m, "v", "u", u);
+                else if (d && strcmp(contents, "d") == 0)
+                        r = sd_bus_message_read(m, "v", "d", d);
+                else if (strcmp(key, "error") == 0 && strcmp(contents, "s") == 0) {
+                        const char *e;
+                        r = sd_bus_message_read(m, "v", "s", &e);
+                        if (r >= 0)
+                                snprintf(st->error, sizeof(st->error), "%s", e);
+                } else
+                        r = sd_bus_message_skip(m, "v");
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static void stats_print(FILE *f, const char *reason, const Stats *st) {
+        fprintf(f, "finished: %s, prompt %u tokens (%u prefilled), %u generated, ttft %.3fs, "
+                   "tpot %.3fs, latency %.3fs, queue wait %.3fs, %u preemptions\n",
+                reason, st->prompt_tokens, st->prefill_tokens, st->generated_tokens, st->ttft_s,
+                st->tpot_s, st->latency_s, st->queue_wait_s, st->preemptions);
+}
+
+/* One request being followed: its tokens printed or collected, its Finished awaited. */
+typedef struct Stream {
+        char *path;
+        bool print;
+        bool finished;
+        char reason[32];
+        Stats stats;
+        char *text;
+        size_t len, cap;
+        bool ends_in_newline;
+        bool engine_lost;       /* the engine left the bus before Finished */
+        sd_bus_slot *owner_slot;
+} Stream;
+
+static void stream_done(Stream *s) {
+        sd_bus_slot_unref(s->owner_slot);
+        free(s->path);
+        free(s->text);
+}
+
+static int stream_append(Stream *s, const char *text) {
+        size_t n = strlen(text);
+
+        if (s->len + n + 1 > s->cap) {
+                size_t cap = MAX(s->cap * 2, s->len + n + 1);
+                char *p = realloc(s->text, cap);
+                if (!p)
+                        return -ENOMEM;
+                s->text = p;
+                s->cap = cap;
+        }
+        memcpy(s->text + s->len, text, n + 1);
+        s->len += n;
+        return 0;
+}
+
+static int on_request_signal(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        Stream *s = userdata;
+        const char *text;
+        int r;
+
+        /* Only ours: the match covers every request object of the engine. */
+        if (!s->path || s->finished || strcmp(sd_bus_message_get_path(m) ?: "", s->path) != 0)
+                return 0;
+
+        if (sd_bus_message_is_signal(m, AXP_BUS_REQUEST_IFACE, "Token")) {
+                r = sd_bus_message_read(m, "s", &text);
+                if (r < 0 || !*text)
+                        return 0;
+                if (s->print) {
+                        fputs(text, stdout);
+                        fflush(stdout);
+                        s->ends_in_newline = text[strlen(text) - 1] == '\n';
+                } else if (stream_append(s, text) < 0)
+                        return -ENOMEM;
+        } else if (sd_bus_message_is_signal(m, AXP_BUS_REQUEST_IFACE, "Finished")) {
+                r = sd_bus_message_read(m, "s", &text);
+                if (r >= 0) {
+                        snprintf(s->reason, sizeof(s->reason), "%s", text);
+                        (void) stats_read(m, &s->stats);
+                }
+                s->finished = true;
+        }
+        return 0;
+}
+
+/* The engine's name lost its owner (it crashed or was stopped): no Finished will come. */
+static int on_engine_owner(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        Stream *s = userdata;
+        const char *name, *old_owner, *new_owner;
+
+        if (sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner) >= 0 && !*new_owner)
+                s->engine_lost = true;
+        return 0;
+}
+
+/* Subscribe to the engine's request signals, and to its leaving the bus; do this before
+ * submitting (signals from one sender arrive in order, and those that come while a call
+ * waits for its reply are kept). */
+static int stream_subscribe(sd_bus *bus, Stream *s, sd_bus_slot **ret_slot) {
+        int r = sd_bus_match_signal(bus, ret_slot, AXP_BUS_NAME, NULL, AXP_BUS_REQUEST_IFACE, NULL,
+                                    on_request_signal, s);
+        if (r >= 0)
+                r = sd_bus_add_match(bus, &s->owner_slot,
+                                     "type='signal',sender='org.freedesktop.DBus',"
+                                     "interface='org.freedesktop.DBus',member='NameOwnerChanged',"
+                                     "arg0='" AXP_BUS_NAME "'",
+                                     on_engine_owner, s);
+        if (r < 0)
+                return cli_fail("cannot subscribe to the engine's signals: %s", strerror(-r));
+        return 0;
+}
+
+static int stream_wait(sd_bus *bus, Stream *s) {
+        bool cancel_sent = false;
+        int r;
+
+        while (!s->finished) {
+                if (s->engine_lost)
+                        return -ECONNRESET;
+                if (interrupted >= 2)
+                        return -EINTR;
+                if (interrupted && !cancel_sent) {
+                        r = sd_bus_call_method_async(bus, NULL, AXP_BUS_NAME, s->path, AXP_BUS_REQUEST_IFACE,
+                                                     "Cancel", NULL, NULL, NULL);
+                        if (r < 0)
+                                return r;
+                        cancel_sent = true;
+                }
+                r = sd_bus_process(bus, NULL);
+                if (r < 0)
+                        return r;
+                if (r > 0)
+                        continue;
+                r = sd_bus_wait(bus, UINT64_MAX);
+                if (r < 0 && r != -EINTR)
+                        return r;
+        }
+        return 0;
+}
+
+/* The exit status for how a request ended. */
+static int stream_result(const Stream *s, bool verbose) {
+        if (verbose)
+                stats_print(stderr, s->reason, &s->stats);
+        if (strcmp(s->reason, "stop") == 0 || strcmp(s->reason, "length") == 0)
+                return 0;
+        if (strcmp(s->reason, "cancelled") == 0)
+                return cli_fail("the request was cancelled");
+        return cli_fail("generation failed: %s", s->stats.error[0] ? s->stats.error : s->reason);
+}
+
+/* Submit one request and follow it to its end. */
+static int run_request(sd_bus *bus, const char *method, const char *prompt, const GenArgs *a,
+                       const char *flow, bool print_path, bool print_tokens, Stream *s) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+        const char *path;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &m, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, method);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", prompt);
+        if (r >= 0)
+                r = append_options(m, a, flow);
+        if (r < 0)
+                return cli_fail("cannot build the %s call: %s", method, strerror(-r));
+        r = sd_bus_call(bus, m, 0, &e, &reply);
+        if (r < 0)
+                return call_fail(method, &e, r);
+        r = sd_bus_message_read(reply, "o", &path);
+        if (r < 0)
+                return cli_fail("unexpected reply to %s: %s", method, strerror(-r));
+
+        s->path = strdup(path);
+        s->print = print_tokens;
+        if (!s->path)
+                return cli_fail("out of memory");
+        if (print_path) {
+                printf("%s\n", path);
+                fflush(stdout);
+        }
+        if (a->verbose)
+                fprintf(stderr, "request %s\n", path);
+        r = stream_wait(bus, s);
+        if (r == -EINTR)
+                return cli_fail("interrupted");
+        if (r == -ECONNRESET)
+                return cli_fail("the engine left the bus before %s finished", path);
+        if (r < 0)
+                return cli_fail("lost the engine while waiting for %s: %s", path, strerror(-r));
+        return -1; /* go on: the caller reports the result */
+}
+
+static int gen_command(int argc, char **argv, bool reactive) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        Stream s = {};
+        GenArgs a;
+        int r;
+
+        r = parse_gen_args(argc, argv,
+                           reactive ? "usage: agentxpu ask [OPTIONS] PROMPT\n\n"
+                                      "A reactive (foreground) request; prints the answer as it is generated."
+                                    : "usage: agentxpu submit [OPTIONS] PROMPT\n\n"
+                                      "A proactive (background) request. Prints the request's path at once,\n"
+                                      "then the answer when it is complete; --wait streams it instead. The\n"
+                                      "request lives as long as this command (Ctrl-C cancels it).\n\n"
+                                      "      --wait              print tokens as they arrive\n"
+                                      "      --flow PATH         continue a flow",
+                           true, !reactive, &a);
+        if (r >= 0)
+                return r;
+        if (optind + 1 != argc)
+                return usage_error(argv[0], "%swants exactly one PROMPT (quote it)", "");
+
+        if (connect_engine(a.address, &bus) != 0)
+                return 1;
+        if (stream_subscribe(bus, &s, &slot) != 0)
+                return 1;
+        catch_sigint();
+
+        r = run_request(bus, reactive ? "Reactive" : "Proactive", argv[optind], &a, a.flow,
+                        !reactive, reactive || a.wait, &s);
+        if (r < 0) {
+                /* End the answer with exactly one newline. */
+                if (!s.print && s.text)
+                        fputs(s.text, stdout);
+                if ((s.print && !s.ends_in_newline) || (!s.print && (!s.text || s.text[s.len - 1] != '\n')))
+                        putchar('\n');
+                fflush(stdout);
+                r = stream_result(&s, a.verbose);
+        }
+        stream_done(&s);
+        return r;
+}
+
+int cli_ask(int argc, char **argv) {
+        return gen_command(argc, argv, true);
+}
+
+int cli_submit(int argc, char **argv) {
+        return gen_command(argc, argv, false);
+}
+
+int cli_chat(int argc, char **argv) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_free_ char *line = NULL, *flow = NULL;
+        bool tty = isatty(STDIN_FILENO);
+        size_t cap = 0;
+        const char *p;
+        GenArgs a;
+        int r, status = 0;
+
+        r = parse_gen_args(argc, argv,
+                           "usage: agentxpu chat [OPTIONS]\n\n"
+                           "A conversation in the terminal: each line is a turn of one flow, so a\n"
+                           "turn prefills only its new tokens. End with Ctrl-D.",
+                           false, false, &a);
+        if (r >= 0)
+                return r;
+        if (optind != argc)
+                return usage_error(argv[0], "%stakes no arguments; type the turns", "");
+
+        if (connect_engine(a.address, &bus) != 0)
+                return 1;
+        r = sd_bus_message_new_method_call(bus, &m, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "OpenFlow");
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r >= 0 && a.system)
+                r = sd_bus_message_append(m, "{sv}", "system", "s", a.system);
+        if (r >= 0 && a.raw)
+                r = sd_bus_message_append(m, "{sv}", "raw", "b", 1);
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        if (r >= 0)
+                r = sd_bus_call(bus, m, 0, &e, &reply);
+        if (r < 0)
+                return call_fail("OpenFlow", &e, r);
+        r = sd_bus_message_read(reply, "o", &p);
+        if (r < 0 || !(flow = strdup(p)))
+                return cli_fail("unexpected reply to OpenFlow");
+        if (a.verbose)
+                fprintf(stderr, "flow %s\n", flow);
+        catch_sigint();
+
+        for (;;) {
+                _cleanup_(stream_done) Stream s = {};
+                ssize_t n;
+
+                if (tty) {
+                        fputs("> ", stdout);
+                        fflush(stdout);
+                }
+                n = getline(&line, &cap, stdin);
+                if (n < 0 || interrupted)
+                        break;
+                while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                        line[--n] = 0;
+                if (n == 0)
+                        continue;
+
+                slot = sd_bus_slot_unref(slot);
+                if (stream_subscribe(bus, &s, &slot) != 0) {
+                        status = 1;
+                        break;
+                }
+                r = run_request(bus, "Reactive", line, &a, flow, false, true, &s);
+                if (r >= 0) {
+                        status = r;
+                        break;
+                }
+                if (!s.ends_in_newline)
+                        putchar('\n');
+                fflush(stdout);
+                if (stream_result(&s, a.verbose) != 0 && strcmp(s.reason, "cancelled") != 0) {
+                        status = 1;
+                        break;
+                }
+                interrupted = 0; /* Ctrl-C cancelled this turn, not the chat */
+        }
+
+        sd_bus_error_free(&e);
+        r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "CloseFlow", &e, NULL, "o", flow);
+        if (r < 0 && status == 0)
+                status = call_fail("CloseFlow", &e, r);
+        return status;
+}
+
+int cli_cancel(int argc, char **argv) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+        static const struct option options[] = {
+                { "address", required_argument, NULL, ARG_ADDRESS },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        const char *address = NULL;
+        int c, r;
+
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+                switch (c) {
+                case ARG_ADDRESS:
+                        address = optarg;
+                        break;
+                case 'h':
+                        printf("usage: agentxpu cancel [--address ADDRESS] PATH\n\n"
+                               "Cancel a request of yours (PATH as submit printed it).\n");
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (optind + 1 != argc)
+                return usage_error(argv[0], "%swants exactly one request PATH", "");
+        if (!sd_bus_object_path_is_valid(argv[optind]))
+                return usage_error(argv[0], "'%s' is not an object path", argv[optind]);
+
+        if (connect_engine(address, &bus) != 0)
+                return 1;
+        r = sd_bus_call_method(bus, AXP_BUS_NAME, argv[optind], AXP_BUS_REQUEST_IFACE, "Cancel", &e, NULL, NULL);
+        if (r < 0)
+                return call_fail(argv[optind], &e, r);
+        return 0;
+}
+
+static int print_devices(sd_bus_message *m) {
+        const char *name, *kind;
+        int r, n = 0;
+
+        r = sd_bus_message_enter_container(m, 'a', "(ssa{sv})");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'r', "ssa{sv}")) > 0) {
+                const char *backend = "?";
+                uint64_t memory = 0;
+                char roles[64] = "";
+
+                r = sd_bus_message_read(m, "ss", &name, &kind);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_enter_container(m, 'a', "{sv}");
+                if (r < 0)
+                        return r;
+                while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                        const char *key, *contents, *role;
+
+                        r = sd_bus_message_read(m, "s", &key);
+                        if (r >= 0)
+                                r = sd_bus_message_peek_type(m, NULL, &contents);
+                        if (r < 0)
+                                return r;
+                        if (strcmp(key, "backend") == 0 && strcmp(contents, "s") == 0)
+                                r = sd_bus_message_read(m, "v", "s", &backend);
+                        else if (strcmp(key, "memory_bytes") == 0 && strcmp(contents, "t") == 0)
+                                r = sd_bus_message_read(m, "v", "t", &memory);
+                        else if (strcmp(key, "roles") == 0 && strcmp(contents, "as") == 0) {
+                                r = sd_bus_message_enter_container(m, 'v', "as");
+                                if (r >= 0)
+                                        r = sd_bus_message_enter_container(m, 'a', "s");
+                                while (r >= 0 && (r = sd_bus_message_read(m, "s", &role)) > 0) {
+                                        if (roles[0])
+                                                strncat(roles, "+", sizeof(roles) - strlen(roles) - 1);
+                                        strncat(roles, role, sizeof(roles) - strlen(roles) - 1);
+                                }
+                                if (r >= 0)
+                                        r = sd_bus_message_exit_container(m);
+                                if (r >= 0)
+                                        r = sd_bus_message_exit_container(m);
+                        } else
+                                r = sd_bus_message_skip(m, "v");
+                        if (r >= 0)
+                                r = sd_bus_message_exit_container(m);
+                        if (r < 0)
+                                return r;
+                }
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+                printf("%s%s (%s, backend %s, roles %s, %.1f GiB)\n", n++ ? "          " : "Devices:  ",
+                       name, kind, backend, roles[0] ? roles : "none", (double) memory / (1 << 30));
+        }
+        if (r < 0)
+                return r;
+        if (n == 0)
+                printf("Devices:  none\n");
+        return sd_bus_message_exit_container(m);
+}
+
+/* The caller's own requests: the engine lists only those as children of the request path. */
+static void print_requests(sd_bus *bus) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        const char *xml, *p;
+        int n = 0;
+
+        if (sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_REQUEST_PREFIX, "org.freedesktop.DBus.Introspectable",
+                               "Introspect", NULL, &reply, NULL) < 0 ||
+            sd_bus_message_read(reply, "s", &xml) < 0)
+                return;
+        for (p = strstr(xml, "<node name=\""); p; p = strstr(p, "<node name=\"")) {
+                _cleanup_(sd_bus_message_unrefp) sd_bus_message *props = NULL;
+                char path[256], num[32];
+                const char *kind = "?", *state = "?";
+                size_t len;
+
+                p += strlen("<node name=\"");
+                len = strcspn(p, "\"");
+                if (len == 0 || len >= sizeof(num))
+                        continue;
+                memcpy(num, p, len);
+                num[len] = 0;
+                snprintf(path, sizeof(path), AXP_BUS_REQUEST_PREFIX "/%s", num);
+                if (sd_bus_get_property_string(bus, AXP_BUS_NAME, path, AXP_BUS_REQUEST_IFACE, "Kind", NULL,
+                                               (char **) &kind) < 0)
+                        kind = NULL;
+                if (sd_bus_get_property_string(bus, AXP_BUS_NAME, path, AXP_BUS_REQUEST_IFACE, "State", NULL,
+                                               (char **) &state) < 0)
+                        state = NULL;
+                printf("%s%s  %s  %s\n", n++ ? "          " : "Yours:    ", path, kind ?: "?", state ?: "?");
+                free((char *) kind);
+                free((char *) state);
+        }
+}
+
+int cli_status(int argc, char **argv) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+        static const struct option options[] = {
+                { "address", required_argument, NULL, ARG_ADDRESS },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        const char *address = NULL;
+        uint32_t queued_reactive = 0, queued_proactive = 0, running = 0;
+        int c, r;
+
+        optind = 1;
+        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+                switch (c) {
+                case ARG_ADDRESS:
+                        address = optarg;
+                        break;
+                case 'h':
+                        printf("usage: agentxpu status [--address ADDRESS]\n\n"
+                               "The engine's model, devices, policy and queues, and your requests.\n");
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (optind != argc)
+                return usage_error(argv[0], "%stakes no arguments", "");
+
+        if (connect_engine(address, &bus) != 0)
+                return 1;
+        r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, "org.freedesktop.DBus.Properties", "GetAll",
+                               &e, &reply, "s", AXP_BUS_IFACE);
+        if (r < 0)
+                return call_fail("status", &e, r);
+
+        r = sd_bus_message_enter_container(reply, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+                const char *key, *contents, *s;
+
+                r = sd_bus_message_read(reply, "s", &key);
+                if (r >= 0)
+                        r = sd_bus_message_peek_type(reply, NULL, &contents);
+                if (r < 0)
+                        break;
+                if (strcmp(contents, "s") == 0) {
+                        r = sd_bus_message_read(reply, "v", "s", &s);
+                        if (r >= 0)
+                                printf("%-9s %s\n", strcmp(key, "Version") == 0 ? "Version:" :
+                                                    strcmp(key, "Model") == 0 ? "Model:" :
+                                                    strcmp(key, "Policy") == 0 ? "Policy:" : key,
+                                       *s ? s : "(none)");
+                } else if (strcmp(key, "Devices") == 0) {
+                        r = sd_bus_message_enter_container(reply, 'v', contents);
+                        if (r >= 0)
+                                r = print_devices(reply);
+                        if (r >= 0)
+                                r = sd_bus_message_exit_container(reply);
+                } else if (strcmp(contents, "u") == 0) {
+                        uint32_t *u = strcmp(key, "QueuedReactive") == 0 ? &queued_reactive :
+                                      strcmp(key, "QueuedProactive") == 0 ? &queued_proactive :
+                                      strcmp(key, "Running") == 0 ? &running : NULL;
+                        uint32_t ignored;
+                        r = sd_bus_message_read(reply, "v", "u", u ?: &ignored);
+                } else
+                        r = sd_bus_message_skip(reply, "v");
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(reply);
+        }
+        if (r < 0)
+                return cli_fail("unexpected reply from the engine: %s", strerror(-r));
+        printf("Queued:   %u reactive, %u proactive\n", queued_reactive, queued_proactive);
+        printf("Running:  %u\n", running);
+        print_requests(bus);
+        return 0;
+}

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/* agentxpu generate: in-process generation on the CPU, without the daemon. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/chat.h"
+#include "cli-model.h"
+#include "cli.h"
+#include "devices/forward.h"
+#include "model/generate.h"
+#include "kernels/types.h"
+
+static int usage(FILE *f) {
+        fprintf(f, "usage: agentxpu generate -m MODEL (-p PROMPT | -f FILE) [options]\n"
+                   "  -n N               tokens to generate (default 128)\n"
+                   "  --temperature T    0 is greedy (default 0.8)\n"
+                   "  --top-k K          (default 40, 0 disables)\n"
+                   "  --top-p P          (default 0.95, 1 disables)\n"
+                   "  --min-p P          (default 0.05, 0 disables)\n"
+                   "  --repeat-penalty R (default 1, disabled)\n"
+                   "  --seed S           sampling seed (default: random)\n"
+                   "  --stop TEXT        stop before TEXT (repeatable)\n"
+                   "  --system TEXT      system prompt for the chat template\n"
+                   "  --raw              no chat template: BOS as the model says, special-token text parsed\n"
+                   "  --threads N        CPU threads (default: one per core)\n"
+                   "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
+                   "  --chunk N          prefill chunk length (default 256)\n"
+                   "  --json             print one JSON object with tokens, text and timings\n");
+        return f == stderr ? 2 : 0;
+}
+
+enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
+       OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE };
+
+static const struct option options[] = {
+        { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
+        { "file", required_argument, NULL, 'f' },       { "n-predict", required_argument, NULL, 'n' },
+        { "temperature", required_argument, NULL, OPT_TEMP }, { "top-k", required_argument, NULL, OPT_TOPK },
+        { "top-p", required_argument, NULL, OPT_TOPP }, { "min-p", required_argument, NULL, OPT_MINP },
+        { "repeat-penalty", required_argument, NULL, OPT_REPEAT },
+        { "seed", required_argument, NULL, OPT_SEED },  { "stop", required_argument, NULL, OPT_STOP },
+        { "system", required_argument, NULL, OPT_SYSTEM }, { "raw", no_argument, NULL, OPT_RAW },
+        { "threads", required_argument, NULL, OPT_THREADS }, { "chunk", required_argument, NULL, OPT_CHUNK },
+        { "json", no_argument, NULL, OPT_JSON },        { "help", no_argument, NULL, 'h' },
+        { "device", required_argument, NULL, OPT_DEVICE },
+        {}
+};
+
+typedef struct gen_args {
+        const char *model, *prompt, *file, *system, *device;
+        long n_predict, threads, chunk;
+        bool raw, json;
+        const char *stops[16];
+        size_t n_stops;
+        axp_sampler_params sp;
+} gen_args;
+
+static int parse(int argc, char **argv, gen_args *a) {
+        axp_sampler_params_default(&a->sp);
+        a->n_predict = 128;
+        a->chunk = 256;
+        long l;
+        double d;
+        int c;
+        optind = 0;
+        while ((c = getopt_long(argc, argv, "m:p:f:n:h", options, NULL)) >= 0) {
+                switch (c) {
+                case 'm': a->model = optarg; break;
+                case 'p': a->prompt = optarg; break;
+                case 'f': a->file = optarg; break;
+                case 'n':
+                        if (!cli_int("-n", optarg, 0, 1 << 20, &a->n_predict))
+                                return 2;
+                        break;
+                case OPT_TEMP:
+                        if (!cli_double("--temperature", optarg, 0, 100, &d))
+                                return 2;
+                        a->sp.temperature = (float) d;
+                        break;
+                case OPT_TOPK:
+                        if (!cli_int("--top-k", optarg, 0, 1 << 24, &l))
+                                return 2;
+                        a->sp.top_k = (int) l;
+                        break;
+                case OPT_TOPP:
+                        if (!cli_double("--top-p", optarg, 0, 1, &d))
+                                return 2;
+                        a->sp.top_p = (float) d;
+                        break;
+                case OPT_MINP:
+                        if (!cli_double("--min-p", optarg, 0, 1, &d))
+                                return 2;
+                        a->sp.min_p = (float) d;
+                        break;
+                case OPT_REPEAT:
+                        if (!cli_double("--repeat-penalty", optarg, 0.01, 100, &d))
+                                return 2;
+                        a->sp.repeat_penalty = (float) d;
+                        break;
+                case OPT_SEED: {
+                        char *end;
+                        a->sp.seed = strtoull(optarg, &end, 10);
+                        if (*end || end == optarg) {
+                                fprintf(stderr, "agentxpu: --seed wants an unsigned integer, not '%s'\n", optarg);
+                                return 2;
+                        }
+                        break;
+                }
+                case OPT_STOP:
+                        if (a->n_stops == ELEMENTSOF(a->stops)) {
+                                fprintf(stderr, "agentxpu: at most %zu stop strings\n", ELEMENTSOF(a->stops));
+                                return 2;
+                        }
+                        if (!*optarg) {
+                                fprintf(stderr, "agentxpu: --stop wants a non-empty string\n");
+                                return 2;
+                        }
+                        a->stops[a->n_stops++] = optarg;
+                        break;
+                case OPT_SYSTEM: a->system = optarg; break;
+                case OPT_RAW: a->raw = true; break;
+                case OPT_THREADS:
+                        if (!cli_int("--threads", optarg, 1, 1024, &a->threads))
+                                return 2;
+                        break;
+                case OPT_CHUNK:
+                        if (!cli_int("--chunk", optarg, 1, 1 << 16, &a->chunk))
+                                return 2;
+                        break;
+                case OPT_JSON: a->json = true; break;
+                case OPT_DEVICE: a->device = optarg; break;
+                case 'h': return usage(stdout) - 1; /* -1: stop, exit 0 */
+                default: return usage(stderr);
+                }
+        }
+        if (optind < argc) {
+                fprintf(stderr, "agentxpu: unexpected argument '%s'\n", argv[optind]);
+                return 2;
+        }
+        return 0;
+}
+
+/* The prompt as the model sees it: raw text, or the chat template around it. */
+static int build_prompt(const axp_model *m, const gen_args *a, const char *text, size_t len,
+                        int32_t **ret, int *ret_n) {
+        if (a->raw)
+                return cli_tokenize_raw(m, text, len, ret, ret_n);
+        axp_chat_msg msgs[2];
+        size_t n = 0;
+        if (a->system)
+                msgs[n++] = (axp_chat_msg) { "system", a->system };
+        msgs[n++] = (axp_chat_msg) { "user", text };
+        _cleanup_free_ char *formatted =
+                axp_chat_format(axp_chat_detect(m->chat_template, m->tok), msgs, n, true);
+        if (!formatted)
+                return cli_fail("out of memory");
+        return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
+}
+
+static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks, int n_toks,
+                       const char *text, size_t len, double pf_tps, double dec_tps) {
+        printf("{\"prompt_tokens\": [");
+        for (int i = 0; i < n_prompt; i++)
+                printf("%s%d", i ? ", " : "", prompt[i]);
+        printf("], \"tokens\": [");
+        for (int i = 0; i < n_toks; i++)
+                printf("%s%d", i ? ", " : "", toks[i]);
+        printf("], \"text\": ");
+        axp_json_string(stdout, text, len);
+        printf(", \"timings\": {\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f}}\n", pf_tps,
+               dec_tps);
+}
+
+/* Append the text the generation released to the JSON text, or print it. */
+static int take_text(axp_gen *g, bool json, char **all, size_t *len, size_t *cap) {
+        if (g->out_len == 0)
+                return 0;
+        if (!json) {
+                fwrite(g->out, 1, g->out_len, stdout);
+                fflush(stdout);
+        } else {
+                if (*len + g->out_len + 1 > *cap) {
+                        size_t ncap = (*len + g->out_len + 1) * 2;
+                        char *n = realloc(*all, ncap);
+                        if (!n)
+                                return cli_fail("out of memory");
+                        *all = n;
+                        *cap = ncap;
+                }
+                memcpy(*all + *len, g->out, g->out_len);
+                *len += g->out_len;
+                (*all)[*len] = 0;
+        }
+        g->out_len = 0;
+        return 0;
+}
+
+int cli_generate(int argc, char **argv) {
+        gen_args a = { 0 };
+        int r = parse(argc, argv, &a);
+        if (r != 0)
+                return r < 0 ? 0 : r;
+
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        if ((r = cli_prompt(a.prompt, a.file, &text, &len)) != 0)
+                return r;
+        _cleanup_(axp_model_freep) axp_model *m = NULL;
+        _cleanup_(axp_device_freep) axp_device *dev = NULL;
+        if ((r = cli_load(a.model, a.device, (int) a.threads, &m, &dev)) != 0)
+                return r;
+
+        _cleanup_free_ int32_t *prompt = NULL;
+        int n_prompt = 0;
+        if ((r = build_prompt(m, &a, text, len, &prompt, &n_prompt)) != 0)
+                return r;
+        if (n_prompt > m->hp.n_ctx_train)
+                return cli_fail("the prompt has %d tokens but the model's context holds %d", n_prompt,
+                                m->hp.n_ctx_train);
+
+        long budget = MIN(a.n_predict, (long) m->hp.n_ctx_train - n_prompt);
+        _cleanup_free_ int32_t *toks = malloc((size_t) (budget + 1) * sizeof(int32_t));
+        _cleanup_(axp_seq_free) axp_seq seq = { 0 };
+        _cleanup_(axp_gen_free) axp_gen gen = { 0 };
+        axp_error err = { 0 };
+        if (!toks)
+                return cli_fail("out of memory");
+        if (axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
+            axp_gen_init(&gen, m, &a.sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0)
+                return cli_fail("%s", err.msg);
+
+        double t0 = axp_now();
+        if (axp_forward_prefill(dev, &seq, prompt, n_prompt, (int) a.chunk, &err) < 0)
+                return cli_fail("%s", err.msg);
+        double t1 = axp_now(), t2 = t1;
+
+        _cleanup_free_ char *all = NULL;
+        size_t all_len = 0, all_cap = 0;
+        int n_toks = 0;
+        for (int step = 0; step < budget && !gen.done; step++) {
+                int32_t id = axp_gen_next(&gen, seq.logits);
+                toks[n_toks++] = id;
+                if ((r = take_text(&gen, a.json, &all, &all_len, &all_cap)) != 0)
+                        return r;
+                if (gen.done)
+                        break;
+                if (axp_forward_decode(dev, &(axp_seq *) { &seq }, &id, 1, &err) < 0)
+                        return cli_fail("%s", err.msg);
+                t2 = axp_now();
+        }
+        axp_gen_finish(&gen, AXP_FINISH_LENGTH);
+        if ((r = take_text(&gen, a.json, &all, &all_len, &all_cap)) != 0)
+                return r;
+        if (a.json) {
+                int n_decode = n_toks > 0 ? n_toks - 1 : 0;
+                print_json(prompt, n_prompt, toks, n_toks, all ? all : "", all_len,
+                           t1 > t0 ? n_prompt / (t1 - t0) : 0,
+                           n_decode > 0 && t2 > t1 ? n_decode / (t2 - t1) : 0);
+        } else
+                putchar('\n');
+        return 0;
+}

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/* agentxpu mkmodel: write a synthetic model with seeded random weights. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "mkmodel.h"
+#include "kernels/types.h"
+
+static int help(FILE *f) {
+        fprintf(f,
+                "usage: agentxpu mkmodel [OPTIONS] -o FILE\n"
+                "\n"
+                "Write a synthetic GGUF model with seeded random weights (loadable by agentxpu\n"
+                "and llama.cpp).\n"
+                "\n"
+                "  --arch ARCH        llama (default), qwen2 or qwen3\n"
+                "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_k,\n"
+                "                     q6_k; norms and biases stay f32\n"
+                "  --vocab-from GGUF  copy the tokenizer of another GGUF (default: a small built-in\n"
+                "                     byte-level BPE vocabulary)\n"
+                "  --dim D            embedding length (default 256)\n"
+                "  --layers L         blocks (default 2)\n"
+                "  --heads H          attention heads (default 4)\n"
+                "  --kv-heads K       key/value heads (default 2)\n"
+                "  --ffn F            feed-forward length (default 512)\n"
+                "  --ctx C            context length (default 512)\n"
+                "  --head-dim N       per-head dimension (default dim/heads)\n"
+                "  --rope-base B      RoPE frequency base (default 500000 llama, 1000000 qwen)\n"
+                "  --tied             no output.weight: the LM head uses token_embd\n"
+                "  --no-eog           the LM head never favours control tokens (end of generation\n"
+                "                     among them): generation runs to its token limit\n"
+                "  --seed S           random seed (default 1)\n"
+                "  --name NAME        general.name (default synthetic-ARCH-TYPE)\n"
+                "  --threads N        threads generating weights (default: all CPUs)\n"
+                "  -o, --output FILE  the model file to write\n"
+                "\n"
+                "q4_k and q6_k need --dim and --ffn (and heads × head-dim) to be multiples of 256;\n"
+                "q8_0 and q4_0 multiples of 32.\n");
+        return f == stderr ? 2 : 0;
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, int *ret) {
+        char *end;
+        long v;
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (errno || end == s || *end || v < lo || v > hi) {
+                fprintf(stderr, "agentxpu mkmodel: %s wants a whole number from %ld to %ld, not '%s'\n",
+                        opt, lo, hi, s);
+                return -EINVAL;
+        }
+        *ret = (int) v;
+        return 0;
+}
+
+int cli_mkmodel(int argc, char **argv) {
+        enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
+               O_HEAD_DIM, O_ROPE, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS };
+        static const struct option opts[] = {
+                { "arch", required_argument, NULL, O_ARCH },
+                { "type", required_argument, NULL, O_TYPE },
+                { "vocab-from", required_argument, NULL, O_VOCAB },
+                { "dim", required_argument, NULL, O_DIM },
+                { "layers", required_argument, NULL, O_LAYERS },
+                { "heads", required_argument, NULL, O_HEADS },
+                { "kv-heads", required_argument, NULL, O_KV_HEADS },
+                { "ffn", required_argument, NULL, O_FFN },
+                { "ctx", required_argument, NULL, O_CTX },
+                { "head-dim", required_argument, NULL, O_HEAD_DIM },
+                { "rope-base", required_argument, NULL, O_ROPE },
+                { "tied", no_argument, NULL, O_TIED },
+                { "no-eog", no_argument, NULL, O_NO_EOG },
+                { "seed", required_argument, NULL, O_SEED },
+                { "name", required_argument, NULL, O_NAME },
+                { "threads", required_argument, NULL, O_THREADS },
+                { "output", required_argument, NULL, 'o' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        axp_mkmodel_params p;
+        axp_error err = { 0 };
+        struct stat st;
+        double t0;
+        int c, k, a;
+
+        axp_mkmodel_defaults(&p);
+        optind = 1;
+        opterr = 1;
+        while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) >= 0) {
+                k = 0;
+                switch (c) {
+                case O_ARCH:
+                        a = axp_arch_from_name(optarg);
+                        if (a < 0) {
+                                fprintf(stderr, "agentxpu mkmodel: unknown --arch '%s' (llama, qwen2, qwen3)\n",
+                                        optarg);
+                                return 2;
+                        }
+                        p.arch = (enum axp_arch) a;
+                        break;
+                case O_TYPE:
+                        a = axp_type_from_name(optarg);
+                        if (a < 0) {
+                                fprintf(stderr, "agentxpu mkmodel: unknown --type '%s' "
+                                        "(f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)\n", optarg);
+                                return 2;
+                        }
+                        p.type = (uint32_t) a;
+                        break;
+                case O_VOCAB:
+                        p.vocab_from = optarg;
+                        break;
+                case O_DIM:
+                        k = parse_int("--dim", optarg, 1, 1 << 16, &p.n_embd);
+                        break;
+                case O_LAYERS:
+                        k = parse_int("--layers", optarg, 1, 1024, &p.n_layer);
+                        break;
+                case O_HEADS:
+                        k = parse_int("--heads", optarg, 1, 1024, &p.n_head);
+                        break;
+                case O_KV_HEADS:
+                        k = parse_int("--kv-heads", optarg, 1, 1024, &p.n_head_kv);
+                        break;
+                case O_FFN:
+                        k = parse_int("--ffn", optarg, 1, 1 << 18, &p.n_ff);
+                        break;
+                case O_CTX:
+                        k = parse_int("--ctx", optarg, 1, 1 << 24, &p.n_ctx);
+                        break;
+                case O_HEAD_DIM:
+                        k = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);
+                        break;
+                case O_ROPE: {
+                        char *end;
+                        p.rope_base = strtof(optarg, &end);
+                        if (end == optarg || *end || !(p.rope_base > 0)) {
+                                fprintf(stderr, "agentxpu mkmodel: --rope-base wants a positive number\n");
+                                return 2;
+                        }
+                        break;
+                }
+                case O_TIED:
+                        p.tied = true;
+                        break;
+                case O_NO_EOG:
+                        p.no_eog = true;
+                        break;
+                case O_SEED: {
+                        char *end;
+                        errno = 0;
+                        p.seed = strtoull(optarg, &end, 0);
+                        if (errno || end == optarg || *end || optarg[0] == '-') {
+                                fprintf(stderr, "agentxpu mkmodel: --seed wants a whole number, not '%s'\n",
+                                        optarg);
+                                return 2;
+                        }
+                        break;
+                }
+                case O_NAME:
+                        p.name = optarg;
+                        break;
+                case O_THREADS:
+                        k = parse_int("--threads", optarg, 1, 64, &p.n_threads);
+                        break;
+                case 'o':
+                        p.path = optarg;
+                        break;
+                case 'h':
+                        return help(stdout);
+                default:
+                        return 2;
+                }
+                if (k < 0)
+                        return 2;
+        }
+        if (optind < argc) {
+                fprintf(stderr, "agentxpu mkmodel: unexpected argument '%s'\n", argv[optind]);
+                return 2;
+        }
+        if (!p.path) {
+                fprintf(stderr, "agentxpu mkmodel: no output file (-o FILE)\n");
+                return 2;
+        }
+
+        t0 = axp_now();
+        k = axp_mkmodel(&p, &err);
+        if (k < 0)
+                return cli_fail("mkmodel: %s", err.msg);
+        if (stat(p.path, &st) == 0)
+                printf("wrote %s: %s, %s weights, %.1f MB in %.1f s\n", p.path,
+                       axp_arch_name(p.arch), axp_type_traits_get(p.type)->name,
+                       (double) st.st_size / 1e6, axp_now() - t0);
+        return 0;
+}

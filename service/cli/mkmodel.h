@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* Synthetic models: a llama / qwen2 / qwen3 GGUF with seeded random weights, loadable by
+ * agentxpu and by llama.cpp, for tests, demos and benchmarks of any shape. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "base/util.h"
+
+typedef struct axp_mkmodel_params {
+        enum axp_arch arch;
+        uint32_t type;          /* axp_type of every weight matrix; norms and biases stay F32 */
+        const char *vocab_from; /* copy every tokenizer.* key of this GGUF; NULL: a small
+                                 * built-in byte-level BPE vocabulary */
+        int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+        int head_dim;           /* 0: n_embd / n_head */
+        bool tied;              /* no output.weight: the LM head is token_embd */
+        bool no_eog;            /* zero the LM head's rows of control tokens (end of
+                                 * generation among them): their logits are always 0, below
+                                 * many others, so generation runs to its token limit (for
+                                 * benchmarks and tests) */
+        float rope_base;        /* 0: 500000 for llama, 1000000 for qwen2/qwen3 */
+        uint64_t seed;          /* same seed and shape: same weights, for every --type */
+        const char *name;       /* general.name; NULL: "synthetic-<arch>-<type>" */
+        int n_threads;          /* 0: one per online CPU */
+        const char *path;       /* output file */
+} axp_mkmodel_params;
+
+/* Defaults: llama, Q8_0, dim 256, 2 layers, 4 heads, 2 KV heads, FFN 512, context 512,
+ * seed 1: small, and every dimension is a multiple of 256 so every --type works. */
+void axp_mkmodel_defaults(axp_mkmodel_params *p);
+
+/* Write the model to p->path (atomically). Weights: token_embd ~ N(0, 0.02²), projections
+ * ~ N(0, 0.08²), norms 1 + 0.05·N(0,1), biases 0.02·N(0,1), drawn per row from a stream
+ * keyed by (seed, tensor name, row), so the values do not depend on the thread count or
+ * on which other tensors exist. */
+int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err);
+
+/* "llama", "qwen2", "qwen3"; parse returns -1 for an unknown name. */

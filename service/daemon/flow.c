@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+#include "flow.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/bus-common.h"
+#include "client.h"
+#include "log.h"
+#include "request.h"
+
+int flow_new(Context *c, Client *cl, uint64_t engine_flow, Flow **ret) {
+        Flow *f;
+        int k;
+
+        f = calloc(1, sizeof(Flow));
+        if (!f)
+                return -ENOMEM;
+        *f = (Flow) {
+                .context = c,
+                .client = cl,
+                .n = c->last_flow_n + 1,
+                .engine_flow = engine_flow,
+                .uid = cl->uid,
+        };
+        k = idmap_put(&c->flows, f->n, f);
+        if (k < 0) {
+                free(f);
+                return k;
+        }
+        c->last_flow_n = f->n;
+        LIST_PREPEND(flows, cl->flows, f);
+        *ret = f;
+        return 0;
+}
+
+Flow *flow_get(Context *c, uint64_t n) {
+        Flow *f = idmap_get(&c->flows, n);
+
+        return f && !f->closing ? f : NULL;
+}
+
+int flow_path(const Flow *f, char **ret) {
+        return asprintf(ret, AXP_BUS_FLOW_PREFIX "/%" PRIu64, f->n) < 0 ? -ENOMEM : 0;
+}
+
+void flow_free(Flow *f) {
+        Client *cl;
+
+        if (!f)
+                return;
+        cl = f->client;
+        idmap_remove(&f->context->flows, f->n);
+        if (cl)
+                LIST_REMOVE(flows, cl->flows, f);
+        if (f->busy)
+                f->busy->flow = NULL;
+        free(f);
+        client_maybe_free(cl);
+}
+
+static void flow_close_now(Flow *f) {
+        int k;
+
+        k = f->context->engine ? axp_engine_flow_close(f->context->engine, f->engine_flow) : 0;
+        if (k < 0 && k != -ENOENT)
+                log_warning_errno(k, "Failed to close flow %" PRIu64 " in the engine", f->n);
+        log_debug("Flow %" PRIu64 " closed", f->n);
+        flow_free(f);
+}
+
+void flow_close(Flow *f) {
+        Client *cl = f->client;
+
+        f->closing = true;
+        if (cl) {
+                LIST_REMOVE(flows, cl->flows, f);
+                f->client = NULL;
+        }
+        if (f->busy) {
+                /* It closes when its request has stopped using the KV cache. */
+                (void) request_cancel(f->busy);
+                return;
+        }
+        flow_close_now(f);
+}
+
+void flow_idle(Flow *f) {
+        if (f->closing && !f->busy)
+                flow_close_now(f);
+}

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: MIT */
+#include "options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bus-common.h"
+
+typedef struct OptionSpec {
+        const char *key;
+        const char *type;      /* D-Bus signature of the variant's content */
+        const char *type_name; /* for messages */
+        bool complete_only;
+        bool flow_ok;          /* accepted by OpenFlow */
+} OptionSpec;
+
+static const OptionSpec option_specs[] = {
+        { "max_tokens",     "u",  "uint32" },
+        { "temperature",    "d",  "double" },
+        { "top_k",          "u",  "uint32" },
+        { "top_p",          "d",  "double" },
+        { "min_p",          "d",  "double" },
+        { "repeat_penalty", "d",  "double" },
+        { "seed",           "t",  "uint64" },
+        { "stop",           "as", "array of strings" },
+        { "system",         "s",  "string", .flow_ok = true },
+        { "flow",           "o",  "object path" },
+        { "raw",            "b",  "boolean", .flow_ok = true },
+        { "priority",       "s",  "string", .complete_only = true },
+};
+
+static bool spec_allowed(const OptionSpec *s, OptionSet set) {
+        switch (set) {
+        case OPTIONS_SUBMIT:
+                return !s->complete_only;
+        case OPTIONS_COMPLETE:
+                return true;
+        case OPTIONS_FLOW:
+                return s->flow_ok;
+        }
+        return false;
+}
+
+static int unknown_key(sd_bus_error *error, const char *key, OptionSet set) {
+        char known[256] = "";
+
+        for (size_t i = 0; i < ELEMENTSOF(option_specs); i++) {
+                if (!spec_allowed(&option_specs[i], set))
+                        continue;
+                if (known[0])
+                        strncat(known, ", ", sizeof(known) - strlen(known) - 1);
+                strncat(known, option_specs[i].key, sizeof(known) - strlen(known) - 1);
+        }
+        /* Name the key the caller gave, but keep a hostile key from making the message huge. */
+        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                 "Unknown option '%.64s'%s; accepted here: %s", key,
+                                 strlen(key) > 64 ? "..." : "", known);
+}
+
+void request_options_done(RequestOptions *o) {
+        free(o->stop);
+        o->stop = NULL;
+}
+
+uint64_t path_number(const char *path, const char *prefix) {
+        size_t n = strlen(prefix);
+        const char *p;
+        uint64_t v = 0;
+
+        if (!path || strncmp(path, prefix, n) != 0 || path[n] != '/')
+                return 0;
+        p = path + n + 1;
+        if (*p < '1' || *p > '9')
+                return 0;
+        for (; *p; p++) {
+                if (*p < '0' || *p > '9' || __builtin_mul_overflow(v, 10, &v) ||
+                    __builtin_add_overflow(v, (uint64_t) (*p - '0'), &v))
+                        return 0;
+        }
+        return v;
+}
+
+int prompt_check(const char *what, const char *s, bool empty_ok, const DaemonConfig *c,
+                 sd_bus_error *error) {
+        size_t n = strlen(s);
+
+        if (n == 0 && !empty_ok)
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "The %s is empty", what);
+        if (n > c->max_prompt_bytes)
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                         "The %s is %zu bytes; the limit is %zu", what, n,
+                                         c->max_prompt_bytes);
+        if (!axp_utf8_valid(s, n))
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                         "The %s is not valid UTF-8", what);
+        return 0;
+}
+
+static int bad_value(sd_bus_error *error, const char *key, const char *why) {
+        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "Option '%s' %s", key, why);
+}
+
+static int read_double(sd_bus_message *m, const char *key, double lo, double hi, bool lo_open,
+                       double *ret, sd_bus_error *error) {
+        char why[96];
+        double d;
+        int r;
+
+        r = sd_bus_message_read_basic(m, 'd', &d);
+        if (r < 0)
+                return r;
+        if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+                snprintf(why, sizeof(why), "must be %s %g and at most %g, got %g",
+                         lo_open ? "above" : "at least", lo, hi, d);
+                return bad_value(error, key, why);
+        }
+        *ret = d;
+        return 0;
+}
+
+static int read_stop(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o,
+                     sd_bus_error *error) {
+        const char *s;
+        char why[128];
+        size_t n = 0;
+        int r;
+
+        free(o->stop);
+        o->stop = calloc(c->max_stop_strings ? c->max_stop_strings : 1, sizeof(char *));
+        if (!o->stop)
+                return -ENOMEM;
+
+        r = sd_bus_message_enter_container(m, 'a', "s");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read_basic(m, 's', &s)) > 0) {
+                if (n >= c->max_stop_strings) {
+                        snprintf(why, sizeof(why), "has more than %u stop strings", c->max_stop_strings);
+                        return bad_value(error, "stop", why);
+                }
+                if (!*s)
+                        return bad_value(error, "stop", "contains an empty string");
+                if (strlen(s) > c->max_stop_bytes) {
+                        snprintf(why, sizeof(why), "has a string longer than %zu bytes", c->max_stop_bytes);
+                        return bad_value(error, "stop", why);
+                }
+                o->stop[n++] = s;
+        }
+        if (r < 0)
+                return r;
+        o->opts.stop = o->stop;
+        o->opts.n_stop = n;
+        return sd_bus_message_exit_container(m);
+}
+
+static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonConfig *c,
+                      RequestOptions *o, sd_bus_error *error) {
+        const char *key = spec->key, *s;
+        char why[128];
+        uint32_t u;
+        double d;
+        int b, r;
+
+        if (strcmp(key, "max_tokens") == 0) {
+                r = sd_bus_message_read_basic(m, 'u', &u);
+                if (r < 0)
+                        return r;
+                if (u < 1 || u > c->max_tokens) {
+                        snprintf(why, sizeof(why), "must be from 1 to %u, got %u", c->max_tokens, u);
+                        return bad_value(error, key, why);
+                }
+                o->opts.max_tokens = u;
+        } else if (strcmp(key, "temperature") == 0) {
+                r = read_double(m, key, 0, 100, false, &d, error);
+                if (r < 0)
+                        return r;
+                o->opts.sampling.temperature = (float) d;
+        } else if (strcmp(key, "top_k") == 0) {
+                r = sd_bus_message_read_basic(m, 'u', &u);
+                if (r < 0)
+                        return r;
+                if (u > INT_MAX)
+                        return bad_value(error, key, "is too large");
+                o->opts.sampling.top_k = (int) u;
+        } else if (strcmp(key, "top_p") == 0 || strcmp(key, "min_p") == 0) {
+                r = read_double(m, key, 0, 1, false, &d, error);
+                if (r < 0)
+                        return r;
+                if (key[0] == 't')
+                        o->opts.sampling.top_p = (float) d;
+                else
+                        o->opts.sampling.min_p = (float) d;
+        } else if (strcmp(key, "repeat_penalty") == 0) {
+                r = read_double(m, key, 0, 10, true, &d, error);
+                if (r < 0)
+                        return r;
+                o->opts.sampling.repeat_penalty = (float) d;
+        } else if (strcmp(key, "seed") == 0) {
+                r = sd_bus_message_read_basic(m, 't', &o->opts.sampling.seed);
+                if (r < 0)
+                        return r;
+        } else if (strcmp(key, "stop") == 0) {
+                return read_stop(m, c, o, error);
+        } else if (strcmp(key, "system") == 0) {
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                r = prompt_check("system prompt", s, true, c, error);
+                if (r < 0)
+                        return r;
+                o->opts.system = *s ? s : NULL;
+        } else if (strcmp(key, "flow") == 0) {
+                r = sd_bus_message_read_basic(m, 'o', &s);
+                if (r < 0)
+                        return r;
+                o->flow = path_number(s, AXP_BUS_FLOW_PREFIX);
+                if (o->flow == 0)
+                        return bad_value(error, key,
+                                         "must be a flow path from OpenFlow (" AXP_BUS_FLOW_PREFIX "/N)");
+        } else if (strcmp(key, "raw") == 0) {
+                r = sd_bus_message_read_basic(m, 'b', &b);
+                if (r < 0)
+                        return r;
+                o->opts.raw = b;
+        } else if (strcmp(key, "priority") == 0) {
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "reactive") == 0)
+                        o->priority = AXP_REACTIVE;
+                else if (strcmp(s, "proactive") == 0)
+                        o->priority = AXP_PROACTIVE;
+                else
+                        return bad_value(error, key, "must be 'reactive' or 'proactive'");
+        } else
+                return -EINVAL; /* every spec has a branch above */
+        return 0;
+}
+
+int request_options_parse(sd_bus_message *m, OptionSet set, const DaemonConfig *c,
+                          RequestOptions *ret, sd_bus_error *error) {
+        _cleanup_(request_options_done) RequestOptions o = { .priority = AXP_REACTIVE };
+        uint32_t seen = 0;
+        int r;
+
+        axp_request_opts_default(&o.opts);
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key, *contents;
+                const OptionSpec *spec = NULL;
+                size_t i;
+
+                r = sd_bus_message_read_basic(m, 's', &key);
+                if (r < 0)
+                        return r;
+                for (i = 0; i < ELEMENTSOF(option_specs); i++)
+                        if (strcmp(option_specs[i].key, key) == 0) {
+                                spec = &option_specs[i];
+                                break;
+                        }
+                if (!spec || !spec_allowed(spec, set))
+                        return unknown_key(error, key, set);
+                if (seen & (1u << i))
+                        return bad_value(error, key, "is given twice");
+                seen |= 1u << i;
+
+                r = sd_bus_message_peek_type(m, NULL, &contents);
+                if (r < 0)
+                        return r;
+                if (strcmp(contents, spec->type) != 0)
+                        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                                 "Option '%s' must be of type %s (%s), got '%.16s'",
+                                                 key, spec->type, spec->type_name, contents);
+                r = sd_bus_message_enter_container(m, 'v', contents);
+                if (r < 0)
+                        return r;
+                r = read_value(m, spec, c, &o, error);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return r;
+
+        *ret = o;
+        o.stop = NULL; /* now owned by *ret */
+        return 0;
+}

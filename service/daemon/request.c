@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+#include "request.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/bus-common.h"
+#include "client.h"
+#include "flow.h"
+#include "log.h"
+#include "options.h"
+
+int request_new(Context *c, Client *cl, axp_kind kind, Request **ret) {
+        Request *r;
+        int k;
+
+        r = calloc(1, sizeof(Request));
+        if (!r)
+                return -ENOMEM;
+        *r = (Request) {
+                .context = c,
+                .client = cl,
+                .n = c->last_request_n + 1,
+                .uid = cl->uid,
+                .kind = kind,
+                .state = AXP_STATE_QUEUED,
+        };
+        r->owner = strdup(cl->name);
+        if (!r->owner || asprintf(&r->path, AXP_BUS_REQUEST_PREFIX "/%" PRIu64, r->n) < 0) {
+                free(r->owner);
+                free(r);
+                return -ENOMEM;
+        }
+        k = idmap_put(&c->requests, r->n, r);
+        if (k < 0) {
+                free(r->path);
+                free(r->owner);
+                free(r);
+                return k;
+        }
+        c->last_request_n = r->n;
+        LIST_PREPEND(requests, cl->requests, r);
+        *ret = r;
+        return 0;
+}
+
+int request_started(Request *r, uint64_t engine_id) {
+        r->engine_id = engine_id;
+        return idmap_put(&r->context->requests_by_id, engine_id, r);
+}
+
+void request_free(Request *r) {
+        Context *c;
+        Client *cl;
+
+        if (!r)
+                return;
+        c = r->context;
+        cl = r->client;
+
+        idmap_remove(&c->requests, r->n);
+        if (!r->finished && idmap_get(&c->requests_by_id, r->engine_id) == r)
+                idmap_remove(&c->requests_by_id, r->engine_id);
+        if (cl)
+                LIST_REMOVE(requests, cl->requests, r);
+        if (r->flow && r->flow->busy == r)
+                r->flow->busy = NULL;
+
+        sd_event_source_disable_unref(r->expire);
+        sd_bus_message_unref(r->complete_call);
+        free(r->text);
+        free(r->path);
+        free(r->owner);
+        free(r);
+
+        client_maybe_free(cl);
+}
+
+int request_cancel(Request *r) {
+        int k;
+
+        if (r->finished || !r->context->engine)
+                return -ESRCH;
+        k = axp_engine_cancel(r->context->engine, r->engine_id);
+        /* -ENOENT: the engine is done with it and its Finished is on the way to us. */
+        return k == -ENOENT ? 0 : k;
+}
+
+void request_orphan(Request *r) {
+        Client *cl = r->client;
+
+        if (cl) {
+                LIST_REMOVE(requests, cl->requests, r);
+                r->client = NULL;
+        }
+        if (r->finished) {
+                request_free(r);
+                return;
+        }
+        /* The caller of Complete is gone too: nobody to answer. */
+        r->complete_call = sd_bus_message_unref(r->complete_call);
+        (void) request_cancel(r);
+}
+
+int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, const char *reason) {
+        int r;
+
+        r = sd_bus_message_open_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        if (reason) {
+                r = sd_bus_message_append(m, "{sv}", "reason", "s", reason);
+                if (r < 0)
+                        return r;
+        }
+        r = sd_bus_message_append(m, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}",
+                                  "prompt_tokens", "u", st->prompt_tokens,
+                                  "prefill_tokens", "u", st->prefill_tokens,
+                                  "generated_tokens", "u", st->generated_tokens,
+                                  "queue_wait_s", "d", st->queue_wait_s,
+                                  "ttft_s", "d", st->ttft_s,
+                                  "tpot_s", "d", st->tpot_s,
+                                  "latency_s", "d", st->latency_s,
+                                  "preemptions", "u", st->preemptions);
+        if (r < 0)
+                return r;
+        if (with_error) {
+                /* The engine's message is ours to pass on only if it is valid text. */
+                const char *e = axp_utf8_valid(st->error, strlen(st->error)) ? st->error
+                                                                             : "internal error";
+                r = sd_bus_message_append(m, "{sv}", "error", "s", e);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(m);
+}
+
+/* A signal of the request object to its owner alone. */
+static int request_new_signal(Request *r, const char *iface, const char *member,
+                              sd_bus_message **ret) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int k;
+
+        k = sd_bus_message_new_signal(r->context->bus, &m, r->path, iface, member);
+        if (k < 0)
+                return k;
+        k = sd_bus_message_set_destination(m, r->owner);
+        if (k < 0)
+                return k;
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+static void request_send_state_changed(Request *r) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int k;
+
+        /* PropertiesChanged, unicast like Token: whether another user's request is running is
+         * not for bystanders to learn. */
+        k = request_new_signal(r, "org.freedesktop.DBus.Properties", "PropertiesChanged", &m);
+        if (k >= 0)
+                k = sd_bus_message_append(m, "sa{sv}", AXP_BUS_REQUEST_IFACE, 1, "State", "s",
+                                          axp_req_state_name(r->state));
+        if (k >= 0)
+                k = sd_bus_message_append(m, "as", 1, "Stats");
+        if (k >= 0)
+                k = sd_bus_send(r->context->bus, m, NULL);
+        if (k < 0)
+                log_warning_errno(k, "Failed to send PropertiesChanged of %s", r->path);
+}
+
+static void request_set_state(Request *r, axp_req_state state) {
+        if (r->state == state)
+                return;
+        r->state = state;
+        if (r->client && !r->complete)
+                request_send_state_changed(r);
+}
+
+static int text_append(Request *r, const char *text, size_t len) {
+        if (r->text_len + len + 1 > r->text_cap) {
+                size_t cap = MAX(r->text_cap * 2, r->text_len + len + 1);
+                char *p = realloc(r->text, MAX(cap, (size_t) 256));
+
+                if (!p)
+                        return -ENOMEM;
+                r->text = p;
+                r->text_cap = MAX(cap, (size_t) 256);
+        }
+        memcpy(r->text + r->text_len, text, len);
+        r->text_len += len;
+        r->text[r->text_len] = 0;
+        return 0;
+}
+
+void request_on_token(Request *r, const char *text, size_t len) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int k;
+
+        if (r->finished || !r->client || len == 0)
+                return;
+        if (!axp_utf8_valid(text, len) || strlen(text) != len) {
+                log_warning("Engine produced a token for %s that is not UTF-8 text, dropping it", r->path);
+                return;
+        }
+
+        if (r->complete) {
+                if (text_append(r, text, len) < 0)
+                        log_oom();
+                r->state = AXP_STATE_DECODE;
+                return;
+        }
+
+        request_set_state(r, AXP_STATE_DECODE);
+        k = request_new_signal(r, AXP_BUS_REQUEST_IFACE, "Token", &m);
+        if (k >= 0)
+                k = sd_bus_message_append(m, "s", text);
+        if (k >= 0)
+                k = sd_bus_send(r->context->bus, m, NULL);
+        if (k < 0)
+                log_warning_errno(k, "Failed to send a Token of %s", r->path);
+}
+
+static void request_reply_complete(Request *r) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        sd_bus_message *call = r->complete_call;
+        int k;
+
+        switch (r->reason) {
+        case AXP_FINISH_CANCELLED:
+                k = sd_bus_reply_method_errorf(call, AXP_ERROR_CANCELLED, "The request was cancelled%s",
+                                               r->context->stopping ? ": the engine is shutting down" : "");
+                break;
+        case AXP_FINISH_ERROR:
+                k = sd_bus_reply_method_errorf(call, SD_BUS_ERROR_FAILED, "Generation failed: %s",
+                                               axp_utf8_valid(r->stats.error, strlen(r->stats.error))
+                                                       ? r->stats.error : "internal error");
+                break;
+        default:
+                k = sd_bus_message_new_method_return(call, &reply);
+                if (k >= 0)
+                        k = sd_bus_message_append(reply, "s", r->text ?: "");
+                if (k >= 0)
+                        k = stats_append(reply, &r->stats, false, axp_finish_reason_name(r->reason));
+                if (k >= 0)
+                        k = sd_bus_send(NULL, reply, NULL);
+                if (k < 0)
+                        k = sd_bus_reply_method_errnof(call, k, "Failed to build the reply");
+        }
+        if (k < 0)
+                log_warning_errno(k, "Failed to reply to Complete of %s", r->owner);
+}
+
+static int on_expire(sd_event_source *s, uint64_t usec, void *userdata) {
+        request_free(userdata);
+        return 0;
+}
+
+void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_stats *stats) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        Context *c = r->context;
+        Flow *f = r->flow;
+        int k;
+
+        if (r->finished)
+                return;
+        log_debug("%s finished: %s, %u tokens%s", r->path, axp_finish_reason_name(reason),
+                  stats->generated_tokens, r->client ? "" : " (its client left)");
+        idmap_remove(&c->requests_by_id, r->engine_id);
+        r->finished = true;
+        r->reason = reason;
+        r->stats = *stats;
+        if (f && f->busy == r) {
+                f->busy = NULL;
+                flow_idle(f);
+        }
+        r->flow = NULL;
+
+        if (r->complete) {
+                if (r->complete_call)
+                        request_reply_complete(r);
+                request_free(r);
+                return;
+        }
+        if (!r->client) {
+                request_free(r);
+                return;
+        }
+
+        /* State first: Finished is the last thing its owner hears of it. */
+        request_set_state(r, AXP_STATE_FINISHED);
+        k = request_new_signal(r, AXP_BUS_REQUEST_IFACE, "Finished", &m);
+        if (k >= 0)
+                k = sd_bus_message_append(m, "s", axp_finish_reason_name(reason));
+        if (k >= 0)
+                k = stats_append(m, &r->stats, reason == AXP_FINISH_ERROR, NULL);
+        if (k >= 0)
+                k = sd_bus_send(c->bus, m, NULL);
+        if (k < 0)
+                log_warning_errno(k, "Failed to send Finished of %s", r->path);
+
+        if (c->config.finished_keep_s <= 0 || c->stopping) {
+                request_free(r);
+                return;
+        }
+        k = sd_event_add_time_relative(c->event, &r->expire, CLOCK_MONOTONIC,
+                                       (uint64_t) (c->config.finished_keep_s * 1e6), 0, on_expire, r);
+        if (k < 0) {
+                log_warning_errno(k, "Failed to keep %s for its grace period, dropping it now", r->path);
+                request_free(r);
+        }
+}
+
+/* Properties and Cancel answer the owner alone (any connection of the same uid). */
+static int request_check_access(Request *r, sd_bus_message *m, sd_bus_error *error) {
+        uid_t uid;
+        int k;
+
+        if (!m)
+                return sd_bus_error_setf(error, AXP_ERROR_ACCESS_DENIED, "No caller");
+        k = context_sender_uid(r->context, m, &uid);
+        if (k < 0)
+                return sd_bus_error_set_errnof(error, k, "Cannot identify the caller");
+        if (uid != r->uid)
+                return sd_bus_error_setf(error, AXP_ERROR_ACCESS_DENIED,
+                                         "Request %" PRIu64 " belongs to another user", r->n);
+        return 0;
+}
+
+static void request_refresh(Request *r) {
+        axp_req_state state;
+        axp_req_stats stats;
+
+        if (r->finished || !r->context->engine)
+                return;
+        if (axp_engine_request_info(r->context->engine, r->engine_id, &state, &stats) < 0)
+                return;
+        /* FINISHED here means its event is still on the way: report it once it is here. */
+        if (state != AXP_STATE_FINISHED)
+                r->state = state;
+        r->stats = stats;
+}
+
+static int property_get_kind(sd_bus *bus, const char *path, const char *iface, const char *property,
+                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Request *r = userdata;
+        int k = request_check_access(r, sd_bus_get_current_message(bus), error);
+
+        if (k < 0)
+                return k;
+        return sd_bus_message_append(reply, "s", axp_kind_name(r->kind));
+}
+
+static int property_get_state(sd_bus *bus, const char *path, const char *iface, const char *property,
+                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Request *r = userdata;
+        int k = request_check_access(r, sd_bus_get_current_message(bus), error);
+
+        if (k < 0)
+                return k;
+        request_refresh(r);
+        return sd_bus_message_append(reply, "s", axp_req_state_name(r->state));
+}
+
+static int property_get_stats(sd_bus *bus, const char *path, const char *iface, const char *property,
+                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Request *r = userdata;
+        int k = request_check_access(r, sd_bus_get_current_message(bus), error);
+
+        if (k < 0)
+                return k;
+        request_refresh(r);
+        return stats_append(reply, &r->stats, r->finished && r->reason == AXP_FINISH_ERROR, NULL);
+}
+
+static int method_cancel(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Request *r = userdata;
+        int k;
+
+        k = request_check_access(r, m, error);
+        if (k < 0)
+                return k;
+        if (r->finished)
+                return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
+                                         "Request %" PRIu64 " has already finished", r->n);
+        k = request_cancel(r);
+        if (k < 0)
+                return sd_bus_error_set_errnof(error, k, "Failed to cancel request %" PRIu64, r->n);
+        log_debug("%s cancelled by %s", r->path, sd_bus_message_get_sender(m));
+        return sd_bus_reply_method_return(m, NULL);
+}
+
+const sd_bus_vtable request_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_PROPERTY("Kind", "s", property_get_kind, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("State", "s", property_get_state, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Stats", "a{sv}", property_get_stats, 0, SD_BUS_VTABLE_PROPERTY_EMITS_INVALIDATION),
+
+        SD_BUS_METHOD("Cancel", NULL, NULL, method_cancel, SD_BUS_VTABLE_UNPRIVILEGED),
+
+        SD_BUS_SIGNAL_WITH_ARGS("Token", SD_BUS_ARGS("s", text), 0),
+        SD_BUS_SIGNAL_WITH_ARGS("Finished", SD_BUS_ARGS("s", reason, "a{sv}", stats), 0),
+        SD_BUS_VTABLE_END
+};
+
+static int request_object_find(sd_bus *bus, const char *path, const char *iface, void *userdata,
+                               void **ret, sd_bus_error *error) {
+        Context *c = userdata;
+        Request *r = idmap_get(&c->requests, path_number(path, AXP_BUS_REQUEST_PREFIX));
+
+        /* Complete requests have no object; orphans are on their way out. */
+        if (!r || r->complete || !r->client)
+                return 0;
+        *ret = r;
+        return 1;
+}
+
+static int request_node_enumerator(sd_bus *bus, const char *path, void *userdata, char ***ret_nodes,
+                                   sd_bus_error *error) {
+        Context *c = userdata;
+        sd_bus_message *m = sd_bus_get_current_message(bus);
+        char **nodes;
+        size_t i = 0, n = 0;
+        Request *r;
+        uid_t uid;
+
+        /* List the caller's own requests only. */
+        if (!m || context_sender_uid(c, m, &uid) < 0) {
+                *ret_nodes = NULL;
+                return 0;
+        }
+        nodes = calloc(idmap_size(&c->requests) + 1, sizeof(char *));
+        if (!nodes)
+                return -ENOMEM;
+        while (idmap_next(&c->requests, &i, NULL, (void **) &r)) {
+                if (r->complete || !r->client || r->uid != uid)
+                        continue;
+                nodes[n] = strdup(r->path);
+                if (!nodes[n]) {
+                        for (size_t j = 0; j < n; j++)
+                                free(nodes[j]);
+                        free(nodes);
+                        return -ENOMEM;
+                }
+                n++;
+        }
+        *ret_nodes = nodes;
+        return 1;
+}
+
+int request_register(Context *c) {
+        int k;
+
+        k = sd_bus_add_fallback_vtable(c->bus, NULL, AXP_BUS_REQUEST_PREFIX, AXP_BUS_REQUEST_IFACE,
+                                       request_vtable, request_object_find, c);
+        if (k < 0)
+                return log_error_errno(k, "Failed to register the request objects");
+        k = sd_bus_add_node_enumerator(c->bus, NULL, AXP_BUS_REQUEST_PREFIX, request_node_enumerator, c);
+        if (k < 0)
+                return log_error_errno(k, "Failed to register the request enumerator");
+        return 0;
+}

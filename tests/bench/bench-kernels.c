@@ -1,0 +1,386 @@
+/* SPDX-License-Identifier: MIT */
+/* Speed of the CPU kernels on a Llama-3.2-1B-shaped model (dim 2048, 16 layers, 32 heads and
+ * 8 KV heads of 64, FFN 8192, vocab 128256 tied), with random weights:
+ *   decode:  one token through every layer's matrices and the LM head (GB/s streamed and the
+ *            tokens/s this projects to; attention over a short context included)
+ *   prefill: 512 tokens in chunks as the scheduler runs them, attention included, LM head
+ *            for the last token only (as llama-bench's pp512)
+ * Not a test: it prints numbers. Compare with llama.cpp's figures in the conformance README.
+ *
+ *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
+ *                 [--prompt 512] [--decode-tokens 16] [--reps 2] */
+#include <getopt.h>
+#include <pthread.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/types.h"
+#include "base/util.h"
+
+enum { N_EMBD = 2048, N_LAYER = 16, N_HEAD = 32, N_HEAD_KV = 8, HEAD_DIM = 64, N_FF = 8192,
+       N_VOCAB = 128256 };
+
+static double now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t rnd64(void) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return rng;
+}
+
+/* Raw GGUF rows of random quants with sane scales (the kernels' speed does not depend on the
+ * values, but NaN or subnormal scales could). */
+static void *random_rows(uint32_t type, int64_t n_in, int64_t n_out) {
+        uint64_t rb = axp_type_row_size(type, n_in), n = rb * n_out;
+        uint8_t *p = malloc(n);
+        for (uint64_t i = 0; i + 8 <= n; i += 8) {
+                uint64_t r = rnd64();
+                memcpy(p + i, &r, 8);
+        }
+        uint64_t bs = axp_type_traits_get(type)->bytes, nb = n / bs;
+        axp_f16 h = axp_f32_to_f16(0.01f);
+        for (uint64_t b = 0; b < nb; b++) {
+                uint8_t *blk = p + b * bs;
+                switch (type) {
+                case AXP_TYPE_F16:
+                        for (uint64_t i = 0; i < bs; i += 2)
+                                memcpy(blk + i, &h, 2);
+                        break;
+                case AXP_TYPE_BF16:
+                case AXP_TYPE_F32:
+                        memset(blk, 0x3c, bs);
+                        break;
+                case AXP_TYPE_Q8_0:
+                case AXP_TYPE_Q4_0:
+                        memcpy(blk, &h, 2);
+                        break;
+                case AXP_TYPE_Q4_K:
+                        memcpy(blk, &h, 2);
+                        memcpy(blk + 2, &h, 2);
+                        break;
+                case AXP_TYPE_Q6_K:
+                        memcpy(blk + 208, &h, 2);
+                        break;
+                }
+        }
+        return p;
+}
+
+typedef struct bench_model {
+        axp_weight *w; /* per layer: q k v o gate up down; then the head */
+        uint64_t bytes;
+        double params;
+} bench_model;
+
+static const char *const wnames[7] = { "q", "k", "v", "o", "gate", "up", "down" };
+
+static int model_make(bench_model *m, const char *config, double *ret_prep_s) {
+        bool q4km = strcmp(config, "q4_k_m") == 0;
+        int base = q4km ? AXP_TYPE_Q4_K : axp_type_from_name(config);
+        if (base < 0) {
+                fprintf(stderr, "unknown type %s\n", config);
+                return -1;
+        }
+        m->w = calloc(N_LAYER * 7 + 1, sizeof(axp_weight));
+        m->bytes = 0;
+        m->params = 0;
+        double prep = 0;
+        for (int i = 0; i <= N_LAYER * 7; i++) {
+                int l = i / 7, which = i % 7;
+                int64_t n_in = N_EMBD, n_out = N_EMBD;
+                uint32_t type = (uint32_t) base;
+                if (i == N_LAYER * 7) {
+                        n_out = N_VOCAB;
+                        if (q4km)
+                                type = AXP_TYPE_Q6_K;
+                } else {
+                        if (which == 1 || which == 2)
+                                n_out = N_HEAD_KV * HEAD_DIM;
+                        if (which == 4 || which == 5)
+                                n_out = N_FF;
+                        if (which == 6)
+                                n_in = N_FF;
+                        /* llama.cpp's Q4_K_M: attn_v and ffn_down in Q6_K on "more bits" layers */
+                        bool more = l < N_LAYER / 8 || l >= 7 * N_LAYER / 8 || (l - N_LAYER / 8) % 3 == 2;
+                        if (q4km && more && (which == 2 || which == 6))
+                                type = AXP_TYPE_Q6_K;
+                }
+                void *raw = random_rows(type, n_in, n_out);
+                m->w[i] = (axp_weight) {
+                        .name = i == N_LAYER * 7 ? "output" : wnames[which],
+                        .type = type,
+                        .n_in = n_in,
+                        .n_out = n_out,
+                        .row_bytes = axp_type_row_size(type, n_in),
+                        .data = raw,
+                };
+                double t0 = now();
+                if (axp_cpu_weight_prepare(&m->w[i]) < 0) {
+                        fprintf(stderr, "cannot prepare %s weights\n", config);
+                        return -1;
+                }
+                prep += now() - t0;
+                free(raw); /* the products read the packed copy only */
+                m->w[i].data = NULL;
+                m->bytes += m->w[i].row_bytes * n_out;
+                m->params += (double) n_in * n_out;
+        }
+        *ret_prep_s = prep;
+        return 0;
+}
+
+static void model_free(bench_model *m) {
+        for (int i = 0; i <= N_LAYER * 7; i++)
+                axp_cpu_weight_release(&m->w[i]);
+        free(m->w);
+}
+
+typedef struct bench_bufs {
+        float *x, *q, *k, *v, *ff1, *ff2, *out, *logits;
+        axp_f16 *kc, *vc; /* per layer KV cache, F16 like llama.cpp's default */
+        int32_t *pos;
+        int ctx;
+} bench_bufs;
+
+/* The matrices (and attention) of n_tok tokens at positions p0.. through all layers. */
+static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_tok, int p0, bool head) {
+        long kv_ld = (long) N_HEAD_KV * HEAD_DIM;
+        for (int t = 0; t < n_tok; t++)
+                b->pos[t] = p0 + t;
+        for (int l = 0; l < N_LAYER; l++) {
+                const axp_weight *w = &m->w[l * 7];
+                const axp_weight *qkv[3] = { &w[0], &w[1], &w[2] };
+                float *ys[3] = { b->q, b->k, b->v };
+                long lds[3] = { N_EMBD, kv_ld, kv_ld };
+                axp_cpu_matmul(pool, 3, qkv, b->x, N_EMBD, ys, lds, n_tok);
+                axp_f16 *kc = b->kc + (size_t) l * b->ctx * kv_ld, *vc = b->vc + (size_t) l * b->ctx * kv_ld;
+                /* the cache write stands in for RoPE + store; values stay random-ish */
+                for (int t = 0; t < n_tok; t++)
+                        for (long i = 0; i < kv_ld; i++) {
+                                kc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->k[t * kv_ld + i] * 1e-3f);
+                                vc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->v[t * kv_ld + i] * 1e-3f);
+                        }
+                axp_cpu_attention(pool, b->q, N_EMBD, b->q, N_EMBD, kc, vc, AXP_TYPE_F16, n_tok, b->pos,
+                                  N_HEAD, N_HEAD_KV, HEAD_DIM, 0.125f);
+                const axp_weight *wo[1] = { &w[3] };
+                float *yo[1] = { b->out };
+                long ldo[1] = { N_EMBD };
+                axp_cpu_matmul(pool, 1, wo, b->q, N_EMBD, yo, ldo, n_tok);
+                const axp_weight *gu[2] = { &w[4], &w[5] };
+                float *yg[2] = { b->ff1, b->ff2 };
+                long ldg[2] = { N_FF, N_FF };
+                axp_cpu_matmul(pool, 2, gu, b->out, N_EMBD, yg, ldg, n_tok);
+                const axp_weight *wd[1] = { &w[6] };
+                float *yd[1] = { b->x };
+                axp_cpu_matmul(pool, 1, wd, b->ff1, N_FF, yd, ldo, n_tok);
+                /* keep activations bounded */
+                for (long i = 0; i < (long) n_tok * N_EMBD; i++)
+                        b->x[i] = b->x[i] * 1e-3f;
+        }
+        if (head) {
+                const axp_weight *wh[1] = { &m->w[N_LAYER * 7] };
+                float *yh[1] = { b->logits };
+                long ldh[1] = { N_VOCAB };
+                axp_cpu_matmul(pool, 1, wh, b->x + (long) (n_tok - 1) * N_EMBD, N_EMBD, yh, ldh, 1);
+        }
+}
+
+/* a share of about 2 us, noting whether a worker (not the caller) ran it */
+typedef struct pool_probe {
+        pthread_t caller;
+        int on_workers;
+} pool_probe;
+
+static void probe_fn(void *arg, int ith, int nth) {
+        pool_probe *p = arg;
+        double t0 = now();
+        while (now() - t0 < 2e-6)
+                ;
+        if (!pthread_equal(pthread_self(), p->caller))
+                __atomic_fetch_add(&p->on_workers, 1, __ATOMIC_RELAXED);
+}
+
+static double cpu_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One thread, CPU time (robust on a shared machine): a product's speed per core.
+ * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3);
+ * prefill: n_tok 128 with a 2048x2048 matrix. */
+static void micro(const char *types) {
+        axp_pool *one = axp_pool_new(1);
+        char *list = strdup(types), *save = NULL;
+        float *x = calloc(128 * 8192, 4), *y = calloc(128 * 8192, 4);
+        for (int i = 0; i < 128 * 8192; i++)
+                x[i] = (float) (((long) i * 7919) % 2001 - 1000) * 1e-3f;
+        printf("\nper core (1 thread, CPU time):\n");
+        for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {
+                int type = axp_type_from_name(ty);
+                if (type < 0 || !axp_type_traits_get(type)->supported)
+                        continue;
+                axp_weight w[8];
+                for (int i = 0; i < 8; i++) {
+                        void *raw = random_rows(type, 2048, 8192);
+                        w[i] = (axp_weight) { .name = "m", .type = type, .n_in = 2048, .n_out = 8192,
+                                              .row_bytes = axp_type_row_size(type, 2048), .data = raw };
+                        axp_cpu_weight_prepare(&w[i]);
+                        free(raw);
+                        w[i].data = NULL;
+                }
+                long ld = 8192;
+                double best = 1e9;
+                for (int r = 0; r < 3; r++) {
+                        double t0 = cpu_now();
+                        for (int i = 0; i < 8; i++) {
+                                const axp_weight *ws[1] = { &w[i] };
+                                axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
+                        }
+                        best = fmin(best, cpu_now() - t0);
+                }
+                double bytes = 8.0 * w[0].row_bytes * 8192;
+                void *raw = random_rows(type, 2048, 2048);
+                axp_weight sq = { .name = "sq", .type = type, .n_in = 2048, .n_out = 2048,
+                                  .row_bytes = axp_type_row_size(type, 2048), .data = raw };
+                axp_cpu_weight_prepare(&sq);
+                double bestp = 1e9;
+                int n_tok = 128;
+                axp_weight *sqp = &sq;
+                for (int r = 0; r < 3; r++) {
+                        double t0 = cpu_now();
+                        axp_cpu_matmul(one, 1, (const axp_weight *const *) &sqp, x, 2048, &y, &ld, n_tok);
+                        bestp = fmin(bestp, cpu_now() - t0);
+                }
+                printf("  %-5s decode %5.1f GB/s   prefill (128 tokens) %6.1f GFLOP/s\n", ty, bytes / best / 1e9,
+                       2.0 * 2048 * 2048 * n_tok / bestp / 1e9);
+                for (int i = 0; i < 8; i++)
+                        axp_cpu_weight_release(&w[i]);
+                axp_cpu_weight_release(&sq);
+                free(raw);
+        }
+        free(x);
+        free(y);
+        free(list);
+        axp_pool_free(one);
+}
+
+int main(int argc, char **argv) {
+        int threads = 2, chunk = 256, prompt = 512, dec_tokens = 16, reps = 2;
+        const char *micro_types = NULL;
+        const char *isa = NULL, *types = "q8_0,q4_k_m";
+        static const struct option opts[] = {
+                { "threads", required_argument, NULL, 't' }, { "isa", required_argument, NULL, 'i' },
+                { "types", required_argument, NULL, 'T' },   { "chunk", required_argument, NULL, 'c' },
+                { "prompt", required_argument, NULL, 'p' },  { "decode-tokens", required_argument, NULL, 'd' },
+                { "reps", required_argument, NULL, 'r' },    { "micro", required_argument, NULL, 'm' },
+                {},
+        };
+        int c;
+        while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+                switch (c) {
+                case 't': threads = atoi(optarg); break;
+                case 'i': isa = optarg; break;
+                case 'T': types = optarg; break;
+                case 'c': chunk = atoi(optarg); break;
+                case 'p': prompt = atoi(optarg); break;
+                case 'd': dec_tokens = atoi(optarg); break;
+                case 'r': reps = atoi(optarg); break;
+                case 'm': micro_types = optarg; break;
+                default: return 2;
+                }
+        }
+        if (threads < 1 || chunk < 1 || prompt < 1 || dec_tokens < 1 || reps < 1)
+                return 2;
+        if (isa && !axp_cpu_set_isa(isa)) {
+                fprintf(stderr, "path %s is not available here\n", isa);
+                return 1;
+        }
+        if (micro_types) {
+                printf("path %s\n", axp_cpu_isa());
+                micro(micro_types);
+                return 0;
+        }
+        axp_pool *pool = axp_pool_new(threads);
+        printf("path %s, %d threads\n", axp_cpu_isa(), axp_pool_size(pool));
+
+        /* pool dispatch: each of the ~100 runs per decoded token costs this over its work */
+        pool_probe probe = { .caller = pthread_self() };
+        for (int i = 0; i < 1000; i++)
+                axp_pool_run(pool, probe_fn, &probe);
+        probe.on_workers = 0;
+        double t0 = now();
+        for (int i = 0; i < 20000; i++)
+                axp_pool_run(pool, probe_fn, &probe);
+        printf("pool: %.2f us per run of %d shares of 2 us; %.0f%% of the worker shares ran on workers\n",
+               (now() - t0) / 20000 * 1e6, axp_pool_size(pool),
+               axp_pool_size(pool) > 1 ? 100.0 * probe.on_workers / (20000.0 * (axp_pool_size(pool) - 1)) : 0.0);
+
+        bench_bufs b = { .ctx = prompt + dec_tokens + 1 };
+        int maxt = MAX(chunk, 1);
+        long kv_ld = (long) N_HEAD_KV * HEAD_DIM;
+        b.x = calloc((size_t) maxt * N_EMBD, 4);
+        b.q = calloc((size_t) maxt * N_EMBD, 4);
+        b.k = calloc((size_t) maxt * kv_ld, 4);
+        b.v = calloc((size_t) maxt * kv_ld, 4);
+        b.out = calloc((size_t) maxt * N_EMBD, 4);
+        b.ff1 = calloc((size_t) maxt * N_FF, 4);
+        b.ff2 = calloc((size_t) maxt * N_FF, 4);
+        b.logits = calloc(N_VOCAB, 4);
+        b.pos = calloc(maxt, 4);
+        b.kc = calloc((size_t) N_LAYER * b.ctx * kv_ld, 2);
+        b.vc = calloc((size_t) N_LAYER * b.ctx * kv_ld, 2);
+
+        char *list = strdup(types), *save = NULL;
+        for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {
+                bench_model m;
+                double prep;
+                if (model_make(&m, ty, &prep) < 0)
+                        return 1;
+                printf("\n%s: %.0f MB of weights, %.2f G parameters; prepared in %.2f s (%.1f GB/s)\n", ty,
+                       m.bytes / 1e6, m.params / 1e9, prep, m.bytes / prep / 1e9);
+                for (long i = 0; i < (long) maxt * N_EMBD; i++)
+                        b.x[i] = (float) ((i * 7919L) % 2001 - 1000) * 1e-3f;
+
+                for (int r = 0; r < reps; r++) {
+                        /* prefill: the prompt in chunks, then decode steps after it */
+                        double tp = now();
+                        for (int p = 0; p < prompt; p += chunk) {
+                                int n = MIN(chunk, prompt - p);
+                                forward(pool, &m, &b, n, p, p + n == prompt);
+                        }
+                        tp = now() - tp;
+                        double flops = 2.0 * (m.params - (double) N_VOCAB * N_EMBD) * prompt +
+                                       2.0 * N_VOCAB * N_EMBD;
+                        double best = 1e9, sum = 0;
+                        for (int d = 0; d < dec_tokens; d++) {
+                                double td = now();
+                                forward(pool, &m, &b, 1, prompt + d, true);
+                                td = now() - td;
+                                best = fmin(best, td);
+                                sum += td;
+                        }
+                        double mean = sum / dec_tokens;
+                        printf("  prefill %d (chunks of %d): %.2f s, %.1f tokens/s, %.0f GFLOP/s\n", prompt, chunk,
+                               tp, prompt / tp, flops / tp / 1e9);
+                        printf("  decode at %d: %.1f ms/token mean (%.1f best), %.1f tokens/s, %.1f GB/s streamed\n",
+                               prompt, mean * 1e3, best * 1e3, 1 / mean, m.bytes / mean / 1e9);
+                }
+                model_free(&m);
+        }
+        free(list);
+        axp_pool_free(pool);
+        return 0;
+}

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/* Conformance with llama.cpp (../shared/conformance): prompt tokens, last-position logits
+ * and the 32-token greedy continuation of the tiny Llama 3 models, per the tolerances of the
+ * data's README (§7). Skips where the data is absent. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "devices/device.h"
+#include "devices/devices.h"
+#include "devices/forward.h"
+#include "model/model.h"
+#include "test.h"
+#include "base/json.h"
+#include "model/tokenizer.h"
+#include "kernels/types.h"
+
+static const char *dir;
+static axp_device *dev;
+
+static const char *const prompts[] = { "p1_hello", "p2_fox", "p3_paragraph", "p4_unicode" };
+
+typedef struct tol {
+        const char *model;
+        double max_abs, max_rms; /* logits vs llama.cpp's ref run */
+        double tau;              /* greedy margin threshold */
+        bool free_run;           /* the whole free-running continuation must be identical */
+} tol;
+
+static float *read_f32(const char *path, size_t n) {
+        FILE *f = fopen(path, "rb");
+        if (!f)
+                return NULL;
+        float *v = malloc(n * sizeof(float));
+        size_t got = fread(v, sizeof(float), n, f);
+        fclose(f);
+        if (got != n) {
+                free(v);
+                return NULL;
+        }
+        return v;
+}
+
+static json_value *read_json(const char *path) {
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        json_value *v = NULL;
+        if (axp_read_file(path, &text, &len, NULL) < 0 || json_parse(text, len, &v, NULL) < 0)
+                return NULL;
+        return v;
+}
+
+/* Path lookup in nested objects: member(v, "greedy", "tokens"). */
+static const json_value *member(const json_value *v, const char *a, const char *b) {
+        v = json_get(v, a);
+        return b ? json_get(v, b) : v;
+}
+
+static double num_at(const json_value *arr, size_t i) {
+        return arr && arr->type == JSON_ARRAY && i < arr->n && arr->items[i]->type == JSON_NUMBER
+                       ? arr->items[i]->number
+                       : NAN;
+}
+
+static int32_t argmax(const float *x, int n) {
+        int32_t best = 0;
+        for (int i = 1; i < n; i++)
+                if (x[i] > x[best])
+                        best = i;
+        return best;
+}
+
+static void check_prompt(axp_model *m, const tol *tl, const char *p) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/golden/%s/%s.ref.json", dir, tl->model, p);
+        _cleanup_json_ json_value *g = read_json(path);
+        CHECK_MSG(g != NULL, "cannot read %s", path);
+        if (!g)
+                return;
+        const int nv = m->hp.n_vocab;
+
+        /* prompt tokens as llama.cpp made them (BOS, special text parsed) */
+        snprintf(path, sizeof(path), "%s/golden/prompts/%s.txt", dir, p);
+        char *text;
+        size_t len;
+        CHECK(axp_read_file(path, &text, &len, NULL) == 0);
+        int32_t *toks;
+        int n;
+        CHECK(axp_tokenize(m->tok, text, len, AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL, &toks, &n, NULL) == 0);
+        free(text);
+        const json_value *gt = member(g, "prompt_tokens", NULL);
+        CHECK_EQ_INT(n, gt->n);
+        for (int i = 0; i < n && i < (int) gt->n; i++)
+                CHECK_MSG(toks[i] == (int32_t) num_at(gt, i), "%s token %d: %d != %d", p, i, toks[i],
+                          (int32_t) num_at(gt, i));
+
+        /* last-position logits vs llama.cpp's reference run */
+        axp_seq seq;
+        axp_error err = { 0 };
+        CHECK(axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, n + 40, &err) == 0);
+        CHECK_MSG(axp_forward_prefill(dev, &seq, toks, n, 64, &err) == 0, "%s", err.msg);
+        snprintf(path, sizeof(path), "%s/golden/%s/%s.ref.logits.f32", dir, tl->model, p);
+        float *ref = read_f32(path, (size_t) nv);
+        CHECK(ref != NULL);
+        double max_abs = 0, se = 0;
+        for (int i = 0; ref && i < nv; i++) {
+                double dd = fabs((double) seq.logits[i] - ref[i]);
+                max_abs = fmax(max_abs, dd);
+                se += dd * dd;
+        }
+        double rms = sqrt(se / nv);
+        printf("  %s %s: logits max |d| %.3g, rms %.3g\n", tl->model, p, max_abs, rms);
+        CHECK_MSG(max_abs <= tl->max_abs, "%s %s: max |d| %g > %g", tl->model, p, max_abs, tl->max_abs);
+        CHECK_MSG(rms <= tl->max_rms, "%s %s: rms %g > %g", tl->model, p, rms, tl->max_rms);
+        const json_value *top20 = member(g, "last_logits_top20", NULL);
+        CHECK(top20 && top20->n > 0);
+        CHECK_EQ_INT(argmax(seq.logits, nv), (int32_t) json_get(top20->items[0], "id")->number);
+        free(ref);
+
+        /* 32 greedy steps, teacher-forced with the golden tokens */
+        const json_value *gtok = member(g, "greedy", "tokens"),
+                         *margin = member(g, "greedy", "top1_minus_top2_margin"),
+                         *top5 = member(g, "greedy", "step_top5");
+        int first_low = -1, free_ok = 1;
+        for (size_t s = 0; s < gtok->n; s++) {
+                int32_t want = (int32_t) num_at(gtok, s), got = argmax(seq.logits, nv);
+                double mg = num_at(margin, s);
+                if (mg >= tl->tau) {
+                        CHECK_MSG(got == want, "%s %s step %zu: %d != %d (margin %g)", tl->model, p, s, got,
+                                  want, mg);
+                } else {
+                        if (first_low < 0)
+                                first_low = (int) s;
+                        bool in5 = false;
+                        const json_value *cands = top5->items[s];
+                        for (size_t k = 0; k < cands->n; k++)
+                                in5 |= (int32_t) num_at(cands->items[k], 0) == got;
+                        CHECK_MSG(in5, "%s %s step %zu: %d not in llama.cpp's top 5", tl->model, p, s, got);
+                }
+                free_ok &= got == want;
+                CHECK_MSG(axp_forward_decode(dev, &(axp_seq *) { &seq }, &want, 1, &err) == 0, "%s", err.msg);
+        }
+        /* teacher forcing equals free running while every step agrees */
+        if (tl->free_run)
+                CHECK_MSG(free_ok, "%s %s: the greedy continuation differs from llama.cpp's", tl->model, p);
+        axp_seq_free(&seq);
+        free(toks);
+}
+
+static void check_model(const tol *tl) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, tl->model);
+        axp_model *m;
+        axp_error err = { 0 };
+        CHECK_MSG(axp_model_load(path, &m, &err) == 0, "%s", err.msg);
+        if (test_case_failed_)
+                return;
+        CHECK(dev->ops->prepare(dev, m, &err) == 0);
+        for (size_t i = 0; i < ELEMENTSOF(prompts); i++)
+                check_prompt(m, tl, prompts[i]);
+        dev->ops->prepare(dev, NULL, NULL);
+        axp_model_free(m);
+}
+
+static void test_f32_model(void) {
+        /* README §7: F32 logits within 1e-3 of the ref run; every greedy step identical */
+        check_model(&(tol) { "tiny-llama3-f32", 1e-3, 1e-3, 1e-3, true });
+}
+
+static void test_q8_0_model(void) {
+        /* README §7: Q8_0 logits max 0.03 / rms 0.006 for W8A16; same top-1; greedy steps with
+         * margin >= 1e-2 identical, the others within llama.cpp's top 5 */
+        check_model(&(tol) { "tiny-llama3-q8_0", 0.03, 0.006, 1e-2, false });
+}
+
+int main(void) {
+        dir = getenv("AXP_CONFORMANCE_DIR");
+        char probe[1024];
+        snprintf(probe, sizeof(probe), "%s/tiny-llama3-f32.gguf", dir ? dir : "");
+        if (!dir || access(probe, R_OK) != 0)
+                TEST_SKIP("conformance data not found (AXP_CONFORMANCE_DIR=%s)", dir ? dir : "");
+        /* AXP_DEVICE runs every kernel on another device (opencl, opencl:N) */
+        const char *spec = getenv("AXP_DEVICE") ? getenv("AXP_DEVICE") : "cpu";
+        axp_error err = { 0 };
+        int r = axp_device_open(spec, 0, &dev, &err);
+        if (r == -ENODEV)
+                TEST_SKIP("%s", err.msg);
+        if (r < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        printf("device: %s\n", dev->name);
+        RUN(test_f32_model);
+        RUN(test_q8_0_model);
+        axp_device_free(dev);
+        TEST_EXIT();
+}

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/* Chat templates: family detection from real templates and from vocabularies, and the exact
+ * text each family renders (as the models' Jinja templates do, add_generation_prompt on). */
+#include <string.h>
+
+#include "model/chat.h"
+#include "test.h"
+#include "tok-util.h"
+
+/* Shortened from the models' tokenizer_config.json; the markers detection looks at are kept. */
+static const char tmpl_llama3[] =
+        "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+        "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | "
+        "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+        "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+        "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+static const char tmpl_qwen2[] =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' "
+        "+ message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if "
+        "add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+static const char tmpl_mistral[] =
+        "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+        "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
+        "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+        "{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+        "roles are supported!') }}{% endif %}{% endfor %}";
+static const char tmpl_mistral_v3[] =
+        "{%- if messages[0][\"role\"] == \"system\" %}...{%- if tools is not none and (message == "
+        "user_messages[-1]) %}{{- \"[AVAILABLE_TOOLS] [\" }}...{{- \"[INST] \" + "
+        "message[\"content\"] + \"[/INST]\" }}";
+static const char tmpl_llama2[] =
+        "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+        "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+        "{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if "
+        "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+        "system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+        "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + "
+        "'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+        "' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+static const char tmpl_phi3[] =
+        "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}"
+        "{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}"
+        "{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + '\n'}}"
+        "{% endif %}{% endfor %}";
+
+static void test_detect_template(void) {
+        CHECK_EQ_INT(axp_chat_detect(tmpl_llama3, NULL), AXP_CHAT_LLAMA3);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_qwen2, NULL), AXP_CHAT_CHATML);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral, NULL), AXP_CHAT_MISTRAL);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_v3, NULL), AXP_CHAT_MISTRAL);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_llama2, NULL), AXP_CHAT_LLAMA2);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_phi3, NULL), AXP_CHAT_RAW);
+        CHECK_EQ_INT(axp_chat_detect("chatml", NULL), AXP_CHAT_CHATML);
+        CHECK_EQ_INT(axp_chat_detect("llama2", NULL), AXP_CHAT_LLAMA2);
+        CHECK_EQ_INT(axp_chat_detect("raw", NULL), AXP_CHAT_RAW);
+        CHECK_EQ_INT(axp_chat_detect(NULL, NULL), AXP_CHAT_RAW);
+        CHECK_EQ_INT(axp_chat_detect("", NULL), AXP_CHAT_RAW);
+        CHECK(strcmp(axp_chat_family_name(AXP_CHAT_LLAMA3), "llama3") == 0);
+        CHECK(strcmp(axp_chat_family_name(AXP_CHAT_MISTRAL), "mistral") == 0);
+        CHECK(strcmp(axp_chat_family_name((axp_chat_family) 99), "raw") == 0);
+}
+
+static axp_chat_family detect_from_vocab(const char *const *tokens, size_t n) {
+        gguf_build b = {};
+        gb_kv_str(&b, "tokenizer.ggml.model", "llama");
+        gb_kv_strs(&b, "tokenizer.ggml.tokens", tokens, n);
+        size_t size;
+        uint8_t *mem = gb_finish(&b, &size);
+        loaded_vocab v;
+        axp_error err = {};
+        if (vocab_from_memory(mem, size, &v, &err) < 0) {
+                CHECK_MSG(false, "%s", err.msg);
+                return -1;
+        }
+        axp_chat_family f = axp_chat_detect(NULL, v.tok);
+        vocab_close(&v);
+        return f;
+}
+
+static void test_detect_vocab(void) {
+        const char *l3[] = { "<unk>", "<s>", "</s>", "<|start_header_id|>", "<|end_header_id|>" };
+        const char *cm[] = { "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>" };
+        const char *mi[] = { "<unk>", "<s>", "</s>", "[INST]", "[/INST]" };
+        const char *none[] = { "<unk>", "<s>", "</s>", "a" };
+        CHECK_EQ_INT(detect_from_vocab(l3, 5), AXP_CHAT_LLAMA3);
+        CHECK_EQ_INT(detect_from_vocab(cm, 5), AXP_CHAT_CHATML);
+        CHECK_EQ_INT(detect_from_vocab(mi, 5), AXP_CHAT_MISTRAL);
+        CHECK_EQ_INT(detect_from_vocab(none, 4), AXP_CHAT_RAW);
+}
+
+static const axp_chat_msg conversation[] = {
+        { "system", " You are helpful. " },
+        { "user", "Hi\n" },
+        { "assistant", "Hello!" },
+        { "user", "How are you?" },
+};
+
+static void check_format(axp_chat_family f, const axp_chat_msg *m, size_t n, bool gen,
+                         const char *want) {
+        char *got = axp_chat_format(f, m, n, gen);
+        CHECK_MSG(got && strcmp(got, want) == 0, "%s:\n got  '%s'\n want '%s'", axp_chat_family_name(f),
+                  got, want);
+        free(got);
+}
+
+static void test_format(void) {
+        check_format(AXP_CHAT_LLAMA3, conversation, 4, true,
+                     "<|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        check_format(AXP_CHAT_LLAMA3, conversation + 1, 1, false,
+                     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+        check_format(AXP_CHAT_CHATML, conversation, 4, true,
+                     "<|im_start|>system\n You are helpful. <|im_end|>\n"
+                     "<|im_start|>user\nHi\n<|im_end|>\n"
+                     "<|im_start|>assistant\nHello!<|im_end|>\n"
+                     "<|im_start|>user\nHow are you?<|im_end|>\n"
+                     "<|im_start|>assistant\n");
+        check_format(AXP_CHAT_MISTRAL, conversation, 4, true,
+                     "[INST]  You are helpful. \n\nHi\n [/INST]Hello!</s>[INST] How are you? [/INST]");
+        check_format(AXP_CHAT_MISTRAL, conversation + 1, 1, true, "[INST] Hi\n [/INST]");
+        check_format(AXP_CHAT_LLAMA2, conversation, 4, true,
+                     "[INST] <<SYS>>\n You are helpful. \n<</SYS>>\n\nHi [/INST] Hello! </s>"
+                     "<s>[INST] How are you? [/INST]");
+        check_format(AXP_CHAT_LLAMA2, conversation + 1, 3, true,
+                     "[INST] Hi [/INST] Hello! </s><s>[INST] How are you? [/INST]");
+        /* a system prompt with nothing after it still reaches the model */
+        check_format(AXP_CHAT_LLAMA2, conversation, 1, true,
+                     "[INST] <<SYS>>\n You are helpful. \n<</SYS>> [/INST]");
+        check_format(AXP_CHAT_RAW, conversation + 1, 1, true, "Hi\n");
+        check_format(AXP_CHAT_RAW, conversation, 2, true, " You are helpful. \n\nHi\n");
+        check_format(AXP_CHAT_CHATML, NULL, 0, false, "");
+
+        /* trim is Python's: ideographic and no-break spaces go too, other text stays */
+        const axp_chat_msg wide[] = { { "user", "\xe3\x80\x80\xc2\xa0 caf\xc3\xa9 \xe3\x80\x80" } };
+        check_format(AXP_CHAT_LLAMA3, wide, 1, false,
+                     "<|start_header_id|>user<|end_header_id|>\n\ncaf\xc3\xa9<|eot_id|>");
+        /* missing fields do not crash */
+        const axp_chat_msg holes[] = { { NULL, NULL }, { "user", NULL } };
+        char *s = axp_chat_format(AXP_CHAT_LLAMA2, holes, 2, true);
+        CHECK(s != NULL);
+        free(s);
+}
+
+/* The formatted text tokenizes to Llama 3's header tokens. */
+static void test_llama3_tokens(void) {
+        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
+        if (!path) {
+                printf("  (conformance data not found, skipping)\n");
+                return;
+        }
+        loaded_vocab v;
+        if (vocab_open(path, &v) < 0) {
+                CHECK(!"vocabulary loads");
+                return;
+        }
+        CHECK_EQ_INT(axp_chat_detect(NULL, v.tok), AXP_CHAT_LLAMA3);
+        const axp_chat_msg m[] = { { "user", "Hi" } };
+        char *text = axp_chat_format(AXP_CHAT_LLAMA3, m, 1, true);
+        int32_t *ids = NULL;
+        int n = 0;
+        axp_error err = {};
+        CHECK(axp_tokenize(v.tok, text, strlen(text), AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL, &ids,
+                           &n, &err) == 0);
+        const int32_t want[] = { 128000, 128006, 882, 128007, 271, 13347, 128009, 128006, 78191,
+                                 128007, 271 };
+        CHECK_MSG(n == (int) ELEMENTSOF(want) && memcmp(ids, want, sizeof(want)) == 0, "%d tokens", n);
+        free(ids);
+        free(text);
+        vocab_close(&v);
+
+        _cleanup_free_ char *qwen = conformance_path("vocab/ggml-vocab-qwen2.gguf");
+        if (qwen && vocab_open(qwen, &v) == 0) {
+                CHECK_EQ_INT(axp_chat_detect(NULL, v.tok), AXP_CHAT_CHATML);
+                vocab_close(&v);
+        }
+}
+
+int main(void) {
+        RUN(test_detect_template);
+        RUN(test_detect_vocab);
+        RUN(test_format);
+        RUN(test_llama3_tokens);
+        TEST_EXIT();
+}

@@ -1,0 +1,584 @@
+/* SPDX-License-Identifier: MIT */
+/* CPU kernels against double-precision references, on every instruction-set path this machine
+ * has, with 1, 2 and 3 threads.
+ *
+ * Matrix products are checked two ways. (1) Against the exact product of the dequantized
+ * weights with the float activations: the error bound is derived from the 8-bit activation
+ * quantization itself, sum_k |w_k| |x_k - xq_k|, plus float rounding. (2) Against the product
+ * with the activations quantized by an independent implementation of llama.cpp's rules in this
+ * file: only float rounding may differ, so a wrong scale, offset or rounding rule shows up.
+ * Results must be bit-identical across thread counts, token batching, multi-weight calls and
+ * prepared/unprepared weights. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <dirent.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/pool.h"
+#include "test.h"
+#include "kernels/types.h"
+#include "base/util.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return (uint32_t) (rng >> 16);
+}
+static float frand(void) { /* uniform in [-1, 1) */
+        return (float) (rnd() & 0xffffff) / (float) (1 << 23) - 1.0f;
+}
+static float gauss(void) {
+        float s = 0;
+        for (int i = 0; i < 4; i++)
+                s += frand();
+        return s * 0.866f;
+}
+
+static const uint32_t all_types[] = {
+        AXP_TYPE_F32, AXP_TYPE_F16, AXP_TYPE_BF16, AXP_TYPE_Q8_0, AXP_TYPE_Q4_0, AXP_TYPE_Q4_K, AXP_TYPE_Q6_K,
+};
+static const char *const all_isas[] = { "generic", "avx2", "avx512", "amx" };
+
+typedef struct test_weight {
+        axp_weight w;
+        void *raw;
+        float *deq; /* [n_out][n_in] */
+} test_weight;
+
+static void weight_make(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_out) {
+        memset(tw, 0, sizeof(*tw));
+        uint64_t rb = axp_type_row_size(type, n_in);
+        tw->raw = malloc(rb * n_out);
+        tw->deq = malloc(sizeof(float) * n_in * n_out);
+        float *row = malloc(sizeof(float) * n_in);
+        for (int64_t r = 0; r < n_out; r++) {
+                /* rows of different scales, sub-blocks of different scales, a few outliers */
+                float rs = 0.02f * (1.0f + (float) (r % 7));
+                for (int64_t i = 0; i < n_in; i++) {
+                        float sub = 0.5f + (float) ((i / 32 + r) % 5) * 0.4f;
+                        row[i] = gauss() * rs * sub;
+                        if (rnd() % 97 == 0)
+                                row[i] *= 6.0f;
+                }
+                axp_quantize_row(type, row, (uint8_t *) tw->raw + r * rb, n_in);
+                axp_dequantize_row(type, (uint8_t *) tw->raw + r * rb, tw->deq + r * n_in, n_in);
+        }
+        free(row);
+        tw->w = (axp_weight) {
+                .name = "test",
+                .type = type,
+                .n_in = n_in,
+                .n_out = n_out,
+                .row_bytes = rb,
+                .data = tw->raw,
+        };
+}
+
+static void weight_free(test_weight *tw) {
+        axp_cpu_weight_release(&tw->w);
+        free(tw->raw);
+        free(tw->deq);
+}
+
+static float *make_x(int64_t n_in, int n_tok, long ldx) {
+        float *x = calloc((size_t) ldx * n_tok, sizeof(float));
+        for (int t = 0; t < n_tok; t++)
+                for (int64_t i = 0; i < n_in; i++) {
+                        x[t * ldx + i] = gauss() * (1.0f + (float) (t % 3));
+                        if (rnd() % 61 == 0)
+                                x[t * ldx + i] *= 8.0f;
+                        if ((i / 32) % 23 == 5 && t % 4 == 1)
+                                x[t * ldx + i] = 0; /* an all-zero block */
+                }
+        return x;
+}
+
+/* llama.cpp's activation rules, written independently of the kernels. */
+static void ref_act_q8_0(const float *x, int64_t n, float *xq) {
+        for (int64_t b = 0; b < n; b += 32) {
+                float amax = 0;
+                for (int j = 0; j < 32; j++)
+                        amax = fmaxf(amax, fabsf(x[b + j]));
+                float d = axp_f16_to_f32(axp_f32_to_f16(amax / 127.0f));
+                float id = amax != 0 ? 127.0f / amax : 0.0f;
+                for (int j = 0; j < 32; j++)
+                        xq[b + j] = d * nearbyintf(x[b + j] * id);
+        }
+}
+
+static void ref_act_q8_K(const float *x, int64_t n, float *xq) {
+        for (int64_t b = 0; b < n; b += 256) {
+                float amax = 0, max = 0;
+                for (int j = 0; j < 256; j++)
+                        if (fabsf(x[b + j]) > amax) {
+                                amax = fabsf(x[b + j]);
+                                max = x[b + j];
+                        }
+                if (amax == 0) {
+                        memset(xq + b, 0, 256 * sizeof(float));
+                        continue;
+                }
+                float iscale = -127.0f / max, d = 1.0f / iscale;
+                for (int j = 0; j < 256; j++)
+                        xq[b + j] = d * fminf(127.0f, nearbyintf(iscale * x[b + j]));
+        }
+}
+
+static void ref_act(uint32_t type, const float *x, int64_t n, float *xq) {
+        switch (type) {
+        case AXP_TYPE_Q8_0:
+        case AXP_TYPE_Q4_0:
+                ref_act_q8_0(x, n, xq);
+                break;
+        case AXP_TYPE_Q4_K:
+        case AXP_TYPE_Q6_K:
+                ref_act_q8_K(x, n, xq);
+                break;
+        case AXP_TYPE_F16:
+                for (int64_t i = 0; i < n; i++)
+                        xq[i] = axp_f16_to_f32(axp_f32_to_f16(x[i]));
+                break;
+        default:
+                memcpy(xq, x, n * sizeof(float));
+                break;
+        }
+}
+
+typedef struct err_stats {
+        double exact_rel;  /* max |y - exact| / sum |w||x| */
+        double exact_frac; /* max |y - exact| / derived bound */
+        double quant_rel;  /* max |y - yq| / sum |w||xq| */
+} err_stats;
+static err_stats type_err[AXP_TYPE__MAX];
+
+/* y [n_tok][ldy] against both references */
+static void check_product(const test_weight *tw, const float *x, long ldx, int n_tok, const float *y,
+                          long ldy) {
+        int64_t n_in = tw->w.n_in;
+        uint32_t type = tw->w.type;
+        float *xq = malloc(sizeof(float) * n_in);
+        err_stats *es = &type_err[type];
+        int bad = 0;
+        for (int t = 0; t < n_tok; t++) {
+                const float *xt = x + t * ldx;
+                ref_act(type, xt, n_in, xq);
+                for (int64_t r = 0; r < tw->w.n_out; r++) {
+                        const float *w = tw->deq + r * n_in;
+                        double exact = 0, yq = 0, abs_x = 0, abs_xq = 0, bound = 0;
+                        for (int64_t i = 0; i < n_in; i++) {
+                                exact += (double) w[i] * xt[i];
+                                yq += (double) w[i] * xq[i];
+                                abs_x += fabs((double) w[i] * xt[i]);
+                                abs_xq += fabs((double) w[i] * xq[i]);
+                                bound += fabs((double) w[i]) * fabs((double) xt[i] - xq[i]);
+                        }
+                        double got = y[t * ldy + r];
+                        /* float accumulation: a few ulps of the magnitudes summed */
+                        double fl = 2e-6 * abs_xq + 1e-30;
+                        double e_exact = fabs(got - exact), e_q = fabs(got - yq);
+                        if (!(e_exact <= bound + fl) || !(e_q <= fl)) {
+                                if (bad++ < 3)
+                                        fprintf(stderr, "  %s n_in %lld row %lld tok %d: got %.9g exact %.9g (bound %.3g) "
+                                                "quantized-ref %.9g (tol %.3g)\n",
+                                                axp_type_traits_get(type)->name, (long long) n_in, (long long) r, t,
+                                                got, exact, bound + fl, yq, fl);
+                        }
+                        if (abs_x > 0)
+                                es->exact_rel = fmax(es->exact_rel, e_exact / abs_x);
+                        if (bound + fl > 0)
+                                es->exact_frac = fmax(es->exact_frac, e_exact / (bound + fl));
+                        if (abs_xq > 0)
+                                es->quant_rel = fmax(es->quant_rel, e_q / abs_xq);
+                }
+        }
+        CHECK_MSG(bad == 0, "%d outputs out of tolerance", bad);
+        free(xq);
+}
+
+static bool bits_equal(const float *a, const float *b, int n_tok, long ld, int64_t n_out) {
+        for (int t = 0; t < n_tok; t++)
+                if (memcmp(a + t * ld, b + t * ld, n_out * sizeof(float)) != 0)
+                        return false;
+        return true;
+}
+
+static float *run_matmul(axp_pool *pool, const axp_weight *w, const float *x, long ldx, int n_tok,
+                         long ldy) {
+        float *y = malloc(sizeof(float) * ldy * n_tok);
+        for (long i = 0; i < ldy * n_tok; i++)
+                y[i] = NAN;
+        const axp_weight *ws[1] = { w };
+        float *ys[1] = { y };
+        long ldys[1] = { ldy };
+        axp_cpu_matmul(pool, 1, ws, x, ldx, ys, ldys, n_tok);
+        return y;
+}
+
+static axp_pool *pools[4]; /* 1, 2, 3 threads at [1..3] */
+
+static const struct { int n_in, n_out, n_tok; } shapes[] = {
+        { 256, 17, 1 }, { 256, 100, 3 }, { 512, 1, 3 }, { 512, 33, 17 }, { 1024, 64, 64 },
+        { 4096, 48, 3 }, { 1536, 40, 300 }, { 768, 257, 9 },
+};
+
+static bool isa_use(const char *isa) {
+        return axp_cpu_set_isa(isa);
+}
+
+static void test_matmul_types(void) {
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                        uint32_t type = all_types[ti];
+                        for (size_t si = 0; si < ELEMENTSOF(shapes); si++) {
+                                int n_in = shapes[si].n_in, n_out = shapes[si].n_out, n_tok = shapes[si].n_tok;
+                                /* the portable path is slow: keep its biggest shapes for the types
+                                 * whose code differs most */
+                                if (strcmp(all_isas[ii], "generic") == 0 && n_tok == 300 && type == AXP_TYPE_BF16)
+                                        continue;
+                                test_weight tw;
+                                weight_make(&tw, type, n_in, n_out);
+                                long ldx = n_in + 5, ldy = n_out + 3;
+                                float *x = make_x(n_in, n_tok, ldx);
+
+                                float *y1 = run_matmul(pools[1], &tw.w, x, ldx, n_tok, ldy);
+                                check_product(&tw, x, ldx, n_tok, y1, ldy);
+                                float *y2 = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                                CHECK_MSG(bits_equal(y1, y2, n_tok, ldy, n_out), "%s %s: 1 vs 2 threads differ",
+                                          all_isas[ii], axp_type_traits_get(type)->name);
+                                CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
+                                float *y3 = run_matmul(pools[3], &tw.w, x, ldx, n_tok, ldy);
+                                CHECK_MSG(bits_equal(y1, y3, n_tok, ldy, n_out),
+                                          "%s %s: prepared (3 threads) vs unprepared differ", all_isas[ii],
+                                          axp_type_traits_get(type)->name);
+                                /* padding columns of y are never written */
+                                for (int t = 0; t < n_tok; t++)
+                                        for (long c = n_out; c < ldy; c++)
+                                                CHECK(isnan(y3[t * ldy + c]));
+                                free(y1);
+                                free(y2);
+                                free(y3);
+                                free(x);
+                                weight_free(&tw);
+                        }
+                }
+                printf("  %s: max error / sum|w x|: ", all_isas[ii]);
+                for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                        err_stats *e = &type_err[all_types[ti]];
+                        printf("%s %.2g (%.0f%% of bound), vs quantized-activation ref %.2g; ",
+                               axp_type_traits_get(all_types[ti])->name, e->exact_rel, 100 * e->exact_frac,
+                               e->quant_rel);
+                        memset(e, 0, sizeof(*e));
+                }
+                printf("\n");
+        }
+}
+
+/* A token's result does not depend on which other tokens share the call. */
+static void test_matmul_batch_invariant(void) {
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                        test_weight tw;
+                        weight_make(&tw, all_types[ti], 512, 40);
+                        axp_cpu_weight_prepare(&tw.w);
+                        int n_tok = 37;
+                        float *x = make_x(512, n_tok, 512);
+                        float *all = run_matmul(pools[2], &tw.w, x, 512, n_tok, 40);
+                        bool same = true;
+                        for (int t = 0; t < n_tok; t += 5) {
+                                float *one = run_matmul(pools[2], &tw.w, x + t * 512, 512, 1, 40);
+                                same &= memcmp(one, all + t * 40, 40 * sizeof(float)) == 0;
+                                free(one);
+                        }
+                        CHECK_MSG(same, "%s %s: a token alone differs from the same token in a batch",
+                                  all_isas[ii], axp_type_traits_get(all_types[ti])->name);
+                        free(all);
+                        free(x);
+                        weight_free(&tw);
+                }
+        }
+}
+
+/* Q/K/V-style calls: several weights of different types and sizes in one call give what
+ * separate calls give. */
+static void test_matmul_multi(void) {
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                test_weight tw[3];
+                weight_make(&tw[0], AXP_TYPE_Q4_K, 1024, 96);
+                weight_make(&tw[1], AXP_TYPE_Q6_K, 1024, 40);
+                weight_make(&tw[2], AXP_TYPE_Q8_0, 1024, 33);
+                axp_cpu_weight_prepare(&tw[1].w);
+                int n_tok = 20;
+                float *x = make_x(1024, n_tok, 1024);
+                const axp_weight *ws[3] = { &tw[0].w, &tw[1].w, &tw[2].w };
+                float *ys[3];
+                long ldys[3] = { 100, 40, 35 };
+                for (int i = 0; i < 3; i++)
+                        ys[i] = malloc(sizeof(float) * ldys[i] * n_tok);
+                axp_cpu_matmul(pools[2], 3, ws, x, 1024, ys, ldys, n_tok);
+                for (int i = 0; i < 3; i++) {
+                        float *y = run_matmul(pools[1], ws[i], x, 1024, n_tok, ldys[i]);
+                        CHECK_MSG(bits_equal(y, ys[i], n_tok, ldys[i], ws[i]->n_out), "%s weight %d", all_isas[ii], i);
+                        free(y);
+                        free(ys[i]);
+                        weight_free(&tw[i]);
+                }
+                free(x);
+        }
+}
+
+/* Every path quantizes activations to the same bytes as the portable reference, which itself
+ * follows llama.cpp's rule (checked value by value here). */
+static void test_activation_quantization(void) {
+        int64_t k = 1024;
+        float *x = make_x(k, 1, k);
+        x[0] = 0.5f; /* exact halves exercise round-half-even */
+        x[1] = -1.5f;
+        for (int i = 2; i < 32; i++)
+                x[i] = (float) (i % 5) * 0.25f; /* amax 1.0: x*127 has exact .5 values */
+        float *xq = malloc(sizeof(float) * k);
+        for (int kind = AXP_ACT_F16; kind < AXP_ACT__MAX; kind++) {
+                size_t stride = axp_act_stride(kind, k);
+                uint8_t *ref = calloc(1, stride), *got = calloc(1, stride);
+                axp_cpu_ops_generic.quant[kind](x, k, ref);
+                /* the reference bytes decode to the independent rule's values */
+                uint32_t type = kind == AXP_ACT_Q8_0 ? AXP_TYPE_Q8_0 : kind == AXP_ACT_Q8_K ? AXP_TYPE_Q4_K : AXP_TYPE_F16;
+                ref_act(type, x, k, xq);
+                int bad = 0;
+                for (int64_t i = 0; i < k; i++) {
+                        float v;
+                        if (kind == AXP_ACT_Q8_0)
+                                v = act_q8_0_d(ref, i / 32) * act_q8_0_qs(ref, i / 32)[i % 32];
+                        else if (kind == AXP_ACT_Q8_K)
+                                v = act_q8_K_d(ref, i / 256) * act_q8_K_qs(ref, i / 256)[i % 256];
+                        else
+                                v = ((float *) ref)[i];
+                        bad += v != xq[i];
+                }
+                CHECK_MSG(bad == 0, "kind %d: %d values differ from llama.cpp's rule", kind, bad);
+                for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                        if (!isa_use(all_isas[ii]))
+                                continue;
+                        memset(got, 0, stride);
+                        axp_cpu_ops_get()->quant[kind](x, k, got);
+                        CHECK_MSG(memcmp(ref, got, stride) == 0, "%s: activation kind %d differs from the reference",
+                                  all_isas[ii], kind);
+                }
+                free(ref);
+                free(got);
+        }
+        free(xq);
+        free(x);
+}
+
+/* Attention ---------------------------------------------------------------------------------- */
+
+static void ref_attention(const float *q, long ldq, double *out, const float *kf, const float *vf,
+                          int n_q, const int32_t *pos, int n_head, int n_head_kv, int hd, float scale) {
+        int G = n_head / n_head_kv;
+        long ld = (long) n_head_kv * hd;
+        double *s = malloc(sizeof(double) * (pos[n_q - 1] + 1 + 4096));
+        for (int i = 0; i < n_q; i++)
+                for (int h = 0; h < n_head; h++) {
+                        int kvh = h / G;
+                        double m = -INFINITY, l = 0;
+                        for (int t = 0; t <= pos[i]; t++) {
+                                double d = 0;
+                                for (int c = 0; c < hd; c++)
+                                        d += (double) q[i * ldq + h * hd + c] * kf[t * ld + kvh * hd + c];
+                                s[t] = d * scale;
+                                m = fmax(m, s[t]);
+                        }
+                        double *o = out + ((long) i * n_head + h) * hd;
+                        memset(o, 0, sizeof(double) * hd);
+                        for (int t = 0; t <= pos[i]; t++) {
+                                double p = exp(s[t] - m);
+                                l += p;
+                                for (int c = 0; c < hd; c++)
+                                        o[c] += p * vf[t * ld + kvh * hd + c];
+                        }
+                        for (int c = 0; c < hd; c++)
+                                o[c] /= l;
+                }
+        free(s);
+}
+
+typedef struct att_case {
+        int n_q, first_pos, n_head, n_head_kv, hd;
+} att_case;
+
+static void test_attention(void) {
+        static const att_case cases[] = {
+                { 1, 0, 4, 2, 16 },       /* the very first token */
+                { 37, 0, 8, 2, 64 },      /* prefill from the start, GQA 4 */
+                { 20, 250, 4, 4, 64 },    /* a prefill chunk crossing a 256-position boundary */
+                { 300, 0, 4, 1, 32 },     /* GQA 4, many queries */
+                { 1, 1000, 32, 8, 64 },   /* decode, Llama-3.2-1B shape */
+                { 1, 4095, 8, 2, 128 },   /* decode at 4096 */
+                { 3, 600, 6, 3, 80 },     /* few queries, head_dim not a multiple of 16 */
+        };
+        for (int kvt = 0; kvt < 2; kvt++) {
+                uint32_t kv_type = kvt ? AXP_TYPE_F16 : AXP_TYPE_F32;
+                for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
+                        att_case c = cases[ci];
+                        int n_pos = c.first_pos + c.n_q;
+                        long ld = (long) c.n_head_kv * c.hd, ldq = (long) c.n_head * c.hd + 8;
+                        float *kf = malloc(sizeof(float) * n_pos * ld), *vf = malloc(sizeof(float) * n_pos * ld);
+                        void *k = malloc((kvt ? 2 : 4) * n_pos * ld), *v = malloc((kvt ? 2 : 4) * n_pos * ld);
+                        for (long i = 0; i < n_pos * ld; i++) {
+                                kf[i] = gauss() * 1.5f;
+                                vf[i] = gauss();
+                                if (kvt) {
+                                        ((axp_f16 *) k)[i] = axp_f32_to_f16(kf[i]);
+                                        ((axp_f16 *) v)[i] = axp_f32_to_f16(vf[i]);
+                                        kf[i] = axp_f16_to_f32(((axp_f16 *) k)[i]);
+                                        vf[i] = axp_f16_to_f32(((axp_f16 *) v)[i]);
+                                } else {
+                                        ((float *) k)[i] = kf[i];
+                                        ((float *) v)[i] = vf[i];
+                                }
+                        }
+                        float *q = malloc(sizeof(float) * c.n_q * ldq);
+                        for (long i = 0; i < c.n_q * ldq; i++)
+                                q[i] = gauss();
+                        int32_t *pos = malloc(sizeof(int32_t) * c.n_q);
+                        for (int i = 0; i < c.n_q; i++)
+                                pos[i] = c.first_pos + i;
+                        float scale = 1.0f / sqrtf((float) c.hd);
+                        double *ref = malloc(sizeof(double) * c.n_q * c.n_head * c.hd);
+                        ref_attention(q, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, scale);
+
+                        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                                if (!isa_use(all_isas[ii]))
+                                        continue;
+                                float *outs[4] = { 0 };
+                                for (int p = 1; p <= 3; p++) {
+                                        outs[p] = malloc(sizeof(float) * c.n_q * ldq);
+                                        memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
+                                        /* in place: out aliases q */
+                                        axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos,
+                                                          c.n_head, c.n_head_kv, c.hd, scale);
+                                }
+                                double maxe = 0;
+                                for (int i = 0; i < c.n_q; i++)
+                                        for (int h = 0; h < c.n_head * c.hd; h++)
+                                                maxe = fmax(maxe, fabs(outs[1][i * ldq + h] - ref[(long) i * c.n_head * c.hd + h]));
+                                CHECK_MSG(maxe < 2e-5, "%s kv %s case %zu: max error %.3g", all_isas[ii],
+                                          kvt ? "F16" : "F32", ci, maxe);
+                                for (int p = 2; p <= 3; p++)
+                                        CHECK_MSG(memcmp(outs[1], outs[p], sizeof(float) * c.n_q * ldq) == 0,
+                                                  "%s case %zu: %d threads differ from 1", all_isas[ii], ci, p);
+                                /* the last query alone (a decode step) gives the same bits */
+                                float *one = malloc(sizeof(float) * ldq);
+                                axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1,
+                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, scale);
+                                CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
+                                          "%s case %zu: decode differs from prefill", all_isas[ii], ci);
+                                free(one);
+                                for (int p = 1; p <= 3; p++)
+                                        free(outs[p]);
+                        }
+                        free(ref);
+                        free(pos);
+                        free(q);
+                        free(k);
+                        free(v);
+                        free(kf);
+                        free(vf);
+                }
+        }
+}
+
+/* Pool ---------------------------------------------------------------------------------------- */
+
+typedef struct pool_count {
+        int hits[8];
+        int nth_seen;
+} pool_count;
+
+static void count_fn(void *arg, int ith, int nth) {
+        pool_count *c = arg;
+        __atomic_fetch_add(&c->hits[ith], 1, __ATOMIC_RELAXED);
+        c->nth_seen = nth;
+}
+
+/* Threads of this process other than the caller that are running (state R) rather than
+ * sleeping. */
+static int running_threads(void) {
+        int n = 0;
+        char path[320];
+        long self = syscall(SYS_gettid);
+        DIR *d = opendir("/proc/self/task");
+        if (!d)
+                return -1;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+                if (e->d_name[0] == '.' || atol(e->d_name) == self)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+                FILE *f = fopen(path, "r");
+                if (!f)
+                        continue;
+                char buf[512] = "";
+                if (fgets(buf, sizeof(buf), f)) {
+                        const char *p = strrchr(buf, ')');
+                        if (p && p[1] == ' ' && p[2] == 'R')
+                                n++;
+                }
+                fclose(f);
+        }
+        closedir(d);
+        return n;
+}
+
+static void test_pool(void) {
+        for (int p = 1; p <= 3; p++) {
+                pool_count c = { 0 };
+                for (int r = 0; r < 2000; r++)
+                        axp_pool_run(pools[p], count_fn, &c);
+                /* after the workers have gone to sleep, a run still wakes them */
+                struct timespec ts = { 0, 20 * 1000 * 1000 };
+                nanosleep(&ts, NULL);
+                axp_pool_run(pools[p], count_fn, &c);
+                CHECK_EQ_INT(axp_pool_size(pools[p]), p);
+                CHECK_EQ_INT(c.nth_seen, p);
+                for (int i = 0; i < p; i++)
+                        CHECK_EQ_INT(c.hits[i], 2001);
+        }
+        /* an idle pool sleeps: its workers stop spinning well within 100 ms */
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        CHECK_EQ_INT(running_threads(), 0);
+}
+
+int main(void) {
+        for (int p = 1; p <= 3; p++)
+                pools[p] = axp_pool_new(p);
+        printf("paths here:");
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++)
+                if (axp_cpu_set_isa(all_isas[ii]))
+                        printf(" %s", all_isas[ii]);
+        printf("\n");
+        RUN(test_pool);
+        RUN(test_activation_quantization);
+        RUN(test_matmul_types);
+        RUN(test_matmul_batch_invariant);
+        RUN(test_matmul_multi);
+        RUN(test_attention);
+        for (int p = 1; p <= 3; p++)
+                axp_pool_free(pools[p]);
+        TEST_EXIT();
+}

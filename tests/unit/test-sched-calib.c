@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/* Device calibration: the micro-benchmark on the CPU device gives a usable roofline (a
+ * chunk kernel predicted compute-bound, a decode kernel memory-bound, both predictions
+ * finite), and the cache returns what was stored, skips what is damaged and is used instead
+ * of measuring again. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "devices/calib.h"
+#include "mkmodel.h"
+#include "test.h"
+#include "kernels/types.h"
+
+static char dir[] = "/tmp/axp-test-calib-XXXXXX";
+static char model_path[256], cache[256];
+static axp_model *model;
+static axp_device *cpu;
+
+static void test_measure(void) {
+        axp_calib c;
+        axp_heg_shape s;
+        axp_error err = { 0 };
+
+        CHECK(axp_calib_measure(cpu, model, &c, &err) == 0);
+        CHECK(c.P_pk > 1e6 && c.B_pk > 1e6 && c.u_m == 1.0 && c.u_c > 0 && c.I_c > 0);
+        CHECK(c.e_attn > 0 && c.e_attn <= 1);
+        axp_heg_shape_from_model(model, AXP_TYPE_F32, &s);
+        axp_cost chunk = axp_heg_cost(&s, AXP_OP_K3, 256, 1, 0, 0);
+        axp_cost step = axp_heg_cost(&s, AXP_OP_K3, 1, 1, 0, 0);
+        CHECK(isfinite(axp_calib_latency(&c, chunk)) && axp_calib_latency(&c, chunk) > 0);
+        /* the measured anchors sit on the two sides of the roofline's knee */
+        CHECK(!axp_calib_memory_bound(&c, chunk));
+        CHECK(axp_calib_memory_bound(&c, step));
+        CHECK(axp_calib_latency(&c, step) < axp_calib_latency(&c, chunk));
+}
+
+static void test_cache(void) {
+        axp_calib a = { 1e12, 5e10, 0.9, 0.05, 512, 0.2 }, b = { 2e12, 6e10, 0.8, 0.04, 256, 0.3 };
+        axp_calib got;
+        axp_error err = { 0 };
+        char key[512];
+        FILE *f;
+
+        unlink(cache);
+        CHECK(axp_calib_cache_load(cache, "x", &got) == -ENOENT);
+        CHECK(axp_calib_cache_store(cache, "dev:a:Q8_0", &a, &err) == 0);
+        CHECK(axp_calib_cache_store(cache, "dev:b:Q8_0", &b, &err) == 0);
+        CHECK(axp_calib_cache_load(cache, "dev:a:Q8_0", &got) == 0);
+        CHECK_NEAR(got.P_pk, a.P_pk, 1e3);
+        CHECK_NEAR(got.e_attn, a.e_attn, 1e-9);
+        /* replacing a key keeps the others */
+        a.P_pk = 3e12;
+        CHECK(axp_calib_cache_store(cache, "dev:a:Q8_0", &a, &err) == 0);
+        CHECK(axp_calib_cache_load(cache, "dev:a:Q8_0", &got) == 0 && got.P_pk == 3e12);
+        CHECK(axp_calib_cache_load(cache, "dev:b:Q8_0", &got) == 0 && got.P_pk == 2e12);
+        CHECK(axp_calib_cache_store(cache, "bad key", &a, &err) == -EINVAL);
+
+        /* damaged lines are skipped */
+        f = fopen(cache, "a");
+        fputs("dev:c:Q8_0 nan 1 1 1 1 1\ndev:d:Q8_0 1 2\n\x01\x02garbage\n"
+              "dev:e:Q8_0 -1 1 1 1 1 1\n", f);
+        fclose(f);
+        CHECK(axp_calib_cache_load(cache, "dev:c:Q8_0", &got) == -ENOENT);
+        CHECK(axp_calib_cache_load(cache, "dev:d:Q8_0", &got) == -ENOENT);
+        CHECK(axp_calib_cache_load(cache, "dev:e:Q8_0", &got) == -ENOENT);
+        CHECK(axp_calib_cache_load(cache, "dev:b:Q8_0", &got) == 0);
+
+        /* axp_calib_get takes the cached line instead of measuring */
+        axp_calib_key(cpu, model, key, sizeof(key));
+        CHECK(strchr(key, ' ') == NULL);
+        CHECK(axp_calib_cache_store(cache, key, &b, &err) == 0);
+        CHECK(axp_calib_get(cpu, model, cache, &got, &err) == 0);
+        CHECK(memcmp(&got, &b, sizeof(got)) == 0);
+        /* without a cache it measures */
+        CHECK(axp_calib_get(cpu, model, NULL, &got, &err) == 0);
+        CHECK(got.u_m == 1.0);
+        unlink(cache);
+}
+
+int main(void) {
+        axp_mkmodel_params mp;
+        axp_error err = { 0 };
+
+        if (!mkdtemp(dir))
+                TEST_SKIP("cannot make a temporary folder");
+        snprintf(model_path, sizeof(model_path), "%s/model.gguf", dir);
+        snprintf(cache, sizeof(cache), "%s/calib", dir);
+        axp_mkmodel_defaults(&mp);
+        mp.n_embd = 512;
+        mp.n_ff = 1536;
+        mp.n_layer = 4;
+        mp.n_ctx = 1024;
+        mp.path = model_path;
+        if (axp_mkmodel(&mp, &err) < 0 || axp_model_load(model_path, &model, &err) < 0 ||
+            axp_cpu_device_new(2, &cpu, &err) < 0 || cpu->ops->prepare(cpu, model, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        RUN(test_measure);
+        RUN(test_cache);
+        axp_device_free(cpu);
+        axp_model_free(model);
+        unlink(model_path);
+        rmdir(dir);
+        TEST_EXIT();
+}

@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine on the wall clock with a real model: concurrent reactive and proactive requests
+ * each stream exactly the text the synchronous reference driver generates for them alone;
+ * cancel, flows, errors, policies, stats, devices and model reloading behave as engine.h
+ * says. No timing is asserted. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "devices/devices.h"
+#include "engine.h"
+#include "devices/forward.h"
+#include "model/generate.h"
+#include "mkmodel.h"
+#include "model/tokenizer.h"
+#include "test.h"
+#include "kernels/types.h"
+
+static char model_path[256], calib_path[256];
+
+typedef struct result {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        char text[8192];
+        size_t len;
+        bool done;
+        int n_token_calls;
+        axp_finish_reason reason;
+        axp_req_stats st;
+} result;
+
+static void on_token(void *ud, uint64_t id, const char *text, size_t len) {
+        result *r = ud;
+        pthread_mutex_lock(&r->lock);
+        if (r->len + len < sizeof(r->text)) {
+                memcpy(r->text + r->len, text, len);
+                r->len += len;
+        }
+        r->n_token_calls++;
+        pthread_mutex_unlock(&r->lock);
+}
+
+static void on_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
+        result *r = ud;
+        pthread_mutex_lock(&r->lock);
+        r->done = true;
+        r->reason = reason;
+        r->st = *st;
+        pthread_cond_broadcast(&r->cond);
+        pthread_mutex_unlock(&r->lock);
+}
+
+static void result_init(result *r) {
+        memset(r, 0, sizeof(*r));
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->cond, NULL);
+}
+
+static void result_wait(result *r) {
+        pthread_mutex_lock(&r->lock);
+        while (!r->done)
+                pthread_cond_wait(&r->cond, &r->lock);
+        pthread_mutex_unlock(&r->lock);
+}
+
+static axp_request_cbs cbs_for(result *r) {
+        return (axp_request_cbs) { .token = on_token, .finished = on_finished, .userdata = r };
+}
+
+/* The reference: tokenize raw, prefill and decode greedily on a device of our own. */
+static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max_tokens, char *out,
+                        size_t cap) {
+        _cleanup_free_ int32_t *toks = NULL;
+        axp_seq q = { 0 };
+        axp_gen g = { 0 };
+        axp_sampler_params sp;
+        axp_error err = { 0 };
+        size_t len = 0;
+        int n = 0;
+
+        axp_sampler_params_default(&sp);
+        sp.temperature = 0;
+        CHECK(axp_tokenize(m->tok, prompt, strlen(prompt), AXP_TOK_PARSE_SPECIAL | AXP_TOK_ADD_BOS,
+                           &toks, &n, &err) == 0);
+        CHECK(axp_seq_init(&q, m, AXP_TYPE_F32, m->hp.n_ctx_train, n + max_tokens, &err) == 0);
+        CHECK(axp_gen_init(&g, m, &sp, NULL, 0, max_tokens, toks, n, &err) == 0);
+        CHECK(axp_forward_prefill(d, &q, toks, n, 0, &err) == 0);
+        while (!g.done) {
+                int32_t id = axp_gen_next(&g, q.logits);
+                if (g.done)
+                        break;
+                CHECK(axp_forward_decode(d, &(axp_seq *) { &q }, &id, 1, &err) == 0);
+        }
+        axp_gen_finish(&g, AXP_FINISH_LENGTH);
+        len = MIN(g.out_len, cap - 1);
+        memcpy(out, g.out, len);
+        out[len] = 0;
+        axp_gen_free(&g);
+        axp_seq_free(&q);
+        return len;
+}
+
+/* A tiny preemption bound gives the smallest S_chk (16 tokens), so short prompts still split
+ * into static chunks and a dynamic remainder. */
+static bool small_chunks;
+
+static axp_engine *new_engine_on(const char *policy, const char *static_dev, const char *dynamic_dev) {
+        axp_engine_config c;
+        axp_engine *e = NULL;
+        axp_error err = { 0 };
+
+        axp_engine_config_default(&c);
+        c.model_path = model_path;
+        c.policy = policy;
+        c.static_dev = static_dev;
+        c.dynamic_dev = dynamic_dev;
+        if (small_chunks)
+                c.preempt_bound_s = 1e-6;
+        c.n_threads = 2;
+        c.calib_cache = calib_path;
+        if (axp_engine_new(&c, &e, &err) < 0)
+                fprintf(stderr, "engine: %s\n", err.msg);
+        return e;
+}
+
+static axp_engine *new_engine(const char *policy) {
+        return new_engine_on(policy, "auto", "auto");
+}
+
+static void greedy_opts(axp_request_opts *o, int max_tokens) {
+        axp_request_opts_default(o);
+        o->sampling.temperature = 0;
+        o->max_tokens = max_tokens;
+        o->raw = true;
+}
+
+static const char *prompts[4] = {
+        "The model is read from a file that holds its weights and its vocabulary.",
+        "A machine reads text and writes text, one token at a time, until it stops.",
+        "Short.",
+        "Every request waits in a queue until the scheduler gives it a device to run on, "
+        "and then it runs kernel after kernel until its answer is complete.",
+};
+
+/* Reactive and proactive requests at once stream what each generates alone. */
+static void run_concurrent(const char *policy, const char *static_dev, const char *dynamic_dev,
+                           char want[4][8192], int expect_devs) {
+        static result res[4];
+        axp_error err = { 0 };
+        axp_engine *e = new_engine_on(policy, static_dev, dynamic_dev);
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        CHECK(strcmp(axp_engine_policy(e), policy) == 0);
+        for (int i = 0; i < 4; i++) {
+                axp_request_opts o;
+                axp_request_cbs cb = cbs_for(&res[i]);
+                uint64_t id;
+                result_init(&res[i]);
+                greedy_opts(&o, 24);
+                axp_kind kind = i % 2 ? AXP_PROACTIVE : AXP_REACTIVE;
+                CHECK(axp_engine_submit(e, kind, prompts[i], &o, &cb, &id, &err) == 0);
+        }
+        for (int i = 0; i < 4; i++) {
+                result_wait(&res[i]);
+                bool same = res[i].len == strlen(want[i]) && memcmp(res[i].text, want[i], res[i].len) == 0;
+                CHECK_MSG(same, "%s on %s+%s, request %d: '%.*s' vs '%s'", policy, static_dev,
+                          dynamic_dev, i, (int) res[i].len, res[i].text, want[i]);
+                CHECK(res[i].reason == AXP_FINISH_LENGTH || res[i].reason == AXP_FINISH_STOP);
+                CHECK(res[i].st.generated_tokens >= 1 && res[i].st.generated_tokens <= 24);
+                CHECK(res[i].st.queue_wait_s >= 0 && res[i].st.ttft_s <= res[i].st.latency_s);
+                CHECK(res[i].st.prompt_tokens > 0);
+                CHECK(res[i].st.prefill_tokens == res[i].st.prompt_tokens);
+        }
+        axp_device_info info[4];
+        int n = axp_engine_devices(e, info, 4);
+        CHECK_EQ_INT(n, expect_devs);
+        if (n == 1) {
+                CHECK(info[0].role_static && info[0].role_dynamic && info[0].busy_s > 0);
+                CHECK(strcmp(info[0].kind, "cpu") == 0);
+        } else if (n == 2) {
+                /* each role on its own device, and both did work */
+                CHECK(info[0].role_static != info[1].role_static);
+                CHECK(info[0].role_dynamic != info[1].role_dynamic);
+                CHECK(info[0].busy_s > 0 && info[1].busy_s > 0);
+        }
+        axp_engine_free(e);
+}
+
+static void reference_texts(char want[4][8192]) {
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_error err = { 0 };
+
+        CHECK(axp_model_load(model_path, &m, &err) == 0);
+        CHECK(axp_cpu_device_new(1, &d, &err) == 0 && d->ops->prepare(d, m, &err) == 0);
+        for (int i = 0; i < 4; i++)
+                reference(m, d, prompts[i], 24, want[i], sizeof(want[i]));
+        axp_device_free(d);
+        axp_model_free(m);
+}
+
+static void test_concurrent_requests_match_reference(void) {
+        static char want[4][8192];
+        reference_texts(want);
+        run_concurrent("agentxpu", "auto", "auto", want, 1);
+        run_concurrent("fcfs", "auto", "auto", want, 1);
+        run_concurrent("serial", "auto", "auto", want, 1);
+}
+
+/* The static role on the CPU and the dynamic role on OpenCL (PoCL here): the same text as
+ * the CPU alone, under every policy. */
+static void test_roles_on_two_devices(void) {
+        static char want[4][8192];
+        axp_device *probe = NULL;
+        if (axp_device_open("opencl", 1, &probe, NULL) < 0) {
+                printf("  no OpenCL device here: the two-device run is not possible\n");
+                return;
+        }
+        axp_device_free(probe);
+        reference_texts(want);
+        small_chunks = true;
+        run_concurrent("agentxpu", "cpu", "opencl", want, 2);
+        run_concurrent("serial", "cpu", "opencl", want, 2);
+        small_chunks = false;
+}
+
+static void test_cancel_and_errors(void) {
+        axp_engine *e = new_engine("agentxpu");
+        axp_request_opts o;
+        axp_error err = { 0 };
+        static result r;
+        axp_request_cbs cb = cbs_for(&r);
+        uint64_t id, flow;
+
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        result_init(&r);
+        greedy_opts(&o, 400);
+        CHECK(axp_engine_submit(e, AXP_PROACTIVE, prompts[3], &o, &cb, &id, &err) == 0);
+        CHECK(axp_engine_cancel(e, id) == 0);
+        result_wait(&r);
+        CHECK(r.reason == AXP_FINISH_CANCELLED);
+        CHECK(axp_engine_cancel(e, id) == -ENOENT);
+        CHECK(axp_engine_request_info(e, id, NULL, NULL) == -ENOENT);
+
+        o.sampling.temperature = -1;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL);
+        greedy_opts(&o, 4);
+        o.flow = 999;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -ENOENT);
+
+        /* beyond the context (the model holds 1024 positions) */
+        char *big = malloc(40000);
+        for (int i = 0; i < 39999; i++)
+                big[i] = "abcdefghij klmnop"[i % 17];
+        big[39999] = 0;
+        greedy_opts(&o, 4);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, big, &o, &cb, &id, &err) == -E2BIG);
+        free(big);
+
+        /* a flow with a request in flight is busy */
+        static result f1;
+        axp_request_cbs fcb = cbs_for(&f1);
+        result_init(&f1);
+        CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+        greedy_opts(&o, 200);
+        o.flow = flow;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[0], &o, &fcb, &id, &err) == 0);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[1], &o, &cb, &id, &err) == -EBUSY);
+        result_wait(&f1);
+        CHECK(axp_engine_flow_close(e, flow) == 0);
+        CHECK(axp_engine_flow_close(e, flow) == -ENOENT);
+
+        CHECK(axp_engine_set_policy(e, "nonsense", &err) == -EINVAL);
+        CHECK(axp_engine_set_policy(e, "serial", &err) == 0);
+        CHECK(strcmp(axp_engine_policy(e), "serial") == 0);
+        axp_engine_status st;
+        axp_engine_status_get(e, &st);
+        CHECK(st.running == 0 && st.queued_reactive == 0 && st.queued_proactive == 0);
+        axp_engine_free(e);
+
+        /* no model: NoModel */
+        axp_engine_config c;
+        axp_engine_config_default(&c);
+        CHECK(axp_engine_new(&c, &e, &err) == 0);
+        greedy_opts(&o, 4);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -ENOMEDIUM);
+        CHECK(strcmp(axp_engine_model_name(e), "") == 0);
+        /* LoadModel puts one in place */
+        CHECK(axp_engine_load_model(e, model_path, &err) == 0);
+        CHECK(strcmp(axp_engine_model_name(e), "") != 0);
+        result_init(&r);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb, &id, &err) == 0);
+        result_wait(&r);
+        CHECK(r.st.generated_tokens >= 1);
+        CHECK(axp_engine_load_model(e, "/nonexistent/model.gguf", &err) < 0);
+        axp_engine_free(e);
+}
+
+/* Freeing the engine with requests queued and running cancels each one exactly once (a
+ * cancel finishes requests at once, which once left the stop walking freed ones). */
+static void test_free_with_requests_in_flight(void) {
+        enum { N = 12 };
+        static result rs[N];
+        axp_engine *e = new_engine("agentxpu");
+        axp_request_opts o;
+        axp_error err = { 0 };
+
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        greedy_opts(&o, 400);
+        for (int i = 0; i < N; i++) {
+                axp_request_cbs cb = cbs_for(&rs[i]);
+                uint64_t id;
+                result_init(&rs[i]);
+                CHECK(axp_engine_submit(e, i % 3 ? AXP_PROACTIVE : AXP_REACTIVE,
+                                        prompts[i % 4], &o, &cb, &id, &err) == 0);
+        }
+        axp_engine_free(e);
+        for (int i = 0; i < N; i++) {
+                CHECK(rs[i].done);
+                CHECK_MSG(rs[i].reason == AXP_FINISH_CANCELLED || rs[i].reason == AXP_FINISH_LENGTH,
+                          "request %d ended %d", i, (int) rs[i].reason);
+        }
+}
+
+/* A flow keeps its KV cache: the second turn prefills only its own tokens (plus the token
+ * the first answer ended with). */
+static void test_flow_reuses_kv(void) {
+        axp_engine *e = new_engine("agentxpu");
+        axp_request_opts o;
+        axp_error err = { 0 };
+        static result t1, t2, plain;
+        uint64_t flow, id;
+
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+        greedy_opts(&o, 8);
+        o.flow = flow;
+        result_init(&t1);
+        axp_request_cbs cb1 = cbs_for(&t1);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[3], &o, &cb1, &id, &err) == 0);
+        result_wait(&t1);
+        result_init(&t2);
+        axp_request_cbs cb2 = cbs_for(&t2);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb2, &id, &err) == 0);
+        result_wait(&t2);
+        /* the same turn without the flow: BOS and all */
+        result_init(&plain);
+        axp_request_cbs cb3 = cbs_for(&plain);
+        o.flow = 0;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb3, &id, &err) == 0);
+        result_wait(&plain);
+        CHECK(t1.reason != AXP_FINISH_ERROR && t2.reason != AXP_FINISH_ERROR);
+        CHECK(t2.st.prefill_tokens < t1.st.prefill_tokens);
+        /* no BOS on a later turn, but the last answer's token comes first */
+        CHECK_EQ_INT(t2.st.prefill_tokens, plain.st.prefill_tokens);
+        axp_engine_free(e);
+}
+
+int main(void) {
+        char dir[] = "/tmp/axp-test-engine-XXXXXX";
+        axp_mkmodel_params mp;
+        axp_error err = { 0 };
+
+        if (!mkdtemp(dir))
+                TEST_SKIP("cannot make a temporary folder");
+        snprintf(model_path, sizeof(model_path), "%s/model.gguf", dir);
+        snprintf(calib_path, sizeof(calib_path), "%s/calib", dir);
+        axp_mkmodel_defaults(&mp);
+        mp.type = AXP_TYPE_Q8_0;
+        mp.n_ctx = 1024;
+        mp.seed = 11;
+        mp.path = model_path;
+        if (axp_mkmodel(&mp, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        RUN(test_concurrent_requests_match_reference);
+        RUN(test_roles_on_two_devices);
+        RUN(test_cancel_and_errors);
+        RUN(test_free_with_requests_in_flight);
+        RUN(test_flow_reuses_kv);
+        unlink(model_path);
+        unlink(calib_path);
+        rmdir(dir);
+        TEST_EXIT();
+}
