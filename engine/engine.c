@@ -10,7 +10,7 @@
 
 #include "devices/calib.h"
 #include "model/chat.h"
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "engine.h"
 #include "devices/executor.h"
 #include "model/generate.h"
@@ -421,7 +421,8 @@ static int setup_devices(axp_engine *e, axp_error *err) {
                         return r;
 
         /* graphics protection: how busy other processes keep the dynamic role's GPU */
-        if (e->devs[e->dynamic_dev_i]->kind == AXP_DEV_IGPU || e->devs[e->dynamic_dev_i]->kind == AXP_DEV_DGPU)
+        if (axp_device_kind(e->devs[e->dynamic_dev_i]) == AXP_DEV_IGPU ||
+            axp_device_kind(e->devs[e->dynamic_dev_i]) == AXP_DEV_DGPU)
                 if (axp_gpu_telemetry_open("auto", &e->telemetry, NULL) < 0)
                         e->telemetry = NULL;
         return 0;
@@ -456,16 +457,16 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
 
         for (int i = 0; i < e->n_devs; i++) {
                 axp_device *d = e->devs[i];
-                if (d->ops->prepare && (r = d->ops->prepare(d, m, err)) < 0)
+                if ((r = axp_device_prepare(d, m, err)) < 0)
                         return r;
-                r = axp_calib_get(d, m, e->calib_cache, &d->calib, err);
+                r = axp_calib_get(d, m, e->calib_cache, axp_device_calib(d), err);
                 if (r < 0)
                         return r;
                 sd[i] = (axp_sched_device) {
-                        .name = d->name,
-                        .calib = d->calib,
+                        .name = axp_device_name(d),
+                        .calib = *axp_device_calib(d),
                         .warmup_s = 0,
-                        .graphics = d->kind == AXP_DEV_IGPU || d->kind == AXP_DEV_DGPU,
+                        .graphics = axp_device_kind(d) == AXP_DEV_IGPU || axp_device_kind(d) == AXP_DEV_DGPU,
                 };
         }
         axp_sched_config_default(&sc);
@@ -500,8 +501,7 @@ static void teardown_model(axp_engine *e) {
                 f->pending = -1;
         }
         for (int i = 0; i < e->n_devs; i++)
-                if (e->devs[i]->ops->prepare)
-                        (void) e->devs[i]->ops->prepare(e->devs[i], NULL, NULL);
+                (void) axp_device_prepare(e->devs[i], NULL, NULL);
         axp_model_free(e->model);
         e->model = NULL;
 }
@@ -912,12 +912,12 @@ static void api_devices(axp_engine *e, void *arg) {
                 if (e->sched)
                         axp_sched_device_stats(e->sched, i, &st);
                 a->out[i] = (axp_device_info) {
-                        .kind = axp_dev_kind_name(d->kind),
-                        .backend = d->ops && d->ops->backend ? d->ops->backend : "?",
-                        .can_run = d->can_run,
+                        .kind = axp_dev_kind_name(axp_device_kind(d)),
+                        .backend = axp_device_backend(d),
+                        .can_run = axp_device_can_run(d, NULL),
                         .role_static = e->role_static[i],
                         .role_dynamic = e->role_dynamic[i],
-                        .memory_bytes = d->mem_bytes,
+                        .memory_bytes = axp_device_mem_bytes(d),
                         .busy_s = st.busy_s,
                         .prefill_reactive_s = st.prefill_reactive_s,
                         .prefill_proactive_s = st.prefill_proactive_s,
@@ -926,7 +926,7 @@ static void api_devices(axp_engine *e, void *arg) {
                         .steps_reactive = st.steps_reactive,
                         .steps_proactive = st.steps_proactive,
                 };
-                snprintf(a->out[i].name, sizeof(a->out[i].name), "%s", d->name);
+                snprintf(a->out[i].name, sizeof(a->out[i].name), "%s", axp_device_name(d));
         }
 }
 

@@ -23,7 +23,7 @@ static axp_task span_task(axp_seq *q, axp_op op, int layer, axp_variant v, int t
 
 static int run_timed(axp_device *d, const axp_task *t, double *ret_s, axp_error *err) {
         double t0 = axp_now();
-        int r = d->ops->run(d, t, err);
+        int r = axp_device_run(d, t, err);
         if (r < 0)
                 return r;
         *ret_s = axp_now() - t0;
@@ -39,8 +39,8 @@ int axp_calib_measure(axp_device *d, const axp_model *m, axp_calib *ret, axp_err
         double t_c = INFINITY, t_a = INFINITY, t_m = 0, dt;
         axp_task t;
 
-        if (!d->ops || !d->ops->run)
-                return axp_errorf(err, -EINVAL, "device '%s' cannot run kernels", d->name);
+        if (!axp_device_can_run(d, NULL))
+                return axp_errorf(err, -EINVAL, "device '%s' cannot run kernels", axp_device_name(d));
         axp_heg_shape_from_model(m, AXP_TYPE_F32, &shape);
         tokens = malloc(sizeof(int32_t) * n);
         if (!tokens)
@@ -56,10 +56,10 @@ int axp_calib_measure(axp_device *d, const axp_model *m, axp_calib *ret, axp_err
 
         /* compute anchor and attention: layer 0 over n tokens; the best of two runs */
         t = span_task(&q, AXP_OP_EMBED, 0, AXP_VAR_DYNAMIC, 0, n);
-        if ((r = d->ops->run(d, &t, err)) < 0)
+        if ((r = axp_device_run(d, &t, err)) < 0)
                 return r;
         t = span_task(&q, AXP_OP_K1, 0, AXP_VAR_DYNAMIC, 0, n);
-        if ((r = d->ops->run(d, &t, err)) < 0)
+        if ((r = axp_device_run(d, &t, err)) < 0)
                 return r;
         for (int rep = 0; rep < 2; rep++) {
                 t = span_task(&q, AXP_OP_K2, 0, AXP_VAR_DYNAMIC, 0, n);
@@ -78,7 +78,7 @@ int axp_calib_measure(axp_device *d, const axp_model *m, axp_calib *ret, axp_err
         if (r < 0)
                 return r;
         t = span_task(&q, AXP_OP_EMBED, 0, AXP_VAR_DECODE, 0, 1);
-        if ((r = d->ops->run(d, &t, err)) < 0)
+        if ((r = axp_device_run(d, &t, err)) < 0)
                 return r;
         for (int l = 0; l < hp->n_layer; l++) {
                 t = span_task(&q, AXP_OP_K3, l, AXP_VAR_DECODE, 0, 1);
@@ -95,7 +95,7 @@ int axp_calib_measure(axp_device *d, const axp_model *m, axp_calib *ret, axp_err
         double e = (ca.attn_flops / fmax(t_a, 1e-9)) / P;
 
         if (!isfinite(P) || !isfinite(B) || P <= 0 || B <= 0 || !(I_c > 0))
-                return axp_errorf(err, -EIO, "calibrating '%s' gave no usable timings", d->name);
+                return axp_errorf(err, -EIO, "calibrating '%s' gave no usable timings", axp_device_name(d));
         /* B_pk is the best bandwidth seen, so u_m = 1; P_eff = u_c * B_pk * I_c = P */
         *ret = (axp_calib) {
                 .P_pk = P,
@@ -112,8 +112,8 @@ void axp_calib_key(const axp_device *d, const axp_model *m, char *buf, size_t si
         const axp_type_traits *tt = axp_type_traits_get(m->file_type);
         char *p;
 
-        snprintf(buf, size, "%s:%s:%s", d->ops && d->ops->backend ? d->ops->backend : "?",
-                 d->name, tt && tt->name ? tt->name : "?");
+        snprintf(buf, size, "%s:%s:%s", axp_device_backend(d),
+                 axp_device_name(d), tt && tt->name ? tt->name : "?");
         /* one whitespace-free word per key */
         for (p = buf; *p; p++)
                 if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "device.h"
+#include "heg/cost.h"
 #include "heg/heg.h"
 #include "model/model.h"
 

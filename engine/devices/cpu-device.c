@@ -5,7 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "device.h"
+#include "backend.h"
+#include "cpu-device.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/types.h"
@@ -443,9 +444,4 @@ int axp_cpu_device_new(int n_threads, axp_device **ret, axp_error *err) {
         snprintf(d->name, sizeof(d->name), "CPU (%d threads, %s)", axp_pool_size(c->pool), axp_cpu_isa());
         *ret = d;
         return 0;
-}
-
-const char *axp_dev_kind_name(axp_dev_kind k) {
-        static const char *const names[] = { "cpu", "igpu", "dgpu", "npu", "other" };
-        return k <= AXP_DEV_OTHER ? names[k] : "other";
 }

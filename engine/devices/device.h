@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* A compute device behind a small vtable (DESIGN §4). The scheduler never names a backend:
- * it binds devices to roles and hands them HEG tasks. */
+/* A compute device, an opaque handle (DESIGN §4). The scheduler never names a backend: it
+ * binds devices to roles and hands them HEG tasks. Backends implement the ops table of
+ * backend.h. */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "heg/cost.h"
 #include "heg/heg.h"
 #include "model/model.h"
 #include "base/util.h"
@@ -20,36 +22,24 @@ typedef enum axp_dev_kind {
 
 typedef struct axp_device axp_device;
 
-typedef struct axp_device_ops {
-        const char *backend; /* "cpu", "opencl", "levelzero", "sim" */
-        /* Map or upload the model's weights for this device. */
-        int (*prepare)(axp_device *d, axp_model *m, axp_error *err);
-        /* Run one task to completion on the calling thread (the device's executor). */
-        int (*run)(axp_device *d, const axp_task *t, axp_error *err);
-        void (*free)(axp_device *d);
-} axp_device_ops;
-
-struct axp_device {
-        const axp_device_ops *ops;
-        char name[128];
-        axp_dev_kind kind;
-        uint64_t mem_bytes;
-        bool can_run;       /* false: discovered but unable to run our kernels (listed only) */
-        char why_not[160];  /* if !can_run: why */
-        axp_calib calib;
-        void *priv;
-};
-
 const char *axp_dev_kind_name(axp_dev_kind k);
 
-/* The CPU backend: a thread pool of n_threads (0: one per core). */
-int axp_cpu_device_new(int n_threads, axp_device **ret, axp_error *err);
+/* What a caller may know of a device: what its properties say. */
+const char *axp_device_name(const axp_device *d);
+axp_dev_kind axp_device_kind(const axp_device *d);
+const char *axp_device_backend(const axp_device *d); /* "cpu", "opencl", "levelzero", "sim" */
+uint64_t axp_device_mem_bytes(const axp_device *d);
+/* false: discovered but unable to run our kernels (listed only); *ret_why says why. */
+bool axp_device_can_run(const axp_device *d, const char **ret_why);
+/* The device's calibrated roofline, which the cost model and the scheduler use. */
+axp_calib *axp_device_calib(axp_device *d);
 
-static inline void axp_device_free(axp_device *d) {
-        if (d && d->ops && d->ops->free)
-                d->ops->free(d);
-}
+/* Map or upload the model's weights for this device; m NULL releases what was prepared. */
+int axp_device_prepare(axp_device *d, axp_model *m, axp_error *err);
+/* Run one task to completion on the calling thread (the device's executor). */
+int axp_device_run(axp_device *d, const axp_task *t, axp_error *err);
 
+void axp_device_free(axp_device *d);
 static inline void axp_device_freep(axp_device **d) {
         axp_device_free(*d);
 }

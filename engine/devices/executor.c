@@ -151,7 +151,7 @@ static void *executor_main(void *p) {
                 if (!n)
                         return NULL; /* stopped and drained */
 
-                rc = ex->dev->ops->run(ex->dev, &n->task, &err);
+                rc = axp_device_run(ex->dev, &n->task, &err);
                 free(n);
                 /* a completion must reach the scheduler: retry the allocation rather than lose it */
                 while (!(m = calloc(1, sizeof(*m))))
@@ -182,7 +182,7 @@ int axp_executor_new(axp_device *d, int index, axp_mailbox *mb, axp_executor **r
                 pthread_cond_destroy(&ex->cond);
                 pthread_mutex_destroy(&ex->lock);
                 free(ex);
-                return axp_errorf(err, -r, "cannot start a thread for device '%s'", d->name);
+                return axp_errorf(err, -r, "cannot start a thread for device '%s'", axp_device_name(d));
         }
         *ret = ex;
         return 0;

@@ -45,7 +45,7 @@ int axp_forward_prefill(axp_device *d, axp_seq *s, const int32_t *tokens, int n,
         if ((r = axp_prefill_plan(s, chunk, &tasks, &n_tasks, err)) < 0)
                 goto fail;
         for (int i = 0; i < n_tasks; i++)
-                if ((r = d->ops->run(d, &tasks[i], err)) < 0)
+                if ((r = axp_device_run(d, &tasks[i], err)) < 0)
                         goto fail;
         axp_seq_end(s);
         return 0;
@@ -68,18 +68,18 @@ int axp_forward_decode(axp_device *d, axp_seq *const *seqs, const int32_t *token
         }
         const int n_layer = seqs[0]->model->hp.n_layer;
         t.op = AXP_OP_EMBED;
-        if ((r = d->ops->run(d, &t, err)) < 0)
+        if ((r = axp_device_run(d, &t, err)) < 0)
                 goto fail;
         for (int l = 0; l < n_layer; l++) {
                 t.layer = l;
                 for (axp_op op = AXP_OP_K1; op <= AXP_OP_K3; op++) {
                         t.op = op;
-                        if ((r = d->ops->run(d, &t, err)) < 0)
+                        if ((r = axp_device_run(d, &t, err)) < 0)
                                 goto fail;
                 }
         }
         t.op = AXP_OP_HEAD;
-        if ((r = d->ops->run(d, &t, err)) < 0)
+        if ((r = axp_device_run(d, &t, err)) < 0)
                 goto fail;
         for (int i = 0; i < n; i++)
                 axp_seq_end(seqs[i]);

@@ -15,6 +15,7 @@
  * blocks for integer weights, rounded to f16 for F16 weights; kernels/opencl/act.cl), so that
  * the scheduler may give any kernel to either device and get the same tokens. */
 #define CL_TARGET_OPENCL_VERSION 120
+#include "backend.h"
 #include "opencl-device.h"
 
 #include <CL/cl.h>

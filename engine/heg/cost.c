@@ -3,7 +3,7 @@
  * calibrated roofline of the Agent.xpu appendix that turns them into a predicted latency. */
 #include <math.h>
 
-#include "heg.h"
+#include "cost.h"
 #include "kernels/types.h"
 
 static double weight_bytes(const axp_weight *w) {

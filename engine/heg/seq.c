@@ -3,7 +3,7 @@
  * host-unified memory can use it without a copy) and the activations of pending tokens. */
 #include <string.h>
 
-#include "heg.h"
+#include "seq.h"
 #include "kernels/types.h"
 
 static size_t kv_row_bytes(const axp_seq *s) {

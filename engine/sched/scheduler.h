@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "sched/request.h"
+#include "heg/cost.h"
 #include "heg/heg.h"
 
 typedef struct axp_sched axp_sched;

@@ -218,7 +218,7 @@ static int env_issue(void *ud, int dev, const axp_task *t) {
         d->err[0] = 0;
         if (d->real) {
                 axp_error err = { 0 };
-                d->rc = d->real->ops->run(d->real, t, &err);
+                d->rc = axp_device_run(d->real, t, &err);
                 if (d->rc < 0)
                         snprintf(d->err, sizeof(d->err), "%s", err.msg);
         }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "devices/device.h"
+#include "heg/cost.h"
 #include "heg/heg.h"
 #include "sched/scheduler.h"
 

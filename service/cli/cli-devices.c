@@ -9,7 +9,7 @@
 #include "devices/calib.h"
 #include "cli-model.h"
 #include "cli.h"
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "devices/gpu-telemetry.h"
 
 static int usage(FILE *f) {
@@ -56,12 +56,12 @@ static int calibrate(const axp_discovery *d, const char *model, const char *cach
                 if (!e->can_run || !*e->spec)
                         continue;
                 if (axp_device_open(e->spec, 0, &dev, &err) < 0 ||
-                    dev->ops->prepare(dev, m, &err) < 0 ||
+                    axp_device_prepare(dev, m, &err) < 0 ||
                     axp_calib_get(dev, m, cache, &out[i].c, &err) < 0) {
                         snprintf(out[i].err, sizeof(out[i].err), "%.199s", err.msg);
                         continue;
                 }
-                dev->ops->prepare(dev, NULL, NULL);
+                axp_device_prepare(dev, NULL, NULL);
                 out[i].done = true;
         }
         return 0;

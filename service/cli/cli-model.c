@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "model/tokenizer.h"
 
 int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len) {
@@ -43,7 +43,7 @@ int cli_load(const char *path, const char *device, int n_threads, axp_model **re
                 return cli_fail("%s", err.msg);
         if (ret_dev) {
                 if (axp_device_open(device ? device : "cpu", n_threads, &d, &err) < 0 ||
-                    d->ops->prepare(d, m, &err) < 0) {
+                    axp_device_prepare(d, m, &err) < 0) {
                         axp_device_free(d);
                         axp_model_free(m);
                         return cli_fail("%s", err.msg);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "model/model.h"
 #include "devices/opencl-device.h"
 #include "kernels/types.h"
@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
-        printf("%s\n", d->name);
+        printf("%s\n", axp_device_name(d));
         float *x = malloc((size_t) 64 * 8192 * sizeof(float));
         float *y = malloc((size_t) 64 * 8192 * sizeof(float));
         float *wf = malloc((size_t) 2048 * 8192 * sizeof(float));

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "devices/device.h"
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "devices/forward.h"
 #include "model/model.h"
 #include "test.h"
@@ -156,10 +156,10 @@ static void check_model(const tol *tl) {
         CHECK_MSG(axp_model_load(path, &m, &err) == 0, "%s", err.msg);
         if (test_case_failed_)
                 return;
-        CHECK(dev->ops->prepare(dev, m, &err) == 0);
+        CHECK(axp_device_prepare(dev, m, &err) == 0);
         for (size_t i = 0; i < ELEMENTSOF(prompts); i++)
                 check_prompt(m, tl, prompts[i]);
-        dev->ops->prepare(dev, NULL, NULL);
+        axp_device_prepare(dev, NULL, NULL);
         axp_model_free(m);
 }
 
@@ -190,7 +190,7 @@ int main(void) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
-        printf("device: %s\n", dev->name);
+        printf("device: %s\n", axp_device_name(dev));
         RUN(test_f32_model);
         RUN(test_q8_0_model);
         axp_device_free(dev);

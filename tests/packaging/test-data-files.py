@@ -195,7 +195,7 @@ def test_policy_loads():
 
 
 def daemon_keys():
-    src = read(os.path.join(SRC, "service", "engine", "daemon-config.c"))
+    src = read(os.path.join(SRC, "service", "daemon", "daemon-config.c"))
     keys = re.findall(r'\{\s*"(\w+)",\s*"(\w+)",\s*VALUE_', src)
     assert len(keys) > 10, "cannot find the daemon's key table in daemon-config.c"
     return keys
@@ -240,7 +240,7 @@ def test_daemon_accepts_engine_conf():
 def test_polkit_action():
     path = os.path.join(SRC, "data", "org.agentxpu.engine.policy")
     actions = [a.get("id") for a in ET.parse(path).getroot().findall("action")]
-    src = read(os.path.join(SRC, "service", "engine", "admin.h"))
+    src = read(os.path.join(SRC, "service", "daemon", "admin.h"))
     asked = re.findall(r'#define\s+ADMIN_POLKIT_ACTION\s+"([^"]+)"', src)
     assert asked and actions == asked, f"the daemon asks for {asked}, the policy defines {actions}"
     dtd = "/usr/share/polkit-1/policyconfig-1.dtd"

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "devices/levelzero.h"
 #include "test.h"
 
@@ -151,8 +151,8 @@ static void test_bind(void) {
                           err.msg);
                 CHECK_EQ_INT(b.n_devs, 2);
                 CHECK(b.static_dev != b.dynamic_dev);
-                CHECK(strcmp(b.devs[b.static_dev]->ops->backend, "cpu") == 0);
-                CHECK(strcmp(b.devs[b.dynamic_dev]->ops->backend, "opencl") == 0);
+                CHECK(strcmp(axp_device_backend(b.devs[b.static_dev]), "cpu") == 0);
+                CHECK(strcmp(axp_device_backend(b.devs[b.dynamic_dev]), "opencl") == 0);
                 CHECK_MSG(strstr(lb.text, "[opencl:") != NULL, "%s", lb.text);
                 axp_role_binding_clear(&b);
         } else
@@ -162,7 +162,7 @@ static void test_bind(void) {
         lb = (log_buf) { 0 };
         CHECK(axp_roles_bind("npu", "opencl:99", 1, log_to, &lb, &b, &err) == 0);
         CHECK_EQ_INT(b.n_devs, 1);
-        CHECK(strcmp(b.devs[0]->ops->backend, "cpu") == 0);
+        CHECK(strcmp(axp_device_backend(b.devs[0]), "cpu") == 0);
         CHECK_MSG(strstr(lb.text, "fallback for 'npu'") && strstr(lb.text, "no OpenCL device 99"),
                   "%s", lb.text);
         axp_role_binding_clear(&b);

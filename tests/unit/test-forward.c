@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "devices/device.h"
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "devices/forward.h"
 #include "model/model.h"
 #include "ref-forward.h"
@@ -35,7 +35,7 @@ static axp_model *make_model(const char *arch, const char *type, int seed, const
                 fprintf(stderr, "%s\n", err.msg);
                 return NULL;
         }
-        if (dev->ops->prepare(dev, m, &err) < 0) {
+        if (axp_device_prepare(dev, m, &err) < 0) {
                 axp_model_free(m);
                 return NULL;
         }
@@ -44,7 +44,7 @@ static axp_model *make_model(const char *arch, const char *type, int seed, const
 
 /* The device holds prepared copies of the model's weights: it lets go of them first. */
 static void model_done(axp_model *m) {
-        dev->ops->prepare(dev, NULL, NULL);
+        axp_device_prepare(dev, NULL, NULL);
         axp_model_free(m);
 }
 
@@ -158,13 +158,13 @@ static void test_chunked_stop_resume(void) {
         CHECK(n_tasks > 10);
         int half = n_tasks / 2;
         for (int i = 0; i < half; i++)
-                CHECK(dev->ops->run(dev, &tasks[i], &err) == 0);
+                CHECK(axp_device_run(dev, &tasks[i], &err) == 0);
         /* meanwhile: another request's prefill and a decode step */
         CHECK(axp_forward_prefill(dev, &other, b, 20, 5, &err) == 0);
         int32_t next = 11;
         CHECK(axp_forward_decode(dev, &(axp_seq *) { &other }, &next, 1, &err) == 0);
         for (int i = half; i < n_tasks; i++)
-                CHECK(dev->ops->run(dev, &tasks[i], &err) == 0);
+                CHECK(axp_device_run(dev, &tasks[i], &err) == 0);
         axp_seq_end(&chunked);
         free(tasks);
 
@@ -279,7 +279,7 @@ int main(void) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
-        printf("device: %s\n", dev->name);
+        printf("device: %s\n", axp_device_name(dev));
         RUN(test_types_llama);
         RUN(test_archs);
         RUN(test_chunked_stop_resume);

@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "devices/devices.h"
+#include "devices/discovery.h"
+#include "devices/cpu-device.h"
 #include "devices/forward.h"
 #include "model/model.h"
 #include "test.h"
@@ -30,7 +31,7 @@ static axp_model *make_model(const char *type, int seed) {
         axp_error err = { 0 };
         if (axp_model_load(path, &m, &err) < 0)
                 return NULL;
-        if (cpu->ops->prepare(cpu, m, &err) < 0 || ocl->ops->prepare(ocl, m, &err) < 0) {
+        if (axp_device_prepare(cpu, m, &err) < 0 || axp_device_prepare(ocl, m, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 axp_model_free(m);
                 return NULL;
@@ -79,7 +80,7 @@ typedef struct batch {
 static void *run_batch(void *arg) {
         batch *b = arg;
         for (int i = 0; i < b->n && b->rc == 0; i++)
-                b->rc = cpu->ops->run(cpu, &b->tasks[i], &b->err);
+                b->rc = axp_device_run(cpu, &b->tasks[i], &b->err);
         return NULL;
 }
 
@@ -100,7 +101,7 @@ static int prefill_mixed(axp_seq *s, const int32_t *toks, int n, int chunk, bool
                         j++;
                 if (!concurrent) {
                         for (int k = i; k < j && r == 0; k++)
-                                r = role_of(&tasks[k])->ops->run(role_of(&tasks[k]), &tasks[k],
+                                r = axp_device_run(role_of(&tasks[k]), &tasks[k],
                                                                  err);
                 } else {
                         batch b = { .tasks = tasks + i };
@@ -111,7 +112,7 @@ static int prefill_mixed(axp_seq *s, const int32_t *toks, int n, int chunk, bool
                         pthread_t th;
                         pthread_create(&th, NULL, run_batch, &b);
                         for (; k < j && r == 0; k++)
-                                r = ocl->ops->run(ocl, &tasks[k], err);
+                                r = axp_device_run(ocl, &tasks[k], err);
                         pthread_join(th, NULL);
                         if (r == 0 && b.rc < 0) {
                                 r = b.rc;
@@ -172,8 +173,8 @@ static void check_mixed(const char *type, uint32_t kv_type, bool concurrent, dou
         CHECK_EQ_INT(a.n_past, b.n_past);
         axp_seq_free(&a);
         axp_seq_free(&b);
-        cpu->ops->prepare(cpu, NULL, NULL);
-        ocl->ops->prepare(ocl, NULL, NULL);
+        axp_device_prepare(cpu, NULL, NULL);
+        axp_device_prepare(ocl, NULL, NULL);
         axp_model_free(m);
 }
 
@@ -213,7 +214,7 @@ int main(void) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
-        printf("static role: %s; dynamic role: %s\n", cpu->name, ocl->name);
+        printf("static role: %s; dynamic role: %s\n", axp_device_name(cpu), axp_device_name(ocl));
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/axp-test-mixed-XXXXXX");
         if (!mkdtemp(tmpdir))
                 return 1;

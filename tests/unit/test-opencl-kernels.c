@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
-#include "devices/devices.h"
+#include "devices/discovery.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "devices/opencl-device.h"
@@ -248,7 +248,7 @@ int main(void) {
                 return 1;
         }
         pool = axp_pool_new(1);
-        printf("%s; CPU path %s\n", ocl->name, axp_cpu_isa());
+        printf("%s; CPU path %s\n", axp_device_name(ocl), axp_cpu_isa());
         RUN(test_activations_bit_exact);
         RUN(test_products_match_cpu);
         axp_pool_free(pool);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "devices/calib.h"
+#include "devices/cpu-device.h"
 #include "mkmodel.h"
 #include "test.h"
 #include "kernels/types.h"
@@ -94,7 +95,7 @@ int main(void) {
         mp.n_ctx = 1024;
         mp.path = model_path;
         if (axp_mkmodel(&mp, &err) < 0 || axp_model_load(model_path, &model, &err) < 0 ||
-            axp_cpu_device_new(2, &cpu, &err) < 0 || cpu->ops->prepare(cpu, model, &err) < 0) {
+            axp_cpu_device_new(2, &cpu, &err) < 0 || axp_device_prepare(cpu, model, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }

@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "devices/devices.h"
+#include "devices/discovery.h"
+#include "devices/cpu-device.h"
 #include "devices/forward.h"
 #include "devices/gpu-telemetry.h"
 #include "mkmodel.h"
@@ -346,17 +347,17 @@ int main(void) {
         mp.path = path;
         int r = 0;
         if (axp_mkmodel(&mp, &err) < 0 || axp_model_load(path, &model, &err) < 0 ||
-            axp_cpu_device_new(2, &cpu, &err) < 0 || cpu->ops->prepare(cpu, model, &err) < 0)
+            axp_cpu_device_new(2, &cpu, &err) < 0 || axp_device_prepare(cpu, model, &err) < 0)
                 r = -EIO;
         else if ((r = axp_device_open("opencl", 2, &ocl, &err)) == 0)
-                r = ocl->ops->prepare(ocl, model, &err);
+                r = axp_device_prepare(ocl, model, &err);
         if (r == -ENODEV)
                 printf("SKIP test_roles_with_preemption: %s\n", err.msg);
         else if (r < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 test_failures_++;
         } else {
-                printf("static role: %s; dynamic role: %s\n", cpu->name, ocl->name);
+                printf("static role: %s; dynamic role: %s\n", axp_device_name(cpu), axp_device_name(ocl));
                 RUN(test_roles_with_preemption);
         }
         axp_device_free(ocl);

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "devices/devices.h"
+#include "devices/discovery.h"
+#include "devices/cpu-device.h"
 #include "engine.h"
 #include "devices/forward.h"
 #include "model/generate.h"
@@ -194,7 +195,7 @@ static void reference_texts(char want[4][8192]) {
         axp_error err = { 0 };
 
         CHECK(axp_model_load(model_path, &m, &err) == 0);
-        CHECK(axp_cpu_device_new(1, &d, &err) == 0 && d->ops->prepare(d, m, &err) == 0);
+        CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
         for (int i = 0; i < 4; i++)
                 reference(m, d, prompts[i], 24, want[i], sizeof(want[i]));
         axp_device_free(d);

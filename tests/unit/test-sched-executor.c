@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "devices/backend.h" /* this test implements a device backend of its own */
 #include "devices/executor.h"
 #include "test.h"
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "devices/device.h"
+#include "devices/cpu-device.h"
 #include "mkmodel.h"
 #include "sim/sim.h"
 #include "test.h"
@@ -254,7 +255,7 @@ int main(void) {
         mp.seed = 7;
         mp.path = path;
         if (axp_mkmodel(&mp, &err) < 0 || axp_model_load(path, &model, &err) < 0 ||
-            axp_cpu_device_new(2, &cpu, &err) < 0 || cpu->ops->prepare(cpu, model, &err) < 0) {
+            axp_cpu_device_new(2, &cpu, &err) < 0 || axp_device_prepare(cpu, model, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Discovery over every backend, device specs, and role binding with the fallbacks of
  * DESIGN §4: a role whose device cannot run our kernels goes to the CPU, and says so. */
-#include "devices.h"
+#include "discovery.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/kernels.h"
 #ifdef HAVE_OPENCL
+#include "cpu-device.h"
 #include "opencl-device.h"
 #endif
 #ifdef HAVE_LEVELZERO
