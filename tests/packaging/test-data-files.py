@@ -22,9 +22,9 @@ BUILD = os.environ.get("AXP_BUILD_DIR", os.path.join(SRC, "build"))
 DATA = os.path.join(BUILD, "data")
 MAN = os.path.join(BUILD, "man")
 ENGINE_EXEC = os.environ.get("AXP_ENGINE_EXEC", "")
-DAEMON = os.environ.get("AXP_ENGINE_DAEMON", os.path.join(BUILD, "service", "engine", "agentxpu-engine"))
-CLI = os.environ.get("AXP_CLI", os.path.join(BUILD, "service", "agentxpu"))
-MONITOR = os.environ.get("AXP_MONITOR", os.path.join(BUILD, "service", "agentxpu-monitor"))
+DAEMON = os.environ.get("AXP_ENGINE_DAEMON", os.path.join(BUILD, "service", "daemon", "agentxpu-engine"))
+CLI = os.environ.get("AXP_CLI", os.path.join(BUILD, "service", "cli", "agentxpu"))
+MONITOR = os.environ.get("AXP_MONITOR", os.path.join(BUILD, "service", "monitor", "agentxpu-monitor"))
 
 NAME = "org.agentxpu.Engine"
 USER = "agentxpu"
