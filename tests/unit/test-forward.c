@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The HEG kernels on the CPU against the double-precision reference (ref-forward.c), for
+/* The HEG kernels on the CPU against the double-precision reference (model/reference.c), for
  * every tensor type and architecture; whole versus chunked prefill with a stop, another
  * request, and a resume in the middle; single versus batched decode. */
 #include <math.h>
@@ -11,7 +11,7 @@
 #include "devices/discovery.h"
 #include "devices/forward.h"
 #include "model/model.h"
-#include "ref-forward.h"
+#include "model/reference.h"
 #include "test.h"
 #include "kernels/types.h"
 
@@ -99,11 +99,15 @@ static void check_against_reference(const char *arch, const char *type) {
         const int nv = m->hp.n_vocab, n = N_PROMPT + N_DECODE;
         int32_t toks[N_PROMPT + N_DECODE];
         prompt_tokens(m, toks, n, 99);
-        double *ref;
-        ref_forward(m, toks, n, &ref);
+        axp_error err = { 0 };
+        double *ref = NULL; /* the reference's logits of every position */
+        CHECK_MSG(axp_ref_logits(m, toks, n, 0, &ref, &err) == 0, "%s", err.msg);
+        if (!ref) {
+                model_done(m);
+                return;
+        }
 
         axp_seq s;
-        axp_error err = { 0 };
         CHECK(axp_seq_init(&s, m, AXP_TYPE_F32, 256, 16, &err) == 0);
         CHECK_MSG(axp_forward_prefill(dev, &s, toks, N_PROMPT, 0, &err) == 0, "%s", err.msg);
         double worst = rel_err(s.logits, ref + (size_t) (N_PROMPT - 1) * nv, nv);
