@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "unicode.h"
 
 /* Token attributes as llama.cpp keeps them: a bit set, since text detection adds CONTROL to
@@ -1396,58 +1397,30 @@ void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special) {
 
 static const char replacement[3] = { '\xef', '\xbf', '\xbd' };
 
-/* Expected length of a sequence starting with lead byte b, 0 if b cannot start one. */
-static size_t lead_len(uint8_t b) {
-        if (b < 0x80)
-                return 1;
-        if (b >= 0xc2 && b <= 0xdf)
-                return 2;
-        if (b >= 0xe0 && b <= 0xef)
-                return 3;
-        if (b >= 0xf0 && b <= 0xf4)
-                return 4;
-        return 0;
-}
-
-/* Whether b may follow the pending bytes of a character (RFC 3629 ranges). */
-static bool continues(const axp_detok *d, uint8_t b) {
-        uint8_t lo = 0x80, hi = 0xbf, lead = d->pend[0];
-        if (d->n_pend == 1) {
-                if (lead == 0xe0)
-                        lo = 0xa0;
-                else if (lead == 0xed)
-                        hi = 0x9f;
-                else if (lead == 0xf0)
-                        lo = 0x90;
-                else if (lead == 0xf4)
-                        hi = 0x8f;
-        }
-        return b >= lo && b <= hi;
-}
-
 static int detok_byte(axp_detok *d, uint8_t b, char **out, size_t *out_len, size_t *out_cap) {
         int r;
 
         if (d->n_pend > 0) {
-                if (continues(d, b)) {
-                        d->pend[d->n_pend++] = b;
-                        if ((size_t) d->n_pend < lead_len((uint8_t) d->pend[0]))
-                                return 0;
-                        r = axp_strbuf_append(out, out_len, out_cap, d->pend, d->n_pend);
+                size_t n = (size_t) d->n_pend + 1;
+                d->pend[d->n_pend] = (char) b;
+                if (axp_utf8_char_len(d->pend, n) == n) {
                         d->n_pend = 0;
-                        return r;
+                        return axp_strbuf_append(out, out_len, out_cap, d->pend, n);
+                }
+                if (axp_utf8_char_cut(d->pend, n)) {
+                        d->n_pend++;
+                        return 0;
                 }
                 /* the pending bytes can never complete */
                 d->n_pend = 0;
                 if ((r = axp_strbuf_append(out, out_len, out_cap, replacement, 3)) < 0)
                         return r;
         }
-        size_t n = lead_len(b);
-        if (n == 1)
+        if (b < 0x80)
                 return axp_strbuf_append(out, out_len, out_cap, &b, 1);
-        if (n == 0)
+        d->pend[0] = (char) b;
+        if (!axp_utf8_char_cut(d->pend, 1))
                 return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
-        d->pend[0] = b;
         d->n_pend = 1;
         return 0;
 }

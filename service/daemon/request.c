@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "common/bus-common.h"
 #include "client.h"
 #include "flow.h"
@@ -129,8 +130,8 @@ int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, co
                 return r;
         if (with_error) {
                 /* The engine's message is ours to pass on only if it is valid text. */
-                const char *e = axp_utf8_valid(st->error, strlen(st->error)) ? st->error
-                                                                             : "internal error";
+                const char *e = axp_utf8_valid(st->error, strlen(st->error), NULL) ? st->error
+                                                                                   : "internal error";
                 r = sd_bus_message_append(m, "{sv}", "error", "s", e);
                 if (r < 0)
                         return r;
@@ -202,7 +203,7 @@ void request_on_token(Request *r, const char *text, size_t len) {
 
         if (r->finished || !r->client || len == 0)
                 return;
-        if (!axp_utf8_valid(text, len) || strlen(text) != len) {
+        if (!axp_utf8_valid(text, len, NULL) || strlen(text) != len) {
                 log_warning("Engine produced a token for %s that is not UTF-8 text, dropping it", r->path);
                 return;
         }
@@ -236,7 +237,7 @@ static void request_reply_complete(Request *r) {
                 break;
         case AXP_FINISH_ERROR:
                 k = sd_bus_reply_method_errorf(call, SD_BUS_ERROR_FAILED, "Generation failed: %s",
-                                               axp_utf8_valid(r->stats.error, strlen(r->stats.error))
+                                               axp_utf8_valid(r->stats.error, strlen(r->stats.error), NULL)
                                                        ? r->stats.error : "internal error");
                 break;
         default:

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+#include "utf8.h"
+
+#include <stdint.h>
+
+/* How many of the bytes of s[0..len) (len >= 1) agree with a well-formed character, and in
+ * *ret_need the length of that character (0 if s[0] cannot start one). The second byte's
+ * range rules out overlong forms (E0, F0), surrogates (ED) and code points past U+10FFFF
+ * (F4); C0, C1 and F5..FF never start one. */
+static size_t prefix(const uint8_t *s, size_t len, size_t *ret_need) {
+        uint8_t b0 = s[0], lo = 0x80, hi = 0xbf;
+        size_t n, i;
+
+        if (b0 < 0x80)
+                n = 1;
+        else if (b0 >= 0xc2 && b0 <= 0xdf)
+                n = 2;
+        else if (b0 >= 0xe0 && b0 <= 0xef)
+                n = 3;
+        else if (b0 >= 0xf0 && b0 <= 0xf4)
+                n = 4;
+        else {
+                *ret_need = 0;
+                return 0;
+        }
+        if (b0 == 0xe0)
+                lo = 0xa0;
+        else if (b0 == 0xed)
+                hi = 0x9f;
+        else if (b0 == 0xf0)
+                lo = 0x90;
+        else if (b0 == 0xf4)
+                hi = 0x8f;
+        for (i = 1; i < n && i < len; i++) {
+                if (s[i] < lo || s[i] > hi)
+                        break;
+                lo = 0x80;
+                hi = 0xbf;
+        }
+        *ret_need = n;
+        return i;
+}
+
+size_t axp_utf8_char_len(const char *s, size_t len) {
+        size_t need, k;
+
+        if (len == 0)
+                return 0;
+        k = prefix((const uint8_t *) s, len, &need);
+        return need > 0 && k == need ? need : 0;
+}
+
+bool axp_utf8_char_cut(const char *s, size_t len) {
+        size_t need, k;
+
+        if (len == 0)
+                return false;
+        k = prefix((const uint8_t *) s, len, &need);
+        return k == len && len < need;
+}
+
+bool axp_utf8_valid(const char *s, size_t len, size_t *ret_bad) {
+        size_t i = 0, n;
+
+        while (i < len) {
+                /* ASCII runs are most of what passes here */
+                if ((unsigned char) s[i] < 0x80) {
+                        i++;
+                        continue;
+                }
+                n = axp_utf8_char_len(s + i, len - i);
+                if (n == 0) {
+                        if (ret_bad)
+                                *ret_bad = i;
+                        return false;
+                }
+                i += n;
+        }
+        return true;
+}

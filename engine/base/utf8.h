@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/* Well-formed UTF-8 (RFC 3629): no overlong forms, no UTF-16 surrogates (U+D800..U+DFFF),
+ * nothing past U+10FFFF. The one place that decides it; the tokenizer's lenient decoding
+ * (engine/model/unicode.h) is a different thing on purpose. A NUL byte is a character like
+ * any other: the lengths decide. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The length (1..4) of the well-formed character at the start of s[0..len), or 0 if the
+ * bytes there are not one (0 too when len is 0). */
+size_t axp_utf8_char_len(const char *s, size_t len);
+
+/* Whether s[0..len) (len 1..3) is the beginning of a well-formed character that was cut
+ * short: more bytes could complete it. What a read that stops mid-character ends with. */
+bool axp_utf8_char_cut(const char *s, size_t len);
+
+/* Whether all of s[0..len) is well-formed UTF-8. When it is not and ret_bad is not NULL,
+ * *ret_bad is the offset of the first byte that is not part of a well-formed character. */
+bool axp_utf8_valid(const char *s, size_t len, size_t *ret_bad);
