@@ -57,29 +57,6 @@ static int hex4(parser *ps, uint32_t *ret) {
         return 0;
 }
 
-static size_t put_utf8(char *out, uint32_t cp) {
-        if (cp < 0x80) {
-                out[0] = (char) cp;
-                return 1;
-        }
-        if (cp < 0x800) {
-                out[0] = (char) (0xC0 | (cp >> 6));
-                out[1] = (char) (0x80 | (cp & 0x3F));
-                return 2;
-        }
-        if (cp < 0x10000) {
-                out[0] = (char) (0xE0 | (cp >> 12));
-                out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-                out[2] = (char) (0x80 | (cp & 0x3F));
-                return 3;
-        }
-        out[0] = (char) (0xF0 | (cp >> 18));
-        out[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
-        out[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
-        out[3] = (char) (0x80 | (cp & 0x3F));
-        return 4;
-}
-
 static int parse_string(parser *ps, char **ret) {
         /* The unescaped text is never longer than the escaped one. */
         const char *start = ++ps->p;
@@ -141,7 +118,7 @@ static int parse_string(parser *ps, char **ret) {
                                 return fail(ps, "\\u0000 in string");
                         /* A \uXXXX escape (6 bytes) never expands beyond 3 bytes, a pair
                          * (12 bytes) never beyond 4: the buffer bound holds. */
-                        o += put_utf8(out + o, cp);
+                        o += axp_utf8_encode(cp, (uint8_t *) out + o);
                         break;
                 }
                 default:

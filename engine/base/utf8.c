@@ -78,3 +78,26 @@ bool axp_utf8_valid(const char *s, size_t len, size_t *ret_bad) {
         }
         return true;
 }
+
+size_t axp_utf8_encode(uint32_t cp, uint8_t out[4]) {
+        if (cp < 0x80) {
+                out[0] = cp;
+                return 1;
+        }
+        if (cp < 0x800) {
+                out[0] = 0xc0 | cp >> 6;
+                out[1] = 0x80 | (cp & 0x3f);
+                return 2;
+        }
+        if (cp < 0x10000) {
+                out[0] = 0xe0 | cp >> 12;
+                out[1] = 0x80 | (cp >> 6 & 0x3f);
+                out[2] = 0x80 | (cp & 0x3f);
+                return 3;
+        }
+        out[0] = 0xf0 | (cp >> 18 & 0x07);
+        out[1] = 0x80 | (cp >> 12 & 0x3f);
+        out[2] = 0x80 | (cp >> 6 & 0x3f);
+        out[3] = 0x80 | (cp & 0x3f);
+        return 4;
+}

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The length (1..4) of the well-formed character at the start of s[0..len), or 0 if the
  * bytes there are not one (0 too when len is 0). */
@@ -19,3 +20,7 @@ bool axp_utf8_char_cut(const char *s, size_t len);
 /* Whether all of s[0..len) is well-formed UTF-8. When it is not and ret_bad is not NULL,
  * *ret_bad is the offset of the first byte that is not part of a well-formed character. */
 bool axp_utf8_valid(const char *s, size_t len, size_t *ret_bad);
+
+/* Encode a code point (<= U+10FFFF, not a surrogate, for well-formed output); returns the
+ * number of bytes written (1..4). */
+size_t axp_utf8_encode(uint32_t cp, uint8_t out[4]);

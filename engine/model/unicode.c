@@ -40,29 +40,6 @@ bad:
         return 0xfffd;
 }
 
-size_t axp_utf8_encode(uint32_t cpt, uint8_t out[4]) {
-        if (cpt < 0x80) {
-                out[0] = cpt;
-                return 1;
-        }
-        if (cpt < 0x800) {
-                out[0] = 0xc0 | cpt >> 6;
-                out[1] = 0x80 | (cpt & 0x3f);
-                return 2;
-        }
-        if (cpt < 0x10000) {
-                out[0] = 0xe0 | cpt >> 12;
-                out[1] = 0x80 | (cpt >> 6 & 0x3f);
-                out[2] = 0x80 | (cpt & 0x3f);
-                return 3;
-        }
-        out[0] = 0xf0 | (cpt >> 18 & 0x07);
-        out[1] = 0x80 | (cpt >> 12 & 0x3f);
-        out[2] = 0x80 | (cpt >> 6 & 0x3f);
-        out[3] = 0x80 | (cpt & 0x3f);
-        return 4;
-}
-
 int axp_pieces_push(axp_pieces *p, size_t len) {
         if (p->n == p->cap) {
                 size_t cap = p->cap ? p->cap * 2 : 64;

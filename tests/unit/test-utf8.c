@@ -35,21 +35,6 @@ static size_t ref_char_len(const uint8_t *s, size_t len) {
         return n;
 }
 
-static size_t enc(uint32_t cp, uint8_t out[4]) {
-        if (cp < 0x80)
-                return out[0] = (uint8_t) cp, 1;
-        if (cp < 0x800)
-                return out[0] = (uint8_t) (0xc0 | cp >> 6), out[1] = (uint8_t) (0x80 | (cp & 0x3f)), 2;
-        if (cp < 0x10000)
-                return out[0] = (uint8_t) (0xe0 | cp >> 12), out[1] = (uint8_t) (0x80 | (cp >> 6 & 0x3f)),
-                       out[2] = (uint8_t) (0x80 | (cp & 0x3f)), 3;
-        out[0] = (uint8_t) (0xf0 | cp >> 18);
-        out[1] = (uint8_t) (0x80 | (cp >> 12 & 0x3f));
-        out[2] = (uint8_t) (0x80 | (cp >> 6 & 0x3f));
-        out[3] = (uint8_t) (0x80 | (cp & 0x3f));
-        return 4;
-}
-
 static void test_char_len_cases(void) {
         static const struct {
                 const char *s;
@@ -167,7 +152,7 @@ static void test_char_cut(void) {
 
         /* every proper beginning of every character is a cut one ... */
         for (uint32_t cp = 0x80; cp <= 0x10ffff; cp++) {
-                size_t n = enc(cp, s);
+                size_t n = axp_utf8_encode(cp, s);
                 if (cp >= 0xd800 && cp <= 0xdfff)
                         continue;
                 for (size_t k = 1; k < n; k++)
@@ -229,6 +214,25 @@ static void test_valid(void) {
         CHECK(!axp_utf8_valid("\xc3\xa9", 1, NULL));
 }
 
+/* Every code point encodes to a well-formed character of the length RFC 3629 gives it, and
+ * back to itself. */
+static void test_encode(void) {
+        size_t bad = 0;
+
+        for (uint32_t cp = 0; cp <= 0x10ffff; cp++) {
+                uint8_t s[4];
+                size_t n = axp_utf8_encode(cp, s), want = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+                uint32_t back = n == 1 ? s[0] : (uint32_t) (s[0] & (0x7f >> n));
+                for (size_t i = 1; i < n; i++)
+                        back = back << 6 | (s[i] & 0x3f);
+                if (cp >= 0xd800 && cp <= 0xdfff)
+                        bad += n != 3 || back != cp || axp_utf8_char_len((char *) s, n) != 0;
+                else
+                        bad += n != want || back != cp || axp_utf8_char_len((char *) s, n) != n;
+        }
+        CHECK_EQ_INT(bad, 0);
+}
+
 /* The JSON writer and reader in base both stand on the same check. */
 static void test_json_uses_it(void) {
         char *out = NULL;
@@ -247,6 +251,7 @@ int main(void) {
         RUN(test_char_len_exhaustive);
         RUN(test_char_cut);
         RUN(test_valid);
+        RUN(test_encode);
         RUN(test_json_uses_it);
         TEST_EXIT();
 }
