@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/parse.h"
 #include "kernels/cpu/kernels.h"
 #ifdef HAVE_OPENCL
 #include "cpu-device.h"
@@ -164,13 +165,10 @@ static int spec_parse(const char *s, spec_kind *ret_kind, int *ret_index, axp_er
         else if (strcmp(s, "opencl") == 0)
                 *ret_kind = SPEC_OPENCL;
         else if (strncmp(s, "opencl:", 7) == 0) {
-                char *end;
-                long v = strtol(s + 7, &end, 10);
-                if (end == s + 7 || *end || v < 0 || v > 1000)
+                if (axp_parse_int(s + 7, 0, 1000, ret_index) < 0)
                         return axp_errorf(err, -EINVAL,
                                           "device '%s': want opencl:N with N a device number", s);
                 *ret_kind = SPEC_OPENCL;
-                *ret_index = (int) v;
         } else
                 return axp_errorf(err, -EINVAL,
                                   "unknown device '%s' (cpu, opencl, opencl:N, npu or auto)", s);

@@ -391,7 +391,7 @@ int cli_bench(int argc, char **argv) {
         double drain_s = 600;
         bool json = false;
         int c, n_names = 0, n = 0, r = 0;
-        long l;
+        int l;
 
         axp_engine_config_default(&ec);
         optind = 1;
@@ -419,7 +419,7 @@ int cli_bench(int argc, char **argv) {
                                 return 2;
                         break;
                 case O_SEED:
-                        if (!cli_int("--seed", optarg, 0, 0x7fffffffL, &l))
+                        if (!cli_int("--seed", optarg, 0, INT32_MAX, &l))
                                 return 2;
                         tp.seed = (uint64_t) l;
                         break;
@@ -427,9 +427,8 @@ int cli_bench(int argc, char **argv) {
                         policy = optarg;
                         break;
                 case O_THREADS:
-                        if (!cli_int("--threads", optarg, 1, 1024, &l))
+                        if (!cli_int("--threads", optarg, 1, 1024, &ec.n_threads))
                                 return 2;
-                        ec.n_threads = (int) l;
                         break;
                 case O_STATIC:
                         ec.static_dev = optarg;
@@ -442,9 +441,8 @@ int cli_bench(int argc, char **argv) {
                                 return 2;
                         break;
                 case O_BCAP:
-                        if (!cli_int("--b-cap", optarg, 0, 32, &l))
+                        if (!cli_int("--b-cap", optarg, 0, 32, &ec.b_cap))
                                 return 2;
-                        ec.b_cap = (int) l;
                         break;
                 case O_SLACK:
                         if (!cli_double("--piggyback-slack", optarg, 0, 10, &ec.piggyback_slack))

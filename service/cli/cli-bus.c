@@ -14,6 +14,7 @@
 
 #include "common/bus-common.h"
 #include "cli.h"
+#include "base/parse.h"
 #include "base/util.h"
 
 #define MAX_STOP 16
@@ -87,32 +88,6 @@ static const char gen_options_help[] =
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
         "      --address ADDRESS   the bus to use (default: the system bus)\n";
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
-        char *end;
-        unsigned long long v;
-
-        if (!s || *s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno || *end || v > max)
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
-static int parse_double(const char *s, double *ret) {
-        char *end;
-        double d;
-
-        errno = 0;
-        d = strtod(s, &end);
-        if (errno || end == s || *end || !isfinite(d))
-                return -EINVAL;
-        *ret = d;
-        return 0;
-}
-
 static int usage_error(const char *cmd, const char *fmt, const char *arg) {
         fprintf(stderr, "agentxpu %s: ", cmd);
         fprintf(stderr, fmt, arg);
@@ -120,13 +95,25 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg) {
         return 2;
 }
 
+/* A whole-number option's error: one out of range names the range, anything else gets the
+ * option's own sentence. */
+static int number_error(const char *cmd, int r, const char *opt, uint64_t min, uint64_t max,
+                        const char *fmt, const char *arg) {
+        char range[128];
+
+        if (r != -ERANGE)
+                return usage_error(cmd, fmt, arg);
+        snprintf(range, sizeof(range), "%s must be a number from %" PRIu64 " to %" PRIu64 ", got '%%s'",
+                 opt, min, max);
+        return usage_error(cmd, range, arg);
+}
+
 /* Parses the shared options; returns -1 to go on, or an exit status. `extra` allows --flow
  * and --wait where they apply. */
 static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_flow, bool allow_wait,
                           GenArgs *a) {
         const char *cmd = argv[0];
-        uint64_t v;
-        int c;
+        int c, r;
 
         *a = (GenArgs) {};
         optind = 1;
@@ -136,40 +123,41 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         a->address = optarg;
                         break;
                 case 'n':
-                        if (parse_u64(optarg, UINT32_MAX, &v) < 0 || v == 0)
-                                return usage_error(cmd, "-n wants a number of tokens above 0, got '%s'", optarg);
-                        a->max_tokens = (uint32_t) v;
+                        if ((r = axp_parse_u32(optarg, 1, UINT32_MAX, &a->max_tokens)) < 0)
+                                return number_error(cmd, r, "-n", 1, UINT32_MAX,
+                                                    "-n wants a number of tokens above 0, got '%s'", optarg);
                         a->has_max_tokens = true;
                         break;
                 case ARG_TEMPERATURE:
-                        if (parse_double(optarg, &a->temperature) < 0)
+                        if (axp_parse_double(optarg, -HUGE_VAL, HUGE_VAL, &a->temperature) < 0)
                                 return usage_error(cmd, "--temperature wants a number, got '%s'", optarg);
                         a->has_temperature = true;
                         break;
                 case ARG_TOP_K:
-                        if (parse_u64(optarg, UINT32_MAX, &v) < 0)
-                                return usage_error(cmd, "--top-k wants a whole number, got '%s'", optarg);
-                        a->top_k = (uint32_t) v;
+                        if ((r = axp_parse_u32(optarg, 0, UINT32_MAX, &a->top_k)) < 0)
+                                return number_error(cmd, r, "--top-k", 0, UINT32_MAX,
+                                                    "--top-k wants a whole number, got '%s'", optarg);
                         a->has_top_k = true;
                         break;
                 case ARG_TOP_P:
-                        if (parse_double(optarg, &a->top_p) < 0)
+                        if (axp_parse_double(optarg, -HUGE_VAL, HUGE_VAL, &a->top_p) < 0)
                                 return usage_error(cmd, "--top-p wants a number, got '%s'", optarg);
                         a->has_top_p = true;
                         break;
                 case ARG_MIN_P:
-                        if (parse_double(optarg, &a->min_p) < 0)
+                        if (axp_parse_double(optarg, -HUGE_VAL, HUGE_VAL, &a->min_p) < 0)
                                 return usage_error(cmd, "--min-p wants a number, got '%s'", optarg);
                         a->has_min_p = true;
                         break;
                 case ARG_REPEAT_PENALTY:
-                        if (parse_double(optarg, &a->repeat_penalty) < 0)
+                        if (axp_parse_double(optarg, -HUGE_VAL, HUGE_VAL, &a->repeat_penalty) < 0)
                                 return usage_error(cmd, "--repeat-penalty wants a number, got '%s'", optarg);
                         a->has_repeat_penalty = true;
                         break;
                 case ARG_SEED:
-                        if (parse_u64(optarg, UINT64_MAX, &a->seed) < 0)
-                                return usage_error(cmd, "--seed wants a whole number, got '%s'", optarg);
+                        if ((r = axp_parse_u64(optarg, 0, UINT64_MAX, &a->seed)) < 0)
+                                return number_error(cmd, r, "--seed", 0, UINT64_MAX,
+                                                    "--seed wants a whole number, got '%s'", optarg);
                         a->has_seed = true;
                         break;
                 case ARG_STOP:

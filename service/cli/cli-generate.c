@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "model/chat.h"
 #include "cli-model.h"
 #include "cli.h"
@@ -50,7 +51,7 @@ static const struct option options[] = {
 
 typedef struct gen_args {
         const char *model, *prompt, *file, *system, *device;
-        long n_predict, threads, chunk;
+        int n_predict, threads, chunk;
         bool raw, json;
         const char *stops[16];
         size_t n_stops;
@@ -61,7 +62,6 @@ static int parse(int argc, char **argv, gen_args *a) {
         axp_sampler_params_default(&a->sp);
         a->n_predict = 128;
         a->chunk = 256;
-        long l;
         double d;
         int c;
         optind = 0;
@@ -80,9 +80,8 @@ static int parse(int argc, char **argv, gen_args *a) {
                         a->sp.temperature = (float) d;
                         break;
                 case OPT_TOPK:
-                        if (!cli_int("--top-k", optarg, 0, 1 << 24, &l))
+                        if (!cli_int("--top-k", optarg, 0, 1 << 24, &a->sp.top_k))
                                 return 2;
-                        a->sp.top_k = (int) l;
                         break;
                 case OPT_TOPP:
                         if (!cli_double("--top-p", optarg, 0, 1, &d))
@@ -99,15 +98,12 @@ static int parse(int argc, char **argv, gen_args *a) {
                                 return 2;
                         a->sp.repeat_penalty = (float) d;
                         break;
-                case OPT_SEED: {
-                        char *end;
-                        a->sp.seed = strtoull(optarg, &end, 10);
-                        if (*end || end == optarg) {
+                case OPT_SEED:
+                        if (axp_parse_u64(optarg, 0, UINT64_MAX, &a->sp.seed) < 0) {
                                 fprintf(stderr, "agentxpu: --seed wants an unsigned integer, not '%s'\n", optarg);
                                 return 2;
                         }
                         break;
-                }
                 case OPT_STOP:
                         if (a->n_stops == ELEMENTSOF(a->stops)) {
                                 fprintf(stderr, "agentxpu: at most %zu stop strings\n", ELEMENTSOF(a->stops));
@@ -209,7 +205,7 @@ int cli_generate(int argc, char **argv) {
                 return r;
         _cleanup_(axp_model_freep) axp_model *m = NULL;
         _cleanup_(axp_device_freep) axp_device *dev = NULL;
-        if ((r = cli_load(a.model, a.device, (int) a.threads, &m, &dev)) != 0)
+        if ((r = cli_load(a.model, a.device, a.threads, &m, &dev)) != 0)
                 return r;
 
         _cleanup_free_ int32_t *prompt = NULL;
@@ -220,7 +216,7 @@ int cli_generate(int argc, char **argv) {
                 return cli_fail("the prompt has %d tokens but the model's context holds %d", n_prompt,
                                 m->hp.n_ctx_train);
 
-        long budget = MIN(a.n_predict, (long) m->hp.n_ctx_train - n_prompt);
+        long budget = MIN((long) a.n_predict, (long) m->hp.n_ctx_train - n_prompt);
         _cleanup_free_ int32_t *toks = malloc((size_t) (budget + 1) * sizeof(int32_t));
         _cleanup_(axp_seq_free) axp_seq seq = { 0 };
         _cleanup_(axp_gen_free) axp_gen gen = { 0 };
@@ -232,7 +228,7 @@ int cli_generate(int argc, char **argv) {
                 return cli_fail("%s", err.msg);
 
         double t0 = axp_now();
-        if (axp_forward_prefill(dev, &seq, prompt, n_prompt, (int) a.chunk, &err) < 0)
+        if (axp_forward_prefill(dev, &seq, prompt, n_prompt, a.chunk, &err) < 0)
                 return cli_fail("%s", err.msg);
         double t1 = axp_now(), t2 = t1;
 

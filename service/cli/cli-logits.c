@@ -32,7 +32,7 @@ int cli_logits(int argc, char **argv) {
                 {}
         };
         const char *model = NULL, *prompt = NULL, *file = NULL, *out = NULL, *device = NULL;
-        long threads = 0, chunk = 256;
+        int threads = 0, chunk = 256;
         bool reference = false;
         int c, r;
 
@@ -70,7 +70,7 @@ int cli_logits(int argc, char **argv) {
                 return r;
         _cleanup_(axp_model_freep) axp_model *m = NULL;
         _cleanup_(axp_device_freep) axp_device *dev = NULL;
-        if ((r = cli_load(model, device, (int) threads, &m, reference ? NULL : &dev)) != 0)
+        if ((r = cli_load(model, device, threads, &m, reference ? NULL : &dev)) != 0)
                 return r;
         _cleanup_free_ int32_t *toks = NULL;
         int n;
@@ -95,7 +95,7 @@ int cli_logits(int argc, char **argv) {
         } else {
                 _cleanup_(axp_seq_free) axp_seq seq = { 0 };
                 if (axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, n, &err) < 0 ||
-                    axp_forward_prefill(dev, &seq, toks, n, (int) chunk, &err) < 0)
+                    axp_forward_prefill(dev, &seq, toks, n, chunk, &err) < 0)
                         return cli_fail("%s", err.msg);
                 memcpy(logits, seq.logits, (size_t) nv * sizeof(float));
         }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* agentxpu mkmodel: write a synthetic model with seeded random weights. */
+#include <float.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/parse.h"
 #include "cli.h"
 #include "mkmodel.h"
 #include "kernels/types.h"
@@ -44,18 +46,12 @@ static int help(FILE *f) {
         return f == stderr ? 2 : 0;
 }
 
-static int parse_int(const char *opt, const char *s, long lo, long hi, int *ret) {
-        char *end;
-        long v;
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi) {
-                fprintf(stderr, "agentxpu mkmodel: %s wants a whole number from %ld to %ld, not '%s'\n",
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *ret) {
+        int r = axp_parse_int(s, lo, hi, ret);
+        if (r < 0)
+                fprintf(stderr, "agentxpu mkmodel: %s wants a whole number from %d to %d, not '%s'\n",
                         opt, lo, hi, s);
-                return -EINVAL;
-        }
-        *ret = (int) v;
-        return 0;
+        return r;
 }
 
 int cli_mkmodel(int argc, char **argv) {
@@ -137,12 +133,12 @@ int cli_mkmodel(int argc, char **argv) {
                         k = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);
                         break;
                 case O_ROPE: {
-                        char *end;
-                        p.rope_base = strtof(optarg, &end);
-                        if (end == optarg || *end || !(p.rope_base > 0)) {
+                        double d;
+                        if (axp_parse_double(optarg, 0, FLT_MAX, &d) < 0 || !(d > 0)) {
                                 fprintf(stderr, "agentxpu mkmodel: --rope-base wants a positive number\n");
                                 return 2;
                         }
+                        p.rope_base = (float) d;
                         break;
                 }
                 case O_TIED:
@@ -151,17 +147,13 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_NO_EOG:
                         p.no_eog = true;
                         break;
-                case O_SEED: {
-                        char *end;
-                        errno = 0;
-                        p.seed = strtoull(optarg, &end, 0);
-                        if (errno || end == optarg || *end || optarg[0] == '-') {
+                case O_SEED:
+                        if (axp_parse_u64(optarg, 0, UINT64_MAX, &p.seed) < 0) {
                                 fprintf(stderr, "agentxpu mkmodel: --seed wants a whole number, not '%s'\n",
                                         optarg);
                                 return 2;
                         }
                         break;
-                }
                 case O_NAME:
                         p.name = optarg;
                         break;

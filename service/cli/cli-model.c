@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include "cli-model.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "cli.h"
 #include "devices/discovery.h"
 #include "model/tokenizer.h"
@@ -65,26 +64,18 @@ int cli_tokenize_raw(const axp_model *m, const char *text, size_t len, int32_t *
         return 0;
 }
 
-bool cli_int(const char *opt, const char *s, long min, long max, long *ret) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max) {
-                fprintf(stderr, "agentxpu: %s wants an integer in [%ld, %ld], not '%s'\n", opt, min, max, s);
+bool cli_int(const char *opt, const char *s, int min, int max, int *ret) {
+        if (axp_parse_int(s, min, max, ret) < 0) {
+                fprintf(stderr, "agentxpu: %s wants an integer in [%d, %d], not '%s'\n", opt, min, max, s);
                 return false;
         }
-        *ret = v;
         return true;
 }
 
 bool cli_double(const char *opt, const char *s, double min, double max, double *ret) {
-        char *end;
-        errno = 0;
-        double v = strtod(s, &end);
-        if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
+        if (axp_parse_double(s, min, max, ret) < 0) {
                 fprintf(stderr, "agentxpu: %s wants a number in [%g, %g], not '%s'\n", opt, min, max, s);
                 return false;
         }
-        *ret = v;
         return true;
 }

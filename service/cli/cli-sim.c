@@ -3,11 +3,11 @@
  * SoC under each scheduling policy, with the engine's own scheduler on a virtual clock. */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "cli.h"
 #include "sim/sim.h"
 
@@ -44,30 +44,6 @@ static int usage(FILE *f) {
                 "                         dual-reactive, pad, pipeline (repeatable)\n"
                 "  --trace FILE           write every kernel the scheduler issues to FILE\n");
         return f == stderr ? 2 : 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *ret) {
-        char *end;
-        double v;
-
-        errno = 0;
-        v = strtod(s, &end);
-        if (errno || end == s || *end || !(v >= lo && v <= hi))
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
-static int parse_int(const char *s, long lo, long hi, long *ret) {
-        char *end;
-        long v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi)
-                return -EINVAL;
-        *ret = v;
-        return 0;
 }
 
 static void print_json_policy(const char *name, const axp_sim_result *r, bool last) {
@@ -145,8 +121,7 @@ int cli_sim(int argc, char **argv) {
         axp_sim_result res[AXP_POLICY__COUNT];
         bool run[AXP_POLICY__COUNT] = { 0 };
         axp_error err = { 0 };
-        int n = 0, c, r;
-        long l;
+        int n = 0, c, r, l;
         double d;
 
         axp_sched_config_default(&cfg);
@@ -160,11 +135,11 @@ int cli_sim(int argc, char **argv) {
                         model = optarg;
                         break;
                 case O_RRATE:
-                        if (parse_double(optarg, 0, 10000, &tp.reactive_per_min) < 0)
+                        if (axp_parse_double(optarg, 0, 10000, &tp.reactive_per_min) < 0)
                                 return cli_fail("--reactive-rate: expected requests per minute in 0..10000");
                         break;
                 case O_PRATE:
-                        if (parse_double(optarg, 0, 10000, &tp.proactive_per_min) < 0)
+                        if (axp_parse_double(optarg, 0, 10000, &tp.proactive_per_min) < 0)
                                 return cli_fail("--proactive-rate: expected requests per minute in 0..10000");
                         break;
                 case O_RSET:
@@ -174,11 +149,11 @@ int cli_sim(int argc, char **argv) {
                         pset = optarg;
                         break;
                 case O_MINUTES:
-                        if (parse_double(optarg, 0.01, 10000, &tp.minutes) < 0)
+                        if (axp_parse_double(optarg, 0.01, 10000, &tp.minutes) < 0)
                                 return cli_fail("--minutes: expected a duration in minutes in 0.01..10000");
                         break;
                 case O_SEED:
-                        if (parse_int(optarg, 0, 0x7fffffffL, &l) < 0)
+                        if (axp_parse_int(optarg, 0, INT32_MAX, &l) < 0)
                                 return cli_fail("--seed: expected a non-negative integer");
                         tp.seed = (uint64_t) l;
                         break;
@@ -189,35 +164,32 @@ int cli_sim(int argc, char **argv) {
                         json = true;
                         break;
                 case O_BOUND:
-                        if (parse_double(optarg, 0.001, 10, &cfg.preempt_bound_s) < 0)
+                        if (axp_parse_double(optarg, 0.001, 10, &cfg.preempt_bound_s) < 0)
                                 return cli_fail("--preempt-bound: expected seconds, 0.001..10");
                         break;
                 case O_SCHK:
-                        if (parse_int(optarg, 1, 4096, &l) < 0)
+                        if (axp_parse_int(optarg, 1, 4096, &cfg.s_chk) < 0)
                                 return cli_fail("--s-chk: expected tokens, 1..4096");
-                        cfg.s_chk = (int) l;
                         break;
                 case O_BCAP:
-                        if (parse_int(optarg, 0, AXP_MAX_BATCH, &l) < 0)
+                        if (axp_parse_int(optarg, 0, AXP_MAX_BATCH, &cfg.b_cap) < 0)
                                 return cli_fail("--b-cap: expected 0..%d", AXP_MAX_BATCH);
-                        cfg.b_cap = (int) l;
                         break;
                 case O_MAXB:
-                        if (parse_int(optarg, 1, AXP_MAX_BATCH, &l) < 0)
+                        if (axp_parse_int(optarg, 1, AXP_MAX_BATCH, &cfg.max_batch) < 0)
                                 return cli_fail("--max-batch: expected 1..%d", AXP_MAX_BATCH);
-                        cfg.max_batch = (int) l;
                         break;
                 case O_AGING:
-                        if (parse_double(optarg, 0, 1e6, &d) < 0)
+                        if (axp_parse_double(optarg, 0, 1e6, &d) < 0)
                                 return cli_fail("--aging: expected seconds (0: no aging)");
                         cfg.aging_s = d;
                         break;
                 case O_DUTY:
-                        if (parse_double(optarg, 0, 1, &cfg.proactive_duty) < 0)
+                        if (axp_parse_double(optarg, 0, 1, &cfg.proactive_duty) < 0)
                                 return cli_fail("--duty: expected a fraction, 0..1");
                         break;
                 case O_GPUBUSY:
-                        if (parse_double(optarg, 0, 1, &ro.gpu_busy) < 0)
+                        if (axp_parse_double(optarg, 0, 1, &ro.gpu_busy) < 0)
                                 return cli_fail("--gpu-busy: expected a fraction, 0..1");
                         break;
                 case O_DISABLE:
@@ -254,7 +226,7 @@ int cli_sim(int argc, char **argv) {
                         ro.log = log;
                         break;
                 case O_WARMUP:
-                        if (parse_double(optarg, 0.001, 3600, &ro.warmup_s) < 0)
+                        if (axp_parse_double(optarg, 0.001, 3600, &ro.warmup_s) < 0)
                                 return cli_fail("--warmup: expected seconds in 0.001..3600");
                         break;
                 case O_HELP:

@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "base/parse.h"
 #include "base/util.h"
 
 typedef struct Options {
         bool json;
-        long last;              /* 0: all */
+        uint64_t last;          /* 0: all */
         const char *source;     /* NULL: any */
         const char *store;
 } Options;
@@ -127,13 +128,10 @@ int cli_suggestions(int argc, char **argv) {
 
         optind = 1;
         while ((c = getopt_long(argc, argv, "jn:s:f:h", longopts, NULL)) != -1) {
-                char *end;
                 switch (c) {
                 case 'j': o.json = true; break;
                 case 'n':
-                        errno = 0;
-                        o.last = strtol(optarg, &end, 10);
-                        if (errno || *end || o.last <= 0) {
+                        if (axp_parse_u64(optarg, 1, UINT64_MAX, &o.last) < 0) {
                                 fprintf(stderr, "agentxpu suggestions: --last needs a positive "
                                                 "number, not '%s'\n", optarg);
                                 return 2;
@@ -216,7 +214,7 @@ int cli_suggestions(int argc, char **argv) {
                 p = nl ? nl + 1 : end;
         }
 
-        first = o.last > 0 && (size_t) o.last < n ? n - (size_t) o.last : 0;
+        first = o.last > 0 && o.last < n ? n - (size_t) o.last : 0;
         if (n == 0 && !o.json)
                 printf("No suggestions%s%s.\n", o.source ? " from " : "", o.source ? o.source : "");
         for (size_t i = first; i < n; i++) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "common/bus-common.h"
 #include "bus-engine.h"
 #include "config.h"
@@ -35,18 +36,6 @@ static void help(void) {
                "                         by default only when started by bus activation\n"
                "  --version              print the version\n"
                "  --help                 this text\n");
-}
-
-static int parse_seconds(const char *s, double *ret) {
-        char *end;
-        double d;
-
-        errno = 0;
-        d = strtod(s, &end);
-        if (errno || end == s || *end || !(d >= 0) || d > 1e9)
-                return -EINVAL;
-        *ret = d;
-        return 0;
 }
 
 /* Returns 1 to run, 0 to exit successfully (--help), < 0 on a usage error. */
@@ -88,7 +77,7 @@ static int parse_argv(int argc, char **argv, Args *args) {
                         args->policy = optarg;
                         break;
                 case ARG_EXIT_IDLE:
-                        if (parse_seconds(optarg, &args->exit_idle_s) < 0) {
+                        if (axp_parse_double(optarg, 0, 1e9, &args->exit_idle_s) < 0) {
                                 log_error("--exit-idle-time wants seconds >= 0, got '%s'", optarg);
                                 return -EINVAL;
                         }

@@ -640,6 +640,24 @@ def test_cli_status_and_cancel():
         bus.close()
 
 
+def test_cli_number_options():
+    """Checked before the bus is reached: garbage gets the option's sentence, a number out of
+    range the range."""
+    cli = os.environ["AXP_CLI"]
+    for args, message in (
+            (["-n", "4294967296"], "-n must be a number from 1 to 4294967295, got '4294967296'"),
+            (["-n", "0"], "-n must be a number from 1 to 4294967295, got '0'"),
+            (["-n", "many"], "-n wants a number of tokens above 0, got 'many'"),
+            (["-n", "-1"], "-n wants a number of tokens above 0, got '-1'"),
+            (["--top-k", "99999999999"], "--top-k must be a number from 0 to 4294967295, got '99999999999'"),
+            (["--seed", "18446744073709551616"],
+             "--seed must be a number from 0 to 18446744073709551615, got '18446744073709551616'"),
+            (["--seed", "0x10"], "--seed wants a whole number, got '0x10'"),
+            (["--temperature", "warm"], "--temperature wants a number, got 'warm'")):
+        r = run([cli, "ask", "--address", "unix:path=/nonexistent/bus"] + args + ["hello"])
+        assert r.rc == 2 and f"agentxpu ask: {message}\n" in r.err, (args, r)
+
+
 def test_gdbus_example_client_streams():
     example = os.environ.get("AXP_GDBUS_EXAMPLE")
     if not example:
@@ -714,6 +732,7 @@ TESTS = [
     test_bus_activated_daemon_exits_when_idle,
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
+    test_cli_number_options,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
     test_startup_errors_are_clear,
