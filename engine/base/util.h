@@ -25,6 +25,9 @@
                 _ptr_;                                                                             \
         })
 
+/* The struct that holds `ptr` as its field `member`. */
+#define container_of(ptr, type, member) ((type *) ((char *) (ptr) - offsetof(type, member)))
+
 static inline void freep(void *p) {
         free(*(void **) p);
 }
