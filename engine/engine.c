@@ -29,7 +29,7 @@ typedef struct flow flow;
 typedef struct ereq ereq;
 typedef struct axp_engine axp_engine;
 
-static void flow_free(axp_engine *e, flow *f);
+static void engine_flow_free(axp_engine *e, flow *f);
 
 struct flow {
         uint64_t id;
@@ -185,7 +185,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
                 f->busy = NULL;
         }
         if (q->flow && q->flow->closing)
-                flow_free(q->e, q->flow);
+                engine_flow_free(q->e, q->flow);
         if (q->cbs.finished)
                 q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
         req_unlink(q->e, q);
@@ -363,7 +363,7 @@ fail:
 
 /* Flows -------------------------------------------------------------------------------------- */
 
-static void flow_free(axp_engine *e, flow *f) {
+static void engine_flow_free(axp_engine *e, flow *f) {
         for (flow **p = &e->flows; *p; p = &(*p)->next)
                 if (*p == f) {
                         *p = f->next;
@@ -666,7 +666,7 @@ void axp_engine_free(axp_engine *e) {
         if (e->model)
                 teardown_model(e);
         while (e->flows)
-                flow_free(e, e->flows);
+                engine_flow_free(e, e->flows);
         for (int i = 0; i < e->n_devs; i++) {
                 axp_executor_free(e->ex[i]);
                 axp_device_free(e->devs[i]);
@@ -773,7 +773,7 @@ static void api_flow_close(axp_engine *e, void *arg) {
                         (void) axp_sched_cancel(e->sched, f->busy->id);
                 return;
         }
-        flow_free(e, f);
+        engine_flow_free(e, f);
 }
 
 int axp_engine_flow_close(axp_engine *e, uint64_t id) {
