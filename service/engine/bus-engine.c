@@ -104,16 +104,18 @@ static int property_get_devices(sd_bus *bus, const char *path, const char *iface
         return sd_bus_message_close_container(reply);
 }
 
-/* The engine's errno, with its message, as the named bus error the interface documents. */
+/* The engine's errno, with its message, as the named bus error the interface documents. The
+ * engine writes its messages as clauses ("the prompt is ..."); the bus's errors are sentences. */
 static int engine_error(sd_bus_error *error, int r, const axp_error *err) {
         const char *msg = err->msg[0] ? err->msg : strerror(-r);
+        char first = msg[0] >= 'a' && msg[0] <= 'z' ? (char) (msg[0] - 'a' + 'A') : msg[0];
 
         if (r == -ENOMEDIUM)
                 return sd_bus_error_setf(error, AXP_ERROR_NO_MODEL,
                                          "No model is loaded; an administrator can load one with LoadModel");
         if (axp_bus_error_name(r))
-                return axp_bus_error_setf(error, r, "%s", msg);
-        return sd_bus_error_setf(error, SD_BUS_ERROR_FAILED, "%s", msg);
+                return axp_bus_error_setf(error, r, "%c%s", first, msg + 1);
+        return sd_bus_error_setf(error, SD_BUS_ERROR_FAILED, "%c%s", first, msg + 1);
 }
 
 static int check_limits(Context *c, Client *cl, sd_bus_error *error) {
