@@ -165,8 +165,7 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
         if (r >= 0 && o.flow) {
                 f = flow_get(c, o.flow);
                 if (!f)
-                        r = sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
-                                              "Flow %" PRIu64 " does not exist (closed, or its owner left)", o.flow);
+                        r = flow_not_found(error, o.flow);
                 else if (f->uid != cl->uid)
                         r = sd_bus_error_setf(error, AXP_ERROR_ACCESS_DENIED,
                                               "Flow %" PRIu64 " belongs to another user", o.flow);
@@ -293,7 +292,7 @@ static int method_close_flow(sd_bus_message *m, void *userdata, sd_bus_error *er
                                          "'%.200s' is not a flow path (" AXP_BUS_FLOW_PREFIX "/N)", path);
         f = flow_get(c, n);
         if (!f)
-                return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND, "Flow %" PRIu64 " does not exist", n);
+                return flow_not_found(error, n);
         r = context_sender_uid(c, m, &uid);
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Cannot identify the caller");

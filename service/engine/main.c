@@ -12,6 +12,7 @@
 #include "bus-engine.h"
 #include "config.h"
 #include "context.h"
+#include "flow.h"
 #include "log.h"
 #include "request.h"
 
@@ -158,6 +159,9 @@ static int connect_bus(Context *c, const Args *args) {
         if (r < 0)
                 return r;
         r = request_register(c);
+        if (r < 0)
+                return r;
+        r = flow_register(c);
         if (r < 0)
                 return r;
         r = sd_bus_request_name(c->bus, AXP_BUS_NAME, 0);

@@ -409,11 +409,18 @@ const sd_bus_vtable request_vtable[] = {
 static int request_object_find(sd_bus *bus, const char *path, const char *iface, void *userdata,
                                void **ret, sd_bus_error *error) {
         Context *c = userdata;
-        Request *r = idmap_get(&c->requests, path_number(path, AXP_BUS_REQUEST_PREFIX));
+        uint64_t n = path_number(path, AXP_BUS_REQUEST_PREFIX);
+        Request *r = idmap_get(&c->requests, n);
 
-        /* Complete requests have no object; orphans are on their way out. */
-        if (!r || r->complete || !r->client)
+        /* Not a request's path (the folder of them, say): sd-bus answers. */
+        if (n == 0)
                 return 0;
+        /* Complete requests have no object; orphans are on their way out. A call to a request
+         * that is not there is NotFound, as the interface says, not sd-bus's UnknownObject. */
+        if (!r || r->complete || !r->client)
+                return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
+                                         "Request %" PRIu64 " does not exist (finished and collected, or never created)",
+                                         n);
         *ret = r;
         return 1;
 }

@@ -240,6 +240,35 @@ def test_engine_error_is_reported():
         assert r.rc == 1 and "generation failed: the fake engine was asked to fail" in r.err, r
 
 
+def test_calls_to_missing_paths_answer_not_found():
+    with engine() as (bus, d):
+        for method, args in ((f"{REQ_IFACE}.Cancel", ()),
+                             ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
+                             ("org.freedesktop.DBus.Introspectable.Introspect", ())):
+            r = bus.gdbus(PATH + "/request/9999", method, *args)
+            assert r.error_name == "org.agentxpu.Error.NotFound", (method, r)
+            assert r.error_message == "Request 9999 does not exist (finished and collected, or never created)", r
+        # One that finished and was collected (its client left).
+        r = bus.cli("submit", "-n", "2", "gone soon")
+        path = r.out.split("\n")[0]
+        assert r.rc == 0 and path.startswith(PATH + "/request/"), r
+        wait_for(lambda: bus.request_nodes() == [], "the request to be collected")
+        r = bus.gdbus(path, f"{REQ_IFACE}.Cancel")
+        assert r.error_name == "org.agentxpu.Error.NotFound" and "does not exist" in r.error_message, r
+        # The folder of requests is no request: introspecting it still lists them.
+        assert bus.request_nodes() == []
+
+        r = bus.gdbus(PATH + "/flow/77", "org.freedesktop.DBus.Introspectable.Introspect")
+        assert r.error_name == "org.agentxpu.Error.NotFound", r
+        assert r.error_message == "Flow 77 does not exist (closed, or its owner left)", r
+        chat = bus.spawn([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-v"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        flow = chat.stderr.readline().split()[1]
+        assert bus.gdbus(flow, "org.freedesktop.DBus.Introspectable.Introspect").rc == 0
+        chat.stdin.close()
+        assert chat.wait(timeout=60) == 0
+
+
 # --- ownership ----------------------------------------------------------------------------------
 
 def test_other_user_cannot_read_or_cancel():
@@ -629,7 +658,7 @@ def test_cli_status_and_cancel():
         lines = r.out.split("\n")
         assert r.rc == 0 and lines[0].startswith(PATH + "/request/") and lines[1:] == [" t1 t2 t3", ""], r
         r = bus.cli("cancel", PATH + "/request/999")
-        assert r.rc == 1 and "no such request" in r.err, r
+        assert r.rc == 1 and "Request 999 does not exist" in r.err, r
         assert bus.cli("cancel", path).rc == 0
         assert p.wait(timeout=60) == 1
     bus = TestBus()
@@ -701,6 +730,7 @@ TESTS = [
     test_client_that_leaves_has_its_request_cancelled_and_freed,
     test_finished_request_is_kept_for_its_owner_then_dropped,
     test_engine_error_is_reported,
+    test_calls_to_missing_paths_answer_not_found,
     test_other_user_cannot_read_or_cancel,
     test_other_user_cannot_use_or_close_a_flow,
     test_flows,
