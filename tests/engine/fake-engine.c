@@ -328,8 +328,12 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
         }
         if ((f ? f->tokens : 0) + tokens > (uint32_t) e->n_ctx) {
                 pthread_mutex_unlock(&e->lock);
-                return axp_errorf(err, -E2BIG, "The prompt is %u tokens and the context holds %d",
-                                  (f ? f->tokens : 0) + tokens, e->n_ctx);
+                if (f && f->tokens)
+                        return axp_errorf(err, -E2BIG,
+                                          "The prompt is %u tokens; the flow already holds %u of the context's %d positions",
+                                          tokens, f->tokens, e->n_ctx);
+                return axp_errorf(err, -E2BIG, "The prompt is %u tokens and the context holds %d", tokens,
+                                  e->n_ctx);
         }
         r = calloc(1, sizeof(fake_req));
         if (!r) {

@@ -5,7 +5,8 @@
 the daemon: validation, ownership, unicast, tracking of clients, limits, flows, polkit,
 SIGTERM, idle exit, memory. test-daemon-model.py runs the real engine on a real model.
 
-Run one test: test-daemon-fake.py test_flows. Print the bad-input table of docs/dbus-api.md:
+Run one test: test-daemon-fake.py test_flows. Print the test double's answers to the bad
+inputs (test-daemon-model.py prints the real daemon's, which the documentation shows):
 test-daemon-fake.py --bad-inputs-table."""
 
 import contextlib
@@ -18,8 +19,8 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (IFACE, NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvariant_first_string,  # noqa: E402
-                     is_root, main, need_tools, run, wait_for)
+from bustest import (IFACE, NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
+                     gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
 
 FAKE = os.environ.get("AXP_ENGINE_FAKE", "")
 STANDIN = os.environ.get("AXP_POLKIT_STANDIN", "")
@@ -392,90 +393,12 @@ def test_context_overflow():
         assert "104 tokens" in r.error_message and "64" in r.error_message, r
 
 
-# (what is tried, method, arguments, error name, part of the message)
-BAD_INPUTS = [
-    ("unknown option key", "Reactive", ["hi", "{'colour': <'red'>}"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown option 'colour'"),
-    ("option of the wrong type", "Reactive", ["hi", "{'max_tokens': <'ten'>}"],
-     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be of type u"),
-    ("temperature as an integer", "Complete", ["hi", "{'temperature': <1>}"],
-     "org.agentxpu.Error.InvalidArgument", "'temperature' must be of type d"),
-    ("max_tokens 0", "Reactive", ["hi", "{'max_tokens': <uint32 0>}"],
-     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be from 1 to"),
-    ("max_tokens absurd", "Reactive", ["hi", "{'max_tokens': <uint32 4000000000>}"],
-     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be from 1 to"),
-    ("negative temperature", "Reactive", ["hi", "{'temperature': <-0.5>}"],
-     "org.agentxpu.Error.InvalidArgument", "'temperature' must be at least 0"),
-    ("top_p above 1", "Reactive", ["hi", "{'top_p': <1.5>}"],
-     "org.agentxpu.Error.InvalidArgument", "'top_p' must be at least 0 and at most 1"),
-    ("min_p below 0", "Reactive", ["hi", "{'min_p': <-0.1>}"],
-     "org.agentxpu.Error.InvalidArgument", "'min_p' must be at least 0"),
-    ("repeat_penalty 0", "Reactive", ["hi", "{'repeat_penalty': <0.0>}"],
-     "org.agentxpu.Error.InvalidArgument", "'repeat_penalty' must be above 0"),
-    ("empty stop string", "Reactive", ["hi", "{'stop': <['']>}"],
-     "org.agentxpu.Error.InvalidArgument", "'stop' contains an empty string"),
-    ("too many stop strings", "Reactive", ["hi", "{'stop': <['a','b','c','d','e','f','g','h','i']>}"],
-     "org.agentxpu.Error.InvalidArgument", "'stop' has more than 8 stop strings"),
-    ("the same key twice", "Reactive", ["hi", "{'raw': <true>, 'raw': <false>}"],
-     "org.agentxpu.Error.InvalidArgument", "'raw' is given twice"),
-    ("priority on Reactive", "Reactive", ["hi", "{'priority': <'proactive'>}"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown option 'priority'"),
-    ("unknown priority", "Complete", ["hi", "{'priority': <'urgent'>}"],
-     "org.agentxpu.Error.InvalidArgument", "'priority' must be 'reactive' or 'proactive'"),
-    ("flow path not a flow", "Reactive", ["hi", "{'flow': <objectpath '/org/agentxpu/Engine'>}"],
-     "org.agentxpu.Error.InvalidArgument", "'flow' must be a flow path from OpenFlow"),
-    ("flow that does not exist", "Reactive", ["hi", "{'flow': <objectpath '/org/agentxpu/Engine/flow/999'>}"],
-     "org.agentxpu.Error.NotFound", "Flow 999 does not exist"),
-    ("empty prompt", "Reactive", ["", "{}"],
-     "org.agentxpu.Error.InvalidArgument", "The prompt is empty"),
-    ("prompt over the size cap (PromptBytes=, 1 MiB by default)", "Proactive", ["x" * 4097, "{}"],
-     "org.agentxpu.Error.InvalidArgument", "The prompt is 4097 bytes; the limit is 4096"),
-    ("prompt beyond the context", "Reactive", [" ".join(["word"] * 100), "{}"],
-     "org.agentxpu.Error.ContextOverflow", "tokens and the context holds"),
-    ("OpenFlow with a sampling option", "OpenFlow", ["{'temperature': <0.5>}"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown option 'temperature'"),
-    ("CloseFlow of a path that is not a flow", "CloseFlow", ["/org/agentxpu/Engine/request/1"],
-     "org.agentxpu.Error.InvalidArgument", "is not a flow path"),
-    ("CloseFlow of an unknown flow", "CloseFlow", ["/org/agentxpu/Engine/flow/42"],
-     "org.agentxpu.Error.NotFound", "Flow 42 does not exist"),
-    ("unknown policy", "SetPolicy", ["fastest"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown policy 'fastest'"),
-    ("relative model path", "LoadModel", ["model.gguf"],
-     "org.agentxpu.Error.InvalidArgument", "The model path must be absolute"),
-    ("wrong argument signature", "Reactive", ["hi"],
-     "org.freedesktop.DBus.Error.InvalidArgs", ""),
-]
-
-
 def test_bad_inputs():
     with engine() as (bus, d):
-        for what, method, args, name, msg in BAD_INPUTS:
-            if method == "Reactive" and args == ["hi"]:
-                r = bus.busctl("call", NAME, PATH, IFACE, method, "s", "hi")
-                assert r.rc != 0, (what, r)
-                continue
-            r = bus.call(method, *args)
-            assert r.error_name == name, (what, r)
-            assert msg in r.error_message, (what, msg, r.error_message)
+        check_bad_inputs(bus)
         # Nothing was queued, nothing is left, the daemon is fine.
         assert engine_idle(bus) and bus.request_nodes() == []
         assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
-
-
-def print_bad_inputs_table():
-    with engine("[Limits]\nMaxTokens=4096\n") as (bus, d):
-        print("| input | call | error | message |")
-        print("|---|---|---|---|")
-        for what, method, args, name, msg in BAD_INPUTS:
-            if method == "Reactive" and args == ["hi"]:
-                r = bus.busctl("call", NAME, PATH, IFACE, method, "s", "hi")
-                shown = "`Reactive 'hi'` (no options)"
-                message = r.err.strip().replace("Call failed: ", "")
-            else:
-                shown = f"`{method} " + " ".join(a if len(a) < 60 else a[:20] + "…" for a in args) + "`"
-                r = bus.call(method, *args)
-                message = r.error_message
-            print(f"| {what} | {shown} | `{r.error_name or 'InvalidArgs'}` | {message} |")
 
 
 # --- many clients and memory ---------------------------------------------------------------------
@@ -751,6 +674,7 @@ TESTS = [
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--bad-inputs-table"]:
-        print_bad_inputs_table()
+        with engine("[Limits]\nMaxTokens=4096\n") as (bus, d):
+            print_bad_inputs_table(bus)
     else:
         main(TESTS)

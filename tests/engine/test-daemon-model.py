@@ -4,7 +4,9 @@
 `agentxpu mkmodel`: what a desktop sees. Skips (77) where the daemon is not built (it needs
 the engine's scheduler) or the command line cannot make a model.
 
-Run one test: test-daemon-model.py test_complete_matches_generate."""
+Run one test: test-daemon-model.py test_complete_matches_generate. Print the real daemon's
+answers to the bad inputs, the table in README.md and docs/dbus-api.md (under TABLE_CONFIG):
+meson test -C build test-daemon-model --test-args=--bad-inputs-table -v"""
 
 import atexit
 import contextlib
@@ -16,8 +18,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvariant_first_string,  # noqa: E402
-                     is_root, main, need_tools, run, wait_for)
+from bustest import (NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
+                     gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
 
 DAEMON = os.environ.get("AXP_ENGINE_DAEMON", "")
 CLI = os.environ.get("AXP_CLI", "")
@@ -73,6 +75,9 @@ def engine_idle(bus):
 
 
 GREEDY = "{'max_tokens': <uint32 8>, 'temperature': <0.0>, 'raw': <true>}"
+
+# The settings of the bad-input table: a 64-token context, prompts of at most 4096 bytes.
+TABLE_CONFIG = "[Engine]\nContextSize=64\n[Limits]\nPromptBytes=4096\nMaxTokens=4096\n"
 
 
 def test_complete_matches_generate():
@@ -275,6 +280,42 @@ def test_load_model_refuses_a_corrupt_file_and_keeps_serving():
         assert r.rc == 0, r
 
 
+def test_bad_inputs():
+    with engine(TABLE_CONFIG) as (bus, d):
+        check_bad_inputs(bus)
+        assert engine_idle(bus) and bus.request_nodes() == []
+        assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
+
+
+def test_context_overflow_messages():
+    """A prompt beyond the context: without a flow the message gives the prompt and the
+    context; on a flow, also what the conversation already holds."""
+    with engine(TABLE_CONFIG) as (bus, d):
+        r = bus.call("Reactive", " ".join(["word"] * 100), "{}")
+        assert r.error_name == "org.agentxpu.Error.ContextOverflow", r
+        m = re.fullmatch(r"The prompt is (\d+) tokens and the context holds 64", r.error_message)
+        assert m and int(m.group(1)) > 64, r.error_message
+
+        chat = bus.spawn([CLI, "chat", "--address", bus.address, "-v", "-n", "16", "--temperature", "0"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        flow = chat.stderr.readline().split()[1]
+        chat.stdin.write("Hello\n")
+        chat.stdin.flush()
+        chat.stderr.readline()
+        assert chat.stderr.readline().startswith("finished:")
+        # A prompt that fits the empty context but not beside the conversation.
+        prompt = " ".join(["word"] * 20)
+        alone = bus.call("Complete", prompt, "{'max_tokens': <uint32 1>, 'raw': <true>}")
+        assert alone.rc == 0, alone
+        r = bus.call("Complete", prompt, f"{{'flow': <objectpath '{flow}'>}}")
+        assert r.error_name == "org.agentxpu.Error.ContextOverflow", r
+        m = re.fullmatch(r"The prompt is (\d+) tokens; the flow already holds (\d+) of the context's 64 positions",
+                         r.error_message)
+        assert m and 0 < int(m.group(1)) < 64 and int(m.group(1)) + int(m.group(2)) >= 64, r.error_message
+        chat.stdin.close()
+        assert chat.wait(timeout=60) == 0
+
+
 TESTS = [
     test_complete_matches_generate,
     test_reactive_stream_in_order_unicast,
@@ -286,7 +327,13 @@ TESTS = [
     test_sigterm_cancels_running_requests_and_exits_0,
     test_cli_ends_when_the_engine_dies_mid_stream,
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
+    test_bad_inputs,
+    test_context_overflow_messages,
 ]
 
 if __name__ == "__main__":
-    main(TESTS)
+    if sys.argv[1:] == ["--bad-inputs-table"]:
+        with engine(TABLE_CONFIG) as (bus, d):
+            print_bad_inputs_table(bus)
+    else:
+        main(TESTS)
