@@ -280,6 +280,18 @@ def test_load_model_refuses_a_corrupt_file_and_keeps_serving():
         assert r.rc == 0, r
 
 
+def test_devices_carry_their_memory():
+    """The Devices property gives the CPU the machine's memory, as `agentxpu devices` does."""
+    with engine() as (bus, d):
+        devices = bus.props()["Devices"]
+        cpu = [props for name, kind, props in devices if kind == "cpu"]
+        assert cpu, devices
+        with open("/proc/meminfo") as f:
+            total = int(re.search(r"MemTotal:\s+(\d+) kB", f.read()).group(1)) * 1024
+        memory = cpu[0]["memory_bytes"]["data"]
+        assert abs(memory - total) <= total // 100, (memory, total)
+
+
 def test_bad_inputs():
     with engine(TABLE_CONFIG) as (bus, d):
         check_bad_inputs(bus)
@@ -329,6 +341,7 @@ TESTS = [
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
     test_bad_inputs,
     test_context_overflow_messages,
+    test_devices_carry_their_memory,
 ]
 
 if __name__ == "__main__":
