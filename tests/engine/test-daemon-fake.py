@@ -628,19 +628,21 @@ def test_startup_errors_are_clear():
         for args, message in (
                 (["--config", conf], f"{conf}:2: RequestsPerUser= must be a whole number above 0, got 'lots'"),
                 (["--config", bus.path("missing.conf")], "Cannot open " + bus.path("missing.conf")),
-                (["--config", "/dev/null", "--model", "/nonexistent.gguf"], "Cannot start the engine: Cannot open model"),
+                (["--config", "/dev/null", "--model", "/nonexistent.gguf", "--address", bus.address],
+                 "Cannot start the engine: Cannot open model"),
                 (["--policy", "fastest"], "--policy must be agentxpu, fcfs or serial"),
                 (["--exit-idle-time", "soon"], "--exit-idle-time wants seconds"),
                 (["--config", "/dev/null", "--address", "unix:path=/nonexistent/bus"], "Failed to connect to unix:path=/nonexistent/bus")):
             r = run([FAKE] + args)
             assert r.rc == 1 and message in r.err, (args, r)
-        # A second instance cannot take the name from the first.
+        # A second instance cannot take the name from the first, and says so before it
+        # loads a model (this one would not load).
         model = bus.path("tiny.gguf")
         with open(model, "w") as f:
             f.write("x")
         d = Daemon(bus, FAKE, args=["--model", model])
-        r = run([FAKE, "--config", "/dev/null", "--address", bus.address])
-        assert r.rc == 1 and "Failed to acquire the bus name org.agentxpu.Engine" in r.err, r
+        r = run([FAKE, "--config", "/dev/null", "--address", bus.address, "--model", "/nonexistent.gguf"])
+        assert r.rc == 1 and r.err == "Another agentxpu-engine already owns org.agentxpu.Engine on this bus\n", r
         assert d.stop() == 0
     finally:
         bus.close()

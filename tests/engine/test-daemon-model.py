@@ -292,6 +292,20 @@ def test_devices_carry_their_memory():
         assert abs(memory - total) <= total // 100, (memory, total)
 
 
+def test_second_engine_leaves_before_loading_its_model():
+    """A second agentxpu-engine on the bus says the name is taken and exits 1, without
+    loading its model first: one that does not exist is not even looked at, and a real one
+    is never reported loaded."""
+    with engine() as (bus, d):
+        for m in ("/nonexistent/model.gguf", model()):
+            r = run([DAEMON, "--address", bus.address, "--config", "/dev/null", "--model", m],
+                    env=dict(os.environ, AGENTXPU_LOG_LEVEL="debug"))
+            assert r.rc == 1, r
+            assert "Another agentxpu-engine already owns org.agentxpu.Engine on this bus" in r.err, r
+            assert "Cannot start the engine" not in r.err and "model '" not in r.err, r
+        assert bus.call("Complete", "Hello", GREEDY).rc == 0
+
+
 def test_bad_inputs():
     with engine(TABLE_CONFIG) as (bus, d):
         check_bad_inputs(bus)
@@ -342,6 +356,7 @@ TESTS = [
     test_bad_inputs,
     test_context_overflow_messages,
     test_devices_carry_their_memory,
+    test_second_engine_leaves_before_loading_its_model,
 ]
 
 if __name__ == "__main__":
