@@ -12,6 +12,7 @@ test-daemon-fake.py --bad-inputs-table."""
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,6 +194,33 @@ def test_tokens_unicast_in_order_and_bystander_sees_none():
 
     assert "Running" in by_out, by_out  # the bystander did hear the engine's broadcasts
     assert "Token" not in by_out and "Finished" not in by_out and "/request/" not in by_out, by_out
+
+
+def test_tokens_are_whole_characters_and_no_byte_is_dropped():
+    """The engine's tokens may split a character or hold bytes that are none (byte-fallback
+    tokens): Token signals carry whole characters, a split one once its last byte came, and
+    bytes that never make one (0xff, a NUL, a character cut short at the end) as U+FFFD."""
+    want = " caf\u00e9 \u20ac \ufffd \ufffd \ufffd"
+    with engine() as (bus, d):
+        r = bus.call("Complete", "bytes", "{'max_tokens': <uint32 8>}")
+        assert r.rc == 0 and gvariant_first_string(r.out) == want, r
+        mon = None
+        if is_root() and shutil.which("dbus-monitor"):
+            mon = bus.spawn(["dbus-monitor", "--address", bus.address, "type='signal',member='Token'"],
+                            stdout=subprocess.PIPE, text=True)
+            mon.stdout.readline()
+        r = bus.cli("ask", "-n", "8", "bytes")
+        assert r.rc == 0 and r.out == want + "\n", r
+        assert "not UTF-8" not in d.text(), d.text()
+        if mon:
+            assert bus.cli("ask", "-n", "1", "sync").rc == 0
+            time.sleep(0.3)
+            mon.terminate()
+            tokens = [a[0] for h, a in parse_monitor(mon.stdout.read()) if h.get("member") == "Token"]
+            # " \xe2\x82" gives its space at once and "\u20ac" with the next token; the
+            # character cut short at the end comes as the last Token, before Finished.
+            assert [t[len('string "'):-1] for t in tokens[:-1]] == \
+                [" caf", "\u00e9", " ", "\u20ac", " \ufffd", " \ufffd", " ", "\ufffd"], tokens
 
 
 def test_client_that_leaves_has_its_request_cancelled_and_freed():
@@ -652,6 +680,7 @@ TESTS = [
     test_introspection_matches_xml,
     test_complete_replies_with_text_and_stats,
     test_tokens_unicast_in_order_and_bystander_sees_none,
+    test_tokens_are_whole_characters_and_no_byte_is_dropped,
     test_client_that_leaves_has_its_request_cancelled_and_freed,
     test_finished_request_is_kept_for_its_owner_then_dropped,
     test_engine_error_is_reported,
