@@ -1394,68 +1394,9 @@ void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special) {
         };
 }
 
-static const char replacement[3] = { '\xef', '\xbf', '\xbd' };
-
-/* Expected length of a sequence starting with lead byte b, 0 if b cannot start one. */
-static size_t lead_len(uint8_t b) {
-        if (b < 0x80)
-                return 1;
-        if (b >= 0xc2 && b <= 0xdf)
-                return 2;
-        if (b >= 0xe0 && b <= 0xef)
-                return 3;
-        if (b >= 0xf0 && b <= 0xf4)
-                return 4;
-        return 0;
-}
-
-/* Whether b may follow the pending bytes of a character (RFC 3629 ranges). */
-static bool continues(const axp_detok *d, uint8_t b) {
-        uint8_t lo = 0x80, hi = 0xbf, lead = d->pend[0];
-        if (d->n_pend == 1) {
-                if (lead == 0xe0)
-                        lo = 0xa0;
-                else if (lead == 0xed)
-                        hi = 0x9f;
-                else if (lead == 0xf0)
-                        lo = 0x90;
-                else if (lead == 0xf4)
-                        hi = 0x8f;
-        }
-        return b >= lo && b <= hi;
-}
-
-static int detok_byte(axp_detok *d, uint8_t b, char **out, size_t *out_len, size_t *out_cap) {
-        int r;
-
-        if (d->n_pend > 0) {
-                if (continues(d, b)) {
-                        d->pend[d->n_pend++] = b;
-                        if ((size_t) d->n_pend < lead_len((uint8_t) d->pend[0]))
-                                return 0;
-                        r = axp_strbuf_append(out, out_len, out_cap, d->pend, d->n_pend);
-                        d->n_pend = 0;
-                        return r;
-                }
-                /* the pending bytes can never complete */
-                d->n_pend = 0;
-                if ((r = axp_strbuf_append(out, out_len, out_cap, replacement, 3)) < 0)
-                        return r;
-        }
-        size_t n = lead_len(b);
-        if (n == 1)
-                return axp_strbuf_append(out, out_len, out_cap, &b, 1);
-        if (n == 0)
-                return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
-        d->pend[0] = b;
-        d->n_pend = 1;
-        return 0;
-}
-
 int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t *out_cap) {
         const char *p;
         size_t n;
-        int r = 0;
 
         bool strip = d->first;
         d->first = false;
@@ -1465,14 +1406,9 @@ int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t
                 p++;
                 n--;
         }
-        for (size_t i = 0; i < n && r >= 0; i++)
-                r = detok_byte(d, p[i], out, out_len, out_cap);
-        return r;
+        return axp_utf8_stream_push(&d->utf8, p, n, out, out_len, out_cap);
 }
 
 int axp_detok_flush(axp_detok *d, char **out, size_t *out_len, size_t *out_cap) {
-        if (d->n_pend == 0)
-                return 0;
-        d->n_pend = 0;
-        return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
+        return axp_utf8_stream_flush(&d->utf8, out, out_len, out_cap);
 }

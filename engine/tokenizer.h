@@ -49,8 +49,7 @@ typedef struct axp_detok {
         const axp_tokenizer *tok;
         bool render_special;
         bool first; /* SentencePiece: strip the leading space of the first piece */
-        char pend[8];
-        int n_pend;
+        axp_utf8_stream utf8;
 } axp_detok;
 
 void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "strbuf.h"
+
 int axp_errorf(axp_error *err, int code, const char *fmt, ...) {
         if (err) {
                 va_list ap;
@@ -108,6 +110,85 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
                 }
         }
         fputc('"', f);
+}
+
+static const char replacement[3] = { '\xef', '\xbf', '\xbd' };
+
+/* Length of the character a lead byte begins, 0 if b cannot begin one. */
+static unsigned lead_len(unsigned char b) {
+        if (b < 0x80)
+                return 1;
+        if (b >= 0xc2 && b <= 0xdf)
+                return 2;
+        if (b >= 0xe0 && b <= 0xef)
+                return 3;
+        if (b >= 0xf0 && b <= 0xf4)
+                return 4;
+        return 0;
+}
+
+/* Whether b may follow the held bytes (RFC 3629: no overlong forms, surrogates or code
+ * points past U+10FFFF). */
+static bool continues(const axp_utf8_stream *s, unsigned char b) {
+        unsigned char lo = 0x80, hi = 0xbf;
+
+        if (s->n_pend == 1) {
+                if (s->pend[0] == 0xe0)
+                        lo = 0xa0;
+                else if (s->pend[0] == 0xed)
+                        hi = 0x9f;
+                else if (s->pend[0] == 0xf0)
+                        lo = 0x90;
+                else if (s->pend[0] == 0xf4)
+                        hi = 0x8f;
+        }
+        return b >= lo && b <= hi;
+}
+
+static int stream_byte(axp_utf8_stream *s, unsigned char b, char **out, size_t *out_len, size_t *out_cap) {
+        int r;
+
+        if (s->n_pend > 0) {
+                if (continues(s, b)) {
+                        s->pend[s->n_pend++] = b;
+                        if (s->n_pend < lead_len(s->pend[0]))
+                                return 0;
+                        r = axp_strbuf_append(out, out_len, out_cap, s->pend, s->n_pend);
+                        s->n_pend = 0;
+                        return r;
+                }
+                /* the held bytes can never complete; b starts afresh */
+                if ((r = axp_utf8_stream_flush(s, out, out_len, out_cap)) < 0)
+                        return r;
+        }
+        switch (lead_len(b)) {
+        case 0:
+                return axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement));
+        case 1:
+                if (b == 0 && s->no_nul)
+                        return axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement));
+                return axp_strbuf_append(out, out_len, out_cap, &b, 1);
+        default:
+                s->pend[0] = b;
+                s->n_pend = 1;
+                return 0;
+        }
+}
+
+int axp_utf8_stream_push(axp_utf8_stream *s, const char *p, size_t n, char **out, size_t *out_len,
+                         size_t *out_cap) {
+        int r = 0;
+
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = stream_byte(s, (unsigned char) p[i], out, out_len, out_cap);
+        return r;
+}
+
+int axp_utf8_stream_flush(axp_utf8_stream *s, char **out, size_t *out_len, size_t *out_cap) {
+        if (s->n_pend == 0)
+                return 0;
+        s->n_pend = 0;
+        return axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement));
 }
 
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err) {
