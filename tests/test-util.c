@@ -36,10 +36,79 @@ static void test_quantile(void) {
         CHECK(axp_quantile(NULL, 0, 0.9) == 0);
 }
 
+static void test_utf8_invalid(void) {
+        static const struct {
+                const char *s;
+                size_t at; /* SIZE_MAX: all well-formed */
+        } cases[] = {
+                { "", SIZE_MAX },
+                { "plain ascii", SIZE_MAX },
+                { "\xc3\xa4pfel \xe2\x82\xac \xf0\x9f\x98\x80", SIZE_MAX },
+                { "\xef\xbf\xbf\xf4\x8f\xbf\xbf", SIZE_MAX }, /* U+FFFF, U+10FFFF */
+                { "abc\xff", 3 },
+                { "\x80", 0 },                 /* a continuation byte alone */
+                { "a\xc3", 1 },                /* cut short */
+                { "a\xc3(", 1 },
+                { "\xc0\xaf", 0 },            /* overlong '/' */
+                { "\xe0\x80\xaf", 0 },       /* overlong */
+                { "ok\xed\xa0\x80", 2 },     /* a UTF-16 surrogate */
+                { "\xf4\x90\x80\x80", 0 },  /* past U+10FFFF */
+                { "\xc3\xa4\xf5", 2 },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                size_t len = strlen(cases[i].s);
+                size_t want = cases[i].at == SIZE_MAX ? len : cases[i].at;
+                CHECK_MSG(axp_utf8_invalid(cases[i].s, len) == want, "case %zu: %zu, want %zu", i,
+                          axp_utf8_invalid(cases[i].s, len), want);
+        }
+        /* a NUL is text like any other character; the length decides */
+        CHECK(axp_utf8_invalid("a\0b", 3) == 3);
+}
+
+static void test_parse_uint(void) {
+        uint64_t v = 7;
+        CHECK(axp_parse_uint("0", 0, 10, &v) == 0 && v == 0);
+        CHECK(axp_parse_uint("4294967295", 1, UINT32_MAX, &v) == 0 && v == UINT32_MAX);
+        CHECK(axp_parse_uint("18446744073709551615", 0, UINT64_MAX, &v) == 0 && v == UINT64_MAX);
+        CHECK(axp_parse_uint("007", 0, 10, &v) == 0 && v == 7);
+        v = 7;
+        /* out of range: beyond max, below min, beyond 64 bits */
+        CHECK_EQ_INT(axp_parse_uint("4294967296", 1, UINT32_MAX, &v), -ERANGE);
+        CHECK_EQ_INT(axp_parse_uint("0", 1, 10, &v), -ERANGE);
+        CHECK_EQ_INT(axp_parse_uint("18446744073709551616", 0, UINT64_MAX, &v), -ERANGE);
+        CHECK_EQ_INT(axp_parse_uint("99999999999999999999999", 0, UINT64_MAX, &v), -ERANGE);
+        /* not a whole number: signs (strtoull would wrap "-1"), space, bases, fractions, junk */
+        const char *bad[] = { "", "-1", "+1", " 1", "1 ", "0x10", "1.5", "1e3", "abc", "12abc", NULL };
+        for (const char **b = bad; *b; b++)
+                CHECK_MSG(axp_parse_uint(*b, 0, UINT64_MAX, &v) == -EINVAL, "'%s'", *b);
+        CHECK_EQ_INT(axp_parse_uint(NULL, 0, 1, &v), -EINVAL);
+        CHECK(v == 7); /* untouched on failure */
+}
+
+static void test_parse_double(void) {
+        double d = 7;
+        CHECK(axp_parse_double("0.5", 0, 1, &d) == 0 && d == 0.5);
+        CHECK(axp_parse_double("-2", -10, 10, &d) == 0 && d == -2);
+        CHECK(axp_parse_double("1e2", 0, 100, &d) == 0 && d == 100);
+        CHECK(axp_parse_double("1e-400", 0, 1, &d) == 0 && d == 0); /* underflow: about 0 */
+        d = 7;
+        CHECK_EQ_INT(axp_parse_double("1.5", 0, 1, &d), -ERANGE);
+        CHECK_EQ_INT(axp_parse_double("-1", 0, 1, &d), -ERANGE);
+        CHECK_EQ_INT(axp_parse_double("1e400", 0, HUGE_VAL, &d), -ERANGE);
+        CHECK_EQ_INT(axp_parse_double("inf", -HUGE_VAL, HUGE_VAL, &d), -ERANGE);
+        const char *bad[] = { "", " 1", "1 ", "nan", "abc", "1.5x", "--1", NULL };
+        for (const char **b = bad; *b; b++)
+                CHECK_MSG(axp_parse_double(*b, -HUGE_VAL, HUGE_VAL, &d) == -EINVAL, "'%s'", *b);
+        CHECK(d == 7);
+}
+
 int main(void) {
         RUN(test_errorf);
         RUN(test_overflow);
         RUN(test_alloc_aligned);
         RUN(test_quantile);
+        RUN(test_utf8_invalid);
+        RUN(test_parse_uint);
+        RUN(test_parse_double);
         TEST_EXIT();
 }
