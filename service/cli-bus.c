@@ -87,94 +87,62 @@ static const char gen_options_help[] =
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
         "      --address ADDRESS   the bus to use (default: the system bus)\n";
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
-        char *end;
-        unsigned long long v;
-
-        if (!s || *s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno || *end || v > max)
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
-static int parse_double(const char *s, double *ret) {
-        char *end;
-        double d;
-
-        errno = 0;
-        d = strtod(s, &end);
-        if (errno || end == s || *end || !isfinite(d))
-                return -EINVAL;
-        *ret = d;
-        return 0;
-}
-
-static int usage_error(const char *cmd, const char *fmt, const char *arg) {
-        fprintf(stderr, "agentxpu %s: ", cmd);
-        fprintf(stderr, fmt, arg);
-        fprintf(stderr, "\n'agentxpu %s --help' lists the options.\n", cmd);
-        return 2;
-}
-
-/* Parses the shared options; returns -1 to go on, or an exit status. `extra` allows --flow
- * and --wait where they apply. */
+/* Parses the shared options; returns -1 to go on, or an exit status. --flow and --wait are
+ * allowed where allow_flow and allow_wait say. Numbers must fit their D-Bus types; the
+ * engine judges their ranges. */
 static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_flow, bool allow_wait,
                           GenArgs *a) {
-        const char *cmd = argv[0];
         uint64_t v;
         int c;
 
         *a = (GenArgs) {};
         optind = 1;
-        while ((c = getopt_long(argc, argv, "n:vh", gen_options, NULL)) >= 0)
+        while ((c = cli_getopt(argc, argv, "n:vh", gen_options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
                         a->address = optarg;
                         break;
                 case 'n':
-                        if (parse_u64(optarg, UINT32_MAX, &v) < 0 || v == 0)
-                                return usage_error(cmd, "-n wants a number of tokens above 0, got '%s'", optarg);
+                        if (!cli_uint("-n", optarg, 1, UINT32_MAX, &v))
+                                return 2;
                         a->max_tokens = (uint32_t) v;
                         a->has_max_tokens = true;
                         break;
                 case ARG_TEMPERATURE:
-                        if (parse_double(optarg, &a->temperature) < 0)
-                                return usage_error(cmd, "--temperature wants a number, got '%s'", optarg);
+                        if (!cli_double("--temperature", optarg, -HUGE_VAL, HUGE_VAL, &a->temperature))
+                                return 2;
                         a->has_temperature = true;
                         break;
                 case ARG_TOP_K:
-                        if (parse_u64(optarg, UINT32_MAX, &v) < 0)
-                                return usage_error(cmd, "--top-k wants a whole number, got '%s'", optarg);
+                        if (!cli_uint("--top-k", optarg, 0, UINT32_MAX, &v))
+                                return 2;
                         a->top_k = (uint32_t) v;
                         a->has_top_k = true;
                         break;
                 case ARG_TOP_P:
-                        if (parse_double(optarg, &a->top_p) < 0)
-                                return usage_error(cmd, "--top-p wants a number, got '%s'", optarg);
+                        if (!cli_double("--top-p", optarg, -HUGE_VAL, HUGE_VAL, &a->top_p))
+                                return 2;
                         a->has_top_p = true;
                         break;
                 case ARG_MIN_P:
-                        if (parse_double(optarg, &a->min_p) < 0)
-                                return usage_error(cmd, "--min-p wants a number, got '%s'", optarg);
+                        if (!cli_double("--min-p", optarg, -HUGE_VAL, HUGE_VAL, &a->min_p))
+                                return 2;
                         a->has_min_p = true;
                         break;
                 case ARG_REPEAT_PENALTY:
-                        if (parse_double(optarg, &a->repeat_penalty) < 0)
-                                return usage_error(cmd, "--repeat-penalty wants a number, got '%s'", optarg);
+                        if (!cli_double("--repeat-penalty", optarg, -HUGE_VAL, HUGE_VAL, &a->repeat_penalty))
+                                return 2;
                         a->has_repeat_penalty = true;
                         break;
                 case ARG_SEED:
-                        if (parse_u64(optarg, UINT64_MAX, &a->seed) < 0)
-                                return usage_error(cmd, "--seed wants a whole number, got '%s'", optarg);
+                        if (!cli_uint("--seed", optarg, 0, UINT64_MAX, &a->seed))
+                                return 2;
                         a->has_seed = true;
                         break;
                 case ARG_STOP:
                         if (a->n_stop >= MAX_STOP)
-                                return usage_error(cmd, "at most 16 --stop strings, '%s' is one too many", optarg);
+                                return cli_usage_error("at most %d --stop strings, '%s' is one too many", MAX_STOP,
+                                                       optarg);
                         a->stop[a->n_stop++] = optarg;
                         break;
                 case ARG_SYSTEM:
@@ -185,12 +153,12 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         break;
                 case ARG_FLOW:
                         if (!allow_flow)
-                                return usage_error(cmd, "%s--flow does not apply here", "");
+                                return cli_usage_error("--flow does not apply here");
                         a->flow = optarg;
                         break;
                 case ARG_WAIT:
                         if (!allow_wait)
-                                return usage_error(cmd, "%s--wait does not apply here", "");
+                                return cli_usage_error("--wait does not apply here");
                         a->wait = true;
                         break;
                 case 'v':
@@ -550,7 +518,7 @@ static int gen_command(int argc, char **argv, bool reactive) {
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
-                return usage_error(argv[0], "%swants exactly one PROMPT (quote it)", "");
+                return cli_usage_error("wants exactly one PROMPT (quote it)");
 
         if (connect_engine(a.address, &bus) != 0)
                 return 1;
@@ -601,7 +569,7 @@ int cli_chat(int argc, char **argv) {
         if (r >= 0)
                 return r;
         if (optind != argc)
-                return usage_error(argv[0], "%stakes no arguments; type the turns", "");
+                return cli_usage_error("takes no arguments; type the turns");
 
         if (connect_engine(a.address, &bus) != 0)
                 return 1;
@@ -680,7 +648,7 @@ int cli_cancel(int argc, char **argv) {
         int c, r;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
                         address = optarg;
@@ -693,9 +661,9 @@ int cli_cancel(int argc, char **argv) {
                         return 2;
                 }
         if (optind + 1 != argc)
-                return usage_error(argv[0], "%swants exactly one request PATH", "");
+                return cli_usage_error("wants exactly one request PATH");
         if (!sd_bus_object_path_is_valid(argv[optind]))
-                return usage_error(argv[0], "'%s' is not an object path", argv[optind]);
+                return cli_usage_error("'%s' is not an object path", argv[optind]);
 
         if (connect_engine(address, &bus) != 0)
                 return 1;
@@ -820,7 +788,7 @@ int cli_status(int argc, char **argv) {
         int c, r;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
                         address = optarg;
@@ -833,7 +801,7 @@ int cli_status(int argc, char **argv) {
                         return 2;
                 }
         if (optind != argc)
-                return usage_error(argv[0], "%stakes no arguments", "");
+                return cli_usage_error("takes no arguments");
 
         if (connect_engine(address, &bus) != 0)
                 return 1;

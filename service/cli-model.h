@@ -17,6 +17,3 @@ int cli_load(const char *path, const char *device, int n_threads, axp_model **re
              axp_device **ret_dev);
 /* Tokenize the prompt as --raw does: BOS as the vocab says, special-token text parsed. */
 int cli_tokenize_raw(const axp_model *m, const char *text, size_t len, int32_t **ret, int *ret_n);
-/* Parse a number option; returns false (after a message) if malformed. */
-bool cli_int(const char *opt, const char *s, long min, long max, long *ret);
-bool cli_double(const char *opt, const char *s, double min, double max, double *ret);

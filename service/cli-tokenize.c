@@ -30,7 +30,7 @@ int cli_tokenize(int argc, char **argv) {
         int c, r;
 
         optind = 0;
-        while ((c = getopt_long(argc, argv, "m:p:f:h", options, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:p:f:h", options)) >= 0) {
                 switch (c) {
                 case 'm': model = optarg; break;
                 case 'p': prompt = optarg; break;
@@ -39,11 +39,11 @@ int cli_tokenize(int argc, char **argv) {
                 case OPT_NO_SPECIAL: flags &= ~AXP_TOK_PARSE_SPECIAL; break;
                 case OPT_JSON: json = true; break;
                 case 'h': usage(stdout); return 0;
-                default: return usage(stderr);
+                default: return 2;
                 }
         }
         if (optind < argc)
-                return usage(stderr);
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
 
         _cleanup_free_ char *text = NULL;
         size_t len;
