@@ -85,11 +85,13 @@ static const char gen_options_help[] =
         "      --system TEXT       system prompt\n"
         "      --raw               no chat template\n"
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
-        "      --address ADDRESS   the bus to use (default: the system bus)\n";
+        "      --address ADDRESS   the bus to use (default: the system bus)\n"
+        "\nText (the prompt, --stop, --system, a line of chat) must be valid UTF-8; other bytes\n"
+        "are refused, saying where (chat refuses the line and goes on).\n";
 
 /* Parses the shared options; returns -1 to go on, or an exit status. --flow and --wait are
- * allowed where allow_flow and allow_wait say. Numbers must fit their D-Bus types; the
- * engine judges their ranges. */
+ * allowed where allow_flow and allow_wait say. Text must be valid UTF-8, numbers fit their
+ * D-Bus types; the engine judges their ranges. */
 static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_flow, bool allow_wait,
                           GenArgs *a) {
         uint64_t v;
@@ -143,9 +145,13 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         if (a->n_stop >= MAX_STOP)
                                 return cli_usage_error("at most %d --stop strings, '%s' is one too many", MAX_STOP,
                                                        optarg);
+                        if (!cli_utf8("--stop", optarg, strlen(optarg)))
+                                return 1;
                         a->stop[a->n_stop++] = optarg;
                         break;
                 case ARG_SYSTEM:
+                        if (!cli_utf8("--system", optarg, strlen(optarg)))
+                                return 1;
                         a->system = optarg;
                         break;
                 case ARG_RAW:
@@ -519,6 +525,8 @@ static int gen_command(int argc, char **argv, bool reactive) {
                 return r;
         if (optind + 1 != argc)
                 return cli_usage_error("wants exactly one PROMPT (quote it)");
+        if (!cli_utf8("the prompt", argv[optind], strlen(argv[optind])))
+                return 1;
 
         if (connect_engine(a.address, &bus) != 0)
                 return 1;
@@ -557,6 +565,7 @@ int cli_chat(int argc, char **argv) {
         _cleanup_free_ char *line = NULL, *flow = NULL;
         bool tty = isatty(STDIN_FILENO);
         size_t cap = 0;
+        unsigned lineno = 0;
         const char *p;
         GenArgs a;
         int r, status = 0;
@@ -604,10 +613,18 @@ int cli_chat(int argc, char **argv) {
                 n = getline(&line, &cap, stdin);
                 if (n < 0 || interrupted)
                         break;
+                lineno++;
                 while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                         line[--n] = 0;
                 if (n == 0)
                         continue;
+                /* a line that cannot be sent is refused; the conversation goes on */
+                char what[32];
+                snprintf(what, sizeof(what), "line %u", lineno);
+                if (!cli_utf8(what, line, (size_t) n)) {
+                        status = 1;
+                        continue;
+                }
 
                 slot = sd_bus_slot_unref(slot);
                 if (stream_subscribe(bus, &s, &slot) != 0) {

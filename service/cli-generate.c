@@ -27,7 +27,9 @@ static int usage(FILE *f) {
                    "  --threads N        CPU threads (default: one per core)\n"
                    "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
-                   "  --json             print one JSON object with tokens, text and timings\n");
+                   "  --json             print one JSON object with tokens, text and timings\n"
+                   "The prompt, its file, --stop and --system must be valid UTF-8; other bytes are\n"
+                   "refused, saying where.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -109,9 +111,13 @@ static int parse(int argc, char **argv, gen_args *a) {
                                 return cli_usage_error("at most %zu --stop strings", ELEMENTSOF(a->stops));
                         if (!*optarg)
                                 return cli_usage_error("--stop wants a non-empty string");
+                        if (!cli_utf8("--stop", optarg, strlen(optarg)))
+                                return 1;
                         a->stops[a->n_stops++] = optarg;
                         break;
                 case OPT_SYSTEM:
+                        if (!cli_utf8("--system", optarg, strlen(optarg)))
+                                return 1;
                         a->system = optarg;
                         break;
                 case OPT_RAW: a->raw = true; break;

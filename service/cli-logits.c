@@ -13,7 +13,7 @@ static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT [--threads N] [--chunk N]\n"
                    "                      [--device cpu|opencl|opencl:N|auto]\n"
                    "Writes the logits of the last prompt position (tokenized as generate --raw does)\n"
-                   "to OUT as n_vocab little-endian float32 values.\n");
+                   "to OUT as n_vocab little-endian float32 values. The prompt must be valid UTF-8.\n");
         return f == stderr ? 2 : 0;
 }
 

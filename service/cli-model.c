@@ -17,11 +17,15 @@ int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len) 
                 return cli_usage_error("give the prompt with exactly one of -p TEXT or -f FILE");
         if (text) {
                 len = strlen(text);
+                if (!cli_utf8("the prompt", text, len))
+                        return 1;
                 if (!(buf = strdup(text)))
                         return cli_fail("out of memory");
         } else {
                 if (axp_read_file(file, &buf, &len, &err) < 0)
                         return cli_fail("%s", err.msg);
+                if (!cli_utf8(file, buf, len))
+                        return 1;
         }
         *ret = TAKE_PTR(buf);
         *ret_len = len;

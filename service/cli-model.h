@@ -9,7 +9,8 @@
 #include "device.h"
 #include "model.h"
 
-/* The prompt from -p TEXT or -f FILE (exactly one). Returns 0 or the exit status. */
+/* The prompt from -p TEXT or -f FILE (exactly one), which must be valid UTF-8. Returns 0 or
+ * the exit status. */
 int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len);
 /* Load a model (and prepare the device `device` names, CPU threads n_threads, if ret_dev;
  * NULL: the CPU). Returns 0, 1 after a one-line message, or 2 for a malformed --device. */

@@ -11,7 +11,8 @@
 static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu tokenize -m MODEL (-p TEXT | -f FILE) [--no-bos] [--no-parse-special] [--json]\n"
                    "Prints the token ids (space-separated, or {\"tokens\": [...]} with --json).\n"
-                   "BOS is added if the model's vocabulary asks for it; special-token text is parsed.\n");
+                   "BOS is added if the model's vocabulary asks for it; special-token text is parsed.\n"
+                   "The text must be valid UTF-8; other bytes are refused, saying where.\n");
         return f == stderr ? 2 : 0;
 }
 

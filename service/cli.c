@@ -95,6 +95,15 @@ bool cli_double(const char *opt, const char *s, double min, double max, double *
         return false;
 }
 
+bool cli_utf8(const char *what, const char *s, size_t len) {
+        size_t at = axp_utf8_invalid(s, len);
+
+        if (at == len)
+                return true;
+        cli_fail("%s is not valid UTF-8 (byte 0x%02x at offset %zu)", what, (unsigned char) s[at], at);
+        return false;
+}
+
 static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu COMMAND [OPTIONS]\n\ncommands:\n");
         for (const cli_command *c = commands; c->name; c++)

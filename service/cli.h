@@ -40,3 +40,7 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
  * any finite number. */
 bool cli_uint(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 bool cli_double(const char *opt, const char *s, double min, double max, double *ret);
+
+/* Text the user gives (a prompt, --stop, --system, a file, a line of chat) must be valid
+ * UTF-8: false after a one-line message naming `what` and the first bad byte. */
+bool cli_utf8(const char *what, const char *s, size_t len);

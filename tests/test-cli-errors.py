@@ -2,11 +2,14 @@
 # SPDX-License-Identifier: MIT
 """What the command line says when it is used wrongly, checked for every subcommand: an option
 it does not know names the command and points to its --help; a number option refuses
-garbage and numbers out of range in one line that gives the range (status 2). The bus
-commands' behaviour against an engine is in tests/engine/test-daemon-fake.py. Env: AXP_CLI."""
+garbage and numbers out of range in one line that gives the range (status 2); text that is
+not valid UTF-8 (a prompt, a prompt file, --stop, --system) is refused in one line that says
+where (status 1). The bus commands' behaviour against an engine is in
+tests/engine/test-daemon-fake.py. Env: AXP_CLI."""
 import os
 import subprocess
 import sys
+import tempfile
 
 CLI = os.environ["AXP_CLI"]
 failures = 0
@@ -139,7 +142,49 @@ def check_numbers():
     print(f"ok   {len(NUMBERS)} number options refuse garbage and numbers out of range")
 
 
+def check_utf8(tmp):
+    bad = os.path.join(tmp, "bad.txt")
+    with open(bad, "wb") as f:
+        f.write("Grüße, ".encode() + b"\xff and more\n")
+    good = os.path.join(tmp, "good.txt")
+    with open(good, "wb") as f:
+        f.write("Grüße\n".encode())
+    model = ["-m", "/nonexistent.gguf"]
+    cases = [
+        # (args, what the message names, the bad byte, its offset)
+        (["ask", b"abc\xff"], "the prompt", 0xff, 3),
+        (["ask", "--stop", b"ab\xc3(", "hi"], "--stop", 0xc3, 2),
+        (["ask", "--system", b"\xed\xa0\x80", "hi"], "--system", 0xed, 0),  # a surrogate
+        (["submit", b"caf\xe9"], "the prompt", 0xe9, 3),
+        (["submit", "--stop", "fine", "--stop", b"\xc0\xaf", "hi"], "--stop", 0xc0, 0),  # overlong
+        (["chat", "--system", b"sys\x80"], "--system", 0x80, 3),
+        (["generate", *model, "-p", b"abc\xff"], "the prompt", 0xff, 3),
+        (["generate", *model, "-f", bad], bad, 0xff, 9),
+        (["generate", *model, "-p", "hi", "--stop", b"\xf5"], "--stop", 0xf5, 0),
+        (["generate", *model, "-p", "hi", "--system", b"x\xfe"], "--system", 0xfe, 1),
+        (["tokenize", *model, "-p", b"\xe2\x82"], "the prompt", 0xe2, 0),  # cut short
+        (["tokenize", *model, "-f", bad], bad, 0xff, 9),
+        (["logits", *model, "-o", "/nonexistent.f32", "-p", b"\xff"], "the prompt", 0xff, 0),
+        (["logits", *model, "-o", "/nonexistent.f32", "-f", bad], bad, 0xff, 9),
+    ]
+    for args, what, byte, offset in cases:
+        p = run(*args)
+        err = lines(p.stderr)
+        want = f"agentxpu {args[0]}: {what} is not valid UTF-8 (byte 0x{byte:02x} at offset {offset})"
+        if p.returncode != 1 or err != [want]:
+            fail(f"{args}: status {p.returncode}, stderr {err}, want {want!r}")
+    # valid text gets past the check (and fails later, on the file or the bus)
+    for args in (["generate", *model, "-f", good], ["tokenize", *model, "-p", "Grüße €"],
+                 ["ask", "--address", "unix:path=/nonexistent", "--stop", "ß", "Grüße 😀"]):
+        p = run(*args)
+        if p.returncode != 1 or "UTF-8" in p.stderr.decode():
+            fail(f"{args}: status {p.returncode}, stderr {lines(p.stderr)}")
+    print(f"ok   {len(cases)} texts that are not UTF-8 are refused, saying where")
+
+
 check_unknown_options()
 check_numbers()
+with tempfile.TemporaryDirectory() as tmp:
+    check_utf8(tmp)
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)

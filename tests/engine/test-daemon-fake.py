@@ -640,6 +640,17 @@ def test_cli_status_and_cancel():
         bus.close()
 
 
+def test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on():
+    with engine() as (bus, d):
+        p = subprocess.run([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "2"],
+                           input="one\n".encode() + b"caf\xe9 au lait\n" + "two\n".encode(),
+                           capture_output=True, timeout=120)
+        # both good turns answered; the bad line is refused, saying where, and not sent
+        assert p.stdout == b" t1 t2\n t1 t2\n", p
+        assert p.stderr == b"agentxpu chat: line 2 is not valid UTF-8 (byte 0xe9 at offset 3)\n", p
+        assert p.returncode == 1, p
+
+
 def test_gdbus_example_client_streams():
     example = os.environ.get("AXP_GDBUS_EXAMPLE")
     if not example:
@@ -714,6 +725,7 @@ TESTS = [
     test_bus_activated_daemon_exits_when_idle,
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
+    test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
     test_startup_errors_are_clear,
