@@ -241,18 +241,34 @@ static void catch_sigint(void) {
         (void) sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The bus at `address`, or the system bus; on failure one line saying what to check. */
 static int connect_engine(const char *address, sd_bus **ret) {
         int r = axp_bus_open(address, "agentxpu", ret);
 
+        if (r < 0 && !address)
+                return cli_fail("cannot connect to the system bus (%s); is the system bus running and the engine "
+                                "installed? Use --address ADDRESS for a private bus", strerror(-r));
         if (r < 0)
-                return cli_fail("cannot connect to %s: %s", address ?: "the system bus", strerror(-r));
+                return cli_fail("cannot connect to %s (%s); is it a D-Bus address with a bus listening there?",
+                                address, strerror(-r));
         return 0;
 }
 
-/* A failed call as one line a person can act on. */
-static int call_fail(const char *what, const sd_bus_error *e, int r) {
-        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
-                return cli_fail("%s: the engine is not running (" AXP_BUS_NAME " is not on the bus)", what);
+/* A failed call as one line a person can act on; `address` as connect_engine took it. */
+static int call_fail(const char *what, const char *address, const sd_bus_error *e, int r) {
+        /* Nothing owns the name and the bus has no service file to start it with. */
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) && !address)
+                return cli_fail("the engine is not installed: no service on the system bus provides " AXP_BUS_NAME);
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN))
+                return cli_fail("the engine is not running on %s; start agentxpu-engine --address %s",
+                                address, address);
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+                return cli_fail("the engine is not running (" AXP_BUS_NAME " is not on the bus)");
+        /* The bus tried to start it (directly or through systemd) and that failed. */
+        if (e && e->name && (strncmp(e->name, "org.freedesktop.DBus.Error.Spawn.", 33) == 0 ||
+                             strncmp(e->name, "org.freedesktop.systemd1.", 25) == 0))
+                return cli_fail("the engine could not be started: %s (journalctl -u agentxpu-engine says more)",
+                                e->message ?: e->name);
         if (sd_bus_error_has_name(e, SD_BUS_ERROR_UNKNOWN_OBJECT))
                 return cli_fail("%s: no such request (finished and gone, or never made)", what);
         if (e && e->message)
@@ -479,7 +495,7 @@ static int run_request(sd_bus *bus, const char *method, const char *prompt, cons
                 return cli_fail("cannot build the %s call: %s", method, strerror(-r));
         r = sd_bus_call(bus, m, 0, &e, &reply);
         if (r < 0)
-                return call_fail(method, &e, r);
+                return call_fail(method, a->address, &e, r);
         r = sd_bus_message_read(reply, "o", &path);
         if (r < 0)
                 return cli_fail("unexpected reply to %s: %s", method, strerror(-r));
@@ -594,7 +610,7 @@ int cli_chat(int argc, char **argv) {
         if (r >= 0)
                 r = sd_bus_call(bus, m, 0, &e, &reply);
         if (r < 0)
-                return call_fail("OpenFlow", &e, r);
+                return call_fail("OpenFlow", a.address, &e, r);
         r = sd_bus_message_read(reply, "o", &p);
         if (r < 0 || !(flow = strdup(p)))
                 return cli_fail("unexpected reply to OpenFlow");
@@ -649,7 +665,7 @@ int cli_chat(int argc, char **argv) {
         sd_bus_error_free(&e);
         r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "CloseFlow", &e, NULL, "o", flow);
         if (r < 0 && status == 0)
-                status = call_fail("CloseFlow", &e, r);
+                status = call_fail("CloseFlow", a.address, &e, r);
         return status;
 }
 
@@ -686,7 +702,7 @@ int cli_cancel(int argc, char **argv) {
                 return 1;
         r = sd_bus_call_method(bus, AXP_BUS_NAME, argv[optind], AXP_BUS_REQUEST_IFACE, "Cancel", &e, NULL, NULL);
         if (r < 0)
-                return call_fail(argv[optind], &e, r);
+                return call_fail(argv[optind], address, &e, r);
         return 0;
 }
 
@@ -825,7 +841,7 @@ int cli_status(int argc, char **argv) {
         r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, "org.freedesktop.DBus.Properties", "GetAll",
                                &e, &reply, "s", AXP_BUS_IFACE);
         if (r < 0)
-                return call_fail("status", &e, r);
+                return call_fail("status", address, &e, r);
 
         r = sd_bus_message_enter_container(reply, 'a', "{sv}");
         while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {

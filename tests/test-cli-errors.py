@@ -4,8 +4,9 @@
 it does not know names the command and points to its --help; a number option refuses
 garbage and numbers out of range in one line that gives the range (status 2); text that is
 not valid UTF-8 (a prompt, a prompt file, --stop, --system) is refused in one line that says
-where (status 1). The bus commands' behaviour against an engine is in
-tests/engine/test-daemon-fake.py. Env: AXP_CLI."""
+where (status 1); without a bus, the bus commands say what to check. The bus commands'
+behaviour against an engine, or a bus without one, is in tests/engine/test-daemon-fake.py.
+Env: AXP_CLI."""
 import os
 import subprocess
 import sys
@@ -23,6 +24,10 @@ def fail(msg):
 
 def run(*args, **kw):
     return subprocess.run([CLI, *args], capture_output=True, timeout=120, **kw)
+
+
+BUS_COMMANDS = [["ask", "hi"], ["submit", "hi"], ["chat"], ["status"],
+                ["cancel", "/org/agentxpu/Engine/request/1"]]
 
 
 def lines(b):
@@ -182,8 +187,26 @@ def check_utf8(tmp):
     print(f"ok   {len(cases)} texts that are not UTF-8 are refused, saying where")
 
 
+def check_no_bus():
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent")
+    for args in BUS_COMMANDS:
+        p = run(*args, env=env, stdin=subprocess.DEVNULL)
+        err = lines(p.stderr)
+        want = (f"agentxpu {args[0]}: cannot connect to the system bus (No such file or directory); "
+                "is the system bus running and the engine installed? Use --address ADDRESS for a private bus")
+        if p.returncode != 1 or err != [want]:
+            fail(f"{args} without a system bus: status {p.returncode}, stderr {err}")
+        p = run(args[0], "--address", "unix:path=/nonexistent", *args[1:], stdin=subprocess.DEVNULL)
+        err = lines(p.stderr)
+        want = f"agentxpu {args[0]}: cannot connect to unix:path=/nonexistent (No such file or directory); "
+        if p.returncode != 1 or len(err) != 1 or not err[0].startswith(want):
+            fail(f"{args} --address to nowhere: status {p.returncode}, stderr {err}")
+    print("ok   without a bus, the bus commands say what to check")
+
+
 check_unknown_options()
 check_numbers()
+check_no_bus()
 with tempfile.TemporaryDirectory() as tmp:
     check_utf8(tmp)
 print("ok" if not failures else f"{failures} failures")

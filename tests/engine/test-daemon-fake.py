@@ -640,6 +640,24 @@ def test_cli_status_and_cancel():
         bus.close()
 
 
+def test_cli_without_engine_says_what_to_do():
+    # A bus with no engine on it and no service file to start one: as the system bus, the
+    # engine is not installed; as a private bus, it is not running there.
+    bus = TestBus()
+    try:
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address)
+        for args in (["ask", "hi"], ["status"], ["chat"]):
+            p = subprocess.run([os.environ["AXP_CLI"], *args], env=env, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=60)
+            assert p.returncode == 1 and p.stderr == (f"agentxpu {args[0]}: the engine is not installed: no service "
+                                                      f"on the system bus provides {NAME}\n"), p
+        r = bus.cli("submit", "hi")
+        assert r.rc == 1 and r.err == (f"agentxpu submit: the engine is not running on {bus.address}; "
+                                       f"start agentxpu-engine --address {bus.address}\n"), r
+    finally:
+        bus.close()
+
+
 def test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on():
     with engine() as (bus, d):
         p = subprocess.run([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "2"],
@@ -725,6 +743,7 @@ TESTS = [
     test_bus_activated_daemon_exits_when_idle,
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
+    test_cli_without_engine_says_what_to_do,
     test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
