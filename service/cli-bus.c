@@ -87,7 +87,9 @@ static const char gen_options_help[] =
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
         "      --address ADDRESS   the bus to use (default: the system bus)\n"
         "\nText (the prompt, --stop, --system, a line of chat) must be valid UTF-8; other bytes\n"
-        "are refused, saying where (chat refuses the line and goes on).\n";
+        "are refused, saying where (chat refuses the line and goes on). On a terminal, control\n"
+        "characters in the answer (all but newline and tab) are shown as \\xNN escapes of their\n"
+        "bytes, such as \\x07 for BEL; into a pipe or a file the answer passes unchanged.\n";
 
 /* Parses the shared options; returns -1 to go on, or an exit status. --flow and --wait are
  * allowed where allow_flow and allow_wait say. Text must be valid UTF-8, numbers fit their
@@ -396,8 +398,7 @@ static int on_request_signal(sd_bus_message *m, void *userdata, sd_bus_error *re
                 if (r < 0 || !*text)
                         return 0;
                 if (s->print) {
-                        fputs(text, stdout);
-                        fflush(stdout);
+                        cli_write_text(text, strlen(text));
                         s->ends_in_newline = text[strlen(text) - 1] == '\n';
                 } else if (stream_append(s, text) < 0)
                         return -ENOMEM;
@@ -555,7 +556,7 @@ static int gen_command(int argc, char **argv, bool reactive) {
         if (r < 0) {
                 /* End the answer with exactly one newline. */
                 if (!s.print && s.text)
-                        fputs(s.text, stdout);
+                        cli_write_text(s.text, s.len);
                 if ((s.print && !s.ends_in_newline) || (!s.print && (!s.text || s.text[s.len - 1] != '\n')))
                         putchar('\n');
                 fflush(stdout);

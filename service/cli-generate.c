@@ -29,7 +29,9 @@ static int usage(FILE *f) {
                    "  --chunk N          prefill chunk length (default 256)\n"
                    "  --json             print one JSON object with tokens, text and timings\n"
                    "The prompt, its file, --stop and --system must be valid UTF-8; other bytes are\n"
-                   "refused, saying where.\n");
+                   "refused, saying where. On a terminal, control characters in the text (all but\n"
+                   "newline and tab) are shown as \\xNN escapes of their bytes, such as \\x07 for BEL;\n"
+                   "into a pipe or a file the text passes unchanged.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -177,10 +179,9 @@ static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks,
 static int take_text(axp_gen *g, bool json, char **all, size_t *len, size_t *cap) {
         if (g->out_len == 0)
                 return 0;
-        if (!json) {
-                fwrite(g->out, 1, g->out_len, stdout);
-                fflush(stdout);
-        } else {
+        if (!json)
+                cli_write_text(g->out, g->out_len);
+        else {
                 if (*len + g->out_len + 1 > *cap) {
                         size_t ncap = (*len + g->out_len + 1) * 2;
                         char *n = realloc(*all, ncap);

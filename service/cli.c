@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
@@ -102,6 +103,18 @@ bool cli_utf8(const char *what, const char *s, size_t len) {
                 return true;
         cli_fail("%s is not valid UTF-8 (byte 0x%02x at offset %zu)", what, (unsigned char) s[at], at);
         return false;
+}
+
+void cli_write_text(const char *s, size_t len) {
+        static int tty = -1;
+
+        if (tty < 0)
+                tty = isatty(STDOUT_FILENO);
+        if (tty)
+                axp_write_visible(stdout, s, len);
+        else
+                fwrite(s, 1, len, stdout);
+        fflush(stdout);
 }
 
 static int usage(FILE *f) {

@@ -41,6 +41,12 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
 bool cli_uint(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 bool cli_double(const char *opt, const char *s, double min, double max, double *ret);
 
+/* Generated text to standard output, flushed. On a terminal, control characters other than
+ * \n and \t are shown as \xNN escapes (axp_write_visible), so a model cannot ring the bell,
+ * move the cursor or recolour the terminal; elsewhere (a pipe, a file) the bytes pass
+ * unchanged. */
+void cli_write_text(const char *s, size_t len);
+
 /* Text the user gives (a prompt, --stop, --system, a file, a line of chat) must be valid
  * UTF-8: false after a one-line message naming `what` and the first bad byte. */
 bool cli_utf8(const char *what, const char *s, size_t len);

@@ -102,6 +102,40 @@ static void test_parse_double(void) {
         CHECK(d == 7);
 }
 
+static char *visible(const char *s, size_t len) {
+        char *buf = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&buf, &size);
+        axp_write_visible(f, s, len);
+        fclose(f);
+        return buf;
+}
+
+static void test_write_visible(void) {
+        static const struct {
+                const char *in, *out;
+        } cases[] = {
+                { "", "" },
+                { "plain text\nand\ttabs", "plain text\nand\ttabs" },
+                { "bell\a", "bell\\x07" },
+                { "\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m" },
+                { "cr\rback\bdel\x7f", "cr\\x0dback\\x08del\\x7f" },
+                { "\x01\x1f ", "\\x01\\x1f " },
+                /* C1 controls (NEL, CSI) as UTF-8; the letters around them, and U+00A0, pass */
+                { "a\xc2\x85" "b\xc2\x9b" "2J", "a\\xc2\\x85b\\xc2\\x9b2J" },
+                { "\xc2\xa0\xc3\xa4\xe2\x80\x9b", "\xc2\xa0\xc3\xa4\xe2\x80\x9b" },
+                /* a lone C2 at the end is no control character */
+                { "x\xc2", "x\xc2" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *got = visible(cases[i].in, strlen(cases[i].in));
+                CHECK_MSG(strcmp(got, cases[i].out) == 0, "case %zu: '%s'", i, got);
+        }
+        /* NUL is a control character too: the length, not the terminator, bounds the text */
+        _cleanup_free_ char *got = visible("a\0b", 3);
+        CHECK(strcmp(got, "a\\x00b") == 0);
+}
+
 int main(void) {
         RUN(test_errorf);
         RUN(test_overflow);
@@ -110,5 +144,6 @@ int main(void) {
         RUN(test_utf8_invalid);
         RUN(test_parse_uint);
         RUN(test_parse_double);
+        RUN(test_write_visible);
         TEST_EXIT();
 }

@@ -7,7 +7,9 @@
  * Words of the prompt are its tokens. A request generates " t1", " t2", ... one per step of
  * AXP_FAKE_STEP_MS milliseconds (default 5), reactive requests before proactive ones, and
  * finishes with "length" at max_tokens, with "stop" at a stop string or after 3 tokens if
- * the prompt contains the word "short", and with "error" if it contains "fail". */
+ * the prompt contains the word "short", and with "error" if it contains "fail". With the word
+ * "controls", each token ends with the control characters a model may emit: BEL, an ESC
+ * sequence and CSI (U+009B). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +29,7 @@ struct fake_req {
         axp_req_state state;
         axp_request_cbs cbs;
         uint32_t max_tokens, generated, prompt_tokens, prefill_tokens;
-        bool cancelled, fail, short_answer;
+        bool cancelled, fail, short_answer, controls;
         char **stop;
         size_t n_stop;
         char text[4096];
@@ -203,7 +205,7 @@ static void step(axp_engine *e) {
                         continue;
                 }
                 r->state = AXP_STATE_DECODE;
-                snprintf(tok, sizeof(tok), " t%u", r->generated + 1);
+                snprintf(tok, sizeof(tok), " t%u%s", r->generated + 1, r->controls ? "\a\x1b[7m\xc2\x9b" : "");
                 len = strlen(r->text);
                 if (len + strlen(tok) < sizeof(r->text))
                         strcat(r->text, tok);
@@ -345,6 +347,7 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 .prefill_tokens = tokens,
                 .fail = has_word(prompt, "fail"),
                 .short_answer = has_word(prompt, "short"),
+                .controls = has_word(prompt, "controls"),
                 .flow = opts->flow,
                 .t_submit = axp_now(),
         };

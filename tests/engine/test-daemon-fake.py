@@ -658,6 +658,32 @@ def test_cli_without_engine_says_what_to_do():
         bus.close()
 
 
+def test_cli_escapes_control_characters_on_a_terminal():
+    need_tools("script")
+    tok = "\a\x1b[7m\u009b"  # what the test double adds to each token for "controls"
+    shown = "\\x07\\x1b[7m\\xc2\\x9b"
+    with engine() as (bus, d):
+        # into a pipe, unchanged
+        r = bus.cli("ask", "-n", "2", "controls please")
+        assert r.rc == 0 and r.out == f" t1{tok} t2{tok}\n", r
+        # on a terminal (util-linux script's pseudo-terminal, which turns \n into \r\n), shown
+        for args, want in ((["ask", "-n", "2", "controls please"], f" t1{shown} t2{shown}\n"),
+                           (["submit", "-n", "2", "controls please"], f" t1{shown} t2{shown}\n"),
+                           (["chat", "-n", "1"], f" t1{shown}\n")):
+            cmd = [os.environ["AXP_CLI"], args[0], "--address", bus.address] + args[1:]
+            # chat reads its line through the terminal, which echoes it
+            p = subprocess.run(["script", "-qec", " ".join(f"'{a}'" for a in cmd), "/dev/null"],
+                               input=b"controls\n" if args[0] == "chat" else b"", capture_output=True,
+                               timeout=120)
+            out = p.stdout.decode().replace("\r\n", "\n")
+            if args[0] == "submit":
+                out = out.split("\n", 1)[1]  # after the request's path
+            if args[0] == "chat":
+                out = out.replace("> ", "")
+                want = "controls\n" + want  # the terminal echoes the line typed
+            assert p.returncode == 0 and out == want, (args, p, out)
+
+
 def test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on():
     with engine() as (bus, d):
         p = subprocess.run([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "2"],
@@ -745,6 +771,7 @@ TESTS = [
     test_cli_status_and_cancel,
     test_cli_without_engine_says_what_to_do,
     test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on,
+    test_cli_escapes_control_characters_on_a_terminal,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
     test_startup_errors_are_clear,
