@@ -287,10 +287,6 @@ void axp_tokenizer_free(axp_tokenizer *t) {
         free(t);
 }
 
-static void axp_tokenizer_freep(axp_tokenizer **t) {
-        axp_tokenizer_free(*t);
-}
-
 /* Pre-tokenizers by tokenizer.ggml.pre, with llama.cpp's regexes for each. */
 static const axp_split passes_llama3[] = { AXP_SPLIT_LLAMA3 };
 static const axp_split passes_qwen2[] = { AXP_SPLIT_QWEN2 };

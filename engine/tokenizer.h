@@ -21,6 +21,9 @@ enum {
 
 int axp_tokenizer_load(const gguf_file *f, axp_tokenizer **ret, axp_error *err);
 void axp_tokenizer_free(axp_tokenizer *t);
+static inline void axp_tokenizer_freep(axp_tokenizer **t) {
+        axp_tokenizer_free(*t);
+}
 
 int axp_tokenizer_n_vocab(const axp_tokenizer *t);
 int32_t axp_tokenizer_bos(const axp_tokenizer *t); /* -1 if none */

@@ -63,36 +63,6 @@ size_t axp_utf8_encode(uint32_t cpt, uint8_t out[4]) {
         return 4;
 }
 
-size_t axp_utf8_valid_char(const uint8_t *s, size_t len) {
-        uint8_t b0 = s[0], lo = 0x80, hi = 0xbf;
-        size_t n;
-
-        if (b0 < 0x80)
-                return 1;
-        if (b0 >= 0xc2 && b0 <= 0xdf)
-                n = 2;
-        else if (b0 >= 0xe0 && b0 <= 0xef)
-                n = 3;
-        else if (b0 >= 0xf0 && b0 <= 0xf4)
-                n = 4;
-        else
-                return 0;
-        if (b0 == 0xe0)
-                lo = 0xa0;
-        else if (b0 == 0xed)
-                hi = 0x9f;
-        else if (b0 == 0xf0)
-                lo = 0x90;
-        else if (b0 == 0xf4)
-                hi = 0x8f;
-        if (len < n || s[1] < lo || s[1] > hi)
-                return 0;
-        for (size_t i = 2; i < n; i++)
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-        return n;
-}
-
 int axp_pieces_push(axp_pieces *p, size_t len) {
         if (p->n == p->cap) {
                 size_t cap = p->cap ? p->cap * 2 : 64;

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h" /* axp_utf8_valid_char: well-formed UTF-8 */
+
 enum {
         AXP_UCD_LETTER = 1 << 0, /* \p{L} */
         AXP_UCD_NUMBER = 1 << 1, /* \p{N} */
@@ -38,9 +40,6 @@ uint32_t axp_utf8_decode(const uint8_t *s, size_t len, size_t *ret_n);
 
 /* Encode a codepoint (<= U+10FFFF); returns the number of bytes (1..4). */
 size_t axp_utf8_encode(uint32_t cpt, uint8_t out[4]);
-
-/* Length of the well-formed (RFC 3629) UTF-8 character at s, or 0 if it is not one. */
-size_t axp_utf8_valid_char(const uint8_t *s, size_t len);
 
 /* Pre-tokenizer passes. Each pass splits every piece of its input further; the regex it
  * implements is given. Passes marked "(gaps)" behave like a regex iterator: text between two

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "util.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,38 @@ int axp_errorf(axp_error *err, int code, const char *fmt, ...) {
                 err->code = code;
         }
         return code;
+}
+
+int axp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
+        unsigned long long v;
+        char *end;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (*end)
+                return -EINVAL;
+        if (errno == ERANGE || v < min || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int axp_parse_double(const char *s, double min, double max, double *ret) {
+        char *end;
+        double v;
+
+        if (!s || !*s || isspace((unsigned char) *s))
+                return -EINVAL;
+        v = strtod(s, &end);
+        if (end == s || *end || isnan(v))
+                return -EINVAL;
+        /* underflow gives a value near 0, which the range judges like any other */
+        if (!isfinite(v) || v < min || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
 }
 
 double axp_now(void) {
@@ -52,33 +85,44 @@ void *axp_alloc(size_t size) {
         return p;
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes are not one. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-        unsigned c = s[0];
-        size_t len;
-        uint32_t cp;
-        if (c < 0x80)
+size_t axp_utf8_valid_char(const uint8_t *s, size_t len) {
+        uint8_t b0 = s[0], lo = 0x80, hi = 0xbf;
+        size_t n;
+
+        if (b0 < 0x80)
                 return 1;
-        else if ((c & 0xe0) == 0xc0)
-                len = 2, cp = c & 0x1f;
-        else if ((c & 0xf0) == 0xe0)
-                len = 3, cp = c & 0x0f;
-        else if ((c & 0xf8) == 0xf0)
-                len = 4, cp = c & 0x07;
+        if (b0 >= 0xc2 && b0 <= 0xdf)
+                n = 2;
+        else if (b0 >= 0xe0 && b0 <= 0xef)
+                n = 3;
+        else if (b0 >= 0xf0 && b0 <= 0xf4)
+                n = 4;
         else
                 return 0;
-        if (len > n)
+        /* overlong forms, UTF-16 surrogates, beyond U+10FFFF */
+        if (b0 == 0xe0)
+                lo = 0xa0;
+        else if (b0 == 0xed)
+                hi = 0x9f;
+        else if (b0 == 0xf0)
+                lo = 0x90;
+        else if (b0 == 0xf4)
+                hi = 0x8f;
+        if (len < n || s[1] < lo || s[1] > hi)
                 return 0;
-        for (size_t i = 1; i < len; i++) {
+        for (size_t i = 2; i < n; i++)
                 if ((s[i] & 0xc0) != 0x80)
                         return 0;
-                cp = (cp << 6) | (s[i] & 0x3f);
-        }
-        /* overlong forms, surrogates, beyond U+10FFFF */
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-                return 0;
-        return len;
+        return n;
+}
+
+size_t axp_utf8_invalid(const char *s, size_t len) {
+        const uint8_t *p = (const uint8_t *) s;
+        size_t i = 0, n;
+
+        while (i < len && (n = axp_utf8_valid_char(p + i, len - i)) > 0)
+                i += n;
+        return i;
 }
 
 void axp_json_string(FILE *f, const char *s, size_t len) {
@@ -99,7 +143,7 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
                         }
                         i++;
                 } else {
-                        size_t n = utf8_len(p + i, len - i);
+                        size_t n = axp_utf8_valid_char(p + i, len - i);
                         if (n == 0) {
                                 fputs("\xef\xbf\xbd", f);
                                 i++;
@@ -189,6 +233,26 @@ int axp_utf8_stream_flush(axp_utf8_stream *s, char **out, size_t *out_len, size_
                 return 0;
         s->n_pend = 0;
         return axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement));
+}
+
+void axp_write_visible(FILE *f, const char *s, size_t len) {
+        const unsigned char *p = (const unsigned char *) s;
+        size_t start = 0;
+
+        for (size_t i = 0; i < len;) {
+                size_t n = (p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f ? 1 :
+                           p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f ? 2 : 0;
+                if (n == 0) {
+                        i++;
+                        continue;
+                }
+                fwrite(p + start, 1, i - start, f);
+                for (size_t k = 0; k < n; k++)
+                        fprintf(f, "\\x%02x", p[i + k]);
+                i += n;
+                start = i;
+        }
+        fwrite(p + start, 1, len - start, f);
 }
 
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err) {

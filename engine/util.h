@@ -54,6 +54,14 @@ static inline int axp_add_ok(uint64_t a, uint64_t b, uint64_t *ret) {
         return !__builtin_add_overflow(a, b, ret);
 }
 
+/* Numbers as a person types them (command-line options, settings): a whole number in decimal
+ * digits only (no sign, space or base prefix), or a decimal number as strtod() reads it, but
+ * finite and without leading space. 0 and *ret on success; -EINVAL if s is not such a number,
+ * -ERANGE if it is one outside [min, max] (or beyond what the type holds); *ret untouched on
+ * failure. */
+int axp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+int axp_parse_double(const char *s, double min, double max, double *ret);
+
 /* Monotonic time in seconds. */
 double axp_now(void);
 
@@ -63,6 +71,12 @@ double axp_quantile(double *v, size_t n, double q);
 
 /* Aligned allocation (64 bytes), zeroed. Free with free(). */
 void *axp_alloc(size_t size);
+
+/* Length of the well-formed (RFC 3629) UTF-8 character at s (1..4), or 0 if it is not one:
+ * no overlong forms, UTF-16 surrogates or code points past U+10FFFF. */
+size_t axp_utf8_valid_char(const uint8_t *s, size_t len);
+/* The offset of the first byte of s that is not part of well-formed UTF-8; len if all is. */
+size_t axp_utf8_invalid(const char *s, size_t len);
 
 #include <stdio.h>
 /* Write s (len bytes) as a JSON string literal, quotes included. Invalid UTF-8 bytes are
@@ -85,6 +99,12 @@ int axp_utf8_stream_push(axp_utf8_stream *s, const char *p, size_t n, char **out
                          size_t *out_cap);
 /* The end of the text: a character still waiting for its last bytes is one U+FFFD. */
 int axp_utf8_stream_flush(axp_utf8_stream *s, char **out, size_t *out_len, size_t *out_cap);
+
+/* Write s (len bytes) so that a terminal shows it rather than obeys it: control characters
+ * other than \n and \t (C0, DEL, and C1 as the UTF-8 bytes C2 80..C2 9F) are written as the
+ * \xNN escapes of their bytes, BEL as \x07 and CSI (U+009B) as \xc2\x9b; all else passes
+ * unchanged. For generated text, which may hold any of them. */
+void axp_write_visible(FILE *f, const char *s, size_t len);
 
 /* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);

@@ -13,7 +13,7 @@ static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT [--threads N] [--chunk N]\n"
                    "                      [--device cpu|opencl|opencl:N|auto]\n"
                    "Writes the logits of the last prompt position (tokenized as generate --raw does)\n"
-                   "to OUT as n_vocab little-endian float32 values.\n");
+                   "to OUT as n_vocab little-endian float32 values. The prompt must be valid UTF-8.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -26,11 +26,11 @@ int cli_logits(int argc, char **argv) {
                 {}
         };
         const char *model = NULL, *prompt = NULL, *file = NULL, *out = NULL, *device = NULL;
-        long threads = 0, chunk = 256;
+        uint64_t threads = 0, chunk = 256;
         int c, r;
 
         optind = 0;
-        while ((c = getopt_long(argc, argv, "m:p:f:o:h", options, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:p:f:o:h", options)) >= 0) {
                 switch (c) {
                 case 'm': model = optarg; break;
                 case 'p': prompt = optarg; break;
@@ -38,19 +38,21 @@ int cli_logits(int argc, char **argv) {
                 case 'o': out = optarg; break;
                 case 'd': device = optarg; break;
                 case 't':
-                        if (!cli_int("--threads", optarg, 1, 1024, &threads))
+                        if (!cli_uint("--threads", optarg, 1, 1024, &threads))
                                 return 2;
                         break;
                 case 'c':
-                        if (!cli_int("--chunk", optarg, 1, 1 << 16, &chunk))
+                        if (!cli_uint("--chunk", optarg, 1, 1 << 16, &chunk))
                                 return 2;
                         break;
                 case 'h': usage(stdout); return 0;
-                default: return usage(stderr);
+                default: return 2;
                 }
         }
-        if (!out || optind < argc)
-                return usage(stderr);
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!out)
+                return cli_usage_error("no output file (-o OUT)");
 
         _cleanup_free_ char *text = NULL;
         size_t len;

@@ -8,7 +8,9 @@
  * AXP_FAKE_STEP_MS milliseconds (default 5), reactive requests before proactive ones, and
  * finishes with "length" at max_tokens, with "stop" at a stop string or after 3 tokens if
  * the prompt contains the word "short", and with "error" if it contains "fail". With the
- * word "bytes" the tokens are instead the pieces of byte_pieces, in turn. */
+ * word "bytes" the tokens are instead the pieces of byte_pieces, in turn. With the word
+ * "controls", each token ends with the control characters a model may emit: BEL, an ESC
+ * sequence and CSI (U+009B). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,7 +30,7 @@ struct fake_req {
         axp_req_state state;
         axp_request_cbs cbs;
         uint32_t max_tokens, generated, prompt_tokens, prefill_tokens;
-        bool cancelled, fail, short_answer, bytes;
+        bool cancelled, fail, short_answer, bytes, controls;
         char **stop;
         size_t n_stop;
         char text[4096];
@@ -215,7 +217,7 @@ static void step(axp_engine *e) {
                         continue;
                 }
                 r->state = AXP_STATE_DECODE;
-                snprintf(tok, sizeof(tok), " t%u", r->generated + 1);
+                snprintf(tok, sizeof(tok), " t%u%s", r->generated + 1, r->controls ? "\a\x1b[7m\xc2\x9b" : "");
                 piece = tok;
                 piece_len = strlen(tok);
                 if (r->bytes) {
@@ -368,6 +370,7 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 .fail = has_word(prompt, "fail"),
                 .short_answer = has_word(prompt, "short"),
                 .bytes = has_word(prompt, "bytes"),
+                .controls = has_word(prompt, "controls"),
                 .flow = opts->flow,
                 .t_submit = axp_now(),
         };

@@ -620,6 +620,61 @@ def test_cli_status_and_cancel():
         bus.close()
 
 
+def test_cli_without_engine_says_what_to_do():
+    # A bus with no engine on it and no service file to start one: as the system bus, the
+    # engine is not installed; as a private bus, it is not running there.
+    bus = TestBus()
+    try:
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address)
+        for args in (["ask", "hi"], ["status"], ["chat"]):
+            p = subprocess.run([os.environ["AXP_CLI"], *args], env=env, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=60)
+            assert p.returncode == 1 and p.stderr == (f"agentxpu {args[0]}: the engine is not installed: no service "
+                                                      f"on the system bus provides {NAME}\n"), p
+        r = bus.cli("submit", "hi")
+        assert r.rc == 1 and r.err == (f"agentxpu submit: the engine is not running on {bus.address}; "
+                                       f"start agentxpu-engine --address {bus.address}\n"), r
+    finally:
+        bus.close()
+
+
+def test_cli_escapes_control_characters_on_a_terminal():
+    need_tools("script")
+    tok = "\a\x1b[7m\u009b"  # what the test double adds to each token for "controls"
+    shown = "\\x07\\x1b[7m\\xc2\\x9b"
+    with engine() as (bus, d):
+        # into a pipe, unchanged
+        r = bus.cli("ask", "-n", "2", "controls please")
+        assert r.rc == 0 and r.out == f" t1{tok} t2{tok}\n", r
+        # on a terminal (util-linux script's pseudo-terminal, which turns \n into \r\n), shown
+        for args, want in ((["ask", "-n", "2", "controls please"], f" t1{shown} t2{shown}\n"),
+                           (["submit", "-n", "2", "controls please"], f" t1{shown} t2{shown}\n"),
+                           (["chat", "-n", "1"], f" t1{shown}\n")):
+            cmd = [os.environ["AXP_CLI"], args[0], "--address", bus.address] + args[1:]
+            # chat reads its line through the terminal, which echoes it
+            p = subprocess.run(["script", "-qec", " ".join(f"'{a}'" for a in cmd), "/dev/null"],
+                               input=b"controls\n" if args[0] == "chat" else b"", capture_output=True,
+                               timeout=120)
+            out = p.stdout.decode().replace("\r\n", "\n")
+            if args[0] == "submit":
+                out = out.split("\n", 1)[1]  # after the request's path
+            if args[0] == "chat":
+                out = out.replace("> ", "")
+                want = "controls\n" + want  # the terminal echoes the line typed
+            assert p.returncode == 0 and out == want, (args, p, out)
+
+
+def test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on():
+    with engine() as (bus, d):
+        p = subprocess.run([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "2"],
+                           input="one\n".encode() + b"caf\xe9 au lait\n" + "two\n".encode(),
+                           capture_output=True, timeout=120)
+        # both good turns answered; the bad line is refused, saying where, and not sent
+        assert p.stdout == b" t1 t2\n t1 t2\n", p
+        assert p.stderr == b"agentxpu chat: line 2 is not valid UTF-8 (byte 0xe9 at offset 3)\n", p
+        assert p.returncode == 1, p
+
+
 def test_gdbus_example_client_streams():
     example = os.environ.get("AXP_GDBUS_EXAMPLE")
     if not example:
@@ -698,6 +753,9 @@ TESTS = [
     test_bus_activated_daemon_exits_when_idle,
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
+    test_cli_without_engine_says_what_to_do,
+    test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on,
+    test_cli_escapes_control_characters_on_a_terminal,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
     test_startup_errors_are_clear,
