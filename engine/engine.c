@@ -298,11 +298,13 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 all[0] = f->pending;
         memcpy(all + (n_all - n), toks, sizeof(int32_t) * n);
 
+        /* one position more for the answer's first token */
         int used = f ? f->seq.n_past : 0;
-        if (n_all > PREFILL_MAX_CTX || used + n_all + 1 > e->n_ctx)
-                return axp_errorf(a->err, -E2BIG,
-                                  "the prompt has %d tokens and %d are in use; the context holds %d",
-                                  n_all, used, e->n_ctx);
+        if (used + n_all + 1 > e->n_ctx)
+                return axp_seq_overflow_error(a->err, n_all, used, e->n_ctx);
+        if (n_all > PREFILL_MAX_CTX)
+                return axp_errorf(a->err, -E2BIG, "the prompt is %d tokens; one turn may prefill at most %d",
+                                  n_all, PREFILL_MAX_CTX);
         max_tokens = o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS;
 
         q = calloc(1, sizeof(*q));

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "utf8.h"
 
+#include "strbuf.h"
+
 #include <stdint.h>
 
 /* How many of the bytes of s[0..len) (len >= 1) agree with a well-formed character, and in
@@ -100,4 +102,49 @@ size_t axp_utf8_encode(uint32_t cp, uint8_t out[4]) {
         out[2] = 0x80 | (cp >> 6 & 0x3f);
         out[3] = 0x80 | (cp & 0x3f);
         return 4;
+}
+
+static const char replacement[3] = { '\xef', '\xbf', '\xbd' };
+
+static int stream_byte(axp_utf8_stream *s, unsigned char b, char **out, size_t *out_len, size_t *out_cap) {
+        int r;
+
+        s->pend[s->n_pend++] = b;
+        for (;;) {
+                size_t n = axp_utf8_char_len((const char *) s->pend, s->n_pend);
+                if (n == s->n_pend) {
+                        s->n_pend = 0;
+                        if (n == 1 && b == 0 && s->no_nul)
+                                return axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement));
+                        return axp_strbuf_append(out, out_len, out_cap, s->pend, n);
+                }
+                if (axp_utf8_char_cut((const char *) s->pend, s->n_pend))
+                        return 0; /* wait for the rest */
+                /* What is held can never become a character: one U+FFFD for it, and b, if it
+                 * came after held bytes, starts afresh. */
+                if ((r = axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement))) < 0)
+                        return r;
+                if (s->n_pend == 1) {
+                        s->n_pend = 0;
+                        return 0;
+                }
+                s->pend[0] = b;
+                s->n_pend = 1;
+        }
+}
+
+int axp_utf8_stream_push(axp_utf8_stream *s, const char *p, size_t n, char **out, size_t *out_len,
+                         size_t *out_cap) {
+        int r = 0;
+
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = stream_byte(s, (unsigned char) p[i], out, out_len, out_cap);
+        return r;
+}
+
+int axp_utf8_stream_flush(axp_utf8_stream *s, char **out, size_t *out_len, size_t *out_cap) {
+        if (s->n_pend == 0)
+                return 0;
+        s->n_pend = 0;
+        return axp_strbuf_append(out, out_len, out_cap, replacement, sizeof(replacement));
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "util.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,26 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
                 }
         }
         fputc('"', f);
+}
+
+void axp_write_visible(FILE *f, const char *s, size_t len) {
+        const unsigned char *p = (const unsigned char *) s;
+        size_t start = 0;
+
+        for (size_t i = 0; i < len;) {
+                size_t n = (p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f ? 1 :
+                           p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f ? 2 : 0;
+                if (n == 0) {
+                        i++;
+                        continue;
+                }
+                fwrite(p + start, 1, i - start, f);
+                for (size_t k = 0; k < n; k++)
+                        fprintf(f, "\\x%02x", p[i + k]);
+                i += n;
+                start = i;
+        }
+        fwrite(p + start, 1, len - start, f);
 }
 
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err) {

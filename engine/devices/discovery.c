@@ -38,13 +38,12 @@ static int add_cpu(axp_discovery *d) {
         axp_dev_entry *e;
         if (push(d, &e) < 0)
                 return -ENOMEM;
-        long n = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
-             psz = sysconf(_SC_PAGESIZE);
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
         snprintf(e->spec, sizeof(e->spec), "cpu");
         e->backend = "cpu";
         snprintf(e->name, sizeof(e->name), "CPU (%ld threads, %s)", n > 0 ? n : 1, axp_cpu_isa());
         e->kind = AXP_DEV_CPU;
-        e->mem_bytes = pages > 0 && psz > 0 ? (uint64_t) pages * (uint64_t) psz : 0;
+        e->mem_bytes = axp_cpu_memory_bytes();
         e->can_run = true;
         snprintf(e->note, sizeof(e->note), "every kernel; the static and dynamic roles' fallback");
         return 0;

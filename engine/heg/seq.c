@@ -82,6 +82,19 @@ void axp_seq_free(axp_seq *s) {
         memset(s, 0, sizeof(*s));
 }
 
+int axp_seq_overflow_error(axp_error *err, int n, int n_past, int n_ctx) {
+        /* The engine keeps a position for the answer's first token, so a prompt can fit and
+         * still be refused. */
+        const char *no_room = n_past + n <= n_ctx ? ", with no room left for an answer" : "";
+
+        if (n_past == 0)
+                return axp_errorf(err, -E2BIG, "the prompt is %d tokens and the context holds %d%s", n,
+                                  n_ctx, no_room);
+        return axp_errorf(err, -E2BIG,
+                          "the prompt is %d tokens; the flow already holds %d of the context's %d positions%s",
+                          n, n_past, n_ctx, no_room);
+}
+
 int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err) {
         const axp_hparams *hp = &s->model->hp;
         int r;
@@ -91,8 +104,7 @@ int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err) {
         if (s->n_new != 0)
                 return axp_errorf(err, -EBUSY, "the request still has pending tokens");
         if (n > s->n_ctx_max - s->n_past)
-                return axp_errorf(err, -E2BIG, "%d tokens do not fit: %d of the context's %d positions are in use",
-                                  n, s->n_past, s->n_ctx_max);
+                return axp_seq_overflow_error(err, n, s->n_past, s->n_ctx_max);
         for (int i = 0; i < n; i++)
                 if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
                         return axp_errorf(err, -EINVAL, "token id %d is outside the vocabulary", tokens[i]);

@@ -477,10 +477,6 @@ void gguf_close(gguf_file *f) {
         free(fi);
 }
 
-static void gguf_closep(gguf_file **f) {
-        gguf_close(*f);
-}
-
 /* Parses and validates `size` bytes at `data`. On success the result refers to `data`. */
 static int parse(const char *src, const void *data, size_t size, gguf_file_impl **ret,
                  axp_error *err) {

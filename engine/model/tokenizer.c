@@ -288,10 +288,6 @@ void axp_tokenizer_free(axp_tokenizer *t) {
         free(t);
 }
 
-static void axp_tokenizer_freep(axp_tokenizer **t) {
-        axp_tokenizer_free(*t);
-}
-
 /* Pre-tokenizers by tokenizer.ggml.pre, with llama.cpp's regexes for each. */
 static const axp_split passes_llama3[] = { AXP_SPLIT_LLAMA3 };
 static const axp_split passes_qwen2[] = { AXP_SPLIT_QWEN2 };
@@ -1395,40 +1391,9 @@ void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special) {
         };
 }
 
-static const char replacement[3] = { '\xef', '\xbf', '\xbd' };
-
-static int detok_byte(axp_detok *d, uint8_t b, char **out, size_t *out_len, size_t *out_cap) {
-        int r;
-
-        if (d->n_pend > 0) {
-                size_t n = (size_t) d->n_pend + 1;
-                d->pend[d->n_pend] = (char) b;
-                if (axp_utf8_char_len(d->pend, n) == n) {
-                        d->n_pend = 0;
-                        return axp_strbuf_append(out, out_len, out_cap, d->pend, n);
-                }
-                if (axp_utf8_char_cut(d->pend, n)) {
-                        d->n_pend++;
-                        return 0;
-                }
-                /* the pending bytes can never complete */
-                d->n_pend = 0;
-                if ((r = axp_strbuf_append(out, out_len, out_cap, replacement, 3)) < 0)
-                        return r;
-        }
-        if (b < 0x80)
-                return axp_strbuf_append(out, out_len, out_cap, &b, 1);
-        d->pend[0] = (char) b;
-        if (!axp_utf8_char_cut(d->pend, 1))
-                return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
-        d->n_pend = 1;
-        return 0;
-}
-
 int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t *out_cap) {
         const char *p;
         size_t n;
-        int r = 0;
 
         bool strip = d->first;
         d->first = false;
@@ -1438,14 +1403,9 @@ int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t
                 p++;
                 n--;
         }
-        for (size_t i = 0; i < n && r >= 0; i++)
-                r = detok_byte(d, p[i], out, out_len, out_cap);
-        return r;
+        return axp_utf8_stream_push(&d->utf8, p, n, out, out_len, out_cap);
 }
 
 int axp_detok_flush(axp_detok *d, char **out, size_t *out_len, size_t *out_cap) {
-        if (d->n_pend == 0)
-                return 0;
-        d->n_pend = 0;
-        return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
+        return axp_utf8_stream_flush(&d->utf8, out, out_len, out_cap);
 }

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/util.h" /* axp_utf8_valid_char: well-formed UTF-8 */
+
 enum {
         AXP_UCD_LETTER = 1 << 0, /* \p{L} */
         AXP_UCD_NUMBER = 1 << 1, /* \p{N} */

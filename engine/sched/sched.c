@@ -61,8 +61,7 @@ int sched_seq_begin(axp_seq *q, const int32_t *tokens, int n, axp_error *err) {
         if (n <= 0)
                 return axp_errorf(err, -EINVAL, "nothing to stage");
         if (q->n_past + n > q->n_ctx_max)
-                return axp_errorf(err, -E2BIG, "%d tokens do not fit the context of %d (%d used)",
-                                  n, q->n_ctx_max, q->n_past);
+                return axp_seq_overflow_error(err, n, q->n_past, q->n_ctx_max);
         q->n_new = n;
         return 0;
 }
@@ -835,14 +834,11 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
                 return axp_errorf(err, -EINVAL, "unknown request kind");
         if (!seq || !ops || !ops->next || n <= 0 || (seq->model && !tokens))
                 return axp_errorf(err, -EINVAL, "a request needs a sequence and tokens");
-        if (n > s->cfg.max_ctx)
-                return axp_errorf(err, -E2BIG,
-                                  "the prompt has %d tokens; one turn may prefill at most %d", n,
-                                  s->cfg.max_ctx);
         if (seq->n_past + n > seq->n_ctx_max)
-                return axp_errorf(err, -E2BIG,
-                                  "the prompt has %d tokens and %d are in use; the context holds %d",
-                                  n, seq->n_past, seq->n_ctx_max);
+                return axp_seq_overflow_error(err, n, seq->n_past, seq->n_ctx_max);
+        if (n > s->cfg.max_ctx)
+                return axp_errorf(err, -E2BIG, "the prompt is %d tokens; one turn may prefill at most %d",
+                                  n, s->cfg.max_ctx);
         r = calloc(1, sizeof(*r));
         if (!r)
                 return axp_errorf(err, -ENOMEM, "out of memory");

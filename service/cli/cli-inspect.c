@@ -289,7 +289,7 @@ int cli_inspect(int argc, char **argv) {
         int c;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:h", opts)) >= 0) {
                 switch (c) {
                 case 'm':
                         path = optarg;
@@ -303,14 +303,10 @@ int cli_inspect(int argc, char **argv) {
                         return 2;
                 }
         }
-        if (optind < argc) {
-                fprintf(stderr, "agentxpu inspect: unexpected argument '%s'\n", argv[optind]);
-                return 2;
-        }
-        if (!path) {
-                fprintf(stderr, "agentxpu inspect: no file given (-m FILE)\n");
-                return 2;
-        }
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!path)
+                return cli_usage_error("no file given (-m FILE)");
         if (gguf_open(path, &f, &err) < 0)
                 return cli_fail("%s", err.msg);
         if (json)
@@ -319,6 +315,6 @@ int cli_inspect(int argc, char **argv) {
                 print_text_dump(path, f);
         gguf_close(f);
         if (fflush(stdout) != 0 || ferror(stdout))
-                return cli_fail("inspect: cannot write the output");
+                return cli_fail("cannot write the output");
         return 0;
 }

@@ -16,9 +16,9 @@ static int usage(FILE *f) {
                    "                      [--device cpu|opencl|opencl:N|auto]\n"
                    "       agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT --reference\n"
                    "Writes the logits of the last prompt position (tokenized as generate --raw does)\n"
-                   "to OUT as n_vocab little-endian float32 values. --reference computes them with\n"
-                   "the reference forward pass (double precision, plain loops, one thread; slow)\n"
-                   "instead of the kernels.\n");
+                   "to OUT as n_vocab little-endian float32 values. The prompt must be valid UTF-8.\n"
+                   "--reference computes them with the reference forward pass (double precision,\n"
+                   "plain loops, one thread; slow) instead of the kernels.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -32,12 +32,12 @@ int cli_logits(int argc, char **argv) {
                 {}
         };
         const char *model = NULL, *prompt = NULL, *file = NULL, *out = NULL, *device = NULL;
-        int threads = 0, chunk = 256;
+        uint64_t threads = 0, chunk = 256;
         bool reference = false;
         int c, r;
 
         optind = 0;
-        while ((c = getopt_long(argc, argv, "m:p:f:o:h", options, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:p:f:o:h", options)) >= 0) {
                 switch (c) {
                 case 'm': model = optarg; break;
                 case 'p': prompt = optarg; break;
@@ -46,23 +46,23 @@ int cli_logits(int argc, char **argv) {
                 case 'd': device = optarg; break;
                 case 'r': reference = true; break;
                 case 't':
-                        if (!cli_int("--threads", optarg, 1, 1024, &threads))
+                        if (!cli_uint("--threads", optarg, 1, 1024, &threads))
                                 return 2;
                         break;
                 case 'c':
-                        if (!cli_int("--chunk", optarg, 1, 1 << 16, &chunk))
+                        if (!cli_uint("--chunk", optarg, 1, 1 << 16, &chunk))
                                 return 2;
                         break;
                 case 'h': usage(stdout); return 0;
-                default: return usage(stderr);
+                default: return 2;
                 }
         }
-        if (!out || optind < argc)
-                return usage(stderr);
-        if (reference && device) {
-                fprintf(stderr, "agentxpu: --reference runs on the host; --device does not apply\n");
-                return 2;
-        }
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!out)
+                return cli_usage_error("no output file (-o OUT)");
+        if (reference && device)
+                return cli_usage_error("--reference runs on the host; --device does not apply");
 
         _cleanup_free_ char *text = NULL;
         size_t len;

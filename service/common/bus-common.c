@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/util.h"
+
 const sd_bus_error_map axp_bus_error_map[] = {
         SD_BUS_ERROR_MAP(AXP_ERROR_INVALID_ARGUMENT, EINVAL),
         SD_BUS_ERROR_MAP(AXP_ERROR_CONTEXT_OVERFLOW, E2BIG),
