@@ -3,7 +3,7 @@
 """Generated text on a terminal: a random model's output holds control bytes (BEL, ESC, ...);
 `agentxpu generate` writes them as \\xNN escapes when standard output is a terminal (run
 under util-linux `script`, a pseudo-terminal), and unchanged into a pipe. The same for ask,
-submit and chat is in tests/engine/test-daemon-fake.py. Env: AXP_CLI; skipped (77) without
+submit and chat is in tests/daemon/test-daemon-fake.py. Env: AXP_CLI; skipped (77) without
 `script`."""
 import os
 import re
