@@ -2,6 +2,7 @@
 /* The scheduler's core: requests and queues, events, arbitration of the devices at every
  * kernel boundary, the contention guard, the proactive duty budget, timers and stats. The
  * prefill pipeline is in sched-prefill.c, decode iterations in sched-decode.c. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,6 +129,8 @@ static void promote(axp_sched *s) {
 void rlist_push(axp_sched *s, int list, sreq *r) {
         rlist *l = &s->lists[list];
 
+        assert(list >= 0 && list < L__COUNT);
+        assert(r->q_list < 0 && !r->q_prev && !r->q_next); /* in at most one list */
         r->q_list = list;
         r->q_next = NULL;
         r->q_prev = l->tail;
@@ -143,6 +146,9 @@ void rlist_remove(axp_sched *s, sreq *r) {
         if (r->q_list < 0)
                 return;
         rlist *l = &s->lists[r->q_list];
+        assert(r->q_list < L__COUNT && l->n > 0);
+        assert(r->q_prev ? r->q_prev->q_next == r : l->head == r);
+        assert(r->q_next ? r->q_next->q_prev == r : l->tail == r);
         if (r->q_prev)
                 r->q_prev->q_next = r->q_next;
         else
@@ -183,6 +189,7 @@ static void fill_stats(const sreq *r, double now, axp_req_stats *st) {
 void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
         axp_req_stats st;
 
+        assert(r->where != W_FINISHED);
         r->t_finish = sched_now(s);
         r->where = W_FINISHED;
         rlist_remove(s, r);
@@ -192,8 +199,10 @@ void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
                 s->warming = NULL;
         if (s->promoted == r)
                 s->promoted = NULL;
+        assert(!r->abort || s->n_abort > 0);
         if (r->abort)
                 s->n_abort--;
+        assert(r->kind != AXP_REACTIVE || s->n_reactive > 0);
         if (r->kind == AXP_REACTIVE)
                 s->n_reactive--;
         for (sreq **p = &s->all; *p; p = &(*p)->all_next)
@@ -363,6 +372,13 @@ int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r,
         axp_kind kinds[AXP_MAX_BATCH];
         int ret;
 
+        assert(dev >= 0 && dev < s->n_devs && !d->busy);
+        assert(src == SRC_UNIT ? r != NULL : src == SRC_ITER && s->it.active && !s->it.issued);
+        /* a batch within the limit, each span within its seq's pending tokens */
+        assert(t->n_spans >= 1 && t->n_spans <= AXP_MAX_BATCH);
+        for (int i = 0; i < t->n_spans; i++)
+                assert(t->spans[i].seq && t->spans[i].t0 >= 0 &&
+                       t->spans[i].t0 < t->spans[i].t1 && t->spans[i].t1 <= t->spans[i].seq->n_new);
         task_reqs(s, t, src, r, ids, kinds);
         ret = s->env.issue(s->env.userdata, dev, t);
         if (ret < 0)
@@ -406,6 +422,7 @@ static bool draining(const axp_sched *s) {
 }
 
 static void activate(axp_sched *s, sreq *r, int lane) {
+        assert(lane >= 0 && lane < LANE__COUNT && !s->active[lane]);
         rlist_remove(s, r);
         s->active[lane] = r;
         r->lane = lane;
@@ -921,6 +938,7 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         if (d->src == SRC_UNIT) {
                 *(d->req->kind == AXP_REACTIVE ? &d->st.prefill_reactive_s
                                                : &d->st.prefill_proactive_s) += dt;
+                assert(d->req->in_flight > 0);
                 d->req->in_flight--;
                 prefill_done(s, d->req, &d->task, rc, msg);
         } else if (d->src == SRC_ITER) {
@@ -928,8 +946,11 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
                 *(react ? &d->st.steps_reactive_s : &d->st.steps_proactive_s) += dt;
                 if (d->task.op == AXP_OP_EMBED)
                         (*(react ? &d->st.steps_reactive : &d->st.steps_proactive))++;
-                for (int i = 0; i < s->it.n; i++)
+                assert(s->it.active && s->it.issued);
+                for (int i = 0; i < s->it.n; i++) {
+                        assert(s->it.reqs[i]->in_flight > 0);
                         s->it.reqs[i]->in_flight--;
+                }
                 iter_task_done(s, rc, msg);
         }
         d->src = SRC_NONE;
