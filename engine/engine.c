@@ -3,6 +3,7 @@
  * on the wall clock. Every API call runs on that thread (posted to its mailbox, the caller
  * waiting for the answer), so the engine's state has one owner and needs no locks; the
  * devices run kernels on their executors' threads and post completions to the same mailbox. */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -160,6 +161,7 @@ static void req_unlink(axp_engine *e, ereq *q) {
                         *p = q->next;
                         return;
                 }
+        assert(!"a request is in the engine's table until it finishes");
 }
 
 /* A request out of the engine's table: its sampler, its own KV cache if it has no flow. */
@@ -181,6 +183,8 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         ereq *q = ud;
         axp_req_stats stats = *st;
 
+        assert(q->seq == (q->flow ? &q->flow->seq : &q->own_seq));
+        assert(!q->flow || q->flow->busy == q);
         axp_gen_finish(&q->gen, reason);
         deliver_text(q);
         stats.prompt_tokens = q->prompt_tokens;
@@ -512,6 +516,7 @@ static void teardown_model(axp_engine *e) {
 static void maybe_swap(axp_engine *e) {
         if (!e->swapping || (e->sched && !axp_sched_idle(e->sched)))
                 return;
+        assert(!e->reqs); /* every request has finished */
         if (e->model)
                 teardown_model(e);
         e->swap_err = (axp_error) { 0 };
@@ -650,6 +655,8 @@ void axp_engine_free(axp_engine *e) {
                 engine_call(e, api_stop, NULL, false);
                 pthread_join(e->thread, NULL);
         }
+        /* the thread ends once every request has finished and no call waits for a model */
+        assert(!e->reqs && !e->deferred);
         if (e->model)
                 teardown_model(e);
         while (e->flows)
