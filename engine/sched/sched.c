@@ -211,8 +211,11 @@ void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
                         break;
                 }
         fill_stats(r, r->t_finish, &st);
-        if (r->ops.finished)
+        if (r->ops.finished) {
+                s->in_event = true;
                 r->ops.finished(r->userdata, r->id, reason, &st);
+                s->in_event = false;
+        }
         free(r->chunks);
         free(r->splits);
         free(r->tokens);
@@ -238,7 +241,9 @@ void sched_after_head(axp_sched *s, sreq *r) {
                 sched_finish(s, r, r->abort_reason);
                 return;
         }
+        s->in_event = true;
         go = r->ops.next(r->userdata, r->id, r->seq, &tok, &why);
+        s->in_event = false;
         r->n_generated++;
         if (r->t_first_token < 0)
                 r->t_first_token = now;
@@ -380,7 +385,9 @@ int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r,
                 assert(t->spans[i].seq && t->spans[i].t0 >= 0 &&
                        t->spans[i].t0 < t->spans[i].t1 && t->spans[i].t1 <= t->spans[i].seq->n_new);
         task_reqs(s, t, src, r, ids, kinds);
+        s->in_event = true;
         ret = s->env.issue(s->env.userdata, dev, t);
+        s->in_event = false;
         if (ret < 0)
                 return ret;
         d->busy = true;
@@ -392,8 +399,11 @@ int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r,
         d->prio = prio;
         d->proactive = proactive;
         d->mem_bound = axp_calib_memory_bound(&d->calib, axp_task_cost(&s->shape, t));
-        if (s->trace)
+        if (s->trace) {
+                s->in_event = true;
                 s->trace(s->trace_ud, now, dev, t, ids, kinds);
+                s->in_event = false;
+        }
 
         if (src == SRC_UNIT) {
                 r->in_flight++;
@@ -715,7 +725,9 @@ static void arm_timer(axp_sched *s) {
                 t = now + 1e-9;
         if (t != s->timer_armed) {
                 s->timer_armed = t;
+                s->in_event = true;
                 s->env.set_timer(s->env.userdata, t);
+                s->in_event = false;
         }
 }
 
@@ -830,6 +842,7 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
 void axp_sched_free(axp_sched *s) {
         if (!s)
                 return;
+        assert(!s->in_event);
         while (s->all) {
                 sreq *r = s->all;
                 if (!r->abort) {
@@ -848,6 +861,7 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
                      axp_error *err) {
         sreq *r;
 
+        assert(!s->in_event);
         if (kind != AXP_REACTIVE && kind != AXP_PROACTIVE)
                 return axp_errorf(err, -EINVAL, "unknown request kind");
         if (!seq || !ops || !ops->next || n <= 0 || (seq->model && !tokens))
@@ -897,6 +911,7 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
 int axp_sched_cancel(axp_sched *s, uint64_t id) {
         sreq *r = find(s, id);
 
+        assert(!s->in_event);
         if (!r || r->where == W_FINISHED)
                 return -ENOENT;
         if (!r->abort) {
@@ -912,6 +927,7 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         sdev *d;
         double dt;
 
+        assert(!s->in_event);
         if (dev < 0 || dev >= s->n_devs || !s->devs[dev].busy)
                 return;
         d = &s->devs[dev];
@@ -959,11 +975,13 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
 }
 
 void axp_sched_timer(axp_sched *s) {
+        assert(!s->in_event);
         s->timer_armed = INFINITY;
         dispatch(s);
 }
 
 void axp_sched_set_external_busy(axp_sched *s, double fraction) {
+        assert(!s->in_event);
         if (!(fraction >= 0))
                 fraction = 0;
         if (fraction > 1)
@@ -974,6 +992,7 @@ void axp_sched_set_external_busy(axp_sched *s, double fraction) {
 }
 
 int axp_sched_set_policy(axp_sched *s, axp_policy p) {
+        assert(!s->in_event);
         if (p < 0 || p >= AXP_POLICY__COUNT)
                 return -EINVAL;
         s->pending_policy = p;
