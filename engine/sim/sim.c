@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The simulated SoC: profiles, sim devices, the virtual clock, the trace generator and the
  * replay that `agentxpu sim` prints. The scheduler driven here is the engine's own. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -301,6 +302,7 @@ int axp_sim_at(axp_sim *sim, double t, void (*fn)(void *userdata), void *userdat
 }
 
 static sim_event heap_pop(axp_sim *sim) {
+        assert(sim->n_heap > 0);
         sim_event top = sim->heap[0];
         int i = 0;
 
@@ -353,6 +355,7 @@ int axp_sim_run(axp_sim *sim, double t_end, axp_error *err) {
                 if (dev >= 0 && t_dev <= sim->timer && t_dev <= t_ev) {
                         simdev *d = &sim->devs[dev];
                         double dt;
+                        assert(d->busy); /* only a running task has a finish time */
                         advance(sim);
                         dt = sim->now - d->started;
                         d->busy = false;
