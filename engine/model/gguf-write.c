@@ -4,6 +4,7 @@
  * written, so writing a multi-gigabyte model needs little memory. */
 #include "gguf.h"
 
+#include <assert.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -309,6 +310,7 @@ static int add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t 
 
 /* Takes back the tensor add_tensor() added last (it has no data yet); returns k. */
 static int drop_last_tensor(gguf_writer *w, int k) {
+        assert(w->n_t > 0 && !w->t[w->n_t - 1].data);
         free(w->t[--w->n_t].name);
         return k;
 }
