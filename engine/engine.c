@@ -57,6 +57,8 @@ struct ereq {
         int32_t last_tok;
         uint32_t prompt_tokens;
         bool stop_sent;    /* cancelled by the engine stopping */
+        bool submitting;   /* inside axp_sched_submit, which may finish it at once */
+        bool finished;     /* finished while submitting: do_submit frees it */
         ereq *next;
 };
 
@@ -208,6 +210,10 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         if (q->cbs.finished)
                 q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
         req_unlink(q->e, q);
+        if (q->submitting) {
+                q->finished = true; /* do_submit still holds it */
+                return;
+        }
         req_free(q);
 }
 
@@ -353,16 +359,28 @@ static int do_submit(axp_engine *e, submit_args *a) {
         q->gen_ok = true;
         q->next = e->reqs;
         e->reqs = q;
-        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
-        if (r < 0) {
-                req_unlink(e, q);
-                return r;
-        }
+        /* The flow is busy before the scheduler sees the request, and q stays ours until
+         * axp_sched_submit returns: the scheduler may finish the request before that, e.g.
+         * when its prompt cannot be staged. */
         if (f) {
                 f->pending = -1;
                 f->busy = q;
         }
+        q->submitting = true;
+        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
+        q->submitting = false;
+        if (r < 0) {
+                /* refused: nothing was queued and no callback ran */
+                if (f) {
+                        f->pending = q->prev_pending;
+                        f->busy = NULL;
+                }
+                req_unlink(e, q);
+                return r;
+        }
         a->id = q->id;
+        if (q->finished)
+                return 0; /* accepted and already finished: its callbacks ran; the cleanup frees it */
         TAKE_PTR(q); /* the engine's table holds it until it finishes */
         return 0;
 }
