@@ -340,6 +340,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (r < 0)
                 goto fail;
         q->gen_ok = true;
+        if ((r = axp_gen_constrain(&q->gen, o->grammar, o->json_schema, a->err)) < 0)
+                goto fail;
         q->next = e->reqs;
         e->reqs = q;
         r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
