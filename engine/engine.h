@@ -52,6 +52,10 @@ typedef struct axp_request_opts {
         const char *system;           /* system prompt (chat template); NULL: none */
         bool raw;                     /* no chat template */
         uint64_t flow;                /* 0: none */
+        /* constrained decoding (model/grammar.h), at most one; NULL: none. Invalid or
+         * unsupported input is -EINVAL at submission, saying what is wrong. */
+        const char *grammar;          /* GBNF-style, start rule `root` */
+        const char *json_schema;      /* JSON Schema, as text */
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);

@@ -2,6 +2,7 @@
 /* Model loading: architecture and hyperparameters from the GGUF metadata, every tensor
  * checked for presence, type and shape before the engine touches it. */
 #include "model.h"
+#include "grammar.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -276,6 +277,7 @@ static void weight_clear(axp_weight *w, bool owned_data) {
 void axp_model_free(axp_model *m) {
         if (!m)
                 return;
+        axp_vocab_trie_free(m->vocab_trie);
         if (m->layers) {
                 for (int i = 0; i < m->hp.n_layer; i++) {
                         axp_layer *l = &m->layers[i];

@@ -63,6 +63,9 @@ typedef struct axp_model {
         axp_tokenizer *tok;
         char *chat_template;   /* tokenizer.chat_template, or NULL */
         uint32_t file_type;    /* dominant weight type, for display */
+        /* the vocabulary's byte strings as a trie for constrained decoding (grammar.h): built
+         * on the first constrained request by the thread that generates */
+        struct axp_vocab_trie *vocab_trie;
 } axp_model;
 
 /* Load and validate a GGUF model: architecture, hyperparameters, every tensor's presence,

@@ -38,6 +38,7 @@ typedef struct GenArgs {
         const char *system;
         bool raw;
         const char *flow;
+        char *json_schema, *grammar; /* the files' text */
 } GenArgs;
 
 enum {
@@ -53,6 +54,8 @@ enum {
         ARG_RAW,
         ARG_FLOW,
         ARG_WAIT,
+        ARG_JSON_SCHEMA,
+        ARG_GRAMMAR,
 };
 
 static const struct option gen_options[] = {
@@ -68,6 +71,8 @@ static const struct option gen_options[] = {
         { "system", required_argument, NULL, ARG_SYSTEM },
         { "raw", no_argument, NULL, ARG_RAW },
         { "flow", required_argument, NULL, ARG_FLOW },
+        { "json-schema", required_argument, NULL, ARG_JSON_SCHEMA },
+        { "grammar", required_argument, NULL, ARG_GRAMMAR },
         { "wait", no_argument, NULL, ARG_WAIT },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -85,6 +90,8 @@ static const char gen_options_help[] =
         "      --stop STRING       stop before STRING (repeatable)\n"
         "      --system TEXT       system prompt\n"
         "      --raw               no chat template\n"
+        "      --json-schema FILE  the answer is JSON valid under the JSON Schema in FILE\n"
+        "      --grammar FILE      the answer follows the GBNF grammar in FILE (rule root)\n"
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
         "      --address ADDRESS   the bus to use (default: the system bus)\n"
         "\nText (the prompt, --stop, --system, a line of chat) must be valid UTF-8; other bytes\n"
@@ -165,6 +172,19 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                                 return cli_usage_error("--flow does not apply here");
                         a->flow = optarg;
                         break;
+                case ARG_JSON_SCHEMA:
+                case ARG_GRAMMAR: {
+                        axp_error err = {};
+                        char **dst = c == ARG_GRAMMAR ? &a->grammar : &a->json_schema;
+                        size_t len;
+                        free(*dst);
+                        *dst = NULL;
+                        if (axp_read_file(optarg, dst, &len, &err) < 0)
+                                return cli_fail("%s", err.msg);
+                        if (!cli_utf8(c == ARG_GRAMMAR ? "--grammar" : "--json-schema", *dst, len))
+                                return 1;
+                        break;
+                }
                 case ARG_WAIT:
                         if (!allow_wait)
                                 return cli_usage_error("--wait does not apply here");
@@ -223,6 +243,10 @@ static int append_options(sd_bus_message *m, const GenArgs *a, const char *flow)
                 r = sd_bus_message_append(m, "{sv}", "raw", "b", 1);
         if (r >= 0 && flow)
                 r = sd_bus_message_append(m, "{sv}", "flow", "o", flow);
+        if (r >= 0 && a->json_schema)
+                r = sd_bus_message_append(m, "{sv}", "json_schema", "s", a->json_schema);
+        if (r >= 0 && a->grammar)
+                r = sd_bus_message_append(m, "{sv}", "grammar", "s", a->grammar);
         if (r >= 0)
                 r = sd_bus_message_close_container(m);
         return r;
