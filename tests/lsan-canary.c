@@ -89,6 +89,8 @@ static void *plant(void *arg) {
 #ifdef HAVE_OPENCL
         if (arg)
                 planted_buffer_leak(ctx);
+#else
+        (void) arg;
 #endif
         return NULL;
 }
