@@ -14,9 +14,9 @@ static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [AXP_TYPE_F32] = { "F32", 1, 4, true },
         [AXP_TYPE_F16] = { "F16", 1, 2, true },
         [AXP_TYPE_Q4_0] = { "Q4_0", QK4_0, sizeof(block_q4_0), true },
-        [AXP_TYPE_Q4_1] = { "Q4_1", 32, 20, false },
-        [AXP_TYPE_Q5_0] = { "Q5_0", 32, 22, false },
-        [AXP_TYPE_Q5_1] = { "Q5_1", 32, 24, false },
+        [AXP_TYPE_Q4_1] = { "Q4_1", QK4_1, sizeof(block_q4_1), true },
+        [AXP_TYPE_Q5_0] = { "Q5_0", QK5_0, sizeof(block_q5_0), true },
+        [AXP_TYPE_Q5_1] = { "Q5_1", QK5_1, sizeof(block_q5_1), true },
         [AXP_TYPE_Q8_0] = { "Q8_0", QK8_0, sizeof(block_q8_0), true },
         [AXP_TYPE_Q8_1] = { "Q8_1", 32, 36, false },
         [AXP_TYPE_Q2_K] = { "Q2_K", QK_K, 84, false },
@@ -29,7 +29,7 @@ static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [17] = { "IQ2_XS", QK_K, 74, false },
         [18] = { "IQ3_XXS", QK_K, 98, false },
         [19] = { "IQ1_S", QK_K, 50, false },
-        [20] = { "IQ4_NL", 32, 18, false },
+        [AXP_TYPE_IQ4_NL] = { "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), true },
         [21] = { "IQ3_S", QK_K, 110, false },
         [22] = { "IQ2_S", QK_K, 82, false },
         [23] = { "IQ4_XS", QK_K, 136, false },
@@ -44,6 +44,9 @@ static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [35] = { "TQ2_0", QK_K, 66, false },
         [39] = { "MXFP4", 32, 17, false },
 };
+
+const int8_t axp_iq4nl_values[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+                                       1,    13,   25,  38,  53,  69,  89,  113 };
 
 const axp_type_traits *axp_type_traits_get(uint32_t type) {
         if (type >= AXP_TYPE__MAX || !traits[type].name)
@@ -139,6 +142,56 @@ static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
         }
 }
 
+static void dequant_q4_1(const block_q4_1 *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++) {
+                float d = axp_f16_to_f32(b[i].d), m = axp_f16_to_f32(b[i].m);
+                for (int j = 0; j < QK4_1 / 2; j++) {
+                        y[i * QK4_1 + j] = (float) (b[i].qs[j] & 0x0f) * d + m;
+                        y[i * QK4_1 + j + QK4_1 / 2] = (float) (b[i].qs[j] >> 4) * d + m;
+                }
+        }
+}
+
+/* The five-bit quants 0..31 of a Q5_0/Q5_1 block, in element order. */
+static void q5_unpack(const uint8_t *qh4, const uint8_t *qs, uint8_t *q) {
+        uint32_t qh = (uint32_t) qh4[0] | (uint32_t) qh4[1] << 8 | (uint32_t) qh4[2] << 16 |
+                      (uint32_t) qh4[3] << 24;
+        for (int j = 0; j < 16; j++) {
+                q[j] = (uint8_t) ((qs[j] & 0x0f) | ((qh >> j) & 1) << 4);
+                q[j + 16] = (uint8_t) ((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+        }
+}
+
+static void dequant_q5_0(const block_q5_0 *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++) {
+                float d = axp_f16_to_f32(b[i].d);
+                uint8_t q[32];
+                q5_unpack(b[i].qh, b[i].qs, q);
+                for (int j = 0; j < 32; j++)
+                        y[i * 32 + j] = (float) (q[j] - 16) * d;
+        }
+}
+
+static void dequant_q5_1(const block_q5_1 *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++) {
+                float d = axp_f16_to_f32(b[i].d), m = axp_f16_to_f32(b[i].m);
+                uint8_t q[32];
+                q5_unpack(b[i].qh, b[i].qs, q);
+                for (int j = 0; j < 32; j++)
+                        y[i * 32 + j] = (float) q[j] * d + m;
+        }
+}
+
+static void dequant_iq4_nl(const block_iq4_nl *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++) {
+                float d = axp_f16_to_f32(b[i].d);
+                for (int j = 0; j < QK4_NL / 2; j++) {
+                        y[i * QK4_NL + j] = d * (float) axp_iq4nl_values[b[i].qs[j] & 0x0f];
+                        y[i * QK4_NL + j + QK4_NL / 2] = d * (float) axp_iq4nl_values[b[i].qs[j] >> 4];
+                }
+        }
+}
+
 static void dequant_q8_0(const block_q8_0 *b, float *y, int64_t nb) {
         for (int64_t i = 0; i < nb; i++) {
                 float d = axp_f16_to_f32(b[i].d);
@@ -218,6 +271,18 @@ void axp_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
         case AXP_TYPE_Q4_0:
                 dequant_q4_0(src, dst, n / QK4_0);
                 break;
+        case AXP_TYPE_Q4_1:
+                dequant_q4_1(src, dst, n / QK4_1);
+                break;
+        case AXP_TYPE_Q5_0:
+                dequant_q5_0(src, dst, n / QK5_0);
+                break;
+        case AXP_TYPE_Q5_1:
+                dequant_q5_1(src, dst, n / QK5_1);
+                break;
+        case AXP_TYPE_IQ4_NL:
+                dequant_iq4_nl(src, dst, n / QK4_NL);
+                break;
         case AXP_TYPE_Q8_0:
                 dequant_q8_0(src, dst, n / QK8_0);
                 break;
@@ -274,6 +339,138 @@ static void quant_q4_0(const float *x, block_q4_0 *b, int64_t nb) {
                         int q1 = MIN(15, (int) (x[j + QK4_0 / 2] * id + 8.5f));
                         b[i].qs[j] = (uint8_t) (MAX(q0, 0) | (MAX(q1, 0) << 4));
                 }
+        }
+}
+
+/* Q4_1 and Q5_1: the block's range [min, max] in 2^bits - 1 steps, min the offset. */
+static void quant_affine(const float *x, int levels, float *ret_d, float *ret_m, uint8_t *q) {
+        float lo = x[0], hi = x[0];
+        for (int j = 1; j < 32; j++) {
+                lo = fminf(lo, x[j]);
+                hi = fmaxf(hi, x[j]);
+        }
+        float d = (hi - lo) / (float) levels, id = d ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; j++) {
+                int v = (int) ((x[j] - lo) * id + 0.5f);
+                q[j] = (uint8_t) MIN(levels, MAX(0, v));
+        }
+        *ret_d = d;
+        *ret_m = lo;
+}
+
+static void quant_q4_1(const float *x, block_q4_1 *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK4_1) {
+                float d, m;
+                uint8_t q[32];
+                quant_affine(x, 15, &d, &m, q);
+                b[i].d = axp_f32_to_f16(d);
+                b[i].m = axp_f32_to_f16(m);
+                for (int j = 0; j < 16; j++)
+                        b[i].qs[j] = (uint8_t) (q[j] | q[j + 16] << 4);
+        }
+}
+
+static void q5_pack(const uint8_t *q, uint8_t *qh4, uint8_t *qs) {
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+                qs[j] = (uint8_t) ((q[j] & 0x0f) | (q[j + 16] & 0x0f) << 4);
+                qh |= (uint32_t) (q[j] >> 4) << j | (uint32_t) (q[j + 16] >> 4) << (j + 16);
+        }
+        for (int k = 0; k < 4; k++)
+                qh4[k] = (uint8_t) (qh >> (8 * k));
+}
+
+static void quant_q5_0(const float *x, block_q5_0 *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK5_0) {
+                /* as Q4_0: the value of largest magnitude maps to -16 */
+                float amax = 0, max = 0;
+                for (int j = 0; j < 32; j++)
+                        if (fabsf(x[j]) > amax) {
+                                amax = fabsf(x[j]);
+                                max = x[j];
+                        }
+                float d = max / -16.0f, id = d ? 1.0f / d : 0.0f;
+                uint8_t q[32];
+                for (int j = 0; j < 32; j++)
+                        q[j] = (uint8_t) MAX(0, MIN(31, (int) (x[j] * id + 16.5f)));
+                b[i].d = axp_f32_to_f16(d);
+                q5_pack(q, b[i].qh, b[i].qs);
+        }
+}
+
+static void quant_q5_1(const float *x, block_q5_1 *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK5_1) {
+                float d, m;
+                uint8_t q[32];
+                quant_affine(x, 31, &d, &m, q);
+                b[i].d = axp_f32_to_f16(d);
+                b[i].m = axp_f32_to_f16(m);
+                q5_pack(q, b[i].qh, b[i].qs);
+        }
+}
+
+/* The IQ4_NL level nearest to v (v in level units). */
+static int iq4nl_nearest(float v) {
+        int best = 0;
+        float be = fabsf(v - axp_iq4nl_values[0]);
+        for (int k = 1; k < 16; k++) {
+                float e = fabsf(v - axp_iq4nl_values[k]);
+                if (e < be) {
+                        be = e;
+                        best = k;
+                }
+        }
+        return best;
+}
+
+/* IQ4_NL: a plain search over candidate scales, not llama.cpp's (weighted) search. Each
+ * candidate maps the block's extreme value to one of the outer levels, shrunk in small steps;
+ * the values are given their nearest levels, the scale is refitted by least squares, and the
+ * candidate with the smallest squared error wins. The stored (f16) scale then picks the final
+ * levels. */
+static void quant_iq4_nl(const float *x, block_iq4_nl *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK4_NL) {
+                float amax = 0, max = 0;
+                for (int j = 0; j < 32; j++)
+                        if (fabsf(x[j]) > amax) {
+                                amax = fabsf(x[j]);
+                                max = x[j];
+                        }
+                if (amax == 0) {
+                        memset(&b[i], 0, sizeof(b[i]));
+                        continue;
+                }
+                float best_d = max / (float) axp_iq4nl_values[0];
+                double best_err = INFINITY;
+                for (int c = 0; c < 42; c++) {
+                        /* the extreme at the lowest or the highest level, times 1 + t/40 */
+                        int t = c / 2 - 10;
+                        float level = (float) axp_iq4nl_values[c % 2 ? 15 : 0];
+                        float id = level * (1.0f + (float) t / 40.0f) / max;
+                        double sqx = 0, sqq = 0;
+                        int L[32];
+                        for (int j = 0; j < 32; j++) {
+                                L[j] = iq4nl_nearest(x[j] * id);
+                                double q = axp_iq4nl_values[L[j]];
+                                sqx += q * x[j];
+                                sqq += q * q;
+                        }
+                        if (sqq <= 0)
+                                continue;
+                        double d = sqx / sqq, err = 0;
+                        for (int j = 0; j < 32; j++) {
+                                double e = x[j] - d * axp_iq4nl_values[L[j]];
+                                err += e * e;
+                        }
+                        if (err < best_err) {
+                                best_err = err;
+                                best_d = (float) d;
+                        }
+                }
+                b[i].d = axp_f32_to_f16(best_d);
+                float d = axp_f16_to_f32(b[i].d), id = d ? 1.0f / d : 0.0f;
+                for (int j = 0; j < 16; j++)
+                        b[i].qs[j] = (uint8_t) (iq4nl_nearest(x[j] * id) | iq4nl_nearest(x[j + 16] * id) << 4);
         }
 }
 
@@ -422,6 +619,18 @@ void axp_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
                 break;
         case AXP_TYPE_Q4_0:
                 quant_q4_0(src, dst, n / QK4_0);
+                break;
+        case AXP_TYPE_Q4_1:
+                quant_q4_1(src, dst, n / QK4_1);
+                break;
+        case AXP_TYPE_Q5_0:
+                quant_q5_0(src, dst, n / QK5_0);
+                break;
+        case AXP_TYPE_Q5_1:
+                quant_q5_1(src, dst, n / QK5_1);
+                break;
+        case AXP_TYPE_IQ4_NL:
+                quant_iq4_nl(src, dst, n / QK4_NL);
                 break;
         case AXP_TYPE_Q8_0:
                 quant_q8_0(src, dst, n / QK8_0);
