@@ -22,7 +22,7 @@ static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [AXP_TYPE_Q2_K] = { "Q2_K", QK_K, 84, false },
         [AXP_TYPE_Q3_K] = { "Q3_K", QK_K, 110, false },
         [AXP_TYPE_Q4_K] = { "Q4_K", QK_K, sizeof(block_q4_K), true },
-        [AXP_TYPE_Q5_K] = { "Q5_K", QK_K, 176, false },
+        [AXP_TYPE_Q5_K] = { "Q5_K", QK_K, sizeof(block_q5_K), true },
         [AXP_TYPE_Q6_K] = { "Q6_K", QK_K, sizeof(block_q6_K), true },
         [AXP_TYPE_Q8_K] = { "Q8_K", QK_K, sizeof(block_q8_K), false },
         [16] = { "IQ2_XXS", QK_K, 66, false },
@@ -230,6 +230,27 @@ static void dequant_q4_K(const block_q4_K *b, float *y, int64_t nb) {
         }
 }
 
+static void dequant_q5_K(const block_q5_K *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++) {
+                float d = axp_f16_to_f32(b[i].d), dmin = axp_f16_to_f32(b[i].dmin);
+                const uint8_t *q = b[i].qs, *qh = b[i].qh;
+                for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32) {
+                        uint8_t sc, m;
+                        q4k_scale_min(is, b[i].scales, &sc, &m);
+                        float d1 = d * sc, m1 = dmin * m;
+                        q4k_scale_min(is + 1, b[i].scales, &sc, &m);
+                        float d2 = d * sc, m2 = dmin * m;
+                        for (int l = 0; l < 32; l++) {
+                                int q1 = (q[l] & 0x0f) | ((qh[l] >> is) & 1) << 4;
+                                int q2 = (q[l] >> 4) | ((qh[l] >> (is + 1)) & 1) << 4;
+                                y[l] = d1 * (float) q1 - m1;
+                                y[l + 32] = d2 * (float) q2 - m2;
+                        }
+                        y += 64;
+                }
+        }
+}
+
 static void dequant_q6_K(const block_q6_K *b, float *y, int64_t nb) {
         for (int64_t i = 0; i < nb; i++) {
                 float d = axp_f16_to_f32(b[i].d);
@@ -288,6 +309,9 @@ void axp_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
                 break;
         case AXP_TYPE_Q4_K:
                 dequant_q4_K(src, dst, n / QK_K);
+                break;
+        case AXP_TYPE_Q5_K:
+                dequant_q5_K(src, dst, n / QK_K);
                 break;
         case AXP_TYPE_Q6_K:
                 dequant_q6_K(src, dst, n / QK_K);
@@ -474,59 +498,80 @@ static void quant_iq4_nl(const float *x, block_iq4_nl *b, int64_t nb) {
         }
 }
 
+/* Q4_K and Q5_K: per sub-block of 32, x ~ scale * q - min with q in 0..levels; 6-bit
+ * sub-block scales and mins under the block's f16 d and dmin. L gets the quants. */
+static void quant_k_affine(const float *x, int levels, axp_f16 *ret_d, axp_f16 *ret_dmin,
+                           uint8_t *scales, uint8_t *L) {
+        float sub_scale[8], mins[8], max_scale = 0, max_min = 0;
+        for (int s = 0; s < 8; s++) {
+                float lo = x[s * 32], hi = x[s * 32];
+                for (int l = 1; l < 32; l++) {
+                        lo = fminf(lo, x[s * 32 + l]);
+                        hi = fmaxf(hi, x[s * 32 + l]);
+                }
+                if (lo > 0)
+                        lo = 0;
+                sub_scale[s] = (hi - lo) / (float) levels;
+                mins[s] = -lo;
+                max_scale = fmaxf(max_scale, sub_scale[s]);
+                max_min = fmaxf(max_min, mins[s]);
+        }
+        float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+        float id = d ? 1.0f / d : 0.0f, idmin = dmin ? 1.0f / dmin : 0.0f;
+        uint8_t ls[8], lm[8];
+        for (int s = 0; s < 8; s++) {
+                ls[s] = (uint8_t) MIN(63, nearest_int(sub_scale[s] * id));
+                lm[s] = (uint8_t) MIN(63, nearest_int(mins[s] * idmin));
+        }
+        memset(scales, 0, K_SCALE_SIZE);
+        for (int j = 0; j < 8; j++) {
+                if (j < 4) {
+                        scales[j] = ls[j];
+                        scales[j + 4] = lm[j];
+                } else {
+                        scales[j + 4] = (uint8_t) ((ls[j] & 0x0f) | ((lm[j] & 0x0f) << 4));
+                        scales[j - 4] |= (uint8_t) ((ls[j] >> 4) << 6);
+                        scales[j] |= (uint8_t) ((lm[j] >> 4) << 6);
+                }
+        }
+        *ret_d = axp_f32_to_f16(d);
+        *ret_dmin = axp_f32_to_f16(dmin);
+        /* quantize with the stored (rounded) scales so dequantization is consistent */
+        float dd = axp_f16_to_f32(*ret_d), dm = axp_f16_to_f32(*ret_dmin);
+        for (int s = 0; s < 8; s++) {
+                uint8_t sc, m;
+                q4k_scale_min(s, scales, &sc, &m);
+                float ds = dd * sc, ms = dm * m;
+                for (int l = 0; l < 32; l++) {
+                        int q = ds ? nearest_int((x[s * 32 + l] + ms) / ds) : 0;
+                        L[s * 32 + l] = (uint8_t) MAX(0, MIN(levels, q));
+                }
+        }
+}
+
 static void quant_q4_K(const float *x, block_q4_K *b, int64_t nb) {
         for (int64_t i = 0; i < nb; i++, x += QK_K) {
-                /* per sub-block of 32: x ~ scale * q - min, q in 0..15 */
-                float scales[8], mins[8], max_scale = 0, max_min = 0;
-                for (int s = 0; s < 8; s++) {
-                        float lo = x[s * 32], hi = x[s * 32];
-                        for (int l = 1; l < 32; l++) {
-                                lo = fminf(lo, x[s * 32 + l]);
-                                hi = fmaxf(hi, x[s * 32 + l]);
-                        }
-                        if (lo > 0)
-                                lo = 0;
-                        scales[s] = (hi - lo) / 15.0f;
-                        mins[s] = -lo;
-                        max_scale = fmaxf(max_scale, scales[s]);
-                        max_min = fmaxf(max_min, mins[s]);
-                }
-                float d = max_scale / 63.0f, dmin = max_min / 63.0f;
-                float id = d ? 1.0f / d : 0.0f, idmin = dmin ? 1.0f / dmin : 0.0f;
-                uint8_t ls[8], lm[8];
-                for (int s = 0; s < 8; s++) {
-                        ls[s] = (uint8_t) MIN(63, nearest_int(scales[s] * id));
-                        lm[s] = (uint8_t) MIN(63, nearest_int(mins[s] * idmin));
-                }
-                memset(b[i].scales, 0, sizeof(b[i].scales));
-                for (int j = 0; j < 8; j++) {
-                        if (j < 4) {
-                                b[i].scales[j] = ls[j];
-                                b[i].scales[j + 4] = lm[j];
-                        } else {
-                                b[i].scales[j + 4] = (uint8_t) ((ls[j] & 0x0f) | ((lm[j] & 0x0f) << 4));
-                                b[i].scales[j - 4] |= (uint8_t) ((ls[j] >> 4) << 6);
-                                b[i].scales[j] |= (uint8_t) ((lm[j] >> 4) << 6);
-                        }
-                }
-                b[i].d = axp_f32_to_f16(d);
-                b[i].dmin = axp_f32_to_f16(dmin);
-                /* quantize with the stored (rounded) scales so dequantization is consistent */
-                float dd = axp_f16_to_f32(b[i].d), dm = axp_f16_to_f32(b[i].dmin);
                 uint8_t L[QK_K];
-                for (int s = 0; s < 8; s++) {
-                        uint8_t sc, m;
-                        q4k_scale_min(s, b[i].scales, &sc, &m);
-                        float ds = dd * sc, ms = dm * m;
-                        for (int l = 0; l < 32; l++) {
-                                int q = ds ? nearest_int((x[s * 32 + l] + ms) / ds) : 0;
-                                L[s * 32 + l] = (uint8_t) MAX(0, MIN(15, q));
-                        }
-                }
+                quant_k_affine(x, 15, &b[i].d, &b[i].dmin, b[i].scales, L);
                 uint8_t *q = b[i].qs;
                 for (int j = 0; j < QK_K; j += 64, q += 32)
                         for (int l = 0; l < 32; l++)
                                 q[l] = (uint8_t) (L[j + l] | (L[j + l + 32] << 4));
+        }
+}
+
+static void quant_q5_K(const float *x, block_q5_K *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK_K) {
+                uint8_t L[QK_K];
+                quant_k_affine(x, 31, &b[i].d, &b[i].dmin, b[i].scales, L);
+                uint8_t *q = b[i].qs;
+                memset(b[i].qh, 0, sizeof(b[i].qh));
+                for (int j = 0, s = 0; j < QK_K; j += 64, s += 2, q += 32)
+                        for (int l = 0; l < 32; l++) {
+                                uint8_t q1 = L[j + l], q2 = L[j + l + 32];
+                                q[l] = (uint8_t) ((q1 & 0x0f) | (q2 & 0x0f) << 4);
+                                b[i].qh[l] |= (uint8_t) ((q1 >> 4) << s | (q2 >> 4) << (s + 1));
+                        }
         }
 }
 
@@ -637,6 +682,9 @@ void axp_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
                 break;
         case AXP_TYPE_Q4_K:
                 quant_q4_K(src, dst, n / QK_K);
+                break;
+        case AXP_TYPE_Q5_K:
+                quant_q5_K(src, dst, n / QK_K);
                 break;
         case AXP_TYPE_Q6_K:
                 quant_q6_K(src, dst, n / QK_K);

@@ -90,6 +90,16 @@ typedef struct {
         uint8_t qs[QK_K / 2];
 } block_q4_K;
 
+/* As Q4_K with a fifth bit: element l of sub-block s (32 elements each) has its high bit at
+ * bit s of qh[l] */
+typedef struct {
+        axp_f16 d;
+        axp_f16 dmin;
+        uint8_t scales[K_SCALE_SIZE];
+        uint8_t qh[QK_K / 8];
+        uint8_t qs[QK_K / 2];
+} block_q5_K;
+
 typedef struct {
         uint8_t ql[QK_K / 2];
         uint8_t qh[QK_K / 4];
@@ -111,6 +121,7 @@ _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
+_Static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
 _Static_assert(sizeof(block_q8_K) == 292, "block_q8_K");
 
@@ -140,5 +151,6 @@ axp_bf16 axp_f32_to_bf16(float f);
 void axp_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* Reference quantization (for mkmodel and activation quantization in tests). Q4_0, Q4_1,
  * Q5_0, Q5_1 and Q8_0 follow llama.cpp's reference quantizers; IQ4_NL searches the block's
- * scale its own way (see types.c), so its bytes need not equal llama-quantize's. */
+ * scale its own way and the K-quants take plain min/max scales (see types.c), so their
+ * bytes need not equal llama-quantize's. */
 void axp_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);

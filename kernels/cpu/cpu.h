@@ -21,6 +21,9 @@
  *   Q5_1       scales and mins as Q4_1, then quants as Q8_0 but the raw 0..31 (no sign flip)
  *   Q4_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16] u8, mins[4][16][2] u8
  *              (pairs of sub-blocks), then quants [8 sub][4][16][4] nibble bytes as Q4_0
+ *   Q5_K       as Q4_K (the low four bits), then per sub-block one vector of fifth bits
+ *              [8 sub][16][4]: byte (j, r, i) bit p = hi(q[r][32j+8p+i]) and bit 4+p =
+ *              hi(q[r][32j+8p+4+i]), p < 4, beside nibble byte (j, p, r, i)
  *   Q6_K       per superblock: d[16] f16, sc[8][16][2] s8 (pairs of sub-blocks), padding to
  *              320 B, then per sub-block of 16: two nibble vectors [16][4] (k 0-3|4-7,
  *              8-11|12-15 of the sub-block) and one vector of high bits: byte (r, i) =
@@ -73,7 +76,7 @@ enum axp_act_kind {
         AXP_ACT_F32,  /* F32, BF16 weights */
         AXP_ACT_F16,  /* F16 weights: f32 rounded to f16 precision */
         AXP_ACT_Q8_0, /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL weights */
-        AXP_ACT_Q8_K, /* Q4_K, Q6_K weights */
+        AXP_ACT_Q8_K, /* Q4_K, Q5_K, Q6_K weights */
         AXP_ACT__MAX,
 };
 
@@ -157,6 +160,7 @@ static inline size_t pk_q4_1_head_bytes(int64_t k) {
 }
 #define PK_Q4_K_HEAD 320
 #define PK_Q4_K_SB (PK_Q4_K_HEAD + 2048)
+#define PK_Q5_K_SB (PK_Q4_K_SB + 512)
 #define PK_Q6_K_HEAD 320
 #define PK_Q6_K_SB (PK_Q6_K_HEAD + 3072)
 

@@ -255,9 +255,13 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 
 /* Q4_K --------------------------------------------------------------------------------------- */
 
+/* Q5_K (high) as Q4_K with each nibble's fifth bit moved in from the sub-block's bit vector
+ * (bit p or 4 + p of a byte to its bit 4); 5-bit pair sums (2 * 31 * 127) no longer fit s16
+ * eight at a time, so each nibble vector's pair is widened to int32. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h) {
+                  int n_rows, int h, int high) {
         int64_t k = act->k, ns = k / QK_K;
+        const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
@@ -265,8 +269,9 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 acc[t] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i b4 = _mm256_set1_epi8(0x10);
         for (int64_t s = 0; s < ns; s++) {
-                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                const uint8_t *sb = g + s * sb_bytes;
                 __m256i msum[MAX_T];
                 __m256 sacc[MAX_T];
                 UNROLL for (int t = 0; t < T; t++) {
@@ -284,24 +289,35 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m128i sc8 = _mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * h));
                         __m256 scj = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc8));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + 32 * h;
-                        __m256i s16[MAX_T];
-                        UNROLL for (int t = 0; t < T; t++)
+                        __m256i hb = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * h) : _mm256_setzero_si256();
+                        __m256i s16[MAX_T], s32[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++) {
                                 s16[t] = _mm256_setzero_si256();
+                                s32[t] = _mm256_setzero_si256();
+                        }
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m256i v = ld32(q + p * 64);
                                 __m256i lo = _mm256_and_si256(v, m4);
                                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                if (high) {
+                                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - p), b4));
+                                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, p), b4));
+                                }
                                 long off = j * 32 + 8 * p;
                                 UNROLL for (int t = 0; t < T; t++) {
                                         const int8_t *a = act_q8_K_qs(row[t], s) + off;
                                         __m256i l16 = _mm256_maddubs_epi16(lo, bcast4(a));
                                         __m256i h16 = _mm256_maddubs_epi16(hi, bcast4(a + 4));
-                                        s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
+                                        if (high)
+                                                s32[t] = _mm256_add_epi32(
+                                                        s32[t], _mm256_madd_epi16(_mm256_add_epi16(l16, h16), ones));
+                                        else
+                                                s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
                                 }
                         }
                         UNROLL for (int t = 0; t < T; t++) {
-                                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
-                                sacc[t] = _mm256_fmadd_ps(f, scj, sacc[t]);
+                                __m256i i32 = high ? s32[t] : _mm256_madd_epi16(s16[t], ones);
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), scj, sacc[t]);
                         }
                 }
                 __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
@@ -318,7 +334,12 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q4_K_tile);
+        TILE_DISPATCH(q4_K_tile, 0);
+}
+
+static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile, 1);
 }
 
 /* Q6_K --------------------------------------------------------------------------------------- */
@@ -638,6 +659,7 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
         .att_chunk = att_chunk,

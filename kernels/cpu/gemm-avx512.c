@@ -234,19 +234,22 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 }
 
 /* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
- * the mins term is an integer dot of the mins with the activation sums. */
+ * the mins term is an integer dot of the mins with the activation sums. Q5_K (high) is the
+ * same with each nibble's fifth bit moved in from the sub-block's bit vector: bit p (low
+ * nibbles of vector p) or 4 + p (high nibbles) of a byte to its bit 4. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows) {
+                  int n_rows, int high) {
         int64_t k = act->k, ns = k / QK_K;
+        const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
-        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
         for (int64_t s = 0; s < ns; s++) {
-                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                const uint8_t *sb = g + s * sb_bytes;
                 __m512i msum[MAX_T];
                 __m512 sacc[MAX_T];
                 UNROLL for (int t = 0; t < T; t++) {
@@ -263,15 +266,24 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int j = 0; j < 8; j++) {
                         /* one token is memory bound: keep more of the stream in flight */
                         if (T <= 2)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q4_K_SB + j * 320, 5);
+                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
                         __m512i w[8];
+                        __m512i hb = high ? _mm512_load_si512(sb + PK_Q4_K_SB + j * 64) : _mm512_setzero_si512();
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
                                 w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                                if (high) {
+                                        /* the shifted bit stays in its byte; others are masked */
+                                        __m512i h0 = _mm512_and_si512(_mm512_slli_epi16(hb, 4 - p), b4);
+                                        __m512i h1 = p ? _mm512_and_si512(_mm512_srli_epi16(hb, p), b4)
+                                                       : _mm512_and_si512(hb, b4);
+                                        w[2 * p] = _mm512_or_si512(w[2 * p], h0);
+                                        w[2 * p + 1] = _mm512_or_si512(w[2 * p + 1], h1);
+                                }
                         }
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
@@ -297,7 +309,12 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q4_K_tile);
+        TILE_DISPATCH(q4_K_tile, 0);
+}
+
+static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile, 1);
 }
 
 /* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; the offset goes with the
@@ -660,6 +677,7 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
         .att_chunk = att_chunk,

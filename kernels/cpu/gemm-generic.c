@@ -136,14 +136,16 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q5_1);
 }
 
-static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
+/* Q4_K, and Q5_K (high: each nibble gains its fifth bit from the sub-block's bit vector) */
+static void gemm_k_affine(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y,
+                          long ldy, int n_rows, bool high) {
         int64_t k = act->k, ns = k / QK_K;
+        size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         for (int t = 0; t < n_tok; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t s = 0; s < ns; s++) {
-                        const uint8_t *sb = g + s * PK_Q4_K_SB;
+                        const uint8_t *sb = g + s * sb_bytes;
                         const axp_f16 *d = (const axp_f16 *) sb, *dmin = (const axp_f16 *) (sb + 32);
                         const int8_t *a = act_q8_K_qs(row, s);
                         const int16_t *bs32 = act_q8_K_bs32(row, s);
@@ -151,12 +153,18 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                                 int32_t sum = 0, msum = 0;
                                 for (int j = 0; j < 8; j++) {
                                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + r * 4;
+                                        const uint8_t *hb = sb + PK_Q4_K_SB + j * 64 + r * 4;
                                         int32_t isum = 0;
                                         for (int p = 0; p < 4; p++)
                                                 for (int i = 0; i < 4; i++) {
                                                         uint8_t v = q[p * 64 + i];
-                                                        isum += (v & 15) * a[32 * j + 8 * p + i] +
-                                                                (v >> 4) * a[32 * j + 8 * p + 4 + i];
+                                                        int lo = v & 15, hi = v >> 4;
+                                                        if (high) {
+                                                                lo |= ((hb[i] >> p) & 1) << 4;
+                                                                hi |= ((hb[i] >> (4 + p)) & 1) << 4;
+                                                        }
+                                                        isum += lo * a[32 * j + 8 * p + i] +
+                                                                hi * a[32 * j + 8 * p + 4 + i];
                                                 }
                                         sum += isum * sb[64 + j * 16 + r];
                                         msum += sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] * bs32[j];
@@ -167,6 +175,16 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                 }
                 store_rows(acc, y + t * ldy, n_rows);
         }
+}
+
+static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_k_affine(g, act, t0, n_tok, y, ldy, n_rows, false);
+}
+
+static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_k_affine(g, act, t0, n_tok, y, ldy, n_rows, true);
 }
 
 static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
@@ -253,6 +271,7 @@ const axp_cpu_ops axp_cpu_ops_generic = {
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
         .att_chunk = att_chunk,

@@ -23,6 +23,7 @@ enum axp_act_kind axp_act_kind_of(uint32_t type) {
         case AXP_TYPE_IQ4_NL:
                 return AXP_ACT_Q8_0;
         case AXP_TYPE_Q4_K:
+        case AXP_TYPE_Q5_K:
         case AXP_TYPE_Q6_K:
                 return AXP_ACT_Q8_K;
         default:

@@ -29,6 +29,8 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
                 return pk_q4_1_head_bytes(k) + (size_t) (k / QK5_1) * AXP_GROUP * 32;
         case AXP_TYPE_Q4_K:
                 return (size_t) (k / QK_K) * PK_Q4_K_SB;
+        case AXP_TYPE_Q5_K:
+                return (size_t) (k / QK_K) * PK_Q5_K_SB;
         case AXP_TYPE_Q6_K:
                 return (size_t) (k / QK_K) * PK_Q6_K_SB;
         default:
@@ -185,35 +187,50 @@ static void q4k_get_scale_min(int j, const uint8_t *q, uint8_t *ret_sc, uint8_t 
         }
 }
 
-static void pack_q4_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+/* Q4_K, and Q5_K (high: its fifth bits; the superblock is PK_Q5_K_SB bytes) */
+static void pack_k_affine(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, bool high,
+                          uint8_t *out) {
         int64_t ns = k / QK_K;
+        size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB, blk = high ? sizeof(block_q5_K) : sizeof(block_q4_K);
         for (int r = 0; r < n_rows; r++) {
-                const block_q4_K *b = (const block_q4_K *) ((const uint8_t *) raw + r * row_bytes);
+                const uint8_t *row = (const uint8_t *) raw + r * row_bytes;
                 for (int64_t s = 0; s < ns; s++) {
-                        uint8_t *sb = out + s * PK_Q4_K_SB;
-                        ((axp_f16 *) sb)[r] = b[s].d;
-                        ((axp_f16 *) (sb + 32))[r] = b[s].dmin;
+                        /* Q5_K's d, dmin and scales sit where Q4_K's do */
+                        const block_q4_K *b4 = (const block_q4_K *) (row + s * blk);
+                        const block_q5_K *b5 = (const block_q5_K *) (row + s * blk);
+                        const uint8_t *qs = high ? b5->qs : b4->qs;
+                        uint8_t *sb = out + s * sb_bytes;
+                        ((axp_f16 *) sb)[r] = b4->d;
+                        ((axp_f16 *) (sb + 32))[r] = b4->dmin;
                         for (int j = 0; j < 8; j++) {
                                 uint8_t sc, m;
-                                q4k_get_scale_min(j, b[s].scales, &sc, &m);
+                                q4k_get_scale_min(j, b4->scales, &sc, &m);
                                 sb[64 + j * 16 + r] = sc;
                                 sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] = m;
                         }
                         /* sub-block j: weights 32j..32j+31; the GGUF block stores sub-blocks
-                         * 2i and 2i+1 as the low and high nibbles of qs[32i..32i+31] */
+                         * 2i and 2i+1 as the low and high nibbles of qs[32i..32i+31], their
+                         * fifth bits (Q5_K) as bits 2i and 2i+1 of qh[0..31] */
                         uint8_t q[QK_K];
                         for (int i = 0; i < 4; i++)
                                 for (int l = 0; l < 32; l++) {
-                                        q[64 * i + l] = b[s].qs[32 * i + l] & 0x0f;
-                                        q[64 * i + 32 + l] = b[s].qs[32 * i + l] >> 4;
+                                        q[64 * i + l] = qs[32 * i + l] & 0x0f;
+                                        q[64 * i + 32 + l] = qs[32 * i + l] >> 4;
+                                        if (high) {
+                                                q[64 * i + l] |= ((b5->qh[l] >> (2 * i)) & 1) << 4;
+                                                q[64 * i + 32 + l] |= ((b5->qh[l] >> (2 * i + 1)) & 1) << 4;
+                                        }
                                 }
-                        uint8_t *qs = sb + PK_Q4_K_HEAD;
+                        uint8_t *oq = sb + PK_Q4_K_HEAD, *oh = sb + PK_Q4_K_SB;
                         for (int j = 0; j < 8; j++)
                                 for (int p = 0; p < 4; p++)
-                                        for (int l = 0; l < 4; l++)
-                                                qs[j * 256 + p * 64 + r * 4 + l] =
-                                                        (uint8_t) (q[32 * j + 8 * p + l] |
-                                                                   q[32 * j + 8 * p + 4 + l] << 4);
+                                        for (int l = 0; l < 4; l++) {
+                                                uint8_t lo = q[32 * j + 8 * p + l], hi = q[32 * j + 8 * p + 4 + l];
+                                                oq[j * 256 + p * 64 + r * 4 + l] = (uint8_t) ((lo & 15) | (hi & 15) << 4);
+                                                if (high)
+                                                        oh[j * 64 + r * 4 + l] |=
+                                                                (uint8_t) ((lo >> 4) << p | (hi >> 4) << (4 + p));
+                                        }
                 }
         }
 }
@@ -285,7 +302,10 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
                 pack_q5_1(raw, row_bytes, k, n_rows, out);
                 break;
         case AXP_TYPE_Q4_K:
-                pack_q4_K(raw, row_bytes, k, n_rows, out);
+                pack_k_affine(raw, row_bytes, k, n_rows, false, out);
+                break;
+        case AXP_TYPE_Q5_K:
+                pack_k_affine(raw, row_bytes, k, n_rows, true, out);
                 break;
         case AXP_TYPE_Q6_K:
                 pack_q6_K(raw, row_bytes, k, n_rows, out);

@@ -44,7 +44,7 @@ static float gauss(void) {
 
 static const uint32_t all_types[] = {
         AXP_TYPE_F32,  AXP_TYPE_F16,  AXP_TYPE_BF16,   AXP_TYPE_Q8_0, AXP_TYPE_Q4_0, AXP_TYPE_Q4_1,
-        AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL, AXP_TYPE_Q4_K, AXP_TYPE_Q6_K,
+        AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL, AXP_TYPE_Q4_K, AXP_TYPE_Q5_K, AXP_TYPE_Q6_K,
 };
 static const char *const all_isas[] = { "generic", "avx2", "avx512", "amx" };
 
@@ -161,6 +161,7 @@ static void ref_act(uint32_t type, const float *x, int64_t n, float *xq, double 
                 ref_act_q8_0(x, n, xq, ds);
                 break;
         case AXP_TYPE_Q4_K:
+        case AXP_TYPE_Q5_K:
         case AXP_TYPE_Q6_K:
                 ref_act_q8_K(x, n, xq);
                 break;
@@ -352,11 +353,11 @@ static void test_matmul_multi(void) {
         /* the K-quants with Q8_0; then every 32-element type, as the mixed Q4_K_M files of
          * models whose width is not a multiple of 256 have them */
         static const uint32_t sets[2][7] = {
-                { AXP_TYPE_Q4_K, AXP_TYPE_Q6_K, AXP_TYPE_Q8_0 },
+                { AXP_TYPE_Q4_K, AXP_TYPE_Q6_K, AXP_TYPE_Q8_0, AXP_TYPE_Q5_K },
                 { AXP_TYPE_Q4_K, AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_Q4_1, AXP_TYPE_IQ4_NL,
                   AXP_TYPE_Q4_0, AXP_TYPE_Q8_0 },
         };
-        static const int n_set[2] = { 3, 7 };
+        static const int n_set[2] = { 4, 7 };
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                 if (!isa_use(all_isas[ii]))
                         continue;

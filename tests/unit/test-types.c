@@ -82,10 +82,13 @@ static void test_quant_roundtrip(void) {
         CHECK(roundtrip_rel_rms(AXP_TYPE_Q5_0, n) < 0.06);
         CHECK(roundtrip_rel_rms(AXP_TYPE_Q5_1, n) < 0.04);
         CHECK(roundtrip_rel_rms(AXP_TYPE_IQ4_NL, n) < 0.12);
-        printf("  round trip rel. rms: Q4_0 %.4f Q4_1 %.4f Q5_0 %.4f Q5_1 %.4f IQ4_NL %.4f\n",
+        CHECK(roundtrip_rel_rms(AXP_TYPE_Q5_K, n) < 0.06);
+        printf("  round trip rel. rms: Q4_0 %.4f Q4_1 %.4f Q5_0 %.4f Q5_1 %.4f IQ4_NL %.4f Q4_K %.4f "
+               "Q5_K %.4f\n",
                roundtrip_rel_rms(AXP_TYPE_Q4_0, n), roundtrip_rel_rms(AXP_TYPE_Q4_1, n),
                roundtrip_rel_rms(AXP_TYPE_Q5_0, n), roundtrip_rel_rms(AXP_TYPE_Q5_1, n),
-               roundtrip_rel_rms(AXP_TYPE_IQ4_NL, n));
+               roundtrip_rel_rms(AXP_TYPE_IQ4_NL, n), roundtrip_rel_rms(AXP_TYPE_Q4_K, n),
+               roundtrip_rel_rms(AXP_TYPE_Q5_K, n));
         double q8k = roundtrip_rel_rms(AXP_TYPE_Q8_K, n);
         CHECK(q8k < 0.01);
 }
@@ -163,6 +166,39 @@ static void test_dequant_hand_made(void) {
         }
 }
 
+/* A Q5_K block by hand: d 1, dmin 0.5; sub-block s has scale s + 1 and min 2s (6-bit
+ * packing as Q4_K's); nibble l of qs[32i + l] and fifth bits from qh[l] = l * 37. */
+static void test_dequant_q5_K(void) {
+        uint8_t b[176] = { 0 };
+        put16(b, 1.0f);
+        put16(b + 2, 0.5f);
+        uint8_t sc[8], mn[8];
+        for (int s = 0; s < 8; s++) {
+                sc[s] = (uint8_t) (s + 1);
+                mn[s] = (uint8_t) (2 * s);
+        }
+        uint8_t *scales = b + 4;
+        for (int j = 0; j < 4; j++) {
+                scales[j] = sc[j] | (uint8_t) ((sc[j + 4] >> 4) << 6);
+                scales[j + 4] = mn[j] | (uint8_t) ((mn[j + 4] >> 4) << 6);
+                scales[j + 8] = (uint8_t) ((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+        }
+        for (int l = 0; l < 32; l++)
+                b[16 + l] = (uint8_t) (l * 37);
+        for (int i = 0; i < 128; i++)
+                b[48 + i] = (uint8_t) (i * 7 + 3);
+        float y[256];
+        axp_dequantize_row(AXP_TYPE_Q5_K, b, y, 256);
+        int bad = 0;
+        for (int s = 0; s < 8; s++)
+                for (int l = 0; l < 32; l++) {
+                        uint8_t byte = b[48 + 32 * (s / 2) + l];
+                        int q = (s % 2 ? byte >> 4 : byte & 15) | (((l * 37) & 255) >> s & 1) << 4;
+                        bad += y[32 * s + l] != (float) (s + 1) * (float) q - 0.5f * (float) (2 * s);
+                }
+        CHECK_EQ_INT(bad, 0);
+}
+
 /* Values on a type's grid quantize to themselves. */
 static void test_quant_exact(void) {
         float x[32], y[32];
@@ -218,7 +254,9 @@ static void test_traits(void) {
         CHECK_EQ_INT(axp_type_from_name("bf16"), AXP_TYPE_BF16);
         CHECK_EQ_INT(axp_type_from_name("nope"), -1);
         CHECK(axp_type_traits_get(4) == NULL);
-        CHECK(!axp_type_traits_get(AXP_TYPE_Q5_K)->supported);
+        CHECK(!axp_type_traits_get(AXP_TYPE_Q3_K)->supported);
+        CHECK(axp_type_traits_get(AXP_TYPE_Q5_K)->supported);
+        CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q5_K, 512), 352);
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q4_1, 64), 40);
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q5_0, 96), 66);
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q5_1, 32), 24);
@@ -239,6 +277,7 @@ int main(void) {
         RUN(test_q8_0_exact);
         RUN(test_dequant_hand_made);
         RUN(test_quant_exact);
+        RUN(test_dequant_q5_K);
         RUN(test_traits);
         TEST_EXIT();
 }
