@@ -53,7 +53,7 @@ static const struct {
         { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_1, "q4_1", ACT_Q8_0 },
         { AXP_TYPE_Q5_0, "q5_0", ACT_Q8_0 }, { AXP_TYPE_Q5_1, "q5_1", ACT_Q8_0 },
         { AXP_TYPE_IQ4_NL, "iq4_nl", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
-        { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
+        { AXP_TYPE_Q5_K, "q5_k", ACT_Q8_K },     { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
 };
 #define N_WTYPES ELEMENTSOF(wtypes)
 

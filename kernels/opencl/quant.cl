@@ -121,6 +121,34 @@ void dq32_q4_k(__global const uchar *row, int u, float *w) {
                 w[l] = d1 * (float) ((q[l] >> shift) & 15) - m1;
 }
 
+/* The 6-bit scale and min of sub-block s of a Q4_K/Q5_K block's 12 scale bytes. */
+void k_scale_min(__global const uchar *sc, int s, uint *scale, uint *mn) {
+        if (s < 4) {
+                *scale = sc[s] & 63;
+                *mn = sc[s + 4] & 63;
+        } else {
+                *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+                *mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        }
+}
+
+/* block_q5_K (176 bytes): as Q4_K (half d, half dmin, 12 scale bytes) then uint8 qh[32]
+ * and the 128 bytes of nibbles; element l of sub-block s has its fifth bit at bit s of
+ * qh[l]. */
+void dq32_q5_k(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 176;
+        const int s = u % 8;
+        const float d = vload_half(0, (__global const half *) b);
+        const float dmin = vload_half(1, (__global const half *) b);
+        __global const uchar *qh = b + 16, *q = b + 48 + 32 * (s / 2);
+        uint scale, mn;
+        k_scale_min(b + 4, s, &scale, &mn);
+        const float d1 = d * (float) scale, m1 = dmin * (float) mn;
+        const int shift = (s & 1) * 4;
+        for (int l = 0; l < 32; l++)
+                w[l] = d1 * (float) (((q[l] >> shift) & 15) | ((qh[l] >> s) & 1) << 4) - m1;
+}
+
 /* block_q6_K (210 bytes): uint8 ql[128], uint8 qh[64], int8 scales[16], half d. Each half
  * of 128 elements holds four quarters of 32: quarter k takes the low (k < 2) or high
  * nibble of ql[l + 32 * (k & 1)], two bits 2k of qh[l], and scale is + 2k (is = l / 16). */
@@ -196,7 +224,7 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
 /* Integer weights take the activations quantized by act_q8_0 / act_q8_k (act.cl): per block
  * an exact integer dot product, then the block's float terms as the CPU kernels combine them
  * (kernels/cpu/gemm-generic.c). The unit an item takes is a block of 32 (Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, IQ4_NL) or a super-block of 256 (Q4_K, Q6_K). dot_T adds unit u of a weight
+ * Q5_0, Q5_1, IQ4_NL) or a super-block of 256 (Q4_K, Q5_K, Q6_K). dot_T adds unit u of a weight
  * row, for tokens t < nt of the quantized rows of k values from aq, ad, as (Q8_1 sums for the
  * blocks of 32, sums of 32 for the super-blocks), to acc[t]. */
 
@@ -359,6 +387,47 @@ void dot_q4_k(__global const uchar *row, int u, __global const char *aq, __globa
         }
 }
 
+/* block_q5_K (layout at dq32_q5_k): as Q4_K with five-bit quants */
+void dot_q5_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 176;
+        const float d = vload_half(0, (__global const half *) b);
+        const float dmin = vload_half(1, (__global const half *) b);
+        __global const uchar *qh = b + 16, *q = b + 48;
+        int scale[8], mn[8];
+        for (int s = 0; s < 8; s++) {
+                uint sc, m;
+                k_scale_min(b + 4, s, &sc, &m);
+                scale[s] = (int) sc;
+                mn[s] = (int) m;
+        }
+        const uchar16 h0 = vload16(0, qh), h1 = vload16(1, qh);
+        int sum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = 0;
+        for (int p = 0; p < 4; p++) {
+                /* sub-blocks 2p (low nibbles, bit 2p of qh) and 2p + 1 (high, bit 2p + 1) */
+                const uchar16 q0 = vload16(0, q + 32 * p), q1 = vload16(1, q + 32 * p);
+                const uchar lb = (uchar) (2 * p), hb = (uchar) (2 * p + 1);
+                const int16 l0 = convert_int16((q0 & (uchar) 15) | (((h0 >> lb) & (uchar) 1) << (uchar) 4));
+                const int16 l1 = convert_int16((q1 & (uchar) 15) | (((h1 >> lb) & (uchar) 1) << (uchar) 4));
+                const int16 g0 = convert_int16((q0 >> (uchar) 4) | (((h0 >> hb) & (uchar) 1) << (uchar) 4));
+                const int16 g1 = convert_int16((q1 >> (uchar) 4) | (((h1 >> hb) & (uchar) 1) << (uchar) 4));
+                for (int t = 0; t < nt; t++) {
+                        __global const char *a = aq + (long) t * k + u * 256 + 64 * p;
+                        sum[t] += hsum16(l0 * a16(a, 0) + l1 * a16(a, 1)) * scale[2 * p] +
+                                  hsum16(g0 * a16(a, 2) + g1 * a16(a, 3)) * scale[2 * p + 1];
+                }
+        }
+        for (int t = 0; t < nt; t++) {
+                __global const short *bs = as + (long) t * (k / 32) + u * 8;
+                int msum = 0;
+                for (int s = 0; s < 8; s++)
+                        msum += mn[s] * bs[s];
+                acc[t] += ad[(long) t * (k / 32) + u] * (d * (float) sum[t] - dmin * (float) msum);
+        }
+}
+
 /* block_q6_K (layout at dq32_q6_k): per super-block ad * d * sum_j sc_j * dot(q_j - 32, a_j)
  * over its 16 sub-blocks of 16 */
 void dot_q6_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
@@ -445,6 +514,7 @@ DEF_MATMUL_Q(q5_0, 32, float)
 DEF_MATMUL_Q(q5_1, 32, float)
 DEF_MATMUL_Q(iq4_nl, 32, float)
 DEF_MATMUL_Q(q4_k, 256, short)
+DEF_MATMUL_Q(q5_k, 256, short)
 DEF_MATMUL_Q(q6_k, 256, short)
 
 DEF_EMBED(f32)
@@ -457,4 +527,5 @@ DEF_EMBED(q5_0)
 DEF_EMBED(q5_1)
 DEF_EMBED(iq4_nl)
 DEF_EMBED(q4_k)
+DEF_EMBED(q5_k)
 DEF_EMBED(q6_k)
