@@ -121,7 +121,7 @@ static void check_against_reference(const char *arch, const char *type) {
 
 static void test_types_llama(void) {
         const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",
-                                "q5_0", "q5_1", "q4_k", "q6_k", "iq4_nl" };
+                                "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 check_against_reference("llama", types[i]);
 }
@@ -180,7 +180,7 @@ static void chunked_stop_resume(const char *type) {
 }
 
 static void test_chunked_stop_resume(void) {
-        const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl" };
+        const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q5_k" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 chunked_stop_resume(types[i]);
 }
@@ -226,7 +226,7 @@ static void batched_decode(const char *type) {
 }
 
 static void test_batched_decode(void) {
-        const char *types[] = { "q4_k", "q4_1", "q5_0", "q5_1", "iq4_nl" };
+        const char *types[] = { "q4_k", "q5_k", "q4_1", "q5_0", "q5_1", "iq4_nl" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 batched_decode(types[i]);
 }
