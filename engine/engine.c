@@ -3,6 +3,7 @@
  * on the wall clock. Every API call runs on that thread (posted to its mailbox, the caller
  * waiting for the answer), so the engine's state has one owner and needs no locks; the
  * devices run kernels on their executors' threads and post completions to the same mailbox. */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,7 +30,7 @@ typedef struct flow flow;
 typedef struct ereq ereq;
 typedef struct axp_engine axp_engine;
 
-static void flow_free(axp_engine *e, flow *f);
+static void engine_flow_free(axp_engine *e, flow *f);
 
 struct flow {
         uint64_t id;
@@ -56,6 +57,8 @@ struct ereq {
         int32_t last_tok;
         uint32_t prompt_tokens;
         bool stop_sent;    /* cancelled by the engine stopping */
+        bool submitting;   /* inside axp_sched_submit, which may finish it at once */
+        bool finished;     /* finished while submitting: do_submit frees it */
         ereq *next;
 };
 
@@ -160,12 +163,30 @@ static void req_unlink(axp_engine *e, ereq *q) {
                         *p = q->next;
                         return;
                 }
+        assert(!"a request is in the engine's table until it finishes");
+}
+
+/* A request out of the engine's table: its sampler, its own KV cache if it has no flow. */
+static void req_free(ereq *q) {
+        if (!q)
+                return;
+        if (q->gen_ok)
+                axp_gen_free(&q->gen);
+        if (!q->flow)
+                axp_seq_free(&q->own_seq);
+        free(q);
+}
+
+static void req_freep(ereq **q) {
+        req_free(*q);
 }
 
 static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
         ereq *q = ud;
         axp_req_stats stats = *st;
 
+        assert(q->seq == (q->flow ? &q->flow->seq : &q->own_seq));
+        assert(!q->flow || q->flow->busy == q);
         axp_gen_finish(&q->gen, reason);
         deliver_text(q);
         stats.prompt_tokens = q->prompt_tokens;
@@ -185,15 +206,15 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
                 f->busy = NULL;
         }
         if (q->flow && q->flow->closing)
-                flow_free(q->e, q->flow);
+                engine_flow_free(q->e, q->flow);
         if (q->cbs.finished)
                 q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
         req_unlink(q->e, q);
-        if (q->gen_ok)
-                axp_gen_free(&q->gen);
-        if (!q->flow)
-                axp_seq_free(&q->own_seq);
-        free(q);
+        if (q->submitting) {
+                q->finished = true; /* do_submit still holds it */
+                return;
+        }
+        req_free(q);
 }
 
 static const axp_sched_req_ops req_ops = { .next = req_next, .finished = req_finished };
@@ -250,7 +271,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         _cleanup_free_ char *text = NULL;
         _cleanup_free_ int32_t *toks = NULL, *all = NULL;
         flow *f = NULL;
-        ereq *q;
+        _cleanup_(req_freep) ereq *q = NULL;
         int n = 0, n_all, r;
         bool first_turn = true;
         uint32_t max_tokens;
@@ -298,11 +319,13 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 all[0] = f->pending;
         memcpy(all + (n_all - n), toks, sizeof(int32_t) * n);
 
+        /* one position more for the answer's first token */
         int used = f ? f->seq.n_past : 0;
-        if (n_all > PREFILL_MAX_CTX || used + n_all + 1 > e->n_ctx)
-                return axp_errorf(a->err, -E2BIG,
-                                  "the prompt has %d tokens and %d are in use; the context holds %d",
-                                  n_all, used, e->n_ctx);
+        if (used + n_all + 1 > e->n_ctx)
+                return axp_seq_overflow_error(a->err, n_all, used, e->n_ctx);
+        if (n_all > PREFILL_MAX_CTX)
+                return axp_errorf(a->err, -E2BIG, "the prompt is %d tokens; one turn may prefill at most %d",
+                                  n_all, PREFILL_MAX_CTX);
         max_tokens = o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS;
 
         q = calloc(1, sizeof(*q));
@@ -317,53 +340,55 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (f) {
                 if (!f->seq.model) {
                         r = axp_seq_init(&f->seq, e->model, AXP_TYPE_F32, e->n_ctx, n_all, a->err);
-                        if (r < 0) {
-                                free(q);
+                        if (r < 0)
                                 return r;
-                        }
                 }
                 q->seq = &f->seq;
                 q->prev_pending = f->pending;
         } else {
                 int reserve = (int) MIN((uint64_t) e->n_ctx, (uint64_t) n_all + max_tokens);
                 r = axp_seq_init(&q->own_seq, e->model, AXP_TYPE_F32, e->n_ctx, reserve, a->err);
-                if (r < 0) {
-                        free(q);
+                if (r < 0)
                         return r;
-                }
                 q->seq = &q->own_seq;
         }
         r = axp_gen_init(&q->gen, e->model, &o->sampling, o->stop, o->n_stop, max_tokens, all,
                          n_all, a->err);
         if (r < 0)
-                goto fail;
+                return r;
         q->gen_ok = true;
         q->next = e->reqs;
         e->reqs = q;
-        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
-        if (r < 0) {
-                req_unlink(e, q);
-                goto fail;
-        }
+        /* The flow is busy before the scheduler sees the request, and q stays ours until
+         * axp_sched_submit returns: the scheduler may finish the request before that, e.g.
+         * when its prompt cannot be staged. */
         if (f) {
                 f->pending = -1;
                 f->busy = q;
         }
+        q->submitting = true;
+        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
+        q->submitting = false;
+        if (r < 0) {
+                /* refused: nothing was queued and no callback ran */
+                if (f) {
+                        f->pending = q->prev_pending;
+                        f->busy = NULL;
+                }
+                req_unlink(e, q);
+                return r;
+        }
         a->id = q->id;
+        if (q->finished)
+                return 0; /* accepted and already finished: its callbacks ran; the cleanup frees it */
+        TAKE_PTR(q); /* the engine's table holds it until it finishes */
         return 0;
-fail:
-        if (q->gen_ok)
-                axp_gen_free(&q->gen);
-        if (!f)
-                axp_seq_free(&q->own_seq);
-        free(q);
-        return r;
 }
 
 
 /* Flows -------------------------------------------------------------------------------------- */
 
-static void flow_free(axp_engine *e, flow *f) {
+static void engine_flow_free(axp_engine *e, flow *f) {
         for (flow **p = &e->flows; *p; p = &(*p)->next)
                 if (*p == f) {
                         *p = f->next;
@@ -511,6 +536,7 @@ static void teardown_model(axp_engine *e) {
 static void maybe_swap(axp_engine *e) {
         if (!e->swapping || (e->sched && !axp_sched_idle(e->sched)))
                 return;
+        assert(!e->reqs); /* every request has finished */
         if (e->model)
                 teardown_model(e);
         e->swap_err = (axp_error) { 0 };
@@ -580,8 +606,8 @@ static char *strdup_or(const char *s, const char *def) {
 }
 
 int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err) {
-        axp_engine *e;
-        axp_model *m = NULL;
+        _cleanup_(axp_engine_freep) axp_engine *e = NULL;
+        _cleanup_(axp_model_freep) axp_model *m = NULL;
         int r;
 
         e = calloc(1, sizeof(*e));
@@ -597,46 +623,32 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
         e->model_path = c->model_path ? strdup(c->model_path) : NULL;
         e->calib_cache = c->calib_cache ? strdup(c->calib_cache) : NULL;
         if (!e->policy || !e->static_dev || !e->dynamic_dev || (c->model_path && !e->model_path) ||
-            (c->calib_cache && !e->calib_cache)) {
-                r = axp_errorf(err, -ENOMEM, "out of memory");
-                goto fail;
-        }
-        if (axp_policy_from_name(e->policy, &e->pol) < 0) {
-                r = axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
-                               e->policy);
-                goto fail;
-        }
+            (c->calib_cache && !e->calib_cache))
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        if (axp_policy_from_name(e->policy, &e->pol) < 0)
+                return axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
+                                  e->policy);
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
-            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10)) {
-                r = axp_errorf(err, -EINVAL, "an engine setting is out of range");
-                goto fail;
-        }
-        if ((r = axp_mailbox_new(&e->mb)) < 0) {
-                r = axp_errorf(err, r, "out of memory");
-                goto fail;
-        }
+            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10))
+                return axp_errorf(err, -EINVAL, "an engine setting is out of range");
+        if ((r = axp_mailbox_new(&e->mb)) < 0)
+                return axp_errorf(err, r, "out of memory");
         if ((r = setup_devices(e, err)) < 0)
-                goto fail;
+                return r;
         if (c->model_path) {
                 if ((r = axp_model_load(c->model_path, &m, err)) < 0)
-                        goto fail;
-                if ((r = setup_model(e, m, err)) < 0) {
-                        axp_model_free(m);
-                        goto fail;
-                }
+                        return r;
+                if ((r = setup_model(e, m, err)) < 0)
+                        return r;
+                TAKE_PTR(m); /* the engine's now */
         }
         r = pthread_create(&e->thread, NULL, engine_main, e);
-        if (r != 0) {
-                r = axp_errorf(err, -r, "cannot start the engine's thread");
-                goto fail;
-        }
+        if (r != 0)
+                return axp_errorf(err, -r, "cannot start the engine's thread");
         e->thread_started = true;
-        *ret = e;
+        *ret = TAKE_PTR(e);
         return 0;
-fail:
-        axp_engine_free(e);
-        return r;
 }
 
 static void api_stop(axp_engine *e, void *arg) {
@@ -663,10 +675,12 @@ void axp_engine_free(axp_engine *e) {
                 engine_call(e, api_stop, NULL, false);
                 pthread_join(e->thread, NULL);
         }
+        /* the thread ends once every request has finished and no call waits for a model */
+        assert(!e->reqs && !e->deferred);
         if (e->model)
                 teardown_model(e);
         while (e->flows)
-                flow_free(e, e->flows);
+                engine_flow_free(e, e->flows);
         for (int i = 0; i < e->n_devs; i++) {
                 axp_executor_free(e->ex[i]);
                 axp_device_free(e->devs[i]);
@@ -773,7 +787,7 @@ static void api_flow_close(axp_engine *e, void *arg) {
                         (void) axp_sched_cancel(e->sched, f->busy->id);
                 return;
         }
-        flow_free(e, f);
+        engine_flow_free(e, f);
 }
 
 int axp_engine_flow_close(axp_engine *e, uint64_t id) {

@@ -40,6 +40,9 @@ void axp_engine_config_default(axp_engine_config *c);
 int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err);
 /* Cancels every request (their finished callbacks run), stops the threads, frees. */
 void axp_engine_free(axp_engine *e);
+static inline void axp_engine_freep(axp_engine **e) {
+        axp_engine_free(*e);
+}
 
 typedef struct axp_request_opts {
         uint32_t max_tokens;          /* 0: default (256) */

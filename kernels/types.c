@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kernels/macros.h"
+#include "macros.h"
 
 static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [AXP_TYPE_F32] = { "F32", 1, 4, true },

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 #define JSON_MAX_DEPTH 32
 
 typedef struct parser {
@@ -55,59 +57,6 @@ static int hex4(parser *ps, uint32_t *ret) {
         return 0;
 }
 
-static size_t put_utf8(char *out, uint32_t cp) {
-        if (cp < 0x80) {
-                out[0] = (char) cp;
-                return 1;
-        }
-        if (cp < 0x800) {
-                out[0] = (char) (0xC0 | (cp >> 6));
-                out[1] = (char) (0x80 | (cp & 0x3F));
-                return 2;
-        }
-        if (cp < 0x10000) {
-                out[0] = (char) (0xE0 | (cp >> 12));
-                out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
-                out[2] = (char) (0x80 | (cp & 0x3F));
-                return 3;
-        }
-        out[0] = (char) (0xF0 | (cp >> 18));
-        out[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
-        out[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
-        out[3] = (char) (0x80 | (cp & 0x3F));
-        return 4;
-}
-
-/* Length of the valid UTF-8 sequence at s (at most `avail` bytes), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t avail) {
-        size_t n;
-        uint32_t cp;
-        if (s[0] < 0x80)
-                return 1;
-        if ((s[0] & 0xE0) == 0xC0) {
-                n = 2;
-                cp = s[0] & 0x1F;
-        } else if ((s[0] & 0xF0) == 0xE0) {
-                n = 3;
-                cp = s[0] & 0x0F;
-        } else if ((s[0] & 0xF8) == 0xF0) {
-                n = 4;
-                cp = s[0] & 0x07;
-        } else
-                return 0;
-        if (avail < n)
-                return 0;
-        for (size_t i = 1; i < n; i++) {
-                if ((s[i] & 0xC0) != 0x80)
-                        return 0;
-                cp = (cp << 6) | (s[i] & 0x3F);
-        }
-        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-                return 0;
-        return n;
-}
-
 static int parse_string(parser *ps, char **ret) {
         /* The unescaped text is never longer than the escaped one. */
         const char *start = ++ps->p;
@@ -128,7 +77,7 @@ static int parse_string(parser *ps, char **ret) {
                 if (c < 0x20)
                         return fail(ps, "control character in string");
                 if (c != '\\') {
-                        size_t n = utf8_seq((const unsigned char *) ps->p, (size_t) (ps->end - ps->p));
+                        size_t n = axp_utf8_char_len(ps->p, (size_t) (ps->end - ps->p));
                         if (n == 0)
                                 return fail(ps, "invalid UTF-8 in string");
                         memcpy(out + o, ps->p, n);
@@ -169,7 +118,7 @@ static int parse_string(parser *ps, char **ret) {
                                 return fail(ps, "\\u0000 in string");
                         /* A \uXXXX escape (6 bytes) never expands beyond 3 bytes, a pair
                          * (12 bytes) never beyond 4: the buffer bound holds. */
-                        o += put_utf8(out + o, cp);
+                        o += axp_utf8_encode(cp, (uint8_t *) out + o);
                         break;
                 }
                 default:

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 #include "util.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "utf8.h"
 
 int axp_errorf(axp_error *err, int code, const char *fmt, ...) {
         if (err) {
@@ -50,35 +53,6 @@ void *axp_alloc(size_t size) {
         return p;
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes are not one. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-        unsigned c = s[0];
-        size_t len;
-        uint32_t cp;
-        if (c < 0x80)
-                return 1;
-        else if ((c & 0xe0) == 0xc0)
-                len = 2, cp = c & 0x1f;
-        else if ((c & 0xf0) == 0xe0)
-                len = 3, cp = c & 0x0f;
-        else if ((c & 0xf8) == 0xf0)
-                len = 4, cp = c & 0x07;
-        else
-                return 0;
-        if (len > n)
-                return 0;
-        for (size_t i = 1; i < len; i++) {
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-                cp = (cp << 6) | (s[i] & 0x3f);
-        }
-        /* overlong forms, surrogates, beyond U+10FFFF */
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-                return 0;
-        return len;
-}
-
 void axp_json_string(FILE *f, const char *s, size_t len) {
         const unsigned char *p = (const unsigned char *) s;
         fputc('"', f);
@@ -97,7 +71,7 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
                         }
                         i++;
                 } else {
-                        size_t n = utf8_len(p + i, len - i);
+                        size_t n = axp_utf8_char_len(s + i, len - i);
                         if (n == 0) {
                                 fputs("\xef\xbf\xbd", f);
                                 i++;
@@ -108,6 +82,26 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
                 }
         }
         fputc('"', f);
+}
+
+void axp_write_visible(FILE *f, const char *s, size_t len) {
+        const unsigned char *p = (const unsigned char *) s;
+        size_t start = 0;
+
+        for (size_t i = 0; i < len;) {
+                size_t n = (p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f ? 1 :
+                           p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f ? 2 : 0;
+                if (n == 0) {
+                        i++;
+                        continue;
+                }
+                fwrite(p + start, 1, i - start, f);
+                for (size_t k = 0; k < n; k++)
+                        fprintf(f, "\\x%02x", p[i + k]);
+                i += n;
+                start = i;
+        }
+        fwrite(p + start, 1, len - start, f);
 }
 
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err) {

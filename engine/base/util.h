@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,6 +25,9 @@
                 (p) = NULL;                                                                        \
                 _ptr_;                                                                             \
         })
+
+/* The struct that holds `ptr` as its field `member`. */
+#define container_of(ptr, type, member) ((type *) ((char *) (ptr) - offsetof(type, member)))
 
 static inline void freep(void *p) {
         free(*(void **) p);
@@ -57,6 +61,12 @@ void *axp_alloc(size_t size);
 /* Write s (len bytes) as a JSON string literal, quotes included. Invalid UTF-8 bytes are
  * written as U+FFFD so the output is always valid JSON. */
 void axp_json_string(FILE *f, const char *s, size_t len);
+
+/* Write s (len bytes) so that a terminal shows it rather than obeys it: control characters
+ * other than \n and \t (C0, DEL, and C1 as the UTF-8 bytes C2 80..C2 9F) are written as the
+ * \xNN escapes of their bytes, BEL as \x07 and CSI (U+009B) as \xc2\x9b; all else passes
+ * unchanged. For generated text, which may hold any of them. */
+void axp_write_visible(FILE *f, const char *s, size_t len);
 
 /* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/parse.h"
 #include "kernels/cpu/kernels.h"
 #ifdef HAVE_OPENCL
 #include "cpu-device.h"
@@ -37,13 +38,12 @@ static int add_cpu(axp_discovery *d) {
         axp_dev_entry *e;
         if (push(d, &e) < 0)
                 return -ENOMEM;
-        long n = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES),
-             psz = sysconf(_SC_PAGESIZE);
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
         snprintf(e->spec, sizeof(e->spec), "cpu");
         e->backend = "cpu";
         snprintf(e->name, sizeof(e->name), "CPU (%ld threads, %s)", n > 0 ? n : 1, axp_cpu_isa());
         e->kind = AXP_DEV_CPU;
-        e->mem_bytes = pages > 0 && psz > 0 ? (uint64_t) pages * (uint64_t) psz : 0;
+        e->mem_bytes = axp_cpu_memory_bytes();
         e->can_run = true;
         snprintf(e->note, sizeof(e->note), "every kernel; the static and dynamic roles' fallback");
         return 0;
@@ -164,13 +164,10 @@ static int spec_parse(const char *s, spec_kind *ret_kind, int *ret_index, axp_er
         else if (strcmp(s, "opencl") == 0)
                 *ret_kind = SPEC_OPENCL;
         else if (strncmp(s, "opencl:", 7) == 0) {
-                char *end;
-                long v = strtol(s + 7, &end, 10);
-                if (end == s + 7 || *end || v < 0 || v > 1000)
+                if (axp_parse_int(s + 7, 0, 1000, ret_index) < 0)
                         return axp_errorf(err, -EINVAL,
                                           "device '%s': want opencl:N with N a device number", s);
                 *ret_kind = SPEC_OPENCL;
-                *ret_index = (int) v;
         } else
                 return axp_errorf(err, -EINVAL,
                                   "unknown device '%s' (cpu, opencl, opencl:N, npu or auto)", s);

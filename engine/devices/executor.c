@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The mailbox and the per-device executors. */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,25 +10,19 @@
 #include "executor.h"
 
 struct axp_mailbox {
-        pthread_mutex_t lock;
-        pthread_cond_t cond;      /* a mail arrived */
+        axp_queue mails;
+        pthread_mutex_t call_lock;
         pthread_cond_t call_cond; /* a call ran */
-        axp_mail *head, *tail;
 };
 
 int axp_mailbox_new(axp_mailbox **ret) {
         axp_mailbox *mb = calloc(1, sizeof(*mb));
-        pthread_condattr_t ca;
 
         if (!mb)
                 return -ENOMEM;
-        pthread_mutex_init(&mb->lock, NULL);
-        /* deadlines are axp_now() times: CLOCK_MONOTONIC */
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&mb->cond, &ca);
-        pthread_cond_init(&mb->call_cond, &ca);
-        pthread_condattr_destroy(&ca);
+        axp_queue_init(&mb->mails);
+        pthread_mutex_init(&mb->call_lock, NULL);
+        pthread_cond_init(&mb->call_cond, NULL);
         *ret = mb;
         return 0;
 }
@@ -35,54 +30,25 @@ int axp_mailbox_new(axp_mailbox **ret) {
 void axp_mailbox_free(axp_mailbox *mb) {
         if (!mb)
                 return;
-        while (mb->head) {
-                axp_mail *m = mb->head;
-                mb->head = m->next;
-                free(m);
+        for (axp_qnode *n = axp_queue_pop_all(&mb->mails), *next; n; n = next) {
+                next = n->next;
+                free(container_of(n, axp_mail, node));
         }
-        pthread_cond_destroy(&mb->cond);
+        axp_queue_done(&mb->mails);
         pthread_cond_destroy(&mb->call_cond);
-        pthread_mutex_destroy(&mb->lock);
+        pthread_mutex_destroy(&mb->call_lock);
         free(mb);
 }
 
 void axp_mailbox_post(axp_mailbox *mb, axp_mail *m) {
-        m->next = NULL;
-        pthread_mutex_lock(&mb->lock);
-        if (mb->tail)
-                mb->tail->next = m;
-        else
-                mb->head = m;
-        mb->tail = m;
-        pthread_cond_signal(&mb->cond);
-        pthread_mutex_unlock(&mb->lock);
+        /* the mailbox is never closed: the push cannot fail */
+        (void) axp_queue_push(&mb->mails, &m->node);
 }
 
 axp_mail *axp_mailbox_wait(axp_mailbox *mb, double deadline) {
-        axp_mail *m;
+        axp_qnode *n = axp_queue_pop(&mb->mails, deadline);
 
-        pthread_mutex_lock(&mb->lock);
-        while (!mb->head) {
-                if (isinf(deadline)) {
-                        pthread_cond_wait(&mb->cond, &mb->lock);
-                        continue;
-                }
-                if (axp_now() >= deadline)
-                        break;
-                struct timespec ts = {
-                        .tv_sec = (time_t) floor(deadline),
-                        .tv_nsec = (long) ((deadline - floor(deadline)) * 1e9),
-                };
-                pthread_cond_timedwait(&mb->cond, &mb->lock, &ts);
-        }
-        m = mb->head;
-        if (m) {
-                mb->head = m->next;
-                if (!mb->head)
-                        mb->tail = NULL;
-        }
-        pthread_mutex_unlock(&mb->lock);
-        return m;
+        return n ? container_of(n, axp_mail, node) : NULL;
 }
 
 int axp_mailbox_call(axp_mailbox *mb, void (*fn)(void *arg), void *arg) {
@@ -96,26 +62,27 @@ int axp_mailbox_call(axp_mailbox *mb, void (*fn)(void *arg), void *arg) {
         m->arg = arg;
         m->call_done = &done;
         axp_mailbox_post(mb, m);
-        pthread_mutex_lock(&mb->lock);
+        pthread_mutex_lock(&mb->call_lock);
         while (!done)
-                pthread_cond_wait(&mb->call_cond, &mb->lock);
-        pthread_mutex_unlock(&mb->lock);
+                pthread_cond_wait(&mb->call_cond, &mb->call_lock);
+        pthread_mutex_unlock(&mb->call_lock);
         return 0;
 }
 
 void axp_mailbox_call_done(axp_mailbox *mb, axp_mail *m) {
-        pthread_mutex_lock(&mb->lock);
+        pthread_mutex_lock(&mb->call_lock);
+        assert(m->type == AXP_MAIL_CALL && m->call_done && !*m->call_done); /* answered once */
         if (m->call_done)
                 *m->call_done = true;
         pthread_cond_broadcast(&mb->call_cond);
-        pthread_mutex_unlock(&mb->lock);
+        pthread_mutex_unlock(&mb->call_lock);
 }
 
 /* Executors -------------------------------------------------------------------------------- */
 
 typedef struct task_node {
         axp_task task;
-        struct task_node *next;
+        axp_qnode node;
 } task_node;
 
 struct axp_executor {
@@ -123,33 +90,22 @@ struct axp_executor {
         int index;
         axp_mailbox *mb;
         pthread_t thread;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        task_node *head, *tail;
-        bool stop;
+        axp_queue tasks; /* closed when the executor stops */
 };
 
 static void *executor_main(void *p) {
         axp_executor *ex = p;
 
         for (;;) {
+                axp_qnode *q = axp_queue_pop(&ex->tasks, INFINITY);
                 task_node *n;
                 axp_mail *m;
                 axp_error err = { 0 };
                 int rc;
 
-                pthread_mutex_lock(&ex->lock);
-                while (!ex->head && !ex->stop)
-                        pthread_cond_wait(&ex->cond, &ex->lock);
-                n = ex->head;
-                if (n) {
-                        ex->head = n->next;
-                        if (!ex->head)
-                                ex->tail = NULL;
-                }
-                pthread_mutex_unlock(&ex->lock);
-                if (!n)
+                if (!q)
                         return NULL; /* stopped and drained */
+                n = container_of(q, task_node, node);
 
                 rc = axp_device_run(ex->dev, &n->task, &err);
                 free(n);
@@ -175,12 +131,10 @@ int axp_executor_new(axp_device *d, int index, axp_mailbox *mb, axp_executor **r
         ex->dev = d;
         ex->index = index;
         ex->mb = mb;
-        pthread_mutex_init(&ex->lock, NULL);
-        pthread_cond_init(&ex->cond, NULL);
+        axp_queue_init(&ex->tasks);
         r = pthread_create(&ex->thread, NULL, executor_main, ex);
         if (r != 0) {
-                pthread_cond_destroy(&ex->cond);
-                pthread_mutex_destroy(&ex->lock);
+                axp_queue_done(&ex->tasks);
                 free(ex);
                 return axp_errorf(err, -r, "cannot start a thread for device '%s'", axp_device_name(d));
         }
@@ -190,36 +144,23 @@ int axp_executor_new(axp_device *d, int index, axp_mailbox *mb, axp_executor **r
 
 int axp_executor_submit(axp_executor *ex, const axp_task *t) {
         task_node *n = malloc(sizeof(*n));
+        int r;
 
         if (!n)
                 return -ENOMEM;
         n->task = *t;
-        n->next = NULL;
-        pthread_mutex_lock(&ex->lock);
-        if (ex->stop) {
-                pthread_mutex_unlock(&ex->lock);
+        r = axp_queue_push(&ex->tasks, &n->node);
+        if (r < 0)
                 free(n);
-                return -ESHUTDOWN;
-        }
-        if (ex->tail)
-                ex->tail->next = n;
-        else
-                ex->head = n;
-        ex->tail = n;
-        pthread_cond_signal(&ex->cond);
-        pthread_mutex_unlock(&ex->lock);
-        return 0;
+        return r;
 }
 
 void axp_executor_free(axp_executor *ex) {
         if (!ex)
                 return;
-        pthread_mutex_lock(&ex->lock);
-        ex->stop = true;
-        pthread_cond_signal(&ex->cond);
-        pthread_mutex_unlock(&ex->lock);
+        axp_queue_close(&ex->tasks);
         pthread_join(ex->thread, NULL);
-        pthread_cond_destroy(&ex->cond);
-        pthread_mutex_destroy(&ex->lock);
+        assert(!ex->tasks.head); /* the thread ran every task before it stopped */
+        axp_queue_done(&ex->tasks);
         free(ex);
 }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 
+#include "base/queue.h"
 #include "device.h"
 #include "heg/heg.h"
 
@@ -24,7 +25,7 @@ typedef struct axp_mail {
         void (*fn)(void *arg);
         void *arg;
         bool *call_done; /* AXP_MAIL_CALL: set once fn has run */
-        struct axp_mail *next;
+        axp_qnode node;
 } axp_mail;
 
 int axp_mailbox_new(axp_mailbox **ret);

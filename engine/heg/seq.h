@@ -34,6 +34,10 @@ int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max
 void axp_seq_free(axp_seq *s);
 /* Stage n new tokens; fails with -E2BIG (ContextOverflow) beyond n_ctx_max. */
 int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err);
+/* The ContextOverflow error (-E2BIG) for a prompt of n tokens that does not fit a context of
+ * n_ctx positions of which a flow's conversation already holds n_past (0: no flow). The
+ * message names the flow only when there is one. */
+int axp_seq_overflow_error(axp_error *err, int n, int n_past, int n_ctx);
 /* All layers have run over the pending tokens: commit them to the KV cache. */
 void axp_seq_end(axp_seq *s);
 /* Drop the activation buffers (keep the KV cache), e.g. while a flow waits for its next turn. */

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "unicode.h"
 
 static const char *const family_names[] = {
@@ -85,7 +86,7 @@ static void strip(const char *s, size_t *ret_off, size_t *ret_len) {
         size_t i = 0, j = strlen(s), k;
 
         while (i < j) {
-                k = axp_utf8_valid_char(u + i, j - i);
+                k = axp_utf8_char_len(s + i, j - i);
                 if (k == 0 || !py_space(axp_utf8_decode(u + i, k, &k)))
                         break;
                 i += k;
@@ -94,7 +95,7 @@ static void strip(const char *s, size_t *ret_off, size_t *ret_len) {
                 size_t p = j - 1;
                 while (p > i && (u[p] & 0xc0) == 0x80 && j - p < 4)
                         p--;
-                k = axp_utf8_valid_char(u + p, j - p);
+                k = axp_utf8_char_len(s + p, j - p);
                 if (k != j - p || !py_space(axp_utf8_decode(u + p, k, &k)))
                         break;
                 j = p;

@@ -293,6 +293,20 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elsz) {
         return 0;
 }
 
+/* The key/value section ended inside key i (0-based) of n_kv; `where` names the key once
+ * it has been read ("" before). */
+static int kv_truncated(reader *r, const char *where, uint64_t i, uint64_t n_kv) {
+        if (where[0])
+                return axp_errorf(r->err, -EBADMSG,
+                                  "%s: truncated in the key/value section at %s: %s; the file has %"
+                                  PRIu64 " bytes",
+                                  r->src, where, r->detail, r->size);
+        return axp_errorf(r->err, -EBADMSG,
+                          "%s: truncated in the key/value section (key %" PRIu64 " of %" PRIu64
+                          ": %s; the file has %" PRIu64 " bytes)",
+                          r->src, i + 1, n_kv, r->detail, r->size);
+}
+
 static int parse_kvs(reader *r, gguf_file *f, uint64_t n_kv) {
         size_t cap = 0;
         for (uint64_t i = 0; i < n_kv; i++) {
@@ -308,36 +322,25 @@ static int parse_kvs(reader *r, gguf_file *f, uint64_t n_kv) {
 
                 where[0] = 0;
                 if (!rd_str(r, &kv->key, "a key"))
-                        goto truncated;
+                        return kv_truncated(r, where, i, n_kv);
                 snprintf(where, sizeof(where), "key '%s' (key %" PRIu64 " of %" PRIu64 ")",
                          SHOW(kv->key), i + 1, n_kv);
                 if (!rd_u32(r, &t, "the value type"))
-                        goto truncated;
+                        return kv_truncated(r, where, i, n_kv);
                 if (t >= GGUF_TYPE__COUNT)
                         return axp_errorf(r->err, -EBADMSG, "%s: %s has unknown value type %" PRIu32,
                                           r->src, where, t);
                 kv->type = t;
                 if (t != GGUF_TYPE_ARRAY) {
                         if (!rd_scalar(r, t, kv))
-                                goto truncated;
+                                return kv_truncated(r, where, i, n_kv);
                         continue;
                 }
                 k = rd_array(r, kv, where);
                 if (k < 0)
                         return k;
                 if (k > 0)
-                        goto truncated;
-                continue;
-        truncated:
-                if (where[0])
-                        return axp_errorf(r->err, -EBADMSG,
-                                          "%s: truncated in the key/value section at %s: %s; the file has %"
-                                          PRIu64 " bytes",
-                                          r->src, where, r->detail, r->size);
-                return axp_errorf(r->err, -EBADMSG,
-                                  "%s: truncated in the key/value section (key %" PRIu64 " of %" PRIu64
-                                  ": %s; the file has %" PRIu64 " bytes)",
-                                  r->src, i + 1, n_kv, r->detail, r->size);
+                        return kv_truncated(r, where, i, n_kv);
         }
         return 0;
 }
@@ -358,6 +361,14 @@ static int check_alignment(reader *r, gguf_file *f) {
         return 0;
 }
 
+/* The tensor info section ended inside tensor i (0-based) of n_tensors. */
+static int tensor_truncated(reader *r, uint64_t i, uint64_t n_tensors) {
+        return axp_errorf(r->err, -EBADMSG,
+                          "%s: truncated in the tensor info section (tensor %" PRIu64 " of %" PRIu64
+                          ": %s; the file has %" PRIu64 " bytes)",
+                          r->src, i + 1, n_tensors, r->detail, r->size);
+}
+
 /* Reads one tensor info and checks everything that does not depend on the data section. */
 static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_tensors) {
         gguf_tensor *t = &f->tensors[i];
@@ -365,7 +376,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         uint64_t nel = 1, rows = 1, row_bytes, nbytes;
 
         if (!rd_str(r, &t->name, "a tensor name") || !rd_u32(r, &t->n_dims, "the number of dimensions"))
-                goto truncated;
+                return tensor_truncated(r, i, n_tensors);
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
                 return axp_errorf(r->err, -EBADMSG,
                                   "%s: tensor '%s' has %" PRIu32 " dimensions (1 to %d allowed)", r->src,
@@ -373,7 +384,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
                 uint64_t ne = 1;
                 if (d < t->n_dims && !rd_u64(r, &ne, "a dimension"))
-                        goto truncated;
+                        return tensor_truncated(r, i, n_tensors);
                 if (ne < 1 || ne > INT64_MAX)
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' dimension %" PRIu32 " has %" PRId64
@@ -388,7 +399,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
                         rows *= ne; /* <= nel, cannot overflow */
         }
         if (!rd_u32(r, &t->type, "the tensor type") || !rd_u64(r, &t->offset, "the tensor data offset"))
-                goto truncated;
+                return tensor_truncated(r, i, n_tensors);
         tr = axp_type_traits_get(t->type);
         if (!tr)
                 return axp_errorf(r->err, -EBADMSG, "%s: tensor '%s' has unknown type id %" PRIu32,
@@ -404,12 +415,6 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
                                   SHOW(t->name));
         t->nbytes = nbytes;
         return 0;
-
-truncated:
-        return axp_errorf(r->err, -EBADMSG,
-                          "%s: truncated in the tensor info section (tensor %" PRIu64 " of %" PRIu64
-                          ": %s; the file has %" PRIu64 " bytes)",
-                          r->src, i + 1, n_tensors, r->detail, r->size);
 }
 
 /* Places every tensor in the data section: aligned, inside the file, not overlapping. */
@@ -475,10 +480,6 @@ void gguf_close(gguf_file *f) {
         if (f->owns_map && f->map)
                 munmap(f->map, f->size);
         free(fi);
-}
-
-static void gguf_closep(gguf_file **f) {
-        gguf_close(*f);
 }
 
 /* Parses and validates `size` bytes at `data`. On success the result refers to `data`. */

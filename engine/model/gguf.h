@@ -84,6 +84,9 @@ int gguf_open(const char *path, gguf_file **ret, axp_error *err);
 /* Same over a caller-owned buffer (fuzzing, tests). The buffer must outlive the result. */
 int gguf_open_buffer(const void *data, size_t size, gguf_file **ret, axp_error *err);
 void gguf_close(gguf_file *f);
+static inline void gguf_closep(gguf_file **f) {
+        gguf_close(*f);
+}
 
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);

@@ -66,7 +66,8 @@ typedef struct axp_model {
 } axp_model;
 
 /* Load and validate a GGUF model: architecture, hyperparameters, every tensor's presence,
- * type and shape, and the tokenizer. On failure: negative errno and a one-line message. */
+ * type and shape, and the tokenizer. On failure: negative errno and a one-line message (a
+ * vocabulary-only file, which only the tokenizer can use, is refused as such). */
 int axp_model_load(const char *path, axp_model **ret, axp_error *err);
 void axp_model_free(axp_model *m);
 static inline void axp_model_freep(axp_model **m) {

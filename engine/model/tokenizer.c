@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/strbuf.h"
+#include "base/utf8.h"
 #include "unicode.h"
 
 /* Token attributes as llama.cpp keeps them: a bit set, since text detection adds CONTROL to
@@ -285,10 +286,6 @@ void axp_tokenizer_free(axp_tokenizer *t) {
         free(t->special);
         free(t->merges.slot);
         free(t);
-}
-
-static void axp_tokenizer_freep(axp_tokenizer **t) {
-        axp_tokenizer_free(*t);
 }
 
 /* Pre-tokenizers by tokenizer.ggml.pre, with llama.cpp's regexes for each. */
@@ -1221,6 +1218,10 @@ typedef struct frag_list {
         size_t n, cap;
 } frag_list;
 
+static void frag_list_done(frag_list *l) {
+        free(l->v);
+}
+
 static int frag_push(frag_list *l, int32_t tok, size_t off, size_t len) {
         int r = grow((void **) &l->v, &l->cap, l->n + 1, sizeof(frag));
         if (r < 0)
@@ -1308,11 +1309,45 @@ static int partition(const axp_tokenizer *t, const char *text, size_t len, bool 
         return 0;
 }
 
+/* The tokens of text into c->out: the special tokens' text first, then each fragment. */
+static int tokenize(tok_ctx *c, const char *text, size_t len, unsigned flags) {
+        const axp_tokenizer *t = c->t;
+        _cleanup_(frag_list_done) frag_list frags = {};
+        bool add_special = flags & AXP_TOK_ADD_BOS;
+        int r;
+
+        r = partition(t, text, len, flags & AXP_TOK_PARSE_SPECIAL, &frags);
+        if (r < 0)
+                return r;
+
+        if (add_special && t->add_bos && (r = push_token(c, t->bos)) < 0)
+                return r;
+        bool prev_special = true; /* SPM: text at the start gets the space prefix */
+        for (size_t i = 0; i < frags.n; i++) {
+                const frag *f = &frags.v[i];
+                if (f->tok >= 0) {
+                        r = push_token(c, f->tok);
+                        prev_special = true;
+                } else if (t->type == VOCAB_SPM) {
+                        r = spm_fragment(c, (const uint8_t *) text + f->off, f->len,
+                                         t->add_space_prefix && prev_special);
+                        prev_special = false;
+                } else
+                        r = bpe_fragment(c, (const uint8_t *) text + f->off, f->len);
+                if (r < 0)
+                        return r;
+        }
+        if (add_special && t->add_eos && (r = push_token(c, t->eos)) < 0)
+                return r;
+
+        if (!c->out && !(c->out = malloc(sizeof(int32_t))))
+                return -ENOMEM;
+        return 0;
+}
+
 int axp_tokenize(const axp_tokenizer *t, const char *text, size_t len, unsigned flags,
                  int32_t **ret_tokens, int *ret_n, axp_error *err) {
-        tok_ctx c = { .t = t };
-        frag_list frags = {};
-        bool add_special = flags & AXP_TOK_ADD_BOS;
+        _cleanup_(tok_ctx_done) tok_ctx c = { .t = t };
         int r;
 
         if (len > INT32_MAX)
@@ -1320,44 +1355,12 @@ int axp_tokenize(const axp_tokenizer *t, const char *text, size_t len, unsigned 
         if (len > 0 && !text)
                 return axp_errorf(err, -EINVAL, "no text given");
 
-        r = partition(t, text, len, flags & AXP_TOK_PARSE_SPECIAL, &frags);
+        r = tokenize(&c, text, len, flags);
         if (r < 0)
-                goto fail;
-
-        if (add_special && t->add_bos && (r = push_token(&c, t->bos)) < 0)
-                goto fail;
-        bool prev_special = true; /* SPM: text at the start gets the space prefix */
-        for (size_t i = 0; i < frags.n; i++) {
-                const frag *f = &frags.v[i];
-                if (f->tok >= 0) {
-                        r = push_token(&c, f->tok);
-                        prev_special = true;
-                } else if (t->type == VOCAB_SPM) {
-                        r = spm_fragment(&c, (const uint8_t *) text + f->off, f->len,
-                                         t->add_space_prefix && prev_special);
-                        prev_special = false;
-                } else
-                        r = bpe_fragment(&c, (const uint8_t *) text + f->off, f->len);
-                if (r < 0)
-                        goto fail;
-        }
-        if (add_special && t->add_eos && (r = push_token(&c, t->eos)) < 0)
-                goto fail;
-
-        if (!c.out && !(c.out = malloc(sizeof(int32_t)))) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        *ret_tokens = c.out;
+                return axp_errorf(err, r, "cannot tokenize %zu bytes of text: %s", len, strerror(-r));
         *ret_n = c.n_out;
-        c.out = NULL;
-        free(frags.v);
-        tok_ctx_done(&c);
+        *ret_tokens = TAKE_PTR(c.out);
         return 0;
-fail:
-        free(frags.v);
-        tok_ctx_done(&c);
-        return axp_errorf(err, r, "cannot tokenize %zu bytes of text: %s", len, strerror(-r));
 }
 
 /* Pieces and streaming --------------------------------------------------------------- */
@@ -1394,68 +1397,9 @@ void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special) {
         };
 }
 
-static const char replacement[3] = { '\xef', '\xbf', '\xbd' };
-
-/* Expected length of a sequence starting with lead byte b, 0 if b cannot start one. */
-static size_t lead_len(uint8_t b) {
-        if (b < 0x80)
-                return 1;
-        if (b >= 0xc2 && b <= 0xdf)
-                return 2;
-        if (b >= 0xe0 && b <= 0xef)
-                return 3;
-        if (b >= 0xf0 && b <= 0xf4)
-                return 4;
-        return 0;
-}
-
-/* Whether b may follow the pending bytes of a character (RFC 3629 ranges). */
-static bool continues(const axp_detok *d, uint8_t b) {
-        uint8_t lo = 0x80, hi = 0xbf, lead = d->pend[0];
-        if (d->n_pend == 1) {
-                if (lead == 0xe0)
-                        lo = 0xa0;
-                else if (lead == 0xed)
-                        hi = 0x9f;
-                else if (lead == 0xf0)
-                        lo = 0x90;
-                else if (lead == 0xf4)
-                        hi = 0x8f;
-        }
-        return b >= lo && b <= hi;
-}
-
-static int detok_byte(axp_detok *d, uint8_t b, char **out, size_t *out_len, size_t *out_cap) {
-        int r;
-
-        if (d->n_pend > 0) {
-                if (continues(d, b)) {
-                        d->pend[d->n_pend++] = b;
-                        if ((size_t) d->n_pend < lead_len((uint8_t) d->pend[0]))
-                                return 0;
-                        r = axp_strbuf_append(out, out_len, out_cap, d->pend, d->n_pend);
-                        d->n_pend = 0;
-                        return r;
-                }
-                /* the pending bytes can never complete */
-                d->n_pend = 0;
-                if ((r = axp_strbuf_append(out, out_len, out_cap, replacement, 3)) < 0)
-                        return r;
-        }
-        size_t n = lead_len(b);
-        if (n == 1)
-                return axp_strbuf_append(out, out_len, out_cap, &b, 1);
-        if (n == 0)
-                return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
-        d->pend[0] = b;
-        d->n_pend = 1;
-        return 0;
-}
-
 int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t *out_cap) {
         const char *p;
         size_t n;
-        int r = 0;
 
         bool strip = d->first;
         d->first = false;
@@ -1465,14 +1409,9 @@ int axp_detok_push(axp_detok *d, int32_t id, char **out, size_t *out_len, size_t
                 p++;
                 n--;
         }
-        for (size_t i = 0; i < n && r >= 0; i++)
-                r = detok_byte(d, p[i], out, out_len, out_cap);
-        return r;
+        return axp_utf8_stream_push(&d->utf8, p, n, out, out_len, out_cap);
 }
 
 int axp_detok_flush(axp_detok *d, char **out, size_t *out_len, size_t *out_cap) {
-        if (d->n_pend == 0)
-                return 0;
-        d->n_pend = 0;
-        return axp_strbuf_append(out, out_len, out_cap, replacement, 3);
+        return axp_utf8_stream_flush(&d->utf8, out, out_len, out_cap);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
+#include "base/utf8.h"
 #include "base/util.h"
 
 typedef struct axp_tokenizer axp_tokenizer;
@@ -21,6 +22,9 @@ enum {
 
 int axp_tokenizer_load(const gguf_file *f, axp_tokenizer **ret, axp_error *err);
 void axp_tokenizer_free(axp_tokenizer *t);
+static inline void axp_tokenizer_freep(axp_tokenizer **t) {
+        axp_tokenizer_free(*t);
+}
 
 int axp_tokenizer_n_vocab(const axp_tokenizer *t);
 int32_t axp_tokenizer_bos(const axp_tokenizer *t); /* -1 if none */
@@ -49,8 +53,7 @@ typedef struct axp_detok {
         const axp_tokenizer *tok;
         bool render_special;
         bool first; /* SentencePiece: strip the leading space of the first piece */
-        char pend[8];
-        int n_pend;
+        axp_utf8_stream utf8;
 } axp_detok;
 
 void axp_detok_init(axp_detok *d, const axp_tokenizer *t, bool render_special);

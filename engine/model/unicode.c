@@ -9,12 +9,11 @@ uint32_t axp_utf8_decode(const uint8_t *s, size_t len, size_t *ret_n) {
         uint32_t cpt;
         size_t n;
 
-        if (b0 < 0x80) {
-                *ret_n = 1;
+        *ret_n = 1; /* an ASCII byte, or a bad one (U+FFFD) */
+        if (b0 < 0x80)
                 return b0;
-        }
         if (!(b0 & 0x40))
-                goto bad;
+                return 0xfffd;
         if (!(b0 & 0x20)) {
                 n = 2;
                 cpt = b0 & 0x1f;
@@ -25,72 +24,16 @@ uint32_t axp_utf8_decode(const uint8_t *s, size_t len, size_t *ret_n) {
                 n = 4;
                 cpt = b0 & 0x07;
         } else
-                goto bad;
+                return 0xfffd;
         if (len < n)
-                goto bad;
+                return 0xfffd;
         for (size_t i = 1; i < n; i++) {
                 if ((s[i] & 0xc0) != 0x80)
-                        goto bad;
+                        return 0xfffd;
                 cpt = cpt << 6 | (s[i] & 0x3f);
         }
         *ret_n = n;
         return cpt <= 0x10ffff ? cpt : 0xfffd;
-bad:
-        *ret_n = 1;
-        return 0xfffd;
-}
-
-size_t axp_utf8_encode(uint32_t cpt, uint8_t out[4]) {
-        if (cpt < 0x80) {
-                out[0] = cpt;
-                return 1;
-        }
-        if (cpt < 0x800) {
-                out[0] = 0xc0 | cpt >> 6;
-                out[1] = 0x80 | (cpt & 0x3f);
-                return 2;
-        }
-        if (cpt < 0x10000) {
-                out[0] = 0xe0 | cpt >> 12;
-                out[1] = 0x80 | (cpt >> 6 & 0x3f);
-                out[2] = 0x80 | (cpt & 0x3f);
-                return 3;
-        }
-        out[0] = 0xf0 | (cpt >> 18 & 0x07);
-        out[1] = 0x80 | (cpt >> 12 & 0x3f);
-        out[2] = 0x80 | (cpt >> 6 & 0x3f);
-        out[3] = 0x80 | (cpt & 0x3f);
-        return 4;
-}
-
-size_t axp_utf8_valid_char(const uint8_t *s, size_t len) {
-        uint8_t b0 = s[0], lo = 0x80, hi = 0xbf;
-        size_t n;
-
-        if (b0 < 0x80)
-                return 1;
-        if (b0 >= 0xc2 && b0 <= 0xdf)
-                n = 2;
-        else if (b0 >= 0xe0 && b0 <= 0xef)
-                n = 3;
-        else if (b0 >= 0xf0 && b0 <= 0xf4)
-                n = 4;
-        else
-                return 0;
-        if (b0 == 0xe0)
-                lo = 0xa0;
-        else if (b0 == 0xed)
-                hi = 0x9f;
-        else if (b0 == 0xf0)
-                lo = 0x90;
-        else if (b0 == 0xf4)
-                hi = 0x8f;
-        if (len < n || s[1] < lo || s[1] > hi)
-                return 0;
-        for (size_t i = 2; i < n; i++)
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-        return n;
 }
 
 int axp_pieces_push(axp_pieces *p, size_t len) {

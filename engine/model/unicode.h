@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/util.h" /* axp_utf8_valid_char: well-formed UTF-8 */
+
 enum {
         AXP_UCD_LETTER = 1 << 0, /* \p{L} */
         AXP_UCD_NUMBER = 1 << 1, /* \p{N} */
@@ -33,14 +35,9 @@ static inline size_t axp_utf8_len(uint8_t lead) {
 
 /* Decode one codepoint leniently, as llama.cpp does before pre-tokenizing: overlong forms and
  * surrogates are accepted; a bad lead byte or a missing continuation byte gives U+FFFD and
- * consumes one byte. Values past U+10FFFF (F4 90.. to F7) also give U+FFFD. */
+ * consumes one byte. Values past U+10FFFF (F4 90.. to F7) also give U+FFFD.
+ * Whether bytes are well-formed UTF-8, and encoding, are base/utf8.h's. */
 uint32_t axp_utf8_decode(const uint8_t *s, size_t len, size_t *ret_n);
-
-/* Encode a codepoint (<= U+10FFFF); returns the number of bytes (1..4). */
-size_t axp_utf8_encode(uint32_t cpt, uint8_t out[4]);
-
-/* Length of the well-formed (RFC 3629) UTF-8 character at s, or 0 if it is not one. */
-size_t axp_utf8_valid_char(const uint8_t *s, size_t len);
 
 /* Pre-tokenizer passes. Each pass splits every piece of its input further; the regex it
  * implements is given. Passes marked "(gaps)" behave like a regex iterator: text between two

@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sched/request.h"
+#include "request.h"
 #include "heg/cost.h"
 #include "heg/heg.h"
 

@@ -391,11 +391,11 @@ int cli_bench(int argc, char **argv) {
         double drain_s = 600;
         bool json = false;
         int c, n_names = 0, n = 0, r = 0;
-        long l;
+        uint64_t u;
 
         axp_engine_config_default(&ec);
         optind = 1;
-        while ((c = getopt_long(argc, argv, "m:", opts, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:", opts)) >= 0) {
                 switch (c) {
                 case 'm':
                         model = optarg;
@@ -419,17 +419,16 @@ int cli_bench(int argc, char **argv) {
                                 return 2;
                         break;
                 case O_SEED:
-                        if (!cli_int("--seed", optarg, 0, 0x7fffffffL, &l))
+                        if (!cli_uint("--seed", optarg, 0, 0x7fffffff, &tp.seed))
                                 return 2;
-                        tp.seed = (uint64_t) l;
                         break;
                 case O_POLICY:
                         policy = optarg;
                         break;
                 case O_THREADS:
-                        if (!cli_int("--threads", optarg, 1, 1024, &l))
+                        if (!cli_uint("--threads", optarg, 1, 1024, &u))
                                 return 2;
-                        ec.n_threads = (int) l;
+                        ec.n_threads = (int) u;
                         break;
                 case O_STATIC:
                         ec.static_dev = optarg;
@@ -442,9 +441,9 @@ int cli_bench(int argc, char **argv) {
                                 return 2;
                         break;
                 case O_BCAP:
-                        if (!cli_int("--b-cap", optarg, 0, 32, &l))
+                        if (!cli_uint("--b-cap", optarg, 0, 32, &u))
                                 return 2;
-                        ec.b_cap = (int) l;
+                        ec.b_cap = (int) u;
                         break;
                 case O_SLACK:
                         if (!cli_double("--piggyback-slack", optarg, 0, 10, &ec.piggyback_slack))
@@ -459,15 +458,13 @@ int cli_bench(int argc, char **argv) {
                 case O_HELP:
                         return usage(stdout);
                 default:
-                        return usage(stderr);
+                        return 2;
                 }
         }
         if (optind < argc)
-                return cli_fail("bench: unexpected argument '%s'", argv[optind]);
-        if (!model) {
-                fprintf(stderr, "agentxpu: no model given (-m MODEL.gguf)\n");
-                return 2;
-        }
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!model)
+                return cli_usage_error("no model given (-m MODEL.gguf)");
         if (strcmp(policy, "all") == 0) {
                 names[n_names++] = "agentxpu";
                 names[n_names++] = "fcfs";
@@ -475,15 +472,12 @@ int cli_bench(int argc, char **argv) {
                    strcmp(policy, "serial") == 0) {
                 names[n_names++] = policy;
         } else {
-                fprintf(stderr, "agentxpu: --policy: expected agentxpu, fcfs, serial or all, not '%s'\n",
-                        policy);
-                return 2;
+                return cli_usage_error("--policy: expected agentxpu, fcfs, serial or all, not '%s'",
+                                       policy);
         }
         if (axp_workload_set_find(rset, AXP_REACTIVE, &tp.reactive_set, &err) < 0 ||
-            axp_workload_set_find(pset, AXP_PROACTIVE, &tp.proactive_set, &err) < 0) {
-                fprintf(stderr, "agentxpu: %s\n", err.msg);
-                return 2;
-        }
+            axp_workload_set_find(pset, AXP_PROACTIVE, &tp.proactive_set, &err) < 0)
+                return cli_usage_error("%s", err.msg);
 
         _cleanup_(axp_model_freep) axp_model *m = NULL;
         if ((r = cli_load(model, NULL, 0, &m, NULL)) != 0)

@@ -14,6 +14,7 @@
 
 #include "common/bus-common.h"
 #include "cli.h"
+#include "base/parse.h"
 #include "base/util.h"
 
 #define MAX_STOP 16
@@ -85,99 +86,75 @@ static const char gen_options_help[] =
         "      --system TEXT       system prompt\n"
         "      --raw               no chat template\n"
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
-        "      --address ADDRESS   the bus to use (default: the system bus)\n";
+        "      --address ADDRESS   the bus to use (default: the system bus)\n"
+        "\nText (the prompt, --stop, --system, a line of chat) must be valid UTF-8; other bytes\n"
+        "are refused, saying where (chat refuses the line and goes on). On a terminal, control\n"
+        "characters in the answer (all but newline and tab) are shown as \\xNN escapes of their\n"
+        "bytes, such as \\x07 for BEL; into a pipe or a file the answer passes unchanged.\n";
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *ret) {
-        char *end;
-        unsigned long long v;
-
-        if (!s || *s < '0' || *s > '9')
-                return -EINVAL;
-        errno = 0;
-        v = strtoull(s, &end, 10);
-        if (errno || *end || v > max)
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
-static int parse_double(const char *s, double *ret) {
-        char *end;
-        double d;
-
-        errno = 0;
-        d = strtod(s, &end);
-        if (errno || end == s || *end || !isfinite(d))
-                return -EINVAL;
-        *ret = d;
-        return 0;
-}
-
-static int usage_error(const char *cmd, const char *fmt, const char *arg) {
-        fprintf(stderr, "agentxpu %s: ", cmd);
-        fprintf(stderr, fmt, arg);
-        fprintf(stderr, "\n'agentxpu %s --help' lists the options.\n", cmd);
-        return 2;
-}
-
-/* Parses the shared options; returns -1 to go on, or an exit status. `extra` allows --flow
- * and --wait where they apply. */
+/* Parses the shared options; returns -1 to go on, or an exit status. --flow and --wait are
+ * allowed where allow_flow and allow_wait say. Text must be valid UTF-8, numbers fit their
+ * D-Bus types; the engine judges their ranges. */
 static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_flow, bool allow_wait,
                           GenArgs *a) {
-        const char *cmd = argv[0];
         uint64_t v;
         int c;
 
         *a = (GenArgs) {};
         optind = 1;
-        while ((c = getopt_long(argc, argv, "n:vh", gen_options, NULL)) >= 0)
+        while ((c = cli_getopt(argc, argv, "n:vh", gen_options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
                         a->address = optarg;
                         break;
                 case 'n':
-                        if (parse_u64(optarg, UINT32_MAX, &v) < 0 || v == 0)
-                                return usage_error(cmd, "-n wants a number of tokens above 0, got '%s'", optarg);
+                        if (!cli_uint("-n", optarg, 1, UINT32_MAX, &v))
+                                return 2;
                         a->max_tokens = (uint32_t) v;
                         a->has_max_tokens = true;
                         break;
                 case ARG_TEMPERATURE:
-                        if (parse_double(optarg, &a->temperature) < 0)
-                                return usage_error(cmd, "--temperature wants a number, got '%s'", optarg);
+                        if (!cli_double("--temperature", optarg, -HUGE_VAL, HUGE_VAL, &a->temperature))
+                                return 2;
                         a->has_temperature = true;
                         break;
                 case ARG_TOP_K:
-                        if (parse_u64(optarg, UINT32_MAX, &v) < 0)
-                                return usage_error(cmd, "--top-k wants a whole number, got '%s'", optarg);
+                        if (!cli_uint("--top-k", optarg, 0, UINT32_MAX, &v))
+                                return 2;
                         a->top_k = (uint32_t) v;
                         a->has_top_k = true;
                         break;
                 case ARG_TOP_P:
-                        if (parse_double(optarg, &a->top_p) < 0)
-                                return usage_error(cmd, "--top-p wants a number, got '%s'", optarg);
+                        if (!cli_double("--top-p", optarg, -HUGE_VAL, HUGE_VAL, &a->top_p))
+                                return 2;
                         a->has_top_p = true;
                         break;
                 case ARG_MIN_P:
-                        if (parse_double(optarg, &a->min_p) < 0)
-                                return usage_error(cmd, "--min-p wants a number, got '%s'", optarg);
+                        if (!cli_double("--min-p", optarg, -HUGE_VAL, HUGE_VAL, &a->min_p))
+                                return 2;
                         a->has_min_p = true;
                         break;
                 case ARG_REPEAT_PENALTY:
-                        if (parse_double(optarg, &a->repeat_penalty) < 0)
-                                return usage_error(cmd, "--repeat-penalty wants a number, got '%s'", optarg);
+                        if (!cli_double("--repeat-penalty", optarg, -HUGE_VAL, HUGE_VAL, &a->repeat_penalty))
+                                return 2;
                         a->has_repeat_penalty = true;
                         break;
                 case ARG_SEED:
-                        if (parse_u64(optarg, UINT64_MAX, &a->seed) < 0)
-                                return usage_error(cmd, "--seed wants a whole number, got '%s'", optarg);
+                        if (!cli_uint("--seed", optarg, 0, UINT64_MAX, &a->seed))
+                                return 2;
                         a->has_seed = true;
                         break;
                 case ARG_STOP:
                         if (a->n_stop >= MAX_STOP)
-                                return usage_error(cmd, "at most 16 --stop strings, '%s' is one too many", optarg);
+                                return cli_usage_error("at most %d --stop strings, '%s' is one too many", MAX_STOP,
+                                                       optarg);
+                        if (!cli_utf8("--stop", optarg, strlen(optarg)))
+                                return 1;
                         a->stop[a->n_stop++] = optarg;
                         break;
                 case ARG_SYSTEM:
+                        if (!cli_utf8("--system", optarg, strlen(optarg)))
+                                return 1;
                         a->system = optarg;
                         break;
                 case ARG_RAW:
@@ -185,12 +162,12 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         break;
                 case ARG_FLOW:
                         if (!allow_flow)
-                                return usage_error(cmd, "%s--flow does not apply here", "");
+                                return cli_usage_error("--flow does not apply here");
                         a->flow = optarg;
                         break;
                 case ARG_WAIT:
                         if (!allow_wait)
-                                return usage_error(cmd, "%s--wait does not apply here", "");
+                                return cli_usage_error("--wait does not apply here");
                         a->wait = true;
                         break;
                 case 'v':
@@ -267,18 +244,34 @@ static void catch_sigint(void) {
         (void) sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The bus at `address`, or the system bus; on failure one line saying what to check. */
 static int connect_engine(const char *address, sd_bus **ret) {
         int r = axp_bus_open(address, "agentxpu", ret);
 
+        if (r < 0 && !address)
+                return cli_fail("cannot connect to the system bus (%s); is the system bus running and the engine "
+                                "installed? Use --address ADDRESS for a private bus", strerror(-r));
         if (r < 0)
-                return cli_fail("cannot connect to %s: %s", address ?: "the system bus", strerror(-r));
+                return cli_fail("cannot connect to %s (%s); is it a D-Bus address with a bus listening there?",
+                                address, strerror(-r));
         return 0;
 }
 
-/* A failed call as one line a person can act on. */
-static int call_fail(const char *what, const sd_bus_error *e, int r) {
-        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
-                return cli_fail("%s: the engine is not running (" AXP_BUS_NAME " is not on the bus)", what);
+/* A failed call as one line a person can act on; `address` as connect_engine took it. */
+static int call_fail(const char *what, const char *address, const sd_bus_error *e, int r) {
+        /* Nothing owns the name and the bus has no service file to start it with. */
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) && !address)
+                return cli_fail("the engine is not installed: no service on the system bus provides " AXP_BUS_NAME);
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN))
+                return cli_fail("the engine is not running on %s; start agentxpu-engine --address %s",
+                                address, address);
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
+                return cli_fail("the engine is not running (" AXP_BUS_NAME " is not on the bus)");
+        /* The bus tried to start it (directly or through systemd) and that failed. */
+        if (e && e->name && (strncmp(e->name, "org.freedesktop.DBus.Error.Spawn.", 33) == 0 ||
+                             strncmp(e->name, "org.freedesktop.systemd1.", 25) == 0))
+                return cli_fail("the engine could not be started: %s (journalctl -u agentxpu-engine says more)",
+                                e->message ?: e->name);
         if (sd_bus_error_has_name(e, SD_BUS_ERROR_UNKNOWN_OBJECT))
                 return cli_fail("%s: no such request (finished and gone, or never made)", what);
         if (e && e->message)
@@ -406,8 +399,7 @@ static int on_request_signal(sd_bus_message *m, void *userdata, sd_bus_error *re
                 if (r < 0 || !*text)
                         return 0;
                 if (s->print) {
-                        fputs(text, stdout);
-                        fflush(stdout);
+                        cli_write_text(text, strlen(text));
                         s->ends_in_newline = text[strlen(text) - 1] == '\n';
                 } else if (stream_append(s, text) < 0)
                         return -ENOMEM;
@@ -505,7 +497,7 @@ static int run_request(sd_bus *bus, const char *method, const char *prompt, cons
                 return cli_fail("cannot build the %s call: %s", method, strerror(-r));
         r = sd_bus_call(bus, m, 0, &e, &reply);
         if (r < 0)
-                return call_fail(method, &e, r);
+                return call_fail(method, a->address, &e, r);
         r = sd_bus_message_read(reply, "o", &path);
         if (r < 0)
                 return cli_fail("unexpected reply to %s: %s", method, strerror(-r));
@@ -550,7 +542,9 @@ static int gen_command(int argc, char **argv, bool reactive) {
         if (r >= 0)
                 return r;
         if (optind + 1 != argc)
-                return usage_error(argv[0], "%swants exactly one PROMPT (quote it)", "");
+                return cli_usage_error("wants exactly one PROMPT (quote it)");
+        if (!cli_utf8("the prompt", argv[optind], strlen(argv[optind])))
+                return 1;
 
         if (connect_engine(a.address, &bus) != 0)
                 return 1;
@@ -563,7 +557,7 @@ static int gen_command(int argc, char **argv, bool reactive) {
         if (r < 0) {
                 /* End the answer with exactly one newline. */
                 if (!s.print && s.text)
-                        fputs(s.text, stdout);
+                        cli_write_text(s.text, s.len);
                 if ((s.print && !s.ends_in_newline) || (!s.print && (!s.text || s.text[s.len - 1] != '\n')))
                         putchar('\n');
                 fflush(stdout);
@@ -589,6 +583,7 @@ int cli_chat(int argc, char **argv) {
         _cleanup_free_ char *line = NULL, *flow = NULL;
         bool tty = isatty(STDIN_FILENO);
         size_t cap = 0;
+        unsigned lineno = 0;
         const char *p;
         GenArgs a;
         int r, status = 0;
@@ -601,7 +596,7 @@ int cli_chat(int argc, char **argv) {
         if (r >= 0)
                 return r;
         if (optind != argc)
-                return usage_error(argv[0], "%stakes no arguments; type the turns", "");
+                return cli_usage_error("takes no arguments; type the turns");
 
         if (connect_engine(a.address, &bus) != 0)
                 return 1;
@@ -617,7 +612,7 @@ int cli_chat(int argc, char **argv) {
         if (r >= 0)
                 r = sd_bus_call(bus, m, 0, &e, &reply);
         if (r < 0)
-                return call_fail("OpenFlow", &e, r);
+                return call_fail("OpenFlow", a.address, &e, r);
         r = sd_bus_message_read(reply, "o", &p);
         if (r < 0 || !(flow = strdup(p)))
                 return cli_fail("unexpected reply to OpenFlow");
@@ -636,10 +631,18 @@ int cli_chat(int argc, char **argv) {
                 n = getline(&line, &cap, stdin);
                 if (n < 0 || interrupted)
                         break;
+                lineno++;
                 while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
                         line[--n] = 0;
                 if (n == 0)
                         continue;
+                /* a line that cannot be sent is refused; the conversation goes on */
+                char what[32];
+                snprintf(what, sizeof(what), "line %u", lineno);
+                if (!cli_utf8(what, line, (size_t) n)) {
+                        status = 1;
+                        continue;
+                }
 
                 slot = sd_bus_slot_unref(slot);
                 if (stream_subscribe(bus, &s, &slot) != 0) {
@@ -664,7 +667,7 @@ int cli_chat(int argc, char **argv) {
         sd_bus_error_free(&e);
         r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "CloseFlow", &e, NULL, "o", flow);
         if (r < 0 && status == 0)
-                status = call_fail("CloseFlow", &e, r);
+                status = call_fail("CloseFlow", a.address, &e, r);
         return status;
 }
 
@@ -680,7 +683,7 @@ int cli_cancel(int argc, char **argv) {
         int c, r;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
                         address = optarg;
@@ -693,15 +696,15 @@ int cli_cancel(int argc, char **argv) {
                         return 2;
                 }
         if (optind + 1 != argc)
-                return usage_error(argv[0], "%swants exactly one request PATH", "");
+                return cli_usage_error("wants exactly one request PATH");
         if (!sd_bus_object_path_is_valid(argv[optind]))
-                return usage_error(argv[0], "'%s' is not an object path", argv[optind]);
+                return cli_usage_error("'%s' is not an object path", argv[optind]);
 
         if (connect_engine(address, &bus) != 0)
                 return 1;
         r = sd_bus_call_method(bus, AXP_BUS_NAME, argv[optind], AXP_BUS_REQUEST_IFACE, "Cancel", &e, NULL, NULL);
         if (r < 0)
-                return call_fail(argv[optind], &e, r);
+                return call_fail(argv[optind], address, &e, r);
         return 0;
 }
 
@@ -820,7 +823,7 @@ int cli_status(int argc, char **argv) {
         int c, r;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
                         address = optarg;
@@ -833,14 +836,14 @@ int cli_status(int argc, char **argv) {
                         return 2;
                 }
         if (optind != argc)
-                return usage_error(argv[0], "%stakes no arguments", "");
+                return cli_usage_error("takes no arguments");
 
         if (connect_engine(address, &bus) != 0)
                 return 1;
         r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, "org.freedesktop.DBus.Properties", "GetAll",
                                &e, &reply, "s", AXP_BUS_IFACE);
         if (r < 0)
-                return call_fail("status", &e, r);
+                return call_fail("status", address, &e, r);
 
         r = sd_bus_message_enter_container(reply, 'a', "{sv}");
         while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {

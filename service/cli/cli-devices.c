@@ -213,7 +213,7 @@ int cli_devices(int argc, char **argv) {
         int c;
 
         optind = 0;
-        while ((c = getopt_long(argc, argv, "hm:", options, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "hm:", options)) >= 0) {
                 switch (c) {
                 case 'j': json = true; break;
                 case 's': roles[0].spec = optarg; break;
@@ -221,17 +221,16 @@ int cli_devices(int argc, char **argv) {
                 case 'm': model = optarg; break;
                 case 'c': cache = optarg; break;
                 case 'h': return usage(stdout);
-                default: return usage(stderr);
+                default: return 2;
                 }
         }
-        if (optind < argc || (cache && !model))
-                return usage(stderr);
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (cache && !model)
+                return cli_usage_error("--calib-cache goes with -m MODEL");
         for (int k = 0; k < 2; k++)
-                if (axp_device_spec_check(roles[k].spec, &err) < 0) {
-                        fprintf(stderr, "agentxpu: --%s: %s\n", k == 0 ? "static" : "dynamic",
-                                err.msg);
-                        return 2;
-                }
+                if (axp_device_spec_check(roles[k].spec, &err) < 0)
+                        return cli_usage_error("--%s: %s", k == 0 ? "static" : "dynamic", err.msg);
 
         _cleanup_(axp_discovery_clear) axp_discovery d = { 0 };
         if (axp_devices_discover(&d, &err) < 0)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "model/chat.h"
 #include "cli-model.h"
 #include "cli.h"
@@ -27,7 +28,11 @@ static int usage(FILE *f) {
                    "  --threads N        CPU threads (default: one per core)\n"
                    "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
-                   "  --json             print one JSON object with tokens, text and timings\n");
+                   "  --json             print one JSON object with tokens, text and timings\n"
+                   "The prompt, its file, --stop and --system must be valid UTF-8; other bytes are\n"
+                   "refused, saying where. On a terminal, control characters in the text (all but\n"
+                   "newline and tab) are shown as \\xNN escapes of their bytes, such as \\x07 for BEL;\n"
+                   "into a pipe or a file the text passes unchanged.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -50,7 +55,7 @@ static const struct option options[] = {
 
 typedef struct gen_args {
         const char *model, *prompt, *file, *system, *device;
-        long n_predict, threads, chunk;
+        int n_predict, threads, chunk;
         bool raw, json;
         const char *stops[16];
         size_t n_stops;
@@ -61,18 +66,19 @@ static int parse(int argc, char **argv, gen_args *a) {
         axp_sampler_params_default(&a->sp);
         a->n_predict = 128;
         a->chunk = 256;
-        long l;
+        uint64_t u;
         double d;
         int c;
         optind = 0;
-        while ((c = getopt_long(argc, argv, "m:p:f:n:h", options, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:p:f:n:h", options)) >= 0) {
                 switch (c) {
                 case 'm': a->model = optarg; break;
                 case 'p': a->prompt = optarg; break;
                 case 'f': a->file = optarg; break;
                 case 'n':
-                        if (!cli_int("-n", optarg, 0, 1 << 20, &a->n_predict))
+                        if (!cli_uint("-n", optarg, 0, 1 << 20, &u))
                                 return 2;
+                        a->n_predict = (long) u;
                         break;
                 case OPT_TEMP:
                         if (!cli_double("--temperature", optarg, 0, 100, &d))
@@ -80,9 +86,9 @@ static int parse(int argc, char **argv, gen_args *a) {
                         a->sp.temperature = (float) d;
                         break;
                 case OPT_TOPK:
-                        if (!cli_int("--top-k", optarg, 0, 1 << 24, &l))
+                        if (!cli_uint("--top-k", optarg, 0, 1 << 24, &u))
                                 return 2;
-                        a->sp.top_k = (int) l;
+                        a->sp.top_k = (int) u;
                         break;
                 case OPT_TOPP:
                         if (!cli_double("--top-p", optarg, 0, 1, &d))
@@ -99,46 +105,43 @@ static int parse(int argc, char **argv, gen_args *a) {
                                 return 2;
                         a->sp.repeat_penalty = (float) d;
                         break;
-                case OPT_SEED: {
-                        char *end;
-                        a->sp.seed = strtoull(optarg, &end, 10);
-                        if (*end || end == optarg) {
-                                fprintf(stderr, "agentxpu: --seed wants an unsigned integer, not '%s'\n", optarg);
+                case OPT_SEED:
+                        if (!cli_uint("--seed", optarg, 0, UINT64_MAX, &a->sp.seed))
                                 return 2;
-                        }
                         break;
-                }
                 case OPT_STOP:
-                        if (a->n_stops == ELEMENTSOF(a->stops)) {
-                                fprintf(stderr, "agentxpu: at most %zu stop strings\n", ELEMENTSOF(a->stops));
-                                return 2;
-                        }
-                        if (!*optarg) {
-                                fprintf(stderr, "agentxpu: --stop wants a non-empty string\n");
-                                return 2;
-                        }
+                        if (a->n_stops == ELEMENTSOF(a->stops))
+                                return cli_usage_error("at most %zu --stop strings", ELEMENTSOF(a->stops));
+                        if (!*optarg)
+                                return cli_usage_error("--stop wants a non-empty string");
+                        if (!cli_utf8("--stop", optarg, strlen(optarg)))
+                                return 1;
                         a->stops[a->n_stops++] = optarg;
                         break;
-                case OPT_SYSTEM: a->system = optarg; break;
+                case OPT_SYSTEM:
+                        if (!cli_utf8("--system", optarg, strlen(optarg)))
+                                return 1;
+                        a->system = optarg;
+                        break;
                 case OPT_RAW: a->raw = true; break;
                 case OPT_THREADS:
-                        if (!cli_int("--threads", optarg, 1, 1024, &a->threads))
+                        if (!cli_uint("--threads", optarg, 1, 1024, &u))
                                 return 2;
+                        a->threads = (long) u;
                         break;
                 case OPT_CHUNK:
-                        if (!cli_int("--chunk", optarg, 1, 1 << 16, &a->chunk))
+                        if (!cli_uint("--chunk", optarg, 1, 1 << 16, &u))
                                 return 2;
+                        a->chunk = (long) u;
                         break;
                 case OPT_JSON: a->json = true; break;
                 case OPT_DEVICE: a->device = optarg; break;
                 case 'h': return usage(stdout) - 1; /* -1: stop, exit 0 */
-                default: return usage(stderr);
+                default: return 2;
                 }
         }
-        if (optind < argc) {
-                fprintf(stderr, "agentxpu: unexpected argument '%s'\n", argv[optind]);
-                return 2;
-        }
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
         return 0;
 }
 
@@ -177,10 +180,9 @@ static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks,
 static int take_text(axp_gen *g, bool json, char **all, size_t *len, size_t *cap) {
         if (g->out_len == 0)
                 return 0;
-        if (!json) {
-                fwrite(g->out, 1, g->out_len, stdout);
-                fflush(stdout);
-        } else {
+        if (!json)
+                cli_write_text(g->out, g->out_len);
+        else {
                 if (*len + g->out_len + 1 > *cap) {
                         size_t ncap = (*len + g->out_len + 1) * 2;
                         char *n = realloc(*all, ncap);
@@ -209,7 +211,7 @@ int cli_generate(int argc, char **argv) {
                 return r;
         _cleanup_(axp_model_freep) axp_model *m = NULL;
         _cleanup_(axp_device_freep) axp_device *dev = NULL;
-        if ((r = cli_load(a.model, a.device, (int) a.threads, &m, &dev)) != 0)
+        if ((r = cli_load(a.model, a.device, a.threads, &m, &dev)) != 0)
                 return r;
 
         _cleanup_free_ int32_t *prompt = NULL;
@@ -220,7 +222,7 @@ int cli_generate(int argc, char **argv) {
                 return cli_fail("the prompt has %d tokens but the model's context holds %d", n_prompt,
                                 m->hp.n_ctx_train);
 
-        long budget = MIN(a.n_predict, (long) m->hp.n_ctx_train - n_prompt);
+        long budget = MIN((long) a.n_predict, (long) m->hp.n_ctx_train - n_prompt);
         _cleanup_free_ int32_t *toks = malloc((size_t) (budget + 1) * sizeof(int32_t));
         _cleanup_(axp_seq_free) axp_seq seq = { 0 };
         _cleanup_(axp_gen_free) axp_gen gen = { 0 };
@@ -232,7 +234,7 @@ int cli_generate(int argc, char **argv) {
                 return cli_fail("%s", err.msg);
 
         double t0 = axp_now();
-        if (axp_forward_prefill(dev, &seq, prompt, n_prompt, (int) a.chunk, &err) < 0)
+        if (axp_forward_prefill(dev, &seq, prompt, n_prompt, a.chunk, &err) < 0)
                 return cli_fail("%s", err.msg);
         double t1 = axp_now(), t2 = t1;
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "cli.h"
 #include "model/gguf.h"
 #include "kernels/types.h"
@@ -62,22 +63,8 @@ static void print_json_str(gguf_str s) {
         putchar('"');
         while (i < s.len) {
                 unsigned char c = p[i];
-                int n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-                bool ok = n > 0 && (uint64_t) n <= s.len - i;
-                for (int j = 1; ok && j < n; j++)
-                        ok = (p[i + j] & 0xc0) == 0x80;
-                if (ok && n == 2 && c < 0xc2)
-                        ok = false; /* overlong */
-                if (ok && n == 3) {
-                        unsigned cp = ((c & 0x0fu) << 12) | ((p[i + 1] & 0x3fu) << 6) | (p[i + 2] & 0x3fu);
-                        ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
-                }
-                if (ok && n == 4) {
-                        unsigned cp = ((c & 0x07u) << 18) | ((p[i + 1] & 0x3fu) << 12) |
-                                      ((p[i + 2] & 0x3fu) << 6) | (p[i + 3] & 0x3fu);
-                        ok = cp >= 0x10000 && cp <= 0x10ffff;
-                }
-                if (!ok) {
+                size_t n = axp_utf8_char_len(s.ptr + i, s.len - i);
+                if (n == 0) {
                         fputs("\\ufffd", stdout);
                         i++;
                         continue;
@@ -91,8 +78,8 @@ static void print_json_str(gguf_str s) {
                 else if (c < 0x20 || c == 0x7f)
                         printf("\\u%04x", c);
                 else
-                        fwrite(p + i, 1, (size_t) n, stdout);
-                i += (uint64_t) n;
+                        fwrite(p + i, 1, n, stdout);
+                i += n;
         }
         putchar('"');
 }
@@ -302,7 +289,7 @@ int cli_inspect(int argc, char **argv) {
         int c;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "m:h", opts, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "m:h", opts)) >= 0) {
                 switch (c) {
                 case 'm':
                         path = optarg;
@@ -316,14 +303,10 @@ int cli_inspect(int argc, char **argv) {
                         return 2;
                 }
         }
-        if (optind < argc) {
-                fprintf(stderr, "agentxpu inspect: unexpected argument '%s'\n", argv[optind]);
-                return 2;
-        }
-        if (!path) {
-                fprintf(stderr, "agentxpu inspect: no file given (-m FILE)\n");
-                return 2;
-        }
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!path)
+                return cli_usage_error("no file given (-m FILE)");
         if (gguf_open(path, &f, &err) < 0)
                 return cli_fail("%s", err.msg);
         if (json)
@@ -332,6 +315,6 @@ int cli_inspect(int argc, char **argv) {
                 print_text_dump(path, f);
         gguf_close(f);
         if (fflush(stdout) != 0 || ferror(stdout))
-                return cli_fail("inspect: cannot write the output");
+                return cli_fail("cannot write the output");
         return 0;
 }

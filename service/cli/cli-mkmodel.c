@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* agentxpu mkmodel: write a synthetic model with seeded random weights. */
+#include <float.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/parse.h"
 #include "cli.h"
 #include "mkmodel.h"
 #include "kernels/types.h"
@@ -45,18 +47,13 @@ static int help(FILE *f) {
         return f == stderr ? 2 : 0;
 }
 
-static int parse_int(const char *opt, const char *s, long lo, long hi, int *ret) {
-        char *end;
-        long v;
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi) {
-                fprintf(stderr, "agentxpu mkmodel: %s wants a whole number from %ld to %ld, not '%s'\n",
-                        opt, lo, hi, s);
-                return -EINVAL;
-        }
+/* A whole-number shape option into an int field. */
+static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, int *ret) {
+        uint64_t v;
+        if (!cli_uint(opt, s, lo, hi, &v))
+                return false;
         *ret = (int) v;
-        return 0;
+        return true;
 }
 
 int cli_mkmodel(int argc, char **argv) {
@@ -86,89 +83,71 @@ int cli_mkmodel(int argc, char **argv) {
         axp_mkmodel_params p;
         axp_error err = { 0 };
         struct stat st;
-        double t0;
+        double t0, d;
+        bool ok;
         int c, k, a;
 
         axp_mkmodel_defaults(&p);
         optind = 1;
-        opterr = 1;
-        while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) >= 0) {
-                k = 0;
+        while ((c = cli_getopt(argc, argv, "o:h", opts)) >= 0) {
+                ok = true;
                 switch (c) {
                 case O_ARCH:
                         a = axp_arch_from_name(optarg);
-                        if (a < 0) {
-                                fprintf(stderr, "agentxpu mkmodel: unknown --arch '%s' (llama, qwen2, qwen3)\n",
-                                        optarg);
-                                return 2;
-                        }
+                        if (a < 0)
+                                return cli_usage_error("unknown --arch '%s' (llama, qwen2, qwen3)", optarg);
                         p.arch = (enum axp_arch) a;
                         break;
                 case O_TYPE:
                         a = axp_type_from_name(optarg);
-                        if (a < 0) {
-                                fprintf(stderr, "agentxpu mkmodel: unknown --type '%s' "
-                                        "(f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k)\n",
-                                        optarg);
-                                return 2;
-                        }
+                        if (a < 0)
+                                return cli_usage_error("unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                                                       "q5_1, iq4_nl, q4_k, q5_k, q6_k)",
+                                                       optarg);
                         p.type = (uint32_t) a;
                         break;
                 case O_VOCAB:
                         p.vocab_from = optarg;
                         break;
                 case O_DIM:
-                        k = parse_int("--dim", optarg, 1, 1 << 16, &p.n_embd);
+                        ok = parse_int("--dim", optarg, 1, 1 << 16, &p.n_embd);
                         break;
                 case O_LAYERS:
-                        k = parse_int("--layers", optarg, 1, 1024, &p.n_layer);
+                        ok = parse_int("--layers", optarg, 1, 1024, &p.n_layer);
                         break;
                 case O_HEADS:
-                        k = parse_int("--heads", optarg, 1, 1024, &p.n_head);
+                        ok = parse_int("--heads", optarg, 1, 1024, &p.n_head);
                         break;
                 case O_KV_HEADS:
-                        k = parse_int("--kv-heads", optarg, 1, 1024, &p.n_head_kv);
+                        ok = parse_int("--kv-heads", optarg, 1, 1024, &p.n_head_kv);
                         break;
                 case O_FFN:
-                        k = parse_int("--ffn", optarg, 1, 1 << 18, &p.n_ff);
+                        ok = parse_int("--ffn", optarg, 1, 1 << 18, &p.n_ff);
                         break;
                 case O_CTX:
-                        k = parse_int("--ctx", optarg, 1, 1 << 24, &p.n_ctx);
+                        ok = parse_int("--ctx", optarg, 1, 1 << 24, &p.n_ctx);
                         break;
                 case O_HEAD_DIM:
-                        k = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);
+                        ok = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);
                         break;
-                case O_ROPE: {
-                        char *end;
-                        p.rope_base = strtof(optarg, &end);
-                        if (end == optarg || *end || !(p.rope_base > 0)) {
-                                fprintf(stderr, "agentxpu mkmodel: --rope-base wants a positive number\n");
-                                return 2;
-                        }
+                case O_ROPE:
+                        if ((ok = cli_double("--rope-base", optarg, 1, 1e12, &d)))
+                                p.rope_base = (float) d;
                         break;
-                }
                 case O_TIED:
                         p.tied = true;
                         break;
                 case O_NO_EOG:
                         p.no_eog = true;
                         break;
-                case O_SEED: {
-                        char *end;
-                        errno = 0;
-                        p.seed = strtoull(optarg, &end, 0);
-                        if (errno || end == optarg || *end || optarg[0] == '-') {
-                                fprintf(stderr, "agentxpu mkmodel: --seed wants a whole number, not '%s'\n",
-                                        optarg);
-                                return 2;
-                        }
+                case O_SEED:
+                        ok = cli_uint("--seed", optarg, 0, UINT64_MAX, &p.seed);
                         break;
-                }
                 case O_NAME:
                         p.name = optarg;
                         break;
                 case O_THREADS:
-                        k = parse_int("--threads", optarg, 1, 64, &p.n_threads);
+                        ok = parse_int("--threads", optarg, 1, 64, &p.n_threads);
                         break;
                 case 'o':
                         p.path = optarg;
@@ -178,22 +157,18 @@ int cli_mkmodel(int argc, char **argv) {
                 default:
                         return 2;
                 }
-                if (k < 0)
+                if (!ok)
                         return 2;
         }
-        if (optind < argc) {
-                fprintf(stderr, "agentxpu mkmodel: unexpected argument '%s'\n", argv[optind]);
-                return 2;
-        }
-        if (!p.path) {
-                fprintf(stderr, "agentxpu mkmodel: no output file (-o FILE)\n");
-                return 2;
-        }
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!p.path)
+                return cli_usage_error("no output file (-o FILE)");
 
         t0 = axp_now();
         k = axp_mkmodel(&p, &err);
         if (k < 0)
-                return cli_fail("mkmodel: %s", err.msg);
+                return cli_fail("%s", err.msg);
         if (stat(p.path, &st) == 0)
                 printf("wrote %s: %s, %s weights, %.1f MB in %.1f s\n", p.path,
                        axp_arch_name(p.arch), axp_type_traits_get(p.type)->name,

@@ -1,28 +1,35 @@
 /* SPDX-License-Identifier: MIT */
 #include "cli-model.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "cli.h"
 #include "devices/discovery.h"
 #include "model/tokenizer.h"
 
 int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len) {
         axp_error err = { 0 };
-        if (!!text == !!file) {
-                fprintf(stderr, "agentxpu: give the prompt with exactly one of -p TEXT or -f FILE\n");
-                return 2;
-        }
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+
+        if (!!text == !!file)
+                return cli_usage_error("give the prompt with exactly one of -p TEXT or -f FILE");
         if (text) {
-                *ret = strdup(text);
-                *ret_len = strlen(text);
-                return *ret ? 0 : cli_fail("out of memory");
+                len = strlen(text);
+                if (!cli_utf8("the prompt", text, len))
+                        return 1;
+                if (!(buf = strdup(text)))
+                        return cli_fail("out of memory");
+        } else {
+                if (axp_read_file(file, &buf, &len, &err) < 0)
+                        return cli_fail("%s", err.msg);
+                if (!cli_utf8(file, buf, len))
+                        return 1;
         }
-        if (axp_read_file(file, ret, ret_len, &err) < 0)
-                return cli_fail("%s", err.msg);
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
         return 0;
 }
 
@@ -31,14 +38,10 @@ int cli_load(const char *path, const char *device, int n_threads, axp_model **re
         axp_model *m;
         axp_device *d = NULL;
 
-        if (!path) {
-                fprintf(stderr, "agentxpu: no model given (-m MODEL.gguf)\n");
-                return 2;
-        }
-        if (device && axp_device_spec_check(device, &err) < 0) {
-                fprintf(stderr, "agentxpu: --device: %s\n", err.msg);
-                return 2;
-        }
+        if (!path)
+                return cli_usage_error("no model given (-m MODEL.gguf)");
+        if (device && axp_device_spec_check(device, &err) < 0)
+                return cli_usage_error("--device: %s", err.msg);
         if (axp_model_load(path, &m, &err) < 0)
                 return cli_fail("%s", err.msg);
         if (ret_dev) {
@@ -63,28 +66,4 @@ int cli_tokenize_raw(const axp_model *m, const char *text, size_t len, int32_t *
                 return cli_fail("the prompt is empty");
         }
         return 0;
-}
-
-bool cli_int(const char *opt, const char *s, long min, long max, long *ret) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < min || v > max) {
-                fprintf(stderr, "agentxpu: %s wants an integer in [%ld, %ld], not '%s'\n", opt, min, max, s);
-                return false;
-        }
-        *ret = v;
-        return true;
-}
-
-bool cli_double(const char *opt, const char *s, double min, double max, double *ret) {
-        char *end;
-        errno = 0;
-        double v = strtod(s, &end);
-        if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
-                fprintf(stderr, "agentxpu: %s wants a number in [%g, %g], not '%s'\n", opt, min, max, s);
-                return false;
-        }
-        *ret = v;
-        return true;
 }

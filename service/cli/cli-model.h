@@ -9,7 +9,8 @@
 #include "devices/device.h"
 #include "model/model.h"
 
-/* The prompt from -p TEXT or -f FILE (exactly one). Returns 0 or the exit status. */
+/* The prompt from -p TEXT or -f FILE (exactly one), which must be valid UTF-8. Returns 0 or
+ * the exit status. */
 int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len);
 /* Load a model (and prepare the device `device` names, CPU threads n_threads, if ret_dev;
  * NULL: the CPU). Returns 0, 1 after a one-line message, or 2 for a malformed --device. */
@@ -17,6 +18,3 @@ int cli_load(const char *path, const char *device, int n_threads, axp_model **re
              axp_device **ret_dev);
 /* Tokenize the prompt as --raw does: BOS as the vocab says, special-token text parsed. */
 int cli_tokenize_raw(const axp_model *m, const char *text, size_t len, int32_t **ret, int *ret_n);
-/* Parse a number option; returns false (after a message) if malformed. */
-bool cli_int(const char *opt, const char *s, long min, long max, long *ret);
-bool cli_double(const char *opt, const char *s, double min, double max, double *ret);

@@ -3,11 +3,11 @@
  * SoC under each scheduling policy, with the engine's own scheduler on a virtual clock. */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "cli.h"
 #include "sim/sim.h"
 
@@ -44,30 +44,6 @@ static int usage(FILE *f) {
                 "                         dual-reactive, pad, pipeline (repeatable)\n"
                 "  --trace FILE           write every kernel the scheduler issues to FILE\n");
         return f == stderr ? 2 : 0;
-}
-
-static int parse_double(const char *s, double lo, double hi, double *ret) {
-        char *end;
-        double v;
-
-        errno = 0;
-        v = strtod(s, &end);
-        if (errno || end == s || *end || !(v >= lo && v <= hi))
-                return -EINVAL;
-        *ret = v;
-        return 0;
-}
-
-static int parse_int(const char *s, long lo, long hi, long *ret) {
-        char *end;
-        long v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (errno || end == s || *end || v < lo || v > hi)
-                return -EINVAL;
-        *ret = v;
-        return 0;
 }
 
 static void print_json_policy(const char *name, const axp_sim_result *r, bool last) {
@@ -146,12 +122,11 @@ int cli_sim(int argc, char **argv) {
         bool run[AXP_POLICY__COUNT] = { 0 };
         axp_error err = { 0 };
         int n = 0, c, r;
-        long l;
-        double d;
+        uint64_t u;
 
         axp_sched_config_default(&cfg);
         optind = 1;
-        while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+        while ((c = cli_getopt(argc, argv, "", opts)) >= 0) {
                 switch (c) {
                 case O_SOC:
                         soc_name = optarg;
@@ -160,12 +135,12 @@ int cli_sim(int argc, char **argv) {
                         model = optarg;
                         break;
                 case O_RRATE:
-                        if (parse_double(optarg, 0, 10000, &tp.reactive_per_min) < 0)
-                                return cli_fail("--reactive-rate: expected requests per minute in 0..10000");
+                        if (!cli_double("--reactive-rate", optarg, 0, 10000, &tp.reactive_per_min))
+                                return 2;
                         break;
                 case O_PRATE:
-                        if (parse_double(optarg, 0, 10000, &tp.proactive_per_min) < 0)
-                                return cli_fail("--proactive-rate: expected requests per minute in 0..10000");
+                        if (!cli_double("--proactive-rate", optarg, 0, 10000, &tp.proactive_per_min))
+                                return 2;
                         break;
                 case O_RSET:
                         rset = optarg;
@@ -174,13 +149,12 @@ int cli_sim(int argc, char **argv) {
                         pset = optarg;
                         break;
                 case O_MINUTES:
-                        if (parse_double(optarg, 0.01, 10000, &tp.minutes) < 0)
-                                return cli_fail("--minutes: expected a duration in minutes in 0.01..10000");
+                        if (!cli_double("--minutes", optarg, 0.01, 10000, &tp.minutes))
+                                return 2;
                         break;
                 case O_SEED:
-                        if (parse_int(optarg, 0, 0x7fffffffL, &l) < 0)
-                                return cli_fail("--seed: expected a non-negative integer");
-                        tp.seed = (uint64_t) l;
+                        if (!cli_uint("--seed", optarg, 0, 0x7fffffff, &tp.seed))
+                                return 2;
                         break;
                 case O_POLICY:
                         policy = optarg;
@@ -189,36 +163,35 @@ int cli_sim(int argc, char **argv) {
                         json = true;
                         break;
                 case O_BOUND:
-                        if (parse_double(optarg, 0.001, 10, &cfg.preempt_bound_s) < 0)
-                                return cli_fail("--preempt-bound: expected seconds, 0.001..10");
+                        if (!cli_double("--preempt-bound", optarg, 0.001, 10, &cfg.preempt_bound_s))
+                                return 2;
                         break;
                 case O_SCHK:
-                        if (parse_int(optarg, 1, 4096, &l) < 0)
-                                return cli_fail("--s-chk: expected tokens, 1..4096");
-                        cfg.s_chk = (int) l;
+                        if (!cli_uint("--s-chk", optarg, 1, 4096, &u))
+                                return 2;
+                        cfg.s_chk = (int) u;
                         break;
                 case O_BCAP:
-                        if (parse_int(optarg, 0, AXP_MAX_BATCH, &l) < 0)
-                                return cli_fail("--b-cap: expected 0..%d", AXP_MAX_BATCH);
-                        cfg.b_cap = (int) l;
+                        if (!cli_uint("--b-cap", optarg, 0, AXP_MAX_BATCH, &u))
+                                return 2;
+                        cfg.b_cap = (int) u;
                         break;
                 case O_MAXB:
-                        if (parse_int(optarg, 1, AXP_MAX_BATCH, &l) < 0)
-                                return cli_fail("--max-batch: expected 1..%d", AXP_MAX_BATCH);
-                        cfg.max_batch = (int) l;
+                        if (!cli_uint("--max-batch", optarg, 1, AXP_MAX_BATCH, &u))
+                                return 2;
+                        cfg.max_batch = (int) u;
                         break;
                 case O_AGING:
-                        if (parse_double(optarg, 0, 1e6, &d) < 0)
-                                return cli_fail("--aging: expected seconds (0: no aging)");
-                        cfg.aging_s = d;
+                        if (!cli_double("--aging", optarg, 0, 1e6, &cfg.aging_s))
+                                return 2;
                         break;
                 case O_DUTY:
-                        if (parse_double(optarg, 0, 1, &cfg.proactive_duty) < 0)
-                                return cli_fail("--duty: expected a fraction, 0..1");
+                        if (!cli_double("--duty", optarg, 0, 1, &cfg.proactive_duty))
+                                return 2;
                         break;
                 case O_GPUBUSY:
-                        if (parse_double(optarg, 0, 1, &ro.gpu_busy) < 0)
-                                return cli_fail("--gpu-busy: expected a fraction, 0..1");
+                        if (!cli_double("--gpu-busy", optarg, 0, 1, &ro.gpu_busy))
+                                return 2;
                         break;
                 case O_DISABLE:
                         if (strcmp(optarg, "preemption") == 0)
@@ -242,7 +215,7 @@ int cli_sim(int argc, char **argv) {
                         else if (strcmp(optarg, "pipeline") == 0)
                                 cfg.pipeline = false;
                         else
-                                return cli_fail("--disable: unknown mechanism '%s'", optarg);
+                                return cli_usage_error("--disable: unknown mechanism '%s'", optarg);
                         break;
                 case O_TRACE:
                         if (log)
@@ -254,17 +227,17 @@ int cli_sim(int argc, char **argv) {
                         ro.log = log;
                         break;
                 case O_WARMUP:
-                        if (parse_double(optarg, 0.001, 3600, &ro.warmup_s) < 0)
-                                return cli_fail("--warmup: expected seconds in 0.001..3600");
+                        if (!cli_double("--warmup", optarg, 0.001, 3600, &ro.warmup_s))
+                                return 2;
                         break;
                 case O_HELP:
                         return usage(stdout);
                 default:
-                        return usage(stderr);
+                        return 2;
                 }
         }
         if (optind < argc)
-                return cli_fail("sim: unexpected argument '%s'", argv[optind]);
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
 
         if (strcmp(policy, "all") == 0) {
                 for (int i = 0; i < AXP_POLICY__COUNT; i++)
@@ -272,15 +245,15 @@ int cli_sim(int argc, char **argv) {
         } else {
                 axp_policy p;
                 if (axp_policy_from_name(policy, &p) < 0)
-                        return cli_fail("--policy: expected agentxpu, fcfs, serial or all, not '%s'",
-                                        policy);
+                        return cli_usage_error("--policy: expected agentxpu, fcfs, serial or all, not '%s'",
+                                               policy);
                 run[p] = true;
         }
         if (axp_soc_profile_find(soc_name, &soc, &err) < 0 ||
             axp_sim_model_shape(model, &shape, &err) < 0 ||
             axp_workload_set_find(rset, AXP_REACTIVE, &tp.reactive_set, &err) < 0 ||
             axp_workload_set_find(pset, AXP_PROACTIVE, &tp.proactive_set, &err) < 0)
-                return cli_fail("%s", err.msg);
+                return cli_usage_error("%s", err.msg);
         tp.max_ctx = cfg.max_ctx;
         r = axp_trace_generate(&tp, &trace, &n, &err);
         if (r < 0)
@@ -293,7 +266,7 @@ int cli_sim(int argc, char **argv) {
                 r = axp_sim_replay(soc, &shape, &cfg, &ro, trace, n, &res[i], &err);
                 if (r < 0) {
                         free(trace);
-                        return cli_fail("sim (%s): %s", axp_policy_name(i), err.msg);
+                        return cli_fail("%s: %s", axp_policy_name(i), err.msg);
                 }
         }
         free(trace);

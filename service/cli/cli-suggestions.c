@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "base/parse.h"
 #include "base/util.h"
 
 typedef struct Options {
         bool json;
-        long last;              /* 0: all */
+        uint64_t last;          /* 0: all */
         const char *source;     /* NULL: any */
         const char *store;
 } Options;
@@ -126,41 +127,29 @@ int cli_suggestions(int argc, char **argv) {
         int c, r;
 
         optind = 1;
-        while ((c = getopt_long(argc, argv, "jn:s:f:h", longopts, NULL)) != -1) {
-                char *end;
+        while ((c = cli_getopt(argc, argv, "jn:s:f:h", longopts)) != -1) {
                 switch (c) {
                 case 'j': o.json = true; break;
                 case 'n':
-                        errno = 0;
-                        o.last = strtol(optarg, &end, 10);
-                        if (errno || *end || o.last <= 0) {
-                                fprintf(stderr, "agentxpu suggestions: --last needs a positive "
-                                                "number, not '%s'\n", optarg);
+                        if (!cli_uint("--last", optarg, 1, UINT32_MAX, &o.last))
                                 return 2;
-                        }
                         break;
                 case 's':
-                        if (strcmp(optarg, "file") != 0 && strcmp(optarg, "clipboard") != 0) {
-                                fprintf(stderr, "agentxpu suggestions: --source is 'file' or "
-                                                "'clipboard', not '%s'\n", optarg);
-                                return 2;
-                        }
+                        if (strcmp(optarg, "file") != 0 && strcmp(optarg, "clipboard") != 0)
+                                return cli_usage_error("--source is 'file' or 'clipboard', not '%s'", optarg);
                         o.source = optarg;
                         break;
                 case 'f': o.store = optarg; break;
                 case 'h': return usage(stdout);
-                default: return usage(stderr);
+                default: return 2;
                 }
         }
-        if (optind < argc) {
-                fprintf(stderr, "agentxpu suggestions: unexpected argument '%s'\n", argv[optind]);
-                return usage(stderr);
-        }
+        if (optind < argc)
+                return cli_usage_error("unexpected argument '%s'", argv[optind]);
         if (!o.store) {
                 store = default_store();
                 if (!store)
-                        return cli_fail("suggestions: neither XDG_STATE_HOME nor HOME is set; give "
-                                        "--store PATH");
+                        return cli_fail("neither XDG_STATE_HOME nor HOME is set; give --store PATH");
                 o.store = store;
         }
 
@@ -170,12 +159,12 @@ int cli_suggestions(int argc, char **argv) {
                         printf("No suggestions yet (%s does not exist).\n", o.store);
                         return 0;
                 }
-                return cli_fail("suggestions: cannot read %s: %s", o.store, strerror(errno));
+                return cli_fail("cannot read %s: %s", o.store, strerror(errno));
         }
         r = read_all(f, &data, &len);
         fclose(f);
         if (r < 0)
-                return cli_fail("suggestions: cannot read %s: %s", o.store, strerror(-r));
+                return cli_fail("cannot read %s: %s", o.store, strerror(-r));
 
         for (char *p = data, *end = data + len; p < end;) {
                 char *nl = memchr(p, '\n', (size_t) (end - p));
@@ -216,7 +205,7 @@ int cli_suggestions(int argc, char **argv) {
                 p = nl ? nl + 1 : end;
         }
 
-        first = o.last > 0 && (size_t) o.last < n ? n - (size_t) o.last : 0;
+        first = o.last > 0 && o.last < n ? n - (size_t) o.last : 0;
         if (n == 0 && !o.json)
                 printf("No suggestions%s%s.\n", o.source ? " from " : "", o.source ? o.source : "");
         for (size_t i = first; i < n; i++) {

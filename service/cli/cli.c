@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* agentxpu: the command line. Each subcommand lives in its own file (cli.h). */
+#include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "config.h"
+#include "base/parse.h"
+#include "base/utf8.h"
+#include "base/util.h"
 
 typedef struct cli_command {
         const char *name;
@@ -32,14 +38,85 @@ static const cli_command commands[] = {
         { NULL, NULL, NULL },
 };
 
+/* The subcommand running, for messages: this process runs one. */
+static const char *command_name;
+
+static void vmessage(const char *fmt, va_list ap) {
+        if (command_name)
+                fprintf(stderr, "agentxpu %s: ", command_name);
+        else
+                fputs("agentxpu: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+}
+
 int cli_fail(const char *fmt, ...) {
         va_list ap;
-        fputs("agentxpu: ", stderr);
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        vmessage(fmt, ap);
         va_end(ap);
-        fputc('\n', stderr);
         return 1;
+}
+
+int cli_usage_error(const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vmessage(fmt, ap);
+        va_end(ap);
+        return 2;
+}
+
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts) {
+        char prog[64], *name = argv[0];
+        int c;
+
+        /* getopt names the program by argv[0]: the subcommand's full name, just for the call */
+        snprintf(prog, sizeof(prog), "agentxpu %s", name);
+        argv[0] = prog;
+        opterr = 1;
+        c = getopt_long(argc, argv, shortopts, longopts, NULL);
+        argv[0] = name;
+        if (c == '?' || c == ':')
+                fprintf(stderr, "'agentxpu %s --help' lists the options.\n", name);
+        return c;
+}
+
+bool cli_uint(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
+        if (axp_parse_u64(s, min, max, ret) == 0)
+                return true;
+        cli_usage_error("%s must be a number from %" PRIu64 " to %" PRIu64 ", got '%s'", opt, min, max, s);
+        return false;
+}
+
+bool cli_double(const char *opt, const char *s, double min, double max, double *ret) {
+        if (axp_parse_double(s, min, max, ret) == 0)
+                return true;
+        if (isinf(min) && isinf(max))
+                cli_usage_error("%s must be a number, got '%s'", opt, s);
+        else
+                cli_usage_error("%s must be a number from %g to %g, got '%s'", opt, min, max, s);
+        return false;
+}
+
+bool cli_utf8(const char *what, const char *s, size_t len) {
+        size_t at;
+
+        if (axp_utf8_valid(s, len, &at))
+                return true;
+        cli_fail("%s is not valid UTF-8 (byte 0x%02x at offset %zu)", what, (unsigned char) s[at], at);
+        return false;
+}
+
+void cli_write_text(const char *s, size_t len) {
+        static int tty = -1;
+
+        if (tty < 0)
+                tty = isatty(STDOUT_FILENO);
+        if (tty)
+                axp_write_visible(stdout, s, len);
+        else
+                fwrite(s, 1, len, stdout);
+        fflush(stdout);
 }
 
 static int usage(FILE *f) {
@@ -61,8 +138,10 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
                 return usage(stdout);
         for (const cli_command *c = commands; c->name; c++)
-                if (strcmp(argv[1], c->name) == 0)
+                if (strcmp(argv[1], c->name) == 0) {
+                        command_name = c->name;
                         return c->fn(argc - 1, argv + 1);
+                }
         fprintf(stderr, "agentxpu: unknown command '%s'\n", argv[1]);
         return usage(stderr);
 }

@@ -4,6 +4,11 @@
  * 1 failure (after a one-line message on stderr), 2 usage error. */
 #pragma once
 
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 int cli_generate(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
@@ -20,5 +25,28 @@ int cli_status(int argc, char **argv);
 int cli_cancel(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 
-/* Print "agentxpu: <msg>" to stderr as one line and return 1. */
+/* Print "agentxpu COMMAND: <msg>" to stderr as one line and return 1 (a failure). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same for a usage error: returns 2. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* getopt_long() for a subcommand. An option it does not know, or one without its value, gives
+ * getopt's message naming the command ("agentxpu ask: unrecognized option '--colour'") and a
+ * line pointing to --help; the caller then returns 2. */
+int cli_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts);
+
+/* A number option's value in [min, max]; false after a usage error message such as "-n must
+ * be a number from 1 to 4294967295, got '4294967296'". cli_double with infinite bounds takes
+ * any finite number. */
+bool cli_uint(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *ret);
+bool cli_double(const char *opt, const char *s, double min, double max, double *ret);
+
+/* Generated text to standard output, flushed. On a terminal, control characters other than
+ * \n and \t are shown as \xNN escapes (axp_write_visible), so a model cannot ring the bell,
+ * move the cursor or recolour the terminal; elsewhere (a pipe, a file) the bytes pass
+ * unchanged. */
+void cli_write_text(const char *s, size_t len);
+
+/* Text the user gives (a prompt, --stop, --system, a file, a line of chat) must be valid
+ * UTF-8: false after a one-line message naming `what` and the first bad byte. */
+bool cli_utf8(const char *what, const char *s, size_t len);

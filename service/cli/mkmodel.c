@@ -15,6 +15,7 @@
 
 #include "model/gguf.h"
 #include "base/rng.h"
+#include "base/utf8.h"
 #include "kernels/types.h"
 
 #define STD_EMBD 0.02f
@@ -283,13 +284,7 @@ static int byte_to_utf8(uint8_t b, char *out) {
                                 n++;
                 cp = 256 + n;
         }
-        if (cp < 0x80) {
-                out[0] = (char) cp;
-                return 1;
-        }
-        out[0] = (char) (0xc0 | (cp >> 6));
-        out[1] = (char) (0x80 | (cp & 0x3f));
-        return 2;
+        return (int) axp_utf8_encode(cp, (uint8_t *) out);
 }
 
 static char *encode_bytes(const uint8_t *p, size_t n) {

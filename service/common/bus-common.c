@@ -4,9 +4,10 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "base/util.h"
 
 const sd_bus_error_map axp_bus_error_map[] = {
         SD_BUS_ERROR_MAP(AXP_ERROR_INVALID_ARGUMENT, EINVAL),
@@ -79,39 +80,4 @@ int axp_bus_open(const char *address, const char *description, sd_bus **ret) {
         }
         *ret = bus;
         return 0;
-}
-
-int axp_utf8_valid(const char *s, size_t len) {
-        const unsigned char *p = (const unsigned char *) s, *end = p + len;
-
-        while (p < end) {
-                unsigned c = *p, n;
-                uint32_t cp;
-
-                if (c < 0x80) {
-                        p++;
-                        continue;
-                }
-                if (c >= 0xc2 && c <= 0xdf)
-                        n = 1, cp = c & 0x1f;
-                else if (c >= 0xe0 && c <= 0xef)
-                        n = 2, cp = c & 0x0f;
-                else if (c >= 0xf0 && c <= 0xf4)
-                        n = 3, cp = c & 0x07;
-                else
-                        return false;
-                if ((size_t) (end - p) <= n)
-                        return false;
-                for (unsigned i = 1; i <= n; i++) {
-                        if ((p[i] & 0xc0) != 0x80)
-                                return false;
-                        cp = (cp << 6) | (p[i] & 0x3f);
-                }
-                /* overlong forms, UTF-16 surrogates, beyond U+10FFFF */
-                if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-                    (cp >= 0xd800 && cp <= 0xdfff))
-                        return false;
-                p += n + 1;
-        }
-        return true;
 }

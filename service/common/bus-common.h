@@ -41,11 +41,6 @@ int axp_bus_error_setf(sd_bus_error *error, int code, const char *fmt, ...)
  * `description` names the connection in sd-bus's debug output. */
 int axp_bus_open(const char *address, const char *description, sd_bus **ret);
 
-/* Whether the bytes are valid UTF-8 (no overlong forms, surrogates or code points past
- * U+10FFFF). sd-bus validates strings it receives; this guards text from elsewhere, such as
- * the engine's tokens, before it goes on the bus. */
-int axp_utf8_valid(const char *s, size_t len);
-
 static inline void sd_bus_error_freep_(sd_bus_error *e) {
         sd_bus_error_free(e);
 }

@@ -13,13 +13,8 @@ static void bridge_push(Bridge *b, BridgeEvent *ev) {
         uint64_t one = 1;
         ssize_t n;
 
-        pthread_mutex_lock(&b->lock);
-        if (b->tail)
-                b->tail->next = ev;
-        else
-                b->head = ev;
-        b->tail = ev;
-        pthread_mutex_unlock(&b->lock);
+        /* the bridge's queue is never closed: the push cannot fail */
+        (void) axp_queue_push(&b->events, &ev->node);
 
         /* An eventfd counter only fails to take a write at 2^64-2; EAGAIN there still means
          * the loop will wake up. */
@@ -85,23 +80,17 @@ void bridge_post_job_done(Bridge *b, void *job) {
 }
 
 void bridge_dispatch(Bridge *b) {
-        BridgeEvent *list;
         uint64_t count;
 
         /* Reset the counter first: events queued after this point write it again. */
         (void) !read(b->fd, &count, sizeof(count));
 
-        pthread_mutex_lock(&b->lock);
-        list = b->head;
-        b->head = b->tail = NULL;
-        pthread_mutex_unlock(&b->lock);
+        for (axp_qnode *n = axp_queue_pop_all(&b->events), *next; n; n = next) {
+                BridgeEvent *ev = container_of(n, BridgeEvent, node);
 
-        while (list) {
-                BridgeEvent *next = list->next;
-
-                b->handler(b->userdata, list);
-                free(list);
-                list = next;
+                next = n->next;
+                b->handler(b->userdata, ev);
+                free(ev);
         }
         b->handler(b->userdata, NULL);
 }
@@ -119,7 +108,7 @@ int bridge_init(Bridge *b, sd_event *event, BridgeHandler handler, void *userdat
                 .handler = handler,
                 .userdata = userdata,
         };
-        pthread_mutex_init(&b->lock, NULL);
+        axp_queue_init(&b->events);
 
         b->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (b->fd < 0)
@@ -132,17 +121,13 @@ int bridge_init(Bridge *b, sd_event *event, BridgeHandler handler, void *userdat
 }
 
 void bridge_done(Bridge *b) {
-        BridgeEvent *list = b->head;
-
-        while (list) {
-                BridgeEvent *next = list->next;
-                free(list);
-                list = next;
+        for (axp_qnode *n = axp_queue_pop_all(&b->events), *next; n; n = next) {
+                next = n->next;
+                free(container_of(n, BridgeEvent, node));
         }
-        b->head = b->tail = NULL;
         b->source = sd_event_source_disable_unref(b->source);
         if (b->fd >= 0)
                 close(b->fd);
         b->fd = -1;
-        pthread_mutex_destroy(&b->lock);
+        axp_queue_done(&b->events);
 }

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The one way into the event loop from the engine's threads: the engine's callbacks (and the
- * model loader's thread) queue events under a mutex and write an eventfd; the event loop
+ * model loader's thread) queue events (base/queue.h) and write an eventfd; the event loop
  * thread drains the queue in order. Nothing here touches sd-bus. */
 #pragma once
 
-#include <pthread.h>
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
+#include "base/queue.h"
 #include "engine.h"
 
 typedef enum BridgeEventType {
@@ -18,7 +18,7 @@ typedef enum BridgeEventType {
 
 typedef struct BridgeEvent BridgeEvent;
 struct BridgeEvent {
-        BridgeEvent *next;
+        axp_qnode node;
         BridgeEventType type;
         uint64_t id;                 /* TOKEN, FINISHED: the engine's request id */
         axp_finish_reason reason;    /* FINISHED */
@@ -32,8 +32,7 @@ struct BridgeEvent {
 typedef void (*BridgeHandler)(void *userdata, const BridgeEvent *ev);
 
 typedef struct Bridge {
-        pthread_mutex_t lock;
-        BridgeEvent *head, *tail;    /* under lock */
+        axp_queue events;
         int fd;                      /* eventfd */
         sd_event_source *source;
         BridgeHandler handler;

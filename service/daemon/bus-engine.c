@@ -104,16 +104,18 @@ static int property_get_devices(sd_bus *bus, const char *path, const char *iface
         return sd_bus_message_close_container(reply);
 }
 
-/* The engine's errno, with its message, as the named bus error the interface documents. */
+/* The engine's errno, with its message, as the named bus error the interface documents. The
+ * engine writes its messages as clauses ("the prompt is ..."); the bus's errors are sentences. */
 static int engine_error(sd_bus_error *error, int r, const axp_error *err) {
         const char *msg = err->msg[0] ? err->msg : strerror(-r);
+        char first = msg[0] >= 'a' && msg[0] <= 'z' ? (char) (msg[0] - 'a' + 'A') : msg[0];
 
         if (r == -ENOMEDIUM)
                 return sd_bus_error_setf(error, AXP_ERROR_NO_MODEL,
                                          "No model is loaded; an administrator can load one with LoadModel");
         if (axp_bus_error_name(r))
-                return axp_bus_error_setf(error, r, "%s", msg);
-        return sd_bus_error_setf(error, SD_BUS_ERROR_FAILED, "%s", msg);
+                return axp_bus_error_setf(error, r, "%c%s", first, msg + 1);
+        return sd_bus_error_setf(error, SD_BUS_ERROR_FAILED, "%c%s", first, msg + 1);
 }
 
 static int check_limits(Context *c, Client *cl, sd_bus_error *error) {
@@ -163,8 +165,7 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
         if (r >= 0 && o.flow) {
                 f = flow_get(c, o.flow);
                 if (!f)
-                        r = sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
-                                              "Flow %" PRIu64 " does not exist (closed, or its owner left)", o.flow);
+                        r = flow_not_found(error, o.flow);
                 else if (f->uid != cl->uid)
                         r = sd_bus_error_setf(error, AXP_ERROR_ACCESS_DENIED,
                                               "Flow %" PRIu64 " belongs to another user", o.flow);
@@ -291,7 +292,7 @@ static int method_close_flow(sd_bus_message *m, void *userdata, sd_bus_error *er
                                          "'%.200s' is not a flow path (" AXP_BUS_FLOW_PREFIX "/N)", path);
         f = flow_get(c, n);
         if (!f)
-                return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND, "Flow %" PRIu64 " does not exist", n);
+                return flow_not_found(error, n);
         r = context_sender_uid(c, m, &uid);
         if (r < 0)
                 return sd_bus_error_set_errnof(error, r, "Cannot identify the caller");

@@ -10,6 +10,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
+#include "base/utf8.h"
 #include "bridge.h"
 #include "daemon-config.h"
 #include "engine.h"
@@ -52,7 +53,8 @@ struct Request {
         axp_req_stats stats;     /* final, once finished */
 
         sd_bus_message *complete_call; /* Complete: replied at finish; the request has no object */
-        char *text;              /* Complete: the answer so far */
+        axp_utf8_stream utf8;    /* the engine's text, made whole characters */
+        char *text;              /* Complete: the answer so far; else text not yet sent */
         size_t text_len, text_cap;
 
         sd_event_source *expire; /* drops a finished request's object after the grace period */

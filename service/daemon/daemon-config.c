@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "log.h"
 
 void daemon_config_init(DaemonConfig *c) {
@@ -122,27 +123,10 @@ static bool device_name_valid(const char *s) {
         return false;
 }
 
-static int parse_number(const char *v, bool integer, double *ret) {
-        char *end;
-        double d;
-
-        if (!*v)
-                return -EINVAL;
-        errno = 0;
-        if (integer) {
-                long long ll = strtoll(v, &end, 10);
-                d = (double) ll;
-        } else
-                d = strtod(v, &end);
-        if (errno != 0 || *end || !isfinite(d))
-                return -EINVAL;
-        *ret = d;
-        return 0;
-}
-
 static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, const char *where,
                          axp_error *err) {
         void *field = (char *) c + k->offset;
+        uint64_t u = 0;
         double d = 0;
 
         switch (k->kind) {
@@ -172,22 +156,22 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
         case VALUE_UNSIGNED:
         case VALUE_SIZE:
         case VALUE_U32:
-                if (parse_number(v, true, &d) < 0 || d < (k->kind == VALUE_INT ? 0 : 1) ||
-                    d > (k->kind == VALUE_SIZE ? 1e12 : (double) INT32_MAX))
+                if (axp_parse_u64(v, k->kind == VALUE_INT ? 0 : 1,
+                                  k->kind == VALUE_SIZE ? UINT64_C(1000000000000) : INT32_MAX, &u) < 0)
                         return axp_errorf(err, -EINVAL, "%s: %s= must be a whole number%s, got '%s'",
                                           where, k->key, k->kind == VALUE_INT ? "" : " above 0", v);
                 if (k->kind == VALUE_INT)
-                        *(int *) field = (int) d;
+                        *(int *) field = (int) u;
                 else if (k->kind == VALUE_UNSIGNED)
-                        *(unsigned *) field = (unsigned) d;
+                        *(unsigned *) field = (unsigned) u;
                 else if (k->kind == VALUE_SIZE)
-                        *(size_t *) field = (size_t) d;
+                        *(size_t *) field = (size_t) u;
                 else
-                        *(uint32_t *) field = (uint32_t) d;
+                        *(uint32_t *) field = (uint32_t) u;
                 return 0;
         case VALUE_SECONDS:
         case VALUE_FRACTION:
-                if (parse_number(v, false, &d) < 0 || d < 0 || (k->kind == VALUE_FRACTION && d > 1))
+                if (axp_parse_double(v, 0, k->kind == VALUE_FRACTION ? 1 : HUGE_VAL, &d) < 0)
                         return axp_errorf(err, -EINVAL, "%s: %s= must be a number %s, got '%s'",
                                           where, k->key,
                                           k->kind == VALUE_FRACTION ? "from 0 to 1" : "of seconds >= 0", v);

@@ -9,6 +9,7 @@
 #include "common/bus-common.h"
 #include "client.h"
 #include "log.h"
+#include "options.h"
 #include "request.h"
 
 int flow_new(Context *c, Client *cl, uint64_t engine_flow, Flow **ret) {
@@ -40,6 +41,31 @@ Flow *flow_get(Context *c, uint64_t n) {
         Flow *f = idmap_get(&c->flows, n);
 
         return f && !f->closing ? f : NULL;
+}
+
+int flow_not_found(sd_bus_error *error, uint64_t n) {
+        return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
+                                 "Flow %" PRIu64 " does not exist (closed, or its owner left)", n);
+}
+
+/* A flow is a handle, not an object, so sd-bus would answer a call to its path with
+ * UnknownObject whether the flow exists or not: say NotFound where it does not, as a
+ * request's path does. */
+static int flow_path_call(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        uint64_t n = path_number(sd_bus_message_get_path(m), AXP_BUS_FLOW_PREFIX);
+
+        if (n == 0 || flow_get(userdata, n))
+                return 0;
+        return flow_not_found(error, n);
+}
+
+int flow_register(Context *c) {
+        int k;
+
+        k = sd_bus_add_fallback(c->bus, NULL, AXP_BUS_FLOW_PREFIX, flow_path_call, c);
+        if (k < 0)
+                return log_error_errno(k, "Failed to register the flow paths");
+        return 0;
 }
 
 int flow_path(const Flow *f, char **ret) {

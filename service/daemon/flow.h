@@ -7,9 +7,14 @@
 
 #include "context.h"
 
+/* Calls to the path of a flow that does not exist answer NotFound. */
+int flow_register(Context *c);
+
 int flow_new(Context *c, Client *cl, uint64_t engine_flow, Flow **ret);
 /* An open flow by number; NULL if unknown or closing. */
 Flow *flow_get(Context *c, uint64_t n);
+/* The NotFound error for flow n. */
+int flow_not_found(sd_bus_error *error, uint64_t n);
 int flow_path(const Flow *f, char **ret);
 
 /* Close it (CloseFlow, or its owner left): cancel its request in flight, then free the

@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parse.h"
 #include "common/bus-common.h"
 #include "bus-engine.h"
 #include "config.h"
 #include "context.h"
+#include "flow.h"
 #include "log.h"
 #include "request.h"
 
@@ -35,18 +37,6 @@ static void help(void) {
                "                         by default only when started by bus activation\n"
                "  --version              print the version\n"
                "  --help                 this text\n");
-}
-
-static int parse_seconds(const char *s, double *ret) {
-        char *end;
-        double d;
-
-        errno = 0;
-        d = strtod(s, &end);
-        if (errno || end == s || *end || !(d >= 0) || d > 1e9)
-                return -EINVAL;
-        *ret = d;
-        return 0;
 }
 
 /* Returns 1 to run, 0 to exit successfully (--help), < 0 on a usage error. */
@@ -88,7 +78,7 @@ static int parse_argv(int argc, char **argv, Args *args) {
                         args->policy = optarg;
                         break;
                 case ARG_EXIT_IDLE:
-                        if (parse_seconds(optarg, &args->exit_idle_s) < 0) {
+                        if (axp_parse_double(optarg, 0, 1e9, &args->exit_idle_s) < 0) {
                                 log_error("--exit-idle-time wants seconds >= 0, got '%s'", optarg);
                                 return -EINVAL;
                         }
@@ -160,7 +150,12 @@ static int connect_bus(Context *c, const Args *args) {
         r = request_register(c);
         if (r < 0)
                 return r;
+        r = flow_register(c);
+        if (r < 0)
+                return r;
         r = sd_bus_request_name(c->bus, AXP_BUS_NAME, 0);
+        if (r == -EEXIST)
+                return log_error("Another agentxpu-engine already owns " AXP_BUS_NAME " on this bus"), r;
         if (r < 0)
                 return log_error_errno(r, "Failed to acquire the bus name " AXP_BUS_NAME);
         return 0;
@@ -202,13 +197,16 @@ static int run(int argc, char **argv) {
         if (r < 0)
                 return r;
 
-        r = axp_engine_new(&c.config.engine, &c.engine, &err);
-        if (r < 0)
-                return log_error("Cannot start the engine: %s", err.msg[0] ? err.msg : strerror(-r)), r;
-
+        /* The name first, as systemd's daemons take theirs: a second instance learns at once
+         * that it is not wanted rather than after loading the whole model. Calls that come
+         * while the model loads wait in the connection until the event loop runs. */
         r = connect_bus(&c, &args);
         if (r < 0)
                 return r;
+
+        r = axp_engine_new(&c.config.engine, &c.engine, &err);
+        if (r < 0)
+                return log_error("Cannot start the engine: %s", err.msg[0] ? err.msg : strerror(-r)), r;
 
         log_info("agentxpu-engine %s: model '%s', policy %s, serving " AXP_BUS_NAME "%s", AXP_VERSION,
                  axp_engine_model_name(c.engine), axp_engine_policy(c.engine),

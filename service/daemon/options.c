@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "common/bus-common.h"
 
 typedef struct OptionSpec {
@@ -93,7 +94,7 @@ int prompt_check(const char *what, const char *s, bool empty_ok, const DaemonCon
                 return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
                                          "The %s is %zu bytes; the limit is %zu", what, n,
                                          c->max_prompt_bytes);
-        if (!axp_utf8_valid(s, n))
+        if (!axp_utf8_valid(s, n, NULL))
                 return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
                                          "The %s is not valid UTF-8", what);
         return 0;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "common/bus-common.h"
 #include "client.h"
 #include "flow.h"
@@ -27,6 +28,7 @@ int request_new(Context *c, Client *cl, axp_kind kind, Request **ret) {
                 .uid = cl->uid,
                 .kind = kind,
                 .state = AXP_STATE_QUEUED,
+                .utf8.no_nul = true,
         };
         r->owner = strdup(cl->name);
         if (!r->owner || asprintf(&r->path, AXP_BUS_REQUEST_PREFIX "/%" PRIu64, r->n) < 0) {
@@ -129,8 +131,8 @@ int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, co
                 return r;
         if (with_error) {
                 /* The engine's message is ours to pass on only if it is valid text. */
-                const char *e = axp_utf8_valid(st->error, strlen(st->error)) ? st->error
-                                                                             : "internal error";
+                const char *e = axp_utf8_valid(st->error, strlen(st->error), NULL) ? st->error
+                                                                                   : "internal error";
                 r = sd_bus_message_append(m, "{sv}", "error", "s", e);
                 if (r < 0)
                         return r;
@@ -180,48 +182,41 @@ static void request_set_state(Request *r, axp_req_state state) {
                 request_send_state_changed(r);
 }
 
-static int text_append(Request *r, const char *text, size_t len) {
-        if (r->text_len + len + 1 > r->text_cap) {
-                size_t cap = MAX(r->text_cap * 2, r->text_len + len + 1);
-                char *p = realloc(r->text, MAX(cap, (size_t) 256));
-
-                if (!p)
-                        return -ENOMEM;
-                r->text = p;
-                r->text_cap = MAX(cap, (size_t) 256);
-        }
-        memcpy(r->text + r->text_len, text, len);
-        r->text_len += len;
-        r->text[r->text_len] = 0;
-        return 0;
-}
-
-void request_on_token(Request *r, const char *text, size_t len) {
+/* The engine's text as whole UTF-8 characters (axp_utf8_stream): a character split between
+ * tokens waits for its last bytes, and bytes that never make one, or a NUL, which a D-Bus
+ * string cannot carry, go as U+FFFD; none is dropped. At the end (text NULL) what still
+ * waits goes too. Complete keeps the text for its reply; a stream sends it as a Token. */
+static void request_take_text(Request *r, const char *text, size_t len) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
         int k;
 
-        if (r->finished || !r->client || len == 0)
-                return;
-        if (!axp_utf8_valid(text, len) || strlen(text) != len) {
-                log_warning("Engine produced a token for %s that is not UTF-8 text, dropping it", r->path);
-                return;
-        }
-
-        if (r->complete) {
-                if (text_append(r, text, len) < 0)
-                        log_oom();
-                r->state = AXP_STATE_DECODE;
+        k = text ? axp_utf8_stream_push(&r->utf8, text, len, &r->text, &r->text_len, &r->text_cap)
+                 : axp_utf8_stream_flush(&r->utf8, &r->text, &r->text_len, &r->text_cap);
+        if (k < 0) {
+                log_oom();
                 return;
         }
+        if (r->complete || r->text_len == 0)
+                return;
 
-        request_set_state(r, AXP_STATE_DECODE);
         k = request_new_signal(r, AXP_BUS_REQUEST_IFACE, "Token", &m);
         if (k >= 0)
-                k = sd_bus_message_append(m, "s", text);
+                k = sd_bus_message_append(m, "s", r->text);
         if (k >= 0)
                 k = sd_bus_send(r->context->bus, m, NULL);
         if (k < 0)
                 log_warning_errno(k, "Failed to send a Token of %s", r->path);
+        r->text_len = 0;
+}
+
+void request_on_token(Request *r, const char *text, size_t len) {
+        if (r->finished || !r->client || len == 0)
+                return;
+        if (r->complete)
+                r->state = AXP_STATE_DECODE;
+        else
+                request_set_state(r, AXP_STATE_DECODE);
+        request_take_text(r, text, len);
 }
 
 static void request_reply_complete(Request *r) {
@@ -236,7 +231,7 @@ static void request_reply_complete(Request *r) {
                 break;
         case AXP_FINISH_ERROR:
                 k = sd_bus_reply_method_errorf(call, SD_BUS_ERROR_FAILED, "Generation failed: %s",
-                                               axp_utf8_valid(r->stats.error, strlen(r->stats.error))
+                                               axp_utf8_valid(r->stats.error, strlen(r->stats.error), NULL)
                                                        ? r->stats.error : "internal error");
                 break;
         default:
@@ -278,6 +273,8 @@ void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_sta
                 flow_idle(f);
         }
         r->flow = NULL;
+        if (r->client)
+                request_take_text(r, NULL, 0);
 
         if (r->complete) {
                 if (r->complete_call)
@@ -409,11 +406,18 @@ const sd_bus_vtable request_vtable[] = {
 static int request_object_find(sd_bus *bus, const char *path, const char *iface, void *userdata,
                                void **ret, sd_bus_error *error) {
         Context *c = userdata;
-        Request *r = idmap_get(&c->requests, path_number(path, AXP_BUS_REQUEST_PREFIX));
+        uint64_t n = path_number(path, AXP_BUS_REQUEST_PREFIX);
+        Request *r = idmap_get(&c->requests, n);
 
-        /* Complete requests have no object; orphans are on their way out. */
-        if (!r || r->complete || !r->client)
+        /* Not a request's path (the folder of them, say): sd-bus answers. */
+        if (n == 0)
                 return 0;
+        /* Complete requests have no object; orphans are on their way out. A call to a request
+         * that is not there is NotFound, as the interface says, not sd-bus's UnknownObject. */
+        if (!r || r->complete || !r->client)
+                return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
+                                         "Request %" PRIu64 " does not exist (finished and collected, or never created)",
+                                         n);
         *ret = r;
         return 1;
 }

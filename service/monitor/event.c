@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 Event *event_new(EventSource source, const char *path, char *prompt) {
         Event *ev = g_new0(Event, 1);
         ev->source = source;
@@ -48,11 +50,18 @@ guint64 event_next_id(guint64 *last) {
 }
 
 void json_append_string(GString *out, const char *s) {
-        g_autofree char *valid = g_utf8_make_valid(s, -1);
+        size_t len = strlen(s);
 
         g_string_append_c(out, '"');
-        for (const char *p = valid; *p; p++) {
-                unsigned char c = (unsigned char) *p;
+        for (size_t i = 0, n; i < len; i += n) {
+                unsigned char c = (unsigned char) s[i];
+                n = axp_utf8_char_len(s + i, len - i);
+                if (n == 0) {
+                        /* not UTF-8: U+FFFD in its place, byte by byte */
+                        g_string_append(out, "\xef\xbf\xbd");
+                        n = 1;
+                        continue;
+                }
                 switch (c) {
                 case '"': g_string_append(out, "\\\""); break;
                 case '\\': g_string_append(out, "\\\\"); break;
@@ -63,7 +72,7 @@ void json_append_string(GString *out, const char *s) {
                         if (c < 0x20)
                                 g_string_append_printf(out, "\\u%04x", c);
                         else
-                                g_string_append_c(out, (char) c);
+                                g_string_append_len(out, s + i, (gssize) n);
                 }
         }
         g_string_append_c(out, '"');

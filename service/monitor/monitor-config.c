@@ -3,9 +3,10 @@
 
 #include <errno.h>
 #include <fnmatch.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/parse.h"
 
 /* Secrets, version-control internals, caches and editors' scratch files. They are ignored
  * unless the config says default_ignore=false. */
@@ -139,24 +140,25 @@ MonitorConfig *monitor_config_defaults(void) {
 
 /* Sizes may carry a K, M or G suffix (powers of 1024). */
 static int parse_size(const char *s, guint64 *ret) {
-        char *end;
+        size_t n = strlen(s);
         guint64 v, mult = 1;
+        int r;
 
-        if (!g_ascii_isdigit(s[0]))
-                return -EINVAL;
-        errno = 0;
-        v = g_ascii_strtoull(s, &end, 10);
-        if (errno != 0)
-                return -EINVAL;
-        switch (g_ascii_toupper(*end)) {
-        case 0: break;
-        case 'K': mult = 1024; end++; break;
-        case 'M': mult = 1024 * 1024; end++; break;
-        case 'G': mult = 1024 * 1024 * 1024; end++; break;
-        default: return -EINVAL;
+        switch (n > 0 ? g_ascii_toupper(s[n - 1]) : 0) {
+        case 'K': mult = 1024; break;
+        case 'M': mult = 1024 * 1024; break;
+        case 'G': mult = 1024 * 1024 * 1024; break;
         }
-        if (*end != 0 || !axp_mul_ok(v, mult, &v))
-                return -EINVAL;
+        if (mult == 1)
+                r = axp_parse_u64(s, 0, UINT64_MAX, &v);
+        else {
+                g_autofree char *digits = g_strndup(s, n - 1);
+                r = axp_parse_u64(digits, 0, UINT64_MAX, &v);
+        }
+        if (r < 0)
+                return r;
+        if (!axp_mul_ok(v, mult, &v))
+                return -ERANGE;
         *ret = v;
         return 0;
 }
@@ -214,9 +216,7 @@ static int load_key(MonitorConfig *cfg, GKeyFile *kf, const KeySpec *k, const ch
         case KEY_UINT:
         case KEY_SIZE: {
                 guint64 v;
-                int r = k->type == KEY_SIZE ? parse_size(raw, &v)
-                                            : (g_ascii_string_to_unsigned(raw, 10, 0, G_MAXUINT32,
-                                                                          &v, NULL) ? 0 : -EINVAL);
+                int r = k->type == KEY_SIZE ? parse_size(raw, &v) : axp_parse_u64(raw, 0, G_MAXUINT32, &v);
                 if (r < 0 || v < k->min || v > k->max)
                         return axp_errorf(err, -EINVAL,
                                           "%s: [%s] %s=%s: expected a whole number from "
@@ -230,10 +230,8 @@ static int load_key(MonitorConfig *cfg, GKeyFile *kf, const KeySpec *k, const ch
                 return 0;
         }
         case KEY_DOUBLE: {
-                char *end;
-                double v = g_ascii_strtod(raw, &end);
-                if (raw[0] == 0 || *end != 0 || !isfinite(v) || v < (double) k->min ||
-                    v > (double) k->max)
+                double v;
+                if (axp_parse_double(raw, (double) k->min, (double) k->max, &v) < 0)
                         return axp_errorf(err, -EINVAL,
                                           "%s: [%s] %s=%s: expected a number from %" G_GUINT64_FORMAT
                                           " to %" G_GUINT64_FORMAT,

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "base/utf8.h"
+
 #define BATCH_FOLDERS_SHOWN 20
 
 char *prompt_render(const char *tpl, const char *const *vars) {
@@ -27,15 +29,11 @@ char *prompt_render(const char *tpl, const char *const *vars) {
 }
 
 bool prompt_is_text(const char *data, size_t len, bool truncated) {
-        const char *end = NULL;
-        size_t controls = 0;
+        size_t bad, controls = 0;
 
-        if (!g_utf8_validate_len(data, len, &end)) {
-                /* A cut read may end inside a character; anything else is not UTF-8. */
-                if (!truncated || (size_t) (data + len - end) >= 4 ||
-                    g_utf8_get_char_validated(end, data + len - end) != (gunichar) -2)
-                        return false;
-        }
+        /* A cut read may end inside a character; anything else is not UTF-8. */
+        if (!axp_utf8_valid(data, len, &bad) && !(truncated && axp_utf8_char_cut(data + bad, len - bad)))
+                return false;
         for (size_t i = 0; i < len; i++) {
                 unsigned char c = (unsigned char) data[i];
                 if (c == 0)

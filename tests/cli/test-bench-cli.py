@@ -145,7 +145,8 @@ for args, status, words in (
         (("-m", model, "--reactive-rate", "x"), 2, "--reactive-rate"),
         (("-m", model, "--piggyback-slack", "-1"), 2, "--piggyback-slack"),
         (("-m", model, "--proactive-set", "lmsys"), 2, "lmsys"),
-        (("-m", model, "extra"), 1, "extra"),
+        (("-m", model, "extra"), 2, "extra"),
+        (("-m", model, "--seed", "4294967296"), 2, "--seed must be a number from 0 to 2147483647"),
         (("-m", cut), 1, "cut.gguf"),
         (("-m", os.path.join(tmp, "missing.gguf")), 1, "missing.gguf")):
     r = run("bench", *args, timeout=60)

@@ -51,7 +51,8 @@ END
 # Commands that run a model reject the same files, and a real model cut short anywhere.
 model_commands="generate -p hi -n 2 -m
 tokenize -p hi -m
-logits -p hi -o $dir/logits.f32 -m"
+logits -p hi -o $dir/logits.f32 -m
+logits --reference -p hi -o $dir/logits.f32 -m"
 "$AXP_CLI" mkmodel --arch qwen2 --type q4_k --seed 3 -o "$dir/model.gguf" > /dev/null
 size=$(stat -c %s "$dir/model.gguf")
 for cut in 3 20 100 1000 5000 20000 $((size / 2)) $((size - 100)); do

@@ -77,15 +77,18 @@ with tempfile.TemporaryDirectory() as d:
         if not any(" arrive " in l for l in lines) or not any(" k3 " in l for l in lines):
             fail("the trace log lacks arrivals or kernels")
 
-for bad, status in ((["--policy", "fastest"], 1), (["--reactive-rate", "-1"], 1),
-                    (["--minutes", "abc"], 1), (["--model", "llama-99b"], 1),
-                    (["--soc", "pentium"], 1), (["--disable", "everything"], 1),
-                    (["--proactive-set", "lmsys"], 1), (["--frobnicate"], 2)):
+# a value the option does not take is a usage error (status 2) of one line naming the option
+for bad in (["--policy", "fastest"], ["--reactive-rate", "-1"], ["--minutes", "abc"],
+            ["--seed", "99999999999999999999"], ["--model", "llama-99b"], ["--soc", "pentium"],
+            ["--disable", "everything"], ["--proactive-set", "lmsys"]):
     b = run(*bad)
-    if b.returncode != status:
-        fail(f"sim {' '.join(bad)}: status {b.returncode}, expected {status}")
-    if status == 1 and len(b.stderr.strip().splitlines()) != 1:
+    if b.returncode != 2:
+        fail(f"sim {' '.join(bad)}: status {b.returncode}, expected 2")
+    if len(b.stderr.strip().splitlines()) != 1 or not b.stderr.startswith("agentxpu sim: "):
         fail(f"sim {' '.join(bad)}: expected one line on stderr, got {b.stderr!r}")
+b = run("--frobnicate")
+if b.returncode != 2 or "agentxpu sim: unrecognized option '--frobnicate'" not in b.stderr:
+    fail(f"sim --frobnicate: status {b.returncode}, stderr {b.stderr!r}")
 
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)

@@ -202,6 +202,99 @@ class Daemon:
         raise AssertionError("no VmRSS")
 
 
+# Bad inputs a client may send and what each gets: (what is tried, method, arguments, error
+# name, part of the message). Both daemons' tests try them; `--bad-inputs-table` prints the
+# answers as the table in README.md and docs/dbus-api.md.
+BAD_INPUTS = [
+    ("unknown option key", "Reactive", ["hi", "{'colour': <'red'>}"],
+     "org.agentxpu.Error.InvalidArgument", "Unknown option 'colour'"),
+    ("option of the wrong type", "Reactive", ["hi", "{'max_tokens': <'ten'>}"],
+     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be of type u"),
+    ("temperature as an integer", "Complete", ["hi", "{'temperature': <1>}"],
+     "org.agentxpu.Error.InvalidArgument", "'temperature' must be of type d"),
+    ("max_tokens 0", "Reactive", ["hi", "{'max_tokens': <uint32 0>}"],
+     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be from 1 to"),
+    ("max_tokens absurd", "Reactive", ["hi", "{'max_tokens': <uint32 4000000000>}"],
+     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be from 1 to"),
+    ("negative temperature", "Reactive", ["hi", "{'temperature': <-0.5>}"],
+     "org.agentxpu.Error.InvalidArgument", "'temperature' must be at least 0"),
+    ("top_p above 1", "Reactive", ["hi", "{'top_p': <1.5>}"],
+     "org.agentxpu.Error.InvalidArgument", "'top_p' must be at least 0 and at most 1"),
+    ("min_p below 0", "Reactive", ["hi", "{'min_p': <-0.1>}"],
+     "org.agentxpu.Error.InvalidArgument", "'min_p' must be at least 0"),
+    ("repeat_penalty 0", "Reactive", ["hi", "{'repeat_penalty': <0.0>}"],
+     "org.agentxpu.Error.InvalidArgument", "'repeat_penalty' must be above 0"),
+    ("empty stop string", "Reactive", ["hi", "{'stop': <['']>}"],
+     "org.agentxpu.Error.InvalidArgument", "'stop' contains an empty string"),
+    ("too many stop strings", "Reactive", ["hi", "{'stop': <['a','b','c','d','e','f','g','h','i']>}"],
+     "org.agentxpu.Error.InvalidArgument", "'stop' has more than 8 stop strings"),
+    ("the same key twice", "Reactive", ["hi", "{'raw': <true>, 'raw': <false>}"],
+     "org.agentxpu.Error.InvalidArgument", "'raw' is given twice"),
+    ("priority on Reactive", "Reactive", ["hi", "{'priority': <'proactive'>}"],
+     "org.agentxpu.Error.InvalidArgument", "Unknown option 'priority'"),
+    ("unknown priority", "Complete", ["hi", "{'priority': <'urgent'>}"],
+     "org.agentxpu.Error.InvalidArgument", "'priority' must be 'reactive' or 'proactive'"),
+    ("flow path not a flow", "Reactive", ["hi", "{'flow': <objectpath '/org/agentxpu/Engine'>}"],
+     "org.agentxpu.Error.InvalidArgument", "'flow' must be a flow path from OpenFlow"),
+    ("flow that does not exist", "Reactive", ["hi", "{'flow': <objectpath '/org/agentxpu/Engine/flow/999'>}"],
+     "org.agentxpu.Error.NotFound", "Flow 999 does not exist"),
+    ("empty prompt", "Reactive", ["", "{}"],
+     "org.agentxpu.Error.InvalidArgument", "The prompt is empty"),
+    ("prompt over the size cap", "Proactive", ["x" * 4097, "{}"],
+     "org.agentxpu.Error.InvalidArgument", "The prompt is 4097 bytes; the limit is 4096"),
+    ("prompt beyond the context", "Reactive", [" ".join(["word"] * 100), "{}"],
+     "org.agentxpu.Error.ContextOverflow", "tokens and the context holds 64"),
+    ("OpenFlow with a sampling option", "OpenFlow", ["{'temperature': <0.5>}"],
+     "org.agentxpu.Error.InvalidArgument", "Unknown option 'temperature'"),
+    ("CloseFlow of a request path", "CloseFlow", ["/org/agentxpu/Engine/request/1"],
+     "org.agentxpu.Error.InvalidArgument", "is not a flow path"),
+    ("CloseFlow of an unknown flow", "CloseFlow", ["/org/agentxpu/Engine/flow/42"],
+     "org.agentxpu.Error.NotFound", "Flow 42 does not exist"),
+    ("Cancel of a request that does not exist", "Request.Cancel", [],
+     "org.agentxpu.Error.NotFound", "Request 9999 does not exist"),
+    ("unknown policy", "SetPolicy", ["fastest"],
+     "org.agentxpu.Error.InvalidArgument", "Unknown policy 'fastest'"),
+    ("relative model path", "LoadModel", ["model.gguf"],
+     "org.agentxpu.Error.InvalidArgument", "The model path must be absolute"),
+    ("wrong argument signature", "Reactive", ["hi"],
+     "org.freedesktop.DBus.Error.InvalidArgs", "Invalid arguments 's'"),
+]
+
+
+def bad_input_answers(bus):
+    """(row of BAD_INPUTS, the call as shown, error name, message) for each of BAD_INPUTS."""
+    for row in BAD_INPUTS:
+        what, method, args, _, _ = row
+        if method == "Request.Cancel":
+            r = bus.gdbus(PATH + "/request/9999", f"{REQ_IFACE}.Cancel")
+            shown = f"`Cancel` on `{PATH}/request/9999`"
+        elif args == ["hi"]:
+            # dbus-send sends what it is given (gdbus would check the signature itself)
+            need_tools("dbus-send")
+            r = run(["dbus-send", "--print-reply", f"--bus={bus.address}", f"--dest={NAME}", PATH,
+                     f"{IFACE}.{method}", "string:hi"])
+            m = re.match(r"Error ([\w.]+): (.*)", r.err.strip())
+            yield row, f"`{method} 'hi'` (no options)", m and m.group(1), m.group(2) if m else r.err.strip()
+            continue
+        else:
+            r = bus.call(method, *args)
+            shown = f"`{method} " + " ".join(a[:20] + "…" if len(a) >= 60 else a or "''" for a in args) + "`"
+        yield row, shown, r.error_name, r.error_message
+
+
+def check_bad_inputs(bus):
+    for (what, _, _, name, msg), _, error_name, message in bad_input_answers(bus):
+        assert error_name == name, (what, error_name, message)
+        assert msg in message, (what, msg, message)
+
+
+def print_bad_inputs_table(bus):
+    print("| input | call | error | message |")
+    print("|---|---|---|---|")
+    for (what, *_), shown, error_name, message in bad_input_answers(bus):
+        print(f"| {what} | {shown} | `{(error_name or 'none').replace('org.agentxpu.Error.', '')}` | {message} |")
+
+
 def drain(p, timeout=WAIT):
     """(returncode, rest of stdout, stderr) of a client whose stdout was partly read with
     readline(): communicate() would skip what Python already buffered."""

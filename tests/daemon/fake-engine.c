@@ -7,7 +7,10 @@
  * Words of the prompt are its tokens. A request generates " t1", " t2", ... one per step of
  * AXP_FAKE_STEP_MS milliseconds (default 5), reactive requests before proactive ones, and
  * finishes with "length" at max_tokens, with "stop" at a stop string or after 3 tokens if
- * the prompt contains the word "short", and with "error" if it contains "fail". */
+ * the prompt contains the word "short", and with "error" if it contains "fail". With the
+ * word "bytes" the tokens are instead the pieces of byte_pieces, in turn. With the word
+ * "controls", each token ends with the control characters a model may emit: BEL, an ESC
+ * sequence and CSI (U+009B). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,12 +30,22 @@ struct fake_req {
         axp_req_state state;
         axp_request_cbs cbs;
         uint32_t max_tokens, generated, prompt_tokens, prefill_tokens;
-        bool cancelled, fail, short_answer;
+        bool cancelled, fail, short_answer, bytes, controls;
         char **stop;
         size_t n_stop;
         char text[4096];
         uint64_t flow;
         double t_submit, t_first;
+};
+
+/* What byte-fallback tokens give: characters split between tokens, bytes that are no UTF-8
+ * (0xff), a NUL, and a character cut short at the end. */
+static const struct {
+        const char *s;
+        size_t len;
+} byte_pieces[] = {
+        { " caf", 4 }, { "\xc3", 1 }, { "\xa9", 1 }, { " \xe2\x82", 3 }, { "\xac", 1 },
+        { " \xff", 2 }, { " \0", 2 }, { " \xf0\x9f", 3 },
 };
 
 typedef struct fake_flow fake_flow;
@@ -187,8 +200,9 @@ static void step(axp_engine *e) {
 
         for (size_t i = 0; i < n; i++) {
                 fake_req *r = batch[i];
+                const char *piece;
                 char tok[32];
-                size_t len;
+                size_t len, piece_len;
 
                 if (r->cancelled) {
                         finish(e, r, AXP_FINISH_CANCELLED);
@@ -203,7 +217,13 @@ static void step(axp_engine *e) {
                         continue;
                 }
                 r->state = AXP_STATE_DECODE;
-                snprintf(tok, sizeof(tok), " t%u", r->generated + 1);
+                snprintf(tok, sizeof(tok), " t%u%s", r->generated + 1, r->controls ? "\a\x1b[7m\xc2\x9b" : "");
+                piece = tok;
+                piece_len = strlen(tok);
+                if (r->bytes) {
+                        piece = byte_pieces[r->generated % ELEMENTSOF(byte_pieces)].s;
+                        piece_len = byte_pieces[r->generated % ELEMENTSOF(byte_pieces)].len;
+                }
                 len = strlen(r->text);
                 if (len + strlen(tok) < sizeof(r->text))
                         strcat(r->text, tok);
@@ -217,7 +237,7 @@ static void step(axp_engine *e) {
                                 goto next;
                         }
                 pthread_mutex_unlock(&e->lock);
-                r->cbs.token(r->cbs.userdata, r->id, tok, strlen(tok));
+                r->cbs.token(r->cbs.userdata, r->id, piece, piece_len);
                 pthread_mutex_lock(&e->lock);
                 if (r->short_answer && r->generated >= 3)
                         finish(e, r, AXP_FINISH_STOP);
@@ -328,8 +348,12 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
         }
         if ((f ? f->tokens : 0) + tokens > (uint32_t) e->n_ctx) {
                 pthread_mutex_unlock(&e->lock);
-                return axp_errorf(err, -E2BIG, "The prompt is %u tokens and the context holds %d",
-                                  (f ? f->tokens : 0) + tokens, e->n_ctx);
+                if (f && f->tokens)
+                        return axp_errorf(err, -E2BIG,
+                                          "The prompt is %u tokens; the flow already holds %u of the context's %d positions",
+                                          tokens, f->tokens, e->n_ctx);
+                return axp_errorf(err, -E2BIG, "The prompt is %u tokens and the context holds %d", tokens,
+                                  e->n_ctx);
         }
         r = calloc(1, sizeof(fake_req));
         if (!r) {
@@ -345,6 +369,8 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 .prefill_tokens = tokens,
                 .fail = has_word(prompt, "fail"),
                 .short_answer = has_word(prompt, "short"),
+                .bytes = has_word(prompt, "bytes"),
+                .controls = has_word(prompt, "controls"),
                 .flow = opts->flow,
                 .t_submit = axp_now(),
         };

@@ -5,12 +5,14 @@
 the daemon: validation, ownership, unicast, tracking of clients, limits, flows, polkit,
 SIGTERM, idle exit, memory. test-daemon-model.py runs the real engine on a real model.
 
-Run one test: test-daemon-fake.py test_flows. Print the bad-input table of docs/dbus-api.md:
+Run one test: test-daemon-fake.py test_flows. Print the test double's answers to the bad
+inputs (test-daemon-model.py prints the real daemon's, which the documentation shows):
 test-daemon-fake.py --bad-inputs-table."""
 
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +20,8 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (IFACE, NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvariant_first_string,  # noqa: E402
-                     is_root, main, need_tools, run, wait_for)
+from bustest import (IFACE, NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
+                     gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
 
 FAKE = os.environ.get("AXP_ENGINE_FAKE", "")
 STANDIN = os.environ.get("AXP_POLKIT_STANDIN", "")
@@ -194,6 +196,33 @@ def test_tokens_unicast_in_order_and_bystander_sees_none():
     assert "Token" not in by_out and "Finished" not in by_out and "/request/" not in by_out, by_out
 
 
+def test_tokens_are_whole_characters_and_no_byte_is_dropped():
+    """The engine's tokens may split a character or hold bytes that are none (byte-fallback
+    tokens): Token signals carry whole characters, a split one once its last byte came, and
+    bytes that never make one (0xff, a NUL, a character cut short at the end) as U+FFFD."""
+    want = " caf\u00e9 \u20ac \ufffd \ufffd \ufffd"
+    with engine() as (bus, d):
+        r = bus.call("Complete", "bytes", "{'max_tokens': <uint32 8>}")
+        assert r.rc == 0 and gvariant_first_string(r.out) == want, r
+        mon = None
+        if is_root() and shutil.which("dbus-monitor"):
+            mon = bus.spawn(["dbus-monitor", "--address", bus.address, "type='signal',member='Token'"],
+                            stdout=subprocess.PIPE, text=True)
+            mon.stdout.readline()
+        r = bus.cli("ask", "-n", "8", "bytes")
+        assert r.rc == 0 and r.out == want + "\n", r
+        assert "not UTF-8" not in d.text(), d.text()
+        if mon:
+            assert bus.cli("ask", "-n", "1", "sync").rc == 0
+            time.sleep(0.3)
+            mon.terminate()
+            tokens = [a[0] for h, a in parse_monitor(mon.stdout.read()) if h.get("member") == "Token"]
+            # " \xe2\x82" gives its space at once and "\u20ac" with the next token; the
+            # character cut short at the end comes as the last Token, before Finished.
+            assert [t[len('string "'):-1] for t in tokens[:-1]] == \
+                [" caf", "\u00e9", " ", "\u20ac", " \ufffd", " \ufffd", " ", "\ufffd"], tokens
+
+
 def test_client_that_leaves_has_its_request_cancelled_and_freed():
     with engine() as (bus, d):
         p, path = submit_bg(bus, "-n", LONG, "a long one")
@@ -238,6 +267,35 @@ def test_engine_error_is_reported():
         assert "asked to fail" in r.error_message, r
         r = bus.cli("ask", "fail now")
         assert r.rc == 1 and "generation failed: the fake engine was asked to fail" in r.err, r
+
+
+def test_calls_to_missing_paths_answer_not_found():
+    with engine() as (bus, d):
+        for method, args in ((f"{REQ_IFACE}.Cancel", ()),
+                             ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
+                             ("org.freedesktop.DBus.Introspectable.Introspect", ())):
+            r = bus.gdbus(PATH + "/request/9999", method, *args)
+            assert r.error_name == "org.agentxpu.Error.NotFound", (method, r)
+            assert r.error_message == "Request 9999 does not exist (finished and collected, or never created)", r
+        # One that finished and was collected (its client left).
+        r = bus.cli("submit", "-n", "2", "gone soon")
+        path = r.out.split("\n")[0]
+        assert r.rc == 0 and path.startswith(PATH + "/request/"), r
+        wait_for(lambda: bus.request_nodes() == [], "the request to be collected")
+        r = bus.gdbus(path, f"{REQ_IFACE}.Cancel")
+        assert r.error_name == "org.agentxpu.Error.NotFound" and "does not exist" in r.error_message, r
+        # The folder of requests is no request: introspecting it still lists them.
+        assert bus.request_nodes() == []
+
+        r = bus.gdbus(PATH + "/flow/77", "org.freedesktop.DBus.Introspectable.Introspect")
+        assert r.error_name == "org.agentxpu.Error.NotFound", r
+        assert r.error_message == "Flow 77 does not exist (closed, or its owner left)", r
+        chat = bus.spawn([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-v"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        flow = chat.stderr.readline().split()[1]
+        assert bus.gdbus(flow, "org.freedesktop.DBus.Introspectable.Introspect").rc == 0
+        chat.stdin.close()
+        assert chat.wait(timeout=60) == 0
 
 
 # --- ownership ----------------------------------------------------------------------------------
@@ -363,90 +421,12 @@ def test_context_overflow():
         assert "104 tokens" in r.error_message and "64" in r.error_message, r
 
 
-# (what is tried, method, arguments, error name, part of the message)
-BAD_INPUTS = [
-    ("unknown option key", "Reactive", ["hi", "{'colour': <'red'>}"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown option 'colour'"),
-    ("option of the wrong type", "Reactive", ["hi", "{'max_tokens': <'ten'>}"],
-     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be of type u"),
-    ("temperature as an integer", "Complete", ["hi", "{'temperature': <1>}"],
-     "org.agentxpu.Error.InvalidArgument", "'temperature' must be of type d"),
-    ("max_tokens 0", "Reactive", ["hi", "{'max_tokens': <uint32 0>}"],
-     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be from 1 to"),
-    ("max_tokens absurd", "Reactive", ["hi", "{'max_tokens': <uint32 4000000000>}"],
-     "org.agentxpu.Error.InvalidArgument", "'max_tokens' must be from 1 to"),
-    ("negative temperature", "Reactive", ["hi", "{'temperature': <-0.5>}"],
-     "org.agentxpu.Error.InvalidArgument", "'temperature' must be at least 0"),
-    ("top_p above 1", "Reactive", ["hi", "{'top_p': <1.5>}"],
-     "org.agentxpu.Error.InvalidArgument", "'top_p' must be at least 0 and at most 1"),
-    ("min_p below 0", "Reactive", ["hi", "{'min_p': <-0.1>}"],
-     "org.agentxpu.Error.InvalidArgument", "'min_p' must be at least 0"),
-    ("repeat_penalty 0", "Reactive", ["hi", "{'repeat_penalty': <0.0>}"],
-     "org.agentxpu.Error.InvalidArgument", "'repeat_penalty' must be above 0"),
-    ("empty stop string", "Reactive", ["hi", "{'stop': <['']>}"],
-     "org.agentxpu.Error.InvalidArgument", "'stop' contains an empty string"),
-    ("too many stop strings", "Reactive", ["hi", "{'stop': <['a','b','c','d','e','f','g','h','i']>}"],
-     "org.agentxpu.Error.InvalidArgument", "'stop' has more than 8 stop strings"),
-    ("the same key twice", "Reactive", ["hi", "{'raw': <true>, 'raw': <false>}"],
-     "org.agentxpu.Error.InvalidArgument", "'raw' is given twice"),
-    ("priority on Reactive", "Reactive", ["hi", "{'priority': <'proactive'>}"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown option 'priority'"),
-    ("unknown priority", "Complete", ["hi", "{'priority': <'urgent'>}"],
-     "org.agentxpu.Error.InvalidArgument", "'priority' must be 'reactive' or 'proactive'"),
-    ("flow path not a flow", "Reactive", ["hi", "{'flow': <objectpath '/org/agentxpu/Engine'>}"],
-     "org.agentxpu.Error.InvalidArgument", "'flow' must be a flow path from OpenFlow"),
-    ("flow that does not exist", "Reactive", ["hi", "{'flow': <objectpath '/org/agentxpu/Engine/flow/999'>}"],
-     "org.agentxpu.Error.NotFound", "Flow 999 does not exist"),
-    ("empty prompt", "Reactive", ["", "{}"],
-     "org.agentxpu.Error.InvalidArgument", "The prompt is empty"),
-    ("prompt over the size cap (PromptBytes=, 1 MiB by default)", "Proactive", ["x" * 4097, "{}"],
-     "org.agentxpu.Error.InvalidArgument", "The prompt is 4097 bytes; the limit is 4096"),
-    ("prompt beyond the context", "Reactive", [" ".join(["word"] * 100), "{}"],
-     "org.agentxpu.Error.ContextOverflow", "tokens and the context holds"),
-    ("OpenFlow with a sampling option", "OpenFlow", ["{'temperature': <0.5>}"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown option 'temperature'"),
-    ("CloseFlow of a path that is not a flow", "CloseFlow", ["/org/agentxpu/Engine/request/1"],
-     "org.agentxpu.Error.InvalidArgument", "is not a flow path"),
-    ("CloseFlow of an unknown flow", "CloseFlow", ["/org/agentxpu/Engine/flow/42"],
-     "org.agentxpu.Error.NotFound", "Flow 42 does not exist"),
-    ("unknown policy", "SetPolicy", ["fastest"],
-     "org.agentxpu.Error.InvalidArgument", "Unknown policy 'fastest'"),
-    ("relative model path", "LoadModel", ["model.gguf"],
-     "org.agentxpu.Error.InvalidArgument", "The model path must be absolute"),
-    ("wrong argument signature", "Reactive", ["hi"],
-     "org.freedesktop.DBus.Error.InvalidArgs", ""),
-]
-
-
 def test_bad_inputs():
     with engine() as (bus, d):
-        for what, method, args, name, msg in BAD_INPUTS:
-            if method == "Reactive" and args == ["hi"]:
-                r = bus.busctl("call", NAME, PATH, IFACE, method, "s", "hi")
-                assert r.rc != 0, (what, r)
-                continue
-            r = bus.call(method, *args)
-            assert r.error_name == name, (what, r)
-            assert msg in r.error_message, (what, msg, r.error_message)
+        check_bad_inputs(bus)
         # Nothing was queued, nothing is left, the daemon is fine.
         assert engine_idle(bus) and bus.request_nodes() == []
         assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
-
-
-def print_bad_inputs_table():
-    with engine("[Limits]\nMaxTokens=4096\n") as (bus, d):
-        print("| input | call | error | message |")
-        print("|---|---|---|---|")
-        for what, method, args, name, msg in BAD_INPUTS:
-            if method == "Reactive" and args == ["hi"]:
-                r = bus.busctl("call", NAME, PATH, IFACE, method, "s", "hi")
-                shown = "`Reactive 'hi'` (no options)"
-                message = r.err.strip().replace("Call failed: ", "")
-            else:
-                shown = f"`{method} " + " ".join(a if len(a) < 60 else a[:20] + "…" for a in args) + "`"
-                r = bus.call(method, *args)
-                message = r.error_message
-            print(f"| {what} | {shown} | `{r.error_name or 'InvalidArgs'}` | {message} |")
 
 
 # --- many clients and memory ---------------------------------------------------------------------
@@ -629,7 +609,7 @@ def test_cli_status_and_cancel():
         lines = r.out.split("\n")
         assert r.rc == 0 and lines[0].startswith(PATH + "/request/") and lines[1:] == [" t1 t2 t3", ""], r
         r = bus.cli("cancel", PATH + "/request/999")
-        assert r.rc == 1 and "no such request" in r.err, r
+        assert r.rc == 1 and "Request 999 does not exist" in r.err, r
         assert bus.cli("cancel", path).rc == 0
         assert p.wait(timeout=60) == 1
     bus = TestBus()
@@ -638,6 +618,61 @@ def test_cli_status_and_cancel():
         assert r.rc == 1 and "the engine is not running" in r.err, r
     finally:
         bus.close()
+
+
+def test_cli_without_engine_says_what_to_do():
+    # A bus with no engine on it and no service file to start one: as the system bus, the
+    # engine is not installed; as a private bus, it is not running there.
+    bus = TestBus()
+    try:
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address)
+        for args in (["ask", "hi"], ["status"], ["chat"]):
+            p = subprocess.run([os.environ["AXP_CLI"], *args], env=env, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=60)
+            assert p.returncode == 1 and p.stderr == (f"agentxpu {args[0]}: the engine is not installed: no service "
+                                                      f"on the system bus provides {NAME}\n"), p
+        r = bus.cli("submit", "hi")
+        assert r.rc == 1 and r.err == (f"agentxpu submit: the engine is not running on {bus.address}; "
+                                       f"start agentxpu-engine --address {bus.address}\n"), r
+    finally:
+        bus.close()
+
+
+def test_cli_escapes_control_characters_on_a_terminal():
+    need_tools("script")
+    tok = "\a\x1b[7m\u009b"  # what the test double adds to each token for "controls"
+    shown = "\\x07\\x1b[7m\\xc2\\x9b"
+    with engine() as (bus, d):
+        # into a pipe, unchanged
+        r = bus.cli("ask", "-n", "2", "controls please")
+        assert r.rc == 0 and r.out == f" t1{tok} t2{tok}\n", r
+        # on a terminal (util-linux script's pseudo-terminal, which turns \n into \r\n), shown
+        for args, want in ((["ask", "-n", "2", "controls please"], f" t1{shown} t2{shown}\n"),
+                           (["submit", "-n", "2", "controls please"], f" t1{shown} t2{shown}\n"),
+                           (["chat", "-n", "1"], f" t1{shown}\n")):
+            cmd = [os.environ["AXP_CLI"], args[0], "--address", bus.address] + args[1:]
+            # chat reads its line through the terminal, which echoes it
+            p = subprocess.run(["script", "-qec", " ".join(f"'{a}'" for a in cmd), "/dev/null"],
+                               input=b"controls\n" if args[0] == "chat" else b"", capture_output=True,
+                               timeout=120)
+            out = p.stdout.decode().replace("\r\n", "\n")
+            if args[0] == "submit":
+                out = out.split("\n", 1)[1]  # after the request's path
+            if args[0] == "chat":
+                out = out.replace("> ", "")
+                want = "controls\n" + want  # the terminal echoes the line typed
+            assert p.returncode == 0 and out == want, (args, p, out)
+
+
+def test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on():
+    with engine() as (bus, d):
+        p = subprocess.run([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "2"],
+                           input="one\n".encode() + b"caf\xe9 au lait\n" + "two\n".encode(),
+                           capture_output=True, timeout=120)
+        # both good turns answered; the bad line is refused, saying where, and not sent
+        assert p.stdout == b" t1 t2\n t1 t2\n", p
+        assert p.stderr == b"agentxpu chat: line 2 is not valid UTF-8 (byte 0xe9 at offset 3)\n", p
+        assert p.returncode == 1, p
 
 
 def test_gdbus_example_client_streams():
@@ -676,19 +711,21 @@ def test_startup_errors_are_clear():
         for args, message in (
                 (["--config", conf], f"{conf}:2: RequestsPerUser= must be a whole number above 0, got 'lots'"),
                 (["--config", bus.path("missing.conf")], "Cannot open " + bus.path("missing.conf")),
-                (["--config", "/dev/null", "--model", "/nonexistent.gguf"], "Cannot start the engine: Cannot open model"),
+                (["--config", "/dev/null", "--model", "/nonexistent.gguf", "--address", bus.address],
+                 "Cannot start the engine: Cannot open model"),
                 (["--policy", "fastest"], "--policy must be agentxpu, fcfs or serial"),
                 (["--exit-idle-time", "soon"], "--exit-idle-time wants seconds"),
                 (["--config", "/dev/null", "--address", "unix:path=/nonexistent/bus"], "Failed to connect to unix:path=/nonexistent/bus")):
             r = run([FAKE] + args)
             assert r.rc == 1 and message in r.err, (args, r)
-        # A second instance cannot take the name from the first.
+        # A second instance cannot take the name from the first, and says so before it
+        # loads a model (this one would not load).
         model = bus.path("tiny.gguf")
         with open(model, "w") as f:
             f.write("x")
         d = Daemon(bus, FAKE, args=["--model", model])
-        r = run([FAKE, "--config", "/dev/null", "--address", bus.address])
-        assert r.rc == 1 and "Failed to acquire the bus name org.agentxpu.Engine" in r.err, r
+        r = run([FAKE, "--config", "/dev/null", "--address", bus.address, "--model", "/nonexistent.gguf"])
+        assert r.rc == 1 and r.err == "Another agentxpu-engine already owns org.agentxpu.Engine on this bus\n", r
         assert d.stop() == 0
     finally:
         bus.close()
@@ -698,9 +735,11 @@ TESTS = [
     test_introspection_matches_xml,
     test_complete_replies_with_text_and_stats,
     test_tokens_unicast_in_order_and_bystander_sees_none,
+    test_tokens_are_whole_characters_and_no_byte_is_dropped,
     test_client_that_leaves_has_its_request_cancelled_and_freed,
     test_finished_request_is_kept_for_its_owner_then_dropped,
     test_engine_error_is_reported,
+    test_calls_to_missing_paths_answer_not_found,
     test_other_user_cannot_read_or_cancel,
     test_other_user_cannot_use_or_close_a_flow,
     test_flows,
@@ -714,6 +753,9 @@ TESTS = [
     test_bus_activated_daemon_exits_when_idle,
     test_under_valgrind_no_leaks,
     test_cli_status_and_cancel,
+    test_cli_without_engine_says_what_to_do,
+    test_cli_chat_refuses_a_line_that_is_not_utf8_and_goes_on,
+    test_cli_escapes_control_characters_on_a_terminal,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
     test_startup_errors_are_clear,
@@ -721,6 +763,7 @@ TESTS = [
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--bad-inputs-table"]:
-        print_bad_inputs_table()
+        with engine("[Limits]\nMaxTokens=4096\n") as (bus, d):
+            print_bad_inputs_table(bus)
     else:
         main(TESTS)

@@ -4,7 +4,9 @@
 `agentxpu mkmodel`: what a desktop sees. Skips (77) where the daemon is not built (it needs
 the engine's scheduler) or the command line cannot make a model.
 
-Run one test: test-daemon-model.py test_complete_matches_generate."""
+Run one test: test-daemon-model.py test_complete_matches_generate. Print the real daemon's
+answers to the bad inputs, the table in README.md and docs/dbus-api.md (under TABLE_CONFIG):
+meson test -C build test-daemon-model --test-args=--bad-inputs-table -v"""
 
 import atexit
 import contextlib
@@ -16,8 +18,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, drain, gvariant_first_string,  # noqa: E402
-                     is_root, main, need_tools, run, wait_for)
+from bustest import (NAME, PATH, REQ_IFACE, WAIT, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
+                     gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
 
 DAEMON = os.environ.get("AXP_ENGINE_DAEMON", "")
 CLI = os.environ.get("AXP_CLI", "")
@@ -74,6 +76,9 @@ def engine_idle(bus):
 
 GREEDY = "{'max_tokens': <uint32 8>, 'temperature': <0.0>, 'raw': <true>}"
 
+# The settings of the bad-input table: a 64-token context, prompts of at most 4096 bytes.
+TABLE_CONFIG = "[Engine]\nContextSize=64\n[Limits]\nPromptBytes=4096\nMaxTokens=4096\n"
+
 
 def test_complete_matches_generate():
     with engine() as (bus, d):
@@ -86,6 +91,27 @@ def test_complete_matches_generate():
             raise Skip("agentxpu generate is not in this build")
         assert gen.rc == 0, gen
         assert gen.out.rstrip("\n") == text, (gen.out, text)
+
+
+def test_no_byte_of_the_answer_is_dropped():
+    """The tests' model, having random weights, generates byte tokens that make no UTF-8 (this
+    answer holds a NUL and many stray bytes). The daemon's text is the command line's with
+    each NUL, which a D-Bus string cannot carry, as U+FFFD: streamed or whole, nothing is
+    dropped."""
+    def output(cmd):
+        # bytes, not text: a "\r" of the answer must stay one
+        p = subprocess.run(cmd, capture_output=True, timeout=WAIT)
+        assert p.returncode == 0, p
+        return p.stdout.decode()
+
+    gen = output([CLI, "generate", "-m", model(), "-p", "Hello", "--raw", "-n", "200", "--temperature", "0"])
+    assert "\0" in gen and "\ufffd" in gen, "the answer no longer shows what this test is about"
+    want = gen.replace("\0", "\ufffd")
+    with engine() as (bus, d):
+        r = bus.call("Complete", "Hello", GREEDY.replace("uint32 8", "uint32 200"))
+        assert r.rc == 0 and gvariant_first_string(r.out) + "\n" == want, (r.out, want)
+        asked = output([CLI, "ask", "--address", bus.address, "-n", "200", "--temperature", "0", "--raw", "Hello"])
+        assert asked == want, (asked, want)
 
 
 def test_reactive_stream_in_order_unicast():
@@ -275,8 +301,71 @@ def test_load_model_refuses_a_corrupt_file_and_keeps_serving():
         assert r.rc == 0, r
 
 
+def test_devices_carry_their_memory():
+    """The Devices property gives the CPU the machine's memory, as `agentxpu devices` does."""
+    with engine() as (bus, d):
+        devices = bus.props()["Devices"]
+        cpu = [props for name, kind, props in devices if kind == "cpu"]
+        assert cpu, devices
+        with open("/proc/meminfo") as f:
+            total = int(re.search(r"MemTotal:\s+(\d+) kB", f.read()).group(1)) * 1024
+        memory = cpu[0]["memory_bytes"]["data"]
+        assert abs(memory - total) <= total // 100, (memory, total)
+
+
+def test_second_engine_leaves_before_loading_its_model():
+    """A second agentxpu-engine on the bus says the name is taken and exits 1, without
+    loading its model first: one that does not exist is not even looked at, and a real one
+    is never reported loaded."""
+    with engine() as (bus, d):
+        for m in ("/nonexistent/model.gguf", model()):
+            r = run([DAEMON, "--address", bus.address, "--config", "/dev/null", "--model", m],
+                    env=dict(os.environ, AGENTXPU_LOG_LEVEL="debug"))
+            assert r.rc == 1, r
+            assert "Another agentxpu-engine already owns org.agentxpu.Engine on this bus" in r.err, r
+            assert "Cannot start the engine" not in r.err and "model '" not in r.err, r
+        assert bus.call("Complete", "Hello", GREEDY).rc == 0
+
+
+def test_bad_inputs():
+    with engine(TABLE_CONFIG) as (bus, d):
+        check_bad_inputs(bus)
+        assert engine_idle(bus) and bus.request_nodes() == []
+        assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
+
+
+def test_context_overflow_messages():
+    """A prompt beyond the context: without a flow the message gives the prompt and the
+    context; on a flow, also what the conversation already holds."""
+    with engine(TABLE_CONFIG) as (bus, d):
+        r = bus.call("Reactive", " ".join(["word"] * 100), "{}")
+        assert r.error_name == "org.agentxpu.Error.ContextOverflow", r
+        m = re.fullmatch(r"The prompt is (\d+) tokens and the context holds 64", r.error_message)
+        assert m and int(m.group(1)) > 64, r.error_message
+
+        chat = bus.spawn([CLI, "chat", "--address", bus.address, "-v", "-n", "16", "--temperature", "0"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        flow = chat.stderr.readline().split()[1]
+        chat.stdin.write("Hello\n")
+        chat.stdin.flush()
+        chat.stderr.readline()
+        assert chat.stderr.readline().startswith("finished:")
+        # A prompt that fits the empty context but not beside the conversation.
+        prompt = " ".join(["word"] * 20)
+        alone = bus.call("Complete", prompt, "{'max_tokens': <uint32 1>, 'raw': <true>}")
+        assert alone.rc == 0, alone
+        r = bus.call("Complete", prompt, f"{{'flow': <objectpath '{flow}'>}}")
+        assert r.error_name == "org.agentxpu.Error.ContextOverflow", r
+        m = re.fullmatch(r"The prompt is (\d+) tokens; the flow already holds (\d+) of the context's 64 positions",
+                         r.error_message)
+        assert m and 0 < int(m.group(1)) < 64 and int(m.group(1)) + int(m.group(2)) >= 64, r.error_message
+        chat.stdin.close()
+        assert chat.wait(timeout=60) == 0
+
+
 TESTS = [
     test_complete_matches_generate,
+    test_no_byte_of_the_answer_is_dropped,
     test_reactive_stream_in_order_unicast,
     test_other_uid_cannot_cancel_or_read,
     test_fifty_clients_a_third_leaving,
@@ -286,7 +375,15 @@ TESTS = [
     test_sigterm_cancels_running_requests_and_exits_0,
     test_cli_ends_when_the_engine_dies_mid_stream,
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
+    test_bad_inputs,
+    test_context_overflow_messages,
+    test_devices_carry_their_memory,
+    test_second_engine_leaves_before_loading_its_model,
 ]
 
 if __name__ == "__main__":
-    main(TESTS)
+    if sys.argv[1:] == ["--bad-inputs-table"]:
+        with engine(TABLE_CONFIG) as (bus, d):
+            print_bad_inputs_table(bus)
+    else:
+        main(TESTS)

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "tok-util.h"
-#include "model/unicode.h"
+#include "base/utf8.h"
 
 typedef struct fuzz_vocab {
         loaded_vocab v;
@@ -59,16 +59,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         return 0;
 }
 
-static bool valid_utf8(const uint8_t *s, size_t n) {
-        for (size_t i = 0; i < n;) {
-                size_t k = axp_utf8_valid_char(s + i, n - i);
-                if (k == 0)
-                        return false;
-                i += k;
-        }
-        return true;
-}
-
 static const unsigned modes[] = { 0, AXP_TOK_PARSE_SPECIAL, AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL };
 
 static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text, size_t len);
@@ -108,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text, size_t len) {
-        bool valid = valid_utf8((const uint8_t *) text, len);
+        bool valid = axp_utf8_valid(text, len, NULL);
 
         for (size_t m = 0; m < ELEMENTSOF(modes); m++) {
                 int32_t *ids = NULL;
@@ -130,7 +120,7 @@ static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text,
                 bool special = modes[m] & AXP_TOK_PARSE_SPECIAL;
                 size_t out_len;
                 char *out = detok_all(t, ids, n, special, &out_len);
-                if (!valid_utf8((const uint8_t *) out, out_len))
+                if (!axp_utf8_valid(out, out_len, NULL))
                         abort(); /* the detokenizer only ever releases well-formed text */
                 if (byte_level && valid && !(modes[m] & AXP_TOK_ADD_BOS) &&
                     (out_len != len || memcmp(out, text, len) != 0)) {

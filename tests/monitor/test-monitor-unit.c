@@ -76,6 +76,8 @@ static void test_is_text(void) {
         CHECK(!prompt_is_text("caf\xe9", 4, false));                    /* Latin-1 */
         CHECK(!prompt_is_text("caf\xc3", 4, false));                    /* cut character */
         CHECK(prompt_is_text("caf\xc3", 4, true));                      /* ... at a cut read */
+        CHECK(!prompt_is_text("caf\xc0", 4, true));                     /* no character starts so */
+        CHECK(!prompt_is_text("caf\xed\xa0", 5, true));                 /* nor so (a surrogate) */
         CHECK(!prompt_is_text("\x01\x02\x03\x04", 4, false));
 }
 

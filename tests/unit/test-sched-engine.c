@@ -260,7 +260,10 @@ static void test_cancel_and_errors(void) {
         big[39999] = 0;
         greedy_opts(&o, 4);
         CHECK(axp_engine_submit(e, AXP_REACTIVE, big, &o, &cb, &id, &err) == -E2BIG);
-        free(big);
+        /* no flow: the prompt and the context, nothing about positions in use */
+        CHECK_MSG(strncmp(err.msg, "the prompt is ", 14) == 0 &&
+                  strstr(err.msg, " tokens and the context holds 1024") && !strstr(err.msg, "use"),
+                  "%s", err.msg);
 
         /* a flow with a request in flight is busy */
         static result f1;
@@ -272,6 +275,11 @@ static void test_cancel_and_errors(void) {
         CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[0], &o, &fcb, &id, &err) == 0);
         CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[1], &o, &cb, &id, &err) == -EBUSY);
         result_wait(&f1);
+        /* on a flow that holds a conversation, the message says how much of the context it holds */
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, big, &o, &cb, &id, &err) == -E2BIG);
+        CHECK_MSG(strstr(err.msg, " tokens; the flow already holds ") &&
+                  strstr(err.msg, " of the context's 1024 positions"), "%s", err.msg);
+        free(big);
         CHECK(axp_engine_flow_close(e, flow) == 0);
         CHECK(axp_engine_flow_close(e, flow) == -ENOENT);
 

@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/* The reference forward pass (reference.h). Read llama_forward() first: it is the whole
+ * network for one token; qwen_forward() is the same with the qwen2/qwen3 differences marked;
+ * each helper above them is one line of the math. Everything is double precision; a weight
+ * row is dequantized by the type's reference routine just before it is used. */
+#include "reference.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/types.h"
+
+struct axp_ref {
+        const axp_model *m;
+        int n_ctx;
+        int pos;              /* the position of the token being run */
+        double *key, *value;  /* the KV cache: [n_layer][n_ctx][n_head_kv * head_dim] */
+
+        /* one token's activations */
+        double *x;            /* the residual stream [n_embd] */
+        double *h;            /* a block's normed input [n_embd] */
+        double *q;            /* the query, one head after another [n_head * head_dim] */
+        double *att;          /* the attention's output, heads concatenated [n_head * head_dim] */
+        double *o;            /* a block's output, added to the residual stream [n_embd] */
+        double *gate, *up;    /* the feed-forward network's hidden layer [n_ff] */
+        double *score;        /* one head's attention weights over the positions [n_ctx] */
+        float *row;           /* one weight row, dequantized */
+};
+
+/* The steps ------------------------------------------------------------------------------------
+ * Norm weights and biases are F32 vectors (the loader converts F16 and BF16 ones); matrices
+ * are in any type of kernels/types.h. */
+
+/* x = the token's row of the embedding table */
+static void embed(axp_ref *r, double *x, const axp_weight *table, int32_t token) {
+        axp_dequantize_row(table->type, (const char *) table->data + (uint64_t) token * table->row_bytes,
+                           r->row, table->n_in);
+        for (int64_t i = 0; i < table->n_in; i++)
+                x[i] = r->row[i];
+}
+
+/* y = W x */
+static void matvec(axp_ref *r, double *y, const axp_weight *W, const double *x) {
+        for (int64_t i = 0; i < W->n_out; i++) {
+                axp_dequantize_row(W->type, (const char *) W->data + (uint64_t) i * W->row_bytes, r->row,
+                                   W->n_in);
+                double s = 0;
+                for (int64_t j = 0; j < W->n_in; j++)
+                        s += (double) r->row[j] * x[j];
+                y[i] = s;
+        }
+}
+
+/* out = x / sqrt(mean(x²) + eps) * w  (out may be x) */
+static void rmsnorm(double *out, const double *x, const axp_weight *w, int n, double eps) {
+        const float *wf = w->data;
+        double ss = 0;
+        for (int i = 0; i < n; i++)
+                ss += x[i] * x[i];
+        double scale = 1.0 / sqrt(ss / n + eps);
+        for (int i = 0; i < n; i++)
+                out[i] = x[i] * scale * wf[i];
+}
+
+/* Each head of v on its own: v_h = rmsnorm(v_h) with one [head_dim] weight for all heads */
+static void head_rmsnorm(double *v, const axp_weight *w, int n_heads, int head_dim, double eps) {
+        for (int h = 0; h < n_heads; h++)
+                rmsnorm(v + (size_t) h * head_dim, v + (size_t) h * head_dim, w, head_dim, eps);
+}
+
+/* y += b, where the file has the bias b */
+static void add_bias(double *y, const axp_weight *b) {
+        const float *bf = b->data;
+        for (int64_t i = 0; bf && i < b->n_in; i++)
+                y[i] += bf[i];
+}
+
+/* x += o */
+static void residual(double *x, const double *o, int n) {
+        for (int i = 0; i < n; i++)
+                x[i] += o[i];
+}
+
+/* RoPE: in each head of v, rotate pair i (i < rope_dim / 2) by the angle
+ *     pos * rope_scale * rope_base^(-2i / rope_dim) / rope_freqs[i]
+ * (rope_scale: linear scaling, 1 without; rope_freqs: Llama 3.1's per-frequency divisors,
+ * 1 where the file has none). The pairs are (2i, 2i + 1) for AXP_ROPE_NORM (llama) and
+ * (i, i + rope_dim / 2) for AXP_ROPE_NEOX (qwen). Dimensions past rope_dim stay as they are. */
+static void rope(const axp_model *m, double *v, int n_heads, int pos, enum axp_rope_type pairs) {
+        const axp_hparams *hp = &m->hp;
+        const int half = hp->rope_dim / 2;
+        const float *divisors = m->rope_freqs.data;
+        for (int h = 0; h < n_heads; h++) {
+                double *x = v + (size_t) h * hp->head_dim;
+                for (int i = 0; i < half; i++) {
+                        double freq = pow(hp->rope_base, -2.0 * i / hp->rope_dim);
+                        if (divisors)
+                                freq /= divisors[i];
+                        double theta = pos * (double) hp->rope_scale * freq;
+                        int a = pairs == AXP_ROPE_NORM ? 2 * i : i;
+                        int b = pairs == AXP_ROPE_NORM ? 2 * i + 1 : i + half;
+                        double x0 = x[a], x1 = x[b];
+                        x[a] = x0 * cos(theta) - x1 * sin(theta);
+                        x[b] = x0 * sin(theta) + x1 * cos(theta);
+                }
+        }
+}
+
+/* x = exp(x - max x) / sum exp(x - max x) */
+static void softmax(double *x, int n) {
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++)
+                mx = fmax(mx, x[i]);
+        for (int i = 0; i < n; i++)
+                sum += x[i] = exp(x[i] - mx);
+        for (int i = 0; i < n; i++)
+                x[i] /= sum;
+}
+
+/* Layer l's key (or value) vector at position pos in the cache */
+static double *cache_at(const axp_ref *r, double *cache, int l, int pos) {
+        const axp_hparams *hp = &r->m->hp;
+        return cache + ((size_t) l * r->n_ctx + pos) * hp->n_head_kv * hp->head_dim;
+}
+
+/* Causal attention of this position's query q over layer l's cached keys and values at
+ * positions 0..pos (none later: the causal mask). Query head h reads KV head
+ * h / (n_head / n_head_kv) (grouped-query attention):
+ *     out_h = sum_s softmax_s(q_h · k_s / sqrt(head_dim)) v_s */
+static void attention(axp_ref *r, int l, const double *q, double *out) {
+        const axp_hparams *hp = &r->m->hp;
+        const int hd = hp->head_dim, kvd = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
+        const double *K = cache_at(r, r->key, l, 0), *V = cache_at(r, r->value, l, 0);
+        const int n = r->pos + 1;
+
+        for (int h = 0; h < hp->n_head; h++) {
+                const double *qh = q + (size_t) h * hd;
+                const int kvh = h / group;
+                for (int s = 0; s < n; s++) {
+                        const double *k = K + (size_t) s * kvd + (size_t) kvh * hd;
+                        double dot = 0;
+                        for (int i = 0; i < hd; i++)
+                                dot += qh[i] * k[i];
+                        r->score[s] = dot / sqrt((double) hd);
+                }
+                softmax(r->score, n);
+                double *oh = out + (size_t) h * hd;
+                for (int i = 0; i < hd; i++)
+                        oh[i] = 0;
+                for (int s = 0; s < n; s++) {
+                        const double *v = V + (size_t) s * kvd + (size_t) kvh * hd;
+                        for (int i = 0; i < hd; i++)
+                                oh[i] += r->score[s] * v[i];
+                }
+        }
+}
+
+/* The feed-forward network: out = W_down (silu(W_gate h) * W_up h), silu(g) = g / (1 + e^-g) */
+static void swiglu(axp_ref *r, const axp_layer *L, const double *h, double *out) {
+        matvec(r, r->gate, &L->w_gate, h);
+        matvec(r, r->up, &L->w_up, h);
+        for (int64_t i = 0; i < L->w_gate.n_out; i++)
+                r->gate[i] = r->gate[i] / (1.0 + exp(-r->gate[i])) * r->up[i];
+        matvec(r, out, &L->w_down, r->gate);
+}
+
+/* logits = W_out rmsnorm(x), W_out being token_embd where the output is tied */
+static void lm_head(axp_ref *r, double *logits) {
+        const axp_model *m = r->m;
+        rmsnorm(r->h, r->x, &m->output_norm, m->hp.n_embd, m->hp.rms_eps);
+        matvec(r, logits, &m->output, r->h);
+}
+
+/* The forward passes, one per family -----------------------------------------------------------
+ * Each runs one token at position r->pos, leaves its keys and values in the cache, and writes
+ * the logits if asked. */
+
+/* Llama: pre-norm blocks, RoPE on adjacent pairs. */
+static void llama_forward(axp_ref *r, int32_t token, double *logits) {
+        const axp_model *m = r->m;
+        const axp_hparams *hp = &m->hp;
+        const int d = hp->n_embd, pos = r->pos;
+        const double eps = hp->rms_eps;
+
+        embed(r, r->x, &m->tok_embd, token);
+        for (int l = 0; l < hp->n_layer; l++) {
+                const axp_layer *L = &m->layers[l];
+                double *k = cache_at(r, r->key, l, pos), *v = cache_at(r, r->value, l, pos);
+
+                /* attention */
+                rmsnorm(r->h, r->x, &L->attn_norm, d, eps);
+                matvec(r, r->q, &L->wq, r->h);
+                matvec(r, k, &L->wk, r->h);
+                matvec(r, v, &L->wv, r->h);
+                add_bias(r->q, &L->bq); /* rare in llama files; added where present, as llama.cpp does */
+                add_bias(k, &L->bk);
+                add_bias(v, &L->bv);
+                rope(m, r->q, hp->n_head, pos, AXP_ROPE_NORM);
+                rope(m, k, hp->n_head_kv, pos, AXP_ROPE_NORM);
+                attention(r, l, r->q, r->att);
+                matvec(r, r->o, &L->wo, r->att);
+                residual(r->x, r->o, d);
+
+                /* feed-forward */
+                rmsnorm(r->h, r->x, &L->ffn_norm, d, eps);
+                swiglu(r, L, r->h, r->o);
+                residual(r->x, r->o, d);
+        }
+        if (logits)
+                lm_head(r, logits);
+}
+
+/* Qwen2 and Qwen3: Llama's blocks with RoPE on the two halves of each head (NeoX), and
+ *   qwen2: biases on the Q, K and V projections;
+ *   qwen3: no biases, but an RMSNorm over each head of Q and of K before RoPE. */
+static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
+        const axp_model *m = r->m;
+        const axp_hparams *hp = &m->hp;
+        const int d = hp->n_embd, pos = r->pos;
+        const double eps = hp->rms_eps;
+
+        embed(r, r->x, &m->tok_embd, token);
+        for (int l = 0; l < hp->n_layer; l++) {
+                const axp_layer *L = &m->layers[l];
+                double *k = cache_at(r, r->key, l, pos), *v = cache_at(r, r->value, l, pos);
+
+                /* attention */
+                rmsnorm(r->h, r->x, &L->attn_norm, d, eps);
+                matvec(r, r->q, &L->wq, r->h);
+                matvec(r, k, &L->wk, r->h);
+                matvec(r, v, &L->wv, r->h);
+                if (hp->arch == AXP_ARCH_QWEN2) { /* qwen2: Q, K and V biases */
+                        add_bias(r->q, &L->bq);
+                        add_bias(k, &L->bk);
+                        add_bias(v, &L->bv);
+                } else { /* qwen3: each head of Q and of K RMS-normed */
+                        head_rmsnorm(r->q, &L->q_norm, hp->n_head, hp->head_dim, eps);
+                        head_rmsnorm(k, &L->k_norm, hp->n_head_kv, hp->head_dim, eps);
+                }
+                rope(m, r->q, hp->n_head, pos, AXP_ROPE_NEOX);
+                rope(m, k, hp->n_head_kv, pos, AXP_ROPE_NEOX);
+                attention(r, l, r->q, r->att);
+                matvec(r, r->o, &L->wo, r->att);
+                residual(r->x, r->o, d);
+
+                /* feed-forward */
+                rmsnorm(r->h, r->x, &L->ffn_norm, d, eps);
+                swiglu(r, L, r->h, r->o);
+                residual(r->x, r->o, d);
+        }
+        if (logits)
+                lm_head(r, logits);
+}
+
+/* The state ----------------------------------------------------------------------------------- */
+
+/* The file's tensors are those its architecture's forward pass above computes with. */
+static int check_tensors(const axp_model *m, axp_error *err) {
+        const axp_hparams *hp = &m->hp;
+        for (int l = 0; l < hp->n_layer; l++) {
+                const axp_layer *L = &m->layers[l];
+                bool biases = L->bq.data || L->bk.data || L->bv.data;
+                bool qk_norm = L->q_norm.data || L->k_norm.data;
+                if (hp->arch != AXP_ARCH_QWEN3 && qk_norm)
+                        return axp_errorf(err, -ENOTSUP, "layer %d of this %s model has q/k norms, which %s has not",
+                                          l, axp_arch_name(hp->arch), axp_arch_name(hp->arch));
+                if (hp->arch == AXP_ARCH_QWEN3 && biases)
+                        return axp_errorf(err, -ENOTSUP,
+                                          "layer %d of this qwen3 model has Q/K/V biases, which qwen3 has not", l);
+        }
+        return 0;
+}
+
+int axp_ref_new(const axp_model *m, int n_ctx, axp_ref **ret, axp_error *err) {
+        const axp_hparams *hp = &m->hp;
+        const size_t qd = (size_t) hp->n_head * hp->head_dim, kvd = (size_t) hp->n_head_kv * hp->head_dim;
+        const size_t n_row = (size_t) MAX(MAX(hp->n_embd, hp->n_ff), (int) qd);
+        int r;
+
+        if (n_ctx <= 0)
+                return axp_errorf(err, -EINVAL, "the reference needs a context of at least one position");
+        if ((r = check_tensors(m, err)) < 0)
+                return r;
+        axp_ref *s = calloc(1, sizeof(*s));
+        if (!s)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        s->m = m;
+        s->n_ctx = n_ctx;
+        s->key = calloc((size_t) hp->n_layer * n_ctx * kvd, sizeof(double));
+        s->value = calloc((size_t) hp->n_layer * n_ctx * kvd, sizeof(double));
+        s->x = calloc((size_t) hp->n_embd, sizeof(double));
+        s->h = calloc((size_t) hp->n_embd, sizeof(double));
+        s->q = calloc(qd, sizeof(double));
+        s->att = calloc(qd, sizeof(double));
+        s->o = calloc((size_t) hp->n_embd, sizeof(double));
+        s->gate = calloc((size_t) hp->n_ff, sizeof(double));
+        s->up = calloc((size_t) hp->n_ff, sizeof(double));
+        s->score = calloc((size_t) n_ctx, sizeof(double));
+        s->row = calloc(n_row, sizeof(float));
+        if (!s->key || !s->value || !s->x || !s->h || !s->q || !s->att || !s->o || !s->gate || !s->up ||
+            !s->score || !s->row) {
+                axp_ref_free(s);
+                return axp_errorf(err, -ENOMEM, "out of memory for the reference's cache of %d positions",
+                                  n_ctx);
+        }
+        *ret = s;
+        return 0;
+}
+
+void axp_ref_free(axp_ref *r) {
+        if (!r)
+                return;
+        free(r->key), free(r->value), free(r->x), free(r->h), free(r->q), free(r->att), free(r->o);
+        free(r->gate), free(r->up), free(r->score), free(r->row);
+        free(r);
+}
+
+int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
+        if (token < 0 || token >= r->m->hp.n_vocab)
+                return axp_errorf(err, -EINVAL, "token id %d is outside the vocabulary", token);
+        if (r->pos >= r->n_ctx)
+                return axp_errorf(err, -E2BIG, "the reference's context of %d positions is full", r->n_ctx);
+        switch (r->m->hp.arch) {
+        case AXP_ARCH_LLAMA: llama_forward(r, token, logits); break;
+        case AXP_ARCH_QWEN2:
+        case AXP_ARCH_QWEN3: qwen_forward(r, token, logits); break;
+        }
+        r->pos++;
+        return 0;
+}
+
+int axp_ref_logits(const axp_model *m, const int32_t *tokens, int n, int first, double **ret,
+                   axp_error *err) {
+        const size_t nv = (size_t) m->hp.n_vocab;
+        int r;
+
+        if (n <= 0 || first < 0 || first >= n)
+                return axp_errorf(err, -EINVAL, "no logits to compute (positions %d..%d)", first, n - 1);
+        _cleanup_(axp_ref_freep) axp_ref *ref = NULL;
+        if ((r = axp_ref_new(m, n, &ref, err)) < 0)
+                return r;
+        _cleanup_free_ double *logits = calloc((size_t) (n - first) * nv, sizeof(double));
+        if (!logits)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        for (int i = 0; i < n; i++)
+                if ((r = axp_ref_step(ref, tokens[i], i >= first ? logits + (size_t) (i - first) * nv : NULL,
+                                      err)) < 0)
+                        return r;
+        *ret = TAKE_PTR(logits);
+        return 0;
+}

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""What the command line says when it is used wrongly, checked for every subcommand: an option
+it does not know names the command and points to its --help; a number option refuses
+garbage and numbers out of range in one line that gives the range (status 2); text that is
+not valid UTF-8 (a prompt, a prompt file, --stop, --system) is refused in one line that says
+where (status 1); without a bus, the bus commands say what to check. The bus commands'
+behaviour against an engine, or a bus without one, is in tests/daemon/test-daemon-fake.py.
+Env: AXP_CLI."""
+import os
+import subprocess
+import sys
+import tempfile
+
+CLI = os.environ["AXP_CLI"]
+failures = 0
+
+
+def fail(msg):
+    global failures
+    failures += 1
+    print("FAIL:", msg)
+
+
+def run(*args, **kw):
+    return subprocess.run([CLI, *args], capture_output=True, timeout=120, **kw)
+
+
+BUS_COMMANDS = [["ask", "hi"], ["submit", "hi"], ["chat"], ["status"],
+                ["cancel", "/org/agentxpu/Engine/request/1"]]
+
+
+def lines(b):
+    return b.decode("utf-8", "replace").splitlines()
+
+
+# What every subcommand needs besides the option under test to get past its own checks.
+COMMANDS = {
+    "generate": ["-m", "/nonexistent.gguf", "-p", "hi"],
+    "logits": ["-m", "/nonexistent.gguf", "-p", "hi", "-o", "/nonexistent.f32"],
+    "tokenize": ["-m", "/nonexistent.gguf", "-p", "hi"],
+    "inspect": ["-m", "/nonexistent.gguf"],
+    "mkmodel": ["-o", "/nonexistent/m.gguf"],
+    "sim": [],
+    "bench": ["-m", "/nonexistent.gguf"],
+    "suggestions": ["--store", "/nonexistent.jsonl"],
+    "devices": [],
+    "ask": ["hi"],
+    "submit": ["hi"],
+    "chat": [],
+    "status": [],
+    "cancel": ["/org/agentxpu/Engine/request/1"],
+}
+
+# Every number option: (command, option, kind). "bus" doubles are any finite number: the
+# engine judges their range.
+NUMBERS = [
+    ("generate", "-n", "uint"), ("generate", "--temperature", "double"),
+    ("generate", "--top-k", "uint"), ("generate", "--top-p", "double"),
+    ("generate", "--min-p", "double"), ("generate", "--repeat-penalty", "double"),
+    ("generate", "--seed", "uint"), ("generate", "--threads", "uint"),
+    ("generate", "--chunk", "uint"),
+    ("logits", "--threads", "uint"), ("logits", "--chunk", "uint"),
+    ("bench", "--reactive-rate", "double"), ("bench", "--proactive-rate", "double"),
+    ("bench", "--minutes", "double"), ("bench", "--seed", "uint"), ("bench", "--threads", "uint"),
+    ("bench", "--drain", "double"), ("bench", "--b-cap", "uint"),
+    ("bench", "--piggyback-slack", "double"),
+    ("sim", "--reactive-rate", "double"), ("sim", "--proactive-rate", "double"),
+    ("sim", "--minutes", "double"), ("sim", "--seed", "uint"), ("sim", "--preempt-bound", "double"),
+    ("sim", "--s-chk", "uint"), ("sim", "--b-cap", "uint"), ("sim", "--max-batch", "uint"),
+    ("sim", "--aging", "double"), ("sim", "--duty", "double"), ("sim", "--gpu-busy", "double"),
+    ("sim", "--warmup", "double"),
+    ("mkmodel", "--dim", "uint"), ("mkmodel", "--layers", "uint"), ("mkmodel", "--heads", "uint"),
+    ("mkmodel", "--kv-heads", "uint"), ("mkmodel", "--ffn", "uint"), ("mkmodel", "--ctx", "uint"),
+    ("mkmodel", "--head-dim", "uint"), ("mkmodel", "--rope-base", "double"),
+    ("mkmodel", "--seed", "uint"), ("mkmodel", "--threads", "uint"),
+    ("suggestions", "--last", "uint"),
+]
+for cmd in ("ask", "submit", "chat"):
+    NUMBERS += [(cmd, "-n", "uint"), (cmd, "--top-k", "uint"), (cmd, "--seed", "uint"),
+                (cmd, "--temperature", "bus"), (cmd, "--top-p", "bus"), (cmd, "--min-p", "bus"),
+                (cmd, "--repeat-penalty", "bus")]
+
+BAD = {
+    "uint": ["abc", "", "12abc", "-1", "1.5", "0x10", " 7", "18446744073709551616",
+             "99999999999999999999999"],
+    "double": ["abc", "", "1.5x", "nan", "1e999", "-1e999", " 1", "-1"],
+    "bus": ["abc", "", "1.5x", "nan", "1e999", "-1e999", " 1"],
+}
+
+
+def check_unknown_options():
+    for cmd, extra in COMMANDS.items():
+        for opt in ("--colour", "--colour=always"):
+            p = run(cmd, opt, *extra)
+            err = lines(p.stderr)
+            want = f"agentxpu {cmd}: unrecognized option '{opt}'"
+            if p.returncode != 2 or len(err) != 2 or err[0] != want or f"'agentxpu {cmd} --help'" not in err[1]:
+                fail(f"{cmd} {opt}: status {p.returncode}, stderr {err}")
+    # an option without its value, one that takes none, an ambiguous abbreviation
+    for args, want in ((["ask", "-n"], "agentxpu ask: option requires an argument -- 'n'"),
+                       (["generate", "--json=1", "-p", "x"], "agentxpu generate: option '--json' doesn't allow an argument"),
+                       (["ask", "--top", "1", "x"], "agentxpu ask: option '--top' is ambiguous")):
+        p = run(*args)
+        err = lines(p.stderr)
+        if p.returncode != 2 or len(err) != 2 or not err[0].startswith(want) or "--help" not in err[1]:
+            fail(f"{' '.join(args)}: status {p.returncode}, stderr {err}")
+    # an argument too many
+    for cmd, extra in COMMANDS.items():
+        if cmd in ("ask", "submit", "cancel"):
+            extra = extra + ["extra"]
+            want = "exactly one"
+        else:
+            extra = extra + ["extra"]
+            want = "argument"
+        p = run(cmd, *extra)
+        err = lines(p.stderr)
+        if p.returncode != 2 or len(err) != 1 or not err[0].startswith(f"agentxpu {cmd}: ") or want not in err[0]:
+            fail(f"{cmd} with an argument too many: status {p.returncode}, stderr {err}")
+    print("ok   unknown options and arguments name the command and point to --help")
+
+
+def check_numbers():
+    for cmd, opt, kind in NUMBERS:
+        for value in BAD[kind]:
+            p = run(cmd, opt, value, *COMMANDS[cmd])
+            err = lines(p.stderr)
+            want = f"agentxpu {cmd}: {opt} must be a number"
+            if p.returncode != 2 or len(err) != 1 or not err[0].startswith(want) or f"got '{value}'" not in err[0]:
+                fail(f"{cmd} {opt} '{value}': status {p.returncode}, stderr {err}")
+    # the range is in the message, and its ends are accepted
+    p = run("ask", "-n", "4294967296", "hi")
+    want = "agentxpu ask: -n must be a number from 1 to 4294967295, got '4294967296'"
+    if p.returncode != 2 or lines(p.stderr) != [want]:
+        fail(f"ask -n 4294967296: status {p.returncode}, stderr {lines(p.stderr)}")
+    p = run("ask", "-n", "0", "hi")
+    if p.returncode != 2 or "from 1 to 4294967295, got '0'" not in p.stderr.decode():
+        fail(f"ask -n 0: status {p.returncode}, stderr {lines(p.stderr)}")
+    for args in (["ask", "-n", "4294967295", "--seed", "18446744073709551615", "--temperature", "-3",
+                  "--address", "unix:path=/nonexistent", "hi"],
+                 ["generate", "-n", "1048576", "--top-p", "1", "--seed", "18446744073709551615",
+                  "-m", "/nonexistent.gguf", "-p", "hi"]):
+        p = run(*args)
+        # past the options: the command fails later, on the bus or the file
+        if p.returncode != 1 or "must be a number" in p.stderr.decode():
+            fail(f"{' '.join(args)}: status {p.returncode}, stderr {lines(p.stderr)}")
+    print(f"ok   {len(NUMBERS)} number options refuse garbage and numbers out of range")
+
+
+def check_utf8(tmp):
+    bad = os.path.join(tmp, "bad.txt")
+    with open(bad, "wb") as f:
+        f.write("Grüße, ".encode() + b"\xff and more\n")
+    good = os.path.join(tmp, "good.txt")
+    with open(good, "wb") as f:
+        f.write("Grüße\n".encode())
+    model = ["-m", "/nonexistent.gguf"]
+    cases = [
+        # (args, what the message names, the bad byte, its offset)
+        (["ask", b"abc\xff"], "the prompt", 0xff, 3),
+        (["ask", "--stop", b"ab\xc3(", "hi"], "--stop", 0xc3, 2),
+        (["ask", "--system", b"\xed\xa0\x80", "hi"], "--system", 0xed, 0),  # a surrogate
+        (["submit", b"caf\xe9"], "the prompt", 0xe9, 3),
+        (["submit", "--stop", "fine", "--stop", b"\xc0\xaf", "hi"], "--stop", 0xc0, 0),  # overlong
+        (["chat", "--system", b"sys\x80"], "--system", 0x80, 3),
+        (["generate", *model, "-p", b"abc\xff"], "the prompt", 0xff, 3),
+        (["generate", *model, "-f", bad], bad, 0xff, 9),
+        (["generate", *model, "-p", "hi", "--stop", b"\xf5"], "--stop", 0xf5, 0),
+        (["generate", *model, "-p", "hi", "--system", b"x\xfe"], "--system", 0xfe, 1),
+        (["tokenize", *model, "-p", b"\xe2\x82"], "the prompt", 0xe2, 0),  # cut short
+        (["tokenize", *model, "-f", bad], bad, 0xff, 9),
+        (["logits", *model, "-o", "/nonexistent.f32", "-p", b"\xff"], "the prompt", 0xff, 0),
+        (["logits", *model, "-o", "/nonexistent.f32", "-f", bad], bad, 0xff, 9),
+    ]
+    for args, what, byte, offset in cases:
+        p = run(*args)
+        err = lines(p.stderr)
+        want = f"agentxpu {args[0]}: {what} is not valid UTF-8 (byte 0x{byte:02x} at offset {offset})"
+        if p.returncode != 1 or err != [want]:
+            fail(f"{args}: status {p.returncode}, stderr {err}, want {want!r}")
+    # valid text gets past the check (and fails later, on the file or the bus)
+    for args in (["generate", *model, "-f", good], ["tokenize", *model, "-p", "Grüße €"],
+                 ["ask", "--address", "unix:path=/nonexistent", "--stop", "ß", "Grüße 😀"]):
+        p = run(*args)
+        if p.returncode != 1 or "UTF-8" in p.stderr.decode():
+            fail(f"{args}: status {p.returncode}, stderr {lines(p.stderr)}")
+    print(f"ok   {len(cases)} texts that are not UTF-8 are refused, saying where")
+
+
+def check_no_bus():
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent")
+    for args in BUS_COMMANDS:
+        p = run(*args, env=env, stdin=subprocess.DEVNULL)
+        err = lines(p.stderr)
+        want = (f"agentxpu {args[0]}: cannot connect to the system bus (No such file or directory); "
+                "is the system bus running and the engine installed? Use --address ADDRESS for a private bus")
+        if p.returncode != 1 or err != [want]:
+            fail(f"{args} without a system bus: status {p.returncode}, stderr {err}")
+        p = run(args[0], "--address", "unix:path=/nonexistent", *args[1:], stdin=subprocess.DEVNULL)
+        err = lines(p.stderr)
+        want = f"agentxpu {args[0]}: cannot connect to unix:path=/nonexistent (No such file or directory); "
+        if p.returncode != 1 or len(err) != 1 or not err[0].startswith(want):
+            fail(f"{args} --address to nowhere: status {p.returncode}, stderr {err}")
+    print("ok   without a bus, the bus commands say what to check")
+
+
+check_unknown_options()
+check_numbers()
+check_no_bus()
+with tempfile.TemporaryDirectory() as tmp:
+    check_utf8(tmp)
+print("ok" if not failures else f"{failures} failures")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""agentxpu logits --reference from the command line: on F32 models made by mkmodel (llama,
+qwen2, qwen3) the reference forward pass and the kernels agree within the conformance
+README's F32 tolerance (§7: max |d| <= 1e-3); on the conformance's tiny Llama 3 models the
+reference matches llama.cpp's reference logits within the README's tolerances (F32: max |d|
+and RMS <= 1e-3; Q8_0: max |d| <= 0.03, RMS <= 0.006) with the same top token (skipped where
+the data is absent); --reference with --device is a usage error. Env: AXP_CLI,
+AXP_CONFORMANCE_DIR."""
+import array
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+CLI = os.environ["AXP_CLI"]
+failures = 0
+
+
+def fail(msg):
+    global failures
+    failures += 1
+    print("FAIL:", msg)
+
+
+def run(*args):
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=600)
+
+
+def logits(out, *args):
+    """The logits `agentxpu logits ARGS -o OUT` writes, or None after a failure."""
+    p = run("logits", *args, "-o", out)
+    if p.returncode != 0:
+        fail(f"agentxpu logits {' '.join(args)}: status {p.returncode}: {p.stderr.strip()}")
+        return None
+    v = array.array("f")
+    with open(out, "rb") as f:
+        v.frombytes(f.read())
+    if sys.byteorder != "little":
+        v.byteswap()
+    return v
+
+
+def diff(a, b):
+    """max |a - b| and RMS of a - b"""
+    d = [abs(x - y) for x, y in zip(a, b)]
+    return max(d), math.sqrt(sum(x * x for x in d) / len(d))
+
+
+def argmax(v):
+    return max(range(len(v)), key=lambda i: (v[i], -i))
+
+
+def check(name, got, want, max_abs, max_rms):
+    if got is None or want is None:
+        return
+    if len(got) != len(want):
+        fail(f"{name}: {len(got)} logits, want {len(want)}")
+        return
+    m, rms = diff(got, want)
+    print(f"  {name}: max |d| {m:.3g}, rms {rms:.3g} (tolerance {max_abs:g} / {max_rms:g})")
+    if m > max_abs or rms > max_rms:
+        fail(f"{name}: max |d| {m:g}, rms {rms:g} beyond {max_abs:g} / {max_rms:g}")
+    if argmax(got) != argmax(want):
+        fail(f"{name}: top token {argmax(got)} != {argmax(want)}")
+
+
+def check_mkmodel(tmp):
+    """The reference and the kernels on synthetic F32 models of each architecture."""
+    prompt = os.path.join(tmp, "prompt.txt")
+    with open(prompt, "w") as f:
+        f.write("The quick brown fox jumps over the lazy dog. " * 6)
+    for arch in ("llama", "qwen2", "qwen3"):
+        model = os.path.join(tmp, f"{arch}-f32.gguf")
+        p = run("mkmodel", "--arch", arch, "--type", "f32", "--dim", "128", "--layers", "2",
+                "--heads", "4", "--kv-heads", "2", "--ffn", "256", "--ctx", "512", "--seed", "11",
+                "-o", model)
+        if p.returncode != 0:
+            fail(f"mkmodel {arch}: {p.stderr.strip()}")
+            continue
+        for src in (("-p", "Hello"), ("-f", prompt)):
+            kernels = logits(os.path.join(tmp, "k.f32"), "-m", model, *src)
+            ref = logits(os.path.join(tmp, "r.f32"), "-m", model, *src, "--reference")
+            check(f"{arch} f32 {src[0]}: --reference vs kernels", ref, kernels, 1e-3, 1e-3)
+
+
+def check_conformance(conf, tmp):
+    """--reference against llama.cpp's reference run (README §5, `ref` mode)."""
+    tolerances = {"tiny-llama3-f32": (1e-3, 1e-3), "tiny-llama3-q8_0": (0.03, 0.006)}
+    for model, (max_abs, max_rms) in tolerances.items():
+        path = os.path.join(conf, model + ".gguf")
+        if not os.path.exists(path):
+            print(f"SKIP: {path} is absent")
+            continue
+        for p in ("p1_hello", "p2_fox", "p3_paragraph", "p4_unicode"):
+            golden = os.path.join(conf, "golden", model, p)
+            ref = logits(os.path.join(tmp, "r.f32"), "-m", path, "-f",
+                         os.path.join(conf, "golden", "prompts", p + ".txt"), "--reference")
+            want = array.array("f")
+            with open(golden + ".ref.logits.f32", "rb") as f:
+                want.frombytes(f.read())
+            if sys.byteorder != "little":
+                want.byteswap()
+            check(f"{model} {p}: --reference vs llama.cpp", ref, want, max_abs, max_rms)
+            with open(golden + ".ref.json") as f:
+                top = json.load(f)["last_logits_top20"][0]["id"]
+            if ref is not None and argmax(ref) != top:
+                fail(f"{model} {p}: --reference's top token {argmax(ref)} != llama.cpp's {top}")
+
+
+def check_usage(tmp):
+    p = run("logits", "-m", "x.gguf", "-p", "Hi", "-o", os.path.join(tmp, "x"), "--reference",
+            "--device", "cpu")
+    if p.returncode != 2 or "--device" not in p.stderr:
+        fail(f"--reference --device: status {p.returncode}, {p.stderr.strip()!r}")
+    p = run("logits", "--help")
+    if p.returncode != 0 or "--reference" not in p.stdout:
+        fail("logits --help does not describe --reference")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    check_usage(tmp)
+    check_mkmodel(tmp)
+    conf = os.environ.get("AXP_CONFORMANCE_DIR", "")
+    if conf and os.path.exists(os.path.join(conf, "tiny-llama3-f32.gguf")):
+        check_conformance(conf, tmp)
+    else:
+        print(f"SKIP: llama.cpp's logits (no conformance data at {conf!r})")
+sys.exit(1 if failures else 0)
