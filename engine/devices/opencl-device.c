@@ -50,8 +50,10 @@ static const struct {
 } wtypes[] = {
         { AXP_TYPE_F32, "f32", ACT_F32 },    { AXP_TYPE_F16, "f16", ACT_F16 },
         { AXP_TYPE_BF16, "bf16", ACT_F32 },  { AXP_TYPE_Q8_0, "q8_0", ACT_Q8_0 },
-        { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
-        { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
+        { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_1, "q4_1", ACT_Q8_0 },
+        { AXP_TYPE_Q5_0, "q5_0", ACT_Q8_0 }, { AXP_TYPE_Q5_1, "q5_1", ACT_Q8_0 },
+        { AXP_TYPE_IQ4_NL, "iq4_nl", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
+        { AXP_TYPE_Q5_K, "q5_k", ACT_Q8_K },     { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
 };
 #define N_WTYPES ELEMENTSOF(wtypes)
 
@@ -447,14 +449,14 @@ static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int 
                 if ((r = grow(c, &c->aq, &c->aq_rows, (size_t) n_tok, kb, err)) < 0 ||
                     (r = grow(c, &c->ad, &c->ad_rows, (size_t) n_tok, kb / 32 * sizeof(float),
                               err)) < 0 ||
-                    (r = grow(c, &c->as, &c->as_rows, (size_t) n_tok, kb / 32 * sizeof(cl_short),
+                    (r = grow(c, &c->as, &c->as_rows, (size_t) n_tok, kb / 32 * sizeof(float),
                               err)) < 0)
                         return r;
                 if (act == ACT_Q8_0)
                         return launch(c, c->k_act[act], "act_q8_0", (size_t) (k / 32),
                                       (size_t) n_tok, 0,
                                       ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->aq),
-                                           KM(c->ad)),
+                                           KM(c->ad), KM(c->as)),
                                       err);
                 return launch(c, c->k_act[act], "act_q8_k", (size_t) (k / 256), (size_t) n_tok, 0,
                               ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->aq), KM(c->ad),
@@ -1099,6 +1101,12 @@ static void model_release(ocl_dev *c) {
         c->rope_rows = c->token_rows = c->logits_rows = 0;
         c->aq_rows = c->ad_rows = c->as_rows = c->af_rows = 0;
         c->act_k = 0;
+        /* the host rope table's rows are as wide as this model's rotary dimension */
+        free(c->rope_host);
+        free(c->rope_pos);
+        c->rope_host = NULL;
+        c->rope_pos = NULL;
+        c->rope_host_cap = 0;
         c->rope_n = 0;
         c->model = NULL;
 }
@@ -1424,7 +1432,7 @@ int axp_opencl_matmul(axp_device *d, const axp_weight *w, const float *x, int n_
 }
 
 int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int k,
-                   int8_t *ret_q, float *ret_d, int16_t *ret_s, float *ret_f, axp_error *err) {
+                   int8_t *ret_q, float *ret_d, void *ret_s, float *ret_f, axp_error *err) {
         if (!d || d->ops != &ocl_ops)
                 return axp_errorf(err, -EINVAL, "not an OpenCL device");
         ocl_dev *c = d->priv;
@@ -1455,21 +1463,21 @@ int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int 
         case ACT_Q8_K: {
                 _cleanup_free_ int8_t *q = malloc(rows * kk);
                 _cleanup_free_ float *dd = malloc(rows * kk / 32 * sizeof(float));
-                _cleanup_free_ int16_t *ss = malloc(rows * kk / 32 * sizeof(int16_t));
+                /* sums: int16 (Q8_K) or float (Q8_0) per 32 values */
+                const size_t se = act == ACT_Q8_K ? sizeof(int16_t) : sizeof(float);
+                _cleanup_free_ uint8_t *ss = malloc(rows * kk / 32 * se);
                 if (!q || !dd || !ss)
                         return axp_errorf(err, -ENOMEM, "out of memory");
                 if ((r = read_back(c, c->aq, rows * kk, q, err)) < 0 ||
                     (r = read_back(c, c->ad, rows * kk / 32 * sizeof(float), dd, err)) < 0 ||
-                    (act == ACT_Q8_K &&
-                     (r = read_back(c, c->as, rows * kk / 32 * sizeof(int16_t), ss, err)) < 0))
+                    (r = read_back(c, c->as, rows * kk / 32 * se, ss, err)) < 0)
                         return r;
                 const size_t nb = (size_t) k / (act == ACT_Q8_K ? 256 : 32);
                 for (size_t t = 0; t < rows; t++) {
                         memcpy(ret_q + t * k, q + t * kk, (size_t) k);
                         memcpy(ret_d + t * nb, dd + t * (kk / 32), nb * sizeof(float));
-                        if (act == ACT_Q8_K)
-                                memcpy(ret_s + t * (k / 32), ss + t * (kk / 32),
-                                       (size_t) k / 32 * sizeof(int16_t));
+                        memcpy((uint8_t *) ret_s + t * (k / 32) * se, ss + t * (kk / 32) * se,
+                               (size_t) k / 32 * se);
                 }
                 return 0;
         }

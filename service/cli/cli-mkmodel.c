@@ -21,8 +21,9 @@ static int help(FILE *f) {
                 "and llama.cpp).\n"
                 "\n"
                 "  --arch ARCH        llama (default), qwen2 or qwen3\n"
-                "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_k,\n"
-                "                     q6_k; norms and biases stay f32\n"
+                "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_1,\n"
+                "                     q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k; norms and biases stay\n"
+                "                     f32\n"
                 "  --vocab-from GGUF  copy the tokenizer of another GGUF (default: a small built-in\n"
                 "                     byte-level BPE vocabulary)\n"
                 "  --dim D            embedding length (default 256)\n"
@@ -41,8 +42,8 @@ static int help(FILE *f) {
                 "  --threads N        threads generating weights (default: all CPUs)\n"
                 "  -o, --output FILE  the model file to write\n"
                 "\n"
-                "q4_k and q6_k need --dim and --ffn (and heads × head-dim) to be multiples of 256;\n"
-                "q8_0 and q4_0 multiples of 32.\n");
+                "q4_k, q5_k and q6_k need --dim and --ffn (and heads × head-dim) to be multiples of 256;\n"
+                "the other quantized types multiples of 32.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -100,7 +101,8 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_TYPE:
                         a = axp_type_from_name(optarg);
                         if (a < 0)
-                                return cli_usage_error("unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)",
+                                return cli_usage_error("unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                                                       "q5_1, iq4_nl, q4_k, q5_k, q6_k)",
                                                        optarg);
                         p.type = (uint32_t) a;
                         break;

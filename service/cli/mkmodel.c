@@ -206,10 +206,20 @@ static int file_type_of(uint32_t type) {
                 return 1;
         case AXP_TYPE_Q4_0:
                 return 2;
+        case AXP_TYPE_Q4_1:
+                return 3;
         case AXP_TYPE_Q8_0:
                 return 7;
+        case AXP_TYPE_Q5_0:
+                return 8;
+        case AXP_TYPE_Q5_1:
+                return 9;
+        case AXP_TYPE_IQ4_NL:
+                return 25;
         case AXP_TYPE_Q4_K:
                 return 14; /* MOSTLY_Q4_K_S: every matrix Q4_K */
+        case AXP_TYPE_Q5_K:
+                return 16; /* MOSTLY_Q5_K_S: every matrix Q5_K */
         case AXP_TYPE_Q6_K:
                 return 18;
         case AXP_TYPE_BF16:
@@ -662,7 +672,7 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
         if (!tr || file_type_of(p->type) < 0)
                 return axp_errorf(err, -EINVAL,
                                   "weight type %s is not one mkmodel writes (f32, f16, bf16, q8_0, "
-                                  "q4_0, q4_k, q6_k)", tr ? tr->name : "?");
+                                  "q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k)", tr ? tr->name : "?");
         if (!p->path || !*p->path)
                 return axp_errorf(err, -EINVAL, "no output file given");
 #define RANGE(v, lo, hi, opt)                                                                      \

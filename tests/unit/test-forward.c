@@ -139,7 +139,8 @@ static void check_against_reference(const char *arch, const char *type) {
 }
 
 static void test_types_llama(void) {
-        const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k" };
+        const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",
+                                "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 check_against_reference("llama", types[i]);
 }
@@ -184,8 +185,8 @@ static void test_scaled_rope(void) {
 
 /* A chunked prefill stopped half way, another request run meanwhile (prefill and decode on
  * the same device), then resumed: the same logits as one whole prefill. */
-static void test_chunked_stop_resume(void) {
-        axp_model *m = make_model("llama", "q8_0", 3, NULL);
+static void chunked_stop_resume(const char *type) {
+        axp_model *m = make_model("llama", type, 3, NULL);
         CHECK(m != NULL);
         if (!m)
                 return;
@@ -219,7 +220,7 @@ static void test_chunked_stop_resume(void) {
         free(tasks);
 
         double e = rel_err_f(chunked.logits, whole.logits, nv);
-        printf("  chunked+resumed vs whole: relative difference %.2e\n", e);
+        printf("  %s chunked+resumed vs whole: relative difference %.2e\n", type, e);
         CHECK(e <= 1e-5);
         CHECK_EQ_INT(chunked.n_past, N_PROMPT);
         axp_seq_free(&whole);
@@ -228,9 +229,15 @@ static void test_chunked_stop_resume(void) {
         model_done(m);
 }
 
+static void test_chunked_stop_resume(void) {
+        const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q5_k" };
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                chunked_stop_resume(types[i]);
+}
+
 /* Requests of different context lengths decoded together give what each gives alone. */
-static void test_batched_decode(void) {
-        axp_model *m = make_model("llama", "q4_k", 4, NULL);
+static void batched_decode(const char *type) {
+        axp_model *m = make_model("llama", type, 4, NULL);
         CHECK(m != NULL);
         if (!m)
                 return;
@@ -259,13 +266,19 @@ static void test_batched_decode(void) {
                 for (int i = 0; i < B; i++)
                         worst = fmax(worst, rel_err_f(batched[i].logits, single[i].logits, nv));
         }
-        printf("  batched vs single decode: relative difference %.2e\n", worst);
+        printf("  %s batched vs single decode: relative difference %.2e\n", type, worst);
         CHECK(worst <= 1e-5);
         for (int i = 0; i < B; i++) {
                 axp_seq_free(&single[i]);
                 axp_seq_free(&batched[i]);
         }
         model_done(m);
+}
+
+static void test_batched_decode(void) {
+        const char *types[] = { "q4_k", "q5_k", "q4_1", "q5_0", "q5_1", "iq4_nl" };
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                batched_decode(types[i]);
 }
 
 /* An F16 KV cache stays close to the F32 one. */
