@@ -107,6 +107,7 @@ struct Call {
         GString *text;          /* the answer so far (not streamed) */
         EngineJob *job;
         bool gone;              /* answered or its client left */
+        bool headers_sent;      /* streamed: the status and headers are out */
         gulong disconnected_id, finished_id;
         GSource *watch;         /* the connection, to notice a client that leaves */
         void *api_data;

@@ -355,12 +355,15 @@ static void on_model(GObject *src, GAsyncResult *res, gpointer data) {
         c->cb(c->userdata, g_variant_get_string(v, NULL), NULL, NULL);
 }
 
+typedef struct ModelFailure {
+        ModelCall *c;
+        char *message;
+} ModelFailure;
+
 static gboolean model_failure_cb(gpointer data) {
-        Failure *f = data;
-        ModelCall *c = (ModelCall *) f->j;
-        c->cb(c->userdata, NULL, f->error_name, f->message);
-        g_free(c);
-        g_free(f->error_name);
+        ModelFailure *f = data;
+        f->c->cb(f->c->userdata, NULL, "org.freedesktop.DBus.Error.NoServer", f->message);
+        g_free(f->c);
         g_free(f->message);
         g_free(f);
         return G_SOURCE_REMOVE;
@@ -373,9 +376,8 @@ void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata
         c->cb = cb;
         c->userdata = userdata;
         if (!ensure_connection(l, &e)) {
-                Failure *f = g_new0(Failure, 1);
-                f->j = (EngineJob *) c;
-                f->error_name = g_strdup("org.freedesktop.DBus.Error.NoServer");
+                ModelFailure *f = g_new0(ModelFailure, 1);
+                f->c = c;
                 f->message = g_strdup_printf("Cannot connect to %s: %s",
                                              l->address ? l->address : "the system bus", e->message);
                 g_idle_add(model_failure_cb, f);

@@ -451,9 +451,14 @@ static gboolean on_socket(GSocket *sock, GIOCondition cond, gpointer data) {
                 }
         }
         g_clear_pointer(&c->watch, g_source_unref);
+        if (c->gone)
+                return G_SOURCE_REMOVE;
         call_gone(c, true);
-        /* an answer libsoup can fail to write, to end the message */
-        soup_server_message_set_status(c->msg, SOUP_STATUS_SERVICE_UNAVAILABLE, NULL);
+        /* something for libsoup to fail to write, which ends the message */
+        if (c->headers_sent)
+                soup_message_body_complete(soup_server_message_get_response_body(c->msg));
+        else
+                soup_server_message_set_status(c->msg, SOUP_STATUS_SERVICE_UNAVAILABLE, NULL);
         soup_server_message_unpause(c->msg);
         return G_SOURCE_REMOVE;
 }
@@ -516,6 +521,7 @@ static void job_started(void *userdata, const char *error_name, const char *mess
         soup_message_headers_set_content_type(h, c->ops->stream_type, NULL);
         soup_message_headers_set_encoding(h, SOUP_ENCODING_CHUNKED);
         soup_message_headers_replace(h, "Cache-Control", "no-cache");
+        c->headers_sent = true;
         c->ops->begin(c);
         soup_server_message_unpause(c->msg);
 }
