@@ -23,6 +23,7 @@ int cli_ask(int argc, char **argv);
 int cli_submit(int argc, char **argv);
 int cli_status(int argc, char **argv);
 int cli_cancel(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 
 /* Print "agentxpu COMMAND: <msg>" to stderr as one line and return 1 (a failure). */
