@@ -24,8 +24,11 @@ static int property_get_version(sd_bus *bus, const char *path, const char *iface
 static int property_get_model(sd_bus *bus, const char *path, const char *iface, const char *property,
                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
+        axp_engine_status st = {};
 
-        return sd_bus_message_append(reply, "s", c->engine ? axp_engine_model_name(c->engine) : "");
+        if (c->engine)
+                axp_engine_status_get(c->engine, &st);
+        return sd_bus_message_append(reply, "s", st.model);
 }
 
 static int property_get_policy(sd_bus *bus, const char *path, const char *iface, const char *property,

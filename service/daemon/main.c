@@ -163,6 +163,7 @@ static int connect_bus(Context *c, const Args *args) {
 
 static int run(int argc, char **argv) {
         _cleanup_(context_clear) Context c = {};
+        axp_engine_status st;
         axp_error err = {};
         sigset_t mask;
         Args args;
@@ -208,9 +209,9 @@ static int run(int argc, char **argv) {
         if (r < 0)
                 return log_error("Cannot start the engine: %s", err.msg[0] ? err.msg : strerror(-r)), r;
 
+        axp_engine_status_get(c.engine, &st);
         log_info("agentxpu-engine %s: model '%s', policy %s, serving " AXP_BUS_NAME "%s", AXP_VERSION,
-                 axp_engine_model_name(c.engine), axp_engine_policy(c.engine),
-                 c.config.exit_idle_s > 0 ? " until idle" : "");
+                 st.model, st.policy, c.config.exit_idle_s > 0 ? " until idle" : "");
         context_changed(&c);
 
         r = sd_event_loop(c.event);

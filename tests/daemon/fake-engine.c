@@ -67,6 +67,7 @@ struct axp_engine {
         unsigned step_ms;
         int n_ctx;
         char model[256];
+        unsigned model_serial;
         char policy[16];
 };
 
@@ -278,6 +279,7 @@ static int load(axp_engine *e, const char *path, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "%s is not a GGUF file", path);
         base = strrchr(path, '/');
         snprintf(e->model, sizeof(e->model), "%s", base ? base + 1 : path);
+        e->model_serial++;
         return 0;
 }
 
@@ -459,9 +461,8 @@ int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state
         return r;
 }
 
-void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
-        *ret = (axp_engine_status) {};
-        pthread_mutex_lock(&e->lock);
+static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
+        *ret = (axp_engine_status) { .model_serial = e->model_serial };
         for (fake_req *q = e->reqs; q; q = q->next) {
                 if (q->state != AXP_STATE_QUEUED)
                         ret->running++;
@@ -470,15 +471,27 @@ void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
                 else
                         ret->queued_proactive++;
         }
+        snprintf(ret->model, sizeof(ret->model), "%s", e->model);
+        snprintf(ret->policy, sizeof(ret->policy), "%s", e->policy);
+}
+
+void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
+        pthread_mutex_lock(&e->lock);
+        status_snapshot(e, ret);
         pthread_mutex_unlock(&e->lock);
 }
 
-const char *axp_engine_model_name(axp_engine *e) {
-        return e->model;
-}
+static const char *const policies[] = { "agentxpu", "fcfs", "serial" };
 
 const char *axp_engine_policy(axp_engine *e) {
-        return e->policy;
+        const char *name = "agentxpu";
+
+        pthread_mutex_lock(&e->lock);
+        for (size_t i = 0; i < ELEMENTSOF(policies); i++)
+                if (strcmp(e->policy, policies[i]) == 0)
+                        name = policies[i];
+        pthread_mutex_unlock(&e->lock);
+        return name;
 }
 
 int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err) {

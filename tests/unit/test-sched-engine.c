@@ -18,6 +18,8 @@
 #include "test.h"
 #include "kernels/types.h"
 
+#define MODEL_NAME "model-one"
+
 static char model_path[256], calib_path[256];
 
 typedef struct result {
@@ -289,6 +291,7 @@ static void test_cancel_and_errors(void) {
         axp_engine_status st;
         axp_engine_status_get(e, &st);
         CHECK(st.running == 0 && st.queued_reactive == 0 && st.queued_proactive == 0);
+        CHECK(strcmp(st.policy, "serial") == 0 && strcmp(st.model, MODEL_NAME) == 0);
         axp_engine_free(e);
 
         /* no model: NoModel */
@@ -297,10 +300,13 @@ static void test_cancel_and_errors(void) {
         CHECK(axp_engine_new(&c, &e, &err) == 0);
         greedy_opts(&o, 4);
         CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -ENOMEDIUM);
-        CHECK(strcmp(axp_engine_model_name(e), "") == 0);
+        axp_engine_status_get(e, &st);
+        CHECK(strcmp(st.model, "") == 0 && st.model_serial == 0);
+        CHECK(strcmp(st.policy, "agentxpu") == 0);
         /* LoadModel puts one in place */
         CHECK(axp_engine_load_model(e, model_path, &err) == 0);
-        CHECK(strcmp(axp_engine_model_name(e), "") != 0);
+        axp_engine_status_get(e, &st);
+        CHECK(strcmp(st.model, MODEL_NAME) == 0 && st.model_serial == 1);
         result_init(&r);
         CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb, &id, &err) == 0);
         result_wait(&r);
@@ -387,6 +393,7 @@ int main(void) {
         mp.n_ctx = 1024;
         mp.seed = 11;
         mp.path = model_path;
+        mp.name = MODEL_NAME;
         if (axp_mkmodel(&mp, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
