@@ -98,6 +98,10 @@ struct axp_engine {
         axp_error swap_err;
         bool swapping;
         deferred *deferred;
+
+        unsigned model_serial;     /* models put in place so far */
+        axp_engine_status told;    /* what status_changed was last told */
+        bool told_once;
 };
 
 void axp_engine_config_default(axp_engine_config *c) {
@@ -402,6 +406,55 @@ static void engine_flow_free(axp_engine *e, flow *f) {
         free(f);
 }
 
+/* Status ---------------------------------------------------------------------------------------- */
+
+/* A copy, names and all: nothing in it points into the model, which a swap frees. */
+static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
+        axp_sched_status st = { 0 };
+        const char *name = e->model && e->model->name ? e->model->name : "";
+        size_t n = strlen(name);
+
+        if (e->sched)
+                axp_sched_status_get(e->sched, &st);
+        *ret = (axp_engine_status) {
+                .queued_reactive = st.queued_reactive,
+                .queued_proactive = st.queued_proactive,
+                .running = st.running,
+                .model_serial = e->model_serial,
+        };
+        /* a long name ends before the character the buffer cannot hold whole */
+        if (n >= sizeof(ret->model)) {
+                n = sizeof(ret->model) - 1;
+                while (n > 0 && ((uint8_t) name[n] & 0xc0) == 0x80)
+                        n--;
+        }
+        memcpy(ret->model, name, n);
+        ret->model[n] = 0;
+        snprintf(ret->policy, sizeof(ret->policy), "%s",
+                 axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol));
+}
+
+static bool status_equal(const axp_engine_status *a, const axp_engine_status *b) {
+        return a->queued_reactive == b->queued_reactive &&
+               a->queued_proactive == b->queued_proactive && a->running == b->running &&
+               a->model_serial == b->model_serial && strcmp(a->model, b->model) == 0 &&
+               strcmp(a->policy, b->policy) == 0;
+}
+
+/* On the engine's thread: tell status_changed if anything changed since it was last told. */
+static void status_tell(axp_engine *e) {
+        axp_engine_status st;
+
+        if (!e->cfg.status_changed)
+                return;
+        status_snapshot(e, &st);
+        if (e->told_once && status_equal(&st, &e->told))
+                return;
+        e->told = st;
+        e->told_once = true;
+        e->cfg.status_changed(e->cfg.status_userdata, &st);
+}
+
 /* Calls: every API function runs on the engine's thread ---------------------------------------- */
 
 typedef struct call {
@@ -515,6 +568,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         if (r < 0)
                 return r;
         e->model = m;
+        e->model_serial++;
         return 0;
 }
 
@@ -531,6 +585,13 @@ static void teardown_model(axp_engine *e) {
                 (void) axp_device_prepare(e->devs[i], NULL, NULL);
         axp_model_free(e->model);
         e->model = NULL;
+}
+
+/* A call has run: tell what it changed before its caller goes on. */
+static void call_finish(axp_engine *e, axp_mail *m) {
+        status_tell(e);
+        axp_mailbox_call_done(e->mb, m);
+        free(m);
 }
 
 /* LoadModel: once nothing is in flight, put the new model in place, then run the calls that
@@ -554,8 +615,7 @@ static void maybe_swap(axp_engine *e) {
                 deferred *d = e->deferred;
                 e->deferred = d->next;
                 d->mail->fn(d->mail->arg);
-                axp_mailbox_call_done(e->mb, d->mail);
-                free(d->mail);
+                call_finish(e, d->mail);
                 free(d);
         }
 }
@@ -563,6 +623,7 @@ static void maybe_swap(axp_engine *e) {
 static void *engine_main(void *p) {
         axp_engine *e = p;
 
+        status_tell(e);
         for (;;) {
                 axp_mail *m = axp_mailbox_wait(e->mb, MIN(e->timer, e->telemetry_next));
                 telemetry_tick(e);
@@ -587,15 +648,14 @@ static void *engine_main(void *p) {
                                 *t = d;
                         } else {
                                 m->fn(m->arg);
-                                axp_mailbox_call_done(e->mb, m);
-                                free(m);
+                                call_finish(e, m);
                         }
                 } else {
                         m->fn(m->arg);
-                        axp_mailbox_call_done(e->mb, m);
-                        free(m);
+                        call_finish(e, m);
                 }
                 maybe_swap(e);
+                status_tell(e);
                 if (e->stop && (!e->sched || axp_sched_idle(e->sched)) && !e->swapping)
                         return NULL;
         }
@@ -605,6 +665,9 @@ static void *engine_main(void *p) {
 
 static char *strdup_or(const char *s, const char *def) {
         return strdup(s ? s : def);
+}
+
+static void api_nothing(axp_engine *e, void *arg) {
 }
 
 int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err) {
@@ -649,6 +712,9 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
         if (r != 0)
                 return axp_errorf(err, -r, "cannot start the engine's thread");
         e->thread_started = true;
+        /* the first status_changed has been told once a call has gone through */
+        if (c->status_changed)
+                engine_call(e, api_nothing, NULL, false);
         *ret = TAKE_PTR(e);
         return 0;
 }
@@ -827,14 +893,7 @@ int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state
 }
 
 static void api_status(axp_engine *e, void *arg) {
-        axp_sched_status st = { 0 };
-        if (e->sched)
-                axp_sched_status_get(e->sched, &st);
-        *(axp_engine_status *) arg = (axp_engine_status) {
-                .queued_reactive = st.queued_reactive,
-                .queued_proactive = st.queued_proactive,
-                .running = st.running,
-        };
+        status_snapshot(e, arg);
 }
 
 void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
@@ -842,17 +901,7 @@ void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
         engine_call(e, api_status, ret, false);
 }
 
-/* The strings returned below stay valid until the model or policy changes. */
-static void api_model_name(axp_engine *e, void *arg) {
-        *(const char **) arg = e->model && e->model->name ? e->model->name : "";
-}
-
-const char *axp_engine_model_name(axp_engine *e) {
-        const char *name = "";
-        engine_call(e, api_model_name, &name, false);
-        return name;
-}
-
+/* axp_policy_name() gives constant strings. */
 static void api_policy(axp_engine *e, void *arg) {
         *(const char **) arg = axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol);
 }
@@ -892,24 +941,32 @@ static void api_swap_begin(axp_engine *e, void *arg) {
         e->swapping = true;
 }
 
+typedef struct swap_result_args {
+        int rc;
+        axp_error err;
+} swap_result_args;
+
+/* Copied on the engine's thread: another LoadModel may swap again and overwrite them. */
 static void api_swap_result(axp_engine *e, void *arg) {
-        int *rc = arg;
-        *rc = e->swap_rc;
+        swap_result_args *a = arg;
+        a->rc = e->swap_rc;
+        a->err = e->swap_err;
 }
 
 int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
+        swap_result_args a = { .rc = -EIO };
         axp_model *m = NULL;
-        int r, rc = -EIO;
+        int r;
 
         r = axp_model_load(path, &m, err);
         if (r < 0)
                 return r;
         engine_call(e, api_swap_begin, m, false);
         /* waits (as new requests do) until the requests in flight are done and m is in place */
-        engine_call(e, api_swap_result, &rc, true);
-        if (rc < 0)
-                return axp_errorf(err, rc, "%s",
-                                  e->swap_err.msg[0] ? e->swap_err.msg : "cannot load the model");
+        engine_call(e, api_swap_result, &a, true);
+        if (a.rc < 0)
+                return axp_errorf(err, a.rc, "%s",
+                                  a.err.msg[0] ? a.err.msg : "cannot load the model");
         return 0;
 }
 

@@ -79,11 +79,15 @@ void admin_job_done(Context *c, void *job) {
                                    ? a->result
                                    : -EINVAL;
                 log_warning("LoadModel %s failed: %s", a->arg, a->err.msg);
+                context_emit_status(c); /* the old model may be gone */
                 admin_reply_error(a, code, "%s", a->err.msg[0] ? a->err.msg : strerror(-a->result));
         } else {
                 log_info("Loaded model %s", a->arg);
-                (void) sd_bus_emit_properties_changed(c->bus, AXP_BUS_PATH, AXP_BUS_IFACE, "Model",
-                                                      "Devices", NULL);
+                /* The engine told its new status (a new model) before LoadModel returned, so it
+                 * came through the bridge before this and waits to be announced, with Devices,
+                 * before the reply. */
+                c->devices_changed = true;
+                context_emit_status(c);
                 (void) sd_bus_reply_method_return(a->call, NULL);
         }
         admin_call_free(a);
@@ -102,6 +106,9 @@ static void admin_run(AdminCall *a) {
                         break;
                 }
                 log_info("Scheduling policy is now %s", a->arg);
+                /* The engine told its new status before set_policy returned: take it in (with
+                 * whatever else it said before), so the property has changed by the reply. */
+                bridge_dispatch(&c->bridge);
                 (void) sd_bus_reply_method_return(a->call, NULL);
                 break;
         case ADMIN_LOAD_MODEL:

@@ -70,6 +70,19 @@ void bridge_request_cbs(Bridge *b, axp_request_cbs *ret) {
         };
 }
 
+void bridge_status_changed(void *userdata, const axp_engine_status *status) {
+        Bridge *b = userdata;
+        BridgeEvent *ev;
+
+        /* A lost status would leave the properties wrong until the next change: retry. */
+        while (!(ev = bridge_event_new(BRIDGE_STATUS, 0)))
+                usleep(1000);
+        ev->status = *status;
+        ev->status.model[sizeof(ev->status.model) - 1] = 0;
+        ev->status.policy[sizeof(ev->status.policy) - 1] = 0;
+        bridge_push(b, ev);
+}
+
 void bridge_post_job_done(Bridge *b, void *job) {
         BridgeEvent *ev;
 

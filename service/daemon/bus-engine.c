@@ -21,18 +21,20 @@ static int property_get_version(sd_bus *bus, const char *path, const char *iface
         return sd_bus_message_append(reply, "s", AXP_VERSION);
 }
 
+/* Model, Policy and the queues: the engine's status as it last told us (context.h), on this
+ * thread; the engine is not asked. */
 static int property_get_model(sd_bus *bus, const char *path, const char *iface, const char *property,
                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
 
-        return sd_bus_message_append(reply, "s", c->engine ? axp_engine_model_name(c->engine) : "");
+        return sd_bus_message_append(reply, "s", c->engine ? c->status.model : "");
 }
 
 static int property_get_policy(sd_bus *bus, const char *path, const char *iface, const char *property,
                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
 
-        return sd_bus_message_append(reply, "s", c->engine ? axp_engine_policy(c->engine) : "");
+        return sd_bus_message_append(reply, "s", c->engine ? c->status.policy : "");
 }
 
 static int property_get_status(sd_bus *bus, const char *path, const char *iface, const char *property,
@@ -41,7 +43,7 @@ static int property_get_status(sd_bus *bus, const char *path, const char *iface,
         axp_engine_status st = {};
 
         if (c->engine)
-                axp_engine_status_get(c->engine, &st);
+                st = c->status;
         if (strcmp(property, "QueuedReactive") == 0)
                 return sd_bus_message_append(reply, "u", st.queued_reactive);
         if (strcmp(property, "QueuedProactive") == 0)

@@ -109,31 +109,39 @@ static void context_update_idle(Context *c) {
                 log_warning_errno(r, "Failed to arm the idle timer");
 }
 
-static void context_emit_status(Context *c) {
-        const char *changed[5];
-        axp_engine_status st;
-        const char *policy;
+void context_emit_status(Context *c) {
+        const axp_engine_status *st = &c->status;
+        axp_engine_status *sent = &c->status_sent;
+        const char *changed[7];
+        bool model_news, model_waits;
         size_t n = 0;
 
         if (!c->engine || !c->bus)
                 return;
-        axp_engine_status_get(c->engine, &st);
-        if (st.queued_reactive != c->status_sent.queued_reactive)
+        /* a new model, even one of the same name, is news; while LoadModel runs, its answer
+         * announces it, together with Devices (admin_job_done) */
+        model_news = st->model_serial != sent->model_serial || strcmp(st->model, sent->model) != 0;
+        model_waits = model_news && c->loader_running;
+        if (st->queued_reactive != sent->queued_reactive)
                 changed[n++] = "QueuedReactive";
-        if (st.queued_proactive != c->status_sent.queued_proactive)
+        if (st->queued_proactive != sent->queued_proactive)
                 changed[n++] = "QueuedProactive";
-        if (st.running != c->status_sent.running)
+        if (st->running != sent->running)
                 changed[n++] = "Running";
-        policy = axp_engine_policy(c->engine);
-        if (!c->policy_sent || strcmp(c->policy_sent, policy) != 0) {
-                char *p = strdup(policy);
-                if (p) {
-                        free(c->policy_sent);
-                        c->policy_sent = p;
-                        changed[n++] = "Policy";
-                }
-        }
-        c->status_sent = st;
+        if (strcmp(st->policy, sent->policy) != 0)
+                changed[n++] = "Policy";
+        if (model_news && !model_waits)
+                changed[n++] = "Model";
+        if (c->devices_changed)
+                changed[n++] = "Devices";
+        if (model_waits) {
+                axp_engine_status announced = *sent;
+                *sent = *st;
+                memcpy(sent->model, announced.model, sizeof(sent->model));
+                sent->model_serial = announced.model_serial;
+        } else
+                *sent = *st;
+        c->devices_changed = false;
         if (n == 0)
                 return;
         changed[n] = NULL;
@@ -175,6 +183,9 @@ void context_on_engine_event(void *userdata, const BridgeEvent *ev) {
                 break;
         case BRIDGE_JOB_DONE:
                 admin_job_done(c, ev->job);
+                break;
+        case BRIDGE_STATUS:
+                c->status = ev->status;
                 break;
         }
 }
@@ -249,6 +260,5 @@ void context_clear(Context *c) {
         c->bus = sd_bus_flush_close_unref(c->bus);
         bridge_done(&c->bridge);
         c->event = sd_event_unref(c->event);
-        free(c->policy_sent);
         daemon_config_done(&c->config);
 }

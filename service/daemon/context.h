@@ -89,9 +89,11 @@ struct Context {
         pthread_t loader;        /* LoadModel's worker thread */
         bool loader_running;
 
-        /* Engine properties as last announced, to emit PropertiesChanged only on change. */
+        /* The engine's status as it last told us (BRIDGE_STATUS), which the properties show,
+         * and as last announced, to emit PropertiesChanged only on change. */
+        axp_engine_status status;
         axp_engine_status status_sent;
-        char *policy_sent;
+        bool devices_changed;    /* announce Devices with the next status */
 
         bool trim_pending;       /* requests came and went since the heap was last trimmed */
         sd_event_source *idle_timer;
@@ -109,6 +111,8 @@ unsigned context_count_flows(Context *c, uid_t uid);
 /* Announce changed Engine properties; re-arm or disarm the idle timer. Called after anything
  * that may change them. */
 void context_changed(Context *c);
+/* Only the first half: PropertiesChanged for what differs from what was last announced. */
+void context_emit_status(Context *c);
 
 /* The engine's events, from the bridge (NULL: the end of a batch). */
 void context_on_engine_event(void *userdata, const BridgeEvent *ev);

@@ -204,14 +204,17 @@ static int run(int argc, char **argv) {
         if (r < 0)
                 return r;
 
+        /* The engine tells its status through the bridge; the first before it returns. */
+        c.config.engine.status_changed = bridge_status_changed;
+        c.config.engine.status_userdata = &c.bridge;
         r = axp_engine_new(&c.config.engine, &c.engine, &err);
         if (r < 0)
                 return log_error("Cannot start the engine: %s", err.msg[0] ? err.msg : strerror(-r)), r;
 
+        /* the engine's first status, and the properties announced */
+        bridge_dispatch(&c.bridge);
         log_info("agentxpu-engine %s: model '%s', policy %s, serving " AXP_BUS_NAME "%s", AXP_VERSION,
-                 axp_engine_model_name(c.engine), axp_engine_policy(c.engine),
-                 c.config.exit_idle_s > 0 ? " until idle" : "");
-        context_changed(&c);
+                 c.status.model, c.status.policy, c.config.exit_idle_s > 0 ? " until idle" : "");
 
         r = sd_event_loop(c.event);
         if (r < 0)
