@@ -358,7 +358,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 return r;
         q->gen_ok = true;
         if ((r = axp_gen_constrain(&q->gen, o->grammar, o->json_schema, a->err)) < 0)
-                goto fail;
+                return r;
         q->next = e->reqs;
         e->reqs = q;
         /* The flow is busy before the scheduler sees the request, and q stays ours until
