@@ -1128,6 +1128,13 @@ static void model_release(ocl_dev *c) {
         c->aq_rows = c->ad_rows = c->as_rows = c->af_rows = 0;
         c->act_k = 0;
         c->rope_n = 0;
+        /* the host table's rows are as wide as the model's rotated pairs: the next model
+         * may rotate more */
+        free(c->rope_host);
+        free(c->rope_pos);
+        c->rope_host = NULL;
+        c->rope_pos = NULL;
+        c->rope_host_cap = 0;
         c->model = NULL;
 }
 
