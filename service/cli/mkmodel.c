@@ -667,7 +667,7 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
         const axp_type_traits *tr = axp_type_traits_get(p->type);
         int head_dim;
 
-        if ((unsigned) p->arch > AXP_ARCH_QWEN3)
+        if ((unsigned) p->arch >= AXP_ARCH__COUNT)
                 return axp_errorf(err, -EINVAL, "unknown architecture %d", (int) p->arch);
         if (!tr || file_type_of(p->type) < 0)
                 return axp_errorf(err, -EINVAL,
@@ -729,7 +729,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 return k;
         arch = axp_arch_name(p->arch);
         tr = axp_type_traits_get(p->type);
-        qwen = p->arch != AXP_ARCH_LLAMA;
+        qwen = p->arch != AXP_ARCH_LLAMA; /* qwen2, qwen3, gemma3: base 1e6, eps 1e-6 */
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();
@@ -759,13 +759,19 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         ARCH_U32("feed_forward_length", p->n_ff);
         ARCH_U32("attention.head_count", p->n_head);
         ARCH_U32("attention.head_count_kv", p->n_head_kv);
-        if (p->arch == AXP_ARCH_QWEN3 || head_dim * p->n_head != p->n_embd) {
+        if (p->arch == AXP_ARCH_QWEN3 || p->arch == AXP_ARCH_GEMMA3 || head_dim * p->n_head != p->n_embd) {
                 ARCH_U32("attention.key_length", head_dim);
                 ARCH_U32("attention.value_length", head_dim);
         }
         ARCH_U32("rope.dimension_count", head_dim);
-        ARCH_F32("rope.freq_base", p->rope_base > 0 ? p->rope_base : qwen ? 1e6f : 5e5f);
-        ARCH_F32("attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f);
+        ARCH_F32("rope.freq_base",
+                 p->rope_base > 0 ? p->rope_base : p->arch == AXP_ARCH_PHI3 ? 1e4f : qwen ? 1e6f : 5e5f);
+        ARCH_F32("attention.layer_norm_rms_epsilon", qwen && p->arch != AXP_ARCH_PHI3 ? 1e-6f : 1e-5f);
+        if (p->arch == AXP_ARCH_GEMMA3) {
+                /* five local layers of every six (llama.cpp's default period), base 10000 */
+                ARCH_U32("attention.sliding_window", p->n_swa > 0 ? p->n_swa : 16);
+                ARCH_F32("rope.freq_base_swa", 10000.0f);
+        }
 
         if (p->vocab_from)
                 k = copy_vocab(w, p->vocab_from, &n_vocab, p->no_eog ? &control : NULL, err);
@@ -787,24 +793,36 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
 #define LAYER(what, type, ne0, ne1, kind, hint)                                                    \
         (layer_name(name, sizeof(name), l, what), add_spec(&pl, p, name, type, ne0, ne1, kind, hint))
                 LAYER("attn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
-                LAYER("attn_q.weight", p->type, p->n_embd, q_dim, W_PROJ, "--dim");
-                LAYER("attn_k.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
-                LAYER("attn_v.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
+                if (p->arch == AXP_ARCH_PHI3) { /* Q, K and V in one matrix */
+                        LAYER("attn_qkv.weight", p->type, p->n_embd, q_dim + 2 * kv_dim, W_PROJ, "--dim");
+                } else {
+                        LAYER("attn_q.weight", p->type, p->n_embd, q_dim, W_PROJ, "--dim");
+                        LAYER("attn_k.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
+                        LAYER("attn_v.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
+                }
                 if (p->arch == AXP_ARCH_QWEN2) {
                         LAYER("attn_q.bias", AXP_TYPE_F32, q_dim, 1, W_BIAS, NULL);
                         LAYER("attn_k.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                         LAYER("attn_v.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                 }
-                if (p->arch == AXP_ARCH_QWEN3) {
+                if (p->arch == AXP_ARCH_QWEN3 || p->arch == AXP_ARCH_GEMMA3) {
                         LAYER("attn_q_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
                         LAYER("attn_k_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
                 }
                 LAYER("attn_output.weight", p->type, q_dim, p->n_embd, W_PROJ,
                       "--heads × head dimension");
+                if (p->arch == AXP_ARCH_GEMMA3)
+                        LAYER("post_attention_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 LAYER("ffn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
-                LAYER("ffn_gate.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
-                LAYER("ffn_up.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                if (p->arch == AXP_ARCH_PHI3) { /* the gate's rows, then the up rows */
+                        LAYER("ffn_up.weight", p->type, p->n_embd, 2 * p->n_ff, W_PROJ, "--dim");
+                } else {
+                        LAYER("ffn_gate.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                        LAYER("ffn_up.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                }
                 LAYER("ffn_down.weight", p->type, p->n_ff, p->n_embd, W_PROJ, "--ffn");
+                if (p->arch == AXP_ARCH_GEMMA3)
+                        LAYER("post_ffw_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
 #undef LAYER
         }
         add_spec(&pl, p, "output_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);

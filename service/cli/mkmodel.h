@@ -21,7 +21,8 @@ typedef struct axp_mkmodel_params {
                                  * generation among them): their logits are always 0, below
                                  * many others, so generation runs to its token limit (for
                                  * benchmarks and tests) */
-        float rope_base;        /* 0: 500000 for llama, 1000000 for qwen2/qwen3 */
+        float rope_base;        /* 0: 500000 for llama, 10000 for phi3, 1000000 for qwen2/qwen3/gemma3 */
+        int n_swa;              /* gemma3's sliding window; 0: 16 */
         uint64_t seed;          /* same seed and shape: same weights, for every --type */
         const char *name;       /* general.name; NULL: "synthetic-<arch>-<type>" */
         int n_threads;          /* 0: one per online CPU */

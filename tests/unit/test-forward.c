@@ -127,8 +127,13 @@ static void check_model(axp_model *m, const char *label) {
         free(ref);
 }
 
+/* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt */
+static const char *arch_extra(const char *arch) {
+        return strcmp(arch, "gemma3") == 0 ? "--layers 6 --swa 8 --tied" : NULL;
+}
+
 static void check_against_reference(const char *arch, const char *type) {
-        axp_model *m = make_model(arch, type, 7, NULL);
+        axp_model *m = make_model(arch, type, 7, arch_extra(arch));
         CHECK_MSG(m != NULL, "%s %s", arch, type);
         if (!m)
                 return;
@@ -150,6 +155,11 @@ static void test_archs(void) {
         check_against_reference("qwen3", "f32");
         check_against_reference("qwen2", "q8_0");
         check_against_reference("qwen3", "q4_k");
+        check_against_reference("phi3", "f32");
+        check_against_reference("phi3", "q8_0");
+        check_against_reference("gemma3", "f32");
+        check_against_reference("gemma3", "q8_0");
+        check_against_reference("gemma3", "q6_k");
 }
 
 /* RoPE as Llama 3.1 and long-context models have it: per-frequency divisors (rope_freqs) and
@@ -185,8 +195,8 @@ static void test_scaled_rope(void) {
 
 /* A chunked prefill stopped half way, another request run meanwhile (prefill and decode on
  * the same device), then resumed: the same logits as one whole prefill. */
-static void chunked_stop_resume(const char *type) {
-        axp_model *m = make_model("llama", type, 3, NULL);
+static void chunked_stop_resume(const char *arch, const char *type) {
+        axp_model *m = make_model(arch, type, 3, arch_extra(arch));
         CHECK(m != NULL);
         if (!m)
                 return;
@@ -220,7 +230,7 @@ static void chunked_stop_resume(const char *type) {
         free(tasks);
 
         double e = rel_err_f(chunked.logits, whole.logits, nv);
-        printf("  %s chunked+resumed vs whole: relative difference %.2e\n", type, e);
+        printf("  %s %s chunked+resumed vs whole: relative difference %.2e\n", arch, type, e);
         CHECK(e <= 1e-5);
         CHECK_EQ_INT(chunked.n_past, N_PROMPT);
         axp_seq_free(&whole);
@@ -232,12 +242,14 @@ static void chunked_stop_resume(const char *type) {
 static void test_chunked_stop_resume(void) {
         const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q5_k" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
-                chunked_stop_resume(types[i]);
+                chunked_stop_resume("llama", types[i]);
+        chunked_stop_resume("phi3", "q8_0");
+        chunked_stop_resume("gemma3", "q8_0");
 }
 
 /* Requests of different context lengths decoded together give what each gives alone. */
-static void batched_decode(const char *type) {
-        axp_model *m = make_model("llama", type, 4, NULL);
+static void batched_decode(const char *arch, const char *type) {
+        axp_model *m = make_model(arch, type, 4, arch_extra(arch));
         CHECK(m != NULL);
         if (!m)
                 return;
@@ -266,7 +278,7 @@ static void batched_decode(const char *type) {
                 for (int i = 0; i < B; i++)
                         worst = fmax(worst, rel_err_f(batched[i].logits, single[i].logits, nv));
         }
-        printf("  %s batched vs single decode: relative difference %.2e\n", type, worst);
+        printf("  %s %s batched vs single decode: relative difference %.2e\n", arch, type, worst);
         CHECK(worst <= 1e-5);
         for (int i = 0; i < B; i++) {
                 axp_seq_free(&single[i]);
@@ -278,7 +290,8 @@ static void batched_decode(const char *type) {
 static void test_batched_decode(void) {
         const char *types[] = { "q4_k", "q5_k", "q4_1", "q5_0", "q5_1", "iq4_nl" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
-                batched_decode(types[i]);
+                batched_decode("llama", types[i]);
+        batched_decode("gemma3", "q4_k");
 }
 
 /* An F16 KV cache stays close to the F32 one. */

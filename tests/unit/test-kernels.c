@@ -437,7 +437,8 @@ static void test_activation_quantization(void) {
 /* Attention ---------------------------------------------------------------------------------- */
 
 static void ref_attention(const float *q, long ldq, double *out, const float *kf, const float *vf,
-                          int n_q, const int32_t *pos, int n_head, int n_head_kv, int hd, float scale) {
+                          int n_q, const int32_t *pos, int n_head, int n_head_kv, int hd, int window,
+                          float scale) {
         int G = n_head / n_head_kv;
         long ld = (long) n_head_kv * hd;
         double *s = malloc(sizeof(double) * (pos[n_q - 1] + 1 + 4096));
@@ -445,7 +446,8 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
                 for (int h = 0; h < n_head; h++) {
                         int kvh = h / G;
                         double m = -INFINITY, l = 0;
-                        for (int t = 0; t <= pos[i]; t++) {
+                        int t0 = window > 0 && pos[i] >= window ? pos[i] - window + 1 : 0;
+                        for (int t = t0; t <= pos[i]; t++) {
                                 double d = 0;
                                 for (int c = 0; c < hd; c++)
                                         d += (double) q[i * ldq + h * hd + c] * kf[t * ld + kvh * hd + c];
@@ -454,7 +456,7 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
                         }
                         double *o = out + ((long) i * n_head + h) * hd;
                         memset(o, 0, sizeof(double) * hd);
-                        for (int t = 0; t <= pos[i]; t++) {
+                        for (int t = t0; t <= pos[i]; t++) {
                                 double p = exp(s[t] - m);
                                 l += p;
                                 for (int c = 0; c < hd; c++)
@@ -468,6 +470,7 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
 
 typedef struct att_case {
         int n_q, first_pos, n_head, n_head_kv, hd;
+        int window; /* sliding window, 0: none */
 } att_case;
 
 static void test_attention(void) {
@@ -479,6 +482,10 @@ static void test_attention(void) {
                 { 1, 1000, 32, 8, 64 },   /* decode, Llama-3.2-1B shape */
                 { 1, 4095, 8, 2, 128 },   /* decode at 4096 */
                 { 3, 600, 6, 3, 80 },     /* few queries, head_dim not a multiple of 16 */
+                { 40, 0, 4, 2, 32, 16 },  /* a sliding window of 16 (gemma3's local layers) */
+                { 300, 100, 8, 2, 64, 300 }, /* a window starting inside and across chunks */
+                { 1, 1000, 8, 2, 64, 512 },  /* decode with a window, split over chunks */
+                { 2, 700, 8, 4, 64, 256 },   /* a window of exactly a chunk */
         };
         for (int kvt = 0; kvt < 2; kvt++) {
                 uint32_t kv_type = kvt ? AXP_TYPE_F16 : AXP_TYPE_F32;
@@ -509,7 +516,7 @@ static void test_attention(void) {
                                 pos[i] = c.first_pos + i;
                         float scale = 1.0f / sqrtf((float) c.hd);
                         double *ref = malloc(sizeof(double) * c.n_q * c.n_head * c.hd);
-                        ref_attention(q, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, scale);
+                        ref_attention(q, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, c.window, scale);
 
                         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                                 if (!isa_use(all_isas[ii]))
@@ -520,7 +527,7 @@ static void test_attention(void) {
                                         memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
                                         /* in place: out aliases q */
                                         axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, scale);
+                                                          c.n_head, c.n_head_kv, c.hd, c.window, scale);
                                 }
                                 double maxe = 0;
                                 for (int i = 0; i < c.n_q; i++)
@@ -534,7 +541,7 @@ static void test_attention(void) {
                                 /* the last query alone (a decode step) gives the same bits */
                                 float *one = malloc(sizeof(float) * ldq);
                                 axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1,
-                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, scale);
+                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, c.window, scale);
                                 CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
                                           "%s case %zu: decode differs from prefill", all_isas[ii], ci);
                                 free(one);
