@@ -35,6 +35,9 @@ XDG_STATE_HOME=$(cd "$home/state" && pwd)
 # Temporary files out of the build folder: the tests' private buses are Unix sockets in
 # it, whose paths must stay short.
 TMPDIR=$(mktemp -d "${TMPDIR:-/tmp}/agentxpu-test.XXXXXX")
+# The tests that act as another user (nobody) reach buses and files in their own folders
+# inside it, as they would in /tmp.
+chmod 0755 "$TMPDIR"
 export POCL_CACHE_DIR XDG_CACHE_HOME XDG_CONFIG_HOME XDG_STATE_HOME TMPDIR
 trap 'rm -rf "$TMPDIR"' EXIT
 trap 'exit 130' INT TERM

@@ -553,6 +553,10 @@ int main(void) {
         mp.type = AXP_TYPE_Q8_0;
         mp.n_ctx = 1024;
         mp.seed = 11;
+        /* no end-of-generation token can be chosen: a request runs to its max_tokens, so one
+         * cancelled (or found busy) right after it was submitted is still running then, however
+         * slowly this thread gets back to it on a loaded machine */
+        mp.no_eog = true;
         mp.path = model_path;
         mp.name = MODEL_NAME;
         if (axp_mkmodel(&mp, &err) < 0) {
