@@ -180,7 +180,9 @@ static bool has(const char *s, const char *sub) {
 
 bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokenizer *tok) {
         /* a template written out says; a family named directly or none: the vocabulary */
-        bool written = tmpl && strchr(tmpl, '{');
+        bool written = tmpl && *tmpl;
+        for (int i = AXP_CHAT_RAW; written && i <= AXP_CHAT_LLAMA2; i++)
+                written = strcmp(tmpl, axp_chat_family_name(i)) != 0;
         switch (f) {
         case AXP_CHAT_LLAMA3:
                 return written ? has(tmpl, "tools") : tok && axp_tokenizer_find(tok, "<|python_tag|>") >= 0;

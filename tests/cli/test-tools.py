@@ -180,8 +180,38 @@ def main():
             fail(f"a template without tools: {r.returncode} {r.stderr!r}")
     print("ok: bad input")
 
+    other_families(tmp, tools)
     daemon_part(model, tools, tmp)
     return 1 if failures else 0
+
+
+def other_families(tmp, tools):
+    """Qwen's and Mistral's formats: required calls read back and validate."""
+    vocab_dir = os.path.dirname(VOCAB)
+    for family, arch, vocab, template, prefix in (
+            ("chatml", "qwen2", "ggml-vocab-qwen2.gguf", "{{ '<|im_start|>' }}{% if tools %}<tools>{% endif %}",
+             "<tool_call>\n{\"name\": "),
+            ("mistral", "llama", "ggml-vocab-llama-spm.gguf", "{{ '[INST] ' }}{% if tools %}[AVAILABLE_TOOLS]{% endif %}",
+             "[TOOL_CALLS] [{\"name\": ")):
+        path = os.path.join(vocab_dir, vocab)
+        if not os.path.exists(path):
+            print(f"skip: {family} (no {vocab})")
+            continue
+        model = os.path.join(tmp, family + ".gguf")
+        r = run("mkmodel", "--arch", arch, "--dim", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                "--ffn", "256", "--ctx", "2048", "--vocab-from", path, "--chat-template", template, "-o", model)
+        if r.returncode != 0:
+            fail(f"mkmodel {family}: {r.stderr}")
+            continue
+        for seed in range(3):
+            r = run("generate", "-m", model, "-p", "What is on today?", "-n", "200", "--tools", tools,
+                    "--tool-choice", "required", "--json", "--temperature", "1", "--seed", str(seed))
+            out = json.loads(r.stdout) if r.returncode == 0 else {"text": r.stderr, "finish_reason": "?"}
+            if out["finish_reason"] != "tool_calls" or not out["text"].startswith(prefix):
+                fail(f"{family} seed {seed}: {out['finish_reason']} {out['text']!r}")
+            else:
+                check_call(f"{family} seed {seed}", out["tool_call"])
+        print(f"ok: {family} calls")
 
 
 def daemon_part(model, tools, tmp):
