@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "devices/calib.h"
+#include "base/strbuf.h"
 #include "model/chat.h"
 #include "devices/discovery.h"
 #include "engine.h"
@@ -19,6 +20,7 @@
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "model/tokenizer.h"
+#include "model/tools.h"
 #include "kernels/types.h"
 
 #define MAX_DEVS 4
@@ -56,6 +58,12 @@ struct ereq {
         int32_t prev_pending; /* the flow's pending token this turn consumed */
         int32_t last_tok;
         uint32_t prompt_tokens;
+        /* with tools: the family that wrote the turn, and the answer so far, read back as a
+         * call when the request finishes */
+        bool tools;
+        axp_chat_family tools_family;
+        char *answer;
+        size_t answer_len, answer_cap;
         bool stop_sent;    /* cancelled by the engine stopping */
         bool submitting;   /* inside axp_sched_submit, which may finish it at once */
         bool finished;     /* finished while submitting: do_submit frees it */
@@ -141,6 +149,9 @@ static void env_set_timer(void *ud, double t) {
 /* Requests ------------------------------------------------------------------------------------- */
 
 static void deliver_text(ereq *q) {
+        if (q->tools && q->gen.out_len > 0 &&
+            axp_strbuf_append(&q->answer, &q->answer_len, &q->answer_cap, q->gen.out, q->gen.out_len) < 0)
+                q->tools = false; /* out of memory: reported as text */
         if (q->gen.out_len > 0 && q->cbs.token)
                 q->cbs.token(q->cbs.userdata, q->id, q->gen.out, q->gen.out_len);
         q->gen.out_len = 0;
@@ -178,6 +189,7 @@ static void req_free(ereq *q) {
                 axp_gen_free(&q->gen);
         if (!q->flow)
                 axp_seq_free(&q->own_seq);
+        free(q->answer);
         free(q);
 }
 
@@ -195,6 +207,14 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         deliver_text(q);
         stats.prompt_tokens = q->prompt_tokens;
         stats.generated_tokens = q->gen.n_generated;
+        _cleanup_free_ char *call = NULL;
+        if (q->tools) {
+                if (reason == AXP_FINISH_STOP && q->answer &&
+                    axp_tools_read_call(q->tools_family, q->answer, q->answer_len, &call) < 0)
+                        call = NULL;
+                stats.tool_call = call;
+                stats.finish_reason = call ? "tool_calls" : axp_finish_reason_name(reason);
+        }
         if (q->flow) {
                 flow *f = q->flow;
                 /* what the KV cache holds: the turn's tokens if its prefill completed, and every
@@ -302,9 +322,25 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 first_turn = f->seq.n_past == 0 && f->pending < 0;
         }
 
-        text = format_turn(e, a->prompt, first_turn ? (o->system ? o->system : f ? f->system : NULL)
-                                                    : NULL,
-                           o->raw || (f && f->raw));
+        const char *system = first_turn ? (o->system ? o->system : f ? f->system : NULL) : NULL;
+        _cleanup_free_ char *tools_grammar = NULL;
+        axp_chat_family tools_family = AXP_CHAT_RAW;
+        if (o->tools) {
+                if (o->grammar || o->json_schema)
+                        return axp_errorf(a->err, -EINVAL, "tools cannot be combined with a grammar or a JSON schema");
+                if (o->raw || (f && f->raw))
+                        return axp_errorf(a->err, -EINVAL, "tools need the chat template (not raw)");
+                if (!first_turn)
+                        return axp_errorf(a->err, -EINVAL, "tools are given on a flow's first turn only");
+                r = axp_tools_prepare(e->model->chat_template, e->model->tok, o->tools, o->tool_choice, system,
+                                      a->prompt, &text, &tools_grammar, &tools_family, a->err);
+                if (r < 0)
+                        return r;
+        } else {
+                if (o->tool_choice)
+                        return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
+                text = format_turn(e, a->prompt, system, o->raw || (f && f->raw));
+        }
         if (!text)
                 return axp_errorf(a->err, -ENOMEM, "out of memory");
         r = axp_tokenize(e->model->tok, text, strlen(text),
@@ -361,8 +397,11 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (r < 0)
                 return r;
         q->gen_ok = true;
-        if ((r = axp_gen_constrain(&q->gen, o->grammar, o->json_schema, a->err)) < 0)
+        if ((r = axp_gen_constrain(&q->gen, tools_grammar ? tools_grammar : o->grammar, o->json_schema,
+                                   a->err)) < 0)
                 return r;
+        q->tools = tools_grammar != NULL;
+        q->tools_family = tools_family;
         q->next = e->reqs;
         e->reqs = q;
         /* The flow is busy before the scheduler sees the request, and q stays ours until

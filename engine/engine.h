@@ -75,6 +75,12 @@ typedef struct axp_request_opts {
          * unsupported input is -EINVAL at submission, saying what is wrong. */
         const char *grammar;          /* GBNF-style, start rule `root` */
         const char *json_schema;      /* JSON Schema, as text */
+        /* tool calls (model/tools.h): OpenAI's function list as JSON text, rendered into the
+         * chat template; the answer is free text or one call (neither grammar nor json_schema
+         * with it). tool_choice: NULL or "auto" (text or a call), "required" (a call). The
+         * finished callback's stats say which (finish_reason, tool_call). */
+        const char *tools;
+        const char *tool_choice;
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);

@@ -40,6 +40,12 @@ size_t axp_grammar_min_bytes(const axp_grammar *g);
 /* A JSON Schema (as text) as a grammar in the syntax above (malloc'd). Unsupported keywords
  * and schemas nothing can satisfy are errors (-EINVAL) naming them. */
 int axp_json_schema_to_gbnf(const char *schema, size_t len, char **ret, axp_error *err);
+/* Several parsed schemas in one grammar: rule names[i] matches schemas[i] (generated rules
+ * are named rN, the shared ones char, string, integer, number, boolean, null, value,
+ * object-any, array-any, date); no root rule unless one of the names is "root". */
+struct json_value;
+int axp_json_schemas_to_gbnf(const struct json_value *const *schemas, const char *const *names, size_t n,
+                             char **ret, axp_error *err);
 
 /* The vocabulary's byte strings as a trie, built once per tokenizer. */
 typedef struct axp_vocab_trie axp_vocab_trie;

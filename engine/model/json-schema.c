@@ -384,6 +384,21 @@ static int rule(gen *g, const json_value *s, const char *name, const char *path)
         return 0;
 }
 
+int axp_json_schemas_to_gbnf(const json_value *const *schemas, const char *const *names, size_t n,
+                             char **ret, axp_error *err) {
+        gen g = { .err = err };
+        int r = 0;
+        for (size_t i = 0; i < n && r >= 0; i++)
+                r = rule(&g, schemas[i], names[i], "#");
+        put(&g, BASE);
+        if (r < 0 || g.oom) {
+                free(g.out);
+                return r < 0 ? r : axp_errorf(err, -ENOMEM, "out of memory");
+        }
+        *ret = g.out;
+        return 0;
+}
+
 int axp_json_schema_to_gbnf(const char *schema, size_t len, char **ret, axp_error *err) {
         if (len > AXP_JSON_SCHEMA_MAX_BYTES)
                 return axp_errorf(err, -EINVAL, "the JSON schema is %zu bytes; at most %d are accepted", len,

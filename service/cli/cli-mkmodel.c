@@ -27,6 +27,8 @@ static int help(FILE *f) {
                 "                     f32\n"
                 "  --vocab-from GGUF  copy the tokenizer of another GGUF (default: a small built-in\n"
                 "                     byte-level BPE vocabulary)\n"
+                "  --chat-template T  write T as tokenizer.chat_template (a Jinja template, or a\n"
+                "                     family: llama3, chatml, mistral, llama2, raw)\n"
                 "  --dim D            embedding length (default 256)\n"
                 "  --layers L         blocks (default 2)\n"
                 "  --heads H          attention heads (default 4)\n"
@@ -61,7 +63,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE, O_SWA, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS };
+               O_HEAD_DIM, O_ROPE, O_SWA, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -79,6 +81,7 @@ int cli_mkmodel(int argc, char **argv) {
                 { "no-eog", no_argument, NULL, O_NO_EOG },
                 { "seed", required_argument, NULL, O_SEED },
                 { "name", required_argument, NULL, O_NAME },
+                { "chat-template", required_argument, NULL, O_TEMPLATE },
                 { "threads", required_argument, NULL, O_THREADS },
                 { "output", required_argument, NULL, 'o' },
                 { "help", no_argument, NULL, 'h' },
@@ -149,6 +152,9 @@ int cli_mkmodel(int argc, char **argv) {
                         break;
                 case O_SEED:
                         ok = cli_uint("--seed", optarg, 0, UINT64_MAX, &p.seed);
+                        break;
+                case O_TEMPLATE:
+                        p.chat_template = optarg;
                         break;
                 case O_NAME:
                         p.name = optarg;

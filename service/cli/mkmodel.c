@@ -572,7 +572,8 @@ static bool *control_rows(const int32_t *ttype, size_t n, const int32_t *ids, si
         return rows;
 }
 
-static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vocab, bool **ret_control) {
+static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, const char *chat_template, int *ret_n_vocab,
+                               bool **ret_control) {
         vocab v = { 0 };
         int k = builtin_vocab(arch, &v);
         if (k >= 0 && ret_control) {
@@ -594,15 +595,16 @@ static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vo
                         gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t) v.pad);
                 gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", arch == AXP_ARCH_LLAMA);
                 gguf_writer_set_str(w, "tokenizer.chat_template",
-                                    arch == AXP_ARCH_LLAMA ? llama3_template : chatml_template);
+                                    chat_template ? chat_template
+                                    : arch == AXP_ARCH_LLAMA ? llama3_template : chatml_template);
                 *ret_n_vocab = (int) v.n;
         }
         vocab_free(&v);
         return k;
 }
 
-static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, bool **ret_control,
-                      axp_error *err) {
+static int copy_vocab(gguf_writer *w, const char *path, const char *chat_template, int *ret_n_vocab,
+                      bool **ret_control, axp_error *err) {
         gguf_file *f;
         const gguf_kv *tokens;
         int k = gguf_open(path, &f, err);
@@ -616,9 +618,13 @@ static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, bool *
         }
         for (uint64_t i = 0; i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
-                if (kv->key.len > 10 && memcmp(kv->key.ptr, "tokenizer.", 10) == 0)
+                bool tmpl = kv->key.len == strlen("tokenizer.chat_template") &&
+                            memcmp(kv->key.ptr, "tokenizer.chat_template", kv->key.len) == 0;
+                if (kv->key.len > 10 && memcmp(kv->key.ptr, "tokenizer.", 10) == 0 && !(tmpl && chat_template))
                         gguf_writer_copy_kv(w, kv);
         }
+        if (chat_template)
+                gguf_writer_set_str(w, "tokenizer.chat_template", chat_template);
         *ret_n_vocab = (int) tokens->arr_n;
         if (ret_control) {
                 const gguf_kv *tt = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
@@ -774,8 +780,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         }
 
         if (p->vocab_from)
-                k = copy_vocab(w, p->vocab_from, &n_vocab, p->no_eog ? &control : NULL, err);
-        else if ((k = write_builtin_vocab(w, p->arch, &n_vocab, p->no_eog ? &control : NULL)) < 0)
+                k = copy_vocab(w, p->vocab_from, p->chat_template, &n_vocab, p->no_eog ? &control : NULL, err);
+        else if ((k = write_builtin_vocab(w, p->arch, p->chat_template, &n_vocab, p->no_eog ? &control : NULL)) < 0)
                 axp_errorf(err, k, "cannot build the vocabulary: %s", strerror(-k));
         if (k < 0)
                 goto out;

@@ -14,6 +14,9 @@ typedef struct axp_mkmodel_params {
         uint32_t type;          /* axp_type of every weight matrix; norms and biases stay F32 */
         const char *vocab_from; /* copy every tokenizer.* key of this GGUF; NULL: a small
                                  * built-in byte-level BPE vocabulary */
+        const char *chat_template; /* tokenizer.chat_template to write (a Jinja template or a
+                                    * family name, see model/chat.h); NULL: the copied
+                                    * vocabulary's, or the built-in one's */
         int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
         int head_dim;           /* 0: n_embd / n_head */
         bool tied;              /* no output.weight: the LM head is token_embd */

@@ -30,7 +30,7 @@ struct BridgeEvent {
         };
         void *job;                   /* JOB_DONE: the job's own pointer */
         size_t len;                  /* TOKEN: bytes of text */
-        char text[];                 /* TOKEN: NUL-terminated */
+        char text[];                 /* TOKEN: NUL-terminated; FINISHED: the tool call, if any */
 };
 
 /* Called for each event in order, then once with NULL at the end of a batch. */
