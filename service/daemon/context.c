@@ -61,7 +61,7 @@ unsigned context_count_flows(Context *c, uid_t uid) {
 
 static bool context_is_idle(Context *c) {
         return idmap_size(&c->requests) == 0 && idmap_size(&c->flows) == 0 && !c->clients &&
-               !c->admin_calls && !c->loader_running;
+               !c->admin_calls && !c->loader_running && !c->install_jobs;
 }
 
 static int on_idle_timer(sd_event_source *s, uint64_t usec, void *userdata) {
