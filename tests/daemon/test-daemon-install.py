@@ -529,7 +529,8 @@ def test_unauthorized_caller_is_refused():
 def test_cancel_mid_copy_leaves_nothing():
     with setup(model=other(), env=SLOW) as (bus, d):
         p = install_spawn(bus, big(), "--name", "big")
-        wait_for(lambda: temp_files(bus), "the copy to start")
+        line = p.stderr.readline()  # the first progress: the command follows its job
+        assert re.match(r"\s*\d+% ", line), line
         p.send_signal(signal.SIGINT)
         rc, err = p.wait(timeout=120), p.stderr.read()
         assert rc == 1 and "cancelled; nothing was installed" in err, (rc, err)
@@ -543,7 +544,8 @@ def test_a_client_that_leaves_cancels_its_install():
         wait_for(lambda: temp_files(bus), "the copy to start")
         p.kill()
         p.wait(timeout=30)
-        wait_for(lambda: "Installing big: cancelled (its caller left the bus)" in d.text(), "the job to be cancelled")
+        wait_for(lambda: "Installing big: cancelled (its caller left the bus)" in d.text(), "the job to be cancelled",
+                 timeout=30)
         wait_for(lambda: folder_files(bus) == [], "the temporary file to go")
         still_serves(bus)
 
