@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/model-info.h"
 #include "model/sampler.h"
 #include "base/util.h"
 #include "sched/request.h"

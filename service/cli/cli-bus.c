@@ -14,6 +14,7 @@
 
 #include "common/bus-common.h"
 #include "cli.h"
+#include "cli-bus.h"
 #include "base/parse.h"
 #include "base/util.h"
 
@@ -286,7 +287,7 @@ static void catch_sigint(void) {
 }
 
 /* The bus at `address`, or the system bus; on failure one line saying what to check. */
-static int connect_engine(const char *address, sd_bus **ret) {
+int connect_engine(const char *address, sd_bus **ret) {
         int r = axp_bus_open(address, "agentxpu", ret);
 
         if (r < 0 && !address)
@@ -299,7 +300,7 @@ static int connect_engine(const char *address, sd_bus **ret) {
 }
 
 /* A failed call as one line a person can act on; `address` as connect_engine took it. */
-static int call_fail(const char *what, const char *address, const sd_bus_error *e, int r) {
+int call_fail(const char *what, const char *address, const sd_bus_error *e, int r) {
         /* Nothing owns the name and the bus has no service file to start it with. */
         if (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) && !address)
                 return cli_fail("the engine is not installed: no service on the system bus provides " AXP_BUS_NAME);

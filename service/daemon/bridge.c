@@ -91,13 +91,21 @@ void bridge_status_changed(void *userdata, const axp_engine_status *status) {
         bridge_push(b, ev);
 }
 
-void bridge_post_job_done(Bridge *b, void *job) {
+static void post_job(Bridge *b, BridgeEventType type, void *job) {
         BridgeEvent *ev;
 
-        while (!(ev = bridge_event_new(BRIDGE_JOB_DONE, 0)))
+        while (!(ev = bridge_event_new(type, 0)))
                 usleep(1000);
         ev->job = job;
         bridge_push(b, ev);
+}
+
+void bridge_post_job_done(Bridge *b, void *job) {
+        post_job(b, BRIDGE_JOB_DONE, job);
+}
+
+void bridge_post_install_done(Bridge *b, void *job) {
+        post_job(b, BRIDGE_INSTALL_DONE, job);
 }
 
 void bridge_dispatch(Bridge *b) {

@@ -16,6 +16,7 @@ typedef enum BridgeEventType {
         BRIDGE_FINISHED,
         BRIDGE_JOB_DONE, /* a job run on a worker thread (LoadModel) is over */
         BRIDGE_STATUS,   /* the engine's status changed */
+        BRIDGE_INSTALL_DONE, /* an InstallModel job's worker is over */
 } BridgeEventType;
 
 typedef struct BridgeEvent BridgeEvent;
@@ -54,6 +55,7 @@ void bridge_status_changed(void *userdata, const axp_engine_status *status);
 
 /* From any thread. */
 void bridge_post_job_done(Bridge *b, void *job);
+void bridge_post_install_done(Bridge *b, void *job);
 
 /* Handle everything queued now (the event loop calls this when the eventfd fires; shutdown
  * calls it after the engine stopped to deliver the last events). */

@@ -13,6 +13,7 @@
 #include "daemon-config.h"
 #include "flow.h"
 #include "log.h"
+#include "models.h"
 #include "options.h"
 #include "request.h"
 
@@ -317,6 +318,7 @@ const sd_bus_vtable engine_vtable[] = {
         SD_BUS_PROPERTY("QueuedReactive", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("QueuedProactive", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Running", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Models", "a(sa{sv})", property_get_models, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
 
         SD_BUS_METHOD_WITH_ARGS("Reactive",
                                 SD_BUS_ARGS("s", prompt, "a{sv}", options),
@@ -346,6 +348,18 @@ const sd_bus_vtable engine_vtable[] = {
                                 SD_BUS_ARGS("s", policy),
                                 SD_BUS_NO_RESULT,
                                 method_set_policy, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("InstallModel",
+                                SD_BUS_ARGS("h", fd, "s", name, "a{sv}", options),
+                                SD_BUS_RESULT("o", job),
+                                method_install_model, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("UseModel",
+                                SD_BUS_ARGS("s", name),
+                                SD_BUS_NO_RESULT,
+                                method_use_model, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("RemoveModel",
+                                SD_BUS_ARGS("s", name),
+                                SD_BUS_NO_RESULT,
+                                method_remove_model, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END
 };
 

@@ -11,6 +11,7 @@
 #include "client.h"
 #include "flow.h"
 #include "log.h"
+#include "models.h"
 #include "request.h"
 
 int context_sender_uid(Context *c, sd_bus_message *m, uid_t *ret) {
@@ -60,7 +61,7 @@ unsigned context_count_flows(Context *c, uid_t uid) {
 
 static bool context_is_idle(Context *c) {
         return idmap_size(&c->requests) == 0 && idmap_size(&c->flows) == 0 && !c->clients &&
-               !c->admin_calls && !c->loader_running;
+               !c->admin_calls && !c->loader_running && !c->install_jobs;
 }
 
 static int on_idle_timer(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -184,6 +185,9 @@ void context_on_engine_event(void *userdata, const BridgeEvent *ev) {
         case BRIDGE_JOB_DONE:
                 admin_job_done(c, ev->job);
                 break;
+        case BRIDGE_INSTALL_DONE:
+                install_job_done(c, ev->job);
+                break;
         case BRIDGE_STATUS:
                 c->status = ev->status;
                 break;
@@ -202,6 +206,7 @@ void context_stop(Context *c) {
                 (void) sd_event_source_set_enabled(c->idle_timer, SD_EVENT_OFF);
 
         admin_cancel_all(c);
+        install_cancel_all(c);
         bridge_dispatch(&c->bridge); /* a model load that just ended is answered with the engine alive */
 
         /* Freeing the engine cancels every request; their Finished events wait in the bridge. */
@@ -252,6 +257,9 @@ void context_clear(Context *c) {
         while (c->clients)
                 client_free(c->clients);
         admin_free_all(c);
+        install_free_all(c);
+        free(c->loaded_path);
+        free(c->default_model);
 
         idmap_done(&c->requests);
         idmap_done(&c->requests_by_id);

@@ -22,6 +22,14 @@ typedef struct Client Client;
 typedef struct Request Request;
 typedef struct Flow Flow;
 typedef struct AdminCall AdminCall;
+typedef struct InstallJob InstallJob;
+
+/* A model in the models folder (models.h). */
+typedef struct ModelEntry {
+        char *name;              /* NAME of NAME.gguf */
+        axp_model_info info;
+        char error[320];         /* why it cannot be used, "" if it can */
+} ModelEntry;
 
 /* A connection that submitted requests or opened flows; it lives while it has either, and
  * goes when the connection leaves the bus (sd_bus_track). */
@@ -89,6 +97,13 @@ struct Context {
         AdminCall *admin_calls;  /* LIST: waiting for polkit or running */
         pthread_t loader;        /* LoadModel's worker thread */
         bool loader_running;
+
+        InstallJob *install_jobs; /* LIST: InstallModel's jobs, copying or checking */
+        uint64_t last_job_n;
+        ModelEntry *models;       /* the models folder as last read, by name */
+        size_t n_models;
+        char *loaded_path;        /* the file of the model loaded, NULL if none or unknown */
+        char *default_model;      /* the name UseModel chose (StateDirectory=), or NULL */
 
         /* The engine's status as it last told us (BRIDGE_STATUS), which the properties show,
          * and as last announced, to emit PropertiesChanged only on change. */
