@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon's configuration: /etc/agentxpu/engine.conf, a key-file:
  *
- *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize=
+ *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize= KVType=
  *              PreemptBoundSec= BatchCap= MaxBatch= AgingSec= ProactiveDutyCycle=
  *              PiggybackSlack= CalibrationCache=
  *   [Limits]   RequestsPerUser= Requests= FlowsPerUser= PromptBytes= MaxTokens=
@@ -27,6 +27,7 @@ typedef struct DaemonConfig {
         char *static_dev;
         char *dynamic_dev;
         char *calib_cache;
+        char *kv_type;
 
         unsigned max_requests_per_user; /* queued + running requests of one uid */
         unsigned max_requests;          /* queued + running requests of everyone */
