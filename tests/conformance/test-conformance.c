@@ -166,7 +166,10 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p, uint32_t kv
         free(exact_f);
         const json_value *top20 = member(g, "last_logits_top20", NULL);
         CHECK(top20 && top20->n > 0);
-        CHECK_EQ_INT(argmax(seq.logits, nv), (int32_t) json_get(top20->items[0], "id")->number);
+        /* with an F16 cache the first greedy step below checks the top token, allowing for
+         * its margin */
+        if (!f16)
+                CHECK_EQ_INT(argmax(seq.logits, nv), (int32_t) json_get(top20->items[0], "id")->number);
         free(ref);
 
         /* 32 greedy steps, teacher-forced with the golden tokens */
