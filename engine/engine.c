@@ -18,6 +18,7 @@
 #include "model/generate.h"
 #include "devices/gpu-telemetry.h"
 #include "model/model.h"
+#include "heg/seq.h"
 #include "sched/scheduler.h"
 #include "model/tokenizer.h"
 #include "model/tools.h"
@@ -94,6 +95,7 @@ struct axp_engine {
         double telemetry_next; /* next sample, INFINITY while the engine is idle */
         axp_policy pol;
         int n_ctx;
+        uint32_t kv_type;          /* AXP_TYPE_F16 or AXP_TYPE_F32 */
 
         ereq *reqs;
         flow *flows;
@@ -379,7 +381,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         q->last_tok = -1;
         if (f) {
                 if (!f->seq.model) {
-                        r = axp_seq_init(&f->seq, e->model, AXP_TYPE_F32, e->n_ctx, n_all, a->err);
+                        r = axp_seq_init(&f->seq, e->model, e->kv_type, e->n_ctx, n_all, a->err);
                         if (r < 0)
                                 return r;
                 }
@@ -387,7 +389,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 q->prev_pending = f->pending;
         } else {
                 int reserve = (int) MIN((uint64_t) e->n_ctx, (uint64_t) n_all + max_tokens);
-                r = axp_seq_init(&q->own_seq, e->model, AXP_TYPE_F32, e->n_ctx, reserve, a->err);
+                r = axp_seq_init(&q->own_seq, e->model, e->kv_type, e->n_ctx, reserve, a->err);
                 if (r < 0)
                         return r;
                 q->seq = &q->own_seq;
@@ -601,7 +603,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         e->n_ctx = e->cfg.n_ctx > 0 ? MIN(e->cfg.n_ctx, m->hp.n_ctx_train)
                                     : MIN(m->hp.n_ctx_train, PREFILL_MAX_CTX);
         sc.max_ctx = MIN(e->n_ctx, PREFILL_MAX_CTX);
-        axp_heg_shape_from_model(m, AXP_TYPE_F32, &shape);
+        axp_heg_shape_from_model(m, e->kv_type, &shape);
         r = axp_sched_new(&sc, &shape, &env, sd, e->n_devs, e->static_dev_i, e->dynamic_dev_i,
                           &e->sched, err);
         if (r < 0)
@@ -736,6 +738,8 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
             c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
             c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10))
                 return axp_errorf(err, -EINVAL, "an engine setting is out of range");
+        if (axp_kv_type_from_name(c->kv_type ? c->kv_type : "f16", &e->kv_type) < 0)
+                return axp_errorf(err, -EINVAL, "unknown KV cache type '%s' (f16 or f32)", c->kv_type);
         if ((r = axp_mailbox_new(&e->mb)) < 0)
                 return axp_errorf(err, r, "out of memory");
         if ((r = setup_devices(e, err)) < 0)

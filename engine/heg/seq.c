@@ -15,6 +15,25 @@ static void check(const axp_seq *s) {
         assert(s->logits_pos < s->n_past + s->n_new);
 }
 
+int axp_kv_type_from_name(const char *name, uint32_t *ret) {
+        if (name && strcmp(name, "f16") == 0)
+                *ret = AXP_TYPE_F16;
+        else if (name && strcmp(name, "f32") == 0)
+                *ret = AXP_TYPE_F32;
+        else
+                return -EINVAL;
+        return 0;
+}
+
+const char *axp_kv_type_name(uint32_t kv_type) {
+        return kv_type == AXP_TYPE_F16 ? "f16" : kv_type == AXP_TYPE_F32 ? "f32" : "?";
+}
+
+size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx) {
+        size_t elem = kv_type == AXP_TYPE_F16 ? 2 : 4;
+        return 2 * (size_t) hp->n_layer * (size_t) n_ctx * hp->n_head_kv * hp->head_dim * elem;
+}
+
 static size_t kv_row_bytes(const axp_seq *s) {
         const axp_hparams *hp = &s->model->hp;
         return (size_t) hp->n_head_kv * hp->head_dim * (s->kv_type == AXP_TYPE_F16 ? 2 : 4);

@@ -27,6 +27,13 @@ typedef struct axp_seq {
         int logits_pos;    /* position whose logits are in `logits`, -1 if none */
 } axp_seq;
 
+/* The KV cache's element type by its name in engine.conf and on the command line: "f16"
+ * (AXP_TYPE_F16, the default, as llama.cpp's) or "f32" (AXP_TYPE_F32). -EINVAL otherwise. */
+int axp_kv_type_from_name(const char *name, uint32_t *ret);
+const char *axp_kv_type_name(uint32_t kv_type);
+/* Bytes of a KV cache of n_ctx positions (K and V, every layer). */
+size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx);
+
 /* n_ctx_max: positions this request may ever use (<= model context); kv_reserve: positions
  * to allocate now (grows on demand up to n_ctx_max). */
 int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max, int kv_reserve,

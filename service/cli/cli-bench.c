@@ -46,6 +46,7 @@ static int usage(FILE *f) {
                 "                         share to carry proactive work (agentxpu; default 0:\n"
                 "                         only what the cost model predicts to cost nothing)\n"
                 "  --no-piggyback         proactive prefill waits for reactive decode instead\n"
+                "  --kv-type T            each request's KV cache: f16 (default) or f32\n"
                 "  --drain S              after the last arrival, wait at most S seconds for the\n"
                 "                         requests in flight, then cancel them (default 600)\n"
                 "  --json                 print JSON\n");
@@ -360,7 +361,7 @@ static const char *num_or(char buf[32], double v, int decimals, const char *none
 int cli_bench(int argc, char **argv) {
         enum {
                 O_RRATE = 256, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY, O_THREADS,
-                O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_SLACK, O_NOPIG, O_JSON, O_HELP,
+                O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_SLACK, O_NOPIG, O_KVTYPE, O_JSON, O_HELP,
         };
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },
@@ -378,6 +379,7 @@ int cli_bench(int argc, char **argv) {
                 { "b-cap", required_argument, NULL, O_BCAP },
                 { "piggyback-slack", required_argument, NULL, O_SLACK },
                 { "no-piggyback", no_argument, NULL, O_NOPIG },
+                { "kv-type", required_argument, NULL, O_KVTYPE },
                 { "json", no_argument, NULL, O_JSON },
                 { "help", no_argument, NULL, O_HELP },
                 {},
@@ -452,6 +454,13 @@ int cli_bench(int argc, char **argv) {
                 case O_NOPIG:
                         ec.piggyback_slack = -1;
                         break;
+                case O_KVTYPE: {
+                        uint32_t kt;
+                        if (!cli_kv_type(optarg, &kt))
+                                return 2;
+                        ec.kv_type = optarg;
+                        break;
+                }
                 case O_JSON:
                         json = true;
                         break;

@@ -29,6 +29,7 @@ static int usage(FILE *f) {
                    "  --threads N        CPU threads (default: one per core)\n"
                    "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
+                   "  --kv-type T        KV cache: f16 (default) or f32\n"
                    "  --json             print one JSON object with tokens, text and timings\n"
                    "  --json-schema FILE the output is JSON valid under the JSON Schema in FILE\n"
                    "  --grammar FILE     the output follows the GBNF grammar in FILE (rule root)\n"
@@ -44,7 +45,7 @@ static int usage(FILE *f) {
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
        OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
-       OPT_TOOL_CHOICE };
+       OPT_TOOL_CHOICE, OPT_KV_TYPE };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -57,6 +58,7 @@ static const struct option options[] = {
         { "threads", required_argument, NULL, OPT_THREADS }, { "chunk", required_argument, NULL, OPT_CHUNK },
         { "json", no_argument, NULL, OPT_JSON },        { "help", no_argument, NULL, 'h' },
         { "device", required_argument, NULL, OPT_DEVICE },
+        { "kv-type", required_argument, NULL, OPT_KV_TYPE },
         { "json-schema", required_argument, NULL, OPT_SCHEMA }, { "grammar", required_argument, NULL, OPT_GRAMMAR },
         { "tools", required_argument, NULL, OPT_TOOLS }, { "tool-choice", required_argument, NULL, OPT_TOOL_CHOICE },
         {}
@@ -65,6 +67,7 @@ static const struct option options[] = {
 typedef struct gen_args {
         const char *model, *prompt, *file, *system, *device, *schema_file, *grammar_file, *tools_file, *tool_choice;
         int n_predict, threads, chunk;
+        uint32_t kv_type;
         bool raw, json;
         const char *stops[16];
         size_t n_stops;
@@ -75,6 +78,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         axp_sampler_params_default(&a->sp);
         a->n_predict = 128;
         a->chunk = 256;
+        a->kv_type = AXP_TYPE_F16;
         uint64_t u;
         double d;
         int c;
@@ -145,6 +149,10 @@ static int parse(int argc, char **argv, gen_args *a) {
                         break;
                 case OPT_JSON: a->json = true; break;
                 case OPT_DEVICE: a->device = optarg; break;
+                case OPT_KV_TYPE:
+                        if (!cli_kv_type(optarg, &a->kv_type))
+                                return 2;
+                        break;
                 case OPT_SCHEMA: a->schema_file = optarg; break;
                 case OPT_GRAMMAR: a->grammar_file = optarg; break;
                 case OPT_TOOLS: a->tools_file = optarg; break;
@@ -278,7 +286,7 @@ int cli_generate(int argc, char **argv) {
         if ((a.schema_file && axp_read_file(a.schema_file, &schema, &flen, &err) < 0) ||
             (a.grammar_file && axp_read_file(a.grammar_file, &grammar, &flen, &err) < 0))
                 return cli_fail("%s", err.msg);
-        if (axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
+        if (axp_seq_init(&seq, m, a.kv_type, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
             axp_gen_init(&gen, m, &a.sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0 ||
             axp_gen_constrain(&gen, tools_grammar ? tools_grammar : grammar, schema, &err) < 0)
                 return cli_fail("%s", err.msg);

@@ -13,12 +13,13 @@
 
 static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT [--threads N] [--chunk N]\n"
-                   "                      [--device cpu|opencl|opencl:N|auto]\n"
+                   "                      [--device cpu|opencl|opencl:N|auto] [--kv-type f16|f32]\n"
                    "       agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT --reference\n"
                    "Writes the logits of the last prompt position (tokenized as generate --raw does)\n"
                    "to OUT as n_vocab little-endian float32 values. The prompt must be valid UTF-8.\n"
                    "--reference computes them with the reference forward pass (double precision,\n"
-                   "plain loops, one thread; slow) instead of the kernels.\n");
+                   "plain loops, one thread; slow) instead of the kernels. --kv-type is the KV\n"
+                   "cache's element type (default f16, as llama.cpp's).\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -28,12 +29,13 @@ int cli_logits(int argc, char **argv) {
                 { "file", required_argument, NULL, 'f' },  { "output", required_argument, NULL, 'o' },
                 { "threads", required_argument, NULL, 't' }, { "chunk", required_argument, NULL, 'c' },
                 { "device", required_argument, NULL, 'd' }, { "reference", no_argument, NULL, 'r' },
-                { "help", no_argument, NULL, 'h' },
+                { "kv-type", required_argument, NULL, 'k' }, { "help", no_argument, NULL, 'h' },
                 {}
         };
         const char *model = NULL, *prompt = NULL, *file = NULL, *out = NULL, *device = NULL;
         uint64_t threads = 0, chunk = 256;
-        bool reference = false;
+        bool reference = false, kv_given = false;
+        uint32_t kv_type = AXP_TYPE_F16;
         int c, r;
 
         optind = 0;
@@ -45,6 +47,11 @@ int cli_logits(int argc, char **argv) {
                 case 'o': out = optarg; break;
                 case 'd': device = optarg; break;
                 case 'r': reference = true; break;
+                case 'k':
+                        if (!cli_kv_type(optarg, &kv_type))
+                                return 2;
+                        kv_given = true;
+                        break;
                 case 't':
                         if (!cli_uint("--threads", optarg, 1, 1024, &threads))
                                 return 2;
@@ -63,6 +70,8 @@ int cli_logits(int argc, char **argv) {
                 return cli_usage_error("no output file (-o OUT)");
         if (reference && device)
                 return cli_usage_error("--reference runs on the host; --device does not apply");
+        if (reference && kv_given)
+                return cli_usage_error("--reference keeps K and V in double; --kv-type does not apply");
 
         _cleanup_free_ char *text = NULL;
         size_t len;
@@ -94,7 +103,7 @@ int cli_logits(int argc, char **argv) {
                         logits[i] = (float) exact[i];
         } else {
                 _cleanup_(axp_seq_free) axp_seq seq = { 0 };
-                if (axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, n, &err) < 0 ||
+                if (axp_seq_init(&seq, m, kv_type, m->hp.n_ctx_train, n, &err) < 0 ||
                     axp_forward_prefill(dev, &seq, toks, n, chunk, &err) < 0)
                         return cli_fail("%s", err.msg);
                 memcpy(logits, seq.logits, (size_t) nv * sizeof(float));

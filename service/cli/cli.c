@@ -12,6 +12,7 @@
 #include "base/parse.h"
 #include "base/utf8.h"
 #include "base/util.h"
+#include "heg/seq.h"
 
 typedef struct cli_command {
         const char *name;
@@ -97,6 +98,13 @@ bool cli_double(const char *opt, const char *s, double min, double max, double *
                 cli_usage_error("%s must be a number, got '%s'", opt, s);
         else
                 cli_usage_error("%s must be a number from %g to %g, got '%s'", opt, min, max, s);
+        return false;
+}
+
+bool cli_kv_type(const char *s, uint32_t *ret) {
+        if (axp_kv_type_from_name(s, ret) == 0)
+                return true;
+        cli_usage_error("--kv-type must be f16 or f32, got '%s'", s);
         return false;
 }
 

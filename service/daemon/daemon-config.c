@@ -38,6 +38,7 @@ void daemon_config_done(DaemonConfig *c) {
         free(c->calib_cache);
         free(c->models_dir);
         free(c->state_dir);
+        free(c->kv_type);
         *c = (DaemonConfig) {};
 }
 
@@ -53,6 +54,8 @@ void daemon_config_sync(DaemonConfig *c) {
                 c->engine.dynamic_dev = c->dynamic_dev;
         if (c->calib_cache)
                 c->engine.calib_cache = c->calib_cache;
+        if (c->kv_type)
+                c->engine.kv_type = c->kv_type;
 }
 
 int daemon_config_set_string(char **field, const char *value) {
@@ -74,6 +77,7 @@ typedef enum ValueKind {
         VALUE_DIR,      /* absolute path, not empty */
         VALUE_POLICY,
         VALUE_DEVICE,
+        VALUE_KV_TYPE,  /* f16 or f32 */
         VALUE_INT,      /* int, >= 0 */
         VALUE_UNSIGNED, /* unsigned, >= 1 */
         VALUE_SIZE,     /* size_t, >= 1 */
@@ -98,6 +102,7 @@ static const ConfigKey config_keys[] = {
         { "Engine", "StaticDevice",       VALUE_DEVICE,   offsetof(DaemonConfig, static_dev) },
         { "Engine", "DynamicDevice",      VALUE_DEVICE,   offsetof(DaemonConfig, dynamic_dev) },
         { "Engine", "ContextSize",        VALUE_INT,      ENGINE_FIELD(n_ctx) },
+        { "Engine", "KVType",             VALUE_KV_TYPE,  offsetof(DaemonConfig, kv_type) },
         { "Engine", "PreemptBoundSec",    VALUE_SECONDS,  ENGINE_FIELD(preempt_bound_s) },
         { "Engine", "BatchCap",           VALUE_INT,      ENGINE_FIELD(b_cap) },
         { "Engine", "MaxBatch",           VALUE_INT,      ENGINE_FIELD(max_batch) },
@@ -164,6 +169,11 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
                         return axp_errorf(err, -EINVAL,
                                           "%s: %s= must be auto, cpu, npu, opencl or opencl:N, got '%s'",
                                           where, k->key, v);
+                return daemon_config_set_string(field, v);
+        case VALUE_KV_TYPE:
+                if (strcmp(v, "f16") != 0 && strcmp(v, "f32") != 0)
+                        return axp_errorf(err, -EINVAL, "%s: %s= must be f16 or f32, got '%s'", where,
+                                          k->key, v);
                 return daemon_config_set_string(field, v);
         case VALUE_INT:
         case VALUE_UNSIGNED:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon's configuration: /etc/agentxpu/engine.conf, a key-file:
  *
- *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize=
+ *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize= KVType=
  *              PreemptBoundSec= BatchCap= MaxBatch= AgingSec= ProactiveDutyCycle=
  *              PiggybackSlack= CalibrationCache= ModelsDirectory= StateDirectory=
  *   [Limits]   RequestsPerUser= Requests= FlowsPerUser= PromptBytes= MaxTokens=
@@ -31,6 +31,7 @@ typedef struct DaemonConfig {
         char *calib_cache;
         char *models_dir;               /* installed models, NAME.gguf (never NULL) */
         char *state_dir;                /* the engine's state: the model chosen (never NULL) */
+        char *kv_type;
 
         unsigned max_requests_per_user; /* queued + running requests of one uid */
         unsigned max_requests;          /* queued + running requests of everyone */

@@ -30,6 +30,11 @@ typedef struct tol {
         double max_abs, max_rms; /* logits vs llama.cpp's ref run */
         double ref_abs, ref_rms; /* the reference forward pass's; 0: as the kernels' */
         double tau;              /* greedy margin threshold */
+        double tau_f16;          /* with an F16 KV cache; 0: tau */
+        /* logits with an F16 cache, or vs llama.cpp's default run (F16 cache, flash attention);
+         * 0: max_abs, max_rms. An F32 file's own bound is tighter than the distance between
+         * llama.cpp's two runs (README §15: up to 0.006 for phi3, 0.0013 for gemma3). */
+        double f16_abs, f16_rms;
         bool free_run;           /* the whole free-running continuation must be identical */
 } tol;
 
@@ -85,7 +90,9 @@ static int32_t argmax(const float *x, int n) {
 
 /* Logits against llama.cpp's: max |d| and RMS of the difference, printed and checked */
 static void check_logits(const tol *tl, const char *p, const char *what, const float *got, const float *ref,
-                         int nv) {
+                         int nv, bool f16) {
+        const double bound_abs = f16 && tl->f16_abs > 0 ? tl->f16_abs : tl->max_abs;
+        const double bound_rms = f16 && tl->f16_rms > 0 ? tl->f16_rms : tl->max_rms;
         double max_abs = 0, se = 0;
         for (int i = 0; i < nv; i++) {
                 double dd = fabs((double) got[i] - ref[i]);
@@ -94,12 +101,12 @@ static void check_logits(const tol *tl, const char *p, const char *what, const f
         }
         double rms = sqrt(se / nv);
         printf("  %s %s: %s logits max |d| %.3g, rms %.3g\n", tl->model, p, what, max_abs, rms);
-        CHECK_MSG(max_abs <= tl->max_abs, "%s %s: %s max |d| %g > %g", tl->model, p, what, max_abs,
-                  tl->max_abs);
-        CHECK_MSG(rms <= tl->max_rms, "%s %s: %s rms %g > %g", tl->model, p, what, rms, tl->max_rms);
+        CHECK_MSG(max_abs <= bound_abs, "%s %s: %s max |d| %g > %g", tl->model, p, what, max_abs,
+                  bound_abs);
+        CHECK_MSG(rms <= bound_rms, "%s %s: %s rms %g > %g", tl->model, p, what, rms, bound_rms);
 }
 
-static void check_prompt(axp_model *m, const tol *tl, const char *p) {
+static void check_prompt(axp_model *m, const tol *tl, const char *p, uint32_t kv_type) {
         char path[1024];
         snprintf(path, sizeof(path), "%s/golden/%s/%s.ref.json", dir, tl->model, p);
         _cleanup_json_ json_value *g = read_json(path);
@@ -123,21 +130,33 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p) {
                 CHECK_MSG(toks[i] == (int32_t) num_at(gt, i), "%s token %d: %d != %d", p, i, toks[i],
                           (int32_t) num_at(gt, i));
 
-        /* last-position logits vs llama.cpp's reference run */
+        /* last-position logits vs llama.cpp's reference run (F32 cache), to the same bounds
+         * whatever our cache's type: the README (§7) puts llama.cpp's own F16 cache at up to
+         * ~6e-4 from it, inside the F32 model's 1e-3 */
         axp_seq seq;
         axp_error err = { 0 };
-        CHECK(axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, n + 40, &err) == 0);
+        const bool f16 = kv_type == AXP_TYPE_F16;
+        CHECK(axp_seq_init(&seq, m, kv_type, m->hp.n_ctx_train, n + 40, &err) == 0);
         CHECK_MSG(axp_forward_prefill(dev, &seq, toks, n, 64, &err) == 0, "%s", err.msg);
         snprintf(path, sizeof(path), "%s/golden/%s/%s.ref.logits.f32", dir, tl->model, p);
         float *ref = read_f32(path, (size_t) nv);
         CHECK(ref != NULL);
         if (ref)
-                check_logits(tl, p, "kernels", seq.logits, ref, nv);
+                check_logits(tl, p, f16 ? "kernels (f16 KV)" : "kernels (f32 KV)", seq.logits, ref, nv, f16);
+        /* and vs llama.cpp's default run (F16 cache, flash attention) where there is one */
+        snprintf(path, sizeof(path), "%s/golden/%s/%s.default.logits.f32", dir, tl->model, p);
+        float *dflt = read_f32(path, (size_t) nv);
+        if (dflt)
+                check_logits(tl, p, f16 ? "kernels (f16 KV) vs llama.cpp default" : "kernels (f32 KV) vs llama.cpp default",
+                             seq.logits, dflt, nv, true);
+        free(dflt);
         /* the reference forward pass, rounded to float as `logits --reference` writes it, to
          * the same tolerances (the data's README, §6: exact math is ~2e-7 from llama.cpp's F32
          * run, 0.009-0.013 from its Q8_0 one) */
         double *exact = NULL;
-        CHECK_MSG(axp_ref_logits(m, toks, n, n - 1, &exact, &err) == 0, "%s", err.msg);
+        /* it keeps K and V in double: once per prompt is enough */
+        if (!f16)
+                CHECK_MSG(axp_ref_logits(m, toks, n, n - 1, &exact, &err) == 0, "%s", err.msg);
         float *exact_f = exact ? malloc((size_t) nv * sizeof(float)) : NULL;
         for (int i = 0; exact_f && i < nv; i++)
                 exact_f[i] = (float) exact[i];
@@ -147,13 +166,16 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p) {
                         rt.max_abs = tl->ref_abs;
                         rt.max_rms = tl->ref_rms;
                 }
-                check_logits(&rt, p, "reference", exact_f, ref, nv);
+                check_logits(&rt, p, "reference", exact_f, ref, nv, false);
         }
         free(exact);
         free(exact_f);
         const json_value *top20 = member(g, "last_logits_top20", NULL);
         CHECK(top20 && top20->n > 0);
-        CHECK_EQ_INT(argmax(seq.logits, nv), (int32_t) json_get(top20->items[0], "id")->number);
+        /* with an F16 cache the first greedy step below checks the top token, allowing for
+         * its margin */
+        if (!f16)
+                CHECK_EQ_INT(argmax(seq.logits, nv), (int32_t) json_get(top20->items[0], "id")->number);
         free(ref);
 
         /* 32 greedy steps, teacher-forced with the golden tokens */
@@ -161,10 +183,14 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p) {
                          *margin = member(g, "greedy", "top1_minus_top2_margin"),
                          *top5 = member(g, "greedy", "step_top5");
         int first_low = -1, free_ok = 1;
+        const double tau = f16 && tl->tau_f16 > 0 ? tl->tau_f16 : tl->tau;
         for (size_t s = 0; s < gtok->n; s++) {
                 int32_t want = (int32_t) num_at(gtok, s), got = argmax(seq.logits, nv);
                 double mg = num_at(margin, s);
-                if (mg >= tl->tau) {
+                if (got != want)
+                        printf("  %s %s (%s KV) step %zu: %d, llama.cpp %d (margin %g)\n", tl->model, p,
+                               f16 ? "f16" : "f32", s, got, want, mg);
+                if (mg >= tau) {
                         CHECK_MSG(got == want, "%s %s step %zu: %d != %d (margin %g)", tl->model, p, s, got,
                                   want, mg);
                 } else {
@@ -186,7 +212,7 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p) {
         free(toks);
 }
 
-static void check_model(const tol *tl) {
+static void check_model(const tol *tl, uint32_t kv_type) {
         char path[1024];
         if (tl->file)
                 snprintf(path, sizeof(path), "%s/%s", dir, tl->file);
@@ -204,21 +230,25 @@ static void check_model(const tol *tl) {
                 return;
         CHECK(axp_device_prepare(dev, m, &err) == 0);
         for (size_t i = 0; i < ELEMENTSOF(prompts); i++)
-                check_prompt(m, tl, prompts[i]);
+                check_prompt(m, tl, prompts[i], kv_type);
         axp_device_prepare(dev, NULL, NULL);
         axp_model_free(m);
 }
 
 static void test_f32_model(void) {
         /* README §7: F32 logits within 1e-3 of the ref run; every greedy step identical */
-        check_model(&(tol) { .model = "tiny-llama3-f32", .max_abs = 1e-3, .max_rms = 1e-3, .tau = 1e-3,
-                             .free_run = true });
+        const tol tl = { .model = "tiny-llama3-f32", .max_abs = 1e-3, .max_rms = 1e-3, .tau = 1e-3,
+                         .free_run = true };
+        check_model(&tl, AXP_TYPE_F32);
+        check_model(&tl, AXP_TYPE_F16);
 }
 
 static void test_q8_0_model(void) {
         /* README §7: Q8_0 logits max 0.03 / rms 0.006 for W8A16; same top-1; greedy steps with
          * margin >= 1e-2 identical, the others within llama.cpp's top 5 */
-        check_model(&(tol) { .model = "tiny-llama3-q8_0", .max_abs = 0.03, .max_rms = 0.006, .tau = 1e-2 });
+        const tol tl = { .model = "tiny-llama3-q8_0", .max_abs = 0.03, .max_rms = 0.006, .tau = 1e-2 };
+        check_model(&tl, AXP_TYPE_F32);
+        check_model(&tl, AXP_TYPE_F16);
 }
 
 /* The tensor-type set (README §12.1): tiny llama models (n_embd 256; 320 for llama320, whose
@@ -233,11 +263,19 @@ static void test_q8_0_model(void) {
  * README's bound for such engines (§15: 0.25 and 0.07 x logit RMS, 0.32 / 0.089; llama.cpp's
  * own numpy check measured up to 0.22 / 0.064). Greedy steps whose golden margin is at least
  * tau = 0.1 must agree (the flips measured had margins up to 0.027), the others be in
- * llama.cpp's top 5. */
+ * llama.cpp's top 5.
+ *
+ * The golden runs kept K and V in F32. Our F16 cache (llama.cpp's default) moves the logits
+ * by up to 0.165 max / 0.045 RMS from them, as far as llama.cpp's own default run (F16 cache,
+ * flash attention) is from its F32 one, and is as close to that default run as our F32 cache
+ * is (0.155 / 0.045 against 0.161 / 0.043): the int8 rounding of the activations after
+ * attention amplifies the cache's 2^-11 relative error. Greedy steps then flip at margins up
+ * to 0.105 (66 of 1408 steps; 7 with the F32 cache), where llama.cpp's own F16 and F32 runs
+ * part ways at margins up to 0.095 on these files; so tau_f16 = 0.2. */
 #define TYPE_FILE(name)                                                                            \
         {                                                                                          \
                 .model = name, .file = "types/" name ".gguf", .max_abs = 0.25, .max_rms = 0.06,    \
-                .ref_abs = 0.32, .ref_rms = 0.089, .tau = 0.1                                      \
+                .ref_abs = 0.32, .ref_rms = 0.089, .tau = 0.1, .tau_f16 = 0.2                      \
         }
 static const tol type_tols[] = {
         TYPE_FILE("tiny-spm-llama-q8_0"),   TYPE_FILE("tiny-spm-llama-q6_k"),
@@ -283,7 +321,8 @@ static void test_type_models(void) {
                         printf("  %s: not checked (types %s)\n", type_tols[i].model, why);
                         continue;
                 }
-                check_model(&type_tols[i]);
+                check_model(&type_tols[i], AXP_TYPE_F16);
+                check_model(&type_tols[i], AXP_TYPE_F32);
                 checked++;
         }
         /* the types this engine computes with must be among them */
@@ -294,17 +333,21 @@ static void test_type_models(void) {
  * with an exact GELU, where llama.cpp reads an F16 table, expects ~5e-4) and greedy steps of
  * margin >= 1e-3 identical; Q8_0 logits within 0.25 / 0.07 of the logit RMS (max / rms), steps
  * of margin >= 0.2 of the logit RMS identical, the others in llama.cpp's top 5. */
-#define ARCH_FILE(name, abs_, rms_, tau_)                                                          \
+#define ARCH_FILE(name, abs_, rms_, tau_, f16_abs_, f16_rms_)                                      \
         (tol) { .model = name, .file = "archs/" name ".gguf", .max_abs = abs_, .max_rms = rms_,    \
-                .tau = tau_ }
+                .tau = tau_, .f16_abs = f16_abs_, .f16_rms = f16_rms_ }
 static void test_arch_phi3(void) {
-        check_model(&ARCH_FILE("tiny-spm-phi3-f32", 1e-3, 1e-3, 1e-3));
-        check_model(&ARCH_FILE("tiny-spm-phi3-q8_0", 0.25 * 0.92, 0.07 * 0.92, 0.2 * 0.92));
+        check_model(&ARCH_FILE("tiny-spm-phi3-f32", 1e-3, 1e-3, 1e-3, 0.01, 3e-3), AXP_TYPE_F32);
+        check_model(&ARCH_FILE("tiny-spm-phi3-f32", 1e-3, 1e-3, 1e-3, 0.01, 3e-3), AXP_TYPE_F16);
+        check_model(&ARCH_FILE("tiny-spm-phi3-q8_0", 0.25 * 0.92, 0.07 * 0.92, 0.2 * 0.92, 0, 0), AXP_TYPE_F32);
+        check_model(&ARCH_FILE("tiny-spm-phi3-q8_0", 0.25 * 0.92, 0.07 * 0.92, 0.2 * 0.92, 0, 0), AXP_TYPE_F16);
 }
 
 static void test_arch_gemma3(void) {
-        check_model(&ARCH_FILE("tiny-spm-gemma3-f32", 1e-3, 1e-3, 1e-3));
-        check_model(&ARCH_FILE("tiny-spm-gemma3-q8_0", 0.25 * 0.23, 0.07 * 0.23, 0.2 * 0.23));
+        check_model(&ARCH_FILE("tiny-spm-gemma3-f32", 1e-3, 1e-3, 1e-3, 3e-3, 1e-3), AXP_TYPE_F32);
+        check_model(&ARCH_FILE("tiny-spm-gemma3-f32", 1e-3, 1e-3, 1e-3, 3e-3, 1e-3), AXP_TYPE_F16);
+        check_model(&ARCH_FILE("tiny-spm-gemma3-q8_0", 0.25 * 0.23, 0.07 * 0.23, 0.2 * 0.23, 0, 0), AXP_TYPE_F32);
+        check_model(&ARCH_FILE("tiny-spm-gemma3-q8_0", 0.25 * 0.23, 0.07 * 0.23, 0.2 * 0.23, 0, 0), AXP_TYPE_F16);
 }
 
 int main(void) {

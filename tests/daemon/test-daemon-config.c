@@ -34,6 +34,7 @@ static void test_every_key(void) {
                 "StaticDevice=npu\n"
                 "DynamicDevice=opencl:1\n"
                 "ContextSize=2048\n"
+                "KVType=f32\n"
                 "PreemptBoundSec=0.05\n"
                 "BatchCap=2\n"
                 "MaxBatch=16\n"
@@ -65,6 +66,7 @@ static void test_every_key(void) {
         CHECK(strcmp(c.engine.static_dev, "npu") == 0);
         CHECK(strcmp(c.engine.dynamic_dev, "opencl:1") == 0);
         CHECK_EQ_INT(c.engine.n_ctx, 2048);
+        CHECK(strcmp(c.engine.kv_type, "f32") == 0);
         CHECK_NEAR(c.engine.preempt_bound_s, 0.05, 1e-12);
         CHECK_EQ_INT(c.engine.b_cap, 2);
         CHECK_EQ_INT(c.engine.max_batch, 16);
@@ -87,6 +89,7 @@ static void test_every_key(void) {
 static void test_bad_values(void) {
         static const struct { const char *text, *message; } cases[] = {
                 { "[Engine]\nPolicy=fastest\n", "x.conf:2: Policy= must be agentxpu, fcfs or serial, got 'fastest'" },
+                { "[Engine]\nKVType=q4_0\n", "x.conf:2: KVType= must be f16 or f32, got 'q4_0'" },
                 { "[Engine]\nModel=model.gguf\n", "x.conf:2: Model= must be an absolute path" },
                 { "[Engine]\nStaticDevice=gpu\n", "x.conf:2: StaticDevice= must be auto" },
                 { "[Engine]\nDynamicDevice=opencl:x\n", "DynamicDevice=" },

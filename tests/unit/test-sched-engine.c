@@ -13,6 +13,7 @@
 #include "devices/cpu-device.h"
 #include "engine.h"
 #include "devices/forward.h"
+#include "heg/seq.h"
 #include "model/generate.h"
 #include "mkmodel.h"
 #include "model/tokenizer.h"
@@ -73,7 +74,11 @@ static axp_request_cbs cbs_for(result *r) {
         return (axp_request_cbs) { .token = on_token, .finished = on_finished, .userdata = r };
 }
 
-/* The reference: tokenize raw, prefill and decode greedily on a device of our own. */
+/* The engine's KV cache type (NULL: its default, f16), which the reference uses too. */
+static const char *kv_type;
+
+/* The reference: tokenize raw, prefill and decode greedily on a device of our own, with the
+ * engine's KV cache type. */
 static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max_tokens, char *out,
                         size_t cap) {
         _cleanup_free_ int32_t *toks = NULL;
@@ -88,7 +93,9 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
         sp.temperature = 0;
         CHECK(axp_tokenize(m->tok, prompt, strlen(prompt), AXP_TOK_PARSE_SPECIAL | AXP_TOK_ADD_BOS,
                            &toks, &n, &err) == 0);
-        CHECK(axp_seq_init(&q, m, AXP_TYPE_F32, m->hp.n_ctx_train, n + max_tokens, &err) == 0);
+        uint32_t kt = AXP_TYPE_F16;
+        CHECK(axp_kv_type_from_name(kv_type ? kv_type : "f16", &kt) == 0);
+        CHECK(axp_seq_init(&q, m, kt, m->hp.n_ctx_train, n + max_tokens, &err) == 0);
         CHECK(axp_gen_init(&g, m, &sp, NULL, 0, max_tokens, toks, n, &err) == 0);
         CHECK(axp_forward_prefill(d, &q, toks, n, 0, &err) == 0);
         while (!g.done) {
@@ -124,6 +131,7 @@ static axp_engine *new_engine_on(const char *policy, const char *static_dev, con
                 c.preempt_bound_s = 1e-6;
         c.n_threads = 2;
         c.calib_cache = calib_path;
+        c.kv_type = kv_type;
         if (axp_engine_new(&c, &e, &err) < 0)
                 fprintf(stderr, "engine: %s\n", err.msg);
         return e;
@@ -212,6 +220,23 @@ static void test_concurrent_requests_match_reference(void) {
         run_concurrent("agentxpu", "auto", "auto", want, 1);
         run_concurrent("fcfs", "auto", "auto", want, 1);
         run_concurrent("serial", "auto", "auto", want, 1);
+        /* an F32 cache: the same as an F32 reference */
+        kv_type = "f32";
+        reference_texts(want);
+        run_concurrent("agentxpu", "auto", "auto", want, 1);
+        kv_type = NULL;
+}
+
+/* A KV cache type the engine does not have is refused, naming it. */
+static void test_unknown_kv_type(void) {
+        axp_engine_config c;
+        axp_engine *e = NULL;
+        axp_error err = { 0 };
+        axp_engine_config_default(&c);
+        c.kv_type = "q4_0";
+        CHECK(axp_engine_new(&c, &e, &err) == -EINVAL);
+        CHECK(e == NULL);
+        CHECK(strstr(err.msg, "'q4_0'") != NULL);
 }
 
 /* The static role on the CPU and the dynamic role on OpenCL (PoCL here): the same text as
@@ -575,6 +600,7 @@ int main(void) {
         RUN(test_concurrent_requests_match_reference);
         RUN(test_roles_on_two_devices);
         RUN(test_cancel_and_errors);
+        RUN(test_unknown_kv_type);
         RUN(test_free_with_requests_in_flight);
         RUN(test_flow_reuses_kv);
         RUN(test_swap_models_under_load);
