@@ -303,18 +303,22 @@ def test_install_from_a_hugging_face_cache():
     home = tempfile.mkdtemp(prefix="axp-test-home-")
     try:
         hub = os.path.join(home, ".cache", "huggingface", "hub")
+        # where huggingface_hub looks, and the command line with it: $XDG_CACHE_HOME, which
+        # test.sh sets for every test, over ~/.cache
+        env = {"HOME": home, "XDG_CACHE_HOME": os.path.join(home, ".cache"), "HF_HOME": "",
+               "HF_HUB_CACHE": ""}
         hf_cache(hub, "acme/Tiny-GGUF", "0123abcd", {"tiny-q8_0.gguf": small()})
         hf_cache(hub, "acme/Two-GGUF", "4567cdef", {"a-q8_0.gguf": small(), "b-q8_0.gguf": other()})
         with setup() as (bus, d):
-            r = install(bus, "hf:acme/Tiny-GGUF", env={"HOME": home})
+            r = install(bus, "hf:acme/Tiny-GGUF", env=env)
             assert r.rc == 0, r
             assert folder_files(bus) == ["tiny-q8_0.gguf"]
-            r = install(bus, "hf:acme/Two-GGUF", env={"HOME": home})
+            r = install(bus, "hf:acme/Two-GGUF", env=env)
             assert r.rc == 2 and "has 2 .gguf files" in r.err, r
             r = install(bus, "hf:acme/Two-GGUF:b-q8_0", env={"HOME": "/nonexistent", "HF_HUB_CACHE": hub})
             assert r.rc == 0, r
             assert sha256(os.path.join(bus.models, "b-q8_0.gguf")) == sha256(other())
-            r = install(bus, "hf:acme/Missing", env={"HOME": home})
+            r = install(bus, "hf:acme/Missing", env=env)
             assert r.rc == 1 and "not in the Hugging Face cache" in r.err, r
     finally:
         shutil.rmtree(home, True)
