@@ -251,8 +251,8 @@ polkit.addRule(function(action, subject) {
 });
 RULE
         chmod 0644 "$RULE"
-        DBUS_SYSTEM_BUS_ADDRESS=$address setpriv --reuid=polkitd --regid=polkitd --init-groups -- \
-                "$POLKITD" --no-debug >"$dir/polkitd.log" 2>&1 &
+        # Started as root, as systemd starts it: it changes to its user itself.
+        DBUS_SYSTEM_BUS_ADDRESS=$address "$POLKITD" >"$dir/polkitd.log" 2>&1 &
         polkitd_pid=$!
         i=0
         until busctl --address="$address" call org.freedesktop.DBus /org/freedesktop/DBus \
@@ -261,8 +261,7 @@ RULE
                 [ $i -lt 300 ] && kill -0 "$polkitd_pid" 2>/dev/null || fail "polkitd did not take its name"
                 sleep 0.1
         done
-        grep -q "agentxpu-install-test.rules" "$dir/polkitd.log" ||
-                echo "(polkitd's log does not name the test's rule: $(tr '\n' ' ' <"$dir/polkitd.log"))"
+        grep "rules\|user" "$dir/polkitd.log" || true
 
         step "agentxpu model install as $INSTALLER, from a file only $INSTALLER can read"
         home=$(getent passwd "$INSTALLER" | cut -d: -f6)
