@@ -92,6 +92,8 @@ static void print_record(const json_value *obj) {
         const char *source = json_get_string(obj, "source");
         const char *path = json_get_string(obj, "path");
         const char *text = json_get_string(obj, "text");
+        const char *title = json_get_string(obj, "title"), *body = json_get_string(obj, "body");
+        const char *kind = json_get_string(obj, "kind");
         uint64_t files = 0;
 
         put_clean(created ? created : "?", "");
@@ -104,7 +106,17 @@ static void print_record(const json_value *obj) {
         if (json_get_u64(obj, "files", &files) == 0)
                 printf("  (%llu files)", (unsigned long long) files);
         fputs("\n    ", stdout);
-        put_clean(text ? text : "", "    ");
+        /* A structured suggestion; records from before had only "text". */
+        if (title || body) {
+                if (kind) {
+                        put_clean(kind, "");
+                        fputs(": ", stdout);
+                }
+                put_clean(title ? title : "", "    ");
+                fputs("\n    ", stdout);
+                put_clean(body ? body : "", "    ");
+        } else
+                put_clean(text ? text : "", "    ");
         fputs("\n\n", stdout);
 }
 

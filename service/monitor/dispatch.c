@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine-client.h"
+#include "suggestion.h"
 
 /* An event the engine answered badly this often is given up. */
 #define MAX_ATTEMPTS 3
@@ -69,8 +70,13 @@ static GVariant *request_options(const MonitorConfig *cfg) {
         g_variant_builder_init(&b, G_VARIANT_TYPE("a{sv}"));
         g_variant_builder_add(&b, "{sv}", "max_tokens", g_variant_new_uint32(cfg->max_tokens));
         g_variant_builder_add(&b, "{sv}", "temperature", g_variant_new_double(cfg->temperature));
-        if (cfg->system_prompt && cfg->system_prompt[0])
-                g_variant_builder_add(&b, "{sv}", "system", g_variant_new_string(cfg->system_prompt));
+        g_autofree char *schema = suggestion_schema(cfg->title_max_length, cfg->body_max_length);
+        g_autofree char *system = cfg->system_prompt && cfg->system_prompt[0]
+                                          ? g_strconcat(cfg->system_prompt, "\n", SUGGESTION_INSTRUCTIONS, NULL)
+                                          : g_strdup(SUGGESTION_INSTRUCTIONS);
+
+        g_variant_builder_add(&b, "{sv}", "system", g_variant_new_string(system));
+        g_variant_builder_add(&b, "{sv}", "json_schema", g_variant_new_string(schema));
         return g_variant_builder_end(&b);
 }
 
@@ -239,7 +245,6 @@ static void on_token(void *userdata, guint64 id, const char *text) {
 static void on_finished(void *userdata, guint64 id, const char *reason, const char *error) {
         Dispatcher *d = userdata;
         Event *ev = g_hash_table_lookup(d->live, &id);
-        g_autofree char *text = NULL;
         axp_error err = { 0 };
 
         if (!ev || ev->state != EVENT_RUNNING)
@@ -256,11 +261,19 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
                 back_off(d);
                 requeue(d, ev);
         } else if (strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0) {
-                text = g_strstrip(g_strdup(ev->answer ? ev->answer->str : ""));
-                if (text[0] == 0) {
-                        g_message("dispatch: event %" G_GUINT64_FORMAT " got an empty answer", id);
-                        forget(d, ev, "empty");
-                } else if (store_append(d->store, ev, text, &err) < 0) {
+                Suggestion sug = { 0 };
+                const char *answer = ev->answer ? ev->answer->str : "";
+                if (suggestion_parse(answer, strlen(answer), d->cfg->title_max_length,
+                                     d->cfg->body_max_length, &sug, &err) < 0) {
+                        /* The schema makes every finished answer parse: one that does not was
+                         * cut at max_tokens, and asking again would cut it again. */
+                        g_warning("dispatch: event %" G_GUINT64_FORMAT " got no suggestion: %s%s", id,
+                                  err.msg, strcmp(reason, "length") == 0
+                                                   ? " (cut at max_tokens; raise max_tokens or lower "
+                                                     "title_max_length and body_max_length)"
+                                                   : "");
+                        forget(d, ev, strcmp(reason, "length") == 0 ? "truncated" : "malformed");
+                } else if (store_append(d->store, ev, &sug, &err) < 0) {
                         g_warning("dispatch: %s", err.msg);
                         forget(d, ev, "unstored");
                 } else {
@@ -268,9 +281,10 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
                          * start by store_forget_answered(). */
                         g_message("dispatch: suggestion stored for event %" G_GUINT64_FORMAT
                                   " (%s: %s)", id, event_store_source(ev->source), describe(ev));
-                        notifier_show(d->notifier, ev, text);
+                        notifier_show(d->notifier, ev, &sug);
                         forget(d, ev, "stored");
                 }
+                suggestion_clear(&sug);
         } else {
                 g_warning("dispatch: event %" G_GUINT64_FORMAT " finished with \"%s\"%s%s", id,
                           reason, error ? ": " : "", error ? error : "");

@@ -70,6 +70,8 @@ static const KeySpec keys[] = {
         { "engine", "system", KEY_STRING, F(system_prompt), 0, 0 },
         { "engine", "prompt_max_bytes", KEY_UINT, F(prompt_max_bytes), 64, 1u << 20 },
         { "engine", "request_timeout_s", KEY_UINT, F(request_timeout_s), 1, 86400 },
+        { "engine", "title_max_length", KEY_UINT, F(title_max_length), 1, 1000 },
+        { "engine", "body_max_length", KEY_UINT, F(body_max_length), 1, 1000 },
 };
 
 void monitor_config_free(MonitorConfig *cfg) {
@@ -135,6 +137,8 @@ MonitorConfig *monitor_config_defaults(void) {
         cfg->system_prompt = g_strdup(DEFAULT_SYSTEM_PROMPT);
         cfg->prompt_max_bytes = 4096;
         cfg->request_timeout_s = 600;
+        cfg->title_max_length = 80;
+        cfg->body_max_length = 400;
         return cfg;
 }
 

@@ -47,6 +47,8 @@ typedef struct MonitorConfig {
         char *system_prompt;
         guint prompt_max_bytes;         /* of file or clipboard text quoted in a prompt */
         guint request_timeout_s;
+        guint title_max_length;         /* of a suggestion's title and body, in characters */
+        guint body_max_length;
 } MonitorConfig;
 
 /* Loads `path` (or the default locations when NULL). A missing default file means the

@@ -192,8 +192,8 @@ static void on_notified(GObject *src, GAsyncResult *res, gpointer data) {
                 item_free(g_queue_pop_head(&n->items));
 }
 
-void notifier_show(Notifier *n, const Event *ev, const char *text) {
-        g_autofree char *summary = NULL, *clipped = NULL, *body = NULL;
+void notifier_show(Notifier *n, const Event *ev, const Suggestion *sug) {
+        g_autofree char *about = NULL, *clipped = NULL, *text = NULL, *body = NULL;
         GVariantBuilder actions, hints;
         ShowCall *call;
 
@@ -201,16 +201,15 @@ void notifier_show(Notifier *n, const Event *ev, const char *text) {
         if (!n->conn || (n->told_absent && !n->owner))
                 return;
         if (ev->source == EVENT_CLIPBOARD)
-                summary = g_strdup("Suggestion about the text you copied");
+                about = g_strdup("the text you copied");
         else if (ev->source == EVENT_BATCH)
-                summary = g_strdup_printf("Suggestion about %" G_GUINT64_FORMAT " changed files",
-                                          ev->batch ? ev->batch->total : 0);
-        else {
-                g_autofree char *name = g_path_get_basename(ev->path);
-                summary = g_strdup_printf("Suggestion about %s", name);
-        }
-        clipped = g_utf8_substring(text, 0, MIN(g_utf8_strlen(text, -1), NOTIFY_BODY_MAX));
-        body = n->markup ? g_markup_escape_text(clipped, -1) : g_strdup(clipped);
+                about = g_strdup_printf("%" G_GUINT64_FORMAT " changed files",
+                                        ev->batch ? ev->batch->total : 0);
+        else
+                about = g_path_get_basename(ev->path);
+        clipped = g_utf8_substring(sug->body, 0, MIN(g_utf8_strlen(sug->body, -1), NOTIFY_BODY_MAX));
+        text = g_strdup_printf("%s\n(%s: %s)", clipped, sug->kind, about);
+        body = n->markup ? g_markup_escape_text(text, -1) : g_strdup(text);
 
         g_variant_builder_init(&actions, G_VARIANT_TYPE("as"));
         if (ev->source != EVENT_CLIPBOARD) {
@@ -232,7 +231,7 @@ void notifier_show(Notifier *n, const Event *ev, const char *text) {
                 call->uri = g_filename_to_uri(ev->path, NULL, NULL);
         g_dbus_connection_call(n->conn, NOTIFY_NAME, NOTIFY_PATH, NOTIFY_NAME, "Notify",
                                g_variant_new("(susssasa{sv}i)", "agentxpu", 0u, "dialog-information",
-                                             summary, body, &actions, &hints, -1),
+                                             sug->title, body, &actions, &hints, -1),
                                G_VARIANT_TYPE("(u)"), G_DBUS_CALL_FLAGS_NONE, -1, n->cancel,
                                on_notified, call);
 }

@@ -80,7 +80,7 @@ static void rotate(Store *s) {
                   s->max_bytes);
 }
 
-int store_append(Store *s, const Event *ev, const char *text, axp_error *err) {
+int store_append(Store *s, const Event *ev, const Suggestion *sug, axp_error *err) {
         g_autoptr(GString) out = g_string_new(NULL);
         g_autoptr(GDateTime) now = g_date_time_new_now_utc();
         g_autofree char *created = g_date_time_format(now, "%Y-%m-%dT%H:%M:%SZ");
@@ -95,8 +95,11 @@ int store_append(Store *s, const Event *ev, const char *text, axp_error *err) {
         }
         if (ev->batch)
                 g_string_append_printf(out, ",\"files\":%" G_GUINT64_FORMAT, ev->batch->total);
-        g_string_append_printf(out, ",\"created\":\"%s\",\"text\":", created);
-        json_append_string(out, text);
+        g_string_append_printf(out, ",\"created\":\"%s\",\"kind\":\"%s\",\"title\":", created,
+                               sug->kind);
+        json_append_string(out, sug->title);
+        g_string_append(out, ",\"body\":");
+        json_append_string(out, sug->body);
         if (ev->request) {
                 g_string_append(out, ",\"request\":");
                 json_append_string(out, ev->request);

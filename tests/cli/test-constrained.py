@@ -63,6 +63,28 @@ SCHEMAS = {
         "items": {"type": "array", "maxItems": 2, "items": {
             "type": "object", "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
             "required": ["id"]}}}, "required": ["items"], "title": "t", "description": "d"},
+    "pattern": {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"},
+        "tag": {"type": "string", "pattern": r"^(?:foo|ba[rz])(\.[a-z_]+)?$"},
+        "esc": {"type": "string", "pattern": r'^["\\a]{1,3}\t?x[^0-9]\S\w{0,3}?$'},
+        "word": {"type": "string", "pattern": r"^\w{2,4}é$"}},
+        "required": ["code", "tag", "esc", "word"]},
+    "range": {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": -40, "maximum": 125},
+        "b": {"type": "integer", "exclusiveMinimum": 7},
+        "c": {"type": "integer", "maximum": -3},
+        "d": {"type": "integer", "minimum": 1000, "exclusiveMaximum": 1005},
+        "e": {"type": "integer", "minimum": 0, "maximum": 0},
+        "f": {"type": "integer", "minimum": 2.5, "maximum": 99999999}},
+        "required": ["a", "b", "c", "d", "e", "f"]},
+    "ref": {"$defs": {"kind": {"enum": ["a", "b"]},
+                      "item": {"type": "object", "properties": {
+                          "n": {"type": "integer", "minimum": 0, "maximum": 99},
+                          "k": {"$ref": "#/$defs/kind"},
+                          "next": {"$ref": "#/$defs/item"}}, "required": ["n", "k"]}},
+            "$ref": "#/$defs/item"},
+    "definitions": {"definitions": {"leaf": {"type": "string", "maxLength": 3}},
+                    "type": "array", "maxItems": 3, "items": {"$ref": "#/definitions/leaf"}},
 }
 
 GRAMMARS = {
@@ -76,8 +98,23 @@ GRAMMARS = {
 
 BAD = [
     ("json_schema", "{not json", "not valid JSON"),
-    ("json_schema", json.dumps({"type": "string", "pattern": "a+"}), "'pattern' is not supported"),
-    ("json_schema", json.dumps({"type": "integer", "minimum": 3}), "'minimum' is not supported"),
+    ("json_schema", json.dumps({"type": "string", "pattern": r"(a)\1"}), "backreference"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "^a(?=b)"}), "lookaround"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "(?<x>a)"}), "named group"),
+    ("json_schema", json.dumps({"type": "string", "pattern": r"\bword"}), "word boundary"),
+    ("json_schema", json.dumps({"type": "string", "pattern": r"\p{L}"}), "Unicode property"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "a^b"}), "anchor"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "(ab"}), "without its ')'"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "a", "maxLength": 3}), "beside a pattern"),
+    ("json_schema", json.dumps({"pattern": "a"}), "'pattern' without"),
+    ("json_schema", json.dumps({"type": "number", "minimum": 3}), "for 'integer' only"),
+    ("json_schema", json.dumps({"type": "integer", "minimum": 3, "exclusiveMinimum": True}), "draft 4"),
+    ("json_schema", json.dumps({"type": "integer", "minimum": 5, "maximum": 4}), "no integer lies"),
+    ("json_schema", json.dumps({"type": "integer", "maximum": 1e20}), "beyond the 16 digits"),
+    ("json_schema", json.dumps({"$ref": "https://example.org/s.json"}), "only local $refs"),
+    ("json_schema", json.dumps({"$ref": "#/$defs/missing"}), "names nothing"),
+    ("json_schema", json.dumps({"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "maxLength": 2}),
+     "'$ref' beside 'maxLength'"),
     ("json_schema", json.dumps({"type": "array", "minItems": 3, "maxItems": 1}), "minItems is greater"),
     ("json_schema", json.dumps({"enum": []}), "non-empty"),
     ("grammar", 'root ::= root "a" | "b"\n', "left-recursive"),

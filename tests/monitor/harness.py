@@ -39,9 +39,12 @@ NOTIFYD = env_path("AXP_FAKE_NOTIFYD")
 SECRET_OWNER = os.environ.get("AXP_X11_SECRET_OWNER", "")
 FAKE_WL_PASTE = env_path("AXP_FAKE_WL_PASTE")
 
-# The monitor's request options in the tests: few tokens, greedy. (The model never ends an
-# answer early, see model.py, so each answer is exactly this long.)
-ENGINE_OPTIONS = {"max_tokens": 8, "temperature": 0}
+# The monitor's request options in the tests: greedy, and short suggestions. The model never
+# ends an answer by itself (see model.py); the suggestion's schema does, once the object is
+# complete, which a title and a body this short make within max_tokens whatever the
+# vocabulary (byte by byte at worst).
+ENGINE_OPTIONS = {"max_tokens": 96, "temperature": 0, "title_max_length": 6, "body_max_length": 16}
+SUGGESTION_KINDS = ("summary", "explanation", "next-step", "warning")
 # A request that runs far longer than any test waits (the context allows ~4,000 tokens).
 LONG_TOKENS = 4000
 BLOCKERS = 10
@@ -54,6 +57,7 @@ FATAL = {
     "the engine refused event": "the engine refused a request",
     'finished with "': "a request ended badly",
     "giving it up": "the monitor gave an event up",
+    "got no suggestion": "an answer was not a suggestion (or did not fit max_tokens)",
 }
 _sessions = []
 
@@ -451,6 +455,20 @@ class Session:
                     print(f.read()[-6000:])
             except FileNotFoundError:
                 pass
+
+
+def suggestion_problem(record, title_max=ENGINE_OPTIONS["title_max_length"],
+                       body_max=ENGINE_OPTIONS["body_max_length"]):
+    """What is wrong with a stored suggestion's structured part (title, body, kind), or None."""
+    for key, most in (("title", title_max), ("body", body_max)):
+        v = record.get(key)
+        if not isinstance(v, str) or not v.strip() or len(v) > most:
+            return f"{key} {v!r} is not a non-blank string of at most {most} characters"
+    if record.get("kind") not in SUGGESTION_KINDS:
+        return f"kind {record.get('kind')!r} is not one of {SUGGESTION_KINDS}"
+    if "text" in record:
+        return "a structured record has text beside title and body"
+    return None
 
 
 def run(name, body):

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """`agentxpu suggestions` lists the store: oldest first, filtered by source, the newest N,
-or as JSON; a missing store is no error; malformed lines are skipped with a message; what
-the model wrote cannot smuggle terminal escape sequences through."""
+or as JSON; structured records (kind, title, body) and those from before them (text); a
+missing store is no error; malformed lines are skipped with a message; what the model wrote
+cannot smuggle terminal escape sequences through."""
 import json
 import os
 
@@ -18,8 +19,9 @@ def body(s):
     records = [
         {"id": 1, "source": "file", "path": "/home/u/notes.txt", "created": "2025-01-02T03:04:05Z",
          "text": "You added an action item.\nConsider a due date."},
-        {"id": 2, "source": "clipboard", "created": "2025-01-02T03:05:00Z",
-         "text": "That is a git command; \x1b[31mred\x1b[0m \u009b2J it rebases."},
+        {"id": 2, "source": "clipboard", "created": "2025-01-02T03:05:00Z", "kind": "explanation",
+         "title": "A git \x1b[2Jcommand",
+         "body": "That is a git command; \x1b[31mred\x1b[0m \u009b2J it rebases.\nIt is safe."},
         {"id": 3, "source": "file", "path": "/home/u/src", "files": 5000,
          "created": "2025-01-02T03:06:00Z", "text": "A checkout of 5000 files."},
     ]
@@ -37,6 +39,9 @@ def body(s):
           "not oldest first")
     check("    Consider a due date." in text, "continuation lines are not indented")
     check("(5000 files)" in text, "a summary does not say how many files")
+    check("    explanation: A git command\n    That is a git command" in text,
+          f"a structured record is not shown as kind: title, then its body: {text!r}")
+    check("\n    It is safe." in text, "a body's continuation lines are not indented")
     check("\x1b" not in text and "\u009b" not in text, "an escape sequence reached the terminal")
 
     out = s.cli("--source", "clipboard")

@@ -72,7 +72,8 @@ def body(s):
           f"the monitor fetched the password manager's content: {asked}")
     places = s.everywhere()
     check(any("calibration" in name for name, _ in places), "the engine kept no state to check")
-    check("finished: length" in s.log("engine"), "the engine's log says nothing of the requests")
+    check("finished: stop" in s.log("engine") or "finished: length" in s.log("engine"),
+          "the engine's log says nothing of the requests")
     for name, text in places:
         check(SECRET not in text, f"the secret appears in {name}")
         check("OVERSIZE-" not in text, f"the oversized text appears in {name}")

@@ -5,7 +5,7 @@ under ignored globs, binary files, symlinks and unchanged rewrites give none."""
 import json
 import os
 
-from harness import TEST_TEMPLATES, check, run, wait_for
+from harness import TEST_TEMPLATES, check, run, suggestion_problem, wait_for
 
 
 def write(path, data, mode="w"):
@@ -75,15 +75,17 @@ def body(s):
           f"expected one suggestion each for notes.txt, new.md and the marker, got {paths}")
     for r in store:
         check(r.get("source") == "file", f"source is {r.get('source')!r}, not 'file'")
-        check(r.get("text"), "a suggestion without text")
+        problem = suggestion_problem(r)
+        check(not problem, f"a malformed suggestion: {problem}: {r}")
         check(r.get("created", "").endswith("Z"), "created is not an ISO 8601 UTC time")
     prompts = s.prompts()
     check(len(prompts) == 3, f"expected 3 Proactive requests, got {len(prompts)}")
     firsts = sorted(p.split("\n", 1)[0] for p in prompts)
     check(firsts == sorted(f"FILE {p}" for p in (notes, fresh, marker)),
           f"requests name the wrong files: {firsts}")
-    # The store without the answers' text: a random model may well say ".git".
-    records = [json.dumps({k: v for k, v in r.items() if k != "text"}) for r in s.store()]
+    # The store without the answers' words: a random model may well say ".git".
+    records = [json.dumps({k: v for k, v in r.items() if k not in ("title", "body")})
+               for r in s.store()]
     everything = "\n".join(prompts + records + [s.log(), s.log("engine")] +
                             [text for name, text in s.everywhere() if "engine's state" in name])
     for needle in ("IGNORED-CONTENT", "OUTSIDE-SECRET", "image.bin", "latin1.txt", "link.txt",

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests of the monitor's pieces: the JSON reader, prompts and summaries, ignore globs,
- * the journal's replay and the store's crash window. */
+ * the journal's replay, the store's crash window and the suggestions' schema and checks. */
 #include "common.h"
 
 #include <glib/gstdio.h>
@@ -12,6 +12,7 @@
 #include "monitor-config.h"
 #include "prompt.h"
 #include "store.h"
+#include "suggestion.h"
 #include "test.h"
 
 static int parse(const char *s, json_value **ret) {
@@ -238,7 +239,9 @@ static void test_store(void) {
         a->id = 11;
         b->id = 12;
         CHECK_EQ_INT(store_open(path, 0, &s, &err), 0);
-        CHECK_EQ_INT(store_append(s, a, "line one\nline \"two\"", &err), 0);
+        Suggestion sug = { .title = (char *) "A title", .body = (char *) "line one\nline \"two\"",
+                           .kind = "next-step" };
+        CHECK_EQ_INT(store_append(s, a, &sug, &err), 0);
         g_hash_table_add(ids, &a->id);
         g_hash_table_add(ids, &b->id);
         store_forget_answered(s, ids);
@@ -250,7 +253,10 @@ static void test_store(void) {
         CHECK_EQ_INT(json_parse(data, strlen(data), &v, &err), 0);
         CHECK(strcmp(json_get_string(v, "source"), "file") == 0);
         CHECK(strcmp(json_get_string(v, "path"), "/w/a.txt") == 0);
-        CHECK(strcmp(json_get_string(v, "text"), "line one\nline \"two\"") == 0);
+        CHECK(strcmp(json_get_string(v, "body"), "line one\nline \"two\"") == 0);
+        CHECK(strcmp(json_get_string(v, "title"), "A title") == 0);
+        CHECK(strcmp(json_get_string(v, "kind"), "next-step") == 0);
+        CHECK(!json_get(v, "text"));
         CHECK(g_str_has_suffix(json_get_string(v, "created"), "Z"));
         struct stat st;
         CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
@@ -258,6 +264,57 @@ static void test_store(void) {
         g_clear_pointer(&s, store_free);
         g_unlink(path);
         g_rmdir(dir);
+}
+
+static int sparse(const char *text, Suggestion *s, axp_error *err) {
+        return suggestion_parse(text, strlen(text), 10, 20, s, err);
+}
+
+static void test_suggestion(void) {
+        g_autofree char *schema = suggestion_schema(10, 20);
+        _cleanup_json_ json_value *v = NULL;
+        Suggestion s = { 0 };
+        axp_error err = { 0 };
+
+        /* The schema: the three fields, required, the lengths and the kinds. */
+        CHECK_EQ_INT(parse(schema, &v), 0);
+        const json_value *props = json_get(v, "properties");
+        CHECK(props && props->n == 3);
+        CHECK(json_get(v, "required")->n == 3);
+        uint64_t max = 0;
+        CHECK(json_get_u64(json_get(props, "title"), "maxLength", &max) == 0 && max == 10);
+        CHECK(json_get_u64(json_get(props, "body"), "maxLength", &max) == 0 && max == 20);
+        const json_value *kinds = json_get(json_get(props, "kind"), "enum");
+        CHECK(kinds && kinds->n == 4);
+        for (size_t i = 0; i < kinds->n; i++)
+                CHECK(strcmp(kinds->items[i]->text, suggestion_kinds[i]) == 0);
+
+        CHECK_EQ_INT(sparse("{\"title\":\"Dates\",\"body\":\"Add a due date \u00e9.\",\"kind\":\"next-step\"}",
+                            &s, &err), 0);
+        CHECK(strcmp(s.title, "Dates") == 0 && strcmp(s.body, "Add a due date \u00e9.") == 0);
+        CHECK(strcmp(s.kind, "next-step") == 0 && s.kind == suggestion_kinds[2]);
+        suggestion_clear(&s);
+        CHECK(!s.title && !s.body && !s.kind);
+
+        /* What the engine should never send, checked all the same. */
+        static const char *const bad[] = {
+                "{\"title\":\"T\",\"body\":\"B\",\"kind\":\"advice\"}",
+                "{\"title\":\"T\",\"body\":\"B\"}",
+                "{\"title\":\"T\",\"kind\":\"summary\"}",
+                "{\"title\":\"  \",\"body\":\"B\",\"kind\":\"summary\"}",
+                "{\"title\":\"eleven char\",\"body\":\"B\",\"kind\":\"summary\"}",
+                "{\"title\":\"T\",\"body\":\"B\",\"kind\":\"summary\",\"extra\":1}",
+                "{\"title\":1,\"body\":\"B\",\"kind\":\"summary\"}",
+                "{\"title\":\"T\",\"body\":\"B\",\"ki",
+                "[\"T\",\"B\",\"summary\"]",
+                "A plain sentence.",
+        };
+        for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+                err.msg[0] = 0;
+                CHECK_EQ_INT(sparse(bad[i], &s, &err), -EBADMSG);
+                CHECK(err.msg[0] != 0);
+                CHECK(!s.title && !s.body);
+        }
 }
 
 int main(void) {
@@ -271,5 +328,6 @@ int main(void) {
         RUN(test_ignore);
         RUN(test_journal);
         RUN(test_store);
+        RUN(test_suggestion);
         TEST_EXIT();
 }

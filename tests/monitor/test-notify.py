@@ -4,9 +4,10 @@
 opens the file with the user's default application, "dismiss" closes the notification, and
 nothing happens unless one is picked. Without a notification server the monitor says so
 once and keeps to the store."""
+import html
 import os
 
-from harness import NOTIFYD, TEST_TEMPLATES, check, read_jsonl, run, wait_for
+from harness import NOTIFYD, TEST_TEMPLATES, check, read_jsonl, run, suggestion_problem, wait_for
 
 
 def body(s):
@@ -42,8 +43,17 @@ def body(s):
     wait_for(lambda: os.path.exists(opened), "the file to be opened from the notification")
     notes = [n for n in read_jsonl(shown) if n["op"] == "notify"]
     check(len(notes) == 1, f"expected one notification, got {notes}")
-    check(notes[0]["summary"] == "Suggestion about todo.txt", f"summary: {notes[0]['summary']!r}")
-    check(notes[0]["body"], "the notification has no body")
+    # The notification is the stored suggestion: its title as the summary, its body and
+    # what it is about as the body.
+    record = next(r for r in s.store() if r.get("path") == first)
+    problem = suggestion_problem(record)
+    check(not problem, f"a malformed suggestion: {problem}: {record}")
+    check(notes[0]["summary"] == record["title"],
+          f"summary {notes[0]['summary']!r} is not the suggestion's title {record['title']!r}")
+    body = html.unescape(notes[0]["body"])  # escaped where the server takes markup
+    check(body.startswith(record["body"])
+          and body.endswith(f"({record['kind']}: todo.txt)"),
+          f"body {notes[0]['body']!r} is not the suggestion's body, kind and file")
     check("open" in notes[0]["actions"] and "dismiss" in notes[0]["actions"],
           f"actions: {notes[0]['actions']}")
     with open(opened) as f:

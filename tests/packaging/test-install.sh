@@ -3,7 +3,9 @@
 # The install test (meson suite 'packaging'; test.sh runs it): builds the .deb with
 # packaging/build-deb (lintian included), installs it with apt into a clean Debian 12 root
 # made with debootstrap, and there runs check-installed.sh: the installed engine on a private
-# bus with the installed policy, `agentxpu ask` as an ordinary user, purge.
+# bus with the installed policy, `agentxpu ask` as an ordinary user, `agentxpu model install`
+# as an ordinary user with a real polkitd deciding, purge; then an upgrade from an older
+# package whose models folder was root's, and purge again.
 #
 # Needs root (it installs packages) and dpkg-dev, debhelper, lintian and debootstrap
 # (tools/install-deps); skips without them.
@@ -126,6 +128,10 @@ if [ "$mode" = chroot ]; then
         # No services start inside the root while packages install.
         printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
         chmod 0755 "$root/usr/sbin/policy-rc.d"
+        # polkitd (the package recommends it), to decide on `agentxpu model install`.
+        in_root sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                --no-install-recommends polkitd' >"$work/apt-polkitd.log" 2>&1 ||
+                { tail -n 20 "$work/apt-polkitd.log" >&2; fail "could not install polkitd in the root"; }
         check=/var/tmp/axp-check
         mkdir -m 0755 "$root$check"
         cp "$deb" "$here/check-installed.sh" "$here/install-bus.conf.in" "$here/boot-check.sh" \
@@ -170,6 +176,11 @@ UNIT
         elapsed "purging in the root"
         in_root sh "$check/check-installed.sh" purge "$check" ||
                 fail "check-installed.sh purge failed in the Debian 12 root"
+        elapsed "upgrading from an older package in the root"
+        in_root sh "$check/check-installed.sh" upgrade "$check/$(basename "$deb")" "$check" ||
+                fail "check-installed.sh upgrade failed in the Debian 12 root"
+        in_root sh "$check/check-installed.sh" purge "$check" ||
+                fail "check-installed.sh purge after the upgrade failed in the Debian 12 root"
 else
         mkdir -m 0755 "$work/check"
         cp "$deb" "$here/install-bus.conf.in" "$work/check/"
@@ -179,5 +190,9 @@ else
                 fail "check-installed.sh failed on this machine"
         sh "$here/check-installed.sh" purge "$work/check" ||
                 fail "check-installed.sh purge failed on this machine"
+        sh "$here/check-installed.sh" upgrade "$work/check/$(basename "$deb")" "$work/check" ||
+                fail "check-installed.sh upgrade failed on this machine"
+        sh "$here/check-installed.sh" purge "$work/check" ||
+                fail "check-installed.sh purge after the upgrade failed on this machine"
 fi
 elapsed "done ($mode)"
