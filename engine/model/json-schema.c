@@ -625,7 +625,7 @@ static void nonneg_range(gen *g, uint64_t a, uint64_t b) {
         uint64_t p = 1;
         bool sep = false;
         put(g, "(");
-        for (size_t d = 1; d <= INT_DIGITS && p <= b; d++, p *= 10) {
+        for (size_t d = 1; d <= INT_DIGITS && (d == 1 || p <= b); d++, p *= 10) { /* 0..0 too */
                 uint64_t lo = d == 1 ? 0 : p, hi = p * 10 - 1;
                 lo = MAX(lo, a);
                 hi = MIN(hi, b);

@@ -65,7 +65,7 @@ SCHEMAS = {
             "required": ["id"]}}}, "required": ["items"], "title": "t", "description": "d"},
     "pattern": {"type": "object", "properties": {
         "code": {"type": "string", "pattern": r"^[A-Z]{2}-\d{3,5}$"},
-        "tag": {"type": "string", "pattern": r"^(?:foo|ba[rz])(\.[a-z_]+)?$"},
+        "tag": {"type": "string", "pattern": r"^(?:foo|ba[rz])(\.[a-z_]{1,8})?$"},
         "esc": {"type": "string", "pattern": r'^["\\a]{1,3}\t?x[^0-9]\S\w{0,3}?$'},
         "word": {"type": "string", "pattern": r"^\w{2,4}é$"}},
         "required": ["code", "tag", "esc", "word"]},
