@@ -494,16 +494,21 @@ static void quant_q5_1(const float *x, block_q5_1 *b, int64_t nb) {
 
 /* The IQ4_NL level nearest to v (v in level units). */
 static int iq4nl_nearest(float v) {
-        int best = 0;
-        float be = fabsf(v - axp_iq4nl_values[0]);
-        for (int k = 1; k < 16; k++) {
-                float e = fabsf(v - axp_iq4nl_values[k]);
-                if (e < be) {
-                        be = e;
-                        best = k;
-                }
-        }
-        return best;
+        /* the midpoints between neighbouring levels (exact: the levels are integers); a value on
+         * a midpoint takes the lower level. A binary search: the scale searches call this for
+         * every value of every candidate. */
+        static const float mid[15] = { -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                       7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f };
+        int i = 0;
+        if (v > mid[7])
+                i = 8;
+        if (v > mid[i + 3])
+                i += 4;
+        if (v > mid[i + 1])
+                i += 2;
+        if (v > mid[i])
+                i += 1;
+        return i;
 }
 
 /* IQ4_NL: a plain search over candidate scales, not llama.cpp's (weighted) search. Each
@@ -640,8 +645,9 @@ static void fit_sub(const float *x, int n, int nmax, int qmin, bool affine, floa
                         continue;
                 int q[QK_K];
                 double sq = 0, sx = 0, sqq = 0, sqx = 0;
+                float inv = 1.0f / scale;
                 for (int j = 0; j < n; j++) {
-                        int v = nearest_int((x[j] - off) / scale);
+                        int v = nearest_int((x[j] - off) * inv);
                         q[j] = MAX(qmin, MIN(qmin + nmax, v));
                         sq += q[j];
                         sx += x[j];
