@@ -7,8 +7,12 @@ fall back as llama-quantize's do. The conformance data's Q8_0 model requantized 
 and mix keeps its logits as close to the Q8_0 model's as llama-quantize's own file of that
 type (made from the F32 original) is, within a quarter more plus 0.05 of the logit RMS; the
 mixes choose, tensor by tensor, the types llama-quantize chose in its Q3_K_M and Q4_K_M files
-(types/models.json). Bad input gives one line, status 1 or 2, and leaves no file behind.
-Env: AXP_CLI, AXP_CONFORMANCE_DIR."""
+(types/models.json). With AXP_LLAMA_QUANTIZE (a llama-quantize binary), on the 4-layer F32
+model: the mixes choose what llama-quantize chooses, and llama-quantize's IQ4_XS file runs,
+its logits as close to the F32 model's as our IQ4_XS file's (within a quarter more plus
+0.05 of the logit RMS) and the kernels' within 0.1 of the largest of the reference forward
+pass's. Bad input gives one line, status 1 or 2, and leaves no file behind.
+Env: AXP_CLI, AXP_CONFORMANCE_DIR, AXP_LLAMA_QUANTIZE (optional)."""
 import array
 import json
 import math
@@ -70,6 +74,43 @@ def tensor_types(path):
     except (json.JSONDecodeError, KeyError) as e:
         fail(f"inspect --json {path}: {e}")
         return {}
+
+
+def check_llama_quantize(lq, src, d):
+    ref = logits(src, os.path.join(d, "lq-f32.logits"))
+    for mix in MIXES + ["IQ4_XS"]:
+        theirs = os.path.join(d, f"lq-{mix}.gguf")
+        ours = os.path.join(d, f"ours-{mix}.gguf")
+        p = subprocess.run([lq, src, theirs, mix], capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            fail(f"llama-quantize {mix}: status {p.returncode}: {p.stderr.strip()[-300:]}")
+            continue
+        if run("quantize", src, ours, mix).returncode != 0:
+            continue
+        want, got = tensor_types(theirs), tensor_types(ours)
+        if mix in MIXES:
+            if got != want:
+                diff = sorted(k for k in want if got.get(k) != want[k])
+                fail(f"{mix}: types differ from llama-quantize's at {diff[:6]}")
+            else:
+                print(f"  {mix}: every tensor's type as llama-quantize chose ({len(want)})")
+            continue
+        a, b = logits(theirs, theirs + ".logits"), logits(ours, ours + ".logits")
+        if a is None or b is None or ref is None:
+            continue
+        et, eo = rel_rms(a, ref), rel_rms(b, ref)
+        print(f"  IQ4_XS: llama-quantize's file {et:.3f} x RMS from the F32 model's logits, ours {eo:.3f}")
+        if not et <= 1.25 * eo + 0.05:
+            fail(f"llama-quantize's IQ4_XS file: logits {et:.3f} x RMS from F32's (ours {eo:.3f})")
+        r = run("logits", "-m", theirs, "-p", PROMPT, "--reference", "-o", theirs + ".ref")
+        if r.returncode == 0:
+            v = array.array("f")
+            with open(theirs + ".ref", "rb") as f:
+                v.frombytes(f.read())
+            e = max(abs(x - y) for x, y in zip(a, v)) / max(abs(y) for y in v)
+            print(f"  IQ4_XS: llama-quantize's file, kernels vs reference pass {e:.2e} of the largest logit")
+            if not e <= 0.1:
+                fail(f"llama-quantize's IQ4_XS file: kernels {e:.3g} from the reference pass")
 
 
 def main():
@@ -158,6 +199,12 @@ def main():
                     print(f"  {mix} of {src_name}: every tensor's type as llama-quantize chose ({len(want)})")
         else:
             print("  conformance data absent: mixes not compared with llama-quantize's")
+
+        llama_quantize = os.environ.get("AXP_LLAMA_QUANTIZE")
+        if llama_quantize:
+            check_llama_quantize(llama_quantize, src, d)
+        else:
+            print("  AXP_LLAMA_QUANTIZE unset: llama-quantize's own files not compared")
 
         # bad input: one line, no file left behind
         out = os.path.join(d, "bad.gguf")
