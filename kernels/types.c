@@ -511,12 +511,11 @@ static int iq4nl_nearest(float v) {
         return i;
 }
 
-/* IQ4_NL: a plain search over candidate scales, not llama.cpp's (weighted) search. Each
- * candidate maps the block's extreme value to one of the outer levels, shrunk in small steps;
- * the values are given their nearest levels, the scale is refitted by least squares, and the
- * candidate with the smallest squared error wins. The stored (f16) scale then picks the final
- * levels. */
-/* The scale of n values (IQ4_NL's search); false if they are all zero. */
+/* IQ4_NL's scale for n values: a plain search over candidate scales, not llama.cpp's
+ * (weighted) search. Each candidate maps the extreme value to one of the outer levels, shrunk
+ * in small steps; the values are given their nearest levels, the scale is refitted by least
+ * squares, and the candidate with the smallest squared error wins. False if the values are
+ * all zero. The stored (f16) scale then picks the final levels. */
 static bool iq4nl_best_scale(const float *x, int n, float *ret_d) {
         float amax = 0, max = 0;
         for (int j = 0; j < n; j++)
