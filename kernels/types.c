@@ -19,8 +19,8 @@ static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [AXP_TYPE_Q5_1] = { "Q5_1", QK5_1, sizeof(block_q5_1), true },
         [AXP_TYPE_Q8_0] = { "Q8_0", QK8_0, sizeof(block_q8_0), true },
         [AXP_TYPE_Q8_1] = { "Q8_1", 32, 36, false },
-        [AXP_TYPE_Q2_K] = { "Q2_K", QK_K, 84, false },
-        [AXP_TYPE_Q3_K] = { "Q3_K", QK_K, 110, false },
+        [AXP_TYPE_Q2_K] = { "Q2_K", QK_K, sizeof(block_q2_K), true },
+        [AXP_TYPE_Q3_K] = { "Q3_K", QK_K, sizeof(block_q3_K), true },
         [AXP_TYPE_Q4_K] = { "Q4_K", QK_K, sizeof(block_q4_K), true },
         [AXP_TYPE_Q5_K] = { "Q5_K", QK_K, sizeof(block_q5_K), true },
         [AXP_TYPE_Q6_K] = { "Q6_K", QK_K, sizeof(block_q6_K), true },
@@ -32,7 +32,7 @@ static const axp_type_traits traits[AXP_TYPE__MAX] = {
         [AXP_TYPE_IQ4_NL] = { "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), true },
         [21] = { "IQ3_S", QK_K, 110, false },
         [22] = { "IQ2_S", QK_K, 82, false },
-        [23] = { "IQ4_XS", QK_K, 136, false },
+        [AXP_TYPE_IQ4_XS] = { "IQ4_XS", QK_K, sizeof(block_iq4_xs), true },
         [24] = { "I8", 1, 1, false },
         [25] = { "I16", 1, 2, false },
         [26] = { "I32", 1, 4, false },
@@ -251,6 +251,56 @@ static void dequant_q5_K(const block_q5_K *b, float *y, int64_t nb) {
         }
 }
 
+static void dequant_q2_K(const block_q2_K *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, y += QK_K) {
+                float d = axp_f16_to_f32(b[i].d), dmin = axp_f16_to_f32(b[i].dmin);
+                for (int e = 0; e < QK_K; e++) {
+                        int n = e / 128, j = (e % 128) / 32, l = e % 32;
+                        uint8_t sc = b[i].scales[8 * n + 2 * j + l / 16];
+                        int q = (b[i].qs[32 * n + l] >> (2 * j)) & 3;
+                        y[e] = d * (float) (sc & 15) * (float) q - dmin * (float) (sc >> 4);
+                }
+        }
+}
+
+/* The sixteen 6-bit scales of a Q3_K block, 0..63 (the value is sc - 32). */
+void axp_q3_K_scales(const uint8_t *s12, uint8_t *sc) {
+        for (int s = 0; s < 16; s++) {
+                int lo = s < 8 ? s12[s] & 15 : s12[s - 8] >> 4;
+                int hi = (s12[8 + s % 4] >> (2 * (s / 4))) & 3;
+                sc[s] = (uint8_t) (lo | hi << 4);
+        }
+}
+
+static void dequant_q3_K(const block_q3_K *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, y += QK_K) {
+                float d = axp_f16_to_f32(b[i].d);
+                uint8_t sc[16];
+                axp_q3_K_scales(b[i].scales, sc);
+                for (int e = 0; e < QK_K; e++) {
+                        int n = e / 128, j = (e % 128) / 32, l = e % 32;
+                        int q = ((b[i].qs[32 * n + l] >> (2 * j)) & 3) |
+                                ((b[i].hmask[l] >> (4 * n + j)) & 1) << 2;
+                        y[e] = d * (float) (sc[8 * n + 2 * j + l / 16] - 32) * (float) (q - 4);
+                }
+        }
+}
+
+static void dequant_iq4_xs(const block_iq4_xs *b, float *y, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++) {
+                float d = axp_f16_to_f32(b[i].d);
+                for (int s = 0; s < QK_K / 32; s++, y += 32) {
+                        int ls = ((b[i].scales_l[s / 2] >> (4 * (s % 2))) & 15) | ((b[i].scales_h >> (2 * s)) & 3) << 4;
+                        float dl = d * (float) (ls - 32);
+                        const uint8_t *q = b[i].qs + 16 * s;
+                        for (int j = 0; j < 16; j++) {
+                                y[j] = dl * (float) axp_iq4nl_values[q[j] & 0x0f];
+                                y[j + 16] = dl * (float) axp_iq4nl_values[q[j] >> 4];
+                        }
+                }
+        }
+}
+
 static void dequant_q6_K(const block_q6_K *b, float *y, int64_t nb) {
         for (int64_t i = 0; i < nb; i++) {
                 float d = axp_f16_to_f32(b[i].d);
@@ -306,6 +356,15 @@ void axp_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n) {
                 break;
         case AXP_TYPE_Q8_0:
                 dequant_q8_0(src, dst, n / QK8_0);
+                break;
+        case AXP_TYPE_Q2_K:
+                dequant_q2_K(src, dst, n / QK_K);
+                break;
+        case AXP_TYPE_Q3_K:
+                dequant_q3_K(src, dst, n / QK_K);
+                break;
+        case AXP_TYPE_IQ4_XS:
+                dequant_iq4_xs(src, dst, n / QK_K);
                 break;
         case AXP_TYPE_Q4_K:
                 dequant_q4_K(src, dst, n / QK_K);
@@ -435,66 +494,261 @@ static void quant_q5_1(const float *x, block_q5_1 *b, int64_t nb) {
 
 /* The IQ4_NL level nearest to v (v in level units). */
 static int iq4nl_nearest(float v) {
-        int best = 0;
-        float be = fabsf(v - axp_iq4nl_values[0]);
-        for (int k = 1; k < 16; k++) {
-                float e = fabsf(v - axp_iq4nl_values[k]);
-                if (e < be) {
-                        be = e;
-                        best = k;
-                }
-        }
-        return best;
+        /* the midpoints between neighbouring levels (exact: the levels are integers); a value on
+         * a midpoint takes the lower level. A binary search: the scale searches call this for
+         * every value of every candidate. */
+        static const float mid[15] = { -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                       7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f };
+        int i = 0;
+        if (v > mid[7])
+                i = 8;
+        if (v > mid[i + 3])
+                i += 4;
+        if (v > mid[i + 1])
+                i += 2;
+        if (v > mid[i])
+                i += 1;
+        return i;
 }
 
-/* IQ4_NL: a plain search over candidate scales, not llama.cpp's (weighted) search. Each
- * candidate maps the block's extreme value to one of the outer levels, shrunk in small steps;
- * the values are given their nearest levels, the scale is refitted by least squares, and the
- * candidate with the smallest squared error wins. The stored (f16) scale then picks the final
- * levels. */
+/* IQ4_NL's scale for n values: a plain search over candidate scales, not llama.cpp's
+ * (weighted) search. Each candidate maps the extreme value to one of the outer levels, shrunk
+ * in small steps; the values are given their nearest levels, the scale is refitted by least
+ * squares, and the candidate with the smallest squared error wins. False if the values are
+ * all zero. The stored (f16) scale then picks the final levels. */
+static bool iq4nl_best_scale(const float *x, int n, float *ret_d) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < n; j++)
+                if (fabsf(x[j]) > amax) {
+                        amax = fabsf(x[j]);
+                        max = x[j];
+                }
+        *ret_d = 0;
+        if (amax == 0)
+                return false;
+        float best_d = max / (float) axp_iq4nl_values[0];
+        double best_err = INFINITY;
+        for (int c = 0; c < 42; c++) {
+                /* the extreme at the lowest or the highest level, times 1 + t/40 */
+                int t = c / 2 - 10;
+                float level = (float) axp_iq4nl_values[c % 2 ? 15 : 0];
+                float id = level * (1.0f + (float) t / 40.0f) / max;
+                double sqx = 0, sqq = 0;
+                int L[QK_K];
+                for (int j = 0; j < n; j++) {
+                        L[j] = iq4nl_nearest(x[j] * id);
+                        double q = axp_iq4nl_values[L[j]];
+                        sqx += q * x[j];
+                        sqq += q * q;
+                }
+                if (sqq <= 0)
+                        continue;
+                double d = sqx / sqq, err = 0;
+                for (int j = 0; j < n; j++) {
+                        double e = x[j] - d * axp_iq4nl_values[L[j]];
+                        err += e * e;
+                }
+                if (err < best_err) {
+                        best_err = err;
+                        best_d = (float) d;
+                }
+        }
+        *ret_d = best_d;
+        return true;
+}
+
 static void quant_iq4_nl(const float *x, block_iq4_nl *b, int64_t nb) {
         for (int64_t i = 0; i < nb; i++, x += QK4_NL) {
-                float amax = 0, max = 0;
-                for (int j = 0; j < 32; j++)
-                        if (fabsf(x[j]) > amax) {
-                                amax = fabsf(x[j]);
-                                max = x[j];
-                        }
-                if (amax == 0) {
+                float best_d;
+                if (!iq4nl_best_scale(x, QK4_NL, &best_d)) {
                         memset(&b[i], 0, sizeof(b[i]));
                         continue;
-                }
-                float best_d = max / (float) axp_iq4nl_values[0];
-                double best_err = INFINITY;
-                for (int c = 0; c < 42; c++) {
-                        /* the extreme at the lowest or the highest level, times 1 + t/40 */
-                        int t = c / 2 - 10;
-                        float level = (float) axp_iq4nl_values[c % 2 ? 15 : 0];
-                        float id = level * (1.0f + (float) t / 40.0f) / max;
-                        double sqx = 0, sqq = 0;
-                        int L[32];
-                        for (int j = 0; j < 32; j++) {
-                                L[j] = iq4nl_nearest(x[j] * id);
-                                double q = axp_iq4nl_values[L[j]];
-                                sqx += q * x[j];
-                                sqq += q * q;
-                        }
-                        if (sqq <= 0)
-                                continue;
-                        double d = sqx / sqq, err = 0;
-                        for (int j = 0; j < 32; j++) {
-                                double e = x[j] - d * axp_iq4nl_values[L[j]];
-                                err += e * e;
-                        }
-                        if (err < best_err) {
-                                best_err = err;
-                                best_d = (float) d;
-                        }
                 }
                 b[i].d = axp_f32_to_f16(best_d);
                 float d = axp_f16_to_f32(b[i].d), id = d ? 1.0f / d : 0.0f;
                 for (int j = 0; j < 16; j++)
                         b[i].qs[j] = (uint8_t) (iq4nl_nearest(x[j] * id) | iq4nl_nearest(x[j + 16] * id) << 4);
+        }
+}
+
+/* IQ4_XS: each sub-block of 32 gets IQ4_NL's scale; the one of largest magnitude maps to -32
+ * of the 6-bit range, the others to their nearest step, and the levels are chosen again for
+ * the stored scales. */
+static void quant_iq4_xs(const float *x, block_iq4_xs *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK_K) {
+                float sub[8], max = 0, amax = 0;
+                for (int s = 0; s < 8; s++) {
+                        iq4nl_best_scale(x + 32 * s, 32, &sub[s]);
+                        if (fabsf(sub[s]) > amax) {
+                                amax = fabsf(sub[s]);
+                                max = sub[s];
+                        }
+                }
+                memset(&b[i], 0, sizeof(b[i]));
+                if (amax == 0) {
+                        b[i].scales_h = 0xaaaa; /* ls 32 (a zero scale) for every sub-block */
+                        continue;
+                }
+                b[i].d = axp_f32_to_f16(max / -32.0f);
+                float d = axp_f16_to_f32(b[i].d);
+                uint16_t sh = 0;
+                for (int s = 0; s < 8; s++) {
+                        int ls = d ? nearest_int(sub[s] / d) : 0;
+                        ls = MAX(-32, MIN(31, ls)) + 32;
+                        b[i].scales_l[s / 2] |= (uint8_t) ((ls & 15) << (4 * (s % 2)));
+                        sh |= (uint16_t) ((ls >> 4) << (2 * s));
+                        float dl = d * (float) (ls - 32), id = dl ? 1.0f / dl : 0.0f;
+                        uint8_t *q = b[i].qs + 16 * s;
+                        const float *xs = x + 32 * s;
+                        for (int j = 0; j < 16; j++)
+                                q[j] = (uint8_t) (iq4nl_nearest(xs[j] * id) | iq4nl_nearest(xs[j + 16] * id) << 4);
+                }
+                b[i].scales_h = sh;
+        }
+}
+
+/* A few candidate fits of x (n values) as scale * q + offset, q in 0..nmax, offset <= 0
+ * (asymmetric) or offset 0 with q in qmin..qmin+nmax (symmetric: scale may be negative):
+ * the candidates spread the range over nmax steps, shrunk a little each time; the quants they
+ * give are refitted by least squares and the fit with the smallest squared error wins. */
+static void fit_sub(const float *x, int n, int nmax, int qmin, bool affine, float *ret_scale,
+                    float *ret_off) {
+        float lo = x[0], hi = x[0], amax = 0, max = 0;
+        for (int j = 0; j < n; j++) {
+                lo = fminf(lo, x[j]);
+                hi = fmaxf(hi, x[j]);
+                if (fabsf(x[j]) > amax) {
+                        amax = fabsf(x[j]);
+                        max = x[j];
+                }
+        }
+        if (affine && lo > 0)
+                lo = 0;
+        *ret_scale = affine ? (hi - lo) / (float) nmax : max / (float) qmin;
+        *ret_off = affine ? lo : 0;
+        if (affine ? hi == lo : amax == 0) {
+                *ret_scale = 0;
+                return;
+        }
+        double best = INFINITY;
+        for (int c = 0; c < 2 * 16; c++) {
+                float f = 1.0f - 0.02f * (float) (c / 2);
+                float scale, off = affine ? lo : 0;
+                if (affine)
+                        scale = (hi - lo) * f / (float) nmax;
+                else /* the extreme at the lowest or the highest level */
+                        scale = max * f / (float) ((c & 1) ? qmin + nmax : qmin);
+                if (!affine && (c & 1) && qmin + nmax == 0)
+                        continue;
+                if (scale == 0)
+                        continue;
+                int q[QK_K];
+                double sq = 0, sx = 0, sqq = 0, sqx = 0;
+                float inv = 1.0f / scale;
+                for (int j = 0; j < n; j++) {
+                        int v = nearest_int((x[j] - off) * inv);
+                        q[j] = MAX(qmin, MIN(qmin + nmax, v));
+                        sq += q[j];
+                        sx += x[j];
+                        sqq += (double) q[j] * q[j];
+                        sqx += (double) q[j] * x[j];
+                }
+                double a, b0 = 0;
+                if (affine) {
+                        double det = n * sqq - sq * sq;
+                        if (det <= 0)
+                                continue;
+                        a = (n * sqx - sq * sx) / det;
+                        b0 = (sx - a * sq) / n;
+                        if (b0 > 0) { /* the offset is a minimum subtracted: keep it <= 0 */
+                                b0 = 0;
+                                a = sqq > 0 ? sqx / sqq : 0;
+                        }
+                } else {
+                        if (sqq <= 0)
+                                continue;
+                        a = sqx / sqq;
+                }
+                double err = 0;
+                for (int j = 0; j < n; j++) {
+                        double e = x[j] - (a * q[j] + b0);
+                        err += e * e;
+                }
+                if (err < best && (!affine || a > 0)) {
+                        best = err;
+                        *ret_scale = (float) a;
+                        *ret_off = (float) b0;
+                }
+        }
+}
+
+/* Q2_K: per sub-block of 16 a fit x ~ s q - m (q 0..3, s, m >= 0); s and m to 4 bits under
+ * the block's d and dmin, then the quants for the stored values. */
+static void quant_q2_K(const float *x, block_q2_K *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK_K) {
+                float sc[16], mn[16], max_sc = 0, max_mn = 0;
+                for (int s = 0; s < 16; s++) {
+                        float off;
+                        fit_sub(x + 16 * s, 16, 3, 0, true, &sc[s], &off);
+                        mn[s] = -off;
+                        max_sc = fmaxf(max_sc, sc[s]);
+                        max_mn = fmaxf(max_mn, mn[s]);
+                }
+                b[i].d = axp_f32_to_f16(max_sc / 15.0f);
+                b[i].dmin = axp_f32_to_f16(max_mn / 15.0f);
+                float d = axp_f16_to_f32(b[i].d), dmin = axp_f16_to_f32(b[i].dmin);
+                uint8_t L[QK_K];
+                for (int s = 0; s < 16; s++) {
+                        int ls = d ? MIN(15, MAX(0, nearest_int(sc[s] / d))) : 0;
+                        int lm = dmin ? MIN(15, MAX(0, nearest_int(mn[s] / dmin))) : 0;
+                        b[i].scales[s] = (uint8_t) (ls | lm << 4);
+                        float ds = d * (float) ls, ms = dmin * (float) lm;
+                        for (int l = 0; l < 16; l++) {
+                                int q = ds ? nearest_int((x[16 * s + l] + ms) / ds) : 0;
+                                L[16 * s + l] = (uint8_t) MAX(0, MIN(3, q));
+                        }
+                }
+                memset(b[i].qs, 0, sizeof(b[i].qs));
+                for (int e = 0; e < QK_K; e++)
+                        b[i].qs[32 * (e / 128) + e % 32] |= (uint8_t) (L[e] << (2 * ((e % 128) / 32)));
+        }
+}
+
+/* Q3_K: per sub-block of 16 a fit x ~ s q (q -4..3); the scale of largest magnitude maps to
+ * -32 of the 6-bit range under the block's d. */
+static void quant_q3_K(const float *x, block_q3_K *b, int64_t nb) {
+        for (int64_t i = 0; i < nb; i++, x += QK_K) {
+                float sc[16], max = 0, amax = 0;
+                for (int s = 0; s < 16; s++) {
+                        float off;
+                        fit_sub(x + 16 * s, 16, 7, -4, false, &sc[s], &off);
+                        if (fabsf(sc[s]) > amax) {
+                                amax = fabsf(sc[s]);
+                                max = sc[s];
+                        }
+                }
+                memset(&b[i], 0, sizeof(b[i]));
+                b[i].d = axp_f32_to_f16(amax ? max / -32.0f : 0.0f);
+                float d = axp_f16_to_f32(b[i].d);
+                uint8_t L[QK_K], ls[16];
+                for (int s = 0; s < 16; s++) {
+                        int l = d ? nearest_int(sc[s] / d) : 0;
+                        ls[s] = (uint8_t) (MAX(-32, MIN(31, l)) + 32);
+                        float ds = d * (float) (ls[s] - 32);
+                        for (int j = 0; j < 16; j++) {
+                                int q = ds ? nearest_int(x[16 * s + j] / ds) : 0;
+                                L[16 * s + j] = (uint8_t) (MAX(-4, MIN(3, q)) + 4);
+                        }
+                }
+                for (int s = 0; s < 16; s++) {
+                        b[i].scales[s % 8] |= (uint8_t) ((ls[s] & 15) << (s < 8 ? 0 : 4));
+                        b[i].scales[8 + s % 4] |= (uint8_t) ((ls[s] >> 4) << (2 * (s / 4)));
+                }
+                for (int e = 0; e < QK_K; e++) {
+                        int n = e / 128, j = (e % 128) / 32, l = e % 32;
+                        b[i].qs[32 * n + l] |= (uint8_t) ((L[e] & 3) << (2 * j));
+                        b[i].hmask[l] |= (uint8_t) ((L[e] >> 2) << (4 * n + j));
+                }
         }
 }
 
@@ -679,6 +933,15 @@ void axp_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
                 break;
         case AXP_TYPE_Q8_0:
                 quant_q8_0(src, dst, n / QK8_0);
+                break;
+        case AXP_TYPE_Q2_K:
+                quant_q2_K(src, dst, n / QK_K);
+                break;
+        case AXP_TYPE_Q3_K:
+                quant_q3_K(src, dst, n / QK_K);
+                break;
+        case AXP_TYPE_IQ4_XS:
+                quant_iq4_xs(src, dst, n / QK_K);
                 break;
         case AXP_TYPE_Q4_K:
                 quant_q4_K(src, dst, n / QK_K);

@@ -23,6 +23,7 @@ enum axp_type {
         AXP_TYPE_Q6_K = 14,
         AXP_TYPE_Q8_K = 15,
         AXP_TYPE_IQ4_NL = 20,
+        AXP_TYPE_IQ4_XS = 23,
         AXP_TYPE_BF16 = 30,
         AXP_TYPE__MAX = 40,
 };
@@ -83,6 +84,37 @@ typedef struct {
 /* IQ4_NL's 16 levels (ggml's kvalues_iq4nl) */
 extern const int8_t axp_iq4nl_values[16];
 
+/* Two-bit quants with a minimum, 16 sub-blocks of 16: x = d * (sc & 15) * q - dmin * (sc >> 4)
+ * with sc = scales[s]. Element 128n + 32j + l (l < 32) is bits 2j..2j+1 of qs[32n + l] and
+ * belongs to sub-block 8n + 2j + l / 16. */
+typedef struct {
+        uint8_t scales[QK_K / 16];
+        uint8_t qs[QK_K / 4];
+        axp_f16 d;
+        axp_f16 dmin;
+} block_q2_K;
+
+/* Three-bit quants, 16 sub-blocks of 16: x = d * (sc - 32) * (q - 4), q = low | high << 2 in
+ * 0..7. Element 128n + 32j + l takes its low bits as Q2_K does and its high bit from bit 4n + j
+ * of hmask[l]; the sixteen 6-bit scales sc: the low four bits of scale s are the low (s < 8)
+ * or high nibble of scales[s % 8], the top two are bits 2(s / 4).. of scales[8 + s % 4]. */
+typedef struct {
+        uint8_t hmask[QK_K / 8];
+        uint8_t qs[QK_K / 4];
+        uint8_t scales[12];
+        axp_f16 d;
+} block_q3_K;
+
+/* IQ4_NL's levels in superblocks of 256 with a 6-bit scale per sub-block of 32: x = d *
+ * (ls - 32) * level, ls = ((scales_l[s / 2] >> 4 (s % 2)) & 15) | ((scales_h >> 2s) & 3) << 4;
+ * the nibbles of each sub-block as in an IQ4_NL block. */
+typedef struct {
+        axp_f16 d;
+        uint16_t scales_h;
+        uint8_t scales_l[QK_K / 64];
+        uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+
 typedef struct {
         axp_f16 d;
         axp_f16 dmin;
@@ -120,6 +152,9 @@ _Static_assert(sizeof(block_q5_0) == 22, "block_q5_0");
 _Static_assert(sizeof(block_q5_1) == 24, "block_q5_1");
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0");
 _Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl");
+_Static_assert(sizeof(block_q2_K) == 84, "block_q2_K");
+_Static_assert(sizeof(block_q3_K) == 110, "block_q3_K");
+_Static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs");
 _Static_assert(sizeof(block_q4_K) == 144, "block_q4_K");
 _Static_assert(sizeof(block_q5_K) == 176, "block_q5_K");
 _Static_assert(sizeof(block_q6_K) == 210, "block_q6_K");
@@ -140,6 +175,9 @@ uint64_t axp_type_row_size(uint32_t type, int64_t n);
 /* Lower-case name as used on the command line ("q8_0"); -1 if unknown. */
 int axp_type_from_name(const char *name);
 
+/* The sixteen 6-bit scales of a Q3_K block's 12 scale bytes, 0..63 (the scale is sc - 32). */
+void axp_q3_K_scales(const uint8_t *s12, uint8_t *sc);
+
 /* fp16/bf16 conversion (exact, round-to-nearest-even) */
 float axp_f16_to_f32(axp_f16 h);
 axp_f16 axp_f32_to_f16(float f);
@@ -149,8 +187,9 @@ axp_bf16 axp_f32_to_bf16(float f);
 /* Reference dequantization of n elements (n a multiple of the type's block). Supported types
  * only. */
 void axp_dequantize_row(uint32_t type, const void *src, float *dst, int64_t n);
-/* Reference quantization (for mkmodel and activation quantization in tests). Q4_0, Q4_1,
- * Q5_0, Q5_1 and Q8_0 follow llama.cpp's reference quantizers; IQ4_NL searches the block's
- * scale its own way and the K-quants take plain min/max scales (see types.c), so their
- * bytes need not equal llama-quantize's. */
+/* Reference quantization (for mkmodel, agentxpu quantize and activation quantization in
+ * tests). Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow llama.cpp's reference quantizers; IQ4_NL and
+ * IQ4_XS search the block's scale their own way, Q4_K and Q5_K take plain min/max scales and
+ * Q2_K and Q3_K search a few scales per sub-block (see types.c), so their bytes need not
+ * equal llama-quantize's. */
 void axp_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);

@@ -54,6 +54,8 @@ static const struct {
         { AXP_TYPE_Q5_0, "q5_0", ACT_Q8_0 }, { AXP_TYPE_Q5_1, "q5_1", ACT_Q8_0 },
         { AXP_TYPE_IQ4_NL, "iq4_nl", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
         { AXP_TYPE_Q5_K, "q5_k", ACT_Q8_K },     { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
+        { AXP_TYPE_Q2_K, "q2_k", ACT_Q8_K },     { AXP_TYPE_Q3_K, "q3_k", ACT_Q8_K },
+        { AXP_TYPE_IQ4_XS, "iq4_xs", ACT_Q8_K },
 };
 #define N_WTYPES ELEMENTSOF(wtypes)
 

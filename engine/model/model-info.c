@@ -132,7 +132,7 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                         return axp_errorf(err, -ENOTSUP,
                                           "%s: tensor '%.*s' has type %s, which the engine cannot compute with "
                                           "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
-                                          "Q4_K, Q5_K, Q6_K)",
+                                          "IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                                           src, (int) MIN(t->name.len, 96), t->name.ptr, tt ? tt->name : "unknown");
                 for (uint32_t d = 0; d < t->n_dims; d++)
                         n *= (uint64_t) t->ne[d]; /* the reader bounded the product by the file */

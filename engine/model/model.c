@@ -141,7 +141,7 @@ static int weight(load_ctx *c, const char *name, bool required, int64_t n_in, in
                 return axp_errorf(c->err, -ENOTSUP,
                                   "%s: tensor '%s' has type %s, which agentxpu cannot compute with "
                                   "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                                  "IQ4_NL, Q4_K, Q5_K, Q6_K)",
+                                  "IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                                   c->file, name, tt->name);
         if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
                 return axp_errorf(c->err, -EINVAL,

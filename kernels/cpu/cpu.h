@@ -28,6 +28,20 @@
  *              320 B, then per sub-block of 16: two nibble vectors [16][4] (k 0-3|4-7,
  *              8-11|12-15 of the sub-block) and one vector of high bits: byte (r, i) =
  *              hi(q[r][i]) | hi(q[r][4+i]) << 2 | hi(q[r][8+i]) << 4 | hi(q[r][12+i]) << 6
+ *   Q2_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16][2] u8 (the file's scale |
+ *              min << 4 bytes, pairs of sub-blocks), then per sub-block of 16 one vector of
+ *              crumbs [16][4]: byte (r, i) = q[r][i] | q[r][4+i] << 2 | q[r][8+i] << 4 |
+ *              q[r][12+i] << 6 (1344 bytes: the file's 84 a row)
+ *   Q3_K       heads of every superblock first: d[16] f16, low nibbles of the 6-bit scales
+ *              [8][16] (sub-blocks 2p | 2p+1 << 4), their top two bits [4][16] (sub-blocks
+ *              4p..4p+3, two bits each): 224 bytes; then, from the next 64-byte boundary, per
+ *              superblock the low two bits of q = w + 4 as Q2_K's crumbs (1024 bytes) and per
+ *              pair of sub-blocks one vector of third bits [16][4]: byte (j, r, i) bit p =
+ *              hi(q[r][32j+4p+i]), bit 4+p = hi(q[r][32j+16+4p+i]) (the file's 110 a row, and
+ *              at most 63 bytes of padding a group)
+ *   IQ4_XS     per superblock: d[16] f16, the 6-bit scales' low nibbles [4][16] (sub-blocks
+ *              2p | 2p+1 << 4) and top bits [2][16] (sub-blocks 4p..4p+3), then the level
+ *              indices [8 sub][4][16][4] as Q4_0's nibbles (2176 bytes: the file's 136 a row)
  *
  * Quantized activations, one row per token (stride act->stride bytes, 64-aligned), block by
  * block so that one pointer per token reaches everything a block needs:
@@ -76,7 +90,7 @@ enum axp_act_kind {
         AXP_ACT_F32,  /* F32, BF16 weights */
         AXP_ACT_F16,  /* F16 weights: f32 rounded to f16 precision */
         AXP_ACT_Q8_0, /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL weights */
-        AXP_ACT_Q8_K, /* Q4_K, Q5_K, Q6_K weights */
+        AXP_ACT_Q8_K, /* Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS weights */
         AXP_ACT__MAX,
 };
 
@@ -163,6 +177,16 @@ static inline size_t pk_q4_1_head_bytes(int64_t k) {
 #define PK_Q5_K_SB (PK_Q4_K_SB + 512)
 #define PK_Q6_K_HEAD 320
 #define PK_Q6_K_SB (PK_Q6_K_HEAD + 3072)
+#define PK_Q2_K_HEAD 320
+#define PK_Q2_K_SB (PK_Q2_K_HEAD + 1024)
+#define PK_Q3_K_HEAD 224
+#define PK_Q3_K_QS (1024 + 512)
+/* Q3_K: where the quants of superblock 0 start */
+static inline size_t pk_q3_K_qs_offset(int64_t k) {
+        return axp_align_up((size_t) (k / QK_K) * PK_Q3_K_HEAD, AXP_ALIGN);
+}
+#define PK_IQ4_XS_HEAD 128
+#define PK_IQ4_XS_SB (PK_IQ4_XS_HEAD + 2048)
 
 /* A kernel computes the 16 rows of one packed group for n_tok tokens:
  * y[t * ldy + r] for r < n_rows (rows past n_rows are padding and not written). */

@@ -416,6 +416,194 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH(q6_K_tile);
 }
 
+/* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
+
+/* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
+ * 16, times the 4-bit scale; the mins against the activation sums of 16. */
+AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int h) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *row[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
+        const __m256i m15 = _mm256_set1_epi32(15);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q2_K_SB;
+                __m256i msum[MAX_T];
+                __m256 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++) {
+                        msum[t] = _mm256_setzero_si256();
+                        sacc[t] = _mm256_setzero_ps();
+                }
+                UNROLL for (int p = 0; p < 8; p++) {
+                        __m256i m16 = _mm256_srli_epi16(_mm256_cvtepu8_epi16(ld16(sb + 64 + 32 * p + 16 * h)), 4);
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
+                                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(m16, bs));
+                        }
+                }
+                for (int j = 0; j < 16; j++) {
+                        __m256i w32 = _mm256_cvtepu16_epi32(ld16(sb + 64 + 32 * (j / 2) + 16 * h));
+                        __m256i sci = _mm256_and_si256((j & 1) ? _mm256_srli_epi32(w32, 8) : w32, m15);
+                        __m256 scj = _mm256_cvtepi32_ps(sci);
+                        __m256i v = ld32(sb + PK_Q2_K_HEAD + 64 * j + 32 * h);
+                        __m256i w0 = _mm256_and_si256(v, m3);
+                        __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
+                        __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
+                        __m256i w3 = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
+                        UNROLL for (int t = 0; t < T; t++) {
+                                const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
+                                __m256i p16 = _mm256_add_epi16(
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a)),
+                                                         _mm256_maddubs_epi16(w1, bcast4(a + 4))),
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a + 8)),
+                                                         _mm256_maddubs_epi16(w3, bcast4(a + 12))));
+                                __m256i isum = _mm256_madd_epi16(p16, ones);
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
+                        }
+                }
+                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
+                __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * h));
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t]));
+                        __m256 v = _mm256_fmsub_ps(d, sacc[t], mins);
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q2_K_tile);
+}
+
+/* A 6-bit sub-block scale of 8 rows (half h), less 32, as Q3_K and IQ4_XS pack them. */
+AI __m256 scale6(const uint8_t *lo, const uint8_t *hi, int j, int h) {
+        __m256i l = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (lo + 16 * (j / 2) + 8 * h)));
+        __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (hi + 16 * (j / 4) + 8 * h)));
+        l = _mm256_and_si256(_mm256_srli_epi32(l, 4 * (j & 1)), _mm256_set1_epi32(15));
+        x = _mm256_and_si256(_mm256_srli_epi32(x, 2 * (j & 3)), _mm256_set1_epi32(3));
+        __m256i sc = _mm256_or_si256(l, _mm256_slli_epi32(x, 4));
+        return _mm256_cvtepi32_ps(_mm256_sub_epi32(sc, _mm256_set1_epi32(32)));
+}
+
+/* Q3_K: w + 4 in 0..7 (pair sums of at most 2*7*127, four fit s16), each sub-block's dot less
+ * 4 times its activation sum. */
+AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int h) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *qbase = g + pk_q3_K_qs_offset(k);
+        const uint8_t *row[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
+                __m256 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++)
+                        sacc[t] = _mm256_setzero_ps();
+                for (int j = 0; j < 16; j++) {
+                        __m256 scj = scale6(hd + 32, hd + 160, j, h);
+                        __m256i v = ld32(qs + 64 * j + 32 * h);
+                        __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * h);
+                        if (j & 1)
+                                hb = _mm256_srli_epi16(hb, 4);
+                        __m256i w0 = _mm256_or_si256(_mm256_and_si256(v, m3),
+                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 2), b2));
+                        __m256i w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3),
+                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 1), b2));
+                        __m256i w2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3),
+                                                     _mm256_and_si256(hb, b2));
+                        __m256i w3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3),
+                                                     _mm256_and_si256(_mm256_srli_epi16(hb, 1), b2));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
+                                __m256i p16 = _mm256_add_epi16(
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a)),
+                                                         _mm256_maddubs_epi16(w1, bcast4(a + 4))),
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a + 8)),
+                                                         _mm256_maddubs_epi16(w3, bcast4(a + 12))));
+                                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p16, ones),
+                                                                _mm256_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]));
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
+                        }
+                }
+                __m256 d = _mm256_cvtph_ps(ldu16(hd + 16 * h));
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))), sacc[t],
+                                                 acc[t]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q3_K_tile);
+}
+
+/* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign), per
+ * sub-block of 32, times the signed 6-bit scale in float. */
+AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                    int n_rows, int h) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *row[MAX_T];
+        __m256 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_IQ4_XS_SB;
+                __m256 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++)
+                        sacc[t] = _mm256_setzero_ps();
+                for (int j = 0; j < 8; j++) {
+                        __m256 scj = scale6(sb + 32, sb + 96, j, h);
+                        const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256 + 32 * h;
+                        __m256i isum[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm256_setzero_si256();
+                        UNROLL for (int jj = 0; jj < 8; jj++) {
+                                __m256i v = ld32(q + (jj / 2) * 64);
+                                __m256i n = (jj & 1) ? _mm256_srli_epi16(v, 4) : v;
+                                __m256i ws = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
+                                __m256i aw = _mm256_sign_epi8(ws, ws);
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        const int8_t *a = act_q8_K_qs(row[t], s) + 32 * j + 4 * jj;
+                                        __m256i sa = _mm256_sign_epi8(bcast4(a), ws);
+                                        __m256i p16 = _mm256_maddubs_epi16(aw, sa);
+                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, ones));
+                                }
+                        }
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), _mm256_mul_ps(d, sacc[t]),
+                                                 acc[t]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_half(y + t * ldy, acc[t], h, n_rows);
+}
+
+static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        TILE_DISPATCH(iq4_xs_tile);
+}
+
 /* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
 
 static void quant_f16(const float *x, int64_t k, uint8_t *row) {
@@ -661,6 +849,9 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
                 [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
+                [AXP_TYPE_Q2_K] = gemm_q2_K,
+                [AXP_TYPE_Q3_K] = gemm_q3_K,
+                [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
 };

@@ -391,6 +391,193 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH(q6_K_tile);
 }
 
+/* Q2_K: per sub-block of 16 one crumb vector (w in 0..3, four at a time by shift and mask),
+ * its int32 dot times the 4-bit scale (exact in float); the mins term is an integer dot of the
+ * 4-bit mins with the activation sums of 16. */
+AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *row[MAX_T];
+        __m512 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi32(15);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_Q2_K_SB;
+                __m512i msum[MAX_T];
+                __m512 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++) {
+                        msum[t] = _mm512_setzero_si512();
+                        sacc[t] = _mm512_setzero_ps();
+                }
+                UNROLL for (int p = 0; p < 8; p++) {
+                        __m512i m16 = _mm512_srli_epi16(_mm512_cvtepu8_epi16(ld32(sb + 64 + 32 * p)), 4);
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m512i bs = _mm512_set1_epi32(load_i32(act_q8_K_bs16(row[t], s) + 2 * p));
+                                msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
+                        }
+                }
+                UNROLL for (int j = 0; j < 16; j++) {
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2);
+                        __m512i w32 = _mm512_cvtepu16_epi32(ld32(sb + 64 + 32 * (j / 2)));
+                        __m512i sci = _mm512_and_si512((j & 1) ? _mm512_srli_epi32(w32, 8) : w32, m15);
+                        __m512 scj = _mm512_cvtepi32_ps(sci);
+                        __m512i v = _mm512_load_si512(sb + PK_Q2_K_HEAD + 64 * j);
+                        __m512i w[4];
+                        UNROLL for (int p = 0; p < 4; p++)
+                                w[p] = _mm512_and_si512(p ? _mm512_srli_epi16(v, 2 * p) : v, m3);
+                        __m512i isum[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_setzero_si512();
+                        UNROLL for (int p = 0; p < 4; p++)
+                                UNROLL for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[p], bcast4(act_q8_K_qs(row[t], s) + 16 * j + 4 * p));
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = f16x16(sb);
+                __m512 dmin = f16x16(sb + 32);
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t]));
+                        __m512 v = _mm512_fmsub_ps(d, sacc[t], mins);
+                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q2_K_tile);
+}
+
+/* A 6-bit sub-block scale of 16 rows, less 32: low nibbles [.][16] (two sub-blocks a byte) at
+ * lo, top bits [.][16] (four a byte) at hi, as Q3_K and IQ4_XS pack them. */
+AI __m512 scale6(const uint8_t *lo, const uint8_t *hi, int j) {
+        __m512i l = _mm512_cvtepu8_epi32(ld16(lo + 16 * (j / 2)));
+        __m512i h = _mm512_cvtepu8_epi32(ld16(hi + 16 * (j / 4)));
+        l = _mm512_and_si512(_mm512_srli_epi32(l, 4 * (j & 1)), _mm512_set1_epi32(15));
+        h = _mm512_and_si512(_mm512_srli_epi32(h, 2 * (j & 3)), _mm512_set1_epi32(3));
+        __m512i sc = _mm512_or_si512(l, _mm512_slli_epi32(h, 4));
+        return _mm512_cvtepi32_ps(_mm512_sub_epi32(sc, _mm512_set1_epi32(32)));
+}
+
+/* Q3_K: w + 4 in 0..7 from a crumb vector and the pair's third-bit vector (bit 4(j & 1) + p
+ * of a byte to its bit 2); each sub-block's dot starts from -4 times its activation sum. */
+AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *qbase = g + pk_q3_K_qs_offset(k);
+        const uint8_t *row[MAX_T];
+        __m512 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *h = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
+                __m512 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++)
+                        sacc[t] = _mm512_setzero_ps();
+                UNROLL for (int j = 0; j < 16; j++) {
+                        if (T <= 2)
+                                prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * 96, 2);
+                        __m512 scj = scale6(h + 32, h + 160, j);
+                        __m512i v = _mm512_load_si512(qs + 64 * j);
+                        __m512i hb = _mm512_load_si512(qs + 1024 + 64 * (j / 2));
+                        __m512i w[4];
+                        UNROLL for (int p = 0; p < 4; p++) {
+                                int sh = 4 * (j & 1) + p - 2; /* the third bit's move to bit 2 */
+                                __m512i hp = sh > 0 ? _mm512_srli_epi16(hb, sh) : sh < 0 ? _mm512_slli_epi16(hb, -sh) : hb;
+                                w[p] = _mm512_or_si512(_mm512_and_si512(p ? _mm512_srli_epi16(v, 2 * p) : v, m3),
+                                                       _mm512_and_si512(hp, b2));
+                        }
+                        __m512i isum[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]);
+                        UNROLL for (int p = 0; p < 4; p++)
+                                UNROLL for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[p], bcast4(act_q8_K_qs(row[t], s) + 16 * j + 4 * p));
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = f16x16(h);
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s))), sacc[t],
+                                                 acc[t]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q3_K_tile);
+}
+
+/* IQ4_XS: IQ4_NL's level lookup (level + 128, the offset started from -128 times the
+ * activation sum of 32) per sub-block of 32, times the signed 6-bit scale in float. */
+AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                    int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *row[MAX_T];
+        __m512 acc[MAX_T];
+        UNROLL for (int t = 0; t < T; t++) {
+                row[t] = act->data + (t0 + t) * act->stride;
+                acc[t] = _mm512_setzero_ps();
+        }
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        int8_t l[16];
+        for (int i = 0; i < 16; i++)
+                l[i] = (int8_t) (axp_iq4nl_values[i] + 128);
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) l));
+        for (int64_t s = 0; s < ns; s++) {
+                const uint8_t *sb = g + s * PK_IQ4_XS_SB;
+                __m512 sacc[MAX_T];
+                UNROLL for (int t = 0; t < T; t++)
+                        sacc[t] = _mm512_setzero_ps();
+                UNROLL for (int j = 0; j < 8; j++) {
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4);
+                        __m512 scj = scale6(sb + 32, sb + 96, j);
+                        const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
+                        __m512i w[8];
+                        UNROLL for (int p = 0; p < 4; p++) {
+                                __m512i v = _mm512_load_si512(q + p * 64);
+                                w[2 * p] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+                                w[2 * p + 1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                        }
+                        __m512i isum[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm512_set1_epi32(-128 * act_q8_K_bs32(row[t], s)[j]);
+                        UNROLL for (int jj = 0; jj < 8; jj++)
+                                UNROLL for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_dpbusd_epi32(
+                                                isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                        UNROLL for (int t = 0; t < T; t++)
+                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                }
+                __m512 d = f16x16(sb);
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act_q8_K_d(row[t], s)), _mm512_mul_ps(d, sacc[t]),
+                                                 acc[t]);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        TILE_DISPATCH(iq4_xs_tile);
+}
+
 /* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
 
 static void quant_f16(const float *x, int64_t k, uint8_t *row) {
@@ -679,6 +866,9 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
                 [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
+                [AXP_TYPE_Q2_K] = gemm_q2_K,
+                [AXP_TYPE_Q3_K] = gemm_q3_K,
+                [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
 };

@@ -222,6 +222,111 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         }
 }
 
+/* Q2_K: per sub-block of 16 the crumb dot times the 4-bit scale; the mins term is the
+ * integer dot of the 4-bit mins with the activation sums of 16. */
+static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        for (int t = 0; t < n_tok; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t s = 0; s < ns; s++) {
+                        const uint8_t *sb = g + s * PK_Q2_K_SB;
+                        const axp_f16 *d = (const axp_f16 *) sb, *dmin = (const axp_f16 *) (sb + 32);
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs16 = act_q8_K_bs16(row, s);
+                        for (int r = 0; r < AXP_GROUP; r++) {
+                                int32_t sum = 0, msum = 0;
+                                for (int j = 0; j < 16; j++) {
+                                        const uint8_t *q = sb + PK_Q2_K_HEAD + j * 64 + r * 4;
+                                        int32_t isum = 0;
+                                        for (int p = 0; p < 4; p++)
+                                                for (int i = 0; i < 4; i++)
+                                                        isum += ((q[i] >> (2 * p)) & 3) * a[16 * j + 4 * p + i];
+                                        uint8_t sc = sb[64 + (j / 2) * 32 + r * 2 + (j & 1)];
+                                        sum += isum * (sc & 15);
+                                        msum += (sc >> 4) * bs16[j];
+                                }
+                                acc[r] += act_q8_K_d(row, s) * (axp_f16_to_f32(d[r]) * (float) sum -
+                                                                axp_f16_to_f32(dmin[r]) * (float) msum);
+                        }
+                }
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+/* Q3_K: q = w + 4 in 0..7 from the crumbs and the third bits; per sub-block of 16 the dot less
+ * 4 times the activation sum, times the signed 6-bit scale. */
+static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        const uint8_t *qbase = g + pk_q3_K_qs_offset(k);
+        for (int t = 0; t < n_tok; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t s = 0; s < ns; s++) {
+                        const uint8_t *h = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
+                        const axp_f16 *d = (const axp_f16 *) h;
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs16 = act_q8_K_bs16(row, s);
+                        for (int r = 0; r < AXP_GROUP; r++) {
+                                int32_t sum = 0;
+                                for (int j = 0; j < 16; j++) {
+                                        const uint8_t *q = qs + j * 64 + r * 4;
+                                        const uint8_t *hb = qs + 1024 + (j / 2) * 64 + r * 4;
+                                        int32_t isum = -4 * bs16[j];
+                                        for (int p = 0; p < 4; p++)
+                                                for (int i = 0; i < 4; i++) {
+                                                        int w = ((q[i] >> (2 * p)) & 3) |
+                                                                ((hb[i] >> (4 * (j & 1) + p)) & 1) << 2;
+                                                        isum += w * a[16 * j + 4 * p + i];
+                                                }
+                                        int sc = ((h[32 + (j / 2) * 16 + r] >> (4 * (j & 1))) & 15) |
+                                                 ((h[160 + (j / 4) * 16 + r] >> (2 * (j & 3))) & 3) << 4;
+                                        sum += isum * (sc - 32);
+                                }
+                                acc[r] += act_q8_K_d(row, s) * axp_f16_to_f32(d[r]) * (float) sum;
+                        }
+                }
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
+/* IQ4_XS: per sub-block of 32 the levels (as level + 128, the offset taken from the
+ * activation sums) dotted with the activations, times the signed 6-bit scale in float. */
+static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        int64_t k = act->k, ns = k / QK_K;
+        for (int t = 0; t < n_tok; t++) {
+                const uint8_t *row = act->data + (t0 + t) * act->stride;
+                float acc[AXP_GROUP] = { 0 };
+                for (int64_t s = 0; s < ns; s++) {
+                        const uint8_t *sb = g + s * PK_IQ4_XS_SB;
+                        const axp_f16 *d = (const axp_f16 *) sb;
+                        const int8_t *a = act_q8_K_qs(row, s);
+                        const int16_t *bs32 = act_q8_K_bs32(row, s);
+                        for (int r = 0; r < AXP_GROUP; r++) {
+                                float sum = 0;
+                                for (int j = 0; j < 8; j++) {
+                                        const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256 + r * 4;
+                                        int32_t isum = -128 * bs32[j];
+                                        for (int p = 0; p < 4; p++)
+                                                for (int i = 0; i < 4; i++) {
+                                                        uint8_t v = q[p * 64 + i];
+                                                        isum += (axp_iq4nl_values[v & 15] + 128) * a[32 * j + 8 * p + i] +
+                                                                (axp_iq4nl_values[v >> 4] + 128) * a[32 * j + 8 * p + 4 + i];
+                                                }
+                                        int ls = ((sb[32 + (j / 2) * 16 + r] >> (4 * (j & 1))) & 15) |
+                                                 ((sb[96 + (j / 4) * 16 + r] >> (2 * (j & 3))) & 3) << 4;
+                                        sum += (float) isum * (float) (ls - 32);
+                                }
+                                acc[r] += act_q8_K_d(row, s) * (axp_f16_to_f32(d[r]) * sum);
+                        }
+                }
+                store_rows(acc, y + t * ldy, n_rows);
+        }
+}
+
 static float kv_get(const void *kv, uint32_t type, long i) {
         return type == AXP_TYPE_F16 ? axp_f16_to_f32(((const axp_f16 *) kv)[i]) : ((const float *) kv)[i];
 }
@@ -273,6 +378,9 @@ const axp_cpu_ops axp_cpu_ops_generic = {
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
                 [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
+                [AXP_TYPE_Q2_K] = gemm_q2_K,
+                [AXP_TYPE_Q3_K] = gemm_q3_K,
+                [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
 };

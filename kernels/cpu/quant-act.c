@@ -22,9 +22,12 @@ enum axp_act_kind axp_act_kind_of(uint32_t type) {
         case AXP_TYPE_Q5_1:
         case AXP_TYPE_IQ4_NL:
                 return AXP_ACT_Q8_0;
+        case AXP_TYPE_Q2_K:
+        case AXP_TYPE_Q3_K:
         case AXP_TYPE_Q4_K:
         case AXP_TYPE_Q5_K:
         case AXP_TYPE_Q6_K:
+        case AXP_TYPE_IQ4_XS:
                 return AXP_ACT_Q8_K;
         default:
                 return AXP_ACT_F32;

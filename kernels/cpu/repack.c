@@ -33,6 +33,12 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
                 return (size_t) (k / QK_K) * PK_Q5_K_SB;
         case AXP_TYPE_Q6_K:
                 return (size_t) (k / QK_K) * PK_Q6_K_SB;
+        case AXP_TYPE_Q2_K:
+                return (size_t) (k / QK_K) * PK_Q2_K_SB;
+        case AXP_TYPE_Q3_K:
+                return pk_q3_K_qs_offset(k) + (size_t) (k / QK_K) * PK_Q3_K_QS;
+        case AXP_TYPE_IQ4_XS:
+                return (size_t) (k / QK_K) * PK_IQ4_XS_SB;
         default:
                 return 0;
         }
@@ -270,6 +276,89 @@ static void pack_q6_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
         }
 }
 
+/* Q2_K and Q3_K: the low two bits of a superblock's quants of row r (element order) into
+ * crumb vectors, 64 bytes per sub-block of 16 */
+static void put_crumbs(const uint8_t *q, int r, uint8_t *out) {
+        for (int j = 0; j < 16; j++)
+                for (int i = 0; i < 4; i++) {
+                        const uint8_t *v = q + 16 * j + i;
+                        out[j * 64 + r * 4 + i] = (uint8_t) ((v[0] & 3) | (v[4] & 3) << 2 | (v[8] & 3) << 4 |
+                                                             (v[12] & 3) << 6);
+                }
+}
+
+static void pack_q2_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t ns = k / QK_K;
+        for (int r = 0; r < n_rows; r++) {
+                const block_q2_K *b = (const block_q2_K *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t s = 0; s < ns; s++) {
+                        uint8_t *sb = out + s * PK_Q2_K_SB;
+                        ((axp_f16 *) sb)[r] = b[s].d;
+                        ((axp_f16 *) (sb + 32))[r] = b[s].dmin;
+                        for (int j = 0; j < 16; j++)
+                                sb[64 + (j / 2) * 32 + r * 2 + (j & 1)] = b[s].scales[j];
+                        uint8_t q[QK_K];
+                        for (int e = 0; e < QK_K; e++)
+                                q[e] = (b[s].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                        put_crumbs(q, r, sb + PK_Q2_K_HEAD);
+                }
+        }
+}
+
+static void pack_q3_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t ns = k / QK_K;
+        uint8_t *qbase = out + pk_q3_K_qs_offset(k);
+        for (int r = 0; r < n_rows; r++) {
+                const block_q3_K *b = (const block_q3_K *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t s = 0; s < ns; s++) {
+                        uint8_t *h = out + s * PK_Q3_K_HEAD;
+                        ((axp_f16 *) h)[r] = b[s].d;
+                        uint8_t sc[16];
+                        axp_q3_K_scales(b[s].scales, sc);
+                        for (int j = 0; j < 16; j++) {
+                                h[32 + (j / 2) * 16 + r] |= (uint8_t) ((sc[j] & 15) << (4 * (j & 1)));
+                                h[160 + (j / 4) * 16 + r] |= (uint8_t) ((sc[j] >> 4) << (2 * (j & 3)));
+                        }
+                        uint8_t q[QK_K];
+                        for (int e = 0; e < QK_K; e++) {
+                                int n = e / 128, j = (e % 128) / 32, l = e % 32;
+                                q[e] = (uint8_t) (((b[s].qs[32 * n + l] >> (2 * j)) & 3) |
+                                                  ((b[s].hmask[l] >> (4 * n + j)) & 1) << 2);
+                        }
+                        uint8_t *qs = qbase + s * PK_Q3_K_QS;
+                        put_crumbs(q, r, qs);
+                        for (int j = 0; j < 8; j++)
+                                for (int i = 0; i < 4; i++) {
+                                        uint8_t v = 0;
+                                        for (int p = 0; p < 4; p++)
+                                                v |= (uint8_t) ((q[32 * j + 4 * p + i] >> 2) << p |
+                                                                (q[32 * j + 16 + 4 * p + i] >> 2) << (4 + p));
+                                        qs[1024 + j * 64 + r * 4 + i] = v;
+                                }
+                }
+        }
+}
+
+static void pack_iq4_xs(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t ns = k / QK_K;
+        for (int r = 0; r < n_rows; r++) {
+                const block_iq4_xs *b = (const block_iq4_xs *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t s = 0; s < ns; s++) {
+                        uint8_t *sb = out + s * PK_IQ4_XS_SB;
+                        ((axp_f16 *) sb)[r] = b[s].d;
+                        for (int j = 0; j < 8; j++) {
+                                int lo = (b[s].scales_l[j / 2] >> (4 * (j % 2))) & 15;
+                                int hi = (b[s].scales_h >> (2 * j)) & 3;
+                                sb[32 + (j / 2) * 16 + r] |= (uint8_t) (lo << (4 * (j & 1)));
+                                sb[96 + (j / 4) * 16 + r] |= (uint8_t) (hi << (2 * (j & 3)));
+                                uint8_t q[32];
+                                nibbles_of(b[s].qs + 16 * j, q);
+                                put_nibbles(q, r, sb + PK_IQ4_XS_HEAD + j * 256);
+                        }
+                }
+        }
+}
+
 void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
                     uint8_t *out) {
         size_t bytes = axp_pack_group_bytes(type, k);
@@ -309,6 +398,15 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
                 break;
         case AXP_TYPE_Q6_K:
                 pack_q6_K(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q2_K:
+                pack_q2_K(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q3_K:
+                pack_q3_K(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_IQ4_XS:
+                pack_iq4_xs(raw, row_bytes, k, n_rows, out);
                 break;
         default:
                 break;

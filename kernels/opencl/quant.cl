@@ -165,6 +165,62 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
         }
 }
 
+/* block_q2_K (84 bytes): uint8 scales[16] (scale | min << 4 per sub-block of 16), uint8
+ * qs[64], half d, half dmin. Sub-block of 32 s = 4n + j takes bits 2j of qs[32n .. 32n + 31],
+ * scales 8n + 2j and 8n + 2j + 1. */
+void dq32_q2_k(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 84;
+        const int s = u % 8, n = s / 4, j = s % 4;
+        const float d = vload_half(40, (__global const half *) b);
+        const float dmin = vload_half(41, (__global const half *) b);
+        __global const uchar *q = b + 16 + 32 * n;
+        for (int l = 0; l < 32; l++) {
+                const uchar sc = b[8 * n + 2 * j + l / 16];
+                w[l] = d * (float) (sc & 15) * (float) ((q[l] >> (2 * j)) & 3) - dmin * (float) (sc >> 4);
+        }
+}
+
+/* The 6-bit scale (0..63, the value less 32) of sub-block s of a Q3_K block's 12 bytes. */
+int q3k_scale(__global const uchar *sc, int s) {
+        const int lo = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
+        return lo | ((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4;
+}
+
+/* block_q3_K (110 bytes): uint8 hmask[32], uint8 qs[64], 12 scale bytes, half d. Sub-block of
+ * 32 s = 4n + j: low bits as Q2_K's, third bit at bit s of hmask[l]; element = d * (sc - 32) *
+ * (q - 4). */
+void dq32_q3_k(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 110;
+        const int s = u % 8, n = s / 4, j = s % 4;
+        const float d = vload_half(54, (__global const half *) b);
+        __global const uchar *q = b + 32 + 32 * n;
+        const float d0 = d * (float) (q3k_scale(b + 96, 2 * s) - 32);
+        const float d1 = d * (float) (q3k_scale(b + 96, 2 * s + 1) - 32);
+        for (int l = 0; l < 32; l++) {
+                const int v = (((q[l] >> (2 * j)) & 3) | ((b[l] >> s) & 1) << 2) - 4;
+                w[l] = (l < 16 ? d0 : d1) * (float) v;
+        }
+}
+
+/* The 6-bit scale of sub-block s of an IQ4_XS block, 0..63 (the value less 32). */
+int iq4xs_scale(__global const uchar *b, int s) {
+        const uint sh = (uint) b[2] | (uint) b[3] << 8;
+        return ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | ((sh >> (2 * s)) & 3) << 4;
+}
+
+/* block_iq4_xs (136 bytes): half d, uint16 scales_h, uint8 scales_l[4], uint8 qs[128] (16 a
+ * sub-block of 32, as IQ4_NL's) */
+void dq32_iq4_xs(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 136;
+        const int s = u % 8;
+        const float dl = vload_half(0, (__global const half *) b) * (float) (iq4xs_scale(b, s) - 32);
+        __global const uchar *q = b + 8 + 16 * s;
+        for (int j = 0; j < 16; j++) {
+                w[j] = dl * (float) iq4nl_values[q[j] & 15];
+                w[j + 16] = dl * (float) iq4nl_values[q[j] >> 4];
+        }
+}
+
 /* TT (from the host's build options): tokens per work-group of the matrix product; each
  * item keeps TT partial sums.
  *
@@ -467,6 +523,88 @@ void dot_q6_k(__global const uchar *row, int u, __global const char *aq, __globa
                 acc[t] += ad[(long) t * (k / 32) + u] * d * (float) sum[t];
 }
 
+/* block_q2_K (layout at dq32_q2_k): per super-block
+ * ad * (d * sum_j sc_j * dot(q_j, a_j) - dmin * sum_j m_j * sum(a_j)) over 16 sub-blocks */
+void dot_q2_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 84;
+        const float d = vload_half(40, (__global const half *) b);
+        const float dmin = vload_half(41, (__global const half *) b);
+        int sum[TT], msum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = msum[t] = 0;
+        for (int n = 0; n < 2; n++) {
+                const uchar16 c0 = vload16(0, b + 16 + 32 * n), c1 = vload16(1, b + 16 + 32 * n);
+                for (int j = 0; j < 4; j++) {
+                        const uchar sh = (uchar) (2 * j);
+                        const int16 v0 = convert_int16((c0 >> sh) & (uchar) 3);
+                        const int16 v1 = convert_int16((c1 >> sh) & (uchar) 3);
+                        const uchar s0 = b[8 * n + 2 * j], s1 = b[8 * n + 2 * j + 1];
+                        for (int t = 0; t < nt; t++) {
+                                __global const char *a = aq + (long) t * k + u * 256 + 128 * n + 32 * j;
+                                const int16 a0 = a16(a, 0), a1 = a16(a, 1);
+                                sum[t] += hsum16(v0 * a0) * (s0 & 15) + hsum16(v1 * a1) * (s1 & 15);
+                                msum[t] += (s0 >> 4) * hsum16(a0) + (s1 >> 4) * hsum16(a1);
+                        }
+                }
+        }
+        for (int t = 0; t < nt; t++)
+                acc[t] += ad[(long) t * (k / 32) + u] * (d * (float) sum[t] - dmin * (float) msum[t]);
+}
+
+/* block_q3_K (layout at dq32_q3_k): per super-block ad * d * sum_j (sc_j - 32) * dot(q_j - 4, a_j) */
+void dot_q3_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 110;
+        const float d = vload_half(54, (__global const half *) b);
+        const uchar16 h0 = vload16(0, b), h1 = vload16(1, b);
+        int sum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = 0;
+        for (int n = 0; n < 2; n++) {
+                const uchar16 c0 = vload16(0, b + 32 + 32 * n), c1 = vload16(1, b + 32 + 32 * n);
+                for (int j = 0; j < 4; j++) {
+                        const uchar sh = (uchar) (2 * j), hb = (uchar) (4 * n + j);
+                        const int16 v0 = convert_int16(((c0 >> sh) & (uchar) 3) | (((h0 >> hb) & (uchar) 1) << (uchar) 2)) - 4;
+                        const int16 v1 = convert_int16(((c1 >> sh) & (uchar) 3) | (((h1 >> hb) & (uchar) 1) << (uchar) 2)) - 4;
+                        const int s0 = q3k_scale(b + 96, 8 * n + 2 * j) - 32;
+                        const int s1 = q3k_scale(b + 96, 8 * n + 2 * j + 1) - 32;
+                        for (int t = 0; t < nt; t++) {
+                                __global const char *a = aq + (long) t * k + u * 256 + 128 * n + 32 * j;
+                                sum[t] += hsum16(v0 * a16(a, 0)) * s0 + hsum16(v1 * a16(a, 1)) * s1;
+                        }
+                }
+        }
+        for (int t = 0; t < nt; t++)
+                acc[t] += ad[(long) t * (k / 32) + u] * d * (float) sum[t];
+}
+
+/* block_iq4_xs (layout at dq32_iq4_xs): per super-block ad * (d * sum_s (ls_s - 32) *
+ * dot(levels_s, a_s)), the sum over sub-blocks in float as the CPU kernels take it */
+void dot_iq4_xs(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+                __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 136;
+        const float d = vload_half(0, (__global const half *) b);
+        float sum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = 0;
+        for (int s = 0; s < 8; s++) {
+                __global const uchar *q = b + 8 + 16 * s;
+                int16 lo, hi;
+                for (int j = 0; j < 16; j++) {
+                        lo[j] = iq4nl_values[q[j] & 15];
+                        hi[j] = iq4nl_values[q[j] >> 4];
+                }
+                const float ls = (float) (iq4xs_scale(b, s) - 32);
+                for (int t = 0; t < nt; t++) {
+                        __global const char *a = aq + (long) t * k + u * 256 + 32 * s;
+                        sum[t] += (float) hsum16(lo * a16(a, 0) + hi * a16(a, 1)) * ls;
+                }
+        }
+        for (int t = 0; t < nt; t++)
+                acc[t] += ad[(long) t * (k / 32) + u] * (d * sum[t]);
+}
+
 /* Y[y_off + t * ldy + r] = sum over the units of row r of dot_T, for the quantized rows
  * t0 + t of AQ/AD/AS (n_in values each). */
 #define DEF_MATMUL_Q(T, UNIT, AST)                                                                 \
@@ -516,6 +654,9 @@ DEF_MATMUL_Q(iq4_nl, 32, float)
 DEF_MATMUL_Q(q4_k, 256, short)
 DEF_MATMUL_Q(q5_k, 256, short)
 DEF_MATMUL_Q(q6_k, 256, short)
+DEF_MATMUL_Q(q2_k, 256, short)
+DEF_MATMUL_Q(q3_k, 256, short)
+DEF_MATMUL_Q(iq4_xs, 256, short)
 
 DEF_EMBED(f32)
 DEF_EMBED(f16)
@@ -529,3 +670,6 @@ DEF_EMBED(iq4_nl)
 DEF_EMBED(q4_k)
 DEF_EMBED(q5_k)
 DEF_EMBED(q6_k)
+DEF_EMBED(q2_k)
+DEF_EMBED(q3_k)
+DEF_EMBED(iq4_xs)

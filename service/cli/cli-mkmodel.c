@@ -23,8 +23,8 @@ static int help(FILE *f) {
                 "  --arch ARCH        llama (default), qwen2, qwen3, phi3 (fused QKV and gate/up)\n"
                 "                     or gemma3 (sliding window on 5 of every 6 layers)\n"
                 "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_1,\n"
-                "                     q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k; norms and biases stay\n"
-                "                     f32\n"
+                "                     q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;\n"
+                "                     norms and biases stay f32\n"
                 "  --vocab-from GGUF  copy the tokenizer of another GGUF (default: a small built-in\n"
                 "                     byte-level BPE vocabulary)\n"
                 "  --chat-template T  write T as tokenizer.chat_template (a Jinja template, or a\n"
@@ -47,7 +47,8 @@ static int help(FILE *f) {
                 "  --threads N        threads generating weights (default: all CPUs)\n"
                 "  -o, --output FILE  the model file to write\n"
                 "\n"
-                "q4_k, q5_k and q6_k need --dim and --ffn (and heads × head-dim) to be multiples of 256;\n"
+                "the K-quants and iq4_xs need --dim and --ffn (and heads × head-dim) to be multiples\n"
+                "of 256;\n"
                 "the other quantized types multiples of 32.\n");
         return f == stderr ? 2 : 0;
 }
@@ -109,7 +110,7 @@ int cli_mkmodel(int argc, char **argv) {
                         a = axp_type_from_name(optarg);
                         if (a < 0)
                                 return cli_usage_error("unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                                                       "q5_1, iq4_nl, q4_k, q5_k, q6_k)",
+                                                       "q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs)",
                                                        optarg);
                         p.type = (uint32_t) a;
                         break;

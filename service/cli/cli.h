@@ -14,6 +14,7 @@ int cli_logits(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_mkmodel(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
 int cli_sim(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_suggestions(int argc, char **argv);

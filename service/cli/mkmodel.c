@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
+#include "model/quantize.h"
 #include "base/rng.h"
 #include "base/utf8.h"
 #include "kernels/types.h"
@@ -196,37 +197,6 @@ static int fill_tensor(void *userdata, uint64_t row, uint64_t n_rows, void *dst,
         if (ret < 0)
                 return axp_errorf(err, ret, "out of memory generating '%s'", t->name);
         return 0;
-}
-
-static int file_type_of(uint32_t type) {
-        switch (type) {
-        case AXP_TYPE_F32:
-                return 0;
-        case AXP_TYPE_F16:
-                return 1;
-        case AXP_TYPE_Q4_0:
-                return 2;
-        case AXP_TYPE_Q4_1:
-                return 3;
-        case AXP_TYPE_Q8_0:
-                return 7;
-        case AXP_TYPE_Q5_0:
-                return 8;
-        case AXP_TYPE_Q5_1:
-                return 9;
-        case AXP_TYPE_IQ4_NL:
-                return 25;
-        case AXP_TYPE_Q4_K:
-                return 14; /* MOSTLY_Q4_K_S: every matrix Q4_K */
-        case AXP_TYPE_Q5_K:
-                return 16; /* MOSTLY_Q5_K_S: every matrix Q5_K */
-        case AXP_TYPE_Q6_K:
-                return 18;
-        case AXP_TYPE_BF16:
-                return 32;
-        default:
-                return -1;
-        }
 }
 
 /* Built-in vocabulary ---------------------------------------------------------------------- *
@@ -675,7 +645,7 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
 
         if ((unsigned) p->arch >= AXP_ARCH__COUNT)
                 return axp_errorf(err, -EINVAL, "unknown architecture %d", (int) p->arch);
-        if (!tr || file_type_of(p->type) < 0)
+        if (!tr || axp_file_type_of(p->type) < 0)
                 return axp_errorf(err, -EINVAL,
                                   "weight type %s is not one mkmodel writes (f32, f16, bf16, q8_0, "
                                   "q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k)", tr ? tr->name : "?");
@@ -751,7 +721,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 *c = (char) tolower((unsigned char) *c);
         gguf_writer_set_str(w, "general.architecture", arch);
         gguf_writer_set_str(w, "general.name", p->name ? p->name : default_name);
-        gguf_writer_set_u32(w, "general.file_type", (uint32_t) file_type_of(p->type));
+        gguf_writer_set_u32(w, "general.file_type", (uint32_t) axp_file_type_of(p->type));
         if (p->type != AXP_TYPE_F32 && p->type != AXP_TYPE_F16 && p->type != AXP_TYPE_BF16)
                 gguf_writer_set_u32(w, "general.quantization_version", 2);
 #define ARCH_U32(suffix, v)                                                                        \

@@ -73,6 +73,16 @@ static void *random_rows(uint32_t type, int64_t n_in, int64_t n_out) {
                 case AXP_TYPE_Q6_K:
                         memcpy(blk + 208, &h, 2);
                         break;
+                case AXP_TYPE_Q2_K:
+                        memcpy(blk + 80, &h, 2);
+                        memcpy(blk + 82, &h, 2);
+                        break;
+                case AXP_TYPE_Q3_K:
+                        memcpy(blk + 108, &h, 2);
+                        break;
+                case AXP_TYPE_IQ4_XS:
+                        memcpy(blk, &h, 2);
+                        break;
                 }
         }
         return p;

@@ -87,8 +87,8 @@ def gguf(path, arch="llama", tensor_type=0):
     def s(x):
         b = x.encode()
         return struct.pack("<Q", len(b)) + b
-    # Q2_K (10) blocks: 256 elements in 84 bytes
-    ne, nbytes = ((256, 2), 168) if tensor_type == 10 else ((32, 2), 256)
+    # IQ2_XXS (16) blocks: 256 elements in 66 bytes
+    ne, nbytes = ((256, 2), 132) if tensor_type == 16 else ((32, 2), 256)
     head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1)
     head += s("general.architecture") + struct.pack("<I", 8) + s(arch)
     head += s("token_embd.weight") + struct.pack("<I", 2) + struct.pack("<qq", *ne)
@@ -339,7 +339,7 @@ def test_bad_files_are_refused_before_anything_is_written():
         (trunc, "InvalidArgument", "extends past the end of the file"),
         (text, "InvalidArgument", "not a GGUF file"),
         (gguf(os.path.join(d0, "mamba.gguf"), arch="mamba"), "Unsupported", "architecture 'mamba'"),
-        (gguf(os.path.join(d0, "q2k.gguf"), tensor_type=10), "Unsupported", "has type Q2_K"),
+        (gguf(os.path.join(d0, "iq2xxs.gguf"), tensor_type=16), "Unsupported", "has type IQ2_XXS"),
     ]
     with setup(model=other()) as (bus, d):
         for path, error, msg in cases:

@@ -384,13 +384,14 @@ int gguf_corrupt_variants(bool every_offset, gguf_variant **ret, size_t *ret_n) 
         v = add(&ls, size, "", "tensor-name-len-max");
         patch_u64(v, l.t[1], UINT64_MAX);
 
-        /* the block types added with the 32-element ones and Q5_K (ggml ids; elements and
+        /* the block types added with the 32-element ones, Q5_K, Q2_K, Q3_K and IQ4_XS (ggml ids; elements and
          * bytes per block): rows that are not whole blocks, blocks cut off by the end of the
          * file, block counts that overflow or run past the end. tensor.b is 2-D, tensor.c the
          * last tensor (4-D, a 32-byte slot). */
         static const struct { uint32_t id, blck, bytes; const char *name; } blk[] = {
                 { 3, 32, 20, "q4_1" }, { 6, 32, 22, "q5_0" },    { 7, 32, 24, "q5_1" },
-                { 20, 32, 18, "iq4_nl" }, { 13, 256, 176, "q5_k" },
+                { 20, 32, 18, "iq4_nl" }, { 13, 256, 176, "q5_k" }, { 10, 256, 84, "q2_k" },
+                { 11, 256, 110, "q3_k" }, { 23, 256, 136, "iq4_xs" },
         };
         for (size_t i = 0; i < sizeof(blk) / sizeof(blk[0]); i++) {
                 char expect[64];

@@ -145,7 +145,8 @@ static void check_against_reference(const char *arch, const char *type) {
 
 static void test_types_llama(void) {
         const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",
-                                "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl" };
+                                "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl",
+                                "q2_k", "q3_k", "iq4_xs" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 check_against_reference("llama", types[i]);
 }
@@ -240,7 +241,7 @@ static void chunked_stop_resume(const char *arch, const char *type) {
 }
 
 static void test_chunked_stop_resume(void) {
-        const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q5_k" };
+        const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q5_k", "q2_k", "q3_k", "iq4_xs" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 chunked_stop_resume("llama", types[i]);
         chunked_stop_resume("phi3", "q8_0");
@@ -288,7 +289,7 @@ static void batched_decode(const char *arch, const char *type) {
 }
 
 static void test_batched_decode(void) {
-        const char *types[] = { "q4_k", "q5_k", "q4_1", "q5_0", "q5_1", "iq4_nl" };
+        const char *types[] = { "q4_k", "q5_k", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k", "iq4_xs" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");

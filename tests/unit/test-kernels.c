@@ -45,6 +45,7 @@ static float gauss(void) {
 static const uint32_t all_types[] = {
         AXP_TYPE_F32,  AXP_TYPE_F16,  AXP_TYPE_BF16,   AXP_TYPE_Q8_0, AXP_TYPE_Q4_0, AXP_TYPE_Q4_1,
         AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL, AXP_TYPE_Q4_K, AXP_TYPE_Q5_K, AXP_TYPE_Q6_K,
+        AXP_TYPE_Q2_K, AXP_TYPE_Q3_K, AXP_TYPE_IQ4_XS,
 };
 static const char *const all_isas[] = { "generic", "avx2", "avx512", "amx" };
 
@@ -160,9 +161,12 @@ static void ref_act(uint32_t type, const float *x, int64_t n, float *xq, double 
         case AXP_TYPE_IQ4_NL:
                 ref_act_q8_0(x, n, xq, ds);
                 break;
+        case AXP_TYPE_Q2_K:
+        case AXP_TYPE_Q3_K:
         case AXP_TYPE_Q4_K:
         case AXP_TYPE_Q5_K:
         case AXP_TYPE_Q6_K:
+        case AXP_TYPE_IQ4_XS:
                 ref_act_q8_K(x, n, xq);
                 break;
         case AXP_TYPE_F16:

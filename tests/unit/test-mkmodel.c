@@ -588,8 +588,8 @@ static void test_errors(void) {
         p.n_layer = 0;
         CHECK(axp_mkmodel(&p, &err) == -EINVAL && strstr(err.msg, "--layers"));
         p.n_layer = 1;
-        p.type = AXP_TYPE_Q3_K;
-        CHECK(axp_mkmodel(&p, &err) == -EINVAL && strstr(err.msg, "Q3_K"));
+        p.type = AXP_TYPE_Q8_K;
+        CHECK(axp_mkmodel(&p, &err) == -EINVAL && strstr(err.msg, "Q8_K"));
         p.type = AXP_TYPE_Q8_0;
         p.vocab_from = "/nonexistent.gguf";
         CHECK(axp_mkmodel(&p, &err) == -ENOENT && strstr(err.msg, "/nonexistent.gguf"));

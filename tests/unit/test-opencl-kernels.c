@@ -172,6 +172,9 @@ static void test_activations_bit_exact(void) {
                 { AXP_TYPE_Q4_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_Q5_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_Q6_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
+                { AXP_TYPE_Q2_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
+                { AXP_TYPE_Q3_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
+                { AXP_TYPE_IQ4_XS, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_F16, AXP_ACT_F16, axp_quant_act_f16 },
         };
         const int n = 61, k = 1024;
@@ -201,7 +204,8 @@ static double rel_diff(const float *a, const float *b, size_t n) {
  * (decode, a partial token tile, prefill). */
 static void test_products_match_cpu(void) {
         static const char *const types[] = { "f32",  "f16",  "bf16", "q8_0",   "q4_0", "q4_1",
-                                             "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl" };
+                                             "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl",
+                                             "q2_k", "q3_k", "iq4_xs" };
         const int n_in = 768, n_out = 83, toks[] = { 1, 3, 8, 21 };
         float *wf = malloc((size_t) n_in * n_out * sizeof(float));
         float *x = malloc((size_t) 21 * n_in * sizeof(float));

@@ -83,6 +83,12 @@ static void test_quant_roundtrip(void) {
         CHECK(roundtrip_rel_rms(AXP_TYPE_Q5_1, n) < 0.04);
         CHECK(roundtrip_rel_rms(AXP_TYPE_IQ4_NL, n) < 0.12);
         CHECK(roundtrip_rel_rms(AXP_TYPE_Q5_K, n) < 0.06);
+        /* two bits with a minimum, three bits, IQ4_NL's levels under 6-bit sub-block scales */
+        CHECK(roundtrip_rel_rms(AXP_TYPE_Q2_K, n) < 0.30);
+        CHECK(roundtrip_rel_rms(AXP_TYPE_Q3_K, n) < 0.20);
+        CHECK(roundtrip_rel_rms(AXP_TYPE_IQ4_XS, n) < 0.12);
+        printf("  round trip rel. rms: Q2_K %.4f Q3_K %.4f IQ4_XS %.4f\n", roundtrip_rel_rms(AXP_TYPE_Q2_K, n),
+               roundtrip_rel_rms(AXP_TYPE_Q3_K, n), roundtrip_rel_rms(AXP_TYPE_IQ4_XS, n));
         printf("  round trip rel. rms: Q4_0 %.4f Q4_1 %.4f Q5_0 %.4f Q5_1 %.4f IQ4_NL %.4f Q4_K %.4f "
                "Q5_K %.4f\n",
                roundtrip_rel_rms(AXP_TYPE_Q4_0, n), roundtrip_rel_rms(AXP_TYPE_Q4_1, n),
@@ -243,6 +249,82 @@ static void test_quant_exact(void) {
         }
 }
 
+/* Q2_K, Q3_K and IQ4_XS blocks of patterned bytes, decoded here the way ggml's layout is
+ * described: each 128-element half walks its 32 quant bytes four times (shift 0, 2, 4, 6),
+ * sixteen elements per scale. */
+static void test_dequant_low_k(void) {
+        uint8_t b[136];
+        float y[256];
+        int bad = 0;
+        /* Q2_K: scales[16], qs[64], d, dmin */
+        for (int i = 0; i < 84; i++)
+                b[i] = (uint8_t) (i * 29 + 11);
+        put16(b + 80, 0.5f);
+        put16(b + 82, 0.25f);
+        axp_dequantize_row(AXP_TYPE_Q2_K, b, y, 256);
+        {
+                const float *o = y;
+                int is = 0;
+                for (int n = 0; n < 2; n++)
+                        for (int shift = 0; shift < 8; shift += 2)
+                                for (int half = 0; half < 2; half++, is++)
+                                        for (int l = 0; l < 16; l++, o++) {
+                                                uint8_t sc = b[is];
+                                                int q = (b[16 + 32 * n + 16 * half + l] >> shift) & 3;
+                                                bad += *o != 0.5f * (float) (sc & 15) * (float) q - 0.25f * (float) (sc >> 4);
+                                        }
+        }
+        CHECK_EQ_INT(bad, 0);
+        /* Q3_K: hmask[32], qs[64], scales[12], d; scale s: 4 bits from scales[s % 8] (low
+         * nibble for s < 8), 2 from scales[8 + s % 4] at bit 2 (s / 4) */
+        for (int i = 0; i < 110; i++)
+                b[i] = (uint8_t) (i * 53 + 7);
+        put16(b + 108, 0.125f);
+        axp_dequantize_row(AXP_TYPE_Q3_K, b, y, 256);
+        {
+                const float *o = y;
+                int is = 0;
+                uint8_t m = 1;
+                for (int n = 0; n < 2; n++)
+                        for (int shift = 0; shift < 8; shift += 2, m = (uint8_t) (m << 1))
+                                for (int half = 0; half < 2; half++, is++) {
+                                        int lo = is < 8 ? b[96 + is] & 15 : b[96 + is - 8] >> 4;
+                                        int sc = lo | ((b[96 + 8 + is % 4] >> (2 * (is / 4))) & 3) << 4;
+                                        for (int l = 0; l < 16; l++, o++) {
+                                                int e = 16 * half + l;
+                                                int q = ((b[32 + 32 * n + e] >> shift) & 3) - ((b[e] & m) ? 0 : 4);
+                                                bad += *o != 0.125f * (float) (sc - 32) * (float) q;
+                                        }
+                                }
+        }
+        CHECK_EQ_INT(bad, 0);
+        /* IQ4_XS: d, scales_h, scales_l[4], qs[128] */
+        for (int i = 0; i < 136; i++)
+                b[i] = (uint8_t) (i * 41 + 5);
+        put16(b, 0.0625f);
+        axp_dequantize_row(AXP_TYPE_IQ4_XS, b, y, 256);
+        for (int s = 0; s < 8; s++) {
+                int sh = b[2] | b[3] << 8;
+                int ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | ((sh >> (2 * s)) & 3) << 4;
+                for (int j = 0; j < 16; j++) {
+                        uint8_t q = b[8 + 16 * s + j];
+                        bad += y[32 * s + j] != 0.0625f * (float) (ls - 32) * (float) axp_iq4nl_values[q & 15];
+                        bad += y[32 * s + j + 16] != 0.0625f * (float) (ls - 32) * (float) axp_iq4nl_values[q >> 4];
+                }
+        }
+        CHECK_EQ_INT(bad, 0);
+        /* the quantizers write blocks that decode to their input where it is exact: zero */
+        const uint32_t types[] = { AXP_TYPE_Q2_K, AXP_TYPE_Q3_K, AXP_TYPE_IQ4_XS };
+        float x[256] = { 0 };
+        for (size_t i = 0; i < ELEMENTSOF(types); i++) {
+                axp_quantize_row(types[i], x, b, 256);
+                axp_dequantize_row(types[i], b, y, 256);
+                for (int j = 0; j < 256; j++)
+                        bad += y[j] != 0.0f;
+        }
+        CHECK_EQ_INT(bad, 0);
+}
+
 static void test_traits(void) {
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q8_0, 64), 68);
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q8_0, 63), 0);
@@ -254,7 +336,13 @@ static void test_traits(void) {
         CHECK_EQ_INT(axp_type_from_name("bf16"), AXP_TYPE_BF16);
         CHECK_EQ_INT(axp_type_from_name("nope"), -1);
         CHECK(axp_type_traits_get(4) == NULL);
-        CHECK(!axp_type_traits_get(AXP_TYPE_Q3_K)->supported);
+        CHECK(!axp_type_traits_get(AXP_TYPE_Q8_K)->supported);
+        CHECK(!axp_type_traits_get(16)->supported); /* IQ2_XXS */
+        CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q2_K, 512), 168);
+        CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q3_K, 256), 110);
+        CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_IQ4_XS, 256), 136);
+        CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_IQ4_XS, 896), 0);
+        CHECK_EQ_INT(axp_type_from_name("iq4_xs"), AXP_TYPE_IQ4_XS);
         CHECK(axp_type_traits_get(AXP_TYPE_Q5_K)->supported);
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q5_K, 512), 352);
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_Q4_1, 64), 40);
@@ -264,7 +352,8 @@ static void test_traits(void) {
         CHECK_EQ_INT(axp_type_row_size(AXP_TYPE_IQ4_NL, 48), 0);
         CHECK_EQ_INT(axp_type_from_name("iq4_nl"), AXP_TYPE_IQ4_NL);
         CHECK_EQ_INT(axp_type_from_name("q5_1"), AXP_TYPE_Q5_1);
-        const uint32_t now[] = { AXP_TYPE_Q4_1, AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL };
+        const uint32_t now[] = { AXP_TYPE_Q4_1, AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL,
+                                 AXP_TYPE_Q2_K, AXP_TYPE_Q3_K, AXP_TYPE_IQ4_XS };
         for (size_t i = 0; i < ELEMENTSOF(now); i++)
                 CHECK(axp_type_traits_get(now[i])->supported);
 }
@@ -278,6 +367,7 @@ int main(void) {
         RUN(test_dequant_hand_made);
         RUN(test_quant_exact);
         RUN(test_dequant_q5_K);
+        RUN(test_dequant_low_k);
         RUN(test_traits);
         TEST_EXIT();
 }
