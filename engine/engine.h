@@ -71,6 +71,12 @@ typedef struct axp_request_opts {
         const char *const *stop;      /* copied */
         size_t n_stop;
         const char *system;           /* system prompt (chat template); NULL: none */
+        /* the conversation's earlier turns, before the prompt (which is the user's new turn),
+         * rendered with the chat template in their roles (system, user, assistant; copied at
+         * submission). On a flow's first turn they follow the system prompt; on a later turn
+         * they follow the flow's last answer. Not with raw or tools. */
+        const struct axp_chat_msg *messages;
+        size_t n_messages;
         bool raw;                     /* no chat template */
         uint64_t flow;                /* 0: none */
         /* constrained decoding (model/grammar.h), at most one; NULL: none. Invalid or
