@@ -88,6 +88,10 @@ bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GStrin
 /* Chat messages into the earlier turns (system, user and assistant, in order) and the prompt,
  * the last message, which must be the user's. */
 bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_prompt, Fail *f);
+/* A request with tools takes the user's message and system messages alone (the engine renders
+ * the tools into one turn): the system messages become the option system, and `turns` is
+ * emptied; 400 for earlier user or assistant turns. */
+bool turns_with_tools(GArray *turns, GVariantBuilder *opts, Fail *f);
 /* Structured output: a JSON Schema (an object, or true) as the engine's option json_schema. */
 bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f);
 /* tools (OpenAI's and Ollama's function list) as the engine's option tools; `only`: keep that

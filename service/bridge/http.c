@@ -351,6 +351,25 @@ bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_p
         return true;
 }
 
+bool turns_with_tools(GArray *turns, GVariantBuilder *opts, Fail *f) {
+        g_autoptr(GString) system = g_string_new(NULL);
+
+        for (guint i = 0; i < turns->len; i++) {
+                Turn *t = &g_array_index(turns, Turn, i);
+                if (strcmp(t->role, "system") != 0)
+                        return fail_bad(f, "A request with 'tools' takes the user's message alone (and "
+                                        "system messages) for now: earlier turns with tools are not "
+                                        "supported yet");
+                if (system->len)
+                        g_string_append(system, "\n\n");
+                g_string_append(system, t->content);
+        }
+        if (system->len)
+                g_variant_builder_add(opts, "{sv}", "system", g_variant_new_string(system->str));
+        g_array_set_size(turns, 0);
+        return true;
+}
+
 bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f) {
         g_autofree char *json = NULL;
 

@@ -293,13 +293,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 turns = turns_new();
                 if (!messages_to_turns(msgs, false, turns, &prompt, &f))
                         goto fail;
-                for (guint i = 0; tools && i < turns->len; i++)
-                        if (strcmp(g_array_index(turns, Turn, i).role, "system") != 0) {
-                                fail_bad(&f, "A request with 'tools' takes the user's message alone "
-                                         "(and system messages) for now: earlier turns with tools "
-                                         "are not supported yet");
-                                goto fail;
-                        }
+                if (tools && !turns_with_tools(turns, &opts, &f))
+                        goto fail;
         } else {
                 const char *p = NULL;
                 if (!field_string(o, "prompt", &p, &f) || !field_string(o, "system", &system, &f) ||

@@ -412,15 +412,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 turns = turns_new();
                 if (!messages_to_turns(msgs, true, turns, &prompt, &f))
                         goto fail;
-                if (tools && turns->len > 0) {
-                        fail_bad(&f, "A request with 'tools' takes the user's message alone (and "
-                                 "system messages) for now: earlier turns with tools are not "
-                                 "supported yet");
-                        for (guint i = 0; i < turns->len; i++)
-                                if (strcmp(g_array_index(turns, Turn, i).role, "system") != 0)
-                                        goto fail;
-                        fail_clear(&f);
-                }
+                if (tools && !turns_with_tools(turns, &opts, &f))
+                        goto fail;
         } else {
                 JsonNode *n = json_object_get_member(o, "prompt");
                 if (n && JSON_NODE_HOLDS_ARRAY(n) && json_array_get_length(json_node_get_array(n)) == 1)

@@ -440,6 +440,11 @@ def test_structured_output_with_curl():
         call = c["message"]["tool_calls"][0]
         assert call["type"] == "function" and call["function"]["name"] == "get_weather" and call["id"], call
         assert set(json.loads(call["function"]["arguments"])) == {"city", "unit"}, call
+        # a system message with tools: the engine's system prompt
+        r = chat(b, [{"role": "system", "content": "Answer with a call."}] + hi, n=64, tools=TOOLS,
+                 tool_choice="required")
+        assert r["choices"][0]["finish_reason"] == "tool_calls", r
+        assert r["usage"]["prompt_tokens"] > chat(b, hi, n=64, tools=TOOLS, tool_choice="required")["usage"]["prompt_tokens"]
         # streamed: the call in one delta, as OpenAI's clients gather it
         status, text = b.curl("/v1/chat/completions", dict(model=model_name(b), max_tokens=64, temperature=0,
                                                            messages=hi, tools=TOOLS, tool_choice="required",
