@@ -286,7 +286,7 @@ static char *format_turn(axp_engine *e, const char *prompt, const char *system,
         if (system && system[0])
                 msgs[n++] = (axp_chat_msg) { "system", system };
         for (size_t i = 0; i < o->n_messages; i++)
-                msgs[n++] = o->messages[i];
+                msgs[n++] = (axp_chat_msg) { o->messages[i].role, o->messages[i].content };
         msgs[n++] = (axp_chat_msg) { "user", prompt };
         family = axp_chat_detect(e->model->chat_template, e->model->tok);
         if (first_turn)

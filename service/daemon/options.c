@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/utf8.h"
-#include "model/chat.h"
 #include "common/bus-common.h"
 
 typedef struct OptionSpec {
@@ -183,7 +182,7 @@ static int read_messages(sd_bus_message *m, const DaemonConfig *c, RequestOption
                 }
                 if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
                     strcmp(role, "assistant") != 0) {
-                        snprintf(why, sizeof(why), "turn %zu has the role '%.32s%s'; use system, user or assistant",
+                        snprintf(why, sizeof(why), "has turn %zu of the role '%.32s%s'; use system, user or assistant",
                                  n + 1, role, strlen(role) > 32 ? "..." : "");
                         return bad_value(error, "messages", why);
                 }
@@ -193,18 +192,18 @@ static int read_messages(sd_bus_message *m, const DaemonConfig *c, RequestOption
                         return bad_value(error, "messages", why);
                 }
                 if (!axp_utf8_valid(content, strlen(content), NULL)) {
-                        snprintf(why, sizeof(why), "turn %zu is not valid UTF-8", n + 1);
+                        snprintf(why, sizeof(why), "has turn %zu not valid UTF-8", n + 1);
                         return bad_value(error, "messages", why);
                 }
                 if (n == cap) {
                         size_t ncap = cap ? cap * 2 : 8;
-                        struct axp_chat_msg *p = realloc(o->messages, ncap * sizeof(*p));
+                        axp_turn *p = realloc(o->messages, ncap * sizeof(*p));
                         if (!p)
                                 return -ENOMEM;
                         o->messages = p;
                         cap = ncap;
                 }
-                o->messages[n++] = (axp_chat_msg) { role, content };
+                o->messages[n++] = (axp_turn) { role, content };
         }
         if (r < 0)
                 return r;

@@ -23,7 +23,7 @@ typedef enum OptionSet {
 typedef struct RequestOptions {
         axp_request_opts opts;  /* .stop points at `stop`; .flow is left 0 for the caller */
         const char **stop;
-        struct axp_chat_msg *messages; /* .messages points at it */
+        axp_turn *messages;     /* .messages points at it */
         uint64_t flow;          /* N of /org/agentxpu/Engine/flow/N, 0: none */
         axp_kind priority;      /* Complete: reactive unless options.priority says otherwise */
 } RequestOptions;
