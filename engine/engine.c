@@ -268,18 +268,51 @@ static int check_sampling(const axp_sampler_params *p, axp_error *err) {
         return 0;
 }
 
-/* The turn's text as the model reads it: chat-templated unless raw. */
-static char *format_turn(axp_engine *e, const char *prompt, const char *system, bool raw) {
-        axp_chat_msg msgs[2];
+/* The turn's text as the model reads it: chat-templated unless raw. A first turn is the
+ * system prompt, the earlier turns and the user's prompt; a flow's later turn follows its last
+ * answer (`pending`: the token that answer ended with, -1: none), closed first if the model
+ * did not close it. */
+static char *format_turn(axp_engine *e, const char *prompt, const char *system,
+                         const axp_request_opts *o, bool raw, bool first_turn, int32_t pending) {
+        _cleanup_free_ axp_chat_msg *msgs = NULL;
         size_t n = 0;
+        axp_chat_family family;
 
         if (raw)
                 return strdup(prompt);
+        msgs = calloc(o->n_messages + 2, sizeof(*msgs));
+        if (!msgs)
+                return NULL;
         if (system && system[0])
                 msgs[n++] = (axp_chat_msg) { "system", system };
+        for (size_t i = 0; i < o->n_messages; i++)
+                msgs[n++] = (axp_chat_msg) { o->messages[i].role, o->messages[i].content };
         msgs[n++] = (axp_chat_msg) { "user", prompt };
-        return axp_chat_format(axp_chat_detect(e->model->chat_template, e->model->tok), msgs, n,
-                               true);
+        family = axp_chat_detect(e->model->chat_template, e->model->tok);
+        if (first_turn)
+                return axp_chat_format(family, msgs, n, true);
+        return axp_chat_format_next(family, msgs, n,
+                                    pending >= 0 && !axp_tokenizer_is_eog(e->model->tok, pending));
+}
+
+static int check_messages(const axp_request_opts *o, bool raw, axp_error *err) {
+        if (o->n_messages == 0)
+                return 0;
+        if (!o->messages)
+                return axp_errorf(err, -EINVAL, "the earlier turns are missing");
+        if (raw)
+                return axp_errorf(err, -EINVAL, "earlier turns need the chat template (not raw)");
+        if (o->tools)
+                return axp_errorf(err, -EINVAL, "tools cannot be combined with earlier turns");
+        for (size_t i = 0; i < o->n_messages; i++) {
+                const char *role = o->messages[i].role;
+                if (!role || (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
+                              strcmp(role, "assistant") != 0))
+                        return axp_errorf(err, -EINVAL, "turn %zu: the role must be system, user or assistant", i + 1);
+                if (!o->messages[i].content)
+                        return axp_errorf(err, -EINVAL, "turn %zu has no content", i + 1);
+        }
+        return 0;
 }
 
 typedef struct submit_args {
@@ -325,6 +358,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
         }
 
         const char *system = first_turn ? (o->system ? o->system : f ? f->system : NULL) : NULL;
+        if ((r = check_messages(o, o->raw || (f && f->raw), a->err)) < 0)
+                return r;
         _cleanup_free_ char *tools_grammar = NULL;
         axp_chat_family tools_family = AXP_CHAT_RAW;
         if (o->tools) {
@@ -341,7 +376,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
         } else {
                 if (o->tool_choice)
                         return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
-                text = format_turn(e, a->prompt, system, o->raw || (f && f->raw));
+                text = format_turn(e, a->prompt, system, o, o->raw || (f && f->raw), first_turn,
+                                   f ? f->pending : -1);
         }
         if (!text)
                 return axp_errorf(a->err, -ENOMEM, "out of memory");

@@ -65,12 +65,24 @@ static inline void axp_engine_freep(axp_engine **e) {
         axp_engine_free(*e);
 }
 
+/* A turn of a conversation: role "system", "user" or "assistant", and its text. */
+typedef struct axp_turn {
+        const char *role;
+        const char *content;
+} axp_turn;
+
 typedef struct axp_request_opts {
         uint32_t max_tokens;          /* 0: default (256) */
         axp_sampler_params sampling;
         const char *const *stop;      /* copied */
         size_t n_stop;
         const char *system;           /* system prompt (chat template); NULL: none */
+        /* the conversation's earlier turns, before the prompt (which is the user's new turn),
+         * rendered with the chat template in their roles (system, user, assistant; copied at
+         * submission). On a flow's first turn they follow the system prompt; on a later turn
+         * they follow the flow's last answer. Not with raw or tools. */
+        const axp_turn *messages;
+        size_t n_messages;
         bool raw;                     /* no chat template */
         uint64_t flow;                /* 0: none */
         /* constrained decoding (model/grammar.h), at most one; NULL: none. Invalid or

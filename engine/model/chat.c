@@ -206,10 +206,10 @@ static void inst_user(out *o, out *sys, const char *user, bool llama2, bool star
 }
 
 /* [INST] families: system prompts wait for the next user message; one left over at the end
- * becomes a turn of its own. */
-static void format_inst(out *o, const axp_chat_msg *msgs, size_t n, bool llama2) {
+ * becomes a turn of its own. `started`: turns came before (llama2 opens each later one with
+ * "<s>"). */
+static void format_inst(out *o, const axp_chat_msg *msgs, size_t n, bool llama2, bool started) {
         out sys = {};
-        bool started = false;
 
         for (size_t i = 0; i < n; i++) {
                 const char *content = str_or_empty(msgs[i].content);
@@ -296,10 +296,10 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                 format_chatml(&o, msgs, n, add_generation_prompt);
                 break;
         case AXP_CHAT_MISTRAL:
-                format_inst(&o, msgs, n, false);
+                format_inst(&o, msgs, n, false, false);
                 break;
         case AXP_CHAT_LLAMA2:
-                format_inst(&o, msgs, n, true);
+                format_inst(&o, msgs, n, true, false);
                 break;
         case AXP_CHAT_PHI3:
                 format_phi3(&o, msgs, n, add_generation_prompt);
@@ -312,6 +312,47 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                 break;
         }
         put(&o, "", 0); /* an empty conversation is still a string */
+        if (o.r < 0) {
+                free(o.buf);
+                return NULL;
+        }
+        return o.buf;
+}
+
+char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
+                           bool close_answer) {
+        out o = {};
+
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                if (close_answer)
+                        puts_(&o, "<|eot_id|>");
+                format_llama3(&o, msgs, n, true);
+                break;
+        case AXP_CHAT_CHATML:
+                puts_(&o, close_answer ? "<|im_end|>\n" : "\n");
+                format_chatml(&o, msgs, n, true);
+                break;
+        case AXP_CHAT_MISTRAL:
+        case AXP_CHAT_LLAMA2:
+                if (close_answer)
+                        puts_(&o, f == AXP_CHAT_LLAMA2 ? " </s>" : "</s>");
+                format_inst(&o, msgs, n, f == AXP_CHAT_LLAMA2, true);
+                break;
+        case AXP_CHAT_PHI3:
+                puts_(&o, close_answer ? "<|end|>\n" : "\n");
+                format_phi3(&o, msgs, n, true);
+                break;
+        case AXP_CHAT_GEMMA:
+                puts_(&o, close_answer ? "<end_of_turn>\n" : "\n");
+                format_gemma(&o, msgs, n, true);
+                break;
+        default:
+                puts_(&o, "\n\n");
+                format_raw(&o, msgs, n);
+                break;
+        }
+        put(&o, "", 0);
         if (o.r < 0) {
                 free(o.buf);
                 return NULL;

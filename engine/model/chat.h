@@ -32,3 +32,12 @@ const char *axp_chat_family_name(axp_chat_family f);
  * a malloc'd string. BOS is not included (the tokenizer adds it as the vocab says). */
 char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                       bool add_generation_prompt);
+
+/* A later turn of a conversation whose text so far ends with an assistant's answer as the
+ * model wrote it: the text the template puts between that answer and the next turns (the
+ * family's end-of-turn marker first when `close_answer`, the answer having been cut short
+ * before the model wrote it), then msgs, then the assistant turn's opening. With what came
+ * before, it reads as axp_chat_format of the whole conversation. malloc'd; NULL: out of
+ * memory. */
+char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
+                           bool close_answer);

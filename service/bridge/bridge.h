@@ -9,6 +9,8 @@
  *                  the engine and back (streamed or whole; cancelled when its client leaves)
  *   openai.c       /v1/chat/completions, /v1/completions, /v1/models
  *   ollama.c       /api/chat, /api/generate, /api/tags, /api/ps, /api/version
+ *   conversations.c  the flows kept open for conversations that may come back, so that a
+ *                  conversation's next turn prefills only what is new
  *   engine-link.c  the engine on the bus (GDBus) */
 #pragma once
 
@@ -24,7 +26,19 @@ typedef struct Bridge {
         char *token;            /* what TCP clients must send as "Authorization: Bearer" */
         gsize max_body;         /* bytes of a request body, larger ones get 413 */
         guint64 next_id;
+        /* conversations.c: idle flows, the most recently used first, and how many flows the
+         * bridge holds (idle or with a turn in flight), at most max_flows */
+        GQueue conversations;
+        guint flows, max_flows;
 } Bridge;
+
+/* A message of a conversation, as the engine's option `messages` takes it. */
+typedef struct Turn {
+        char *role, *content;
+} Turn;
+
+/* An array of Turn that frees its strings. */
+GArray *turns_new(void);
 
 typedef enum Api {
         API_OPENAI,
@@ -71,9 +85,22 @@ JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_pars
 
 /* A message's text content: a string, or (OpenAI) an array of text parts. */
 bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GString *buf, Fail *f);
-/* Chat messages into the engine's system prompt and prompt. */
-bool messages_to_prompt(JsonArray *msgs, bool openai, char **ret_system, char **ret_prompt,
-                        Fail *f);
+/* Chat messages into the earlier turns (system, user and assistant, in order) and the prompt,
+ * the last message, which must be the user's. */
+bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_prompt, Fail *f);
+/* A request with tools takes the user's message and system messages alone (the engine renders
+ * the tools into one turn): the system messages become the option system, and `turns` is
+ * emptied; 400 for earlier user or assistant turns. */
+bool turns_with_tools(GArray *turns, GVariantBuilder *opts, Fail *f);
+/* Structured output: a JSON Schema (an object, or true) as the engine's option json_schema. */
+bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f);
+/* tools (OpenAI's and Ollama's function list) as the engine's option tools; `only`: keep that
+ * function alone (400 when there is none of that name); `required`: a call, not text. */
+bool tools_option(JsonArray *tools, const char *only, bool required, GVariantBuilder *opts, Fail *f);
+/* The engine's call, {"name": ..., "arguments": {...}}: its name and arguments; false if it
+ * is not one. */
+bool tool_call_read(const char *call, char **ret_name, JsonNode **ret_arguments);
+
 /* Priority from the header X-Agentxpu-Priority and the body's "priority" (and OpenAI's
  * "service_tier"). */
 bool parse_priority(SoupServerMessage *msg, JsonObject *o, bool *ret_proactive, Fail *f);
@@ -93,6 +120,14 @@ typedef struct CallOps {
         void (*stream_error)(Call *c, const Fail *f);
 } CallOps;
 
+/* A conversation's flow: the engine's KV cache holds the conversation whose key it is. */
+typedef struct Conversation {
+        char *key;              /* conversation_key() of what the flow holds */
+        char *flow;             /* its path */
+        guint64 positions;      /* tokens in its KV cache */
+        guint generation;       /* engine_link_generation() when it was opened */
+} Conversation;
+
 struct Call {
         int ref;
         Bridge *b;
@@ -103,10 +138,16 @@ struct Call {
         gint64 created;         /* seconds since the epoch */
         gint64 t0;              /* monotonic µs, when it came */
         char *prompt;
-        GVariant *options;      /* a{sv} for the engine */
+        GArray *turns;          /* Turn: the conversation before the prompt */
+        GVariant *options;      /* a{sv} for the engine, without messages and flow */
+        bool cacheable;         /* its answer can continue on a flow (no stop strings, tools) */
+        bool tools;             /* tools were given: a call may come instead of text */
+        Conversation *conv;     /* the flow its turn runs on; NULL: none */
+        guint64 cached_tokens;  /* of the prompt, in the flow's KV cache already */
         GString *text;          /* the answer so far (not streamed) */
         EngineJob *job;
         bool gone;              /* answered or its client left */
+        bool held;              /* streamed with tools: c->text is held back, maybe a call */
         bool headers_sent;      /* streamed: the status and headers are out */
         gulong disconnected_id, finished_id;
         GSource *watch;         /* the connection, to notice a client that leaves */
@@ -122,6 +163,21 @@ void call_write(Call *c, const char *data, gsize len);
 void call_end(Call *c);
 /* Answers a call that will not reach the engine (validation failed late). */
 void call_fail(Call *c, const Fail *f);
+
+/* conversations.c */
+/* The flow for this call's conversation: one whose conversation is the longest prefix of the
+ * call's turns ending with an answer (taken out of the cache; *ret_covered: how many turns it
+ * holds), or NULL. */
+Conversation *conversations_take(Bridge *b, const char *model, GArray *turns, guint *ret_covered);
+/* A new flow may be opened now (an idle one was closed to make room, if need be). */
+bool conversations_room(Bridge *b);
+Conversation *conversation_new(Bridge *b, const char *path);
+/* The turn on it finished with this answer: it holds turns + prompt + answer now. */
+void conversation_put(Bridge *b, Conversation *conv, const char *model, GArray *turns,
+                      const char *prompt, const char *answer, guint64 positions);
+/* Close it in the engine and forget it. */
+void conversation_drop(Bridge *b, Conversation *conv, bool close);
+void conversations_clear(Bridge *b);
 
 /* Routes of each API; return false when the path is not theirs. */
 bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);

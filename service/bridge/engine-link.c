@@ -29,6 +29,7 @@ struct EngineLink {
         char *owner;            /* the engine's unique name, while it is on the bus */
         GHashTable *jobs;       /* request path → EngineJob*, answered and not finished */
         GQueue orphans;
+        guint generation;
 };
 
 static void orphan_free(Orphan *o) {
@@ -60,6 +61,8 @@ static void stats_parse(GVariant *stats, EngineStats *ret) {
         g_variant_lookup(stats, "generated_tokens", "u", &ret->generated_tokens);
         g_variant_lookup(stats, "ttft_s", "d", &ret->ttft_s);
         g_variant_lookup(stats, "latency_s", "d", &ret->latency_s);
+        g_variant_lookup(stats, "finish_reason", "&s", &ret->finish_reason);
+        g_variant_lookup(stats, "tool_call", "&s", &ret->tool_call);
 }
 
 /* The job is over: tell its caller (unless detached) and free it. */
@@ -137,6 +140,7 @@ static void on_name_appeared(GDBusConnection *conn, const char *name, const char
 static void on_name_vanished(GDBusConnection *conn, const char *name, gpointer data) {
         EngineLink *l = data;
         g_autofree char *old = g_steal_pointer(&l->owner);
+        l->generation++;
         if (old) {
                 g_message("The engine (%s) left the bus; its requests in flight fail", old);
                 lose_jobs(l, old, "The engine left the bus (it stopped or is restarting)");
@@ -163,6 +167,7 @@ static void on_closed(GDBusConnection *conn, gboolean remote, GError *error, gpo
         g_message("Lost the bus connection (%s); the next request connects again",
                   error ? error->message : "closed");
         drop_connection(l);
+        l->generation++;
         lose_jobs(l, NULL, "The bus connection was lost");
 }
 
@@ -388,4 +393,63 @@ void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata
                                g_variant_new("(ss)", ENGINE_INTERFACE, "Model"),
                                G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
                                NULL, on_model, c);
+}
+
+guint engine_link_generation(EngineLink *l) {
+        return l->generation;
+}
+
+typedef struct FlowCall {
+        EngineFlowCallback cb;
+        void *userdata;
+        char *message;
+} FlowCall;
+
+static void on_flow_opened(GObject *src, GAsyncResult *res, gpointer data) {
+        g_autofree FlowCall *c = data;
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, &e);
+        const char *path;
+
+        if (!r) {
+                g_autofree char *remote = g_dbus_error_get_remote_error(e);
+                g_dbus_error_strip_remote_error(e);
+                c->cb(c->userdata, NULL, remote, e->message);
+                return;
+        }
+        g_variant_get(r, "(&o)", &path);
+        c->cb(c->userdata, path, NULL, NULL);
+}
+
+static gboolean flow_failure_cb(gpointer data) {
+        FlowCall *c = data;
+        c->cb(c->userdata, NULL, "org.freedesktop.DBus.Error.NoServer", c->message);
+        g_free(c->message);
+        g_free(c);
+        return G_SOURCE_REMOVE;
+}
+
+void engine_link_open_flow(EngineLink *l, EngineFlowCallback cb, void *userdata) {
+        g_autoptr(GError) e = NULL;
+        FlowCall *c = g_new0(FlowCall, 1);
+
+        c->cb = cb;
+        c->userdata = userdata;
+        if (!ensure_connection(l, &e)) {
+                c->message = g_strdup_printf("Cannot connect to %s: %s",
+                                             l->address ? l->address : "the system bus", e->message);
+                g_idle_add(flow_failure_cb, c);
+                return;
+        }
+        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE,
+                               "OpenFlow", g_variant_new("(@a{sv})", g_variant_new("a{sv}", NULL)),
+                               G_VARIANT_TYPE("(o)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
+                               NULL, on_flow_opened, c);
+}
+
+void engine_link_close_flow(EngineLink *l, const char *path) {
+        if (l->conn && !g_dbus_connection_is_closed(l->conn))
+                g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
+                                       ENGINE_INTERFACE, "CloseFlow", g_variant_new("(o)", path),
+                                       NULL, G_DBUS_CALL_FLAGS_NONE, -1, NULL, NULL, NULL);
 }

@@ -19,6 +19,9 @@ typedef struct EngineJob EngineJob;
 typedef struct EngineStats {
         guint prompt_tokens, prefill_tokens, generated_tokens;
         double ttft_s, latency_s;
+        /* with tools: "tool_calls" and the call ({"name", "arguments"} as JSON) when the
+         * answer is one; NULL otherwise. Valid during the callback. */
+        const char *finish_reason, *tool_call;
 } EngineStats;
 
 typedef struct EngineJobCallbacks {
@@ -49,3 +52,13 @@ void engine_job_cancel(EngineJob *j);
 typedef void (*EngineModelCallback)(void *userdata, const char *model, const char *error_name,
                                     const char *message);
 void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata);
+
+/* OpenFlow: `cb(userdata, path, error_name, message)` with path NULL on failure. */
+typedef void (*EngineFlowCallback)(void *userdata, const char *path, const char *error_name,
+                                   const char *message);
+void engine_link_open_flow(EngineLink *l, EngineFlowCallback cb, void *userdata);
+/* CloseFlow, answered by nobody (a flow the engine no longer has is gone already). */
+void engine_link_close_flow(EngineLink *l, const char *path);
+/* Changes whenever the engine left the bus or the connection was lost: flows opened before
+ * are gone. */
+guint engine_link_generation(EngineLink *l);

@@ -296,11 +296,8 @@ bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GStrin
         return true;
 }
 
-bool messages_to_prompt(JsonArray *msgs, bool openai, char **ret_system, char **ret_prompt,
-                        Fail *f) {
-        g_autoptr(GString) system = g_string_new(NULL), history = g_string_new(NULL);
-        g_autofree char *last = NULL;
-        guint n = json_array_get_length(msgs), turns = 0;
+bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_prompt, Fail *f) {
+        guint n = json_array_get_length(msgs), users = 0;
 
         for (guint i = 0; i < n; i++) {
                 JsonNode *e = json_array_get_element(msgs, i);
@@ -308,6 +305,7 @@ bool messages_to_prompt(JsonArray *msgs, bool openai, char **ret_system, char **
                 const char *role = NULL, *content = NULL;
                 JsonArray *extra = NULL;
                 JsonObject *m;
+                Turn t;
 
                 if (!JSON_NODE_HOLDS_OBJECT(e))
                         return fail_bad(f, "Message %u is not an object", i);
@@ -321,44 +319,118 @@ bool messages_to_prompt(JsonArray *msgs, bool openai, char **ret_system, char **
                                 (extra && json_array_get_length(extra) > 0)))
                         return fail_bad(f, "Images are not supported: the model reads text only");
                 extra = NULL;
-                if (!field_array(m, "tool_calls", &extra, f) ||
-                    (extra && json_array_get_length(extra) > 0))
-                        return fail_bad(f, "Tool calls are not supported yet");
-                if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0) {
-                        if (system->len)
-                                g_string_append(system, "\n\n");
-                        g_string_append(system, content);
-                } else if (strcmp(role, "user") == 0 || strcmp(role, "assistant") == 0) {
-                        if (last)
-                                /* the turn before: history now */
-                                g_string_append_printf(history, "%s%s", history->len ? "\n\n" : "",
-                                                       last);
-                        g_free(last);
-                        last = g_strdup_printf("%s%s",
-                                               strcmp(role, "user") == 0 ? "User: " : "Assistant: ",
-                                               content);
-                        turns++;
-                        if (i + 1 == n && strcmp(role, "user") != 0)
-                                return fail_bad(f, "The last message must be the user's");
-                } else if (strcmp(role, "tool") == 0 || strcmp(role, "function") == 0)
-                        return fail_bad(f, "Messages of role '%s' are not supported: tools are not "
-                                        "supported yet", role);
-                else
+                if (!field_array(m, "tool_calls", &extra, f))
+                        return false;
+                if (extra && json_array_get_length(extra) > 0)
+                        return fail_bad(f, "Message %u: earlier tool calls in the conversation are not "
+                                        "supported yet; a request with tools takes one user turn", i);
+                if (strcmp(role, "developer") == 0)
+                        role = "system";
+                if (strcmp(role, "tool") == 0 || strcmp(role, "function") == 0)
+                        return fail_bad(f, "Message %u: messages of role '%s' (tool results) are not "
+                                        "supported yet; a request with tools takes one user turn",
+                                        i, role);
+                if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
+                    strcmp(role, "assistant") != 0)
                         return fail_bad(f, "Unknown message role '%s'; use system, user or assistant",
                                         role);
+                if (i + 1 == n) {
+                        if (strcmp(role, "user") != 0)
+                                return fail_bad(f, "The last message must be the user's");
+                        users++;
+                        *ret_prompt = g_strdup(content);
+                        break;
+                }
+                users += strcmp(role, "user") == 0;
+                t.role = g_strdup(role);
+                t.content = g_strdup(content);
+                g_array_append_val(turns, t);
         }
-        if (turns == 0)
+        if (users == 0)
                 return fail_bad(f, "The messages hold no user message");
-        if (last && !history->len) {
-                /* one user message: the prompt as it is */
-                *ret_prompt = g_strdup(last + strlen("User: "));
-        } else {
-                /* The engine formats one user turn with the model's chat template; earlier
-                 * turns come before it as a transcript. */
-                *ret_prompt = g_strdup_printf("%s\n\n%s", history->str, last);
-        }
-        *ret_system = system->len ? g_strdup(system->str) : NULL;
         return true;
+}
+
+bool turns_with_tools(GArray *turns, GVariantBuilder *opts, Fail *f) {
+        g_autoptr(GString) system = g_string_new(NULL);
+
+        for (guint i = 0; i < turns->len; i++) {
+                Turn *t = &g_array_index(turns, Turn, i);
+                if (strcmp(t->role, "system") != 0)
+                        return fail_bad(f, "A request with 'tools' takes the user's message alone (and "
+                                        "system messages) for now: earlier turns with tools are not "
+                                        "supported yet");
+                if (system->len)
+                        g_string_append(system, "\n\n");
+                g_string_append(system, t->content);
+        }
+        if (system->len)
+                g_variant_builder_add(opts, "{sv}", "system", g_variant_new_string(system->str));
+        g_array_set_size(turns, 0);
+        return true;
+}
+
+bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f) {
+        g_autofree char *json = NULL;
+
+        if (!schema || (!JSON_NODE_HOLDS_OBJECT(schema) &&
+                        !(JSON_NODE_HOLDS_VALUE(schema) && json_node_get_value_type(schema) == G_TYPE_BOOLEAN)))
+                return fail_bad(f, "%s must be a JSON Schema (an object)", what);
+        json = node_to_json(schema, NULL);
+        g_variant_builder_add(opts, "{sv}", "json_schema", g_variant_new_string(json));
+        return true;
+}
+
+bool tools_option(JsonArray *tools, const char *only, bool required, GVariantBuilder *opts, Fail *f) {
+        g_autoptr(JsonArray) kept = json_array_new();
+        g_autoptr(JsonNode) node = json_node_new(JSON_NODE_ARRAY);
+        g_autofree char *json = NULL;
+        guint n = json_array_get_length(tools);
+
+        for (guint i = 0; i < n; i++) {
+                JsonNode *e = json_array_get_element(tools, i);
+                JsonObject *t, *fn = NULL;
+                const char *name = NULL;
+
+                if (!JSON_NODE_HOLDS_OBJECT(e))
+                        return fail_bad(f, "'tools[%u]' must be an object", i);
+                t = json_node_get_object(e);
+                if (!field_object(t, "function", &fn, f))
+                        return false;
+                if (!fn || !field_string(fn, "name", &name, f) || !name)
+                        return fail_bad(f, "'tools[%u]' must be {\"type\": \"function\", \"function\": "
+                                        "{\"name\": ..., \"parameters\": {...}}}", i);
+                if (!only || strcmp(name, only) == 0)
+                        json_array_add_element(kept, json_node_copy(e));
+        }
+        if (only && json_array_get_length(kept) == 0)
+                return fail_bad(f, "'tool_choice' names the function '%s', which 'tools' does not have",
+                                only);
+        json_node_set_array(node, kept);
+        json = node_to_json(node, NULL);
+        g_variant_builder_add(opts, "{sv}", "tools", g_variant_new_string(json));
+        if (required)
+                g_variant_builder_add(opts, "{sv}", "tool_choice", g_variant_new_string("required"));
+        return true;
+}
+
+bool tool_call_read(const char *call, char **ret_name, JsonNode **ret_arguments) {
+        g_autoptr(JsonParser) p = json_parser_new();
+        JsonNode *root, *args;
+        JsonObject *o;
+
+        if (!call || !json_parser_load_from_data(p, call, -1, NULL))
+                return false;
+        root = json_parser_get_root(p);
+        if (!root || !JSON_NODE_HOLDS_OBJECT(root))
+                return false;
+        o = json_node_get_object(root);
+        args = json_object_get_member(o, "arguments");
+        if (!json_object_has_member(o, "name") || !args)
+                return false;
+        *ret_name = g_strdup(json_object_get_string_member(o, "name"));
+        *ret_arguments = json_node_copy(args);
+        return *ret_name != NULL;
 }
 
 static bool priority_word(const char *what, const char *v, bool *ret_proactive, Fail *f) {
@@ -402,6 +474,9 @@ static void call_unref(Call *c) {
         g_free(c->model);
         g_free(c->id);
         g_free(c->prompt);
+        if (c->turns)
+                g_array_unref(c->turns);
+        conversation_drop(c->b, c->conv, true);
         g_clear_pointer(&c->options, g_variant_unref);
         if (c->text)
                 g_string_free(c->text, TRUE);
@@ -503,6 +578,8 @@ void call_fail(Call *c, const Fail *f) {
         soup_server_message_unpause(c->msg);
 }
 
+static void call_submit(Call *c);
+
 static void job_started(void *userdata, const char *error_name, const char *message) {
         Call *c = userdata;
         SoupMessageHeaders *h;
@@ -510,6 +587,17 @@ static void job_started(void *userdata, const char *error_name, const char *mess
         if (error_name || message) {
                 g_auto(Fail) f = {};
                 c->job = NULL;
+                if (c->conv && c->cached_tokens > 0 &&
+                    g_strcmp0(error_name, "org.agentxpu.Error.NotFound") == 0) {
+                        /* the engine no longer has the flow (it restarted): the whole
+                         * conversation again, on a new one */
+                        g_message("The flow %s is gone; the conversation starts afresh", c->conv->flow);
+                        conversation_drop(c->b, g_steal_pointer(&c->conv), false);
+                        c->cached_tokens = 0;
+                        c->ref++;
+                        call_submit(c);
+                        return;
+                }
                 fail_from_engine(&f, error_name, message);
                 call_fail(c, &f);
                 return;
@@ -528,10 +616,19 @@ static void job_started(void *userdata, const char *error_name, const char *mess
 
 static void job_token(void *userdata, const char *text) {
         Call *c = userdata;
-        if (c->stream)
-                c->ops->token(c, text);
-        else
-                g_string_append(c->text, text);
+        bool first = c->text->len == 0;
+
+        g_string_append(c->text, text);
+        if (!c->stream)
+                return;
+        /* With tools, an answer that begins as a call could begin with '{', '<' or '[' (the
+         * family's call begins with one of them, and text never does): it is held back and
+         * the API's finish writes it as a call, or as text if it was none. */
+        if (c->tools && (c->held || (first && c->text->str[0] && strchr("{<[", c->text->str[0])))) {
+                c->held = true;
+                return;
+        }
+        c->ops->token(c, text);
 }
 
 static void job_finished(void *userdata, const char *reason, const char *error,
@@ -541,6 +638,13 @@ static void job_finished(void *userdata, const char *reason, const char *error,
 
         c->job = NULL;
         if (strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0) {
+                if (c->conv && st->generated_tokens > 0) {
+                        /* the flow holds the conversation, the turn and the answer but for its
+                         * last token, which the next turn feeds first */
+                        conversation_put(c->b, g_steal_pointer(&c->conv), c->model, c->turns,
+                                         c->prompt, c->text->str,
+                                         c->cached_tokens + st->prompt_tokens + st->generated_tokens - 1);
+                }
                 c->ops->finish(c, reason, st);
                 return;
         }
@@ -564,6 +668,83 @@ static const EngineJobCallbacks job_callbacks = {
         .token = job_token,
         .finished = job_finished,
 };
+
+/* The call's options with its earlier turns from `first` on and its flow. */
+static GVariant *submission_options(Call *c, guint first) {
+        GVariantBuilder opts;
+        GVariantIter it;
+        const char *key;
+        GVariant *v;
+
+        g_variant_builder_init(&opts, G_VARIANT_TYPE_VARDICT);
+        g_variant_iter_init(&it, c->options);
+        while (g_variant_iter_next(&it, "{&sv}", &key, &v)) {
+                g_variant_builder_add(&opts, "{sv}", key, v);
+                g_variant_unref(v);
+        }
+        if (c->turns && first < c->turns->len) {
+                GVariantBuilder msgs;
+                g_variant_builder_init(&msgs, G_VARIANT_TYPE("a(ss)"));
+                for (guint i = first; i < c->turns->len; i++) {
+                        Turn *t = &g_array_index(c->turns, Turn, i);
+                        g_variant_builder_add(&msgs, "(ss)", t->role, t->content);
+                }
+                g_variant_builder_add(&opts, "{sv}", "messages", g_variant_builder_end(&msgs));
+        }
+        if (c->conv)
+                g_variant_builder_add(&opts, "{sv}", "flow", g_variant_new_object_path(c->conv->flow));
+        return g_variant_builder_end(&opts);
+}
+
+static void submit_now(Call *c, guint first) {
+        c->job = engine_link_submit(c->b->link, c->proactive, c->prompt, submission_options(c, first),
+                                    &job_callbacks, c);
+}
+
+static void flow_opened(void *userdata, const char *path, const char *error_name,
+                        const char *message) {
+        Call *c = userdata;
+
+        c->b->flows--;  /* the place held while OpenFlow was on its way */
+        if (c->gone) {
+                if (path) {
+                        Conversation *conv = conversation_new(c->b, path);
+                        conversation_drop(c->b, conv, true);
+                }
+                call_unref(c);
+                return;
+        }
+        if (path)
+                c->conv = conversation_new(c->b, path);
+        else
+                /* Busy (the user's other programs hold the flows), or the engine is not
+                 * there: without a flow, which says why if it matters */
+                g_message("No flow for the conversation (%s); it runs without one", message);
+        submit_now(c, 0);
+        call_unref(c);
+}
+
+/* Takes a reference of the caller's. */
+static void call_submit(Call *c) {
+        guint covered = 0;
+
+        if (c->cacheable && c->b->max_flows > 0) {
+                c->conv = conversations_take(c->b, c->model, c->turns, &covered);
+                if (c->conv) {
+                        c->cached_tokens = c->conv->positions;
+                        submit_now(c, covered);
+                        call_unref(c);
+                        return;
+                }
+                if (conversations_room(c->b)) {
+                        c->b->flows++;  /* held for the flow on its way */
+                        engine_link_open_flow(c->b->link, flow_opened, c);
+                        return;
+                }
+        }
+        submit_now(c, 0);
+        call_unref(c);
+}
 
 /* The engine's model name matches what the client asked for: the same, or with Ollama's
  * ":latest" tag. */
@@ -601,12 +782,15 @@ static void call_got_model(void *userdata, const char *model, const char *error_
                 call_unref(c);
                 return;
         }
-        c->job = engine_link_submit(c->b->link, c->proactive, c->prompt,
-                                    g_steal_pointer(&c->options), &job_callbacks, c);
-        call_unref(c);
+        call_submit(c);
 }
 
 void call_start(Call *c) {
+        g_autoptr(GVariant) stop = g_variant_lookup_value(c->options, "stop", NULL);
+        /* a stop string ends the answer inside the flow's KV cache, which then holds text the
+         * client never saw */
+        if (stop)
+                c->cacheable = false;
         soup_server_message_pause(c->msg);
         c->disconnected_id = g_signal_connect(c->msg, "disconnected", G_CALLBACK(on_disconnected), c);
         c->finished_id = g_signal_connect(c->msg, "finished", G_CALLBACK(on_msg_finished), c);

@@ -22,6 +22,7 @@
 static char *opt_address, *opt_socket, *opt_listen, *opt_token_file;
 static gboolean opt_print_token, opt_no_socket, opt_version;
 static gint64 opt_max_body = 8 << 20;
+static gint opt_flows = 2;
 
 static const GOptionEntry entries[] = {
         { "address", 0, 0, G_OPTION_ARG_STRING, &opt_address,
@@ -39,6 +40,9 @@ static const GOptionEntry entries[] = {
           "Where the token is kept (default: $XDG_CONFIG_HOME/agentxpu/token)", "PATH" },
         { "max-body", 0, 0, G_OPTION_ARG_INT64, &opt_max_body,
           "Largest request body in bytes; larger ones get 413 (default: 8 MiB)", "BYTES" },
+        { "flows", 0, 0, G_OPTION_ARG_INT, &opt_flows,
+          "Conversations kept in the engine's KV cache for their next turn, at most (each holds "
+          "one of the engine's flows, FlowsPerUser= of them per user; 0: none; default: 2)", "N" },
         { "version", 0, 0, G_OPTION_ARG_NONE, &opt_version, "Print the version and exit", NULL },
         {},
 };
@@ -259,6 +263,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "agentxpu serve: --max-body must be at least 1\n");
                 return 2;
         }
+        if (opt_flows < 0 || opt_flows > 64) {
+                fprintf(stderr, "agentxpu serve: --flows must be from 0 to 64\n");
+                return 2;
+        }
         tpath = token_path();
         if (opt_print_token) {
                 g_autofree char *t = token_load(tpath, &e);
@@ -271,6 +279,7 @@ int main(int argc, char **argv) {
         }
 
         b.max_body = (gsize) opt_max_body;
+        b.max_flows = (guint) opt_flows;
         b.server = soup_server_new("server-header", "agentxpu/" AXP_VERSION " ", NULL);
         soup_server_add_handler(b.server, NULL, http_handler, &b, NULL);
 
@@ -341,7 +350,10 @@ int main(int argc, char **argv) {
         soup_server_disconnect(b.server);
         if (sock_path)
                 unlink(sock_path);
+        /* the engine closes the flows of a connection that leaves */
+        conversations_clear(&b);
         engine_link_free(b.link);
+        b.link = NULL;
         g_object_unref(b.server);
         g_free(b.token);
         return 0;

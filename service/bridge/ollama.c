@@ -22,7 +22,9 @@ static JsonBuilder *line_begin(Call *c) {
         return jb;
 }
 
-static void add_text(Call *c, JsonBuilder *jb, const char *text) {
+/* The answer's text, or (chat) a tool call: Ollama's tool_calls, arguments as an object. */
+static void add_message(Call *c, JsonBuilder *jb, const char *text, const char *call_name,
+                        JsonNode *call_args) {
         OllamaData *d = c->api_data;
         if (d->chat) {
                 json_builder_set_member_name(jb, "message");
@@ -30,12 +32,30 @@ static void add_text(Call *c, JsonBuilder *jb, const char *text) {
                 json_builder_set_member_name(jb, "role");
                 json_builder_add_string_value(jb, "assistant");
                 json_builder_set_member_name(jb, "content");
-                json_builder_add_string_value(jb, text);
+                json_builder_add_string_value(jb, call_name ? "" : text);
+                if (call_name) {
+                        json_builder_set_member_name(jb, "tool_calls");
+                        json_builder_begin_array(jb);
+                        json_builder_begin_object(jb);
+                        json_builder_set_member_name(jb, "function");
+                        json_builder_begin_object(jb);
+                        json_builder_set_member_name(jb, "name");
+                        json_builder_add_string_value(jb, call_name);
+                        json_builder_set_member_name(jb, "arguments");
+                        json_builder_add_value(jb, json_node_copy(call_args));
+                        json_builder_end_object(jb);
+                        json_builder_end_object(jb);
+                        json_builder_end_array(jb);
+                }
                 json_builder_end_object(jb);
         } else {
                 json_builder_set_member_name(jb, "response");
                 json_builder_add_string_value(jb, text);
         }
+}
+
+static void add_text(Call *c, JsonBuilder *jb, const char *text) {
+        add_message(c, jb, text, NULL, NULL);
 }
 
 static void add_int(JsonBuilder *jb, const char *name, gint64 v) {
@@ -55,7 +75,8 @@ static void add_done(Call *c, JsonBuilder *jb, const char *reason, const EngineS
         json_builder_add_string_value(jb, reason);
         add_int(jb, "total_duration", total);
         add_int(jb, "load_duration", 0);
-        add_int(jb, "prompt_eval_count", st->prompt_tokens);
+        /* the tokens evaluated: a conversation's turns already in its flow's KV cache are not */
+        add_int(jb, "prompt_eval_count", st->prefill_tokens);
         add_int(jb, "prompt_eval_duration", prompt_ns > 0 ? prompt_ns : 0);
         add_int(jb, "eval_count", st->generated_tokens);
         add_int(jb, "eval_duration", eval_ns > 0 ? eval_ns : 0);
@@ -85,9 +106,26 @@ static void ol_token(Call *c, const char *text) {
 }
 
 static void ol_finish(Call *c, const char *reason, const EngineStats *st) {
-        g_autoptr(JsonBuilder) jb = line_begin(c);
+        OllamaData *d = c->api_data;
+        g_autoptr(JsonBuilder) jb = NULL;
+        g_autofree char *name = NULL;
+        g_autoptr(JsonNode) args = NULL;
+        bool call = d->chat && g_strcmp0(st->finish_reason, "tool_calls") == 0 &&
+                    tool_call_read(st->tool_call, &name, &args);
 
-        add_text(c, jb, c->stream ? "" : c->text->str);
+        if (c->stream && (call || c->held)) {
+                /* held back as a possible call: the call, or the text after all */
+                g_autoptr(JsonBuilder) held = line_begin(c);
+                add_message(c, held, c->text->str, call ? name : NULL, args);
+                json_builder_set_member_name(held, "done");
+                json_builder_add_boolean_value(held, FALSE);
+                send_line(c, held);
+        }
+        jb = line_begin(c);
+        if (c->stream)
+                add_text(c, jb, "");
+        else
+                add_message(c, jb, c->text->str, call ? name : NULL, args);
         add_done(c, jb, reason, st);
         if (c->stream) {
                 send_line(c, jb);
@@ -152,21 +190,35 @@ static bool ollama_options(JsonObject *o, GVariantBuilder *opts, Fail *f) {
         return true;
 }
 
-static bool refuse_unsupported(JsonObject *o, Fail *f) {
+/* format ("json" or a JSON Schema) and tools into the engine's options; what the engine
+ * cannot take is refused. */
+static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_tools, Fail *f) {
         JsonNode *n = json_object_get_member(o, "format");
         JsonArray *a = NULL;
         const char *tmpl = NULL;
 
-        if (n && !JSON_NODE_HOLDS_NULL(n) &&
-            !(JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING &&
-              !*json_node_get_string(n)))
-                return fail_bad(f, "'format' is not supported yet: structured output has not landed "
-                                "in agentxpu");
+        *ret_tools = false;
+        if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
+                const char *v = json_node_get_string(n);
+                if (strcmp(v, "json") == 0) {
+                        g_autoptr(JsonNode) any = json_from_string("{\"type\":\"object\"}", NULL);
+                        if (!schema_option(any, "'format'", opts, f))
+                                return false;
+                } else if (*v)
+                        return fail_bad(f, "'format' must be \"json\" or a JSON Schema, got '%s'", v);
+        } else if (n && !JSON_NODE_HOLDS_NULL(n) && !schema_option(n, "'format'", opts, f))
+                return false;
         if (!field_array(o, "tools", &a, f))
                 return false;
-        if (a && json_array_get_length(a) > 0)
-                return fail_bad(f, "'tools' are not supported yet: structured output has not landed "
-                                "in agentxpu");
+        if (a && json_array_get_length(a) > 0) {
+                if (n && !JSON_NODE_HOLDS_NULL(n) && !(JSON_NODE_HOLDS_VALUE(n) &&
+                                                       json_node_get_value_type(n) == G_TYPE_STRING &&
+                                                       !*json_node_get_string(n)))
+                        return fail_bad(f, "'tools' and 'format' cannot be combined");
+                if (!tools_option(a, NULL, false, opts, f))
+                        return false;
+                *ret_tools = true;
+        }
         a = NULL;
         if (!field_array(o, "images", &a, f))
                 return false;
@@ -214,15 +266,16 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(JsonParser) parser = NULL;
         g_auto(GVariantBuilder) opts = G_VARIANT_BUILDER_INIT(G_VARIANT_TYPE_VARDICT);
         g_auto(Fail) f = {};
-        g_autofree char *system_owned = NULL, *prompt = NULL;
+        g_autofree char *prompt = NULL;
+        g_autoptr(GArray) turns = NULL;
         JsonObject *o, *options = NULL;
         const char *model = NULL, *system = NULL;
-        bool stream = true, raw = false, raw_set = false, proactive;
+        bool stream = true, raw = false, raw_set = false, proactive, tools = false;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
-            !field_object(o, "options", &options, &f) || !refuse_unsupported(o, &f) ||
+            !field_object(o, "options", &options, &f) || !structured_options(o, &opts, &tools, &f) ||
             (options && !ollama_options(options, &opts, &f)) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model || !*model) {
@@ -237,9 +290,11 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                         answer_loaded(msg, model, chat);
                         return;
                 }
-                if (!messages_to_prompt(msgs, false, &system_owned, &prompt, &f))
+                turns = turns_new();
+                if (!messages_to_turns(msgs, false, turns, &prompt, &f))
                         goto fail;
-                system = system_owned;
+                if (tools && !turns_with_tools(turns, &opts, &f))
+                        goto fail;
         } else {
                 const char *p = NULL;
                 if (!field_string(o, "prompt", &p, &f) || !field_string(o, "system", &system, &f) ||
@@ -263,6 +318,9 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->proactive = proactive;
         c->model = g_strdup(model);
         c->prompt = g_steal_pointer(&prompt);
+        c->turns = g_steal_pointer(&turns);
+        c->tools = tools;
+        c->cacheable = chat && !tools;
         c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
         call_start(c);
         return;

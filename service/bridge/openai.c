@@ -23,16 +23,92 @@ static JsonBuilder *chunk_begin(Call *c, bool chat) {
         return jb;
 }
 
-static void add_usage(JsonBuilder *jb, const EngineStats *st) {
+/* usage, as OpenAI reports it: the whole prompt, of which cached_tokens were in a
+ * conversation's KV cache already; and llama-server's timings, whose prompt_n is the tokens
+ * prefilled for this request. */
+static void add_usage(Call *c, JsonBuilder *jb, const EngineStats *st) {
+        gint64 prompt = (gint64) c->cached_tokens + st->prompt_tokens;
         json_builder_set_member_name(jb, "usage");
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "prompt_tokens");
-        json_builder_add_int_value(jb, st->prompt_tokens);
+        json_builder_add_int_value(jb, prompt);
         json_builder_set_member_name(jb, "completion_tokens");
         json_builder_add_int_value(jb, st->generated_tokens);
         json_builder_set_member_name(jb, "total_tokens");
-        json_builder_add_int_value(jb, (gint64) st->prompt_tokens + st->generated_tokens);
+        json_builder_add_int_value(jb, prompt + st->generated_tokens);
+        json_builder_set_member_name(jb, "prompt_tokens_details");
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "cached_tokens");
+        json_builder_add_int_value(jb, (gint64) c->cached_tokens);
         json_builder_end_object(jb);
+        json_builder_end_object(jb);
+        json_builder_set_member_name(jb, "timings");
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "cache_n");
+        json_builder_add_int_value(jb, (gint64) c->cached_tokens);
+        json_builder_set_member_name(jb, "prompt_n");
+        json_builder_add_int_value(jb, st->prefill_tokens);
+        json_builder_set_member_name(jb, "prompt_ms");
+        json_builder_add_double_value(jb, st->ttft_s * 1e3);
+        json_builder_set_member_name(jb, "predicted_n");
+        json_builder_add_int_value(jb, st->generated_tokens);
+        json_builder_set_member_name(jb, "predicted_ms");
+        json_builder_add_double_value(jb, (st->latency_s - st->ttft_s) * 1e3);
+        json_builder_end_object(jb);
+}
+
+/* OpenAI's tool_calls: one call, its arguments as JSON text; `index` in streamed deltas. */
+static void add_tool_calls(Call *c, JsonBuilder *jb, const char *name, JsonNode *args, bool stream) {
+        g_autofree char *arguments = node_to_json(args, NULL);
+        g_autofree char *id = g_strdup_printf("call_%s", c->id);
+        json_builder_set_member_name(jb, "tool_calls");
+        json_builder_begin_array(jb);
+        json_builder_begin_object(jb);
+        if (stream) {
+                json_builder_set_member_name(jb, "index");
+                json_builder_add_int_value(jb, 0);
+        }
+        json_builder_set_member_name(jb, "id");
+        json_builder_add_string_value(jb, id);
+        json_builder_set_member_name(jb, "type");
+        json_builder_add_string_value(jb, "function");
+        json_builder_set_member_name(jb, "function");
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "name");
+        json_builder_add_string_value(jb, name);
+        json_builder_set_member_name(jb, "arguments");
+        json_builder_add_string_value(jb, arguments);
+        json_builder_end_object(jb);
+        json_builder_end_object(jb);
+        json_builder_end_array(jb);
+}
+
+/* A chat message (or delta) that is a tool call. */
+static void add_call_choice(Call *c, JsonBuilder *jb, bool stream, const char *name, JsonNode *args) {
+        json_builder_set_member_name(jb, "choices");
+        json_builder_begin_array(jb);
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "index");
+        json_builder_add_int_value(jb, 0);
+        json_builder_set_member_name(jb, stream ? "delta" : "message");
+        json_builder_begin_object(jb);
+        if (!stream) {
+                json_builder_set_member_name(jb, "role");
+                json_builder_add_string_value(jb, "assistant");
+                json_builder_set_member_name(jb, "content");
+                json_builder_add_null_value(jb);
+        }
+        add_tool_calls(c, jb, name, args, stream);
+        json_builder_end_object(jb);
+        json_builder_set_member_name(jb, "logprobs");
+        json_builder_add_null_value(jb);
+        json_builder_set_member_name(jb, "finish_reason");
+        if (stream)
+                json_builder_add_null_value(jb);
+        else
+                json_builder_add_string_value(jb, "tool_calls");
+        json_builder_end_object(jb);
+        json_builder_end_array(jb);
 }
 
 /* One choice: a delta (chat, streamed), a message (chat, whole) or text (completions). */
@@ -108,8 +184,25 @@ static void oa_token(Call *c, const char *text) {
 
 static void oa_finish(Call *c, const char *reason, const EngineStats *st) {
         OpenAIData *d = c->api_data;
+        g_autofree char *name = NULL;
+        g_autoptr(JsonNode) args = NULL;
+        bool call = d->chat && g_strcmp0(st->finish_reason, "tool_calls") == 0 &&
+                    tool_call_read(st->tool_call, &name, &args);
 
+        if (call)
+                reason = "tool_calls";
         if (c->stream) {
+                if (call) {
+                        g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
+                        add_call_choice(c, jb, true, name, args);
+                        if (c->include_usage) {
+                                json_builder_set_member_name(jb, "usage");
+                                json_builder_add_null_value(jb);
+                        }
+                        send_event(c, jb);
+                } else if (c->held)
+                        /* held back as a possible call, and text after all */
+                        stream_chunk(c, NULL, c->text->str, NULL);
                 {
                         g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
                         add_choice(jb, d->chat, true, NULL, d->chat ? NULL : "", reason);
@@ -124,7 +217,7 @@ static void oa_finish(Call *c, const char *reason, const EngineStats *st) {
                         json_builder_set_member_name(jb, "choices");
                         json_builder_begin_array(jb);
                         json_builder_end_array(jb);
-                        add_usage(jb, st);
+                        add_usage(c, jb, st);
                         send_event(c, jb);
                 }
                 call_write(c, "data: [DONE]\n\n", strlen("data: [DONE]\n\n"));
@@ -141,8 +234,11 @@ static void oa_finish(Call *c, const char *reason, const EngineStats *st) {
         json_builder_add_int_value(jb, c->created);
         json_builder_set_member_name(jb, "model");
         json_builder_add_string_value(jb, c->model);
-        add_choice(jb, d->chat, false, d->chat ? "assistant" : NULL, c->text->str, reason);
-        add_usage(jb, st);
+        if (call)
+                add_call_choice(c, jb, false, name, args);
+        else
+                add_choice(jb, d->chat, false, d->chat ? "assistant" : NULL, c->text->str, reason);
+        add_usage(c, jb, st);
         json_builder_end_object(jb);
         if (!c->gone) {
                 respond_json(c->msg, 200, json_builder_get_root(jb));
@@ -178,39 +274,76 @@ static const CallOps openai_ops = {
         .stream_error = oa_stream_error,
 };
 
-/* Fields that ask for what the engine cannot do yet: refused, not ignored. */
-static bool refuse_unsupported(JsonObject *o, Fail *f) {
+/* response_format, tools and tool_choice into the engine's options; n must be 1. */
+static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_tools, Fail *f) {
         JsonObject *rf = NULL;
-        JsonArray *tools = NULL;
-        const char *type = NULL;
+        JsonArray *tools = NULL, *functions = NULL;
+        const char *type = NULL, *choice = NULL, *only = NULL;
         JsonNode *n;
         gint64 count = 1;
         bool set = false;
 
+        *ret_tools = false;
         if (!field_object(o, "response_format", &rf, f))
                 return false;
         if (rf) {
                 if (!field_string(rf, "type", &type, f))
                         return false;
-                if (g_strcmp0(type, "text") != 0)
-                        return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
-                                        "'response_format' of type '%s' is not supported yet: "
-                                        "structured output has not landed in agentxpu",
-                                        type ? type : "(none)");
+                if (!type || strcmp(type, "text") == 0)
+                        ;
+                else if (strcmp(type, "json_object") == 0) {
+                        g_autoptr(JsonNode) any = json_from_string("{\"type\":\"object\"}", NULL);
+                        if (!schema_option(any, "'response_format'", opts, f))
+                                return false;
+                } else if (strcmp(type, "json_schema") == 0) {
+                        JsonObject *js = NULL;
+                        if (!field_object(rf, "json_schema", &js, f))
+                                return false;
+                        if (!js)
+                                return fail_bad(f, "'response_format' of type 'json_schema' needs "
+                                                "'json_schema': {\"name\": ..., \"schema\": {...}}");
+                        /* strict or not, the answer follows the schema */
+                        if (!schema_option(json_object_get_member(js, "schema"),
+                                           "'response_format.json_schema.schema'", opts, f))
+                                return false;
+                } else
+                        return fail_bad(f, "'response_format' type must be text, json_object or "
+                                        "json_schema, got '%s'", type);
         }
-        if (!field_array(o, "tools", &tools, f) || !field_array(o, "functions", &tools, f))
+        if (!field_array(o, "tools", &tools, f) || !field_array(o, "functions", &functions, f))
                 return false;
-        if (tools && json_array_get_length(tools) > 0)
-                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
-                                "'tools' are not supported yet: structured output has not landed "
-                                "in agentxpu");
+        if (functions && json_array_get_length(functions) > 0)
+                return fail_bad(f, "'functions' is OpenAI's older form; send 'tools'");
         n = json_object_get_member(o, "tool_choice");
-        if (n && !JSON_NODE_HOLDS_NULL(n) &&
-            !(JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING &&
-              strcmp(json_node_get_string(n), "none") == 0))
-                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
-                                "'tool_choice' is not supported yet: structured output has not "
-                                "landed in agentxpu");
+        if (n && !JSON_NODE_HOLDS_NULL(n)) {
+                if (JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
+                        choice = json_node_get_string(n);
+                        if (strcmp(choice, "none") != 0 && strcmp(choice, "auto") != 0 &&
+                            strcmp(choice, "required") != 0)
+                                return fail_bad(f, "'tool_choice' must be none, auto, required or "
+                                                "{\"type\": \"function\", \"function\": {\"name\": ...}}, got '%s'",
+                                                choice);
+                } else if (JSON_NODE_HOLDS_OBJECT(n)) {
+                        JsonObject *fn = NULL;
+                        if (!field_object(json_node_get_object(n), "function", &fn, f))
+                                return false;
+                        if (!fn || !field_string(fn, "name", &only, f) || !only)
+                                return fail_bad(f, "'tool_choice' must be none, auto, required or "
+                                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+                        choice = "required";
+                } else
+                        return fail_bad(f, "'tool_choice' must be a string or an object");
+                if (strcmp(choice, "none") != 0 && (!tools || json_array_get_length(tools) == 0))
+                        return fail_bad(f, "'tool_choice' needs 'tools'");
+        }
+        if (tools && json_array_get_length(tools) > 0 && g_strcmp0(choice, "none") != 0) {
+                if (type && strcmp(type, "text") != 0)
+                        return fail_bad(f, "'tools' and a 'response_format' of type '%s' cannot be "
+                                        "combined", type);
+                if (!tools_option(tools, only, g_strcmp0(choice, "required") == 0, opts, f))
+                        return false;
+                *ret_tools = true;
+        }
         if (!field_int(o, "n", &count, &set, f))
                 return false;
         if (count != 1)
@@ -250,16 +383,18 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(JsonParser) parser = NULL;
         g_auto(GVariantBuilder) opts = G_VARIANT_BUILDER_INIT(G_VARIANT_TYPE_VARDICT);
         g_auto(Fail) f = {};
-        g_autofree char *system = NULL, *prompt = NULL;
+        g_autofree char *prompt = NULL;
+        g_autoptr(GArray) turns = NULL;
         JsonObject *o, *so = NULL;
         const char *model = NULL;
-        bool stream = false, usage = false, proactive;
+        bool stream = false, usage = false, proactive, tools = false;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "stream_options", &so, &f) ||
-            (so && !field_bool(so, "include_usage", &usage, NULL, &f)) || !refuse_unsupported(o, &f) ||
+            (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
+            !structured_options(o, &opts, &tools, &f) ||
             !sampling_options(o, &opts, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model) {
@@ -274,10 +409,11 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                         fail_bad(&f, "'messages' is required");
                         goto fail;
                 }
-                if (!messages_to_prompt(msgs, true, &system, &prompt, &f))
+                turns = turns_new();
+                if (!messages_to_turns(msgs, true, turns, &prompt, &f))
                         goto fail;
-                if (system)
-                        g_variant_builder_add(&opts, "{sv}", "system", g_variant_new_string(system));
+                if (tools && !turns_with_tools(turns, &opts, &f))
+                        goto fail;
         } else {
                 JsonNode *n = json_object_get_member(o, "prompt");
                 if (n && JSON_NODE_HOLDS_ARRAY(n) && json_array_get_length(json_node_get_array(n)) == 1)
@@ -300,6 +436,9 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->model = g_strdup(model);
         c->id = g_strdup_printf("%s-%" G_GUINT64_FORMAT, chat ? "chatcmpl" : "cmpl", ++b->next_id);
         c->prompt = g_steal_pointer(&prompt);
+        c->turns = g_steal_pointer(&turns);
+        c->tools = tools;
+        c->cacheable = chat && !tools;
         c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
         call_start(c);
         return;

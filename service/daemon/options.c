@@ -28,6 +28,7 @@ static const OptionSpec option_specs[] = {
         { "seed",           "t",  "uint64" },
         { "stop",           "as", "array of strings" },
         { "system",         "s",  "string", .flow_ok = true },
+        { "messages",       "a(ss)", "array of (role, content)" },
         { "flow",           "o",  "object path" },
         { "raw",            "b",  "boolean", .flow_ok = true },
         { "priority",       "s",  "string", .complete_only = true },
@@ -68,6 +69,8 @@ static int unknown_key(sd_bus_error *error, const char *key, OptionSet set) {
 void request_options_done(RequestOptions *o) {
         free(o->stop);
         o->stop = NULL;
+        free(o->messages);
+        o->messages = NULL;
 }
 
 uint64_t path_number(const char *path, const char *prefix) {
@@ -161,6 +164,54 @@ static int read_stop(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o
         return sd_bus_message_exit_container(m);
 }
 
+/* messages a(ss): (role, content) pairs, the conversation before the prompt. */
+static int read_messages(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o,
+                         sd_bus_error *error) {
+        const char *role, *content;
+        char why[160];
+        size_t n = 0, cap = 0, bytes = 0;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "(ss)");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read(m, "(ss)", &role, &content)) > 0) {
+                if (n >= OPTIONS_MAX_MESSAGES) {
+                        snprintf(why, sizeof(why), "has more than %d turns", OPTIONS_MAX_MESSAGES);
+                        return bad_value(error, "messages", why);
+                }
+                if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
+                    strcmp(role, "assistant") != 0) {
+                        snprintf(why, sizeof(why), "has turn %zu of the role '%.32s%s'; use system, user or assistant",
+                                 n + 1, role, strlen(role) > 32 ? "..." : "");
+                        return bad_value(error, "messages", why);
+                }
+                bytes += strlen(content);
+                if (bytes > c->max_prompt_bytes) {
+                        snprintf(why, sizeof(why), "holds more than %zu bytes", c->max_prompt_bytes);
+                        return bad_value(error, "messages", why);
+                }
+                if (!axp_utf8_valid(content, strlen(content), NULL)) {
+                        snprintf(why, sizeof(why), "has turn %zu not valid UTF-8", n + 1);
+                        return bad_value(error, "messages", why);
+                }
+                if (n == cap) {
+                        size_t ncap = cap ? cap * 2 : 8;
+                        axp_turn *p = realloc(o->messages, ncap * sizeof(*p));
+                        if (!p)
+                                return -ENOMEM;
+                        o->messages = p;
+                        cap = ncap;
+                }
+                o->messages[n++] = (axp_turn) { role, content };
+        }
+        if (r < 0)
+                return r;
+        o->opts.messages = o->messages;
+        o->opts.n_messages = n;
+        return sd_bus_message_exit_container(m);
+}
+
 static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonConfig *c,
                       RequestOptions *o, sd_bus_error *error) {
         const char *key = spec->key, *s;
@@ -209,6 +260,8 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                         return r;
         } else if (strcmp(key, "stop") == 0) {
                 return read_stop(m, c, o, error);
+        } else if (strcmp(key, "messages") == 0) {
+                return read_messages(m, c, o, error);
         } else if (strcmp(key, "system") == 0) {
                 r = sd_bus_message_read_basic(m, 's', &s);
                 if (r < 0)
@@ -328,5 +381,6 @@ int request_options_parse(sd_bus_message *m, OptionSet set, const DaemonConfig *
 
         *ret = o;
         o.stop = NULL; /* now owned by *ret */
+        o.messages = NULL;
         return 0;
 }

@@ -11,6 +11,9 @@
 #include "daemon-config.h"
 #include "engine.h"
 
+/* Earlier turns a request may carry (the option `messages`). */
+#define OPTIONS_MAX_MESSAGES 1024
+
 typedef enum OptionSet {
         OPTIONS_SUBMIT,   /* Reactive, Proactive */
         OPTIONS_COMPLETE, /* as SUBMIT, plus priority */
@@ -20,6 +23,7 @@ typedef enum OptionSet {
 typedef struct RequestOptions {
         axp_request_opts opts;  /* .stop points at `stop`; .flow is left 0 for the caller */
         const char **stop;
+        axp_turn *messages;     /* .messages points at it */
         uint64_t flow;          /* N of /org/agentxpu/Engine/flow/N, 0: none */
         axp_kind priority;      /* Complete: reactive unless options.priority says otherwise */
 } RequestOptions;

@@ -10,6 +10,7 @@ meson test -C build test-daemon-model --test-args=--bad-inputs-table -v"""
 
 import atexit
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -266,6 +267,40 @@ def test_flow_turn_prefills_only_new_tokens():
     assert a[1][1] < a[0][1], (a, b)
 
 
+def token_count(text, bos=True):
+    r = run([CLI, "tokenize", "-m", model(), "-p", text, "--json"] + ([] if bos else ["--no-bos"]))
+    assert r.rc == 0, r
+    return len(json.loads(r.out)["tokens"])
+
+
+def prompt_tokens(r):
+    assert r.rc == 0, r
+    m = re.search(r"'prompt_tokens': <uint32 (\d+)>", r.out)
+    assert m, r.out
+    return int(m.group(1))
+
+
+def llama3(*turns, gen=True):
+    """Turns (role, content) as the Llama 3 template renders them: the test model's."""
+    text = "".join(f"<|start_header_id|>{r}<|end_header_id|>\n\n{c}<|eot_id|>" for r, c in turns)
+    return text + ("<|start_header_id|>assistant<|end_header_id|>\n\n" if gen else "")
+
+
+def test_earlier_turns_go_through_the_chat_template():
+    # the whole conversation rendered in its roles, the prompt as the user's last turn
+    turns = "[('system', 'Be brief.'), ('user', 'Hi.'), ('assistant', 'Hello!')]"
+    full = llama3(("system", "Be brief."), ("user", "Hi."), ("assistant", "Hello!"), ("user", "And you?"))
+    with engine() as (bus, d):
+        r = bus.call("Complete", "And you?", f"{{'max_tokens': <uint32 2>, 'messages': <{turns}>}}")
+        assert prompt_tokens(r) == token_count(full), (r.out, token_count(full))
+        # what the engine refuses
+        r = bus.call("Complete", "hi", "{'raw': <true>, 'messages': <[('user', 'a')]>}")
+        assert r.error_name == "org.agentxpu.Error.InvalidArgument", r
+        assert "Earlier turns need the chat template (not raw)" in r.error_message, r
+        # a flow's later turn with earlier turns of its own: tests/http/test-http.py
+        # (test_conversation_reuses_its_flow), through a connection that keeps the flow
+
+
 def test_sigterm_cancels_running_requests_and_exits_0():
     with engine() as (bus, d):
         streams = [submit_bg(bus, "-n", "4000", f"Long story {i}")[0] for i in range(2)]
@@ -424,6 +459,7 @@ TESTS = [
     test_cli_ends_when_the_engine_dies_mid_stream,
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
     test_bad_inputs,
+    test_earlier_turns_go_through_the_chat_template,
     test_context_overflow_messages,
     test_devices_carry_their_memory,
     test_second_engine_leaves_before_loading_its_model,

@@ -48,8 +48,33 @@ async function apiError(p) {
   }
 }
 out.openai_unknown_model = await apiError(openai.chat.completions.create({ ...chat, model: "gpt-4o" }));
-out.openai_json_mode = await apiError(openai.chat.completions.create({ ...chat,
-                                                                      response_format: { type: "json_object" } }));
+
+// Structured output and tool calls.
+const weather = { type: "object", properties: { city: { enum: ["Paris", "Oslo"] }, unit: { enum: ["C", "F"] } },
+                  required: ["city", "unit"], additionalProperties: false };
+const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
+                                               parameters: weather } }];
+const ask = [{ role: "user", content: "What is the weather in Paris?" }];
+const json = await openai.chat.completions.create({ ...chat, max_tokens: 64, messages: [{ role: "user", content: "hi" }],
+                                                    response_format: { type: "json_object" } });
+out.openai_json_object = json.choices[0].message.content;
+const schema = await openai.chat.completions.create({ ...chat, max_tokens: 64, messages: ask,
+  response_format: { type: "json_schema", json_schema: { name: "weather", strict: true, schema: weather } } });
+out.openai_json_schema = schema.choices[0].message.content;
+const called = await openai.chat.completions.create({ ...chat, max_tokens: 64, messages: ask, tools,
+                                                      tool_choice: "required" });
+out.openai_tool_call = { finish: called.choices[0].finish_reason, message: called.choices[0].message };
+// streamed, gathered as the library's own helper gathers it
+const runner = openai.beta.chat.completions.stream({ ...chat, max_tokens: 64, messages: ask, tools,
+                                                     tool_choice: "required" });
+const final = await runner.finalChatCompletion();
+out.openai_tool_call_stream = { finish: final.choices[0].finish_reason, message: final.choices[0].message };
+
+// A conversation that comes back: its second turn continues the first's flow.
+const turn1 = await openai.chat.completions.create({ ...chat, messages: ask });
+const turn2 = await openai.chat.completions.create({ ...chat, messages: [...ask, turn1.choices[0].message,
+                                                                        { role: "user", content: "And in Oslo?" }] });
+out.openai_conversation = { first: turn1.usage, second: turn2.usage };
 out.openai_bad_token = await apiError(new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 })
                                         .models.list());
 
@@ -88,11 +113,11 @@ try {
 } catch (e) {
   out.ollama_unknown_model = { name: e.name, status: e.status_code, message: e.error ?? e.message };
 }
-try {
-  await ollama.chat({ model, messages, format: "json" });
-  out.ollama_format = null;
-} catch (e) {
-  out.ollama_format = { name: e.name, status: e.status_code, message: e.error ?? e.message };
-}
+out.ollama_format_json = (await ollama.chat({ model, messages: [{ role: "user", content: "hi" }], format: "json",
+                                              options: { num_predict: 64, temperature: 0 } })).message.content;
+out.ollama_format_schema = (await ollama.generate({ model, prompt: "Weather?", format: weather,
+                                                   options: { num_predict: 64, temperature: 0 } })).response;
+const otools = await ollama.chat({ model, messages: ask, tools, options: { num_predict: 64, temperature: 0 } });
+out.ollama_tools = otools.message;
 
 console.log(JSON.stringify(out));

@@ -22,6 +22,27 @@ CLI = os.environ.get("AXP_CLI", "")
 _model = None
 
 
+# The Llama 3 template of `agentxpu mkmodel`'s models, mentioning tools, so that the engine
+# renders a function list into it (Llama 3.1's way) and requests may carry tools.
+TEMPLATE = ("{{ bos_token }}{% for message in messages %}"
+            "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
+            "message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+            "{% endif %}{# tools: as Llama 3.1 #}")
+
+
+def llama3(*turns, gen=True):
+    """Turns (role, content) as TEMPLATE renders them."""
+    text = "".join(f"<|start_header_id|>{r}<|end_header_id|>\n\n{c.strip()}<|eot_id|>" for r, c in turns)
+    return text + ("<|start_header_id|>assistant<|end_header_id|>\n\n" if gen else "")
+
+
+def token_count(text, bos=True):
+    r = run([CLI, "tokenize", "-m", model(), "-p", text, "--json"] + ([] if bos else ["--no-bos"]))
+    assert r.rc == 0, r
+    return len(json.loads(r.out)["tokens"])
+
+
 def model():
     """A small synthetic model that never ends on its own (--no-eog), made once per run."""
     global _model
@@ -36,7 +57,7 @@ def model():
     os.chmod(folder, 0o755)
     path = os.path.join(folder, "tiny.gguf")
     r = run([CLI, "mkmodel", "-o", path, "--seed", "7", "--dim", "512", "--layers", "4", "--heads", "8",
-             "--kv-heads", "4", "--ffn", "1536", "--ctx", "4096", "--no-eog"])
+             "--kv-heads", "4", "--ffn", "1536", "--ctx", "4096", "--no-eog", "--chat-template", TEMPLATE])
     if r.rc != 0:
         raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
     _model = path

@@ -82,8 +82,17 @@ def test_official_openai_and_ollama_clients():
         assert got["openai_models"] == [m]
         assert got["openai_unknown_model"]["name"] == "NotFoundError", got["openai_unknown_model"]
         assert got["openai_unknown_model"]["status"] == 404 and got["openai_unknown_model"]["code"] == "model_not_found"
-        assert got["openai_json_mode"]["name"] == "BadRequestError" and got["openai_json_mode"]["status"] == 400
-        assert "structured output" in got["openai_json_mode"]["message"]
+        assert isinstance(json.loads(got["openai_json_object"]), dict), got["openai_json_object"]
+        assert json.loads(got["openai_json_schema"])["city"] in ("Paris", "Oslo"), got["openai_json_schema"]
+        for key in ("openai_tool_call", "openai_tool_call_stream"):
+            call = got[key]
+            assert call["finish"] == "tool_calls", call
+            fn = call["message"]["tool_calls"][0]["function"]
+            assert fn["name"] == "get_weather" and json.loads(fn["arguments"])["unit"] in ("C", "F"), call
+        first, second = got["openai_conversation"]["first"], got["openai_conversation"]["second"]
+        # the second turn continues the first's flow: what it held is cached, not prefilled again
+        assert second["prompt_tokens_details"]["cached_tokens"] == first["prompt_tokens"] + first["completion_tokens"] - 1, \
+            got["openai_conversation"]
         assert got["openai_bad_token"]["name"] == "AuthenticationError", got["openai_bad_token"]
         assert got["openai_bad_token"]["status"] == 401
         assert got["openai_unix_socket"] == chat16
@@ -95,7 +104,11 @@ def test_official_openai_and_ollama_clients():
         assert got["ollama_list"] == [m] and got["ollama_ps"] == [m]
         assert got["ollama_unknown_model"]["status"] == 404, got["ollama_unknown_model"]
         assert "not found" in got["ollama_unknown_model"]["message"]
-        assert got["ollama_format"]["status"] == 400 and "'format' is not supported" in got["ollama_format"]["message"]
+        assert isinstance(json.loads(got["ollama_format_json"]), dict), got["ollama_format_json"]
+        assert json.loads(got["ollama_format_schema"])["city"] in ("Paris", "Oslo"), got["ollama_format_schema"]
+        # a model of random weights answers in text or with a call; a call is Ollama's shape
+        for call in got["ollama_tools"].get("tool_calls") or []:
+            assert call["function"]["name"] == "get_weather" and isinstance(call["function"]["arguments"], dict), call
 
 
 if __name__ == "__main__":

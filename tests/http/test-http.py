@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from httptest import WAIT, Skip, main, model_name, serving, sse_events, wait_for  # noqa: E402,F401
+from httptest import WAIT, Skip, llama3, main, model_name, serving, sse_events, token_count, wait_for  # noqa: E402,F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 from bustest import NAME, PATH, REQ_IFACE, gvariant_first_string  # noqa: E402
@@ -243,6 +243,13 @@ def test_proactive_priority_and_a_reactive_request_overtakes():
 TABLE_CONFIG = "[Engine]\nContextSize=64\n[Limits]\nPromptBytes=4096\nMaxTokens=4096\n"
 
 
+WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                                           "unit": {"enum": ["C", "F"]}},
+           "required": ["city", "unit"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": WEATHER}}]
+
+
 def bad_inputs(m):
     """(what, path, body, headers, status, what the error says)"""
     chat = {"model": m, "messages": [{"role": "user", "content": "hi"}]}
@@ -281,15 +288,33 @@ def bad_inputs(m):
          "tokens and the context holds 64"),
         ("prompt beyond the context", "/api/generate", dict(gen, prompt=" ".join(["word"] * 100)), (), 400,
          "tokens and the context holds 64"),
-        ("response_format json_object", "/v1/chat/completions", dict(chat, response_format={"type": "json_object"}),
-         (), 400, "structured output has not landed"),
-        ("response_format json_schema", "/v1/chat/completions",
-         dict(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), (), 400,
-         "structured output has not landed"),
-        ("tools", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]), (),
-         400, "'tools' are not supported yet"),
-        ("format", "/api/chat", dict(chat, format="json"), (), 400, "'format' is not supported yet"),
-        ("format schema", "/api/generate", dict(gen, format={"type": "object"}), (), 400, "'format' is not supported yet"),
+        ("unknown response_format", "/v1/chat/completions", dict(chat, response_format={"type": "yaml"}), (), 400,
+         "'response_format' type must be text, json_object or json_schema"),
+        ("json_schema without a schema", "/v1/chat/completions",
+         dict(chat, response_format={"type": "json_schema", "json_schema": {"name": "x"}}), (), 400,
+         "must be a JSON Schema"),
+        ("a schema keyword the engine does not take", "/v1/chat/completions",
+         dict(chat, response_format={"type": "json_schema", "json_schema": {
+             "name": "x", "schema": {"type": "object", "patternProperties": {"^a": {}}}}}), (), 400,
+         "patternProperties"),
+        ("a tool that is not a function", "/v1/chat/completions", dict(chat, tools=[{"type": "function"}]), (), 400,
+         "'tools[0]' must be"),
+        ("tool_choice naming no tool", "/v1/chat/completions",
+         dict(chat, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "launch"}}), (), 400,
+         "which 'tools' does not have"),
+        ("tool_choice without tools", "/v1/chat/completions", dict(chat, tool_choice="required"), (), 400,
+         "'tool_choice' needs 'tools'"),
+        ("a tool result in the conversation", "/v1/chat/completions",
+         dict(chat, messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "20 C"},
+                              {"role": "user", "content": "and?"}]), (), 400, "tool results"),
+        ("tools with earlier turns", "/api/chat",
+         dict(chat, tools=TOOLS, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                                           {"role": "user", "content": "and?"}]), (), 400,
+         "earlier turns with tools are not supported yet"),
+        ("format neither json nor a schema", "/api/chat", dict(chat, format="xml"), (), 400,
+         "'format' must be \"json\" or a JSON Schema"),
+        ("tools and format together", "/api/chat", dict(chat, tools=TOOLS, format="json"), (), 400,
+         "'tools' and 'format' cannot be combined"),
         ("image content", "/v1/chat/completions",
          dict(chat, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]), (),
          400, "not supported"),
@@ -333,6 +358,132 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
         assert d2.stop() == 0
 
 
+def chat(b, messages, n=8, path="/v1/chat/completions", **kw):
+    body = dict(model=model_name(b), max_tokens=n, temperature=0, messages=messages, **kw)
+    if path == "/api/chat":
+        body = dict(model=body["model"], messages=messages, stream=False, options={"num_predict": n, "temperature": 0})
+    status, answer = b.json(path, body)
+    assert status == 200, answer
+    return answer
+
+
+def test_conversation_reuses_its_flow():
+    with serving() as (bus, d, b):
+        u1 = "Tell me about the sea, " + " ".join(["the waves and the tide"] * 12) + "."
+        first = chat(b, [{"role": "user", "content": u1}])
+        a1 = first["choices"][0]["message"]["content"]
+        u = first["usage"]
+        assert u["prompt_tokens_details"]["cached_tokens"] == 0 and first["timings"]["prompt_n"] == u["prompt_tokens"]
+        # the first turn through the template, in its role
+        assert u["prompt_tokens"] == token_count(llama3(("user", u1))), (u, token_count(llama3(("user", u1))))
+        turns = [{"role": "user", "content": u1}, {"role": "assistant", "content": a1},
+                 {"role": "user", "content": "And the mountains?"}]
+        second = chat(b, turns)
+        cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        prefilled = second["timings"]["prompt_n"]
+        # the flow held the first turn and its answer but for the answer's last token; only
+        # that token and the new turn are prefilled: the answer closed (this model never
+        # closes one itself) and the user's turn, as the whole conversation renders
+        new_turn = "<|eot_id|>" + llama3(("user", "And the mountains?"))
+        print(f"    first turn: {u['prompt_tokens']} prefilled; second: {cached} cached, {prefilled} prefilled",
+              flush=True)
+        assert cached == u["prompt_tokens"] + u["completion_tokens"] - 1, (cached, u)
+        assert prefilled == 1 + token_count(new_turn, bos=False), (prefilled, token_count(new_turn, bos=False))
+        assert second["usage"]["prompt_tokens"] == cached + prefilled
+        # a third turn continues the same flow; Ollama's prompt_eval_count is what it prefilled
+        turns += [{"role": "assistant", "content": second["choices"][0]["message"]["content"]},
+                  {"role": "user", "content": "Thanks."}]
+        third = chat(b, turns, path="/api/chat")
+        assert third["prompt_eval_count"] == 1 + token_count("<|eot_id|>" + llama3(("user", "Thanks.")), bos=False), third
+        # an earlier message changed: nothing to continue, the whole conversation again
+        changed = [dict(turns[0], content=u1 + " Please."), *turns[1:3]]
+        again = chat(b, changed)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert again["timings"]["prompt_n"] == again["usage"]["prompt_tokens"] > prefilled
+
+        # at most --flows (2) kept: a third new conversation closes the one used longest ago
+        convs = {}
+        for name in ("A", "B", "C"):
+            msgs = [{"role": "user", "content": f"Conversation {name}."}]
+            msgs.append({"role": "assistant", "content": chat(b, msgs, n=4)["choices"][0]["message"]["content"]})
+            convs[name] = msgs + [{"role": "user", "content": "Go on."}]
+        assert chat(b, convs["A"], n=2)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert chat(b, convs["C"], n=2)["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        # stop strings end an answer inside the KV cache: such a turn keeps no flow
+        s1 = [{"role": "user", "content": "Count."}]
+        s1.append({"role": "assistant", "content": chat(b, s1, n=4, stop=["never said"])["choices"][0]["message"]["content"]})
+        assert chat(b, s1 + [{"role": "user", "content": "More."}], n=2)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        # the engine gone and back: its flows went with it, and the conversation starts afresh
+        d.stop()
+        wait_for(lambda: not bus.name_has_owner(), "the engine to leave")
+        from httptest import Daemon, DAEMON, model
+        d2 = Daemon(bus, DAEMON, args=["--model", model()])
+        again = chat(b, convs["C"][:-1] + [{"role": "user", "content": "Again."}], n=2)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert d2.stop() == 0
+
+
+def test_structured_output_with_curl():
+    with serving() as (bus, d, b):
+        hi = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = chat(b, [{"role": "user", "content": "hi"}], n=64, response_format={"type": "json_object"})
+        assert r["choices"][0]["finish_reason"] == "stop", r
+        assert isinstance(json.loads(r["choices"][0]["message"]["content"]), dict), r
+        schema = {"type": "json_schema", "json_schema": {"name": "weather", "strict": True, "schema": WEATHER}}
+        r = chat(b, hi, n=64, response_format=schema)
+        got = json.loads(r["choices"][0]["message"]["content"])
+        assert got["city"] in ("Paris", "Oslo") and got["unit"] in ("C", "F"), got
+        # a call, required
+        r = chat(b, hi, n=64, tools=TOOLS, tool_choice="required")
+        c = r["choices"][0]
+        assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
+        call = c["message"]["tool_calls"][0]
+        assert call["type"] == "function" and call["function"]["name"] == "get_weather" and call["id"], call
+        assert set(json.loads(call["function"]["arguments"])) == {"city", "unit"}, call
+        # a system message with tools: the engine's system prompt
+        r = chat(b, [{"role": "system", "content": "Answer with a call."}] + hi, n=64, tools=TOOLS,
+                 tool_choice="required")
+        assert r["choices"][0]["finish_reason"] == "tool_calls", r
+        assert r["usage"]["prompt_tokens"] > chat(b, hi, n=64, tools=TOOLS, tool_choice="required")["usage"]["prompt_tokens"]
+        # streamed: the call in one delta, as OpenAI's clients gather it
+        status, text = b.curl("/v1/chat/completions", dict(model=model_name(b), max_tokens=64, temperature=0,
+                                                           messages=hi, tools=TOOLS, tool_choice="required",
+                                                           stream=True))
+        assert status == 200, text
+        events = sse_events(text)
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e)["choices"][0] for e in events[:-1]]
+        deltas = [ch["delta"]["tool_calls"][0] for ch in chunks if "tool_calls" in ch["delta"]]
+        assert len(deltas) == 1 and deltas[0]["index"] == 0 and deltas[0]["function"]["name"] == "get_weather", chunks
+        assert json.loads(deltas[0]["function"]["arguments"])["city"] in ("Paris", "Oslo")
+        assert chunks[-1]["finish_reason"] == "tool_calls"
+        assert not any(ch["delta"].get("content") for ch in chunks), chunks
+        # tool_choice naming the function; "none": text
+        r = chat(b, hi, n=64, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        assert r["choices"][0]["finish_reason"] == "tool_calls", r
+        r = chat(b, hi, n=4, tools=TOOLS, tool_choice="none")
+        assert r["choices"][0]["finish_reason"] == "length" and "tool_calls" not in r["choices"][0]["message"], r
+        # Ollama: format "json" and a schema, tools
+        m = model_name(b)
+        status, r = b.json("/api/chat", {"model": m, "messages": [{"role": "user", "content": "hi"}],
+                                         "stream": False, "format": "json",
+                                         "options": {"num_predict": 64, "temperature": 0}})
+        assert status == 200 and isinstance(json.loads(r["message"]["content"]), dict), r
+        status, r = b.json("/api/generate", {"model": m, "prompt": "Weather?", "stream": False, "format": WEATHER,
+                                             "options": {"num_predict": 64, "temperature": 0}})
+        assert status == 200 and json.loads(r["response"])["city"] in ("Paris", "Oslo"), r
+        status, text = b.curl("/api/chat", {"model": m, "messages": hi, "tools": TOOLS,
+                                            "options": {"num_predict": 64, "temperature": 0}})
+        assert status == 200, text
+        lines = [json.loads(line) for line in text.split("\n") if line]
+        calls = [x["message"]["tool_calls"] for x in lines if x["message"].get("tool_calls")]
+        # a model of random weights may answer in text or with a call; what it says is whole
+        if calls:
+            assert calls[0][0]["function"]["name"] == "get_weather", calls
+            assert isinstance(calls[0][0]["function"]["arguments"], dict), calls
+        assert lines[-1]["done"] is True
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -359,4 +510,6 @@ if __name__ == "__main__":
         test_proactive_priority_and_a_reactive_request_overtakes,
         test_bad_inputs_and_the_bridge_keeps_serving,
         test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
+        test_conversation_reuses_its_flow,
+        test_structured_output_with_curl,
     ])

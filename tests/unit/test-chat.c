@@ -164,6 +164,42 @@ static void test_format(void) {
         free(s);
 }
 
+/* A later turn after an answer as the model wrote it (ending with its end-of-turn text), or
+ * cut short (closed by format_next), reads as the whole conversation formatted at once. */
+static void test_format_next(void) {
+        static const struct {
+                axp_chat_family f;
+                const char *answer, *end;
+        } cases[] = {
+                { AXP_CHAT_LLAMA3, "Hello!", "<|eot_id|>" },
+                { AXP_CHAT_CHATML, "Hello!", "<|im_end|>" },
+                { AXP_CHAT_MISTRAL, "Hello!", "</s>" },
+                { AXP_CHAT_LLAMA2, " Hello!", " </s>" },
+                { AXP_CHAT_PHI3, "Hello!", "<|end|>" },
+                { AXP_CHAT_GEMMA, "Hello!", "<end_of_turn>" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                axp_chat_family f = cases[i].f;
+                _cleanup_free_ char *whole = axp_chat_format(f, conversation, 4, true);
+                _cleanup_free_ char *first = axp_chat_format(f, conversation, 2, true);
+                for (int cut = 0; cut <= 1; cut++) {
+                        _cleanup_free_ char *next = axp_chat_format_next(f, conversation + 3, 1, cut);
+                        char got[1024];
+                        snprintf(got, sizeof(got), "%s%s%s%s", first, cases[i].answer,
+                                 cut ? "" : cases[i].end, next);
+                        CHECK_MSG(strcmp(got, whole) == 0, "%s (%s):\n got  '%s'\n want '%s'",
+                                  axp_chat_family_name(f), cut ? "cut short" : "closed", got, whole);
+                }
+        }
+        /* earlier turns in a later turn: the same */
+        _cleanup_free_ char *whole = axp_chat_format(AXP_CHAT_CHATML, conversation, 4, true);
+        _cleanup_free_ char *first = axp_chat_format(AXP_CHAT_CHATML, conversation, 1, false);
+        _cleanup_free_ char *rest = axp_chat_format_next(AXP_CHAT_CHATML, conversation + 1, 3, false);
+        char got[1024];
+        snprintf(got, sizeof(got), "%.*s%s", (int) strlen(first) - 1, first, rest);
+        CHECK_MSG(strcmp(got, whole) == 0, "chatml with turns:\n got  '%s'\n want '%s'", got, whole);
+}
+
 /* The formatted text tokenizes to Llama 3's header tokens. */
 static void test_llama3_tokens(void) {
         _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
@@ -202,6 +238,7 @@ int main(void) {
         RUN(test_detect_template);
         RUN(test_detect_vocab);
         RUN(test_format);
+        RUN(test_format_next);
         RUN(test_llama3_tokens);
         TEST_EXIT();
 }
