@@ -8,7 +8,13 @@
  * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
  * ones, so a superblock's dot is summed exactly in int32 before it meets a float. Integer
  * sums are exact in any order and the float operations of a (row, token) are the same
- * whatever the tile, so results do not depend on how tokens or rows were split. */
+ * whatever the tile, so results do not depend on how tokens or rows were split.
+ *
+ * gemm-avxvnni.c compiles this file again with AVX-VNNI (VEX vpdpbusd on ymm: Alder Lake,
+ * Meteor Lake, Zen 5): the 32-element block types then take their u8 weights (Q8_0's w + 128,
+ * IQ4_NL's levels + 128, nibbles) as they are, with the activations' offset as the starting
+ * sum, as the AVX-512 path does. Its integer sums are the ones computed here, so the two
+ * builds give the same bits. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -222,11 +228,46 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
         const __m256i flip = _mm256_set1_epi8((char) 0x80);
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
+#ifdef AXP_AVX_VNNI
+        const __m256i lut128 = _mm256_xor_si256(lut, flip); /* the levels + 128, as u8 */
+#endif
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = qs + b * qb;
                 if (T <= 2)
                         prefetch_lines(q + 8 * qb, (int) (qb / 64));
                 __m256i isum[MAX_T][2];
+#ifdef AXP_AVX_VNNI
+                if (1) {
+                        /* u8 x s8 summed in int32 by vpdpbusd: the offset of the unsigned
+                         * weights (w + 128, nibbles w + 8) is the starting value */
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i c = _mm256_set1_epi32(mode == M_Q4_0 ? act_q8_0_c4(row[t], b)
+                                                              : has_min      ? 0
+                                                                             : act_q8_0_c8(row[t], b));
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        isum[t][hh] = c;
+                        }
+                        UNROLL for (int j = 0; j < 8; j++) {
+                                __m256i w[2];
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        if (nibbles) {
+                                                __m256i v = ld32(q + (j / 2) * 64 + 32 * (h0 + hh));
+                                                w[hh] = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(v, 4) : v, m4);
+                                                if (mode == M_IQ4_NL)
+                                                        w[hh] = _mm256_shuffle_epi8(lut128, w[hh]);
+                                        } else
+                                                w[hh] = ld32(q + j * 64 + 32 * (h0 + hh));
+                                }
+                                /* nibble vector p holds inputs 8p..8p+3 (low) and 8p+4..8p+7 (high) */
+                                int off = nibbles ? 8 * (j / 2) + 4 * (j & 1) : 4 * j;
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        __m256i av = bcast4(act_q8_0_qs(row[t], b) + off);
+                                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                                isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], w[hh], av);
+                                }
+                        }
+                } else
+#endif
                 if (mode == M_Q4_0 || mode == M_Q4_1) {
                         /* u8 nibbles x s8: 8 pair sums of at most 2*15*127 fit s16 */
                         __m256i s16[MAX_T][2];
@@ -758,8 +799,14 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         }
 }
 
+#ifdef AXP_AVX_VNNI
+const bool axp_avx_vnni_built = true;
+const axp_cpu_ops axp_cpu_ops_avx_vnni = {
+        .name = "avx-vnni",
+#else
 const axp_cpu_ops axp_cpu_ops_avx2 = {
         .name = "avx2",
+#endif
         .quant = {
                 [AXP_ACT_F32] = axp_quant_act_f32,
                 [AXP_ACT_F16] = quant_f16,
