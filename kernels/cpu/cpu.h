@@ -219,6 +219,12 @@ typedef struct axp_cpu_ops {
 extern const axp_cpu_ops axp_cpu_ops_generic;
 #if defined(__x86_64__)
 extern const axp_cpu_ops axp_cpu_ops_avx2;
+/* The AVX2 kernels built again with AVX-VNNI (gemm-avxvnni.c); false where the compiler has
+ * no -mavxvnni (the table is then empty and never chosen). */
+extern const axp_cpu_ops axp_cpu_ops_avx_vnni;
+extern const bool axp_avx_vnni_built;
+/* Whether this CPU has AVX-VNNI (and AVX2): the condition for choosing that table. */
+bool axp_cpu_has_avx_vnni(void);
 extern const axp_cpu_ops axp_cpu_ops_avx512;
 /* AMX replaces the AVX-512 products it does better (prefill of integer weights) */
 extern const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX];

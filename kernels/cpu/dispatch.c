@@ -29,6 +29,19 @@ static bool have_avx2(void) {
                cpuid_bit(1, 0, 2, 29);
 }
 
+/* AVX-VNNI: cpuid 7.1 eax bit 4 (sub-leaf 1 exists where 7.0 eax, the last sub-leaf, is at
+ * least 1), on top of AVX2; the same ymm state, so no further OS check */
+bool axp_cpu_has_avx_vnni(void) {
+        unsigned r[4];
+        if (!__get_cpuid_count(7, 0, &r[0], &r[1], &r[2], &r[3]) || r[0] < 1)
+                return false;
+        return cpuid_bit(7, 1, 0, 4) && have_avx2();
+}
+
+static bool have_avx_vnni(void) {
+        return axp_avx_vnni_built && axp_cpu_has_avx_vnni();
+}
+
 static bool have_avx512(void) {
         __builtin_cpu_init();
         return have_avx2() && __builtin_cpu_supports("avx512f") &&
@@ -89,6 +102,7 @@ static const isa_entry isas[] = {
 #if defined(__x86_64__)
         { &amx_ops, have_amx },
         { &axp_cpu_ops_avx512, have_avx512 },
+        { &axp_cpu_ops_avx_vnni, have_avx_vnni },
         { &axp_cpu_ops_avx2, have_avx2 },
 #endif
         { &axp_cpu_ops_generic, always },
@@ -100,7 +114,7 @@ const axp_cpu_ops *axp_cpu_ops_get(void) {
         const axp_cpu_ops *o = atomic_load_explicit(&active, memory_order_acquire);
         if (o)
                 return o;
-        /* AXP_CPU_ISA=generic|avx2|avx512|amx runs the whole engine on one path (tests, CI) */
+        /* AXP_CPU_ISA=generic|avx2|avx-vnni|avx512|amx runs the whole engine on one path (tests, CI) */
         const char *want = secure_getenv("AXP_CPU_ISA");
         for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]) && !o; i++)
                 if (isas[i].available() && (!want || strcmp(isas[i].ops->name, want) == 0))

@@ -1,10 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /* The AVX2 path (AVX2, FMA, F16C: Haswell and later, Zen). Same packed layout as AVX-512: a
- * 32-byte half of a group vector holds 4 inputs of 8 rows, so each half of the group is one
- * pass over k with 8 rows per lane set. Without VNNI the 8-bit products go through
- * vpmaddubsw (u8 x s8 pairs to s16) and vpmaddwd; Q8_0's full-range weights take the sign
- * trick (|w| times a with w's sign) so the s16 pairs cannot saturate. Every (row, token) sees
- * one fixed sequence of operations, whatever the tile. */
+ * 32-byte half of a group vector holds 4 inputs of 8 rows. Decode (one or two tokens) takes
+ * both halves in one pass over k, so each 64-byte line is used whole when it arrives and the
+ * stream is prefetched ahead as on the AVX-512 path; prefill tiles take one half and up to
+ * MAX_T tokens. Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16)
+ * and vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
+ * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
+ * ones, so a superblock's dot is summed exactly in int32 before it meets a float. Integer
+ * sums are exact in any order and the float operations of a (row, token) are the same
+ * whatever the tile, so results do not depend on how tokens or rows were split.
+ *
+ * gemm-avxvnni.c compiles this file again with AVX-VNNI (VEX vpdpbusd on ymm: Alder Lake,
+ * Meteor Lake, Zen 5): the 32-element block types then take their u8 weights (Q8_0's w + 128,
+ * IQ4_NL's levels + 128, nibbles) as they are, with the activations' offset as the starting
+ * sum, as the AVX-512 path does. Its integer sums are the ones computed here, so the two
+ * builds give the same bits. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -78,6 +88,52 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
                 }                                                                                  \
         } while (0)
 
+/* Decode streams each group once; software prefetch keeps more lines in flight than the
+ * hardware prefetcher does alone. */
+#define PF_AHEAD 2 /* superblocks */
+
+AI void prefetch_lines(const uint8_t *p, int n) {
+        for (int i = 0; i < n; i++)
+                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T0);
+}
+
+/* One or two tokens: both halves of the group at once (fn's last fixed arguments h0 = 0,
+ * nh = 2); otherwise tiles of MAX_T tokens over one half at a time (nh = 1). */
+#define TILE_DISPATCH_HALVES(fn, ...)                                                              \
+        do {                                                                                       \
+                if (n_tok <= 2 && n_rows > 8) {                                                    \
+                        if (n_tok == 2)                                                            \
+                                fn(g, act, t0, 2, y, ldy, n_rows, 0, 2, ##__VA_ARGS__);            \
+                        else                                                                       \
+                                fn(g, act, t0, 1, y, ldy, n_rows, 0, 2, ##__VA_ARGS__);            \
+                        break;                                                                     \
+                }                                                                                  \
+                for (int h = 0; h < 2 && 8 * h < n_rows; h++) {                                    \
+                        int t = 0;                                                                 \
+                        for (; t + MAX_T <= n_tok; t += MAX_T)                                     \
+                                fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); \
+                        switch (n_tok - t) {                                                       \
+                        case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
+                        case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
+                        case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
+                        default: break;                                                            \
+                        }                                                                          \
+                }                                                                                  \
+        } while (0)
+
+/* Eight u8 or s8 scales (one per row of a half) as the 16-bit pairs vpmaddwd multiplies:
+ * lane r of the result holds scale r in both of its 16-bit halves. */
+AI __m256i scales_u8(const uint8_t *p) {
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *) p), dup));
+}
+/* The even (odd = 0) or odd (odd = 1) bytes of 16 s8, as above */
+AI __m256i scales_s8_pairs(const uint8_t *p, int odd) {
+        const __m128i even = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+        const __m128i odds = _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+        return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(ld16(p), odd ? odds : even));
+}
+
 /* Float weights ---------------------------------------------------------------------------- */
 
 enum { W_F32, W_F16, W_BF16 };
@@ -92,44 +148,58 @@ AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
 }
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                   int n_rows, int h, int kind) {
-        /* two accumulators per token, as in the AVX-512 path */
+                   int n_rows, int h0, int NH, int kind) {
+        /* two accumulators per token and half (even and odd inputs), as in the AVX-512 path */
         const float *x[MAX_T];
-        __m256 acc[MAX_T][2];
+        __m256 acc[MAX_T][2][2];
         UNROLL for (int t = 0; t < T; t++) {
                 x[t] = (const float *) (act->data + (t0 + t) * act->stride);
-                acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh][0] = acc[t][hh][1] = _mm256_setzero_ps();
         }
         int64_t i = 0;
+        size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
         for (; i + 2 <= act->k; i += 2) {
-                __m256 w0 = load_w(g, i, h, kind), w1 = load_w(g, i + 1, h, kind);
+                if (T <= 2)
+                        prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
+                __m256 w0[2], w1[2];
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        w0[hh] = load_w(g, i, h0 + hh, kind);
+                        w1[hh] = load_w(g, i + 1, h0 + hh, kind);
+                }
                 UNROLL for (int t = 0; t < T; t++) {
-                        acc[t][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t][i]), acc[t][0]);
-                        acc[t][1] = _mm256_fmadd_ps(w1, _mm256_set1_ps(x[t][i + 1]), acc[t][1]);
+                        __m256 x0 = _mm256_set1_ps(x[t][i]), x1 = _mm256_set1_ps(x[t][i + 1]);
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                acc[t][hh][0] = _mm256_fmadd_ps(w0[hh], x0, acc[t][hh][0]);
+                                acc[t][hh][1] = _mm256_fmadd_ps(w1[hh], x1, acc[t][hh][1]);
+                        }
                 }
         }
         if (i < act->k) {
-                __m256 w0 = load_w(g, i, h, kind);
-                UNROLL for (int t = 0; t < T; t++)
-                        acc[t][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t][i]), acc[t][0]);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 w0 = load_w(g, i, h0 + hh, kind);
+                        UNROLL for (int t = 0; t < T; t++)
+                                acc[t][hh][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t][i]), acc[t][hh][0]);
+                }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, _mm256_add_ps(acc[t][0], acc[t][1]), h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, _mm256_add_ps(acc[t][hh][0], acc[t][hh][1]), h0 + hh, n_rows);
 }
 
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH(float_tile, W_F32);
+        TILE_DISPATCH_HALVES(float_tile, W_F32);
 }
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH(float_tile, W_F16);
+        TILE_DISPATCH_HALVES(float_tile, W_F16);
 }
 
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(float_tile, W_BF16);
+        TILE_DISPATCH_HALVES(float_tile, W_BF16);
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
@@ -140,280 +210,369 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h, int mode) {
+                  int n_rows, int h0, int NH, int mode) {
         int64_t k = act->k, nb = k / QK8_0;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
+        const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
+        const int64_t qb = nibbles ? 256 : 512; /* quant bytes of a block */
         const uint16_t *sc = (const uint16_t *) g;
         const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
-        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k)) + 32 * h;
+        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
         const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
-                acc[t] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
         const __m256i flip = _mm256_set1_epi8((char) 0x80);
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
+#ifdef AXP_AVX_VNNI
+        const __m256i lut128 = _mm256_xor_si256(lut, flip); /* the levels + 128, as u8 */
+#endif
         for (int64_t b = 0; b < nb; b++) {
-                __m256i isum[MAX_T];
+                const uint8_t *q = qs + b * qb;
+                if (T <= 2)
+                        prefetch_lines(q + 8 * qb, (int) (qb / 64));
+                __m256i isum[MAX_T][2];
+#ifdef AXP_AVX_VNNI
+                if (1) {
+                        /* u8 x s8 summed in int32 by vpdpbusd: the offset of the unsigned
+                         * weights (w + 128, nibbles w + 8) is the starting value */
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i c = _mm256_set1_epi32(mode == M_Q4_0 ? act_q8_0_c4(row[t], b)
+                                                              : has_min      ? 0
+                                                                             : act_q8_0_c8(row[t], b));
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        isum[t][hh] = c;
+                        }
+                        UNROLL for (int j = 0; j < 8; j++) {
+                                __m256i w[2];
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        if (nibbles) {
+                                                __m256i v = ld32(q + (j / 2) * 64 + 32 * (h0 + hh));
+                                                w[hh] = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(v, 4) : v, m4);
+                                                if (mode == M_IQ4_NL)
+                                                        w[hh] = _mm256_shuffle_epi8(lut128, w[hh]);
+                                        } else
+                                                w[hh] = ld32(q + j * 64 + 32 * (h0 + hh));
+                                }
+                                /* nibble vector p holds inputs 8p..8p+3 (low) and 8p+4..8p+7 (high) */
+                                int off = nibbles ? 8 * (j / 2) + 4 * (j & 1) : 4 * j;
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        __m256i av = bcast4(act_q8_0_qs(row[t], b) + off);
+                                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                                isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], w[hh], av);
+                                }
+                        }
+                } else
+#endif
                 if (mode == M_Q4_0 || mode == M_Q4_1) {
                         /* u8 nibbles x s8: 8 pair sums of at most 2*15*127 fit s16 */
-                        __m256i s16[MAX_T];
+                        __m256i s16[MAX_T][2];
                         UNROLL for (int t = 0; t < T; t++)
-                                s16[t] = _mm256_setzero_si256();
-                        const uint8_t *q = qs + b * 256;
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        s16[t][hh] = _mm256_setzero_si256();
                         UNROLL for (int p = 0; p < 4; p++) {
-                                __m256i v = ld32(q + p * 64);
-                                __m256i lo = _mm256_and_si256(v, m4);
-                                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                __m256i lo[2], hi[2];
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256i v = ld32(q + p * 64 + 32 * (h0 + hh));
+                                        lo[hh] = _mm256_and_si256(v, m4);
+                                        hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                }
                                 UNROLL for (int t = 0; t < T; t++) {
                                         const int8_t *a = act_q8_0_qs(row[t], b) + 8 * p;
-                                        __m256i l16 = _mm256_maddubs_epi16(lo, bcast4(a));
-                                        __m256i h16 = _mm256_maddubs_epi16(hi, bcast4(a + 4));
-                                        s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
+                                        __m256i al = bcast4(a), ah = bcast4(a + 4);
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                __m256i l16 = _mm256_maddubs_epi16(lo[hh], al);
+                                                __m256i h16 = _mm256_maddubs_epi16(hi[hh], ah);
+                                                s16[t][hh] = _mm256_add_epi16(s16[t][hh], _mm256_add_epi16(l16, h16));
+                                        }
                                 }
                         }
-                        UNROLL for (int t = 0; t < T; t++) {
-                                isum[t] = _mm256_madd_epi16(s16[t], ones);
-                                if (mode == M_Q4_0)
-                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
-                        }
-                } else if (mode == M_Q5_1) {
-                        /* u8 0..31 x s8: one pair sum fits s16, so widen each */
-                        const uint8_t *q = qs + b * 512;
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm256_setzero_si256();
-                        UNROLL for (int j = 0; j < 8; j++) {
-                                __m256i w = ld32(q + j * 64);
-                                UNROLL for (int t = 0; t < T; t++) {
-                                        const int8_t *a = act_q8_0_qs(row[t], b) + 4 * j;
-                                        __m256i p16 = _mm256_maddubs_epi16(w, bcast4(a));
-                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, ones));
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        isum[t][hh] = _mm256_madd_epi16(s16[t][hh], ones);
+                                        if (mode == M_Q4_0)
+                                                isum[t][hh] = _mm256_add_epi32(
+                                                        isum[t][hh], _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
                                 }
+                } else if (mode == M_Q5_1) {
+                        /* u8 0..31 x s8: four pair sums of at most 2*31*127 fit s16 */
+                        UNROLL for (int t = 0; t < T; t++)
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        isum[t][hh] = _mm256_setzero_si256();
+                        UNROLL for (int j0 = 0; j0 < 8; j0 += 4) {
+                                __m256i s16[MAX_T][2];
+                                UNROLL for (int j = j0; j < j0 + 4; j++) {
+                                        __m256i w[2];
+                                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                                w[hh] = ld32(q + j * 64 + 32 * (h0 + hh));
+                                        UNROLL for (int t = 0; t < T; t++) {
+                                                __m256i av = bcast4(act_q8_0_qs(row[t], b) + 4 * j);
+                                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                        __m256i p16 = _mm256_maddubs_epi16(w[hh], av);
+                                                        s16[t][hh] = j == j0 ? p16 : _mm256_add_epi16(s16[t][hh], p16);
+                                                }
+                                        }
+                                }
+                                UNROLL for (int t = 0; t < T; t++)
+                                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                                isum[t][hh] = _mm256_add_epi32(isum[t][hh],
+                                                                               _mm256_madd_epi16(s16[t][hh], ones));
                         }
                 } else {
                         /* signed bytes: |w| times a with w's sign */
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm256_setzero_si256();
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        isum[t][hh] = _mm256_setzero_si256();
                         UNROLL for (int j = 0; j < 8; j++) {
-                                __m256i ws;
-                                if (mode == M_IQ4_NL) {
-                                        __m256i v = ld32(qs + b * 256 + (j / 2) * 64);
-                                        __m256i n = (j & 1) ? _mm256_srli_epi16(v, 4) : v;
-                                        ws = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
-                                } else
-                                        ws = _mm256_xor_si256(ld32(qs + b * 512 + j * 64), flip);
-                                __m256i aw = _mm256_sign_epi8(ws, ws);
+                                __m256i ws[2], aw[2];
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        if (mode == M_IQ4_NL) {
+                                                __m256i v = ld32(q + (j / 2) * 64 + 32 * (h0 + hh));
+                                                __m256i n = (j & 1) ? _mm256_srli_epi16(v, 4) : v;
+                                                ws[hh] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
+                                        } else
+                                                ws[hh] = _mm256_xor_si256(ld32(q + j * 64 + 32 * (h0 + hh)), flip);
+                                        aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
+                                }
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        const int8_t *a = act_q8_0_qs(row[t], b) + 4 * j;
-                                        __m256i sa = _mm256_sign_epi8(bcast4(a), ws);
-                                        __m256i p16 = _mm256_maddubs_epi16(aw, sa);
-                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, ones));
+                                        __m256i av = bcast4(act_q8_0_qs(row[t], b) + 4 * j);
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                __m256i sa = _mm256_sign_epi8(av, ws[hh]);
+                                                __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
+                                                isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_madd_epi16(p16, ones));
+                                        }
                                 }
                         }
                 }
-                __m256 dw = _mm256_cvtph_ps(ldu16(sc + b * 16 + 8 * h));
-                UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                                                 _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))),
-                                                 acc[t]);
-                if (has_min) {
-                        __m256 mw = _mm256_cvtph_ps(ldu16(mn + b * 16 + 8 * h));
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 dw = _mm256_cvtph_ps(ldu16(sc + b * 16 + 8 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++)
-                                acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act_q8_0_s(row[t], b)), acc[t]);
+                                acc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]),
+                                                             _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))),
+                                                             acc[t][hh]);
+                        if (has_min) {
+                                __m256 mw = _mm256_cvtph_ps(ldu16(mn + b * 16 + 8 * (h0 + hh)));
+                                UNROLL for (int t = 0; t < T; t++)
+                                        acc[t][hh] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act_q8_0_s(row[t], b)),
+                                                                     acc[t][hh]);
+                        }
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
 static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, M_Q8_0);
+        TILE_DISPATCH_HALVES(q8_0_tile, M_Q8_0);
 }
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, M_Q4_0);
+        TILE_DISPATCH_HALVES(q8_0_tile, M_Q4_0);
 }
 
 static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                         int n_rows) {
-        TILE_DISPATCH(q8_0_tile, M_IQ4_NL);
+        TILE_DISPATCH_HALVES(q8_0_tile, M_IQ4_NL);
 }
 
 static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, M_Q4_1);
+        TILE_DISPATCH_HALVES(q8_0_tile, M_Q4_1);
 }
 
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, M_Q5_1);
+        TILE_DISPATCH_HALVES(q8_0_tile, M_Q5_1);
 }
 
 /* Q4_K --------------------------------------------------------------------------------------- */
 
 /* Q5_K (high) as Q4_K with each nibble's fifth bit moved in from the sub-block's bit vector
- * (bit p or 4 + p of a byte to its bit 4); 5-bit pair sums (2 * 31 * 127) no longer fit s16
- * eight at a time, so each nibble vector's pair is widened to int32. */
+ * (bit p or 4 + p of a byte to its bit 4). A sub-block's s16 pair sums (at most 8 of
+ * 2 * 15 * 127 for Q4_K, 4 of 2 * 31 * 127 for Q5_K) are widened by vpmaddwd with the
+ * sub-block's scale, so the superblock's dot sum_j sc_j dot_j (at most 8 * 63 * 32 * 31 * 127)
+ * is exact in int32. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h, int high) {
+                  int n_rows, int h0, int NH, int high) {
         int64_t k = act->k, ns = k / QK_K;
         const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
-                acc[t] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
         const __m256i b4 = _mm256_set1_epi8(0x10);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * sb_bytes;
-                __m256i msum[MAX_T];
-                __m256 sacc[MAX_T];
-                UNROLL for (int t = 0; t < T; t++) {
-                        msum[t] = _mm256_setzero_si256();
-                        sacc[t] = _mm256_setzero_ps();
-                }
+                __m256i msum[MAX_T][2], isum[MAX_T][2];
+                UNROLL for (int t = 0; t < T; t++)
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                msum[t][hh] = isum[t][hh] = _mm256_setzero_si256();
                 UNROLL for (int p = 0; p < 4; p++) {
-                        __m256i m16 = _mm256_cvtepu8_epi16(ld16(sb + 192 + 32 * p + 16 * h));
+                        __m256i m16[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                m16[hh] = _mm256_cvtepu8_epi16(ld16(sb + 192 + 32 * p + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs32(row[t], s) + 2 * p);
-                                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(m16, bs));
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        msum[t][hh] = _mm256_add_epi32(msum[t][hh], _mm256_madd_epi16(m16[hh], bs));
                         }
                 }
                 for (int j = 0; j < 8; j++) {
-                        __m128i sc8 = _mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * h));
-                        __m256 scj = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc8));
-                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + 32 * h;
-                        __m256i hb = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * h) : _mm256_setzero_si256();
-                        __m256i s16[MAX_T], s32[MAX_T];
-                        UNROLL for (int t = 0; t < T; t++) {
-                                s16[t] = _mm256_setzero_si256();
-                                s32[t] = _mm256_setzero_si256();
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
+                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
+                        __m256i sc16[2], hb[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                sc16[hh] = scales_u8(sb + 64 + 16 * j + 8 * (h0 + hh));
+                                hb[hh] = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * (h0 + hh)) : _mm256_setzero_si256();
                         }
+                        __m256i s16[MAX_T][2];
                         UNROLL for (int p = 0; p < 4; p++) {
-                                __m256i v = ld32(q + p * 64);
-                                __m256i lo = _mm256_and_si256(v, m4);
-                                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                                if (high) {
-                                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - p), b4));
-                                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, p), b4));
+                                __m256i lo[2], hi[2];
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256i v = ld32(q + p * 64 + 32 * (h0 + hh));
+                                        lo[hh] = _mm256_and_si256(v, m4);
+                                        hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                        if (high) {
+                                                lo[hh] = _mm256_or_si256(lo[hh], _mm256_and_si256(_mm256_slli_epi16(hb[hh], 4 - p), b4));
+                                                hi[hh] = _mm256_or_si256(hi[hh], _mm256_and_si256(_mm256_srli_epi16(hb[hh], p), b4));
+                                        }
                                 }
                                 long off = j * 32 + 8 * p;
                                 UNROLL for (int t = 0; t < T; t++) {
                                         const int8_t *a = act_q8_K_qs(row[t], s) + off;
-                                        __m256i l16 = _mm256_maddubs_epi16(lo, bcast4(a));
-                                        __m256i h16 = _mm256_maddubs_epi16(hi, bcast4(a + 4));
-                                        if (high)
-                                                s32[t] = _mm256_add_epi32(
-                                                        s32[t], _mm256_madd_epi16(_mm256_add_epi16(l16, h16), ones));
-                                        else
-                                                s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
+                                        __m256i al = bcast4(a), ah = bcast4(a + 4);
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
+                                                                               _mm256_maddubs_epi16(hi[hh], ah));
+                                                s16[t][hh] = (p == 0 || (high && p == 2)) ? p16 : _mm256_add_epi16(s16[t][hh], p16);
+                                                if (p == 3 || (high && p == 1))
+                                                        isum[t][hh] = _mm256_add_epi32(
+                                                                isum[t][hh], _mm256_madd_epi16(s16[t][hh], sc16[hh]));
+                                        }
                                 }
                         }
-                        UNROLL for (int t = 0; t < T; t++) {
-                                __m256i i32 = high ? s32[t] : _mm256_madd_epi16(s16[t], ones);
-                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), scj, sacc[t]);
-                        }
                 }
-                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
-                __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * h));
-                UNROLL for (int t = 0; t < T; t++) {
-                        __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t]));
-                        __m256 v = _mm256_fmsub_ps(d, sacc[t], mins);
-                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * (h0 + hh)));
+                        __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * (h0 + hh)));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t][hh]));
+                                __m256 v = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(isum[t][hh]), mins);
+                                acc[t][hh] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t][hh]);
+                        }
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
 static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q4_K_tile, 0);
+        TILE_DISPATCH_HALVES(q4_K_tile, 0);
 }
 
 static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q4_K_tile, 1);
+        TILE_DISPATCH_HALVES(q4_K_tile, 1);
 }
 
 /* Q6_K --------------------------------------------------------------------------------------- */
 
+/* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; two of their pair sums fit s16
+ * and are widened by vpmaddwd with the sub-block's signed scale, and the offset goes with the
+ * activation sums: the superblock's sum_j sc_j (S_j - 32 A_j) is exact in int32. */
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h) {
+                  int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
-                acc[t] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
         const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
-                __m256i corr[MAX_T];
-                __m256 sacc[MAX_T];
-                UNROLL for (int t = 0; t < T; t++) {
-                        corr[t] = _mm256_setzero_si256();
-                        sacc[t] = _mm256_setzero_ps();
-                }
+                __m256i corr[MAX_T][2], isum[MAX_T][2];
+                UNROLL for (int t = 0; t < T; t++)
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                corr[t][hh] = isum[t][hh] = _mm256_setzero_si256();
                 UNROLL for (int p = 0; p < 8; p++) {
-                        __m256i sc16 = _mm256_cvtepi8_epi16(ld16(sb + 32 + 32 * p + 16 * h));
+                        __m256i sc16[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                sc16[hh] = _mm256_cvtepi8_epi16(ld16(sb + 32 + 32 * p + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
-                                corr[t] = _mm256_add_epi32(corr[t], _mm256_madd_epi16(sc16, bs));
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        corr[t][hh] = _mm256_add_epi32(corr[t][hh], _mm256_madd_epi16(sc16[hh], bs));
                         }
                 }
                 for (int j = 0; j < 16; j++) {
-                        __m256i w32 = _mm256_cvtepi16_epi32(ld16(sb + 32 + 32 * (j / 2) + 16 * h));
-                        __m256i sci = (j & 1) ? _mm256_srai_epi32(w32, 8)
-                                              : _mm256_srai_epi32(_mm256_slli_epi32(w32, 24), 24);
-                        __m256 scj = _mm256_cvtepi32_ps(sci);
-                        const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192 + 32 * h;
-                        __m256i n0 = ld32(q);
-                        __m256i n1 = ld32(q + 64);
-                        __m256i hb = ld32(q + 128);
-                        /* (low nibble) | (two high bits << 4) */
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
+                        const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
+                        __m256i w[2][4], scj[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                scj[hh] = scales_s8_pairs(sb + 32 + 32 * (j / 2) + 16 * (h0 + hh), j & 1);
+                                __m256i n0 = ld32(q + 32 * (h0 + hh));
+                                __m256i n1 = ld32(q + 64 + 32 * (h0 + hh));
+                                __m256i hb = ld32(q + 128 + 32 * (h0 + hh));
+                                /* (low nibble) | (two high bits << 4) */
 #define Q6(lo, hi) _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
-                        __m256i w0 = Q6(n0, _mm256_slli_epi16(hb, 4));
-                        __m256i w1 = Q6(_mm256_srli_epi16(n0, 4), _mm256_slli_epi16(hb, 2));
-                        __m256i w2 = Q6(n1, hb);
-                        __m256i w3 = Q6(_mm256_srli_epi16(n1, 4), _mm256_srli_epi16(hb, 2));
+                                w[hh][0] = Q6(n0, _mm256_slli_epi16(hb, 4));
+                                w[hh][1] = Q6(_mm256_srli_epi16(n0, 4), _mm256_slli_epi16(hb, 2));
+                                w[hh][2] = Q6(n1, hb);
+                                w[hh][3] = Q6(_mm256_srli_epi16(n1, 4), _mm256_srli_epi16(hb, 2));
 #undef Q6
+                        }
                         long off = j * 16;
                         UNROLL for (int t = 0; t < T; t++) {
                                 /* u8 6-bit x s8: a pair sum is at most 2*63*127, two of them fit s16 */
                                 const int8_t *a = act_q8_K_qs(row[t], s) + off;
-                                __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a)),
-                                                               _mm256_maddubs_epi16(w1, bcast4(a + 4)));
-                                __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a + 8)),
-                                                               _mm256_maddubs_epi16(w3, bcast4(a + 12)));
-                                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones),
-                                                                _mm256_madd_epi16(p23, ones));
-                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
+                                __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
+                                                                       _mm256_maddubs_epi16(w[hh][1], a1));
+                                        __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][2], a2),
+                                                                       _mm256_maddubs_epi16(w[hh][3], a3));
+                                        isum[t][hh] = _mm256_add_epi32(
+                                                isum[t][hh], _mm256_add_epi32(_mm256_madd_epi16(p01, scj[hh]),
+                                                                              _mm256_madd_epi16(p23, scj[hh])));
+                                }
                         }
                 }
-                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
-                UNROLL for (int t = 0; t < T; t++) {
-                        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(-32.0f), _mm256_cvtepi32_ps(corr[t]),
-                                                   sacc[t]);
-                        __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s)));
-                        acc[t] = _mm256_fmadd_ps(dd, v, acc[t]);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * (h0 + hh)));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i v = _mm256_sub_epi32(isum[t][hh], _mm256_slli_epi32(corr[t][hh], 5));
+                                __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s)));
+                                acc[t][hh] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(v), acc[t][hh]);
+                        }
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
 static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q6_K_tile);
+        TILE_DISPATCH_HALVES(q6_K_tile);
 }
 
 /* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
@@ -828,8 +987,14 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         }
 }
 
+#ifdef AXP_AVX_VNNI
+const bool axp_avx_vnni_built = true;
+const axp_cpu_ops axp_cpu_ops_avx_vnni = {
+        .name = "avx-vnni",
+#else
 const axp_cpu_ops axp_cpu_ops_avx2 = {
         .name = "avx2",
+#endif
         .quant = {
                 [AXP_ACT_F32] = axp_quant_act_f32,
                 [AXP_ACT_F16] = quant_f16,

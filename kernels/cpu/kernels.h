@@ -11,7 +11,8 @@
 #include "pool.h"
 
 /* Which instruction-set path is in use: "amx" (AVX-512 VNNI plus AMX tiles for prefill),
- * "avx512" (F/BW/VL/DQ/VNNI), "avx2" (with FMA, F16C) or "generic" (portable C). */
+ * "avx512" (F/BW/VL/DQ/VNNI), "avx-vnni" (the AVX2 path with VEX vpdpbusd), "avx2" (with FMA,
+ * F16C) or "generic" (portable C). */
 const char *axp_cpu_isa(void);
 /* Force a path (tests, benchmarks); returns false if this machine cannot run it. Process-wide. */
 bool axp_cpu_set_isa(const char *name);

@@ -15,6 +15,9 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -47,7 +50,7 @@ static const uint32_t all_types[] = {
         AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL, AXP_TYPE_Q4_K, AXP_TYPE_Q5_K, AXP_TYPE_Q6_K,
         AXP_TYPE_Q2_K, AXP_TYPE_Q3_K, AXP_TYPE_IQ4_XS,
 };
-static const char *const all_isas[] = { "generic", "avx2", "avx512", "amx" };
+static const char *const all_isas[] = { "generic", "avx2", "avx-vnni", "avx512", "amx" };
 
 typedef struct test_weight {
         axp_weight w;
@@ -625,6 +628,24 @@ static void test_pool(void) {
         CHECK_EQ_INT(running_threads(), 0);
 }
 
+/* The AVX-VNNI table is chosen only where cpuid says the CPU has it (7.1 eax bit 4), never
+ * elsewhere (it would fault); the automatic choice takes AVX-512 first where both exist. */
+static void test_dispatch(void) {
+        bool bit = false;
+#if defined(__x86_64__)
+        unsigned a, b, c, d;
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+                bit = (a >> 4) & 1;
+        bool avx2 = axp_cpu_set_isa("avx2");
+        CHECK_EQ_INT(axp_cpu_has_avx_vnni(), bit && avx2);
+        CHECK_EQ_INT(axp_cpu_set_isa("avx-vnni"), bit && avx2 && axp_avx_vnni_built);
+        printf("  AVX-VNNI: cpuid %s, kernels %s\n", bit ? "yes" : "no", axp_avx_vnni_built ? "built" : "not built");
+#endif
+        CHECK(!axp_cpu_set_isa("no-such-path"));
+        CHECK(axp_cpu_set_isa("generic"));
+        CHECK(strcmp(axp_cpu_isa(), "generic") == 0);
+}
+
 int main(void) {
         for (int p = 1; p <= 3; p++)
                 pools[p] = axp_pool_new(p);
@@ -634,6 +655,7 @@ int main(void) {
                         printf(" %s", all_isas[ii]);
         printf("\n");
         RUN(test_pool);
+        RUN(test_dispatch);
         RUN(test_activation_quantization);
         RUN(test_matmul_types);
         RUN(test_matmul_batch_invariant);
