@@ -3,7 +3,7 @@
  *
  *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize=
  *              PreemptBoundSec= BatchCap= MaxBatch= AgingSec= ProactiveDutyCycle=
- *              PiggybackSlack= CalibrationCache=
+ *              ProactiveCpuShare= ProactiveIdleClass= PiggybackSlack= CalibrationCache=
  *   [Limits]   RequestsPerUser= Requests= FlowsPerUser= PromptBytes= MaxTokens=
  *              StopStrings= StopBytes=
  *   [Daemon]   FinishedKeepSec= ExitIdleSec=
