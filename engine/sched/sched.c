@@ -378,8 +378,9 @@ int sched_issue(axp_sched *s, int dev, const axp_task *task, src_kind src, sreq 
         /* a task of proactive requests only is background work, which the device may run
          * at a lower priority than the rest of the desktop; but not while a reactive request
          * is in the engine, which must not wait behind a kernel other programs keep off the
-         * CPU */
-        bool background = proactive && s->n_reactive == 0;
+         * CPU, nor under the baselines, which have no priorities */
+        bool background = proactive && s->n_reactive == 0 &&
+                          s->cfg.policy == AXP_POLICY_AGENTXPU;
         if (background != task->background) {
                 bt = *task;
                 bt.background = background;
