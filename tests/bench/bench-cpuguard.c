@@ -13,6 +13,9 @@
  *   guard off    the engine at normal priority, no pressure guard (the engine before the
  *                guard: ProactiveIdleClass=no, ProactiveCpuShare=1)
  *   idle class   proactive steps at the idle class, no pressure guard
+ *   pressure     the pressure guard at normal priority: what the guard does where the
+ *                idle class cannot reach (the foreground in another cgroup: the kernel
+ *                shares the CPU between cgroups by weight, whatever the class inside)
  *   guard on     both (the defaults, or --share)
  * then the engine alone, without the foreground: guard off, guard on, and guard on with the
  * pressure read as 0 (AXP_CPU_PRESSURE=0) as on an idle desktop, where a machine shared with
@@ -527,6 +530,7 @@ int main(int argc, char **argv) {
                 { "alone", true, false, false, false, 1.0 },
                 { "guard off", true, true, false, false, 1.0 },
                 { "idle class only", true, true, true, false, 1.0 },
+                { "pressure guard only", true, true, false, false, share },
                 { "guard on", true, true, true, false, share },
                 { "engine alone, guard off", false, true, false, false, 1.0 },
                 { "engine alone, guard on", false, true, true, false, share },
