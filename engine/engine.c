@@ -3,12 +3,14 @@
  * on the wall clock. Every API call runs on that thread (posted to its mailbox, the caller
  * waiting for the answer), so the engine's state has one owner and needs no locks; the
  * devices run kernels on their executors' threads and post completions to the same mailbox. */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "devices/calib.h"
+#include "base/strbuf.h"
 #include "devices/cpu-pressure.h"
 #include "model/chat.h"
 #include "devices/discovery.h"
@@ -19,6 +21,7 @@
 #include "model/model.h"
 #include "sched/scheduler.h"
 #include "model/tokenizer.h"
+#include "model/tools.h"
 #include "kernels/types.h"
 
 #define MAX_DEVS 4
@@ -56,7 +59,15 @@ struct ereq {
         int32_t prev_pending; /* the flow's pending token this turn consumed */
         int32_t last_tok;
         uint32_t prompt_tokens;
+        /* with tools: the family that wrote the turn, and the answer so far, read back as a
+         * call when the request finishes */
+        bool tools;
+        axp_chat_family tools_family;
+        char *answer;
+        size_t answer_len, answer_cap;
         bool stop_sent;    /* cancelled by the engine stopping */
+        bool submitting;   /* inside axp_sched_submit, which may finish it at once */
+        bool finished;     /* finished while submitting: do_submit frees it */
         ereq *next;
 };
 
@@ -99,6 +110,10 @@ struct axp_engine {
         axp_error swap_err;
         bool swapping;
         deferred *deferred;
+
+        unsigned model_serial;     /* models put in place so far */
+        axp_engine_status told;    /* what status_changed was last told */
+        bool told_once;
 };
 
 void axp_engine_config_default(axp_engine_config *c) {
@@ -146,6 +161,9 @@ static void env_hurry(void *ud, int dev) {
 /* Requests ------------------------------------------------------------------------------------- */
 
 static void deliver_text(ereq *q) {
+        if (q->tools && q->gen.out_len > 0 &&
+            axp_strbuf_append(&q->answer, &q->answer_len, &q->answer_cap, q->gen.out, q->gen.out_len) < 0)
+                q->tools = false; /* out of memory: reported as text */
         if (q->gen.out_len > 0 && q->cbs.token)
                 q->cbs.token(q->cbs.userdata, q->id, q->gen.out, q->gen.out_len);
         q->gen.out_len = 0;
@@ -172,16 +190,43 @@ static void req_unlink(axp_engine *e, ereq *q) {
                         *p = q->next;
                         return;
                 }
+        assert(!"a request is in the engine's table until it finishes");
+}
+
+/* A request out of the engine's table: its sampler, its own KV cache if it has no flow. */
+static void req_free(ereq *q) {
+        if (!q)
+                return;
+        if (q->gen_ok)
+                axp_gen_free(&q->gen);
+        if (!q->flow)
+                axp_seq_free(&q->own_seq);
+        free(q->answer);
+        free(q);
+}
+
+static void req_freep(ereq **q) {
+        req_free(*q);
 }
 
 static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
         ereq *q = ud;
         axp_req_stats stats = *st;
 
+        assert(q->seq == (q->flow ? &q->flow->seq : &q->own_seq));
+        assert(!q->flow || q->flow->busy == q);
         axp_gen_finish(&q->gen, reason);
         deliver_text(q);
         stats.prompt_tokens = q->prompt_tokens;
         stats.generated_tokens = q->gen.n_generated;
+        _cleanup_free_ char *call = NULL;
+        if (q->tools) {
+                if (reason == AXP_FINISH_STOP && q->answer &&
+                    axp_tools_read_call(q->tools_family, q->answer, q->answer_len, &call) < 0)
+                        call = NULL;
+                stats.tool_call = call;
+                stats.finish_reason = call ? "tool_calls" : axp_finish_reason_name(reason);
+        }
         if (q->flow) {
                 flow *f = q->flow;
                 /* what the KV cache holds: the turn's tokens if its prefill completed, and every
@@ -201,11 +246,11 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         if (q->cbs.finished)
                 q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
         req_unlink(q->e, q);
-        if (q->gen_ok)
-                axp_gen_free(&q->gen);
-        if (!q->flow)
-                axp_seq_free(&q->own_seq);
-        free(q);
+        if (q->submitting) {
+                q->finished = true; /* do_submit still holds it */
+                return;
+        }
+        req_free(q);
 }
 
 static const axp_sched_req_ops req_ops = { .next = req_next, .finished = req_finished };
@@ -262,7 +307,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         _cleanup_free_ char *text = NULL;
         _cleanup_free_ int32_t *toks = NULL, *all = NULL;
         flow *f = NULL;
-        ereq *q;
+        _cleanup_(req_freep) ereq *q = NULL;
         int n = 0, n_all, r;
         bool first_turn = true;
         uint32_t max_tokens;
@@ -289,9 +334,25 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 first_turn = f->seq.n_past == 0 && f->pending < 0;
         }
 
-        text = format_turn(e, a->prompt, first_turn ? (o->system ? o->system : f ? f->system : NULL)
-                                                    : NULL,
-                           o->raw || (f && f->raw));
+        const char *system = first_turn ? (o->system ? o->system : f ? f->system : NULL) : NULL;
+        _cleanup_free_ char *tools_grammar = NULL;
+        axp_chat_family tools_family = AXP_CHAT_RAW;
+        if (o->tools) {
+                if (o->grammar || o->json_schema)
+                        return axp_errorf(a->err, -EINVAL, "tools cannot be combined with a grammar or a JSON schema");
+                if (o->raw || (f && f->raw))
+                        return axp_errorf(a->err, -EINVAL, "tools need the chat template (not raw)");
+                if (!first_turn)
+                        return axp_errorf(a->err, -EINVAL, "tools are given on a flow's first turn only");
+                r = axp_tools_prepare(e->model->chat_template, e->model->tok, o->tools, o->tool_choice, system,
+                                      a->prompt, &text, &tools_grammar, &tools_family, a->err);
+                if (r < 0)
+                        return r;
+        } else {
+                if (o->tool_choice)
+                        return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
+                text = format_turn(e, a->prompt, system, o->raw || (f && f->raw));
+        }
         if (!text)
                 return axp_errorf(a->err, -ENOMEM, "out of memory");
         r = axp_tokenize(e->model->tok, text, strlen(text),
@@ -331,47 +392,54 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (f) {
                 if (!f->seq.model) {
                         r = axp_seq_init(&f->seq, e->model, AXP_TYPE_F32, e->n_ctx, n_all, a->err);
-                        if (r < 0) {
-                                free(q);
+                        if (r < 0)
                                 return r;
-                        }
                 }
                 q->seq = &f->seq;
                 q->prev_pending = f->pending;
         } else {
                 int reserve = (int) MIN((uint64_t) e->n_ctx, (uint64_t) n_all + max_tokens);
                 r = axp_seq_init(&q->own_seq, e->model, AXP_TYPE_F32, e->n_ctx, reserve, a->err);
-                if (r < 0) {
-                        free(q);
+                if (r < 0)
                         return r;
-                }
                 q->seq = &q->own_seq;
         }
         r = axp_gen_init(&q->gen, e->model, &o->sampling, o->stop, o->n_stop, max_tokens, all,
                          n_all, a->err);
         if (r < 0)
-                goto fail;
+                return r;
         q->gen_ok = true;
+        if ((r = axp_gen_constrain(&q->gen, tools_grammar ? tools_grammar : o->grammar, o->json_schema,
+                                   a->err)) < 0)
+                return r;
+        q->tools = tools_grammar != NULL;
+        q->tools_family = tools_family;
         q->next = e->reqs;
         e->reqs = q;
-        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
-        if (r < 0) {
-                req_unlink(e, q);
-                goto fail;
-        }
+        /* The flow is busy before the scheduler sees the request, and q stays ours until
+         * axp_sched_submit returns: the scheduler may finish the request before that, e.g.
+         * when its prompt cannot be staged. */
         if (f) {
                 f->pending = -1;
                 f->busy = q;
         }
+        q->submitting = true;
+        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
+        q->submitting = false;
+        if (r < 0) {
+                /* refused: nothing was queued and no callback ran */
+                if (f) {
+                        f->pending = q->prev_pending;
+                        f->busy = NULL;
+                }
+                req_unlink(e, q);
+                return r;
+        }
         a->id = q->id;
+        if (q->finished)
+                return 0; /* accepted and already finished: its callbacks ran; the cleanup frees it */
+        TAKE_PTR(q); /* the engine's table holds it until it finishes */
         return 0;
-fail:
-        if (q->gen_ok)
-                axp_gen_free(&q->gen);
-        if (!f)
-                axp_seq_free(&q->own_seq);
-        free(q);
-        return r;
 }
 
 
@@ -387,6 +455,55 @@ static void engine_flow_free(axp_engine *e, flow *f) {
                 axp_seq_free(&f->seq);
         free(f->system);
         free(f);
+}
+
+/* Status ---------------------------------------------------------------------------------------- */
+
+/* A copy, names and all: nothing in it points into the model, which a swap frees. */
+static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
+        axp_sched_status st = { 0 };
+        const char *name = e->model && e->model->name ? e->model->name : "";
+        size_t n = strlen(name);
+
+        if (e->sched)
+                axp_sched_status_get(e->sched, &st);
+        *ret = (axp_engine_status) {
+                .queued_reactive = st.queued_reactive,
+                .queued_proactive = st.queued_proactive,
+                .running = st.running,
+                .model_serial = e->model_serial,
+        };
+        /* a long name ends before the character the buffer cannot hold whole */
+        if (n >= sizeof(ret->model)) {
+                n = sizeof(ret->model) - 1;
+                while (n > 0 && ((uint8_t) name[n] & 0xc0) == 0x80)
+                        n--;
+        }
+        memcpy(ret->model, name, n);
+        ret->model[n] = 0;
+        snprintf(ret->policy, sizeof(ret->policy), "%s",
+                 axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol));
+}
+
+static bool status_equal(const axp_engine_status *a, const axp_engine_status *b) {
+        return a->queued_reactive == b->queued_reactive &&
+               a->queued_proactive == b->queued_proactive && a->running == b->running &&
+               a->model_serial == b->model_serial && strcmp(a->model, b->model) == 0 &&
+               strcmp(a->policy, b->policy) == 0;
+}
+
+/* On the engine's thread: tell status_changed if anything changed since it was last told. */
+static void status_tell(axp_engine *e) {
+        axp_engine_status st;
+
+        if (!e->cfg.status_changed)
+                return;
+        status_snapshot(e, &st);
+        if (e->told_once && status_equal(&st, &e->told))
+                return;
+        e->told = st;
+        e->told_once = true;
+        e->cfg.status_changed(e->cfg.status_userdata, &st);
 }
 
 /* Calls: every API function runs on the engine's thread ---------------------------------------- */
@@ -528,6 +645,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         if (r < 0)
                 return r;
         e->model = m;
+        e->model_serial++;
         return 0;
 }
 
@@ -546,11 +664,19 @@ static void teardown_model(axp_engine *e) {
         e->model = NULL;
 }
 
+/* A call has run: tell what it changed before its caller goes on. */
+static void call_finish(axp_engine *e, axp_mail *m) {
+        status_tell(e);
+        axp_mailbox_call_done(e->mb, m);
+        free(m);
+}
+
 /* LoadModel: once nothing is in flight, put the new model in place, then run the calls that
  * waited for it. */
 static void maybe_swap(axp_engine *e) {
         if (!e->swapping || (e->sched && !axp_sched_idle(e->sched)))
                 return;
+        assert(!e->reqs); /* every request has finished */
         if (e->model)
                 teardown_model(e);
         e->swap_err = (axp_error) { 0 };
@@ -568,8 +694,7 @@ static void maybe_swap(axp_engine *e) {
                 deferred *d = e->deferred;
                 e->deferred = d->next;
                 d->mail->fn(d->mail->arg);
-                axp_mailbox_call_done(e->mb, d->mail);
-                free(d->mail);
+                call_finish(e, d->mail);
                 free(d);
         }
 }
@@ -577,6 +702,7 @@ static void maybe_swap(axp_engine *e) {
 static void *engine_main(void *p) {
         axp_engine *e = p;
 
+        status_tell(e);
         for (;;) {
                 axp_mail *m = axp_mailbox_wait(e->mb, MIN(e->timer, e->telemetry_next));
                 telemetry_tick(e);
@@ -601,15 +727,14 @@ static void *engine_main(void *p) {
                                 *t = d;
                         } else {
                                 m->fn(m->arg);
-                                axp_mailbox_call_done(e->mb, m);
-                                free(m);
+                                call_finish(e, m);
                         }
                 } else {
                         m->fn(m->arg);
-                        axp_mailbox_call_done(e->mb, m);
-                        free(m);
+                        call_finish(e, m);
                 }
                 maybe_swap(e);
+                status_tell(e);
                 if (e->stop && (!e->sched || axp_sched_idle(e->sched)) && !e->swapping)
                         return NULL;
         }
@@ -621,9 +746,12 @@ static char *strdup_or(const char *s, const char *def) {
         return strdup(s ? s : def);
 }
 
+static void api_nothing(axp_engine *e, void *arg) {
+}
+
 int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err) {
-        axp_engine *e;
-        axp_model *m = NULL;
+        _cleanup_(axp_engine_freep) axp_engine *e = NULL;
+        _cleanup_(axp_model_freep) axp_model *m = NULL;
         int r;
 
         e = calloc(1, sizeof(*e));
@@ -639,47 +767,36 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
         e->model_path = c->model_path ? strdup(c->model_path) : NULL;
         e->calib_cache = c->calib_cache ? strdup(c->calib_cache) : NULL;
         if (!e->policy || !e->static_dev || !e->dynamic_dev || (c->model_path && !e->model_path) ||
-            (c->calib_cache && !e->calib_cache)) {
-                r = axp_errorf(err, -ENOMEM, "out of memory");
-                goto fail;
-        }
-        if (axp_policy_from_name(e->policy, &e->pol) < 0) {
-                r = axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
-                               e->policy);
-                goto fail;
-        }
+            (c->calib_cache && !e->calib_cache))
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        if (axp_policy_from_name(e->policy, &e->pol) < 0)
+                return axp_errorf(err, -EINVAL, "unknown policy '%s' (agentxpu, fcfs or serial)",
+                                  e->policy);
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
             !(c->proactive_cpu_share > 0 && c->proactive_cpu_share <= 1) ||
-            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10)) {
-                r = axp_errorf(err, -EINVAL, "an engine setting is out of range");
-                goto fail;
-        }
-        if ((r = axp_mailbox_new(&e->mb)) < 0) {
-                r = axp_errorf(err, r, "out of memory");
-                goto fail;
-        }
+            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10))
+                return axp_errorf(err, -EINVAL, "an engine setting is out of range");
+        if ((r = axp_mailbox_new(&e->mb)) < 0)
+                return axp_errorf(err, r, "out of memory");
         if ((r = setup_devices(e, err)) < 0)
-                goto fail;
+                return r;
         if (c->model_path) {
                 if ((r = axp_model_load(c->model_path, &m, err)) < 0)
-                        goto fail;
-                if ((r = setup_model(e, m, err)) < 0) {
-                        axp_model_free(m);
-                        goto fail;
-                }
+                        return r;
+                if ((r = setup_model(e, m, err)) < 0)
+                        return r;
+                TAKE_PTR(m); /* the engine's now */
         }
         r = pthread_create(&e->thread, NULL, engine_main, e);
-        if (r != 0) {
-                r = axp_errorf(err, -r, "cannot start the engine's thread");
-                goto fail;
-        }
+        if (r != 0)
+                return axp_errorf(err, -r, "cannot start the engine's thread");
         e->thread_started = true;
-        *ret = e;
+        /* the first status_changed has been told once a call has gone through */
+        if (c->status_changed)
+                engine_call(e, api_nothing, NULL, false);
+        *ret = TAKE_PTR(e);
         return 0;
-fail:
-        axp_engine_free(e);
-        return r;
 }
 
 static void api_stop(axp_engine *e, void *arg) {
@@ -706,6 +823,8 @@ void axp_engine_free(axp_engine *e) {
                 engine_call(e, api_stop, NULL, false);
                 pthread_join(e->thread, NULL);
         }
+        /* the thread ends once every request has finished and no call waits for a model */
+        assert(!e->reqs && !e->deferred);
         if (e->model)
                 teardown_model(e);
         while (e->flows)
@@ -855,14 +974,7 @@ int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state
 }
 
 static void api_status(axp_engine *e, void *arg) {
-        axp_sched_status st = { 0 };
-        if (e->sched)
-                axp_sched_status_get(e->sched, &st);
-        *(axp_engine_status *) arg = (axp_engine_status) {
-                .queued_reactive = st.queued_reactive,
-                .queued_proactive = st.queued_proactive,
-                .running = st.running,
-        };
+        status_snapshot(e, arg);
 }
 
 void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
@@ -870,17 +982,7 @@ void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
         engine_call(e, api_status, ret, false);
 }
 
-/* The strings returned below stay valid until the model or policy changes. */
-static void api_model_name(axp_engine *e, void *arg) {
-        *(const char **) arg = e->model && e->model->name ? e->model->name : "";
-}
-
-const char *axp_engine_model_name(axp_engine *e) {
-        const char *name = "";
-        engine_call(e, api_model_name, &name, false);
-        return name;
-}
-
+/* axp_policy_name() gives constant strings. */
 static void api_policy(axp_engine *e, void *arg) {
         *(const char **) arg = axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol);
 }
@@ -920,24 +1022,32 @@ static void api_swap_begin(axp_engine *e, void *arg) {
         e->swapping = true;
 }
 
+typedef struct swap_result_args {
+        int rc;
+        axp_error err;
+} swap_result_args;
+
+/* Copied on the engine's thread: another LoadModel may swap again and overwrite them. */
 static void api_swap_result(axp_engine *e, void *arg) {
-        int *rc = arg;
-        *rc = e->swap_rc;
+        swap_result_args *a = arg;
+        a->rc = e->swap_rc;
+        a->err = e->swap_err;
 }
 
 int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
+        swap_result_args a = { .rc = -EIO };
         axp_model *m = NULL;
-        int r, rc = -EIO;
+        int r;
 
         r = axp_model_load(path, &m, err);
         if (r < 0)
                 return r;
         engine_call(e, api_swap_begin, m, false);
         /* waits (as new requests do) until the requests in flight are done and m is in place */
-        engine_call(e, api_swap_result, &rc, true);
-        if (rc < 0)
-                return axp_errorf(err, rc, "%s",
-                                  e->swap_err.msg[0] ? e->swap_err.msg : "cannot load the model");
+        engine_call(e, api_swap_result, &a, true);
+        if (a.rc < 0)
+                return axp_errorf(err, a.rc, "%s",
+                                  a.err.msg[0] ? a.err.msg : "cannot load the model");
         return 0;
 }
 

@@ -2,20 +2,33 @@
 /* The engine as the daemon and the command line use it: a model, its devices bound to roles,
  * and the scheduler (DESIGN §5) on a thread of its own. Nothing here knows about D-Bus.
  *
- * Threads: submit/cancel/flow calls may come from any thread. The token and finished
- * callbacks run on the engine's scheduler thread and must only hand the data on (copy it,
- * queue it, write an eventfd); they must not call back into the engine. */
+ * Threads: submit/cancel/flow calls may come from any thread. The token, finished and
+ * status_changed callbacks run on the engine's scheduler thread and must only hand the data
+ * on (copy it, queue it, write an eventfd); they must not call back into the engine. Nothing
+ * the engine returns points into its state: what a getter gives is a copy or a constant. */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/model-info.h"
 #include "model/sampler.h"
 #include "base/util.h"
 #include "sched/request.h"
 
 typedef struct axp_engine axp_engine;
+
+/* What the engine is doing, as one self-contained snapshot. */
+typedef struct axp_engine_status {
+        unsigned queued_reactive;
+        unsigned queued_proactive;
+        unsigned running;
+        char model[256];         /* the model's name, "" if none (cut at a character boundary) */
+        unsigned model_serial;   /* counts the models put in place: a reload of the same file
+                                  * changes it, though not the name */
+        char policy[16];         /* "agentxpu", "fcfs" or "serial" */
+} axp_engine_status;
 
 typedef struct axp_engine_config {
         const char *model_path;  /* NULL: start without a model (NoModel until LoadModel) */
@@ -39,6 +52,13 @@ typedef struct axp_engine_config {
                                   * memory-bound step hides); < 0: none */
         int n_ctx;               /* per-request context limit, 0: the model's (capped at 4096) */
         const char *calib_cache; /* file caching device calibration, NULL: none */
+
+        /* Told, on the engine's thread, each time the status changes: once before
+         * axp_engine_new returns, after every change of the queues, the model or the policy,
+         * and before the call that changed it (submit, cancel, set_policy, load_model...)
+         * returns. The snapshot is the callee's to copy. NULL: not told. */
+        void (*status_changed)(void *userdata, const axp_engine_status *status);
+        void *status_userdata;
 } axp_engine_config;
 
 void axp_engine_config_default(axp_engine_config *c);
@@ -46,6 +66,9 @@ void axp_engine_config_default(axp_engine_config *c);
 int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err);
 /* Cancels every request (their finished callbacks run), stops the threads, frees. */
 void axp_engine_free(axp_engine *e);
+static inline void axp_engine_freep(axp_engine **e) {
+        axp_engine_free(*e);
+}
 
 typedef struct axp_request_opts {
         uint32_t max_tokens;          /* 0: default (256) */
@@ -55,6 +78,16 @@ typedef struct axp_request_opts {
         const char *system;           /* system prompt (chat template); NULL: none */
         bool raw;                     /* no chat template */
         uint64_t flow;                /* 0: none */
+        /* constrained decoding (model/grammar.h), at most one; NULL: none. Invalid or
+         * unsupported input is -EINVAL at submission, saying what is wrong. */
+        const char *grammar;          /* GBNF-style, start rule `root` */
+        const char *json_schema;      /* JSON Schema, as text */
+        /* tool calls (model/tools.h): OpenAI's function list as JSON text, rendered into the
+         * chat template; the answer is free text or one call (neither grammar nor json_schema
+         * with it). tool_choice: NULL or "auto" (text or a call), "required" (a call). The
+         * finished callback's stats say which (finish_reason, tool_call). */
+        const char *tools;
+        const char *tool_choice;
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);
@@ -87,16 +120,11 @@ int axp_engine_flow_close(axp_engine *e, uint64_t flow);
 int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state,
                             axp_req_stats *ret_stats);
 
-typedef struct axp_engine_status {
-        unsigned queued_reactive;
-        unsigned queued_proactive;
-        unsigned running;
-} axp_engine_status;
-
+/* The status now, copied on the engine's thread (a round trip to it: to follow the status,
+ * take status_changed instead). */
 void axp_engine_status_get(axp_engine *e, axp_engine_status *ret);
 
-/* Model name ("" if none). */
-const char *axp_engine_model_name(axp_engine *e);
+/* The policy's name: a constant string. */
 const char *axp_engine_policy(axp_engine *e);
 int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err);
 /* Replace the model: new requests wait; requests in flight finish first. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "queue.h"
 
+#include <assert.h>
 #include <math.h>
 #include <time.h>
 
@@ -28,6 +29,7 @@ int axp_queue_push(axp_queue *q, axp_qnode *n) {
                 pthread_mutex_unlock(&q->lock);
                 return -ESHUTDOWN;
         }
+        assert(!q->head == !q->tail);
         if (q->tail)
                 q->tail->next = n;
         else
@@ -62,6 +64,7 @@ axp_qnode *axp_queue_pop(axp_queue *q, double deadline) {
                         q->tail = NULL;
                 n->next = NULL;
         }
+        assert(!q->head == !q->tail);
         pthread_mutex_unlock(&q->lock);
         return n;
 }

@@ -23,7 +23,7 @@ typedef struct row_ref {
 typedef struct cpu_dev {
         axp_pool *pool;
         axp_model *model; /* prepared model */
-        double *inv_freq; /* RoPE: per rotated pair */
+        double *inv_freq; /* RoPE: per rotated pair, global layers then sliding-window ones */
         /* scratch, grown on demand */
         float *buf;
         size_t buf_floats;
@@ -105,12 +105,13 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
                 out[i] = x[i] * scale * w[i];
 }
 
-static void rope(const cpu_dev *c, float *x, int n_heads, int pos) {
+static void rope(const cpu_dev *c, int layer, float *x, int n_heads, int pos) {
         const axp_hparams *hp = &c->model->hp;
         const int half = hp->rope_dim / 2;
         const double p = (double) pos * hp->rope_scale;
+        const double *inv_freq = c->inv_freq + (axp_layer_is_swa(hp, layer) ? half : 0);
         for (int i = 0; i < half; i++) {
-                double theta = p * c->inv_freq[i];
+                double theta = p * inv_freq[i];
                 float cs = (float) cos(theta), sn = (float) sin(theta);
                 for (int h = 0; h < n_heads; h++) {
                         float *v = x + h * hp->head_dim;
@@ -129,8 +130,11 @@ static void embed_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx)
         const axp_weight *e = &c->model->tok_embd;
         row_ref *r = &c->rows[base + i];
         int32_t id = r->seq->tokens[r->t];
-        axp_dequantize_row(e->type, (const char *) e->data + (uint64_t) id * e->row_bytes,
-                           r->seq->x + (size_t) r->t * c->model->hp.n_embd, e->n_in);
+        float *x = r->seq->x + (size_t) r->t * c->model->hp.n_embd;
+        axp_dequantize_row(e->type, (const char *) e->data + (uint64_t) id * e->row_bytes, x, e->n_in);
+        const float scale = c->model->hp.embd_scale;
+        for (int64_t j = 0; scale != 1.0f && j < e->n_in; j++)
+                x[j] *= scale;
 }
 
 /* K1: RMSNorm, Q/K/V, biases, q/k norm, RoPE, K/V into the cache ------------------------------ */
@@ -175,8 +179,8 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         add_bias(v, &k->l->bv, kvd);
         head_norm(q, &k->l->q_norm, hp->n_head, hp->head_dim, hp->rms_eps);
         head_norm(kk, &k->l->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
-        rope(c, q, hp->n_head, r->pos);
-        rope(c, kk, hp->n_head_kv, r->pos);
+        rope(c, t->layer, q, hp->n_head, r->pos);
+        rope(c, t->layer, kk, hp->n_head_kv, r->pos);
 
         memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
         int layer = t->layer;
@@ -234,12 +238,12 @@ static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
                 float *q = s->seq->qa + (size_t) s->t0 * qd;
                 axp_cpu_attention(c->pool, q, qd, q, qd, s->seq->k[t->layer], s->seq->v[t->layer],
                                   s->seq->kv_type, n_q, c->pos, hp->n_head, hp->n_head_kv, hp->head_dim,
-                                  1.0f / sqrtf((float) hp->head_dim));
+                                  axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0, hp->attn_scale);
         }
         return 0;
 }
 
-/* K3: output projection + residual, RMSNorm, SwiGLU FFN + residual ------------------------------ */
+/* K3: output projection (+ post-norm) + residual, RMSNorm, gated FFN (+ post-norm) + residual -- */
 
 typedef struct k3_ctx {
         const axp_layer *l;
@@ -258,6 +262,8 @@ static void k3_residual_norm_row(cpu_dev *c, const axp_task *t, int base, int i,
         const axp_hparams *hp = &c->model->hp;
         row_ref *r = &c->rows[base + i];
         float *x = r->seq->x + (size_t) r->t * hp->n_embd, *o = k->o + (size_t) i * hp->n_embd;
+        if (k->l->post_attn_norm.data)
+                rmsnorm(o, o, k->l->post_attn_norm.data, hp->n_embd, hp->rms_eps);
         for (int j = 0; j < hp->n_embd; j++)
                 x[j] += o[j];
         rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
@@ -267,8 +273,12 @@ static void k3_swiglu_row(cpu_dev *c, const axp_task *t, int base, int i, void *
         k3_ctx *k = ctx;
         const int ff = c->model->hp.n_ff;
         float *g = k->g + (size_t) i * ff, *u = k->u + (size_t) i * ff;
-        for (int j = 0; j < ff; j++)
-                g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        if (c->model->hp.ffn_act == AXP_FFN_GELU_TANH)
+                for (int j = 0; j < ff; j++)
+                        g[j] = 0.5f * g[j] * (1.0f + tanhf(0.7978845608f * (g[j] + 0.044715f * g[j] * g[j] * g[j]))) * u[j];
+        else
+                for (int j = 0; j < ff; j++)
+                        g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }
 
 static void k3_residual_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
@@ -276,6 +286,8 @@ static void k3_residual_row(cpu_dev *c, const axp_task *t, int base, int i, void
         const int d = c->model->hp.n_embd;
         row_ref *r = &c->rows[base + i];
         float *x = r->seq->x + (size_t) r->t * d, *o = k->o + (size_t) i * d;
+        if (k->l->post_ffn_norm.data)
+                rmsnorm(o, o, k->l->post_ffn_norm.data, d, c->model->hp.rms_eps);
         for (int j = 0; j < d; j++)
                 x[j] += o[j];
 }
@@ -397,13 +409,15 @@ static int cpu_prepare(axp_device *d, axp_model *m, axp_error *err) {
                 return 0;
 
         const axp_hparams *hp = &m->hp;
-        c->inv_freq = malloc((size_t) (hp->rope_dim / 2) * sizeof(double));
+        const int half = hp->rope_dim / 2;
+        c->inv_freq = malloc((size_t) (2 * half) * sizeof(double));
         if (!c->inv_freq)
                 return axp_errorf(err, -ENOMEM, "out of memory");
-        for (int i = 0; i < hp->rope_dim / 2; i++) {
-                c->inv_freq[i] = pow((double) hp->rope_base, -2.0 * i / hp->rope_dim);
+        for (int i = 0; i < 2 * half; i++) {
+                double base = i < half ? hp->rope_base : hp->rope_base_swa;
+                c->inv_freq[i] = pow(base, -2.0 * (i % half) / hp->rope_dim);
                 if (m->rope_freqs.data)
-                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i];
+                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i % half];
         }
         for_each_matrix(m, axp_cpu_weight_prepare);
         c->model = m;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The mailbox and the per-device executors. */
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ int axp_mailbox_call(axp_mailbox *mb, void (*fn)(void *arg), void *arg) {
 
 void axp_mailbox_call_done(axp_mailbox *mb, axp_mail *m) {
         pthread_mutex_lock(&mb->call_lock);
+        assert(m->type == AXP_MAIL_CALL && m->call_done && !*m->call_done); /* answered once */
         if (m->call_done)
                 *m->call_done = true;
         pthread_cond_broadcast(&mb->call_cond);
@@ -217,6 +219,7 @@ void axp_executor_free(axp_executor *ex) {
                 return;
         axp_queue_close(&ex->tasks);
         pthread_join(ex->thread, NULL);
+        assert(!ex->tasks.head); /* the thread ran every task before it stopped */
         /* the device's threads outlive the executor: leave them at normal priority */
         axp_executor_set_background(ex, AXP_BG_NONE);
         pthread_mutex_destroy(&ex->cls_lock);

@@ -35,57 +35,71 @@ int axp_prefill_plan(axp_seq *s, int chunk, axp_task **ret, int *ret_n, axp_erro
         return 0;
 }
 
+/* The seqs whose tokens a step has staged (axp_seq_begin): unless the step commits them
+ * (staged_commit), they are dropped again when it returns -- the pending tokens go, and the
+ * KV cache beyond n_past is ignored. */
+typedef struct staged {
+        axp_seq *const *seqs;
+        int n;
+} staged;
+
+static void staged_drop(staged *st) {
+        for (int i = 0; i < st->n; i++)
+                axp_seq_truncate(st->seqs[i], st->seqs[i]->n_past);
+}
+
+static void staged_commit(staged *st) {
+        for (int i = 0; i < st->n; i++)
+                axp_seq_end(st->seqs[i]);
+        st->n = 0;
+}
+
 int axp_forward_prefill(axp_device *d, axp_seq *s, const int32_t *tokens, int n, int chunk,
                         axp_error *err) {
         _cleanup_free_ axp_task *tasks = NULL;
+        _cleanup_(staged_drop) staged st = { &s, 0 };
         int n_tasks, r;
 
         if ((r = axp_seq_begin(s, tokens, n, err)) < 0)
                 return r;
+        st.n = 1;
         if ((r = axp_prefill_plan(s, chunk, &tasks, &n_tasks, err)) < 0)
-                goto fail;
+                return r;
         for (int i = 0; i < n_tasks; i++)
                 if ((r = axp_device_run(d, &tasks[i], err)) < 0)
-                        goto fail;
-        axp_seq_end(s);
+                        return r;
+        staged_commit(&st);
         return 0;
-fail:
-        axp_seq_truncate(s, s->n_past); /* drop the pending tokens; KV beyond n_past is ignored */
-        return r;
 }
 
 int axp_forward_decode(axp_device *d, axp_seq *const *seqs, const int32_t *tokens, int n,
                        axp_error *err) {
         axp_task t = { .variant = AXP_VAR_DECODE, .n_spans = n };
-        int r, staged = 0;
+        _cleanup_(staged_drop) staged st = { seqs, 0 };
+        int r;
 
         if (n < 1 || n > AXP_MAX_BATCH)
                 return axp_errorf(err, -EINVAL, "decode batch of %d requests (1..%d)", n, AXP_MAX_BATCH);
-        for (; staged < n; staged++) {
-                if ((r = axp_seq_begin(seqs[staged], &tokens[staged], 1, err)) < 0)
-                        goto fail;
-                t.spans[staged] = (axp_span) { seqs[staged], 0, 1 };
+        for (; st.n < n; st.n++) {
+                if ((r = axp_seq_begin(seqs[st.n], &tokens[st.n], 1, err)) < 0)
+                        return r;
+                t.spans[st.n] = (axp_span) { seqs[st.n], 0, 1 };
         }
         const int n_layer = seqs[0]->model->hp.n_layer;
         t.op = AXP_OP_EMBED;
         if ((r = axp_device_run(d, &t, err)) < 0)
-                goto fail;
+                return r;
         for (int l = 0; l < n_layer; l++) {
                 t.layer = l;
                 for (axp_op op = AXP_OP_K1; op <= AXP_OP_K3; op++) {
                         t.op = op;
                         if ((r = axp_device_run(d, &t, err)) < 0)
-                                goto fail;
+                                return r;
                 }
         }
         t.op = AXP_OP_HEAD;
         if ((r = axp_device_run(d, &t, err)) < 0)
-                goto fail;
-        for (int i = 0; i < n; i++)
-                axp_seq_end(seqs[i]);
+                return r;
+        staged_commit(&st);
         return 0;
-fail:
-        for (int i = 0; i < staged; i++)
-                axp_seq_truncate(seqs[i], seqs[i]->n_past);
-        return r;
 }

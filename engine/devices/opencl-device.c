@@ -50,8 +50,10 @@ static const struct {
 } wtypes[] = {
         { AXP_TYPE_F32, "f32", ACT_F32 },    { AXP_TYPE_F16, "f16", ACT_F16 },
         { AXP_TYPE_BF16, "bf16", ACT_F32 },  { AXP_TYPE_Q8_0, "q8_0", ACT_Q8_0 },
-        { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
-        { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
+        { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_1, "q4_1", ACT_Q8_0 },
+        { AXP_TYPE_Q5_0, "q5_0", ACT_Q8_0 }, { AXP_TYPE_Q5_1, "q5_1", ACT_Q8_0 },
+        { AXP_TYPE_IQ4_NL, "iq4_nl", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
+        { AXP_TYPE_Q5_K, "q5_k", ACT_Q8_K },     { AXP_TYPE_Q6_K, "q6_k", ACT_Q8_K },
 };
 #define N_WTYPES ELEMENTSOF(wtypes)
 
@@ -64,6 +66,7 @@ typedef struct wref {
 
 typedef struct layer_refs {
         wref attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, w_gate, w_up, w_down;
+        wref post_attn_norm, post_ffn_norm;
 } layer_refs;
 
 /* A request's host memory wrapped for the current task. */
@@ -103,6 +106,7 @@ typedef struct ocl_dev {
         cl_kernel k_matmul[N_WTYPES], k_embed[N_WTYPES];
         cl_kernel k_act[ACT__MAX]; /* NULL for ACT_F32 */
         cl_kernel k_rmsnorm, k_residual_rmsnorm, k_residual, k_swiglu, k_k1_post, k_attention;
+        cl_kernel k_geglu, k_scale_rows;
 
         axp_model *model;
         bool zero_copy; /* weights used in place */
@@ -124,6 +128,7 @@ typedef struct ocl_dev {
         float *rope_host;
         int32_t *rope_pos; /* positions the rope table holds, to skip recomputing it */
         int rope_n, rope_host_cap;
+        bool rope_swa; /* the table holds the sliding-window layers' angles */
 
         row_ref *rows;
         int rows_cap;
@@ -447,14 +452,14 @@ static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int 
                 if ((r = grow(c, &c->aq, &c->aq_rows, (size_t) n_tok, kb, err)) < 0 ||
                     (r = grow(c, &c->ad, &c->ad_rows, (size_t) n_tok, kb / 32 * sizeof(float),
                               err)) < 0 ||
-                    (r = grow(c, &c->as, &c->as_rows, (size_t) n_tok, kb / 32 * sizeof(cl_short),
+                    (r = grow(c, &c->as, &c->as_rows, (size_t) n_tok, kb / 32 * sizeof(float),
                               err)) < 0)
                         return r;
                 if (act == ACT_Q8_0)
                         return launch(c, c->k_act[act], "act_q8_0", (size_t) (k / 32),
                                       (size_t) n_tok, 0,
                                       ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->aq),
-                                           KM(c->ad)),
+                                           KM(c->ad), KM(c->as)),
                                       err);
                 return launch(c, c->k_act[act], "act_q8_k", (size_t) (k / 256), (size_t) n_tok, 0,
                               ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->aq), KM(c->ad),
@@ -627,6 +632,12 @@ static int run_embed(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                      KI(d)),
                                 err)) < 0)
                         return r;
+                const float scale = c->model->hp.embd_scale;
+                if (scale != 1.0f &&
+                    (r = launch(c, c->k_scale_rows, "scale_rows", round_up((size_t) d, c->wg), (size_t) u->n,
+                                (size_t) c->wg, ARGS(KM(b.x), KI((long) u->t * d), KI(d), KF(scale), KI(d)),
+                                err)) < 0)
+                        return r;
                 if ((r = mark_dirty(c, b.x, u->seq->x, (size_t) u->t * d * sizeof(float),
                                     (size_t) u->n * d * sizeof(float), err)) < 0)
                         return r;
@@ -638,10 +649,11 @@ static int run_embed(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
 
 /* cos/sin of every (row, rotated pair) of the task, computed in double as the CPU backend
  * does; kept while the positions repeat (every layer of one prefill or decode step). */
-static int rope_table(ocl_dev *c, int n, axp_error *err) {
+static int rope_table(ocl_dev *c, int n, bool swa, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
         const int half = hp->rope_dim / 2;
-        bool same = c->rope_n == n;
+        const double *inv_freq = c->inv_freq + (swa ? half : 0);
+        bool same = c->rope_n == n && c->rope_swa == swa;
         for (int i = 0; same && i < n; i++)
                 same = c->rope_pos[i] == c->rows[i].pos;
         if (same)
@@ -663,13 +675,14 @@ static int rope_table(ocl_dev *c, int n, axp_error *err) {
         for (int i = 0; i < n; i++) {
                 const double p = (double) c->rows[i].pos * hp->rope_scale;
                 for (int k = 0; k < half; k++) {
-                        double theta = p * c->inv_freq[k];
+                        double theta = p * inv_freq[k];
                         c->rope_host[(size_t) i * 2 * half + 2 * k] = (float) cos(theta);
                         c->rope_host[(size_t) i * 2 * half + 2 * k + 1] = (float) sin(theta);
                 }
                 c->rope_pos[i] = c->rows[i].pos;
         }
         c->rope_n = n;
+        c->rope_swa = swa;
         if (half == 0)
                 return 0;
         /* blocking: the host table is rewritten by the next task */
@@ -691,7 +704,7 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
         const wref *anyw = &L->wq; /* stands in for absent optional weights */
         int r;
 
-        if ((r = rope_table(c, n, err)) < 0)
+        if ((r = rope_table(c, n, axp_layer_is_swa(hp, t->layer), err)) < 0)
                 return r;
         for (int base = 0; base < n; base += TILE) {
                 const int nt = MIN(TILE, n - base);
@@ -769,7 +782,8 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
                                 ARGS(KM(b.qa), KI(sp->t0), KM(b.k), KM(b.v),
                                      KI(s->kv_type == AXP_TYPE_F16), KI(s->n_past + sp->t0),
                                      KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
-                                     KF(1.0f / sqrtf((float) hp->head_dim))),
+                                     KI(axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0),
+                                     KF(hp->attn_scale)),
                                 err)) < 0)
                         return r;
                 if ((r = mark_dirty(c, b.qa, s->qa, (size_t) sp->t0 * qd * sizeof(float),
@@ -780,6 +794,17 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
 }
 
 /* K3 ---------------------------------------------------------------------------------------------- */
+
+/* gemma3: the nt rows of a block's output O normed in place before they join the residual */
+static int post_norm(ocl_dev *c, const wref *w, int nt, axp_error *err) {
+        const int d = c->model->hp.n_embd;
+        if (!w->buf)
+                return 0;
+        return launch(c, c->k_rmsnorm, "rmsnorm", (size_t) nt * c->wg, 1, (size_t) c->wg,
+                      ARGS(KM(c->o), KI(0), KI(d), KM(w->buf), KU(w->off), KM(c->o), KI(0), KI(d), KI(d),
+                           KF(c->model->hp.rms_eps)),
+                      err);
+}
 
 static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
@@ -802,7 +827,8 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         if (e != CL_SUCCESS)
                                 return cl_fail(err, e, "gathering attention rows");
                 }
-                if ((r = matmul(c, &L->wo, c->a, qd, c->o, d, nt, err)) < 0)
+                if ((r = matmul(c, &L->wo, c->a, qd, c->o, d, nt, err)) < 0 ||
+                    (r = post_norm(c, &L->post_attn_norm, nt, err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
@@ -821,11 +847,13 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                 if ((r = matmuls(c, 2, (const wref *[]) { &L->w_gate, &L->w_up }, c->h, 0, d,
                                  (cl_mem[]) { c->g, c->u }, (long[]) { ff, ff }, nt, err)) < 0)
                         return r;
-                if ((r = launch(c, c->k_swiglu, "swiglu", round_up((size_t) nt * ff, c->wg), 1,
-                                (size_t) c->wg, ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)),
-                                err)) < 0)
+                const bool gelu = hp->ffn_act == AXP_FFN_GELU_TANH;
+                if ((r = launch(c, gelu ? c->k_geglu : c->k_swiglu, gelu ? "geglu" : "swiglu",
+                                round_up((size_t) nt * ff, c->wg), 1, (size_t) c->wg,
+                                ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)), err)) < 0)
                         return r;
-                if ((r = matmul(c, &L->w_down, c->g, ff, c->o, d, nt, err)) < 0)
+                if ((r = matmul(c, &L->w_down, c->g, ff, c->o, d, nt, err)) < 0 ||
+                    (r = post_norm(c, &L->post_ffn_norm, nt, err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
                         run *u = &c->runs[i];
@@ -1068,6 +1096,8 @@ static int weights_make(ocl_dev *c, axp_model *m, axp_error *err) {
                         { &l->w_gate, &o->w_gate, true },
                         { &l->w_up, &o->w_up, true },
                         { &l->w_down, &o->w_down, true },
+                        { &l->post_attn_norm, &o->post_attn_norm, false },
+                        { &l->post_ffn_norm, &o->post_ffn_norm, false },
                 };
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
                         if ((r = wref_make(c, &s, ws[j].w, ws[j].matrix, ws[j].ref, err)) < 0)
@@ -1099,7 +1129,20 @@ static void model_release(ocl_dev *c) {
         c->rope_rows = c->token_rows = c->logits_rows = 0;
         c->aq_rows = c->ad_rows = c->as_rows = c->af_rows = 0;
         c->act_k = 0;
+        /* the host rope table's rows are as wide as this model's rotary dimension */
+        free(c->rope_host);
+        free(c->rope_pos);
+        c->rope_host = NULL;
+        c->rope_pos = NULL;
+        c->rope_host_cap = 0;
         c->rope_n = 0;
+        /* the host table's rows are as wide as the model's rotated pairs: the next model
+         * may rotate more */
+        free(c->rope_host);
+        free(c->rope_pos);
+        c->rope_host = NULL;
+        c->rope_pos = NULL;
+        c->rope_host_cap = 0;
         c->model = NULL;
 }
 
@@ -1116,15 +1159,18 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
                                   "OpenCL: heads of %d values; the kernels handle up to %d",
                                   hp->head_dim, MAX_HD);
         c->layers = calloc((size_t) hp->n_layer, sizeof(layer_refs));
-        c->inv_freq = malloc((size_t) MAX(hp->rope_dim / 2, 1) * sizeof(double));
+        /* per rotated pair: global layers, then sliding-window layers (their own base) */
+        const int half = hp->rope_dim / 2;
+        c->inv_freq = malloc((size_t) MAX(2 * half, 1) * sizeof(double));
         if (!c->layers || !c->inv_freq) {
                 model_release(c);
                 return axp_errorf(err, -ENOMEM, "out of memory");
         }
-        for (int i = 0; i < hp->rope_dim / 2; i++) {
-                c->inv_freq[i] = pow((double) hp->rope_base, -2.0 * i / hp->rope_dim);
+        for (int i = 0; i < 2 * half; i++) {
+                double base = i < half ? hp->rope_base : hp->rope_base_swa;
+                c->inv_freq[i] = pow(base, -2.0 * (i % half) / hp->rope_dim);
                 if (m->rope_freqs.data)
-                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i];
+                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i % half];
         }
         if ((r = weights_make(c, m, err)) < 0) {
                 model_release(c);
@@ -1154,7 +1200,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
 
 static void release_kernels(ocl_dev *c) {
         cl_kernel *ks[] = { &c->k_rmsnorm, &c->k_residual_rmsnorm, &c->k_residual,
-                            &c->k_swiglu,  &c->k_k1_post,          &c->k_attention };
+                            &c->k_swiglu,  &c->k_k1_post,          &c->k_attention,
+                            &c->k_geglu,   &c->k_scale_rows };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++) {
                 if (*ks[i])
                         clReleaseKernel(*ks[i]);
@@ -1215,6 +1262,7 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
         } ks[] = { { &c->k_rmsnorm, "rmsnorm" },   { &c->k_residual_rmsnorm, "residual_rmsnorm" },
                    { &c->k_residual, "residual" }, { &c->k_swiglu, "swiglu" },
                    { &c->k_k1_post, "k1_post" },   { &c->k_attention, "attention" },
+                   { &c->k_geglu, "geglu" },       { &c->k_scale_rows, "scale_rows" },
                    { &c->k_act[ACT_F16], "act_f16" }, { &c->k_act[ACT_Q8_0], "act_q8_0" },
                    { &c->k_act[ACT_Q8_K], "act_q8_k" } };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++)
@@ -1424,7 +1472,7 @@ int axp_opencl_matmul(axp_device *d, const axp_weight *w, const float *x, int n_
 }
 
 int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int k,
-                   int8_t *ret_q, float *ret_d, int16_t *ret_s, float *ret_f, axp_error *err) {
+                   int8_t *ret_q, float *ret_d, void *ret_s, float *ret_f, axp_error *err) {
         if (!d || d->ops != &ocl_ops)
                 return axp_errorf(err, -EINVAL, "not an OpenCL device");
         ocl_dev *c = d->priv;
@@ -1455,21 +1503,21 @@ int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int 
         case ACT_Q8_K: {
                 _cleanup_free_ int8_t *q = malloc(rows * kk);
                 _cleanup_free_ float *dd = malloc(rows * kk / 32 * sizeof(float));
-                _cleanup_free_ int16_t *ss = malloc(rows * kk / 32 * sizeof(int16_t));
+                /* sums: int16 (Q8_K) or float (Q8_0) per 32 values */
+                const size_t se = act == ACT_Q8_K ? sizeof(int16_t) : sizeof(float);
+                _cleanup_free_ uint8_t *ss = malloc(rows * kk / 32 * se);
                 if (!q || !dd || !ss)
                         return axp_errorf(err, -ENOMEM, "out of memory");
                 if ((r = read_back(c, c->aq, rows * kk, q, err)) < 0 ||
                     (r = read_back(c, c->ad, rows * kk / 32 * sizeof(float), dd, err)) < 0 ||
-                    (act == ACT_Q8_K &&
-                     (r = read_back(c, c->as, rows * kk / 32 * sizeof(int16_t), ss, err)) < 0))
+                    (r = read_back(c, c->as, rows * kk / 32 * se, ss, err)) < 0)
                         return r;
                 const size_t nb = (size_t) k / (act == ACT_Q8_K ? 256 : 32);
                 for (size_t t = 0; t < rows; t++) {
                         memcpy(ret_q + t * k, q + t * kk, (size_t) k);
                         memcpy(ret_d + t * nb, dd + t * (kk / 32), nb * sizeof(float));
-                        if (act == ACT_Q8_K)
-                                memcpy(ret_s + t * (k / 32), ss + t * (kk / 32),
-                                       (size_t) k / 32 * sizeof(int16_t));
+                        memcpy((uint8_t *) ret_s + t * (k / 32) * se, ss + t * (kk / 32) * se,
+                               (size_t) k / 32 * se);
                 }
                 return 0;
         }

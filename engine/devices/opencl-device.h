@@ -47,7 +47,8 @@ int axp_opencl_matmul(axp_device *d, const axp_weight *w, const float *x, int n_
                       int reps, double *ret_seconds, axp_error *err);
 /* The activations the device makes of n_tok rows of k floats before a product with weights
  * of `type`: int8 values (ret_q, n_tok * k), block scales (ret_d, n_tok * k / 32 for Q8_0
- * or k / 256 for Q8_K) and sums of 32 values (ret_s, n_tok * k / 32, Q8_K) for integer
- * types; the values as the product takes them (ret_f, n_tok * k) for float types. */
+ * or k / 256 for Q8_K) and sums (ret_s, n_tok * k / 32: int16 sums of 32 values for Q8_K,
+ * llama.cpp's float Q8_1 sums for Q8_0) for integer types; the values as the product takes
+ * them (ret_f, n_tok * k) for float types. */
 int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int k,
-                   int8_t *ret_q, float *ret_d, int16_t *ret_s, float *ret_f, axp_error *err);
+                   int8_t *ret_q, float *ret_d, void *ret_s, float *ret_f, axp_error *err);

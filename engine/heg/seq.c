@@ -1,10 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /* Per-request forward state: the KV cache (grown on demand, page-aligned so a device with
  * host-unified memory can use it without a copy) and the activations of pending tokens. */
+#include <assert.h>
 #include <string.h>
 
 #include "seq.h"
 #include "kernels/types.h"
+
+/* The KV cache holds what is committed and is never larger than the context; the pending
+ * tokens fit in it and in the activations. */
+static void check(const axp_seq *s) {
+        assert(s->n_past >= 0 && s->n_past <= s->kv_cap && s->kv_cap <= s->n_ctx_max);
+        assert(s->n_new >= 0 && s->n_past + s->n_new <= s->kv_cap && s->n_new <= s->act_cap);
+        assert(s->logits_pos < s->n_past + s->n_new);
+}
 
 static size_t kv_row_bytes(const axp_seq *s) {
         const axp_hparams *hp = &s->model->hp;
@@ -63,9 +72,12 @@ int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max
                 return axp_errorf(err, -ENOMEM, "out of memory");
         }
         int r = kv_grow(s, MIN(MAX(kv_reserve, 1), s->n_ctx_max), err);
-        if (r < 0)
+        if (r < 0) {
                 axp_seq_free(s);
-        return r;
+                return r;
+        }
+        check(s);
+        return 0;
 }
 
 void axp_seq_free(axp_seq *s) {
@@ -123,12 +135,15 @@ int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err) {
         }
         memcpy(s->tokens, tokens, (size_t) n * sizeof(int32_t));
         s->n_new = n;
+        check(s);
         return 0;
 }
 
 void axp_seq_end(axp_seq *s) {
+        check(s);
         s->n_past += s->n_new;
         s->n_new = 0;
+        check(s);
 }
 
 void axp_seq_release_activations(axp_seq *s) {
@@ -146,4 +161,5 @@ void axp_seq_truncate(axp_seq *s, int n) {
         s->n_new = 0;
         if (s->logits_pos >= s->n_past)
                 s->logits_pos = -1;
+        check(s);
 }

@@ -12,6 +12,11 @@
  *   llama2   Llama-2-*-chat: "[INST] " + strip(user, with the system prompt as
  *            "<<SYS>>\n...\n<</SYS>>\n\n" before the first one) + " [/INST]", then
  *            " " + strip(assistant) + " </s>", and "<s>" before every later "[INST]".
+ *   phi3     Phi-3/3.5/4-mini-instruct: "<|ROLE|>\n" + content + "<|end|>\n", then "<|assistant|>\n".
+ *   gemma    Gemma 2/3 instruct: "<start_of_turn>ROLE\n" + trim(content) + "<end_of_turn>\n" with
+ *            "assistant" named "model"; Gemma has no system turn: the system prompt (trimmed)
+ *            goes before the first user message, separated by "\n\n"; then
+ *            "<start_of_turn>model\n".
  *
  * Detection follows llama.cpp's substring heuristics on tokenizer.chat_template. */
 #include "chat.h"
@@ -28,6 +33,8 @@ static const char *const family_names[] = {
         [AXP_CHAT_CHATML] = "chatml",
         [AXP_CHAT_MISTRAL] = "mistral",
         [AXP_CHAT_LLAMA2] = "llama2",
+        [AXP_CHAT_PHI3] = "phi3",
+        [AXP_CHAT_GEMMA] = "gemma",
 };
 
 const char *axp_chat_family_name(axp_chat_family f) {
@@ -61,6 +68,10 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                 }
                 if (has(tmpl, "<|start_header_id|>") && has(tmpl, "<|end_header_id|>"))
                         return AXP_CHAT_LLAMA3;
+                if (has(tmpl, "<start_of_turn>"))
+                        return AXP_CHAT_GEMMA;
+                if (has(tmpl, "<|assistant|>") && has(tmpl, "<|end|>"))
+                        return AXP_CHAT_PHI3;
                 return AXP_CHAT_RAW;
         }
         /* no template: what the vocabulary's special tokens suggest */
@@ -70,6 +81,10 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                 return AXP_CHAT_CHATML;
         if (vocab_has(tok, "[INST]", "[/INST]"))
                 return AXP_CHAT_MISTRAL;
+        if (vocab_has(tok, "<start_of_turn>", "<end_of_turn>"))
+                return AXP_CHAT_GEMMA;
+        if (vocab_has(tok, "<|assistant|>", "<|end|>"))
+                return AXP_CHAT_PHI3;
         return AXP_CHAT_RAW;
 }
 
@@ -222,6 +237,45 @@ static void format_inst(out *o, const axp_chat_msg *msgs, size_t n, bool llama2)
         free(sys.buf);
 }
 
+static void format_phi3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        for (size_t i = 0; i < n; i++) {
+                puts_(o, "<|");
+                puts_(o, str_or_empty(msgs[i].role));
+                puts_(o, "|>\n");
+                puts_(o, str_or_empty(msgs[i].content));
+                puts_(o, "<|end|>\n");
+        }
+        if (gen)
+                puts_(o, "<|assistant|>\n");
+}
+
+static void format_gemma(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        out sys = {};
+        for (size_t i = 0; i < n; i++) {
+                const char *content = str_or_empty(msgs[i].content);
+                if (is_role(&msgs[i], "system")) {
+                        put_stripped(&sys, content);
+                        continue;
+                }
+                bool model = is_role(&msgs[i], "assistant");
+                puts_(o, "<start_of_turn>");
+                puts_(o, model ? "model" : str_or_empty(msgs[i].role));
+                puts_(o, "\n");
+                if (sys.len > 0 && !model) {
+                        put(o, sys.buf, sys.len);
+                        puts_(o, "\n\n");
+                        sys.len = 0;
+                }
+                put_stripped(o, content);
+                puts_(o, "<end_of_turn>\n");
+        }
+        if (gen)
+                puts_(o, "<start_of_turn>model\n");
+        if (sys.r < 0)
+                o->r = sys.r;
+        free(sys.buf);
+}
+
 static void format_raw(out *o, const axp_chat_msg *msgs, size_t n) {
         for (size_t i = 0; i < n; i++) {
                 if (i > 0)
@@ -246,6 +300,12 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                 break;
         case AXP_CHAT_LLAMA2:
                 format_inst(&o, msgs, n, true);
+                break;
+        case AXP_CHAT_PHI3:
+                format_phi3(&o, msgs, n, add_generation_prompt);
+                break;
+        case AXP_CHAT_GEMMA:
+                format_gemma(&o, msgs, n, add_generation_prompt);
                 break;
         default:
                 format_raw(&o, msgs, n);

@@ -16,6 +16,8 @@ typedef enum axp_chat_family {
         AXP_CHAT_CHATML,  /* <|im_start|>role\n...<|im_end|>\n (qwen) */
         AXP_CHAT_MISTRAL, /* [INST] ... [/INST] */
         AXP_CHAT_LLAMA2,  /* [INST] <<SYS>>\n...\n<</SYS>>\n\n ... [/INST] */
+        AXP_CHAT_PHI3,    /* <|role|>\n...<|end|>\n (Phi-3, Phi-3.5, Phi-4-mini) */
+        AXP_CHAT_GEMMA,   /* <start_of_turn>role\n...<end_of_turn>\n (Gemma 2 and 3) */
 } axp_chat_family;
 
 typedef struct axp_chat_msg {

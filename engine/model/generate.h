@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grammar.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -30,6 +31,15 @@ typedef struct axp_gen {
         uint32_t n_generated;
         bool done;
         axp_finish_reason reason;
+        /* constrained decoding (NULL: none): the grammar, where the request is in it, and the
+         * step's mask; a step samples as usual and computes the mask only when the grammar
+         * refuses the token drawn, then draws again among the allowed tokens */
+        axp_grammar *grammar;
+        axp_matcher *matcher;
+        uint8_t *allowed;
+        float *masked;
+        uint32_t n_masked;  /* steps that needed the mask */
+        double mask_s;      /* time spent checking tokens and computing masks */
         /* text released so far but not yet taken by the caller */
         char *out;
         size_t out_len, out_cap;
@@ -40,6 +50,12 @@ int axp_gen_init(axp_gen *g, const axp_model *m, const axp_sampler_params *sp,
                  const char *const *stops, size_t n_stops, uint32_t max_tokens,
                  const int32_t *prompt, int n_prompt, axp_error *err);
 void axp_gen_free(axp_gen *g);
+
+/* Constrain the output to a grammar (GBNF-style text) or a JSON schema (text), at most one
+ * of them (NULL: none). Call after axp_gen_init and before the first step. Errors (-EINVAL)
+ * say what is wrong: invalid or unsupported input, or output that cannot fit in the token
+ * limit. */
+int axp_gen_constrain(axp_gen *g, const char *grammar, const char *json_schema, axp_error *err);
 
 /* Choose the next token from logits and return it. If it ends the generation (end of
  * generation token, stop string, token limit), g->done is set and g->reason says why; else

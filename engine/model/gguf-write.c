@@ -4,6 +4,7 @@
  * written, so writing a multi-gigabyte model needs little memory. */
 #include "gguf.h"
 
+#include <assert.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -307,6 +308,13 @@ static int add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t 
         return 0;
 }
 
+/* Takes back the tensor add_tensor() added last (it has no data yet); returns k. */
+static int drop_last_tensor(gguf_writer *w, int k) {
+        assert(w->n_t > 0 && !w->t[w->n_t - 1].data);
+        free(w->t[--w->n_t].name);
+        return k;
+}
+
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                            const int64_t *ne, const void *data, uint64_t nbytes) {
         wtensor *t;
@@ -316,19 +324,15 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
         if (nbytes != t->nbytes) {
                 k = fail(w, -EINVAL, "tensor '%s': %" PRIu64 " bytes given, its shape needs %" PRIu64,
                          name, nbytes, t->nbytes);
-                goto undo;
+                return drop_last_tensor(w, k);
         }
         t->data = malloc(nbytes);
         if (!t->data) {
                 k = fail(w, -ENOMEM, "out of memory for tensor '%s' (%" PRIu64 " bytes)", name, nbytes);
-                goto undo;
+                return drop_last_tensor(w, k);
         }
         memcpy(t->data, data, nbytes);
         return 0;
-undo:
-        free(t->name);
-        w->n_t--;
-        return k;
 }
 
 int gguf_writer_add_tensor_fill(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,

@@ -25,7 +25,9 @@ typedef struct gguf_file_impl {
 
 typedef struct reader {
         const uint8_t *base;
-        uint64_t size;
+        uint64_t size;     /* bytes at base */
+        uint64_t file_size; /* bytes in the file: more than size when only a prefix is read */
+        bool short_read;   /* something ran past the prefix but not past the file */
         uint64_t pos;
         const char *src;   /* file name for messages */
         char detail[160];  /* what could not be read, for "truncated" messages */
@@ -93,6 +95,8 @@ static const char *show(gguf_str s, char *buf, size_t bufsz) {
 static bool need(reader *r, uint64_t n, const char *what) {
         if (n <= r->size - r->pos)
                 return true;
+        if (n <= r->file_size - r->pos)
+                r->short_read = true;
         snprintf(r->detail, sizeof(r->detail), "%s (%" PRIu64 " bytes at offset %" PRIu64 ")", what,
                  n, r->pos);
         return false;
@@ -208,8 +212,11 @@ static int rd_array(reader *r, gguf_kv *kv, const char *where) {
         kv->arr_type = et;
         kv->arr_n = n;
         if (et != GGUF_TYPE_STRING) {
-                uint64_t bytes;
-                if (!axp_mul_ok(n, gguf_type_size(et), &bytes) || bytes > r->size - r->pos) {
+                uint64_t bytes = 0;
+                bool fits = axp_mul_ok(n, gguf_type_size(et), &bytes);
+                if (!fits || bytes > r->size - r->pos) {
+                        if (fits && bytes <= r->file_size - r->pos)
+                                r->short_read = true;
                         snprintf(r->detail, sizeof(r->detail),
                                  "an array of %" PRIu64 " %s values at offset %" PRIu64, n,
                                  type_name(et), r->pos);
@@ -221,6 +228,8 @@ static int rd_array(reader *r, gguf_kv *kv, const char *where) {
         }
         /* every string takes at least its 8-byte length: bound n before allocating */
         if (n > (r->size - r->pos) / 8) {
+                if (n <= (r->file_size - r->pos) / 8)
+                        r->short_read = true;
                 snprintf(r->detail, sizeof(r->detail),
                          "an array of %" PRIu64 " strings at offset %" PRIu64, n, r->pos);
                 return 1;
@@ -236,6 +245,8 @@ static int rd_array(reader *r, gguf_kv *kv, const char *where) {
                 memcpy(&len, r->base + r->pos, 8);
                 r->pos += 8;
                 if (len > r->size - r->pos) {
+                        if (len <= r->file_size - r->pos)
+                                r->short_read = true;
                         snprintf(r->detail, sizeof(r->detail),
                                  "string %" PRIu64 " of the array (%" PRIu64 " bytes at offset %" PRIu64 ")",
                                  i, len, r->pos);
@@ -293,6 +304,20 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elsz) {
         return 0;
 }
 
+/* The key/value section ended inside key i (0-based) of n_kv; `where` names the key once
+ * it has been read ("" before). */
+static int kv_truncated(reader *r, const char *where, uint64_t i, uint64_t n_kv) {
+        if (where[0])
+                return axp_errorf(r->err, -EBADMSG,
+                                  "%s: truncated in the key/value section at %s: %s; the file has %"
+                                  PRIu64 " bytes",
+                                  r->src, where, r->detail, r->size);
+        return axp_errorf(r->err, -EBADMSG,
+                          "%s: truncated in the key/value section (key %" PRIu64 " of %" PRIu64
+                          ": %s; the file has %" PRIu64 " bytes)",
+                          r->src, i + 1, n_kv, r->detail, r->size);
+}
+
 static int parse_kvs(reader *r, gguf_file *f, uint64_t n_kv) {
         size_t cap = 0;
         for (uint64_t i = 0; i < n_kv; i++) {
@@ -308,36 +333,25 @@ static int parse_kvs(reader *r, gguf_file *f, uint64_t n_kv) {
 
                 where[0] = 0;
                 if (!rd_str(r, &kv->key, "a key"))
-                        goto truncated;
+                        return kv_truncated(r, where, i, n_kv);
                 snprintf(where, sizeof(where), "key '%s' (key %" PRIu64 " of %" PRIu64 ")",
                          SHOW(kv->key), i + 1, n_kv);
                 if (!rd_u32(r, &t, "the value type"))
-                        goto truncated;
+                        return kv_truncated(r, where, i, n_kv);
                 if (t >= GGUF_TYPE__COUNT)
                         return axp_errorf(r->err, -EBADMSG, "%s: %s has unknown value type %" PRIu32,
                                           r->src, where, t);
                 kv->type = t;
                 if (t != GGUF_TYPE_ARRAY) {
                         if (!rd_scalar(r, t, kv))
-                                goto truncated;
+                                return kv_truncated(r, where, i, n_kv);
                         continue;
                 }
                 k = rd_array(r, kv, where);
                 if (k < 0)
                         return k;
                 if (k > 0)
-                        goto truncated;
-                continue;
-        truncated:
-                if (where[0])
-                        return axp_errorf(r->err, -EBADMSG,
-                                          "%s: truncated in the key/value section at %s: %s; the file has %"
-                                          PRIu64 " bytes",
-                                          r->src, where, r->detail, r->size);
-                return axp_errorf(r->err, -EBADMSG,
-                                  "%s: truncated in the key/value section (key %" PRIu64 " of %" PRIu64
-                                  ": %s; the file has %" PRIu64 " bytes)",
-                                  r->src, i + 1, n_kv, r->detail, r->size);
+                        return kv_truncated(r, where, i, n_kv);
         }
         return 0;
 }
@@ -358,6 +372,14 @@ static int check_alignment(reader *r, gguf_file *f) {
         return 0;
 }
 
+/* The tensor info section ended inside tensor i (0-based) of n_tensors. */
+static int tensor_truncated(reader *r, uint64_t i, uint64_t n_tensors) {
+        return axp_errorf(r->err, -EBADMSG,
+                          "%s: truncated in the tensor info section (tensor %" PRIu64 " of %" PRIu64
+                          ": %s; the file has %" PRIu64 " bytes)",
+                          r->src, i + 1, n_tensors, r->detail, r->size);
+}
+
 /* Reads one tensor info and checks everything that does not depend on the data section. */
 static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_tensors) {
         gguf_tensor *t = &f->tensors[i];
@@ -365,7 +387,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         uint64_t nel = 1, rows = 1, row_bytes, nbytes;
 
         if (!rd_str(r, &t->name, "a tensor name") || !rd_u32(r, &t->n_dims, "the number of dimensions"))
-                goto truncated;
+                return tensor_truncated(r, i, n_tensors);
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
                 return axp_errorf(r->err, -EBADMSG,
                                   "%s: tensor '%s' has %" PRIu32 " dimensions (1 to %d allowed)", r->src,
@@ -373,7 +395,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
                 uint64_t ne = 1;
                 if (d < t->n_dims && !rd_u64(r, &ne, "a dimension"))
-                        goto truncated;
+                        return tensor_truncated(r, i, n_tensors);
                 if (ne < 1 || ne > INT64_MAX)
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' dimension %" PRIu32 " has %" PRId64
@@ -388,7 +410,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
                         rows *= ne; /* <= nel, cannot overflow */
         }
         if (!rd_u32(r, &t->type, "the tensor type") || !rd_u64(r, &t->offset, "the tensor data offset"))
-                goto truncated;
+                return tensor_truncated(r, i, n_tensors);
         tr = axp_type_traits_get(t->type);
         if (!tr)
                 return axp_errorf(r->err, -EBADMSG, "%s: tensor '%s' has unknown type id %" PRIu32,
@@ -404,12 +426,6 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
                                   SHOW(t->name));
         t->nbytes = nbytes;
         return 0;
-
-truncated:
-        return axp_errorf(r->err, -EBADMSG,
-                          "%s: truncated in the tensor info section (tensor %" PRIu64 " of %" PRIu64
-                          ": %s; the file has %" PRIu64 " bytes)",
-                          r->src, i + 1, n_tensors, r->detail, r->size);
 }
 
 /* Places every tensor in the data section: aligned, inside the file, not overlapping. */
@@ -430,13 +446,14 @@ static int check_tensor_data(reader *r, gguf_file_impl *fi) {
                                           "%s: tensor '%s' data offset %" PRIu64
                                           " (in the data section at %" PRIu64
                                           ") is past the end of the file (size %" PRIu64 ")",
-                                          r->src, SHOW(t->name), t->offset, f->data_offset, r->size);
+                                          r->src, SHOW(t->name), t->offset, f->data_offset, (uint64_t) f->size);
                 if (!axp_add_ok(start, t->nbytes, &end) || end > f->size)
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' data [offset %" PRIu64 ", %" PRIu64
                                           " bytes] extends past the end of the file (size %" PRIu64 ")",
-                                          r->src, SHOW(t->name), start, t->nbytes, r->size);
-                t->data = r->base + start;
+                                          r->src, SHOW(t->name), start, t->nbytes, (uint64_t) f->size);
+                /* a prefix holds the header only: the data is checked for its place */
+                t->data = f->size == r->size ? r->base + start : NULL;
         }
 
         by_off = malloc(MAX(f->n_tensors, 1) * sizeof(size_t));
@@ -477,12 +494,15 @@ void gguf_close(gguf_file *f) {
         free(fi);
 }
 
-/* Parses and validates `size` bytes at `data`. On success the result refers to `data`. */
-static int parse(const char *src, const void *data, size_t size, gguf_file_impl **ret,
-                 axp_error *err) {
+/* The header of the bytes `r` holds, checked against the file's size. */
+static int parse_body(reader *r, gguf_file_impl **ret) {
         _cleanup_(gguf_closep) gguf_file *f = NULL;
         gguf_file_impl *fi;
-        reader r = { .base = data, .size = size, .src = src, .err = err };
+        const char *src = r->src;
+        const void *data = r->base;
+        size_t size = r->size;
+        uint64_t file_size = r->file_size;
+        axp_error *err = r->err;
         uint32_t version;
         uint64_t n_tensors, n_kv, rest;
         int k;
@@ -492,9 +512,9 @@ static int parse(const char *src, const void *data, size_t size, gguf_file_impl 
                                   size ? "too short" : "empty");
         if (memcmp(data, GGUF_MAGIC, 4) != 0)
                 return axp_errorf(err, -EBADMSG, "%s: not a GGUF file (bad magic)", src);
-        r.pos = 4;
-        if (!rd_u32(&r, &version, "the version"))
-                return axp_errorf(err, -EBADMSG, "%s: truncated in the header (%s)", src, r.detail);
+        r->pos = 4;
+        if (!rd_u32(r, &version, "the version"))
+                return axp_errorf(err, -EBADMSG, "%s: truncated in the header (%s)", src, r->detail);
         if (version == 1)
                 return axp_errorf(err, -EPROTONOSUPPORT,
                                   "%s: GGUF version 1 is too old (only versions 2 and 3 are supported; "
@@ -507,32 +527,32 @@ static int parse(const char *src, const void *data, size_t size, gguf_file_impl 
                                   "%s: GGUF version %" PRIu32 " is not supported (only 2 and 3)",
                                   src, version);
         }
-        if (!rd_u64(&r, &n_tensors, "the tensor count") || !rd_u64(&r, &n_kv, "the key/value count"))
-                return axp_errorf(err, -EBADMSG, "%s: truncated in the header (%s)", src, r.detail);
+        if (!rd_u64(r, &n_tensors, "the tensor count") || !rd_u64(r, &n_kv, "the key/value count"))
+                return axp_errorf(err, -EBADMSG, "%s: truncated in the header (%s)", src, r->detail);
 
         /* a key/value takes at least 13 bytes (key length, type, one byte of value); a tensor
          * info at least 32 (name length, n_dims, one dimension, type, offset) */
-        rest = size - r.pos;
+        rest = file_size - r->pos;
         if (n_kv > rest / 13)
                 return axp_errorf(err, -EBADMSG,
                                   "%s: header claims %" PRIu64 " key/values, more than the %" PRIu64
                                   "-byte file can hold",
-                                  src, n_kv, (uint64_t) size);
+                                  src, n_kv, file_size);
         if (n_tensors > rest / 32 || n_kv * 13 + n_tensors * 32 > rest)
                 return axp_errorf(err, -EBADMSG,
                                   "%s: header claims %" PRIu64 " tensors and %" PRIu64
                                   " key/values, more than the %" PRIu64 "-byte file can hold",
-                                  src, n_tensors, n_kv, (uint64_t) size);
+                                  src, n_tensors, n_kv, file_size);
 
         fi = calloc(1, sizeof(*fi));
         if (!fi)
                 return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
         f = &fi->pub;
         f->map = (void *) data;
-        f->size = size;
+        f->size = file_size;
         f->version = version;
 
-        k = parse_kvs(&r, f, n_kv);
+        k = parse_kvs(r, f, n_kv);
         if (k < 0)
                 return k;
         fi->kv_by_key = malloc(MAX(n_kv, 1) * sizeof(size_t));
@@ -548,7 +568,7 @@ static int parse(const char *src, const void *data, size_t size, gguf_file_impl 
                                           src, SHOW(a->key), fi->kv_by_key[i - 1] + 1,
                                           fi->kv_by_key[i] + 1);
         }
-        k = check_alignment(&r, f);
+        k = check_alignment(r, f);
         if (k < 0)
                 return k;
 
@@ -557,7 +577,7 @@ static int parse(const char *src, const void *data, size_t size, gguf_file_impl 
                 if (grow((void **) &f->tensors, &tcap, i + 1, sizeof(gguf_tensor)) < 0)
                         return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
                 f->n_tensors = i + 1;
-                k = parse_tensor_info(&r, f, i, n_tensors);
+                k = parse_tensor_info(r, f, i, n_tensors);
                 if (k < 0)
                         return k;
         }
@@ -577,14 +597,49 @@ static int parse(const char *src, const void *data, size_t size, gguf_file_impl 
                                           fi->tensor_by_name[i] + 1);
         }
 
-        /* the data section starts at the aligned end of the header (r.pos <= size, and the
+        /* the data section starts at the aligned end of the header (r->pos <= size, and the
          * alignment is at most 2^31, so this cannot overflow) */
-        f->data_offset = (r.pos + f->alignment - 1) / f->alignment * f->alignment;
-        k = check_tensor_data(&r, fi);
+        f->data_offset = (r->pos + f->alignment - 1) / f->alignment * f->alignment;
+        k = check_tensor_data(r, fi);
         if (k < 0)
                 return k;
 
         *ret = (gguf_file_impl *) TAKE_PTR(f);
+        return 0;
+}
+
+
+/* Parses and validates `size` bytes at `data`, the first bytes of a file of `file_size`
+ * bytes. On success the result refers to `data`. -ENOBUFS: the header goes on past the
+ * prefix (read more). */
+static int parse_prefix(const char *src, const void *data, size_t size, uint64_t file_size,
+                        gguf_file_impl **ret, axp_error *err) {
+        reader r = { .base = data, .size = size, .file_size = file_size, .src = src, .err = err };
+        int k = parse_body(&r, ret);
+
+        if (k < 0 && r.short_read)
+                return axp_errorf(err, -ENOBUFS, "%s: the header is longer than the %zu bytes read",
+                                  src, size);
+        return k;
+}
+
+static int parse(const char *src, const void *data, size_t size, gguf_file_impl **ret,
+                 axp_error *err) {
+        return parse_prefix(src, data, size, size, ret, err);
+}
+
+int gguf_open_prefix(const char *src, const void *data, size_t size, uint64_t file_size,
+                     gguf_file **ret, axp_error *err) {
+        gguf_file_impl *fi;
+        int k;
+
+        if (size > file_size)
+                size = (size_t) file_size;
+        k = parse_prefix(src, data, size, file_size, &fi, err);
+        if (k < 0)
+                return k;
+        fi->pub.owns_map = false;
+        *ret = &fi->pub;
         return 0;
 }
 

@@ -83,6 +83,12 @@ typedef struct gguf_file {
 int gguf_open(const char *path, gguf_file **ret, axp_error *err);
 /* Same over a caller-owned buffer (fuzzing, tests). The buffer must outlive the result. */
 int gguf_open_buffer(const void *data, size_t size, gguf_file **ret, axp_error *err);
+/* Only the header, from the first `size` bytes of a file of `file_size` bytes (read with
+ * pread, say): the same checks, each tensor's extent against `file_size`, and the tensors'
+ * `data` NULL. -ENOBUFS: the header goes on past `size`; read more. The buffer must outlive
+ * the result. */
+int gguf_open_prefix(const char *src, const void *data, size_t size, uint64_t file_size,
+                     gguf_file **ret, axp_error *err);
 void gguf_close(gguf_file *f);
 static inline void gguf_closep(gguf_file **f) {
         gguf_close(*f);

@@ -2,7 +2,9 @@
 /* Model loading: architecture and hyperparameters from the GGUF metadata, every tensor
  * checked for presence, type and shape before the engine touches it. */
 #include "model.h"
+#include "grammar.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,20 +19,37 @@ typedef struct load_ctx {
         axp_error *err;
 } load_ctx;
 
+/* What differs between the architectures, one row each; load_hparams() and load_tensors()
+ * read the rest of the file through it. */
+typedef struct arch_info {
+        const char *name;
+        enum axp_rope_type rope_type;
+        float rope_base;      /* when the file does not say */
+        bool qkv_bias;        /* attn_{q,k,v}.bias required */
+        bool qk_norm;         /* attn_{q,k}_norm required */
+        bool post_norms;      /* post_attention_norm and post_ffw_norm required */
+        bool fused;           /* attn_qkv and a fused gate/up ffn_up accepted (split at load) */
+        bool scaled_embd;     /* the embedding row times sqrt(n_embd) */
+        enum axp_ffn_act ffn_act;
+        int swa_period;       /* local layers, when the file has a sliding window (-1: none) */
+} arch_info;
+
+static const arch_info archs[AXP_ARCH__COUNT] = {
+        [AXP_ARCH_LLAMA] = { "llama", AXP_ROPE_NORM, 10000.0f, .swa_period = -1 },
+        [AXP_ARCH_QWEN2] = { "qwen2", AXP_ROPE_NEOX, 1000000.0f, .qkv_bias = true, .swa_period = -1 },
+        [AXP_ARCH_QWEN3] = { "qwen3", AXP_ROPE_NEOX, 1000000.0f, .qk_norm = true, .swa_period = -1 },
+        /* llama.cpp ignores phi3's sliding window (its converters set it wrongly), and so do we */
+        [AXP_ARCH_PHI3] = { "phi3", AXP_ROPE_NEOX, 10000.0f, .fused = true, .swa_period = -1 },
+        [AXP_ARCH_GEMMA3] = { "gemma3", AXP_ROPE_NEOX, 1000000.0f, .qk_norm = true, .post_norms = true,
+                              .scaled_embd = true, .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 6 },
+};
+
 const char *axp_arch_name(enum axp_arch a) {
-        switch (a) {
-        case AXP_ARCH_LLAMA:
-                return "llama";
-        case AXP_ARCH_QWEN2:
-                return "qwen2";
-        case AXP_ARCH_QWEN3:
-                return "qwen3";
-        }
-        return "?";
+        return (unsigned) a < AXP_ARCH__COUNT ? archs[a].name : "?";
 }
 
 int axp_arch_from_name(const char *name) {
-        for (enum axp_arch a = AXP_ARCH_LLAMA; a <= AXP_ARCH_QWEN3; a++)
+        for (enum axp_arch a = 0; a < AXP_ARCH__COUNT; a++)
                 if (strcmp(axp_arch_name(a), name) == 0)
                         return (int) a;
         return -1;
@@ -121,7 +140,8 @@ static int weight(load_ctx *c, const char *name, bool required, int64_t n_in, in
         if (!tt->supported)
                 return axp_errorf(c->err, -ENOTSUP,
                                   "%s: tensor '%s' has type %s, which agentxpu cannot compute with "
-                                  "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
+                                  "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                  "IQ4_NL, Q4_K, Q5_K, Q6_K)",
                                   c->file, name, tt->name);
         if (t->n_dims != 2 || t->ne[0] != n_in || t->ne[1] != n_out)
                 return axp_errorf(c->err, -EINVAL,
@@ -137,6 +157,37 @@ static int weight(load_ctx *c, const char *name, bool required, int64_t n_in, in
         return 0;
 }
 
+/* A fused matrix as n consecutive views of its rows: parts[i] gets n_out[i] rows, in order.
+ * The views point into the file's mapping like any weight; each has its own name. */
+static int weight_split(load_ctx *c, const char *name, int64_t n_in, int n, axp_weight *const *parts,
+                        const int64_t *n_out) {
+        int64_t total = 0;
+        for (int i = 0; i < n; i++)
+                total += n_out[i];
+        axp_weight whole = { 0 };
+        int r = weight(c, name, true, n_in, total, &whole);
+        if (r < 0) {
+                free((char *) whole.name);
+                return r;
+        }
+        int64_t row = 0;
+        for (int i = 0; i < n; i++) {
+                char part[112];
+                snprintf(part, sizeof(part), "%s[%" PRId64 ":%" PRId64 "]", name, row, row + n_out[i]);
+                *parts[i] = whole;
+                parts[i]->name = strdup(part);
+                parts[i]->n_out = n_out[i];
+                parts[i]->data = (const char *) whole.data + (uint64_t) row * whole.row_bytes;
+                if (!parts[i]->name) {
+                        free((char *) whole.name);
+                        return axp_errorf(c->err, -ENOMEM, "out of memory");
+                }
+                row += n_out[i];
+        }
+        free((char *) whole.name);
+        return 0;
+}
+
 static int load_hparams(load_ctx *c) {
         axp_model *m = c->m;
         axp_hparams *hp = &m->hp;
@@ -145,17 +196,20 @@ static int load_hparams(load_ctx *c) {
 
         if (!gguf_get_str(m->gguf, "general.architecture", &arch))
                 return axp_errorf(c->err, -EINVAL, "%s: metadata 'general.architecture' is missing", c->file);
-        if (gguf_str_eq(arch, "llama"))
-                hp->arch = AXP_ARCH_LLAMA;
-        else if (gguf_str_eq(arch, "qwen2"))
-                hp->arch = AXP_ARCH_QWEN2;
-        else if (gguf_str_eq(arch, "qwen3"))
-                hp->arch = AXP_ARCH_QWEN3;
-        else
+        int a = -1;
+        for (int i = 0; i < AXP_ARCH__COUNT; i++)
+                if (gguf_str_eq(arch, archs[i].name))
+                        a = i;
+        if (a < 0)
                 return axp_errorf(c->err, -ENOTSUP,
-                                  "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3)",
+                                  "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, "
+                                  "phi3, gemma3)",
                                   c->file, (int) MIN(arch.len, 64), arch.ptr);
-        hp->rope_type = hp->arch == AXP_ARCH_LLAMA ? AXP_ROPE_NORM : AXP_ROPE_NEOX;
+        hp->arch = a;
+        const arch_info *ai = &archs[a];
+        hp->rope_type = ai->rope_type;
+        hp->ffn_act = ai->ffn_act;
+        hp->post_norms = ai->post_norms;
 
         if ((r = get_dim(c, "embedding_length", true, 0, &hp->n_embd)) < 0 ||
             (r = get_dim(c, "block_count", true, 0, &hp->n_layer)) < 0 ||
@@ -185,10 +239,35 @@ static int load_hparams(load_ctx *c) {
         if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
                 return axp_errorf(c->err, -EINVAL, "%s: rope dimension %d does not fit head size %d",
                                   c->file, hp->rope_dim, hp->head_dim);
-        if ((r = get_float(c, "rope.freq_base", hp->arch == AXP_ARCH_LLAMA ? 10000.0f : 1000000.0f,
-                           &hp->rope_base)) < 0 ||
+        if ((r = get_float(c, "rope.freq_base", ai->rope_base, &hp->rope_base)) < 0 ||
             (r = get_float(c, "attention.layer_norm_rms_epsilon", 1e-6f, &hp->rms_eps)) < 0)
                 return r;
+        /* the float32 square root, as llama.cpp scales */
+        hp->embd_scale = ai->scaled_embd ? sqrtf((float) hp->n_embd) : 1.0f;
+        hp->attn_scale = 1.0f / sqrtf((float) hp->head_dim);
+        /* Gemma 3 27B (62 layers) scales by the query's width per head instead, as llama.cpp does */
+        if (hp->arch == AXP_ARCH_GEMMA3 && hp->n_layer == 62)
+                hp->attn_scale = 1.0f / sqrtf((float) (hp->n_embd / hp->n_head));
+
+        /* sliding-window attention where the architecture has local layers and the file a window */
+        if (ai->swa_period >= 0 && gguf_find(m->gguf, arch_key(c, "attention.sliding_window"))) {
+                if ((r = get_dim(c, "attention.sliding_window", true, 0, &hp->n_swa)) < 0)
+                        return r;
+                hp->swa_period = ai->swa_period;
+                if (gguf_find(m->gguf, arch_key(c, "attention.sliding_window_pattern"))) {
+                        uint32_t period;
+                        if (!gguf_get_u32(m->gguf, arch_key(c, "attention.sliding_window_pattern"), &period) ||
+                            period > (uint32_t) hp->n_layer)
+                                return axp_errorf(c->err, -ENOTSUP,
+                                                  "%s: metadata '%s' is not a layer period agentxpu understands",
+                                                  c->file, c->key);
+                        hp->swa_period = (int) period;
+                }
+                if ((r = get_float(c, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa)) < 0)
+                        return r;
+        }
+        if (hp->rope_base_swa == 0)
+                hp->rope_base_swa = hp->rope_base;
 
         gguf_str scaling;
         if (gguf_get_str(m->gguf, arch_key(c, "rope.scaling.type"), &scaling) &&
@@ -236,33 +315,63 @@ static int load_tensors(load_ctx *c) {
         if ((r = weight(c, "rope_freqs.weight", false, hp->rope_dim / 2, 0, &m->rope_freqs)) < 0)
                 return r;
 
+        /* LongRoPE (Phi-3.5, Phi-4-mini): not computed yet; say so rather than compute wrongly */
+        if (gguf_find_tensor(m->gguf, "rope_factors_long.weight") ||
+            gguf_find_tensor(m->gguf, "rope_factors_short.weight"))
+                return axp_errorf(c->err, -ENOTSUP,
+                                  "%s: LongRoPE scaling (rope_factors_long/short tensors) is not supported yet",
+                                  c->file);
+
         m->layers = calloc((size_t) hp->n_layer, sizeof(axp_layer));
         if (!m->layers)
                 return axp_errorf(c->err, -ENOMEM, "out of memory");
+        const arch_info *ai = &archs[hp->arch];
         for (int i = 0; i < hp->n_layer; i++) {
                 axp_layer *l = &m->layers[i];
-                bool qwen3 = hp->arch == AXP_ARCH_QWEN3, qwen2 = hp->arch == AXP_ARCH_QWEN2;
+#define LNAME(suffix) snprintf(name, sizeof(name), "blk.%d.%s", i, suffix)
 #define W(field, suffix, req, nin, nout)                                                           \
         do {                                                                                       \
-                snprintf(name, sizeof(name), "blk.%d.%s", i, suffix);                              \
+                LNAME(suffix);                                                                     \
                 if ((r = weight(c, name, req, nin, nout, &l->field)) < 0)                          \
                         return r;                                                                  \
         } while (0)
                 W(attn_norm, "attn_norm.weight", true, d, 0);
-                W(wq, "attn_q.weight", true, d, qd);
-                W(wk, "attn_k.weight", true, d, kvd);
-                W(wv, "attn_v.weight", true, d, kvd);
+                /* phi3: Q, K and V as one matrix, rows Q then K then V: three views of it */
+                LNAME("attn_qkv.weight");
+                if (ai->fused && gguf_find_tensor(m->gguf, name)) {
+                        axp_weight *parts[3] = { &l->wq, &l->wk, &l->wv };
+                        const int64_t n_out[3] = { qd, kvd, kvd };
+                        if ((r = weight_split(c, name, d, 3, parts, n_out)) < 0)
+                                return r;
+                } else {
+                        W(wq, "attn_q.weight", true, d, qd);
+                        W(wk, "attn_k.weight", true, d, kvd);
+                        W(wv, "attn_v.weight", true, d, kvd);
+                }
                 W(wo, "attn_output.weight", true, qd, d);
-                W(bq, "attn_q.bias", qwen2, qd, 0);
-                W(bk, "attn_k.bias", qwen2, kvd, 0);
-                W(bv, "attn_v.bias", qwen2, kvd, 0);
-                W(q_norm, "attn_q_norm.weight", qwen3, hp->head_dim, 0);
-                W(k_norm, "attn_k_norm.weight", qwen3, hp->head_dim, 0);
+                W(bq, "attn_q.bias", ai->qkv_bias, qd, 0);
+                W(bk, "attn_k.bias", ai->qkv_bias, kvd, 0);
+                W(bv, "attn_v.bias", ai->qkv_bias, kvd, 0);
+                W(q_norm, "attn_q_norm.weight", ai->qk_norm, hp->head_dim, 0);
+                W(k_norm, "attn_k_norm.weight", ai->qk_norm, hp->head_dim, 0);
+                W(post_attn_norm, "post_attention_norm.weight", ai->post_norms, d, 0);
                 W(ffn_norm, "ffn_norm.weight", true, d, 0);
-                W(w_gate, "ffn_gate.weight", true, d, hp->n_ff);
-                W(w_up, "ffn_up.weight", true, d, hp->n_ff);
+                /* phi3: no ffn_gate, ffn_up holds the gate's rows then the up rows */
+                LNAME("ffn_gate.weight");
+                if (ai->fused && !gguf_find_tensor(m->gguf, name)) {
+                        LNAME("ffn_up.weight");
+                        axp_weight *parts[2] = { &l->w_gate, &l->w_up };
+                        const int64_t n_out[2] = { hp->n_ff, hp->n_ff };
+                        if ((r = weight_split(c, name, d, 2, parts, n_out)) < 0)
+                                return r;
+                } else {
+                        W(w_gate, "ffn_gate.weight", true, d, hp->n_ff);
+                        W(w_up, "ffn_up.weight", true, d, hp->n_ff);
+                }
                 W(w_down, "ffn_down.weight", true, hp->n_ff, d);
+                W(post_ffn_norm, "post_ffw_norm.weight", ai->post_norms, d, 0);
 #undef W
+#undef LNAME
         }
         return 0;
 }
@@ -276,11 +385,13 @@ static void weight_clear(axp_weight *w, bool owned_data) {
 void axp_model_free(axp_model *m) {
         if (!m)
                 return;
+        axp_vocab_trie_free(m->vocab_trie);
         if (m->layers) {
                 for (int i = 0; i < m->hp.n_layer; i++) {
                         axp_layer *l = &m->layers[i];
-                        axp_weight *vecs[] = { &l->attn_norm, &l->bq, &l->bk, &l->bv,
-                                               &l->q_norm, &l->k_norm, &l->ffn_norm };
+                        axp_weight *vecs[] = { &l->attn_norm, &l->bq,       &l->bk,
+                                               &l->bv,        &l->q_norm,   &l->k_norm,
+                                               &l->ffn_norm,  &l->post_attn_norm, &l->post_ffn_norm };
                         axp_weight *mats[] = { &l->wq, &l->wk, &l->wv, &l->wo,
                                                &l->w_gate, &l->w_up, &l->w_down };
                         for (size_t j = 0; j < ELEMENTSOF(vecs); j++)

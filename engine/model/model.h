@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* A loaded model: hyperparameters and weights of a llama / qwen2 / qwen3 GGUF, mapped from
- * the file and checked against the architecture's expected shapes. */
+/* A loaded model: hyperparameters and weights of a llama / qwen2 / qwen3 / phi3 / gemma3 GGUF,
+ * mapped from the file and checked against the architecture's expected shapes. What differs
+ * between the architectures is said once, in model.c's table and load_hparams(); the kernels
+ * and the reference read the flags below, never the architecture's name. */
 #pragma once
 
 #include <stdbool.h>
@@ -14,6 +16,15 @@ enum axp_arch {
         AXP_ARCH_LLAMA,
         AXP_ARCH_QWEN2,
         AXP_ARCH_QWEN3,
+        AXP_ARCH_PHI3,   /* llama's blocks, fused attn_qkv and gate/up (split at load), NeoX RoPE */
+        AXP_ARCH_GEMMA3, /* scaled embeddings, q/k norms, post-norms, GELU, sliding-window layers */
+        AXP_ARCH__COUNT,
+};
+
+/* The feed-forward network's gate activation: down(act(gate x) * up x) */
+enum axp_ffn_act {
+        AXP_FFN_SILU,      /* SwiGLU: llama, qwen, phi3 */
+        AXP_FFN_GELU_TANH, /* GeGLU with the tanh form of GELU: gemma3 */
 };
 
 enum axp_rope_type {
@@ -37,7 +48,31 @@ typedef struct axp_hparams {
         float rope_scale; /* linear scaling: positions are multiplied by this (1: none) */
         float rms_eps;
         bool tied_output; /* no output.weight: the LM head is token_embd */
+        float embd_scale; /* the embedding row is multiplied by this (gemma3: sqrt(n_embd); else 1) */
+        float attn_scale; /* attention logits q·k are multiplied by this (1/sqrt(head_dim) mostly) */
+        enum axp_ffn_act ffn_act;
+        bool post_norms;  /* gemma3: RMSNorm of the attention's and the FFN's outputs before the residual */
+        /* Sliding-window attention: a local layer's query at position i sees keys at positions j
+         * with i - j < n_swa only. n_swa 0: no local layers. swa_period P > 0: layer l is local
+         * iff l % P < P - 1 (gemma3: 6, five local layers then a global one); P = 0: every layer
+         * is local. Local layers rotate with rope_base_swa. */
+        int n_swa;
+        int swa_period;
+        float rope_base_swa;
 } axp_hparams;
+
+static inline bool axp_layer_is_swa(const axp_hparams *hp, int l) {
+        return hp->n_swa > 0 && (hp->swa_period == 0 || l % hp->swa_period < hp->swa_period - 1);
+}
+
+static inline float axp_layer_rope_base(const axp_hparams *hp, int l) {
+        return axp_layer_is_swa(hp, l) ? hp->rope_base_swa : hp->rope_base;
+}
+
+/* The first KV position a query at position pos of layer l attends to. */
+static inline int axp_layer_kv_start(const axp_hparams *hp, int l, int pos) {
+        return axp_layer_is_swa(hp, l) && pos >= hp->n_swa ? pos - hp->n_swa + 1 : 0;
+}
 
 typedef struct axp_layer {
         axp_weight attn_norm;          /* F32 [n_embd] */
@@ -46,6 +81,7 @@ typedef struct axp_layer {
         axp_weight q_norm, k_norm;     /* qwen3 only: F32 [head_dim] (data NULL otherwise) */
         axp_weight ffn_norm;
         axp_weight w_gate, w_up, w_down;
+        axp_weight post_attn_norm, post_ffn_norm; /* gemma3 only: F32 [n_embd] (data NULL otherwise) */
 } axp_layer;
 
 typedef struct axp_tokenizer axp_tokenizer;
@@ -63,6 +99,9 @@ typedef struct axp_model {
         axp_tokenizer *tok;
         char *chat_template;   /* tokenizer.chat_template, or NULL */
         uint32_t file_type;    /* dominant weight type, for display */
+        /* the vocabulary's byte strings as a trie for constrained decoding (grammar.h): built
+         * on the first constrained request by the thread that generates */
+        struct axp_vocab_trie *vocab_trie;
 } axp_model;
 
 /* Load and validate a GGUF model: architecture, hyperparameters, every tensor's presence,

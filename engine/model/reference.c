@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The reference forward pass (reference.h). Read llama_forward() first: it is the whole
- * network for one token; qwen_forward() is the same with the qwen2/qwen3 differences marked;
- * each helper above them is one line of the math. Everything is double precision; a weight
+ * network for one token; qwen_forward() and gemma3_forward() are the same with their
+ * differences marked; each helper above them is one line of the math. Everything is double precision; a weight
  * row is dequantized by the type's reference routine just before it is used. */
 #include "reference.h"
 
@@ -82,18 +82,20 @@ static void residual(double *x, const double *o, int n) {
 }
 
 /* RoPE: in each head of v, rotate pair i (i < rope_dim / 2) by the angle
- *     pos * rope_scale * rope_base^(-2i / rope_dim) / rope_freqs[i]
+ *     pos * rope_scale * base^(-2i / rope_dim) / rope_freqs[i]
+ * (base: rope_base, or rope_base_swa on a sliding-window layer l)
  * (rope_scale: linear scaling, 1 without; rope_freqs: Llama 3.1's per-frequency divisors,
  * 1 where the file has none). The pairs are (2i, 2i + 1) for AXP_ROPE_NORM (llama) and
  * (i, i + rope_dim / 2) for AXP_ROPE_NEOX (qwen). Dimensions past rope_dim stay as they are. */
-static void rope(const axp_model *m, double *v, int n_heads, int pos, enum axp_rope_type pairs) {
+static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enum axp_rope_type pairs) {
         const axp_hparams *hp = &m->hp;
+        const double base = axp_layer_rope_base(hp, l);
         const int half = hp->rope_dim / 2;
         const float *divisors = m->rope_freqs.data;
         for (int h = 0; h < n_heads; h++) {
                 double *x = v + (size_t) h * hp->head_dim;
                 for (int i = 0; i < half; i++) {
-                        double freq = pow(hp->rope_base, -2.0 * i / hp->rope_dim);
+                        double freq = pow(base, -2.0 * i / hp->rope_dim);
                         if (divisors)
                                 freq /= divisors[i];
                         double theta = pos * (double) hp->rope_scale * freq;
@@ -124,14 +126,15 @@ static double *cache_at(const axp_ref *r, double *cache, int l, int pos) {
 }
 
 /* Causal attention of this position's query q over layer l's cached keys and values at
- * positions 0..pos (none later: the causal mask). Query head h reads KV head
+ * positions first..pos (none later: the causal mask; first is 0, or on a sliding-window layer
+ * the oldest of the window's n_swa positions). Query head h reads KV head
  * h / (n_head / n_head_kv) (grouped-query attention):
- *     out_h = sum_s softmax_s(q_h · k_s / sqrt(head_dim)) v_s */
+ *     out_h = sum_s softmax_s(q_h · k_s * attn_scale) v_s,   attn_scale = 1/sqrt(head_dim) mostly */
 static void attention(axp_ref *r, int l, const double *q, double *out) {
         const axp_hparams *hp = &r->m->hp;
         const int hd = hp->head_dim, kvd = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
-        const double *K = cache_at(r, r->key, l, 0), *V = cache_at(r, r->value, l, 0);
-        const int n = r->pos + 1;
+        const int first = axp_layer_kv_start(hp, l, r->pos), n = r->pos + 1 - first;
+        const double *K = cache_at(r, r->key, l, first), *V = cache_at(r, r->value, l, first);
 
         for (int h = 0; h < hp->n_head; h++) {
                 const double *qh = q + (size_t) h * hd;
@@ -141,7 +144,7 @@ static void attention(axp_ref *r, int l, const double *q, double *out) {
                         double dot = 0;
                         for (int i = 0; i < hd; i++)
                                 dot += qh[i] * k[i];
-                        r->score[s] = dot / sqrt((double) hd);
+                        r->score[s] = dot * (double) hp->attn_scale;
                 }
                 softmax(r->score, n);
                 double *oh = out + (size_t) h * hd;
@@ -164,6 +167,18 @@ static void swiglu(axp_ref *r, const axp_layer *L, const double *h, double *out)
         matvec(r, out, &L->w_down, r->gate);
 }
 
+/* The feed-forward network of gemma3: out = W_down (gelu(W_gate h) * W_up h), with GELU's tanh
+ * form gelu(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g³))) */
+static void geglu(axp_ref *r, const axp_layer *L, const double *h, double *out) {
+        matvec(r, r->gate, &L->w_gate, h);
+        matvec(r, r->up, &L->w_up, h);
+        for (int64_t i = 0; i < L->w_gate.n_out; i++) {
+                double g = r->gate[i];
+                r->gate[i] = 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * r->up[i];
+        }
+        matvec(r, out, &L->w_down, r->gate);
+}
+
 /* logits = W_out rmsnorm(x), W_out being token_embd where the output is tied */
 static void lm_head(axp_ref *r, double *logits) {
         const axp_model *m = r->m;
@@ -175,7 +190,9 @@ static void lm_head(axp_ref *r, double *logits) {
  * Each runs one token at position r->pos, leaves its keys and values in the cache, and writes
  * the logits if asked. */
 
-/* Llama: pre-norm blocks, RoPE on adjacent pairs. */
+/* Llama: pre-norm blocks, RoPE on adjacent pairs. Phi-3 is the same network with RoPE on the
+ * two halves of each head (NeoX); its fused Q/K/V and gate/up matrices were split at load
+ * (model.c), so the products below read them as three and two. */
 static void llama_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
@@ -195,8 +212,8 @@ static void llama_forward(axp_ref *r, int32_t token, double *logits) {
                 add_bias(r->q, &L->bq); /* rare in llama files; added where present, as llama.cpp does */
                 add_bias(k, &L->bk);
                 add_bias(v, &L->bv);
-                rope(m, r->q, hp->n_head, pos, AXP_ROPE_NORM);
-                rope(m, k, hp->n_head_kv, pos, AXP_ROPE_NORM);
+                rope(m, l, r->q, hp->n_head, pos, hp->rope_type);
+                rope(m, l, k, hp->n_head_kv, pos, hp->rope_type);
                 attention(r, l, r->q, r->att);
                 matvec(r, r->o, &L->wo, r->att);
                 residual(r->x, r->o, d);
@@ -237,8 +254,8 @@ static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
                         head_rmsnorm(r->q, &L->q_norm, hp->n_head, hp->head_dim, eps);
                         head_rmsnorm(k, &L->k_norm, hp->n_head_kv, hp->head_dim, eps);
                 }
-                rope(m, r->q, hp->n_head, pos, AXP_ROPE_NEOX);
-                rope(m, k, hp->n_head_kv, pos, AXP_ROPE_NEOX);
+                rope(m, l, r->q, hp->n_head, pos, AXP_ROPE_NEOX);
+                rope(m, l, k, hp->n_head_kv, pos, AXP_ROPE_NEOX);
                 attention(r, l, r->q, r->att);
                 matvec(r, r->o, &L->wo, r->att);
                 residual(r->x, r->o, d);
@@ -246,6 +263,49 @@ static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
                 /* feed-forward */
                 rmsnorm(r->h, r->x, &L->ffn_norm, d, eps);
                 swiglu(r, L, r->h, r->o);
+                residual(r->x, r->o, d);
+        }
+        if (logits)
+                lm_head(r, logits);
+}
+
+/* Gemma 3: Qwen3's attention (q/k norms, NeoX RoPE) and in addition
+ *   the embedding row scaled by sqrt(n_embd);
+ *   an RMSNorm of the attention's and of the FFN's output before each joins the residual;
+ *   a GELU-gated FFN;
+ *   sliding-window attention with its own RoPE base on the local layers (5 of every 6).
+ * The norm weights are used as stored: GGUF converters already added Gemma's "+1". */
+static void gemma3_forward(axp_ref *r, int32_t token, double *logits) {
+        const axp_model *m = r->m;
+        const axp_hparams *hp = &m->hp;
+        const int d = hp->n_embd, pos = r->pos;
+        const double eps = hp->rms_eps;
+
+        embed(r, r->x, &m->tok_embd, token);
+        for (int i = 0; i < d; i++)
+                r->x[i] *= (double) hp->embd_scale;
+        for (int l = 0; l < hp->n_layer; l++) {
+                const axp_layer *L = &m->layers[l];
+                double *k = cache_at(r, r->key, l, pos), *v = cache_at(r, r->value, l, pos);
+
+                /* attention (windowed on local layers: attention() reads axp_layer_kv_start) */
+                rmsnorm(r->h, r->x, &L->attn_norm, d, eps);
+                matvec(r, r->q, &L->wq, r->h);
+                matvec(r, k, &L->wk, r->h);
+                matvec(r, v, &L->wv, r->h);
+                head_rmsnorm(r->q, &L->q_norm, hp->n_head, hp->head_dim, eps);
+                head_rmsnorm(k, &L->k_norm, hp->n_head_kv, hp->head_dim, eps);
+                rope(m, l, r->q, hp->n_head, pos, AXP_ROPE_NEOX);
+                rope(m, l, k, hp->n_head_kv, pos, AXP_ROPE_NEOX);
+                attention(r, l, r->q, r->att);
+                matvec(r, r->o, &L->wo, r->att);
+                rmsnorm(r->o, r->o, &L->post_attn_norm, d, eps); /* post-attention norm */
+                residual(r->x, r->o, d);
+
+                /* feed-forward */
+                rmsnorm(r->h, r->x, &L->ffn_norm, d, eps);
+                geglu(r, L, r->h, r->o);
+                rmsnorm(r->o, r->o, &L->post_ffn_norm, d, eps); /* post-FFN norm */
                 residual(r->x, r->o, d);
         }
         if (logits)
@@ -261,12 +321,14 @@ static int check_tensors(const axp_model *m, axp_error *err) {
                 const axp_layer *L = &m->layers[l];
                 bool biases = L->bq.data || L->bk.data || L->bv.data;
                 bool qk_norm = L->q_norm.data || L->k_norm.data;
-                if (hp->arch != AXP_ARCH_QWEN3 && qk_norm)
+                bool has_qk_norm = hp->arch == AXP_ARCH_QWEN3 || hp->arch == AXP_ARCH_GEMMA3;
+                if (!has_qk_norm && qk_norm)
                         return axp_errorf(err, -ENOTSUP, "layer %d of this %s model has q/k norms, which %s has not",
                                           l, axp_arch_name(hp->arch), axp_arch_name(hp->arch));
-                if (hp->arch == AXP_ARCH_QWEN3 && biases)
+                if (has_qk_norm && biases)
                         return axp_errorf(err, -ENOTSUP,
-                                          "layer %d of this qwen3 model has Q/K/V biases, which qwen3 has not", l);
+                                          "layer %d of this %s model has Q/K/V biases, which %s has not", l,
+                                          axp_arch_name(hp->arch), axp_arch_name(hp->arch));
         }
         return 0;
 }
@@ -321,9 +383,13 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         if (r->pos >= r->n_ctx)
                 return axp_errorf(err, -E2BIG, "the reference's context of %d positions is full", r->n_ctx);
         switch (r->m->hp.arch) {
-        case AXP_ARCH_LLAMA: llama_forward(r, token, logits); break;
+        case AXP_ARCH_LLAMA:
+        case AXP_ARCH_PHI3: llama_forward(r, token, logits); break;
         case AXP_ARCH_QWEN2:
         case AXP_ARCH_QWEN3: qwen_forward(r, token, logits); break;
+        case AXP_ARCH_GEMMA3: gemma3_forward(r, token, logits); break;
+        default: return axp_errorf(err, -ENOTSUP, "the reference has no forward pass for %s",
+                                   axp_arch_name(r->m->hp.arch));
         }
         r->pos++;
         return 0;

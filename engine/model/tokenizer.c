@@ -1218,6 +1218,10 @@ typedef struct frag_list {
         size_t n, cap;
 } frag_list;
 
+static void frag_list_done(frag_list *l) {
+        free(l->v);
+}
+
 static int frag_push(frag_list *l, int32_t tok, size_t off, size_t len) {
         int r = grow((void **) &l->v, &l->cap, l->n + 1, sizeof(frag));
         if (r < 0)
@@ -1305,11 +1309,45 @@ static int partition(const axp_tokenizer *t, const char *text, size_t len, bool 
         return 0;
 }
 
+/* The tokens of text into c->out: the special tokens' text first, then each fragment. */
+static int tokenize(tok_ctx *c, const char *text, size_t len, unsigned flags) {
+        const axp_tokenizer *t = c->t;
+        _cleanup_(frag_list_done) frag_list frags = {};
+        bool add_special = flags & AXP_TOK_ADD_BOS;
+        int r;
+
+        r = partition(t, text, len, flags & AXP_TOK_PARSE_SPECIAL, &frags);
+        if (r < 0)
+                return r;
+
+        if (add_special && t->add_bos && (r = push_token(c, t->bos)) < 0)
+                return r;
+        bool prev_special = true; /* SPM: text at the start gets the space prefix */
+        for (size_t i = 0; i < frags.n; i++) {
+                const frag *f = &frags.v[i];
+                if (f->tok >= 0) {
+                        r = push_token(c, f->tok);
+                        prev_special = true;
+                } else if (t->type == VOCAB_SPM) {
+                        r = spm_fragment(c, (const uint8_t *) text + f->off, f->len,
+                                         t->add_space_prefix && prev_special);
+                        prev_special = false;
+                } else
+                        r = bpe_fragment(c, (const uint8_t *) text + f->off, f->len);
+                if (r < 0)
+                        return r;
+        }
+        if (add_special && t->add_eos && (r = push_token(c, t->eos)) < 0)
+                return r;
+
+        if (!c->out && !(c->out = malloc(sizeof(int32_t))))
+                return -ENOMEM;
+        return 0;
+}
+
 int axp_tokenize(const axp_tokenizer *t, const char *text, size_t len, unsigned flags,
                  int32_t **ret_tokens, int *ret_n, axp_error *err) {
-        tok_ctx c = { .t = t };
-        frag_list frags = {};
-        bool add_special = flags & AXP_TOK_ADD_BOS;
+        _cleanup_(tok_ctx_done) tok_ctx c = { .t = t };
         int r;
 
         if (len > INT32_MAX)
@@ -1317,44 +1355,12 @@ int axp_tokenize(const axp_tokenizer *t, const char *text, size_t len, unsigned 
         if (len > 0 && !text)
                 return axp_errorf(err, -EINVAL, "no text given");
 
-        r = partition(t, text, len, flags & AXP_TOK_PARSE_SPECIAL, &frags);
+        r = tokenize(&c, text, len, flags);
         if (r < 0)
-                goto fail;
-
-        if (add_special && t->add_bos && (r = push_token(&c, t->bos)) < 0)
-                goto fail;
-        bool prev_special = true; /* SPM: text at the start gets the space prefix */
-        for (size_t i = 0; i < frags.n; i++) {
-                const frag *f = &frags.v[i];
-                if (f->tok >= 0) {
-                        r = push_token(&c, f->tok);
-                        prev_special = true;
-                } else if (t->type == VOCAB_SPM) {
-                        r = spm_fragment(&c, (const uint8_t *) text + f->off, f->len,
-                                         t->add_space_prefix && prev_special);
-                        prev_special = false;
-                } else
-                        r = bpe_fragment(&c, (const uint8_t *) text + f->off, f->len);
-                if (r < 0)
-                        goto fail;
-        }
-        if (add_special && t->add_eos && (r = push_token(&c, t->eos)) < 0)
-                goto fail;
-
-        if (!c.out && !(c.out = malloc(sizeof(int32_t)))) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        *ret_tokens = c.out;
+                return axp_errorf(err, r, "cannot tokenize %zu bytes of text: %s", len, strerror(-r));
         *ret_n = c.n_out;
-        c.out = NULL;
-        free(frags.v);
-        tok_ctx_done(&c);
+        *ret_tokens = TAKE_PTR(c.out);
         return 0;
-fail:
-        free(frags.v);
-        tok_ctx_done(&c);
-        return axp_errorf(err, r, "cannot tokenize %zu bytes of text: %s", len, strerror(-r));
 }
 
 /* Pieces and streaming --------------------------------------------------------------- */

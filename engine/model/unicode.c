@@ -9,12 +9,11 @@ uint32_t axp_utf8_decode(const uint8_t *s, size_t len, size_t *ret_n) {
         uint32_t cpt;
         size_t n;
 
-        if (b0 < 0x80) {
-                *ret_n = 1;
+        *ret_n = 1; /* an ASCII byte, or a bad one (U+FFFD) */
+        if (b0 < 0x80)
                 return b0;
-        }
         if (!(b0 & 0x40))
-                goto bad;
+                return 0xfffd;
         if (!(b0 & 0x20)) {
                 n = 2;
                 cpt = b0 & 0x1f;
@@ -25,19 +24,16 @@ uint32_t axp_utf8_decode(const uint8_t *s, size_t len, size_t *ret_n) {
                 n = 4;
                 cpt = b0 & 0x07;
         } else
-                goto bad;
+                return 0xfffd;
         if (len < n)
-                goto bad;
+                return 0xfffd;
         for (size_t i = 1; i < n; i++) {
                 if ((s[i] & 0xc0) != 0x80)
-                        goto bad;
+                        return 0xfffd;
                 cpt = cpt << 6 | (s[i] & 0x3f);
         }
         *ret_n = n;
         return cpt <= 0x10ffff ? cpt : 0xfffd;
-bad:
-        *ret_n = 1;
-        return 0xfffd;
 }
 
 int axp_pieces_push(axp_pieces *p, size_t len) {

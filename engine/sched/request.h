@@ -33,4 +33,9 @@ typedef struct axp_req_stats {
         double tpot_s;            /* mean time per output token after the first */
         double latency_s;         /* submit -> finished */
         char error[256];          /* AXP_FINISH_ERROR: why */
+        /* A request with tools, in its finished callback only (NULL otherwise; the strings are
+         * the engine's until the callback returns): "tool_calls" when the answer is a call,
+         * else the finish reason's name; and the call, {"name":...,"arguments":{...}}. */
+        const char *finish_reason;
+        const char *tool_call;
 } axp_req_stats;

@@ -7,6 +7,7 @@
  * OpenVINO's continuous batching do) and from the single running request under serial.
  * Under agentxpu on one shared device, slices of proactive prompts ride in the iterations
  * (slack-aware piggybacking, below). */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,6 +18,10 @@ static bool add_member(axp_sched *s, sreq *r, int t0, int t1, bool head) {
 
         if (it->n >= AXP_MAX_BATCH)
                 return false;
+        /* a request is in the iteration once, with a span of its pending tokens */
+        assert(t0 >= 0 && t0 < t1 && t1 <= r->seq->n_new);
+        for (int i = 0; i < it->n; i++)
+                assert(it->reqs[i] != r);
         it->reqs[it->n] = r;
         it->t0[it->n] = t0;
         it->t1[it->n] = t1;
@@ -76,12 +81,14 @@ static void pick_batch(axp_sched *s, sreq **batch, int *ret_n) {
         for (int i = 0; i < n_pro && n < max; i++)
                 if (n_react == 0 || n < s->cfg.b_cap)
                         batch[n++] = pro[i];
+        assert(n <= max && max <= AXP_MAX_BATCH);
         *ret_n = n;
 }
 
 static void start(axp_sched *s, axp_variant v) {
         iter *it = &s->it;
 
+        assert(!it->active && it->n >= 1 && it->n <= AXP_MAX_BATCH);
         it->active = true;
         it->issued = false;
         it->ph = PH_EMBED;
@@ -359,6 +366,7 @@ static bool may_park(axp_sched *s) {
 }
 
 static void park(axp_sched *s) {
+        assert(s->it.active && !s->it.issued && !s->parked.active);
         for (int i = 0; i < s->it.n; i++)
                 s->it.reqs[i]->preemptions++;
         s->parked = s->it;
@@ -367,6 +375,7 @@ static void park(axp_sched *s) {
 }
 
 static bool unpark(axp_sched *s) {
+        assert(s->parked.active && !s->it.active);
         s->it = s->parked;
         s->parked.active = false;
         s->parked.n = 0;
@@ -395,6 +404,7 @@ static const axp_op phase_op[] = {
 void iter_task(axp_sched *s, axp_task *t) {
         const iter *it = &s->it;
 
+        assert(it->active && !it->issued && it->n >= 1 && it->n <= AXP_MAX_BATCH);
         t->op = phase_op[it->ph];
         t->variant = it->variant;
         t->layer = it->ph == PH_EMBED || it->ph == PH_HEAD ? 0 : it->layer;
@@ -410,6 +420,7 @@ void iter_task(axp_sched *s, axp_task *t) {
                         .seq = it->reqs[i]->seq, .t0 = t0, .t1 = it->t1[i],
                 };
         }
+        assert(t->n_spans >= 1); /* HEAD comes only for an iteration with a head span */
 }
 
 static bool any_head(const iter *it) {

@@ -6,6 +6,7 @@
  * role runs another chunk's attention. Algorithm 1 decides per layer which full chunks go
  * to which role. A prefill may stop after any kernel and resume later: its activations stay
  * in its own seq and its KV cache in place, so nothing is recomputed. */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -33,6 +34,7 @@ static bool two_devices(const axp_sched *s) {
 int prefill_start(axp_sched *s, sreq *r) {
         int C = s->s_chk, S = r->n_tokens, L = s->shape.n_layer, nc = (S + C - 1) / C, ret;
 
+        assert(!r->chunks && !r->splits && C > 0 && S > 0);
         if ((ret = sched_stage_prompt(s, r)) < 0)
                 return ret;
         r->chunks = calloc(nc, sizeof(chunk));
@@ -197,6 +199,8 @@ int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t) {
         int min_before = L * 3; /* least progress of the chunks before c */
         bool best_rerouted = false;
 
+        /* the whole prompt is staged: the kernels' spans are its pending tokens */
+        assert(r->staged && r->seq->n_new == r->n_tokens && r->chunks);
         if (r->embed != O_DONE) {
                 if (r->embed == O_ISSUED || dev != dyn)
                         return -EAGAIN;
@@ -260,8 +264,10 @@ int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t) {
         return 0;
 }
 
-static int chunk_index(const axp_sched *s, const axp_task *t) {
-        return t->spans[0].t0 / s->s_chk;
+static int chunk_index(const axp_sched *s, const sreq *r, const axp_task *t) {
+        int c = t->spans[0].t0 / s->s_chk;
+        assert(c >= 0 && c < r->n_chunks);
+        return c;
 }
 
 void prefill_issued(axp_sched *s, sreq *r, const axp_task *t) {
@@ -270,15 +276,18 @@ void prefill_issued(axp_sched *s, sreq *r, const axp_task *t) {
         int c;
 
         if (t->op == AXP_OP_EMBED) {
+                assert(r->embed == O_PENDING);
                 r->embed = O_ISSUED;
                 return;
         }
         if (t->op == AXP_OP_HEAD) {
+                assert(r->head == O_PENDING && r->n_chunks_done == r->n_chunks);
                 r->head = O_ISSUED;
                 return;
         }
-        c = chunk_index(s, t);
+        c = chunk_index(s, r, t);
         ch = &r->chunks[c];
+        assert(!ch->issued && ch->st != ST_DONE && stage_op(ch->st) == t->op);
         ch->issued = true;
         if (t->op == AXP_OP_K2 || ch->t1 - ch->t0 != s->s_chk)
                 return;
@@ -291,11 +300,14 @@ void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc, const char *
         if (rc < 0)
                 sched_fail(s, r, rc, msg && msg[0] ? msg : "a device failed to run a prefill kernel");
         if (t->op == AXP_OP_EMBED) {
+                assert(r->embed == O_ISSUED);
                 r->embed = O_DONE;
         } else if (t->op == AXP_OP_HEAD) {
+                assert(r->head == O_ISSUED);
                 r->head = O_DONE;
         } else {
-                chunk *ch = &r->chunks[chunk_index(s, t)];
+                chunk *ch = &r->chunks[chunk_index(s, r, t)];
+                assert(ch->issued);
                 ch->issued = false;
                 if (ch->st == ST_K3) {
                         if (++ch->layer < s->shape.n_layer)
@@ -303,6 +315,7 @@ void prefill_done(axp_sched *s, sreq *r, const axp_task *t, int rc, const char *
                         else {
                                 ch->st = ST_DONE;
                                 r->n_chunks_done++;
+                                assert(r->n_chunks_done <= r->n_chunks);
                         }
                 } else
                         ch->st++;

@@ -2,6 +2,7 @@
 /* The scheduler's core: requests and queues, events, arbitration of the devices at every
  * kernel boundary, the contention guard, the proactive duty budget, timers and stats. The
  * prefill pipeline is in sched-prefill.c, decode iterations in sched-decode.c. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,6 +129,8 @@ static void promote(axp_sched *s) {
 void rlist_push(axp_sched *s, int list, sreq *r) {
         rlist *l = &s->lists[list];
 
+        assert(list >= 0 && list < L__COUNT);
+        assert(r->q_list < 0 && !r->q_prev && !r->q_next); /* in at most one list */
         r->q_list = list;
         r->q_next = NULL;
         r->q_prev = l->tail;
@@ -143,6 +146,9 @@ void rlist_remove(axp_sched *s, sreq *r) {
         if (r->q_list < 0)
                 return;
         rlist *l = &s->lists[r->q_list];
+        assert(r->q_list < L__COUNT && l->n > 0);
+        assert(r->q_prev ? r->q_prev->q_next == r : l->head == r);
+        assert(r->q_next ? r->q_next->q_prev == r : l->tail == r);
         if (r->q_prev)
                 r->q_prev->q_next = r->q_next;
         else
@@ -183,6 +189,7 @@ static void fill_stats(const sreq *r, double now, axp_req_stats *st) {
 void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
         axp_req_stats st;
 
+        assert(r->where != W_FINISHED);
         r->t_finish = sched_now(s);
         r->where = W_FINISHED;
         rlist_remove(s, r);
@@ -192,8 +199,10 @@ void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
                 s->warming = NULL;
         if (s->promoted == r)
                 s->promoted = NULL;
+        assert(!r->abort || s->n_abort > 0);
         if (r->abort)
                 s->n_abort--;
+        assert(r->kind != AXP_REACTIVE || s->n_reactive > 0);
         if (r->kind == AXP_REACTIVE)
                 s->n_reactive--;
         for (sreq **p = &s->all; *p; p = &(*p)->all_next)
@@ -202,8 +211,11 @@ void sched_finish(axp_sched *s, sreq *r, axp_finish_reason reason) {
                         break;
                 }
         fill_stats(r, r->t_finish, &st);
-        if (r->ops.finished)
+        if (r->ops.finished) {
+                s->in_event = true;
                 r->ops.finished(r->userdata, r->id, reason, &st);
+                s->in_event = false;
+        }
         free(r->chunks);
         free(r->splits);
         free(r->tokens);
@@ -229,7 +241,9 @@ void sched_after_head(axp_sched *s, sreq *r) {
                 sched_finish(s, r, r->abort_reason);
                 return;
         }
+        s->in_event = true;
         go = r->ops.next(r->userdata, r->id, r->seq, &tok, &why);
+        s->in_event = false;
         r->n_generated++;
         if (r->t_first_token < 0)
                 r->t_first_token = now;
@@ -375,6 +389,13 @@ int sched_issue(axp_sched *s, int dev, const axp_task *task, src_kind src, sreq 
         const axp_task *t = task;
         int ret;
 
+        assert(dev >= 0 && dev < s->n_devs && !d->busy);
+        assert(src == SRC_UNIT ? r != NULL : src == SRC_ITER && s->it.active && !s->it.issued);
+        /* a batch within the limit, each span within its seq's pending tokens */
+        assert(t->n_spans >= 1 && t->n_spans <= AXP_MAX_BATCH);
+        for (int i = 0; i < t->n_spans; i++)
+                assert(t->spans[i].seq && t->spans[i].t0 >= 0 &&
+                       t->spans[i].t0 < t->spans[i].t1 && t->spans[i].t1 <= t->spans[i].seq->n_new);
         /* a task of proactive requests only is background work, which the device may run
          * at a lower priority than the rest of the desktop; but not while a reactive request
          * is in the engine, which must not wait behind a kernel other programs keep off the
@@ -387,7 +408,9 @@ int sched_issue(axp_sched *s, int dev, const axp_task *task, src_kind src, sreq 
                 t = &bt;
         }
         task_reqs(s, t, src, r, ids, kinds);
+        s->in_event = true;
         ret = s->env.issue(s->env.userdata, dev, t);
+        s->in_event = false;
         if (ret < 0)
                 return ret;
         d->busy = true;
@@ -399,8 +422,11 @@ int sched_issue(axp_sched *s, int dev, const axp_task *task, src_kind src, sreq 
         d->prio = prio;
         d->proactive = proactive;
         d->mem_bound = axp_calib_memory_bound(&d->calib, axp_task_cost(&s->shape, t));
-        if (s->trace)
+        if (s->trace) {
+                s->in_event = true;
                 s->trace(s->trace_ud, now, dev, t, ids, kinds);
+                s->in_event = false;
+        }
 
         if (src == SRC_UNIT) {
                 r->in_flight++;
@@ -429,6 +455,7 @@ static bool draining(const axp_sched *s) {
 }
 
 static void activate(axp_sched *s, sreq *r, int lane) {
+        assert(lane >= 0 && lane < LANE__COUNT && !s->active[lane]);
         rlist_remove(s, r);
         s->active[lane] = r;
         r->lane = lane;
@@ -731,7 +758,9 @@ static void arm_timer(axp_sched *s) {
                 t = now + 1e-9;
         if (t != s->timer_armed) {
                 s->timer_armed = t;
+                s->in_event = true;
                 s->env.set_timer(s->env.userdata, t);
+                s->in_event = false;
         }
 }
 
@@ -852,6 +881,7 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
 void axp_sched_free(axp_sched *s) {
         if (!s)
                 return;
+        assert(!s->in_event);
         while (s->all) {
                 sreq *r = s->all;
                 if (!r->abort) {
@@ -870,6 +900,7 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
                      axp_error *err) {
         sreq *r;
 
+        assert(!s->in_event);
         if (kind != AXP_REACTIVE && kind != AXP_PROACTIVE)
                 return axp_errorf(err, -EINVAL, "unknown request kind");
         if (!seq || !ops || !ops->next || n <= 0 || (seq->model && !tokens))
@@ -906,8 +937,11 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
                 /* a background task in progress holds up the reactive request until the next
                  * kernel boundary: it finishes at normal priority */
                 for (int i = 0; i < s->n_devs && s->env.hurry; i++)
-                        if (s->devs[i].busy && s->devs[i].proactive)
+                        if (s->devs[i].busy && s->devs[i].proactive) {
+                                s->in_event = true;
                                 s->env.hurry(s->env.userdata, i);
+                                s->in_event = false;
+                        }
         }
         r->prepared = kind == AXP_PROACTIVE && s->devs[s->role_dev[AXP_ROLE_STATIC]].warmup_s == 0;
         r->all_next = s->all;
@@ -922,6 +956,7 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
 int axp_sched_cancel(axp_sched *s, uint64_t id) {
         sreq *r = find(s, id);
 
+        assert(!s->in_event);
         if (!r || r->where == W_FINISHED)
                 return -ENOENT;
         if (!r->abort) {
@@ -937,6 +972,7 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         sdev *d;
         double dt;
 
+        assert(!s->in_event);
         if (dev < 0 || dev >= s->n_devs || !s->devs[dev].busy)
                 return;
         d = &s->devs[dev];
@@ -961,6 +997,7 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         if (d->src == SRC_UNIT) {
                 *(d->req->kind == AXP_REACTIVE ? &d->st.prefill_reactive_s
                                                : &d->st.prefill_proactive_s) += dt;
+                assert(d->req->in_flight > 0);
                 d->req->in_flight--;
                 prefill_done(s, d->req, &d->task, rc, msg);
         } else if (d->src == SRC_ITER) {
@@ -968,8 +1005,11 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
                 *(react ? &d->st.steps_reactive_s : &d->st.steps_proactive_s) += dt;
                 if (d->task.op == AXP_OP_EMBED)
                         (*(react ? &d->st.steps_reactive : &d->st.steps_proactive))++;
-                for (int i = 0; i < s->it.n; i++)
+                assert(s->it.active && s->it.issued);
+                for (int i = 0; i < s->it.n; i++) {
+                        assert(s->it.reqs[i]->in_flight > 0);
                         s->it.reqs[i]->in_flight--;
+                }
                 iter_task_done(s, rc, msg);
         }
         d->src = SRC_NONE;
@@ -978,6 +1018,7 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
 }
 
 void axp_sched_timer(axp_sched *s) {
+        assert(!s->in_event);
         s->timer_armed = INFINITY;
         dispatch(s);
 }
@@ -992,11 +1033,13 @@ static void set_external(axp_sched *s, int dev, double fraction) {
 }
 
 void axp_sched_set_external_busy(axp_sched *s, double fraction) {
+        assert(!s->in_event);
         set_external(s, s->role_dev[AXP_ROLE_DYNAMIC], fraction);
         dispatch(s);
 }
 
 void axp_sched_set_cpu_pressure(axp_sched *s, double fraction) {
+        assert(!s->in_event);
         for (int i = 0; i < s->n_devs; i++)
                 if (s->devs[i].cpu)
                         set_external(s, i, fraction);
@@ -1010,6 +1053,7 @@ double axp_sched_proactive_share(const axp_sched *s, int dev) {
 }
 
 int axp_sched_set_policy(axp_sched *s, axp_policy p) {
+        assert(!s->in_event);
         if (p < 0 || p >= AXP_POLICY__COUNT)
                 return -EINVAL;
         s->pending_policy = p;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The simulated SoC: profiles, sim devices, the virtual clock, the trace generator and the
  * replay that `agentxpu sim` prints. The scheduler driven here is the engine's own. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -301,6 +302,7 @@ int axp_sim_at(axp_sim *sim, double t, void (*fn)(void *userdata), void *userdat
 }
 
 static sim_event heap_pop(axp_sim *sim) {
+        assert(sim->n_heap > 0);
         sim_event top = sim->heap[0];
         int i = 0;
 
@@ -353,6 +355,7 @@ int axp_sim_run(axp_sim *sim, double t_end, axp_error *err) {
                 if (dev >= 0 && t_dev <= sim->timer && t_dev <= t_ev) {
                         simdev *d = &sim->devs[dev];
                         double dt;
+                        assert(d->busy); /* only a running task has a finish time */
                         advance(sim);
                         dt = sim->now - d->started;
                         d->busy = false;
@@ -598,13 +601,22 @@ static void log_task(void *ud, double now, int dev, const axp_task *t, const uin
         fputc('\n', f);
 }
 
+/* The scheduler goes first: the requests still in it have their seqs in rp->reqs, and
+ * freeing it calls their finished callbacks, which write there. */
+static void replay_done(replay *rp) {
+        axp_sched_free(rp->sched);
+        axp_sim_free(rp->sim);
+        free(rp->reqs);
+}
+
 int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
                    const axp_sched_config *cfg, const axp_sim_replay_opts *opts,
                    const axp_trace_req *trace, int n, axp_sim_result *ret, axp_error *err) {
         axp_sched_device devs[AXP_SIM_MAX_DEVS];
-        replay rp = { 0 };
+        _cleanup_(replay_done) replay rp = { 0 };
         axp_sim_result res = { 0 };
-        double *lat = NULL, energy = 0, tokens = 0;
+        _cleanup_free_ double *lat = NULL;
+        double energy = 0, tokens = 0;
         double first_p = INFINITY, last_p = 0, end = 0;
         int r, n_lat = 0;
 
@@ -620,7 +632,7 @@ int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
         r = axp_sched_new(cfg, shape, axp_sim_env(rp.sim), devs, soc->n_devs, soc->static_dev,
                           soc->dynamic_dev, &rp.sched, err);
         if (r < 0)
-                goto out;
+                return r;
         axp_sim_attach(rp.sim, rp.sched);
         if (opts && opts->gpu_busy > 0)
                 axp_sched_set_external_busy(rp.sched, opts->gpu_busy);
@@ -630,26 +642,20 @@ int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
         }
         rp.reqs = calloc(n > 0 ? n : 1, sizeof(*rp.reqs));
         lat = calloc(n > 0 ? n : 1, sizeof(double));
-        if (!rp.reqs || !lat) {
-                r = axp_errorf(err, -ENOMEM, "out of memory");
-                goto out;
-        }
+        if (!rp.reqs || !lat)
+                return axp_errorf(err, -ENOMEM, "out of memory");
         rp.n = n;
         for (int i = 0; i < n; i++) {
                 rp.reqs[i] = (replay_req) { .rp = &rp, .tr = &trace[i] };
                 r = axp_sim_at(rp.sim, trace[i].t, replay_arrive, &rp.reqs[i]);
-                if (r < 0) {
-                        r = axp_errorf(err, r, "out of memory");
-                        goto out;
-                }
+                if (r < 0)
+                        return axp_errorf(err, r, "out of memory");
         }
         r = axp_sim_run(rp.sim, INFINITY, err);
         if (r < 0)
-                goto out;
-        if (rp.failed) {
-                r = axp_errorf(err, -EINVAL, "%d requests were refused: %s", rp.failed, rp.err.msg);
-                goto out;
-        }
+                return r;
+        if (rp.failed)
+                return axp_errorf(err, -EINVAL, "%d requests were refused: %s", rp.failed, rp.err.msg);
 
         res.s_chk = axp_sched_s_chk(rp.sched);
         for (int i = 0; i < n; i++) {
@@ -712,11 +718,5 @@ int axp_sim_replay(const axp_soc_profile *soc, const axp_heg_shape *shape,
         energy += axp_sched_warmup_seconds(rp.sched) * soc->host_compile_w;
         res.energy_j_per_token = tokens > 0 ? energy / tokens : 0;
         *ret = res;
-        r = 0;
-out:
-        axp_sched_free(rp.sched);
-        axp_sim_free(rp.sim);
-        free(rp.reqs);
-        free(lat);
-        return r;
+        return 0;
 }

@@ -9,6 +9,7 @@
  * afterwards. Either way the bits are the same, so results depend neither on the thread count
  * nor on whether a token was computed in a prefill or a decode step. */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -30,6 +31,7 @@ typedef struct att_job {
         long ld_kv; /* elements between positions */
         int n_q, n_head, n_head_kv, head_dim, group, qtile;
         const int32_t *pos;
+        int window; /* > 0: query i sees positions pos[i] - window + 1 .. pos[i] only */
         float scale;
 
         int n_qtiles, n_chunks;
@@ -37,14 +39,21 @@ typedef struct att_job {
         _Alignas(64) _Atomic int next;
 } att_job;
 
+/* The first KV position query i attends to */
+static int first_pos(const att_job *j, int i) {
+        return j->window > 0 && j->pos[i] >= j->window ? j->pos[i] - j->window + 1 : 0;
+}
+
 /* The vectors (query i, head kvh * G + g) for i in [i0, i1) that reach chunk c, through one
- * call of the ISA's chunk kernel. Returns how many there were; their order is i-major. */
+ * call of the ISA's chunk kernel for those that see the chunk from its start, and one more per
+ * query whose sliding window starts inside it. Returns how many there were; their order is
+ * i-major among each call's. */
 static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_i, int *ret_g,
                      float *m, float *l, float *acc, float *scratch) {
         const float *qv[ATT_MAX_VECS];
         int len[ATT_MAX_VECS], nv = 0, n_pos = 0, t0 = c * ATT_CHUNK;
         for (int i = i0; i < i1; i++) {
-                if (j->pos[i] < t0)
+                if (j->pos[i] < t0 || first_pos(j, i) > t0)
                         continue;
                 int n = MIN(j->pos[i] + 1 - t0, ATT_CHUNK);
                 n_pos = MAX(n_pos, n);
@@ -56,17 +65,35 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
                         nv++;
                 }
         }
-        if (nv == 0)
-                return 0;
-        size_t off = ((size_t) t0 * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
-        j->ops->att_chunk(qv, nv, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n_pos, j->head_dim,
-                          j->scale, m, l, acc, scratch);
+        if (nv > 0) {
+                size_t off = ((size_t) t0 * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
+                j->ops->att_chunk(qv, nv, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n_pos,
+                                  j->head_dim, j->scale, m, l, acc, scratch);
+        }
+        /* windows that start inside this chunk: the chunk's positions from the window's first */
+        for (int i = i0; i < i1; i++) {
+                int lo = first_pos(j, i);
+                if (j->pos[i] < t0 || lo <= t0 || lo >= t0 + ATT_CHUNK)
+                        continue;
+                int n = MIN(j->pos[i] + 1, t0 + ATT_CHUNK) - lo, v0 = nv;
+                for (int g = 0; g < j->group; g++) {
+                        qv[g] = j->q + i * j->ldq + (kvh * j->group + g) * j->head_dim;
+                        len[g] = n;
+                        ret_i[nv] = i;
+                        ret_g[nv] = g;
+                        nv++;
+                }
+                size_t off = ((size_t) lo * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
+                j->ops->att_chunk(qv, j->group, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n,
+                                  j->head_dim, j->scale, m + v0, l + v0, acc + (size_t) v0 * j->head_dim,
+                                  scratch);
+        }
         return nv;
 }
 
 /* state = (M, L, ACC[head_dim]); the first chunk initializes it */
-static void merge(float *state, int head_dim, int c, float m, float l, const float *acc) {
-        if (c == 0) {
+static void merge(float *state, int head_dim, bool first, float m, float l, const float *acc) {
+        if (first) {
                 state[0] = m;
                 state[1] = l;
                 memcpy(state + 2, acc, (size_t) head_dim * sizeof(float));
@@ -118,14 +145,17 @@ static void prefill_fn(void *arg, int ith, int nth) {
                         break;
                 int tile = j->n_qtiles - 1 - u / j->n_head_kv, kvh = u % j->n_head_kv;
                 int i0 = tile * j->qtile, i1 = MIN(j->n_q, i0 + j->qtile);
-                int last_chunk = 0;
-                for (int i = i0; i < i1; i++)
+                int first_chunk = INT_MAX, last_chunk = 0;
+                for (int i = i0; i < i1; i++) {
+                        first_chunk = MIN(first_chunk, first_pos(j, i) / ATT_CHUNK);
                         last_chunk = MAX(last_chunk, j->pos[i] / ATT_CHUNK);
-                for (int c = 0; c <= last_chunk; c++) {
+                }
+                for (int c = first_chunk; c <= last_chunk; c++) {
                         int nv = chunk_run(j, kvh, c, i0, i1, b.vi, b.vg, b.m, b.l, b.acc, b.scratch);
                         for (int v = 0; v < nv; v++) {
                                 float *state = b.states + ((b.vi[v] - i0) * G + b.vg[v]) * state_len;
-                                merge(state, hd, c, b.m[v], b.l[v], b.acc + (size_t) v * hd);
+                                merge(state, hd, c == first_pos(j, b.vi[v]) / ATT_CHUNK, b.m[v], b.l[v],
+                                      b.acc + (size_t) v * hd);
                         }
                 }
                 for (int i = i0; i < i1; i++)
@@ -167,9 +197,10 @@ static void split_merge_fn(void *arg, int ith, int nth) {
         axp_split((long) j->n_q * j->n_head, ith, nth, 1, &lo, &hi);
         for (long ih = lo; ih < hi; ih++) {
                 int i = (int) (ih / j->n_head), h = (int) (ih % j->n_head);
-                const float *p = j->part + (size_t) ih * j->n_chunks * part_len;
-                for (int c = 0; c <= j->pos[i] / ATT_CHUNK; c++, p += part_len)
-                        merge(state, hd, c, p[0], p[1], p + 2);
+                int c0 = first_pos(j, i) / ATT_CHUNK;
+                const float *p = j->part + ((size_t) ih * j->n_chunks + c0) * part_len;
+                for (int c = c0; c <= j->pos[i] / ATT_CHUNK; c++, p += part_len)
+                        merge(state, hd, c == c0, p[0], p[1], p + 2);
                 finish(state, hd, j->out + i * j->ldo + h * hd);
         }
 }
@@ -177,7 +208,7 @@ static void split_merge_fn(void *arg, int ith, int nth) {
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
-                       float scale) {
+                       int window, float scale) {
         assert(kv_type == AXP_TYPE_F32 || kv_type == AXP_TYPE_F16);
         assert(n_head_kv > 0 && n_head % n_head_kv == 0);
         assert(head_dim > 0 && head_dim <= ATT_MAX_HEAD_DIM);
@@ -201,6 +232,7 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                 .head_dim = head_dim,
                 .group = n_head / n_head_kv,
                 .pos = pos,
+                .window = window,
                 .scale = scale,
         };
         j.qtile = MAX(1, MIN(ATT_QTILE, ATT_MAX_VECS / j.group));

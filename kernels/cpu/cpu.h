@@ -12,8 +12,18 @@
  *   Q8_0       scales [nb][16] f16 (padded to 64 B), then quants [nb][8][16][4] u8 = w ^ 0x80
  *   Q4_0       scales [nb][16] f16 (padded to 64 B), then quants [nb][4][16][4]: byte
  *              (p, r, i) = q[r][8p+i] | q[r][8p+4+i] << 4, the raw 0..15 nibbles
+ *   Q5_0       as Q8_0: its quants q - 16 are whole int8 values with the block's scale, so
+ *              every Q8_0 kernel (AMX included) computes it exactly (34 bytes a block
+ *              instead of 22)
+ *   IQ4_NL     as Q4_0, the nibbles being indices into the 16 levels (axp_iq4nl_values)
+ *   Q4_1       scales [nb][16] f16, mins [nb][16] f16 (each padded to 64 B), then nibbles as
+ *              Q4_0
+ *   Q5_1       scales and mins as Q4_1, then quants as Q8_0 but the raw 0..31 (no sign flip)
  *   Q4_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16] u8, mins[4][16][2] u8
  *              (pairs of sub-blocks), then quants [8 sub][4][16][4] nibble bytes as Q4_0
+ *   Q5_K       as Q4_K (the low four bits), then per sub-block one vector of fifth bits
+ *              [8 sub][16][4]: byte (j, r, i) bit p = hi(q[r][32j+8p+i]) and bit 4+p =
+ *              hi(q[r][32j+8p+4+i]), p < 4, beside nibble byte (j, p, r, i)
  *   Q6_K       per superblock: d[16] f16, sc[8][16][2] s8 (pairs of sub-blocks), padding to
  *              320 B, then per sub-block of 16: two nibble vectors [16][4] (k 0-3|4-7,
  *              8-11|12-15 of the sub-block) and one vector of high bits: byte (r, i) =
@@ -22,8 +32,10 @@
  * Quantized activations, one row per token (stride act->stride bytes, 64-aligned), block by
  * block so that one pointer per token reaches everything a block needs:
  *   Q8_0 kind  per block of 32, 48 bytes: qs[32] s8 | d f32 (the f16 scale, widened) |
- *              c8 i32 = -128 * sum(qs) | c4 i32 = -8 * sum(qs) | pad: c8 and c4 are the
- *              offsets of u8 weights (w + 128, nibbles q = w + 8), added up front
+ *              c8 i32 = -128 * sum(qs) | c4 i32 = -8 * sum(qs) | s f32: c8 and c4 are the
+ *              offsets of u8 weights (w + 128, nibbles q = w + 8), added up front; s is
+ *              llama.cpp's Q8_1 sum, f16(amax / 127 * sum(qs)) widened, which the minimum of a
+ *              Q4_1/Q5_1 block multiplies
  *   Q8_K kind  per superblock of 256, 320 bytes: qs[256] s8 | d f32 | bs16[16] i16 (sums of
  *              16) | bs32[8] i16 (sums of 32) | pad
  *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
@@ -63,8 +75,8 @@ typedef struct axp_packed {
 enum axp_act_kind {
         AXP_ACT_F32,  /* F32, BF16 weights */
         AXP_ACT_F16,  /* F16 weights: f32 rounded to f16 precision */
-        AXP_ACT_Q8_0, /* Q8_0, Q4_0 weights */
-        AXP_ACT_Q8_K, /* Q4_K, Q6_K weights */
+        AXP_ACT_Q8_0, /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL weights */
+        AXP_ACT_Q8_K, /* Q4_K, Q5_K, Q6_K weights */
         AXP_ACT__MAX,
 };
 
@@ -101,6 +113,9 @@ static inline int32_t act_q8_0_c8(const uint8_t *row, int64_t b) {
 static inline int32_t act_q8_0_c4(const uint8_t *row, int64_t b) {
         return *(const int32_t *) (row + b * ACT_Q8_0_BLOCK + 40);
 }
+static inline float act_q8_0_s(const uint8_t *row, int64_t b) {
+        return *(const float *) (row + b * ACT_Q8_0_BLOCK + 44);
+}
 static inline const int8_t *act_q8_K_qs(const uint8_t *row, int64_t s) {
         return (const int8_t *) (row + s * ACT_Q8_K_BLOCK);
 }
@@ -113,12 +128,16 @@ static inline const int16_t *act_q8_K_bs16(const uint8_t *row, int64_t s) {
 static inline const int16_t *act_q8_K_bs32(const uint8_t *row, int64_t s) {
         return (const int16_t *) (row + s * ACT_Q8_K_BLOCK + 292);
 }
-/* For the quantizers: a block's scale and sums (the quants go to act_q8_*_qs). */
-static inline void act_q8_0_put(uint8_t *row, int64_t b, float d, int32_t sum) {
+/* For the quantizers: a block's scale and sums (the quants go to act_q8_*_qs). dx is the
+ * unrounded amax / 127; d and s are rounded to f16 as llama.cpp stores them. */
+static inline void act_q8_0_put(uint8_t *row, int64_t b, float dx, int32_t sum) {
         uint8_t *blk = row + b * ACT_Q8_0_BLOCK;
-        int32_t c[3] = { -128 * sum, -8 * sum, 0 };
+        float d = axp_f16_to_f32(axp_f32_to_f16(dx));
+        float s = axp_f16_to_f32(axp_f32_to_f16(dx * (float) sum));
+        int32_t c[2] = { -128 * sum, -8 * sum };
         memcpy(blk + 32, &d, 4);
-        memcpy(blk + 36, c, 12);
+        memcpy(blk + 36, c, 8);
+        memcpy(blk + 44, &s, 4);
 }
 static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t *bs16) {
         uint8_t *blk = row + s * ACT_Q8_K_BLOCK;
@@ -135,8 +154,13 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
 static inline size_t pk_q8_0_scales_bytes(int64_t k) {
         return axp_align_up((size_t) (k / QK8_0) * 32, AXP_ALIGN);
 }
+/* Q4_1, Q5_1: the scales, then the mins, then the quants */
+static inline size_t pk_q4_1_head_bytes(int64_t k) {
+        return 2 * pk_q8_0_scales_bytes(k);
+}
 #define PK_Q4_K_HEAD 320
 #define PK_Q4_K_SB (PK_Q4_K_HEAD + 2048)
+#define PK_Q5_K_SB (PK_Q4_K_SB + 512)
 #define PK_Q6_K_HEAD 320
 #define PK_Q6_K_SB (PK_Q6_K_HEAD + 3072)
 

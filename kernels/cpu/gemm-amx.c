@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The AMX path (Sapphire Rapids and later): prefill products of Q8_0 and Q4_0 weights on the
- * tile unit; everything else, and token tails too short to fill a tile, stays on AVX-512.
+/* The AMX path (Sapphire Rapids and later): prefill products of Q8_0, Q4_0, Q5_0 and IQ4_NL
+ * weights on the tile unit; everything else, and token tails too short to fill a tile, stays
+ * on AVX-512.
  *
  * Per block of 32 inputs, one TDPBSSD multiplies a tile of 16 tokens' s8 activations (A, rows
  * straight from the activation buffer) by the group's weights (B: the packed layout is already
@@ -134,17 +135,23 @@ static void q8_0_tile16(const uint8_t *q, const uint16_t *sc, const uint8_t *row
                         store_rows(y + m * ldy, acc[m], n_rows);
 }
 
-/* The group's weights as s8 for TDPBSSD, which then needs no offset term: Q8_0 stored as
- * w + 128, Q4_0 as nibbles w + 8. Done once per call and reused by every token tile. */
-static void weights_s8(const uint8_t *qs, int64_t nb, bool nibbles, uint8_t *out) {
-        const __m512i m4 = _mm512_set1_epi8(0x0f), e8 = _mm512_set1_epi8(8);
+/* The group's weights as s8 for TDPBSSD, which then needs no offset term: Q8_0 (and Q5_0)
+ * stored as w + 128, Q4_0 as nibbles w + 8, IQ4_NL as nibbles indexing its levels. Done once
+ * per call and reused by every token tile. */
+static void weights_s8(const uint8_t *qs, int64_t nb, int type, uint8_t *out) {
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
         const __m512i flip = _mm512_set1_epi8((char) 0x80);
+        /* nibble to s8: minus 8 (Q4_0) or the IQ4_NL level */
+        int8_t l[16];
+        for (int i = 0; i < 16; i++)
+                l[i] = (int8_t) (type == AXP_TYPE_IQ4_NL ? axp_iq4nl_values[i] : i - 8);
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) l));
         for (int64_t b = 0; b < nb; b++) {
-                if (nibbles)
+                if (type != AXP_TYPE_Q8_0)
                         for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(qs + b * 256 + p * 64);
-                                __m512i lo = _mm512_sub_epi8(_mm512_and_si512(v, m4), e8);
-                                __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), e8);
+                                __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+                                __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
                                 _mm512_store_si512(out + b * 512 + 2 * p * 64, lo);
                                 _mm512_store_si512(out + b * 512 + (2 * p + 1) * 64, hi);
                         }
@@ -163,7 +170,7 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
         if (n_amx > 0) {
                 const uint16_t *sc = (const uint16_t *) g;
                 uint8_t *q = axp_cpu_scratch(AXP_SCRATCH_UNPACK, (size_t) nb * 512);
-                weights_s8(g + pk_q8_0_scales_bytes(k), nb, type == AXP_TYPE_Q4_0, q);
+                weights_s8(g + pk_q8_0_scales_bytes(k), nb, type, q);
                 size_t gb = axp_pack_group_bytes((uint32_t) type, k);
                 prefetcher pf = { (const char *) g + gb, (const char *) g + 2 * gb };
                 config(32);
@@ -189,9 +196,17 @@ static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, AXP_TYPE_Q4_0);
 }
 
+static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, AXP_TYPE_IQ4_NL);
+}
+
+/* Q4_1 and Q5_1 (a minimum per block) run on the AVX-512 kernels */
 const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX] = {
         [AXP_TYPE_Q8_0] = gemm_q8_0,
+        [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
         [AXP_TYPE_Q4_0] = gemm_q4_0,
+        [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
 };
 #else
 const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX];

@@ -132,13 +132,20 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH(float_tile, W_BF16);
 }
 
-/* Q8_0 and Q4_0 ----------------------------------------------------------------------------- */
+/* The 32-element block types ---------------------------------------------------------------- *
+ * Q8_0 (and Q5_0, repacked as Q8_0) and IQ4_NL (its levels looked up with vpshufb) are
+ * signed bytes and take the sign trick; Q4_0 and Q4_1 nibbles and Q5_1's bytes 0..31 are
+ * unsigned operands of vpmaddubsw as they are. Q4_0 adds the activations' offset, Q4_1 and
+ * Q5_1 their minimum times the activations' sum s. */
+enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h, int nibbles) {
+                  int n_rows, int h, int mode) {
         int64_t k = act->k, nb = k / QK8_0;
+        const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
         const uint16_t *sc = (const uint16_t *) g;
-        const uint8_t *qs = g + pk_q8_0_scales_bytes(k) + 32 * h;
+        const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
+        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k)) + 32 * h;
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
@@ -147,9 +154,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
         const __m256i flip = _mm256_set1_epi8((char) 0x80);
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
         for (int64_t b = 0; b < nb; b++) {
                 __m256i isum[MAX_T];
-                if (nibbles) {
+                if (mode == M_Q4_0 || mode == M_Q4_1) {
                         /* u8 nibbles x s8: 8 pair sums of at most 2*15*127 fit s16 */
                         __m256i s16[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
@@ -166,15 +174,36 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
                                 }
                         }
-                        UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm256_add_epi32(_mm256_madd_epi16(s16[t], ones),
-                                                           _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
-                } else {
+                        UNROLL for (int t = 0; t < T; t++) {
+                                isum[t] = _mm256_madd_epi16(s16[t], ones);
+                                if (mode == M_Q4_0)
+                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
+                        }
+                } else if (mode == M_Q5_1) {
+                        /* u8 0..31 x s8: one pair sum fits s16, so widen each */
                         const uint8_t *q = qs + b * 512;
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm256_setzero_si256();
                         UNROLL for (int j = 0; j < 8; j++) {
-                                __m256i ws = _mm256_xor_si256(ld32(q + j * 64), flip);
+                                __m256i w = ld32(q + j * 64);
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        const int8_t *a = act_q8_0_qs(row[t], b) + 4 * j;
+                                        __m256i p16 = _mm256_maddubs_epi16(w, bcast4(a));
+                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, ones));
+                                }
+                        }
+                } else {
+                        /* signed bytes: |w| times a with w's sign */
+                        UNROLL for (int t = 0; t < T; t++)
+                                isum[t] = _mm256_setzero_si256();
+                        UNROLL for (int j = 0; j < 8; j++) {
+                                __m256i ws;
+                                if (mode == M_IQ4_NL) {
+                                        __m256i v = ld32(qs + b * 256 + (j / 2) * 64);
+                                        __m256i n = (j & 1) ? _mm256_srli_epi16(v, 4) : v;
+                                        ws = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
+                                } else
+                                        ws = _mm256_xor_si256(ld32(qs + b * 512 + j * 64), flip);
                                 __m256i aw = _mm256_sign_epi8(ws, ws);
                                 UNROLL for (int t = 0; t < T; t++) {
                                         const int8_t *a = act_q8_0_qs(row[t], b) + 4 * j;
@@ -189,6 +218,11 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
                                                  _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))),
                                                  acc[t]);
+                if (has_min) {
+                        __m256 mw = _mm256_cvtph_ps(ldu16(mn + b * 16 + 8 * h));
+                        UNROLL for (int t = 0; t < T; t++)
+                                acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act_q8_0_s(row[t], b)), acc[t]);
+                }
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_half(y + t * ldy, acc[t], h, n_rows);
@@ -196,19 +230,38 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, 0);
+        TILE_DISPATCH(q8_0_tile, M_Q8_0);
 }
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, 1);
+        TILE_DISPATCH(q8_0_tile, M_Q4_0);
+}
+
+static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_IQ4_NL);
+}
+
+static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_Q4_1);
+}
+
+static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_Q5_1);
 }
 
 /* Q4_K --------------------------------------------------------------------------------------- */
 
+/* Q5_K (high) as Q4_K with each nibble's fifth bit moved in from the sub-block's bit vector
+ * (bit p or 4 + p of a byte to its bit 4); 5-bit pair sums (2 * 31 * 127) no longer fit s16
+ * eight at a time, so each nibble vector's pair is widened to int32. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h) {
+                  int n_rows, int h, int high) {
         int64_t k = act->k, ns = k / QK_K;
+        const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
@@ -216,8 +269,9 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 acc[t] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i b4 = _mm256_set1_epi8(0x10);
         for (int64_t s = 0; s < ns; s++) {
-                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                const uint8_t *sb = g + s * sb_bytes;
                 __m256i msum[MAX_T];
                 __m256 sacc[MAX_T];
                 UNROLL for (int t = 0; t < T; t++) {
@@ -235,24 +289,35 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m128i sc8 = _mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * h));
                         __m256 scj = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc8));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + 32 * h;
-                        __m256i s16[MAX_T];
-                        UNROLL for (int t = 0; t < T; t++)
+                        __m256i hb = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * h) : _mm256_setzero_si256();
+                        __m256i s16[MAX_T], s32[MAX_T];
+                        UNROLL for (int t = 0; t < T; t++) {
                                 s16[t] = _mm256_setzero_si256();
+                                s32[t] = _mm256_setzero_si256();
+                        }
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m256i v = ld32(q + p * 64);
                                 __m256i lo = _mm256_and_si256(v, m4);
                                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                                if (high) {
+                                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4 - p), b4));
+                                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(hb, p), b4));
+                                }
                                 long off = j * 32 + 8 * p;
                                 UNROLL for (int t = 0; t < T; t++) {
                                         const int8_t *a = act_q8_K_qs(row[t], s) + off;
                                         __m256i l16 = _mm256_maddubs_epi16(lo, bcast4(a));
                                         __m256i h16 = _mm256_maddubs_epi16(hi, bcast4(a + 4));
-                                        s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
+                                        if (high)
+                                                s32[t] = _mm256_add_epi32(
+                                                        s32[t], _mm256_madd_epi16(_mm256_add_epi16(l16, h16), ones));
+                                        else
+                                                s16[t] = _mm256_add_epi16(_mm256_add_epi16(s16[t], l16), h16);
                                 }
                         }
                         UNROLL for (int t = 0; t < T; t++) {
-                                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
-                                sacc[t] = _mm256_fmadd_ps(f, scj, sacc[t]);
+                                __m256i i32 = high ? s32[t] : _mm256_madd_epi16(s16[t], ones);
+                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), scj, sacc[t]);
                         }
                 }
                 __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
@@ -269,7 +334,12 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q4_K_tile);
+        TILE_DISPATCH(q4_K_tile, 0);
+}
+
+static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile, 1);
 }
 
 /* Q6_K --------------------------------------------------------------------------------------- */
@@ -388,8 +458,7 @@ static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
                 _mm256_storeu_si256((__m256i *) act_q8_0_qs(row, b), pack32(q[0], q[1], q[2], q[3]));
                 __m256i q4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
                 int sum = hsum8_i32(q4);
-                float d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-                act_q8_0_put(row, b, d, sum);
+                act_q8_0_put(row, b, amax / 127.0f, sum);
         }
 }
 
@@ -585,7 +654,12 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_BF16] = gemm_bf16,
                 [AXP_TYPE_Q8_0] = gemm_q8_0,
                 [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+                [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
+                [AXP_TYPE_Q4_1] = gemm_q4_1,
+                [AXP_TYPE_Q5_1] = gemm_q5_1,
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
         .att_chunk = att_chunk,

@@ -133,13 +133,21 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH(float_tile, W_BF16);
 }
 
-/* Q8_0 and Q4_0 ----------------------------------------------------------------------------- */
+/* The 32-element block types ---------------------------------------------------------------- *
+ * Q8_0 (and Q5_0, repacked as Q8_0) as w + 128 bytes, Q4_0 as nibbles w + 8, IQ4_NL as
+ * nibbles looked up to level + 128 (vpshufb), each started from the activations' offset; Q4_1
+ * (nibbles) and Q5_1 (bytes 0..31) start from 0 and add their minimum times the activations'
+ * sum s. */
+enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int nibbles) {
+                  int n_rows, int mode) {
         int64_t k = act->k, nb = k / QK8_0;
+        const int nibbles = mode == M_Q4_0 || mode == M_IQ4_NL || mode == M_Q4_1;
+        const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
         const uint16_t *sc = (const uint16_t *) g;
-        const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
+        const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
+        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
@@ -147,6 +155,13 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 acc[t] = _mm512_setzero_ps();
         }
         const __m512i m4 = _mm512_set1_epi8(0x0f);
+        __m512i lut = _mm512_setzero_si512();
+        if (mode == M_IQ4_NL) {
+                int8_t l[16];
+                for (int i = 0; i < 16; i++)
+                        l[i] = (int8_t) (axp_iq4nl_values[i] + 128);
+                lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) l));
+        }
         for (int64_t b = 0; b < nb; b++) {
                 __m512i w[8];
                 if (nibbles) {
@@ -157,6 +172,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
                                 w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                                if (mode == M_IQ4_NL) {
+                                        w[2 * p] = _mm512_shuffle_epi8(lut, w[2 * p]);
+                                        w[2 * p + 1] = _mm512_shuffle_epi8(lut, w[2 * p + 1]);
+                                }
                         }
                 } else {
                         const uint8_t *q = qs + b * 512;
@@ -168,7 +187,9 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512 dw = f16x16(sc + b * 16);
                 __m512i isum[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
-                        isum[t] = _mm512_set1_epi32(nibbles ? act_q8_0_c4(row[t], b) : act_q8_0_c8(row[t], b));
+                        isum[t] = has_min ? _mm512_setzero_si512()
+                                          : _mm512_set1_epi32(mode == M_Q4_0 ? act_q8_0_c4(row[t], b)
+                                                                             : act_q8_0_c8(row[t], b));
                 UNROLL for (int j = 0; j < 8; j++)
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_dpbusd_epi32(isum[t], w[j],
@@ -177,6 +198,11 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(act_q8_0_d(row[t], b)));
                         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale, acc[t]);
                 }
+                if (has_min) {
+                        __m512 mw = f16x16(mn + b * 16);
+                        UNROLL for (int t = 0; t < T; t++)
+                                acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(act_q8_0_s(row[t], b)), acc[t]);
+                }
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
@@ -184,28 +210,46 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, 0);
+        TILE_DISPATCH(q8_0_tile, M_Q8_0);
 }
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q8_0_tile, 1);
+        TILE_DISPATCH(q8_0_tile, M_Q4_0);
+}
+
+static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_IQ4_NL);
+}
+
+static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_Q4_1);
+}
+
+static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_Q5_1);
 }
 
 /* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
- * the mins term is an integer dot of the mins with the activation sums. */
+ * the mins term is an integer dot of the mins with the activation sums. Q5_K (high) is the
+ * same with each nibble's fifth bit moved in from the sub-block's bit vector: bit p (low
+ * nibbles of vector p) or 4 + p (high nibbles) of a byte to its bit 4. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows) {
+                  int n_rows, int high) {
         int64_t k = act->k, ns = k / QK_K;
+        const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
-        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
         for (int64_t s = 0; s < ns; s++) {
-                const uint8_t *sb = g + s * PK_Q4_K_SB;
+                const uint8_t *sb = g + s * sb_bytes;
                 __m512i msum[MAX_T];
                 __m512 sacc[MAX_T];
                 UNROLL for (int t = 0; t < T; t++) {
@@ -222,15 +266,24 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int j = 0; j < 8; j++) {
                         /* one token is memory bound: keep more of the stream in flight */
                         if (T <= 2)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q4_K_SB + j * 320, 5);
+                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
                         __m512i w[8];
+                        __m512i hb = high ? _mm512_load_si512(sb + PK_Q4_K_SB + j * 64) : _mm512_setzero_si512();
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
                                 w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                                if (high) {
+                                        /* the shifted bit stays in its byte; others are masked */
+                                        __m512i h0 = _mm512_and_si512(_mm512_slli_epi16(hb, 4 - p), b4);
+                                        __m512i h1 = p ? _mm512_and_si512(_mm512_srli_epi16(hb, p), b4)
+                                                       : _mm512_and_si512(hb, b4);
+                                        w[2 * p] = _mm512_or_si512(w[2 * p], h0);
+                                        w[2 * p + 1] = _mm512_or_si512(w[2 * p + 1], h1);
+                                }
                         }
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
@@ -256,7 +309,12 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q4_K_tile);
+        TILE_DISPATCH(q4_K_tile, 0);
+}
+
+static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q4_K_tile, 1);
 }
 
 /* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; the offset goes with the
@@ -357,7 +415,7 @@ static void quant_q8_0(const float *x, int64_t k, uint8_t *row) {
                 __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
                 _mm_storeu_si128((__m128i *) qs, _mm512_cvtsepi32_epi8(q0));
                 _mm_storeu_si128((__m128i *) (qs + 16), _mm512_cvtsepi32_epi8(q1));
-                act_q8_0_put(row, b, _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT)),
+                act_q8_0_put(row, b, amax / 127.0f,
                              _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
         }
 }
@@ -614,7 +672,12 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_BF16] = gemm_bf16,
                 [AXP_TYPE_Q8_0] = gemm_q8_0,
                 [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+                [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
+                [AXP_TYPE_Q4_1] = gemm_q4_1,
+                [AXP_TYPE_Q5_1] = gemm_q5_1,
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
         .att_chunk = att_chunk,

@@ -51,29 +51,47 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         }
 }
 
-/* Q8_0 and Q4_0 share the shape: per block of 32, an integer dot of u8 weights with s8
- * activations plus the activation-side offset, times both scales. */
-static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y,
-                           long ldy, int n_rows, bool nibbles) {
+/* The 32-element block types share one shape: per block of 32, an integer dot of u8 weights
+ * with s8 activations, started from the activation-side offset where the weights carry one,
+ * times both scales; Q4_1 and Q5_1 then add their minimum times the activations' sum s. */
+enum q32_mode {
+        Q32_Q8_0,   /* bytes w + 128 (Q8_0, and Q5_0 repacked as Q8_0) */
+        Q32_Q4_0,   /* nibbles w + 8 */
+        Q32_IQ4_NL, /* nibbles indexing the levels, taken as level + 128 */
+        Q32_Q4_1,   /* nibbles, plus minimum */
+        Q32_Q5_1,   /* bytes 0..31, plus minimum */
+};
+
+static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                     int n_rows, enum q32_mode mode) {
         int64_t k = act->k, nb = k / QK8_0;
+        bool nibbles = mode == Q32_Q4_0 || mode == Q32_IQ4_NL || mode == Q32_Q4_1;
+        bool has_min = mode == Q32_Q4_1 || mode == Q32_Q5_1;
         const axp_f16 *sc = (const axp_f16 *) g;
-        const uint8_t *qs = g + pk_q8_0_scales_bytes(k);
+        const axp_f16 *mn = (const axp_f16 *) (g + pk_q8_0_scales_bytes(k));
+        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
+        uint8_t lut[16];
+        for (int i = 0; i < 16; i++)
+                lut[i] = mode == Q32_IQ4_NL ? (uint8_t) (axp_iq4nl_values[i] + 128) : (uint8_t) i;
         for (int t = 0; t < n_tok; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t b = 0; b < nb; b++) {
                         const int8_t *a = act_q8_0_qs(row, b);
+                        int32_t start = mode == Q32_Q4_0 ? act_q8_0_c4(row, b)
+                                        : has_min        ? 0
+                                                         : act_q8_0_c8(row, b);
                         int32_t isum[AXP_GROUP];
                         for (int r = 0; r < AXP_GROUP; r++)
-                                isum[r] = nibbles ? act_q8_0_c4(row, b) : act_q8_0_c8(row, b);
+                                isum[r] = start;
                         if (nibbles) {
                                 const uint8_t *q = qs + b * 256;
                                 for (int p = 0; p < 4; p++)
                                         for (int r = 0; r < AXP_GROUP; r++)
                                                 for (int i = 0; i < 4; i++) {
                                                         uint8_t v = q[p * 64 + r * 4 + i];
-                                                        isum[r] += (v & 15) * a[8 * p + i] +
-                                                                   (v >> 4) * a[8 * p + 4 + i];
+                                                        isum[r] += lut[v & 15] * a[8 * p + i] +
+                                                                   lut[v >> 4] * a[8 * p + 4 + i];
                                                 }
                         } else {
                                 const uint8_t *q = qs + b * 512;
@@ -82,9 +100,12 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
                                                 for (int i = 0; i < 4; i++)
                                                         isum[r] += q[j * 64 + r * 4 + i] * a[4 * j + i];
                         }
-                        for (int r = 0; r < AXP_GROUP; r++)
+                        for (int r = 0; r < AXP_GROUP; r++) {
                                 acc[r] += (float) isum[r] *
                                           (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * act_q8_0_d(row, b));
+                                if (has_min)
+                                        acc[r] += axp_f16_to_f32(mn[b * AXP_GROUP + r]) * act_q8_0_s(row, b);
+                        }
                 }
                 store_rows(acc, y + t * ldy, n_rows);
         }
@@ -92,22 +113,39 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
 
 static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, false);
+        gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q8_0);
 }
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, true);
+        gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q4_0);
 }
 
-static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                        int n_rows) {
+        gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_IQ4_NL);
+}
+
+static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
+        gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q4_1);
+}
+
+static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q5_1);
+}
+
+/* Q4_K, and Q5_K (high: each nibble gains its fifth bit from the sub-block's bit vector) */
+static void gemm_k_affine(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y,
+                          long ldy, int n_rows, bool high) {
         int64_t k = act->k, ns = k / QK_K;
+        size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         for (int t = 0; t < n_tok; t++) {
                 const uint8_t *row = act->data + (t0 + t) * act->stride;
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t s = 0; s < ns; s++) {
-                        const uint8_t *sb = g + s * PK_Q4_K_SB;
+                        const uint8_t *sb = g + s * sb_bytes;
                         const axp_f16 *d = (const axp_f16 *) sb, *dmin = (const axp_f16 *) (sb + 32);
                         const int8_t *a = act_q8_K_qs(row, s);
                         const int16_t *bs32 = act_q8_K_bs32(row, s);
@@ -115,12 +153,18 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                                 int32_t sum = 0, msum = 0;
                                 for (int j = 0; j < 8; j++) {
                                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + r * 4;
+                                        const uint8_t *hb = sb + PK_Q4_K_SB + j * 64 + r * 4;
                                         int32_t isum = 0;
                                         for (int p = 0; p < 4; p++)
                                                 for (int i = 0; i < 4; i++) {
                                                         uint8_t v = q[p * 64 + i];
-                                                        isum += (v & 15) * a[32 * j + 8 * p + i] +
-                                                                (v >> 4) * a[32 * j + 8 * p + 4 + i];
+                                                        int lo = v & 15, hi = v >> 4;
+                                                        if (high) {
+                                                                lo |= ((hb[i] >> p) & 1) << 4;
+                                                                hi |= ((hb[i] >> (4 + p)) & 1) << 4;
+                                                        }
+                                                        isum += lo * a[32 * j + 8 * p + i] +
+                                                                hi * a[32 * j + 8 * p + 4 + i];
                                                 }
                                         sum += isum * sb[64 + j * 16 + r];
                                         msum += sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] * bs32[j];
@@ -131,6 +175,16 @@ static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                 }
                 store_rows(acc, y + t * ldy, n_rows);
         }
+}
+
+static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_k_affine(g, act, t0, n_tok, y, ldy, n_rows, false);
+}
+
+static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_k_affine(g, act, t0, n_tok, y, ldy, n_rows, true);
 }
 
 static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
@@ -212,7 +266,12 @@ const axp_cpu_ops axp_cpu_ops_generic = {
                 [AXP_TYPE_BF16] = gemm_bf16,
                 [AXP_TYPE_Q8_0] = gemm_q8_0,
                 [AXP_TYPE_Q4_0] = gemm_q4_0,
+                [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+                [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
+                [AXP_TYPE_Q4_1] = gemm_q4_1,
+                [AXP_TYPE_Q5_1] = gemm_q5_1,
                 [AXP_TYPE_Q4_K] = gemm_q4_K,
+                [AXP_TYPE_Q5_K] = gemm_q5_K,
                 [AXP_TYPE_Q6_K] = gemm_q6_K,
         },
         .att_chunk = att_chunk,

@@ -35,7 +35,8 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                     long ldx, float *const *y, const long *ldy, int n_tok);
 
 /* Attention for n_q query tokens of one request. Query i sits at position pos[i] and attends
- * to KV positions [0, pos[i]] (causal). For head h (KV head h / (n_head / n_head_kv)):
+ * to KV positions [0, pos[i]] (causal), or with window > 0 (sliding-window attention) to
+ * [max(0, pos[i] - window + 1), pos[i]]. For head h (KV head h / (n_head / n_head_kv)):
  *   out[i][h] = sum_t softmax_t(scale * q[i][h] . K[t]) V[t]
  * q and out may alias (in place). k and v are [positions][n_head_kv * head_dim] of kv_type
  * (AXP_TYPE_F32 or AXP_TYPE_F16); positions up to max pos[i] must be written. head_dim <= 512.
@@ -44,4 +45,4 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
-                       float scale);
+                       int window, float scale);

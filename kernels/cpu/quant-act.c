@@ -3,7 +3,8 @@
  * reference: the SIMD quantizers of the other paths must give the same bytes.
  *
  * Q8_0 follows llama.cpp's x86 quantizer exactly, so that a Q8_0 model gives llama.cpp's
- * logits: d = amax / 127 stored as f16, q = round-half-even(x * (127 / amax)). Q8_K follows
+ * logits: d = amax / 127 stored as f16, q = round-half-even(x * (127 / amax)); the same rows
+ * carry llama.cpp's Q8_1 sum for Q4_1/Q5_1 weights (cpu.h). Q8_K follows
  * llama.cpp's reference: the value of largest magnitude maps to -127, d = 1 / iscale (f32). */
 #include <math.h>
 #include <string.h>
@@ -16,8 +17,13 @@ enum axp_act_kind axp_act_kind_of(uint32_t type) {
                 return AXP_ACT_F16;
         case AXP_TYPE_Q8_0:
         case AXP_TYPE_Q4_0:
+        case AXP_TYPE_Q4_1:
+        case AXP_TYPE_Q5_0:
+        case AXP_TYPE_Q5_1:
+        case AXP_TYPE_IQ4_NL:
                 return AXP_ACT_Q8_0;
         case AXP_TYPE_Q4_K:
+        case AXP_TYPE_Q5_K:
         case AXP_TYPE_Q6_K:
                 return AXP_ACT_Q8_K;
         default:
@@ -63,7 +69,7 @@ void axp_quant_act_q8_0(const float *x, int64_t k, uint8_t *row) {
                         qs[j] = (int8_t) nearbyintf(x[j] * id);
                         sum += qs[j];
                 }
-                act_q8_0_put(row, b, axp_f16_to_f32(axp_f32_to_f16(amax / 127.0f)), sum);
+                act_q8_0_put(row, b, amax / 127.0f, sum);
         }
 }
 

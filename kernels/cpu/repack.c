@@ -18,10 +18,19 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
                 return axp_align_up((size_t) k * AXP_GROUP * 2, AXP_ALIGN);
         case AXP_TYPE_Q8_0:
                 return pk_q8_0_scales_bytes(k) + (size_t) (k / QK8_0) * AXP_GROUP * 32;
+        case AXP_TYPE_Q5_0:
+                return pk_q8_0_scales_bytes(k) + (size_t) (k / QK5_0) * AXP_GROUP * 32;
         case AXP_TYPE_Q4_0:
+        case AXP_TYPE_IQ4_NL:
                 return pk_q8_0_scales_bytes(k) + (size_t) (k / QK4_0) * AXP_GROUP * 16;
+        case AXP_TYPE_Q4_1:
+                return pk_q4_1_head_bytes(k) + (size_t) (k / QK4_1) * AXP_GROUP * 16;
+        case AXP_TYPE_Q5_1:
+                return pk_q4_1_head_bytes(k) + (size_t) (k / QK5_1) * AXP_GROUP * 32;
         case AXP_TYPE_Q4_K:
                 return (size_t) (k / QK_K) * PK_Q4_K_SB;
+        case AXP_TYPE_Q5_K:
+                return (size_t) (k / QK_K) * PK_Q5_K_SB;
         case AXP_TYPE_Q6_K:
                 return (size_t) (k / QK_K) * PK_Q6_K_SB;
         default:
@@ -66,6 +75,41 @@ static void pack_q8_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
         }
 }
 
+/* One block's 32 quants of row r into a nibble block (256 bytes: [4][16][4]) or a byte block
+ * (512 bytes: [8][16][4]) of the group, flipping the sign bit of bytes if asked. */
+static void put_nibbles(const uint8_t *q, int r, uint8_t *blk) {
+        uint8_t *o = blk + r * 4;
+        for (int p = 0; p < 4; p++)
+                for (int l = 0; l < 4; l++)
+                        o[p * 64 + l] = (uint8_t) (q[8 * p + l] | q[8 * p + 4 + l] << 4);
+}
+
+static void put_bytes(const uint8_t *q, int r, uint8_t flip, uint8_t *blk) {
+        uint8_t *o = blk + r * 4;
+        for (int j = 0; j < 8; j++)
+                for (int l = 0; l < 4; l++)
+                        o[j * 64 + l] = q[4 * j + l] ^ flip;
+}
+
+/* the 32 nibbles of a Q4_0/Q4_1/IQ4_NL block in element order */
+static void nibbles_of(const uint8_t *qs, uint8_t *q) {
+        for (int j = 0; j < 16; j++) {
+                q[j] = qs[j] & 0x0f;
+                q[j + 16] = qs[j] >> 4;
+        }
+}
+
+/* the five-bit quants 0..31 of a Q5_0/Q5_1 block in element order */
+static void q5_of(const uint8_t *qh4, const uint8_t *qs, uint8_t *q) {
+        uint32_t qh;
+        memcpy(&qh, qh4, 4); /* little-endian, as GGUF */
+        for (int j = 0; j < 16; j++) {
+                q[j] = (uint8_t) ((qs[j] & 0x0f) | ((qh >> j) & 1) << 4);
+                q[j + 16] = (uint8_t) ((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+        }
+}
+
+/* Q4_0 and IQ4_NL: the nibbles as they are (IQ4_NL's are level indices) */
 static void pack_q4_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK4_0;
         axp_f16 *sc = (axp_f16 *) out;
@@ -74,15 +118,60 @@ static void pack_q4_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                 const block_q4_0 *b = (const block_q4_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
                         uint8_t q[32];
-                        for (int j = 0; j < 16; j++) {
-                                q[j] = b[i].qs[j] & 0x0f;
-                                q[j + 16] = b[i].qs[j] >> 4;
-                        }
+                        nibbles_of(b[i].qs, q);
                         sc[i * AXP_GROUP + r] = b[i].d;
-                        uint8_t *o = qs + i * 256 + r * 4;
-                        for (int p = 0; p < 4; p++)
-                                for (int l = 0; l < 4; l++)
-                                        o[p * 64 + l] = (uint8_t) (q[8 * p + l] | q[8 * p + 4 + l] << 4);
+                        put_nibbles(q, r, qs + i * 256);
+                }
+        }
+}
+_Static_assert(sizeof(block_q4_0) == sizeof(block_iq4_nl), "IQ4_NL packs as Q4_0");
+
+/* Q5_0 as Q8_0: q - 16 stored with the sign flip, (q - 16) ^ 0x80 = q + 112 */
+static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t nb = k / QK5_0;
+        axp_f16 *sc = (axp_f16 *) out;
+        uint8_t *qs = out + pk_q8_0_scales_bytes(k);
+        for (int r = 0; r < n_rows; r++) {
+                const block_q5_0 *b = (const block_q5_0 *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < nb; i++) {
+                        uint8_t q[32];
+                        q5_of(b[i].qh, b[i].qs, q);
+                        for (int j = 0; j < 32; j++)
+                                q[j] = (uint8_t) (q[j] + 112);
+                        sc[i * AXP_GROUP + r] = b[i].d;
+                        put_bytes(q, r, 0, qs + i * 512);
+                }
+        }
+}
+
+static void pack_q4_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t nb = k / QK4_1;
+        axp_f16 *sc = (axp_f16 *) out, *mn = (axp_f16 *) (out + pk_q8_0_scales_bytes(k));
+        uint8_t *qs = out + pk_q4_1_head_bytes(k);
+        for (int r = 0; r < n_rows; r++) {
+                const block_q4_1 *b = (const block_q4_1 *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < nb; i++) {
+                        uint8_t q[32];
+                        nibbles_of(b[i].qs, q);
+                        sc[i * AXP_GROUP + r] = b[i].d;
+                        mn[i * AXP_GROUP + r] = b[i].m;
+                        put_nibbles(q, r, qs + i * 256);
+                }
+        }
+}
+
+static void pack_q5_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+        int64_t nb = k / QK5_1;
+        axp_f16 *sc = (axp_f16 *) out, *mn = (axp_f16 *) (out + pk_q8_0_scales_bytes(k));
+        uint8_t *qs = out + pk_q4_1_head_bytes(k);
+        for (int r = 0; r < n_rows; r++) {
+                const block_q5_1 *b = (const block_q5_1 *) ((const uint8_t *) raw + r * row_bytes);
+                for (int64_t i = 0; i < nb; i++) {
+                        uint8_t q[32];
+                        q5_of(b[i].qh, b[i].qs, q);
+                        sc[i * AXP_GROUP + r] = b[i].d;
+                        mn[i * AXP_GROUP + r] = b[i].m;
+                        put_bytes(q, r, 0, qs + i * 512);
                 }
         }
 }
@@ -98,35 +187,50 @@ static void q4k_get_scale_min(int j, const uint8_t *q, uint8_t *ret_sc, uint8_t 
         }
 }
 
-static void pack_q4_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+/* Q4_K, and Q5_K (high: its fifth bits; the superblock is PK_Q5_K_SB bytes) */
+static void pack_k_affine(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, bool high,
+                          uint8_t *out) {
         int64_t ns = k / QK_K;
+        size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB, blk = high ? sizeof(block_q5_K) : sizeof(block_q4_K);
         for (int r = 0; r < n_rows; r++) {
-                const block_q4_K *b = (const block_q4_K *) ((const uint8_t *) raw + r * row_bytes);
+                const uint8_t *row = (const uint8_t *) raw + r * row_bytes;
                 for (int64_t s = 0; s < ns; s++) {
-                        uint8_t *sb = out + s * PK_Q4_K_SB;
-                        ((axp_f16 *) sb)[r] = b[s].d;
-                        ((axp_f16 *) (sb + 32))[r] = b[s].dmin;
+                        /* Q5_K's d, dmin and scales sit where Q4_K's do */
+                        const block_q4_K *b4 = (const block_q4_K *) (row + s * blk);
+                        const block_q5_K *b5 = (const block_q5_K *) (row + s * blk);
+                        const uint8_t *qs = high ? b5->qs : b4->qs;
+                        uint8_t *sb = out + s * sb_bytes;
+                        ((axp_f16 *) sb)[r] = b4->d;
+                        ((axp_f16 *) (sb + 32))[r] = b4->dmin;
                         for (int j = 0; j < 8; j++) {
                                 uint8_t sc, m;
-                                q4k_get_scale_min(j, b[s].scales, &sc, &m);
+                                q4k_get_scale_min(j, b4->scales, &sc, &m);
                                 sb[64 + j * 16 + r] = sc;
                                 sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] = m;
                         }
                         /* sub-block j: weights 32j..32j+31; the GGUF block stores sub-blocks
-                         * 2i and 2i+1 as the low and high nibbles of qs[32i..32i+31] */
+                         * 2i and 2i+1 as the low and high nibbles of qs[32i..32i+31], their
+                         * fifth bits (Q5_K) as bits 2i and 2i+1 of qh[0..31] */
                         uint8_t q[QK_K];
                         for (int i = 0; i < 4; i++)
                                 for (int l = 0; l < 32; l++) {
-                                        q[64 * i + l] = b[s].qs[32 * i + l] & 0x0f;
-                                        q[64 * i + 32 + l] = b[s].qs[32 * i + l] >> 4;
+                                        q[64 * i + l] = qs[32 * i + l] & 0x0f;
+                                        q[64 * i + 32 + l] = qs[32 * i + l] >> 4;
+                                        if (high) {
+                                                q[64 * i + l] |= ((b5->qh[l] >> (2 * i)) & 1) << 4;
+                                                q[64 * i + 32 + l] |= ((b5->qh[l] >> (2 * i + 1)) & 1) << 4;
+                                        }
                                 }
-                        uint8_t *qs = sb + PK_Q4_K_HEAD;
+                        uint8_t *oq = sb + PK_Q4_K_HEAD, *oh = sb + PK_Q4_K_SB;
                         for (int j = 0; j < 8; j++)
                                 for (int p = 0; p < 4; p++)
-                                        for (int l = 0; l < 4; l++)
-                                                qs[j * 256 + p * 64 + r * 4 + l] =
-                                                        (uint8_t) (q[32 * j + 8 * p + l] |
-                                                                   q[32 * j + 8 * p + 4 + l] << 4);
+                                        for (int l = 0; l < 4; l++) {
+                                                uint8_t lo = q[32 * j + 8 * p + l], hi = q[32 * j + 8 * p + 4 + l];
+                                                oq[j * 256 + p * 64 + r * 4 + l] = (uint8_t) ((lo & 15) | (hi & 15) << 4);
+                                                if (high)
+                                                        oh[j * 64 + r * 4 + l] |=
+                                                                (uint8_t) ((lo >> 4) << p | (hi >> 4) << (4 + p));
+                                        }
                 }
         }
 }
@@ -169,9 +273,9 @@ static void pack_q6_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
 void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
                     uint8_t *out) {
         size_t bytes = axp_pack_group_bytes(type, k);
-        /* padding rows are zero; a zero Q8_0 weight is 0x80 after the sign flip */
+        /* padding rows are zero; a zero Q8_0 (or Q5_0) weight is 0x80 after the sign flip */
         memset(out, 0, bytes);
-        if (type == AXP_TYPE_Q8_0)
+        if (type == AXP_TYPE_Q8_0 || type == AXP_TYPE_Q5_0)
                 memset(out + pk_q8_0_scales_bytes(k), 0x80, bytes - pk_q8_0_scales_bytes(k));
         switch (type) {
         case AXP_TYPE_F32:
@@ -185,10 +289,23 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
                 pack_q8_0(raw, row_bytes, k, n_rows, out);
                 break;
         case AXP_TYPE_Q4_0:
+        case AXP_TYPE_IQ4_NL:
                 pack_q4_0(raw, row_bytes, k, n_rows, out);
                 break;
+        case AXP_TYPE_Q5_0:
+                pack_q5_0(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q4_1:
+                pack_q4_1(raw, row_bytes, k, n_rows, out);
+                break;
+        case AXP_TYPE_Q5_1:
+                pack_q5_1(raw, row_bytes, k, n_rows, out);
+                break;
         case AXP_TYPE_Q4_K:
-                pack_q4_K(raw, row_bytes, k, n_rows, out);
+                pack_k_affine(raw, row_bytes, k, n_rows, false, out);
+                break;
+        case AXP_TYPE_Q5_K:
+                pack_k_affine(raw, row_bytes, k, n_rows, true, out);
                 break;
         case AXP_TYPE_Q6_K:
                 pack_q6_K(raw, row_bytes, k, n_rows, out);

@@ -59,9 +59,10 @@ float round_f16(float f) {
 }
 
 /* Q8_0, one item per block of 32 of one token: d = amax / 127 rounded to f16,
- * q = round-half-even(x * (127 / amax)). */
+ * q = round-half-even(x * (127 / amax)); AS gets llama.cpp's Q8_1 sum for Q4_1/Q5_1 weights,
+ * (amax / 127) * sum(q) rounded to f16. */
 __kernel void act_q8_0(__global const float *X, int x_off, int ldx, int k, __global char *AQ,
-                       __global float *AD) {
+                       __global float *AD, __global float *AS) {
         const int b = get_global_id(0), t = get_global_id(1);
         if (b >= k / 32)
                 return;
@@ -71,9 +72,14 @@ __kernel void act_q8_0(__global const float *X, int x_off, int ldx, int k, __glo
                 amax = fmax(amax, fabs(x[j]));
         const float id = amax != 0.0f ? div_rn(127.0f, amax) : 0.0f;
         __global char *q = AQ + (long) t * k + b * 32;
-        for (int j = 0; j < 32; j++)
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
                 q[j] = convert_char_sat_rte(x[j] * id);
-        AD[(long) t * (k / 32) + b] = round_f16(div_rn(amax, 127.0f));
+                sum += q[j];
+        }
+        const float d = div_rn(amax, 127.0f);
+        AD[(long) t * (k / 32) + b] = round_f16(d);
+        AS[(long) t * (k / 32) + b] = round_f16(d * (float) sum);
 }
 
 /* Q8_K, one item per block of 256 of one token: the first value of largest magnitude, max,

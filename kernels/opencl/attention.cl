@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* K2: attention of a request's new tokens over its own KV cache, causal, with grouped KV
- * heads. One work-group per (query, head): the items score WG positions at a time and the
+ * heads; with window > 0, a query at position pos sees positions pos - window + 1 .. pos only
+ * (sliding-window layers). One work-group per (query, head): the items score WG positions at a time and the
  * softmax runs online (a running maximum rescales what was summed so far), so any context
  * length fits in a fixed amount of local memory. The output replaces the query in place. */
 
@@ -8,7 +9,7 @@
 
 __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const uchar *Kc,
                                 __global const uchar *Vc, int kv_f16, int pos0, int n_head,
-                                int n_head_kv, int hd, float scale) {
+                                int n_head_kv, int hd, int window, float scale) {
         __local float qv[MAX_HD];
         __local float p[WG];
         __local float red[WG];
@@ -24,7 +25,8 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
         float m = -INFINITY, l = 0, acc[ACC_PER_ITEM];
         for (int j = 0; j < ACC_PER_ITEM; j++)
                 acc[j] = 0;
-        for (int tb = 0; tb <= pos; tb += WG) {
+        const int first = window > 0 && pos >= window ? pos - window + 1 : 0;
+        for (int tb = first; tb <= pos; tb += WG) {
                 const int t = tb + lid;
                 float s = -INFINITY;
                 if (t <= pos) {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Weight rows of every supported type, read 32 elements at a time (a Q8_0/Q4_0 block, a
+/* Weight rows of every supported type, read 32 elements at a time (a block of 32, a
  * sub-block of a Q4_K/Q6_K super-block, 32 floats), and the two kernels built on them: the
  * token embedding lookup and the matrix product Y = X W^T. Block layouts as in GGUF. */
 
@@ -41,6 +41,63 @@ void dq32_q4_0(__global const uchar *row, int u, float *w) {
         }
 }
 
+/* block_q4_1: half d, half m, uint8 qs[16]; element = d * nibble + m */
+void dq32_q4_1(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + u * 20;
+        const float d = vload_half(0, (__global const half *) b);
+        const float m = vload_half(1, (__global const half *) b);
+        for (int j = 0; j < 16; j++) {
+                const uchar q = b[4 + j];
+                w[j] = (float) (q & 15) * d + m;
+                w[j + 16] = (float) (q >> 4) * d + m;
+        }
+}
+
+/* The fifth bits of a Q5_0/Q5_1 block: bit j of the little-endian word at qh is element j's. */
+uint q5_high(__global const uchar *qh) {
+        return (uint) qh[0] | (uint) qh[1] << 8 | (uint) qh[2] << 16 | (uint) qh[3] << 24;
+}
+
+/* block_q5_0: half d, uint8 qh[4], uint8 qs[16]; element = d * (5-bit quant - 16) */
+void dq32_q5_0(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + u * 22;
+        const float d = vload_half(0, (__global const half *) b);
+        const uint qh = q5_high(b + 2);
+        for (int j = 0; j < 16; j++) {
+                const uchar q = b[6 + j];
+                w[j] = (float) ((int) ((q & 15) | ((qh >> j) & 1) << 4) - 16) * d;
+                w[j + 16] = (float) ((int) ((q >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16) * d;
+        }
+}
+
+/* block_q5_1: half d, half m, uint8 qh[4], uint8 qs[16]; element = d * 5-bit quant + m */
+void dq32_q5_1(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + u * 24;
+        const float d = vload_half(0, (__global const half *) b);
+        const float m = vload_half(1, (__global const half *) b);
+        const uint qh = q5_high(b + 4);
+        for (int j = 0; j < 16; j++) {
+                const uchar q = b[8 + j];
+                w[j] = (float) ((q & 15) | ((qh >> j) & 1) << 4) * d + m;
+                w[j + 16] = (float) ((q >> 4) | ((qh >> (j + 16)) & 1) << 4) * d + m;
+        }
+}
+
+/* IQ4_NL's 16 levels */
+__constant char iq4nl_values[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113 };
+
+/* block_iq4_nl: half d, uint8 qs[16] as Q4_0's, indexing the levels */
+void dq32_iq4_nl(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + u * 18;
+        const float d = vload_half(0, (__global const half *) b);
+        for (int j = 0; j < 16; j++) {
+                const uchar q = b[2 + j];
+                w[j] = d * (float) iq4nl_values[q & 15];
+                w[j + 16] = d * (float) iq4nl_values[q >> 4];
+        }
+}
+
 /* block_q4_K (144 bytes): half d, half dmin, 12 bytes of packed 6-bit scales and mins,
  * 128 bytes of nibbles. Sub-block s uses scale/min s and the low (even s) or high (odd s)
  * nibbles of bytes 32 * (s / 2) .. + 31. */
@@ -62,6 +119,34 @@ void dq32_q4_k(__global const uchar *row, int u, float *w) {
         const int shift = (s & 1) * 4;
         for (int l = 0; l < 32; l++)
                 w[l] = d1 * (float) ((q[l] >> shift) & 15) - m1;
+}
+
+/* The 6-bit scale and min of sub-block s of a Q4_K/Q5_K block's 12 scale bytes. */
+void k_scale_min(__global const uchar *sc, int s, uint *scale, uint *mn) {
+        if (s < 4) {
+                *scale = sc[s] & 63;
+                *mn = sc[s + 4] & 63;
+        } else {
+                *scale = (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+                *mn = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        }
+}
+
+/* block_q5_K (176 bytes): as Q4_K (half d, half dmin, 12 scale bytes) then uint8 qh[32]
+ * and the 128 bytes of nibbles; element l of sub-block s has its fifth bit at bit s of
+ * qh[l]. */
+void dq32_q5_k(__global const uchar *row, int u, float *w) {
+        __global const uchar *b = row + (u / 8) * 176;
+        const int s = u % 8;
+        const float d = vload_half(0, (__global const half *) b);
+        const float dmin = vload_half(1, (__global const half *) b);
+        __global const uchar *qh = b + 16, *q = b + 48 + 32 * (s / 2);
+        uint scale, mn;
+        k_scale_min(b + 4, s, &scale, &mn);
+        const float d1 = d * (float) scale, m1 = dmin * (float) mn;
+        const int shift = (s & 1) * 4;
+        for (int l = 0; l < 32; l++)
+                w[l] = d1 * (float) (((q[l] >> shift) & 15) | ((qh[l] >> s) & 1) << 4) - m1;
 }
 
 /* block_q6_K (210 bytes): uint8 ql[128], uint8 qh[64], int8 scales[16], half d. Each half
@@ -138,9 +223,10 @@ void dq32_q6_k(__global const uchar *row, int u, float *w) {
 
 /* Integer weights take the activations quantized by act_q8_0 / act_q8_k (act.cl): per block
  * an exact integer dot product, then the block's float terms as the CPU kernels combine them
- * (kernels/cpu/gemm-generic.c). The unit an item takes is a block of 32 (Q8_0, Q4_0) or a
- * super-block of 256 (Q4_K, Q6_K). dot_T adds unit u of a weight row, for tokens t < nt of
- * the quantized rows of k values from aq, ad, as, to acc[t]. */
+ * (kernels/cpu/gemm-generic.c). The unit an item takes is a block of 32 (Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL) or a super-block of 256 (Q4_K, Q5_K, Q6_K). dot_T adds unit u of a weight
+ * row, for tokens t < nt of the quantized rows of k values from aq, ad, as (Q8_1 sums for the
+ * blocks of 32, sums of 32 for the super-blocks), to acc[t]. */
 
 int hsum16(int16 v) {
         const int8 a = v.lo + v.hi;
@@ -155,7 +241,7 @@ int16 a16(__global const char *a, int i) {
 
 /* block_q8_0: half d, int8 qs[32] */
 void dot_q8_0(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
-              __global const short *as, int k, int nt, float *acc) {
+              __global const float *as, int k, int nt, float *acc) {
         __global const uchar *b = row + u * 34;
         const float d = vload_half(0, (__global const half *) b);
         __global const char *q = (__global const char *) (b + 2);
@@ -170,11 +256,90 @@ void dot_q8_0(__global const uchar *row, int u, __global const char *aq, __globa
 /* block_q4_0: half d, uint8 qs[16]; element j is low nibble j (j < 16) or high nibble j - 16,
  * minus 8 */
 void dot_q4_0(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
-              __global const short *as, int k, int nt, float *acc) {
+              __global const float *as, int k, int nt, float *acc) {
         __global const uchar *b = row + u * 18;
         const float d = vload_half(0, (__global const half *) b);
         const uchar16 q = vload16(0, b + 2);
         const int16 lo = convert_int16(q & (uchar) 15) - 8, hi = convert_int16(q >> (uchar) 4) - 8;
+        for (int t = 0; t < nt; t++) {
+                __global const char *a = aq + (long) t * k + u * 32;
+                const int isum = hsum16(lo * a16(a, 0) + hi * a16(a, 1));
+                acc[t] += (float) isum * (d * ad[(long) t * (k / 32) + u]);
+        }
+}
+
+/* The 32 quants of a Q5_0/Q5_1 block (qh, qs) as 0..31 in element order: lo 0..15, hi 16..31 */
+void q5_quants(__global const uchar *qh4, __global const uchar *qs, int16 *lo, int16 *hi) {
+        const uint qh = q5_high(qh4);
+        const uchar16 q = vload16(0, qs);
+        const int16 bit = (int16) (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const int16 h = (int16) ((int) qh);
+        *lo = convert_int16(q & (uchar) 15) | (((h >> bit) & 1) << 4);
+        *hi = convert_int16(q >> (uchar) 4) | (((h >> (bit + 16)) & 1) << 4);
+}
+
+/* block_q4_1 (layout at dq32_q4_1): ad * d * dot(q, a) + m * as, with as llama.cpp's Q8_1
+ * sum f16(amax / 127 * sum(a)) from act_q8_0 */
+void dot_q4_1(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const float *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 20;
+        const float d = vload_half(0, (__global const half *) b);
+        const float m = vload_half(1, (__global const half *) b);
+        const uchar16 q = vload16(0, b + 4);
+        const int16 lo = convert_int16(q & (uchar) 15), hi = convert_int16(q >> (uchar) 4);
+        for (int t = 0; t < nt; t++) {
+                __global const char *a = aq + (long) t * k + u * 32;
+                const int isum = hsum16(lo * a16(a, 0) + hi * a16(a, 1));
+                const long ai = (long) t * (k / 32) + u;
+                acc[t] += (float) isum * (d * ad[ai]);
+                acc[t] += m * as[ai];
+        }
+}
+
+/* block_q5_0 (layout at dq32_q5_0) */
+void dot_q5_0(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const float *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 22;
+        const float d = vload_half(0, (__global const half *) b);
+        int16 lo, hi;
+        q5_quants(b + 2, b + 6, &lo, &hi);
+        lo -= 16;
+        hi -= 16;
+        for (int t = 0; t < nt; t++) {
+                __global const char *a = aq + (long) t * k + u * 32;
+                const int isum = hsum16(lo * a16(a, 0) + hi * a16(a, 1));
+                acc[t] += (float) isum * (d * ad[(long) t * (k / 32) + u]);
+        }
+}
+
+/* block_q5_1 (layout at dq32_q5_1), combined as Q4_1 */
+void dot_q5_1(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const float *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 24;
+        const float d = vload_half(0, (__global const half *) b);
+        const float m = vload_half(1, (__global const half *) b);
+        int16 lo, hi;
+        q5_quants(b + 4, b + 8, &lo, &hi);
+        for (int t = 0; t < nt; t++) {
+                __global const char *a = aq + (long) t * k + u * 32;
+                const int isum = hsum16(lo * a16(a, 0) + hi * a16(a, 1));
+                const long ai = (long) t * (k / 32) + u;
+                acc[t] += (float) isum * (d * ad[ai]);
+                acc[t] += m * as[ai];
+        }
+}
+
+/* block_iq4_nl (layout at dq32_iq4_nl) */
+void dot_iq4_nl(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+                __global const float *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 18;
+        const float d = vload_half(0, (__global const half *) b);
+        int16 lo, hi;
+        for (int j = 0; j < 16; j++) {
+                const uchar q = b[2 + j];
+                lo[j] = iq4nl_values[q & 15];
+                hi[j] = iq4nl_values[q >> 4];
+        }
         for (int t = 0; t < nt; t++) {
                 __global const char *a = aq + (long) t * k + u * 32;
                 const int isum = hsum16(lo * a16(a, 0) + hi * a16(a, 1));
@@ -211,6 +376,47 @@ void dot_q4_k(__global const uchar *row, int u, __global const char *aq, __globa
                         __global const char *a = aq + (long) t * k + u * 256 + 64 * p;
                         sum[t] += hsum16(l0 * a16(a, 0) + l1 * a16(a, 1)) * scale[2 * p] +
                                   hsum16(h0 * a16(a, 2) + h1 * a16(a, 3)) * scale[2 * p + 1];
+                }
+        }
+        for (int t = 0; t < nt; t++) {
+                __global const short *bs = as + (long) t * (k / 32) + u * 8;
+                int msum = 0;
+                for (int s = 0; s < 8; s++)
+                        msum += mn[s] * bs[s];
+                acc[t] += ad[(long) t * (k / 32) + u] * (d * (float) sum[t] - dmin * (float) msum);
+        }
+}
+
+/* block_q5_K (layout at dq32_q5_k): as Q4_K with five-bit quants */
+void dot_q5_k(__global const uchar *row, int u, __global const char *aq, __global const float *ad,
+              __global const short *as, int k, int nt, float *acc) {
+        __global const uchar *b = row + u * 176;
+        const float d = vload_half(0, (__global const half *) b);
+        const float dmin = vload_half(1, (__global const half *) b);
+        __global const uchar *qh = b + 16, *q = b + 48;
+        int scale[8], mn[8];
+        for (int s = 0; s < 8; s++) {
+                uint sc, m;
+                k_scale_min(b + 4, s, &sc, &m);
+                scale[s] = (int) sc;
+                mn[s] = (int) m;
+        }
+        const uchar16 h0 = vload16(0, qh), h1 = vload16(1, qh);
+        int sum[TT];
+        for (int t = 0; t < nt; t++)
+                sum[t] = 0;
+        for (int p = 0; p < 4; p++) {
+                /* sub-blocks 2p (low nibbles, bit 2p of qh) and 2p + 1 (high, bit 2p + 1) */
+                const uchar16 q0 = vload16(0, q + 32 * p), q1 = vload16(1, q + 32 * p);
+                const uchar lb = (uchar) (2 * p), hb = (uchar) (2 * p + 1);
+                const int16 l0 = convert_int16((q0 & (uchar) 15) | (((h0 >> lb) & (uchar) 1) << (uchar) 4));
+                const int16 l1 = convert_int16((q1 & (uchar) 15) | (((h1 >> lb) & (uchar) 1) << (uchar) 4));
+                const int16 g0 = convert_int16((q0 >> (uchar) 4) | (((h0 >> hb) & (uchar) 1) << (uchar) 4));
+                const int16 g1 = convert_int16((q1 >> (uchar) 4) | (((h1 >> hb) & (uchar) 1) << (uchar) 4));
+                for (int t = 0; t < nt; t++) {
+                        __global const char *a = aq + (long) t * k + u * 256 + 64 * p;
+                        sum[t] += hsum16(l0 * a16(a, 0) + l1 * a16(a, 1)) * scale[2 * p] +
+                                  hsum16(g0 * a16(a, 2) + g1 * a16(a, 3)) * scale[2 * p + 1];
                 }
         }
         for (int t = 0; t < nt; t++) {
@@ -263,11 +469,11 @@ void dot_q6_k(__global const uchar *row, int u, __global const char *aq, __globa
 
 /* Y[y_off + t * ldy + r] = sum over the units of row r of dot_T, for the quantized rows
  * t0 + t of AQ/AD/AS (n_in values each). */
-#define DEF_MATMUL_Q(T, UNIT)                                                                      \
+#define DEF_MATMUL_Q(T, UNIT, AST)                                                                 \
         __kernel WG_ATTR void matmul_##T(__global const uchar *W, ulong woff, ulong row_bytes,     \
                                          int n_in, int n_out, int kl_log2,                         \
                                          __global const char *AQ, __global const float *AD,        \
-                                         __global const short *AS, __global float *Y, int y_off,   \
+                                         __global const AST *AS, __global float *Y, int y_off,     \
                                          int ldy, int n_tok) {                                     \
                 MATMUL_HEAD                                                                        \
                 if (r < n_out) {                                                                   \
@@ -275,7 +481,7 @@ void dot_q6_k(__global const uchar *row, int u, __global const char *aq, __globa
                         const int nu = n_in / UNIT;                                                \
                         __global const char *aq = AQ + (long) t0 * n_in;                           \
                         __global const float *ad = AD + (long) t0 * (n_in / 32);                   \
-                        __global const short *as = AS + (long) t0 * (n_in / 32);                   \
+                        __global const AST *as = AS + (long) t0 * (n_in / 32);                     \
                         for (int u = kl; u < nu; u += KL)                                          \
                                 dot_##T(row, u, aq, ad, as, n_in, nt, acc);                        \
                 }                                                                                  \
@@ -301,15 +507,25 @@ void dot_q6_k(__global const uchar *row, int u, __global const char *aq, __globa
 DEF_MATMUL(f32)
 DEF_MATMUL(f16)
 DEF_MATMUL(bf16)
-DEF_MATMUL_Q(q8_0, 32)
-DEF_MATMUL_Q(q4_0, 32)
-DEF_MATMUL_Q(q4_k, 256)
-DEF_MATMUL_Q(q6_k, 256)
+DEF_MATMUL_Q(q8_0, 32, float)
+DEF_MATMUL_Q(q4_0, 32, float)
+DEF_MATMUL_Q(q4_1, 32, float)
+DEF_MATMUL_Q(q5_0, 32, float)
+DEF_MATMUL_Q(q5_1, 32, float)
+DEF_MATMUL_Q(iq4_nl, 32, float)
+DEF_MATMUL_Q(q4_k, 256, short)
+DEF_MATMUL_Q(q5_k, 256, short)
+DEF_MATMUL_Q(q6_k, 256, short)
 
 DEF_EMBED(f32)
 DEF_EMBED(f16)
 DEF_EMBED(bf16)
 DEF_EMBED(q8_0)
 DEF_EMBED(q4_0)
+DEF_EMBED(q4_1)
+DEF_EMBED(q5_0)
+DEF_EMBED(q5_1)
+DEF_EMBED(iq4_nl)
 DEF_EMBED(q4_k)
+DEF_EMBED(q5_k)
 DEF_EMBED(q6_k)

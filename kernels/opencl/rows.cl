@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Row-wise pieces of K1, K3 and HEAD, the same arithmetic as engine/cpu-device.c: RMSNorm,
  * biases, per-head q/k norm, RoPE from a host table of cos/sin, the KV cache write, the
- * residual additions and SwiGLU. Row kernels run one work-group of WG items per row. */
+ * residual additions, SwiGLU and GeGLU. Row kernels run one work-group of WG items per row. */
 
 /* y = x / sqrt(mean(x^2) + eps) * w over one row of n; y may be x. */
 void rmsnorm_row(__global float *y, __global const float *x, __global const float *w, int n,
@@ -53,6 +53,22 @@ __kernel void swiglu(__global float *G, __global const float *U, int n) {
                 const float g = G[i];
                 G[i] = g / (1.0f + exp(-g)) * U[i];
         }
+}
+
+/* G = GELU(G) * U over n elements, GELU's tanh form (gemma3) */
+__kernel void geglu(__global float *G, __global const float *U, int n) {
+        const int i = get_global_id(0);
+        if (i < n) {
+                const float g = G[i];
+                G[i] = 0.5f * g * (1.0f + tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * U[i];
+        }
+}
+
+/* X[x_off + i * ldx + j] *= s, j < n: one item per element (gemma3's embedding scale) */
+__kernel void scale_rows(__global float *X, int x_off, int ldx, float s, int n) {
+        const int j = get_global_id(0), i = get_global_id(1);
+        if (j < n)
+                X[x_off + (long) i * ldx + j] *= s;
 }
 
 void add_bias(__global float *x, __global const float *b, int n) {

@@ -14,6 +14,7 @@
 
 #include "common/bus-common.h"
 #include "cli.h"
+#include "cli-bus.h"
 #include "base/parse.h"
 #include "base/util.h"
 
@@ -38,6 +39,8 @@ typedef struct GenArgs {
         const char *system;
         bool raw;
         const char *flow;
+        char *json_schema, *grammar, *tools; /* the files' text */
+        const char *tool_choice;
 } GenArgs;
 
 enum {
@@ -53,6 +56,10 @@ enum {
         ARG_RAW,
         ARG_FLOW,
         ARG_WAIT,
+        ARG_JSON_SCHEMA,
+        ARG_GRAMMAR,
+        ARG_TOOLS,
+        ARG_TOOL_CHOICE,
 };
 
 static const struct option gen_options[] = {
@@ -68,6 +75,10 @@ static const struct option gen_options[] = {
         { "system", required_argument, NULL, ARG_SYSTEM },
         { "raw", no_argument, NULL, ARG_RAW },
         { "flow", required_argument, NULL, ARG_FLOW },
+        { "json-schema", required_argument, NULL, ARG_JSON_SCHEMA },
+        { "grammar", required_argument, NULL, ARG_GRAMMAR },
+        { "tools", required_argument, NULL, ARG_TOOLS },
+        { "tool-choice", required_argument, NULL, ARG_TOOL_CHOICE },
         { "wait", no_argument, NULL, ARG_WAIT },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -85,6 +96,11 @@ static const char gen_options_help[] =
         "      --stop STRING       stop before STRING (repeatable)\n"
         "      --system TEXT       system prompt\n"
         "      --raw               no chat template\n"
+        "      --json-schema FILE  the answer is JSON valid under the JSON Schema in FILE\n"
+        "      --grammar FILE      the answer follows the GBNF grammar in FILE (rule root)\n"
+        "      --tools FILE        the tools the model may call (OpenAI's function list, JSON);\n"
+        "                          the answer is text or one call ({\"name\", \"arguments\"})\n"
+        "      --tool-choice C     auto (text or a call, the default) or required (a call)\n"
         "  -v, --verbose           print how the request finished, and its stats, on stderr\n"
         "      --address ADDRESS   the bus to use (default: the system bus)\n"
         "\nText (the prompt, --stop, --system, a line of chat) must be valid UTF-8; other bytes\n"
@@ -165,6 +181,24 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                                 return cli_usage_error("--flow does not apply here");
                         a->flow = optarg;
                         break;
+                case ARG_TOOL_CHOICE:
+                        a->tool_choice = optarg;
+                        break;
+                case ARG_TOOLS:
+                case ARG_JSON_SCHEMA:
+                case ARG_GRAMMAR: {
+                        axp_error err = {};
+                        const char *flag = c == ARG_GRAMMAR ? "--grammar" : c == ARG_TOOLS ? "--tools" : "--json-schema";
+                        char **dst = c == ARG_GRAMMAR ? &a->grammar : c == ARG_TOOLS ? &a->tools : &a->json_schema;
+                        size_t len;
+                        free(*dst);
+                        *dst = NULL;
+                        if (axp_read_file(optarg, dst, &len, &err) < 0)
+                                return cli_fail("%s", err.msg);
+                        if (!cli_utf8(flag, *dst, len))
+                                return 1;
+                        break;
+                }
                 case ARG_WAIT:
                         if (!allow_wait)
                                 return cli_usage_error("--wait does not apply here");
@@ -223,6 +257,14 @@ static int append_options(sd_bus_message *m, const GenArgs *a, const char *flow)
                 r = sd_bus_message_append(m, "{sv}", "raw", "b", 1);
         if (r >= 0 && flow)
                 r = sd_bus_message_append(m, "{sv}", "flow", "o", flow);
+        if (r >= 0 && a->json_schema)
+                r = sd_bus_message_append(m, "{sv}", "json_schema", "s", a->json_schema);
+        if (r >= 0 && a->grammar)
+                r = sd_bus_message_append(m, "{sv}", "grammar", "s", a->grammar);
+        if (r >= 0 && a->tools)
+                r = sd_bus_message_append(m, "{sv}", "tools", "s", a->tools);
+        if (r >= 0 && a->tool_choice)
+                r = sd_bus_message_append(m, "{sv}", "tool_choice", "s", a->tool_choice);
         if (r >= 0)
                 r = sd_bus_message_close_container(m);
         return r;
@@ -245,7 +287,7 @@ static void catch_sigint(void) {
 }
 
 /* The bus at `address`, or the system bus; on failure one line saying what to check. */
-static int connect_engine(const char *address, sd_bus **ret) {
+int connect_engine(const char *address, sd_bus **ret) {
         int r = axp_bus_open(address, "agentxpu", ret);
 
         if (r < 0 && !address)
@@ -258,7 +300,7 @@ static int connect_engine(const char *address, sd_bus **ret) {
 }
 
 /* A failed call as one line a person can act on; `address` as connect_engine took it. */
-static int call_fail(const char *what, const char *address, const sd_bus_error *e, int r) {
+int call_fail(const char *what, const char *address, const sd_bus_error *e, int r) {
         /* Nothing owns the name and the bus has no service file to start it with. */
         if (sd_bus_error_has_name(e, SD_BUS_ERROR_SERVICE_UNKNOWN) && !address)
                 return cli_fail("the engine is not installed: no service on the system bus provides " AXP_BUS_NAME);
@@ -283,6 +325,8 @@ typedef struct Stats {
         uint32_t prompt_tokens, prefill_tokens, generated_tokens, preemptions;
         double queue_wait_s, ttft_s, tpot_s, latency_s;
         char error[256];
+        char finish_reason[32]; /* with tools: "tool_calls" or how it finished */
+        char *tool_call;        /* with tools: the call, if the answer is one */
 } Stats;
 
 /* Reads a stats a{sv}; keys it does not know are skipped (a newer engine may add some). */
@@ -329,6 +373,18 @@ static int stats_read(sd_bus_message *m, Stats *st) {
                         r = sd_bus_message_read(m, "v", "s", &e);
                         if (r >= 0)
                                 snprintf(st->error, sizeof(st->error), "%s", e);
+                } else if (strcmp(key, "finish_reason") == 0 && strcmp(contents, "s") == 0) {
+                        const char *e;
+                        r = sd_bus_message_read(m, "v", "s", &e);
+                        if (r >= 0)
+                                snprintf(st->finish_reason, sizeof(st->finish_reason), "%s", e);
+                } else if (strcmp(key, "tool_call") == 0 && strcmp(contents, "s") == 0) {
+                        const char *e;
+                        r = sd_bus_message_read(m, "v", "s", &e);
+                        if (r >= 0) {
+                                free(st->tool_call);
+                                st->tool_call = strdup(e);
+                        }
                 } else
                         r = sd_bus_message_skip(m, "v");
                 if (r < 0)
@@ -347,6 +403,10 @@ static void stats_print(FILE *f, const char *reason, const Stats *st) {
                    "tpot %.3fs, latency %.3fs, queue wait %.3fs, %u preemptions\n",
                 reason, st->prompt_tokens, st->prefill_tokens, st->generated_tokens, st->ttft_s,
                 st->tpot_s, st->latency_s, st->queue_wait_s, st->preemptions);
+        if (st->finish_reason[0])
+                fprintf(f, "finish_reason: %s\n", st->finish_reason);
+        if (st->tool_call)
+                fprintf(f, "tool_call: %s\n", st->tool_call);
 }
 
 /* One request being followed: its tokens printed or collected, its Finished awaited. */

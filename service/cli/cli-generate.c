@@ -12,6 +12,7 @@
 #include "devices/forward.h"
 #include "model/generate.h"
 #include "kernels/types.h"
+#include "model/tools.h"
 
 static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu generate -m MODEL (-p PROMPT | -f FILE) [options]\n"
@@ -29,6 +30,11 @@ static int usage(FILE *f) {
                    "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
                    "  --json             print one JSON object with tokens, text and timings\n"
+                   "  --json-schema FILE the output is JSON valid under the JSON Schema in FILE\n"
+                   "  --grammar FILE     the output follows the GBNF grammar in FILE (rule root)\n"
+                   "  --tools FILE       the tools the model may call (OpenAI's function list, JSON):\n"
+                   "                     the output is text or one call; --json adds tool_call\n"
+                   "  --tool-choice C    auto (text or a call, the default) or required (a call)\n"
                    "The prompt, its file, --stop and --system must be valid UTF-8; other bytes are\n"
                    "refused, saying where. On a terminal, control characters in the text (all but\n"
                    "newline and tab) are shown as \\xNN escapes of their bytes, such as \\x07 for BEL;\n"
@@ -37,7 +43,8 @@ static int usage(FILE *f) {
 }
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
-       OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE };
+       OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
+       OPT_TOOL_CHOICE };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -50,11 +57,13 @@ static const struct option options[] = {
         { "threads", required_argument, NULL, OPT_THREADS }, { "chunk", required_argument, NULL, OPT_CHUNK },
         { "json", no_argument, NULL, OPT_JSON },        { "help", no_argument, NULL, 'h' },
         { "device", required_argument, NULL, OPT_DEVICE },
+        { "json-schema", required_argument, NULL, OPT_SCHEMA }, { "grammar", required_argument, NULL, OPT_GRAMMAR },
+        { "tools", required_argument, NULL, OPT_TOOLS }, { "tool-choice", required_argument, NULL, OPT_TOOL_CHOICE },
         {}
 };
 
 typedef struct gen_args {
-        const char *model, *prompt, *file, *system, *device;
+        const char *model, *prompt, *file, *system, *device, *schema_file, *grammar_file, *tools_file, *tool_choice;
         int n_predict, threads, chunk;
         bool raw, json;
         const char *stops[16];
@@ -136,18 +145,37 @@ static int parse(int argc, char **argv, gen_args *a) {
                         break;
                 case OPT_JSON: a->json = true; break;
                 case OPT_DEVICE: a->device = optarg; break;
+                case OPT_SCHEMA: a->schema_file = optarg; break;
+                case OPT_GRAMMAR: a->grammar_file = optarg; break;
+                case OPT_TOOLS: a->tools_file = optarg; break;
+                case OPT_TOOL_CHOICE: a->tool_choice = optarg; break;
                 case 'h': return usage(stdout) - 1; /* -1: stop, exit 0 */
                 default: return 2;
                 }
         }
         if (optind < argc)
                 return cli_usage_error("unexpected argument '%s'", argv[optind]);
+        if (!!a->schema_file + !!a->grammar_file + !!a->tools_file > 1)
+                return cli_usage_error("give one of --json-schema, --grammar and --tools");
+        if (a->tools_file && a->raw)
+                return cli_usage_error("--tools needs the chat template (not --raw)");
+        if (a->tool_choice && !a->tools_file)
+                return cli_usage_error("--tool-choice needs --tools");
         return 0;
 }
 
 /* The prompt as the model sees it: raw text, or the chat template around it. */
 static int build_prompt(const axp_model *m, const gen_args *a, const char *text, size_t len,
-                        int32_t **ret, int *ret_n) {
+                        const char *tools, char **ret_grammar, axp_chat_family *ret_family, int32_t **ret,
+                        int *ret_n) {
+        if (tools) {
+                axp_error err = { 0 };
+                _cleanup_free_ char *formatted = NULL;
+                if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, text,
+                                      &formatted, ret_grammar, ret_family, &err) < 0)
+                        return cli_fail("%s", err.msg);
+                return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
+        }
         if (a->raw)
                 return cli_tokenize_raw(m, text, len, ret, ret_n);
         axp_chat_msg msgs[2];
@@ -163,7 +191,8 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
 }
 
 static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks, int n_toks,
-                       const char *text, size_t len, double pf_tps, double dec_tps) {
+                       const char *text, size_t len, double pf_tps, double dec_tps, const axp_gen *g,
+                       bool tools, axp_chat_family family) {
         printf("{\"prompt_tokens\": [");
         for (int i = 0; i < n_prompt; i++)
                 printf("%s%d", i ? ", " : "", prompt[i]);
@@ -172,8 +201,17 @@ static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks,
                 printf("%s%d", i ? ", " : "", toks[i]);
         printf("], \"text\": ");
         axp_json_string(stdout, text, len);
-        printf(", \"timings\": {\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f}}\n", pf_tps,
-               dec_tps);
+        _cleanup_free_ char *call = NULL;
+        if (tools && g->reason == AXP_FINISH_STOP && axp_tools_read_call(family, text, len, &call) < 0)
+                call = NULL;
+        printf(", \"finish_reason\": \"%s\"", call ? "tool_calls" : axp_finish_reason_name(g->reason));
+        if (call)
+                printf(", \"tool_call\": %s", call);
+        printf(", \"timings\": {\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f", pf_tps, dec_tps);
+        if (g->matcher)
+                printf(", \"grammar_ms_per_token\": %.4f, \"grammar_masked_steps\": %u",
+                       n_toks > 0 ? g->mask_s * 1e3 / n_toks : 0, g->n_masked);
+        printf("}}\n");
 }
 
 /* Append the text the generation released to the JSON text, or print it. */
@@ -215,8 +253,14 @@ int cli_generate(int argc, char **argv) {
                 return r;
 
         _cleanup_free_ int32_t *prompt = NULL;
+        _cleanup_free_ char *tools = NULL, *tools_grammar = NULL;
+        axp_chat_family family = AXP_CHAT_RAW;
         int n_prompt = 0;
-        if ((r = build_prompt(m, &a, text, len, &prompt, &n_prompt)) != 0)
+        axp_error terr = { 0 };
+        size_t tlen;
+        if (a.tools_file && axp_read_file(a.tools_file, &tools, &tlen, &terr) < 0)
+                return cli_fail("%s", terr.msg);
+        if ((r = build_prompt(m, &a, text, len, tools, &tools_grammar, &family, &prompt, &n_prompt)) != 0)
                 return r;
         if (n_prompt > m->hp.n_ctx_train)
                 return cli_fail("the prompt has %d tokens but the model's context holds %d", n_prompt,
@@ -229,8 +273,14 @@ int cli_generate(int argc, char **argv) {
         axp_error err = { 0 };
         if (!toks)
                 return cli_fail("out of memory");
+        _cleanup_free_ char *schema = NULL, *grammar = NULL;
+        size_t flen;
+        if ((a.schema_file && axp_read_file(a.schema_file, &schema, &flen, &err) < 0) ||
+            (a.grammar_file && axp_read_file(a.grammar_file, &grammar, &flen, &err) < 0))
+                return cli_fail("%s", err.msg);
         if (axp_seq_init(&seq, m, AXP_TYPE_F32, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
-            axp_gen_init(&gen, m, &a.sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0)
+            axp_gen_init(&gen, m, &a.sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0 ||
+            axp_gen_constrain(&gen, tools_grammar ? tools_grammar : grammar, schema, &err) < 0)
                 return cli_fail("%s", err.msg);
 
         double t0 = axp_now();
@@ -259,7 +309,7 @@ int cli_generate(int argc, char **argv) {
                 int n_decode = n_toks > 0 ? n_toks - 1 : 0;
                 print_json(prompt, n_prompt, toks, n_toks, all ? all : "", all_len,
                            t1 > t0 ? n_prompt / (t1 - t0) : 0,
-                           n_decode > 0 && t2 > t1 ? n_decode / (t2 - t1) : 0);
+                           n_decode > 0 && t2 > t1 ? n_decode / (t2 - t1) : 0, &gen, tools != NULL, family);
         } else
                 putchar('\n');
         return 0;

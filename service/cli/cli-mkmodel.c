@@ -20,11 +20,15 @@ static int help(FILE *f) {
                 "Write a synthetic GGUF model with seeded random weights (loadable by agentxpu\n"
                 "and llama.cpp).\n"
                 "\n"
-                "  --arch ARCH        llama (default), qwen2 or qwen3\n"
-                "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_k,\n"
-                "                     q6_k; norms and biases stay f32\n"
+                "  --arch ARCH        llama (default), qwen2, qwen3, phi3 (fused QKV and gate/up)\n"
+                "                     or gemma3 (sliding window on 5 of every 6 layers)\n"
+                "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_1,\n"
+                "                     q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k; norms and biases stay\n"
+                "                     f32\n"
                 "  --vocab-from GGUF  copy the tokenizer of another GGUF (default: a small built-in\n"
                 "                     byte-level BPE vocabulary)\n"
+                "  --chat-template T  write T as tokenizer.chat_template (a Jinja template, or a\n"
+                "                     family: llama3, chatml, mistral, llama2, raw)\n"
                 "  --dim D            embedding length (default 256)\n"
                 "  --layers L         blocks (default 2)\n"
                 "  --heads H          attention heads (default 4)\n"
@@ -32,7 +36,9 @@ static int help(FILE *f) {
                 "  --ffn F            feed-forward length (default 512)\n"
                 "  --ctx C            context length (default 512)\n"
                 "  --head-dim N       per-head dimension (default dim/heads)\n"
-                "  --rope-base B      RoPE frequency base (default 500000 llama, 1000000 qwen)\n"
+                "  --rope-base B      RoPE frequency base (default 500000 llama, 10000 phi3,\n"
+                "                     1000000 qwen and gemma3's global layers)\n"
+                "  --swa N            gemma3's sliding window (default 16)\n"
                 "  --tied             no output.weight: the LM head uses token_embd\n"
                 "  --no-eog           the LM head never favours control tokens (end of generation\n"
                 "                     among them): generation runs to its token limit\n"
@@ -41,8 +47,8 @@ static int help(FILE *f) {
                 "  --threads N        threads generating weights (default: all CPUs)\n"
                 "  -o, --output FILE  the model file to write\n"
                 "\n"
-                "q4_k and q6_k need --dim and --ffn (and heads × head-dim) to be multiples of 256;\n"
-                "q8_0 and q4_0 multiples of 32.\n");
+                "q4_k, q5_k and q6_k need --dim and --ffn (and heads × head-dim) to be multiples of 256;\n"
+                "the other quantized types multiples of 32.\n");
         return f == stderr ? 2 : 0;
 }
 
@@ -57,7 +63,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS };
+               O_HEAD_DIM, O_ROPE, O_SWA, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -69,11 +75,13 @@ int cli_mkmodel(int argc, char **argv) {
                 { "ffn", required_argument, NULL, O_FFN },
                 { "ctx", required_argument, NULL, O_CTX },
                 { "head-dim", required_argument, NULL, O_HEAD_DIM },
+                { "swa", required_argument, NULL, O_SWA },
                 { "rope-base", required_argument, NULL, O_ROPE },
                 { "tied", no_argument, NULL, O_TIED },
                 { "no-eog", no_argument, NULL, O_NO_EOG },
                 { "seed", required_argument, NULL, O_SEED },
                 { "name", required_argument, NULL, O_NAME },
+                { "chat-template", required_argument, NULL, O_TEMPLATE },
                 { "threads", required_argument, NULL, O_THREADS },
                 { "output", required_argument, NULL, 'o' },
                 { "help", no_argument, NULL, 'h' },
@@ -94,13 +102,14 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_ARCH:
                         a = axp_arch_from_name(optarg);
                         if (a < 0)
-                                return cli_usage_error("unknown --arch '%s' (llama, qwen2, qwen3)", optarg);
+                                return cli_usage_error("unknown --arch '%s' (llama, qwen2, qwen3, phi3, gemma3)", optarg);
                         p.arch = (enum axp_arch) a;
                         break;
                 case O_TYPE:
                         a = axp_type_from_name(optarg);
                         if (a < 0)
-                                return cli_usage_error("unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)",
+                                return cli_usage_error("unknown --type '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                                                       "q5_1, iq4_nl, q4_k, q5_k, q6_k)",
                                                        optarg);
                         p.type = (uint32_t) a;
                         break;
@@ -125,6 +134,9 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_CTX:
                         ok = parse_int("--ctx", optarg, 1, 1 << 24, &p.n_ctx);
                         break;
+                case O_SWA:
+                        ok = parse_int("--swa", optarg, 1, 1 << 24, &p.n_swa);
+                        break;
                 case O_HEAD_DIM:
                         ok = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);
                         break;
@@ -140,6 +152,9 @@ int cli_mkmodel(int argc, char **argv) {
                         break;
                 case O_SEED:
                         ok = cli_uint("--seed", optarg, 0, UINT64_MAX, &p.seed);
+                        break;
+                case O_TEMPLATE:
+                        p.chat_template = optarg;
                         break;
                 case O_NAME:
                         p.name = optarg;

@@ -23,7 +23,10 @@ int cli_ask(int argc, char **argv);
 int cli_submit(int argc, char **argv);
 int cli_status(int argc, char **argv);
 int cli_cancel(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);
+/* service/cli-install.c: agentxpu model install|list|use|remove */
+int cli_model(int argc, char **argv);
 
 /* Print "agentxpu COMMAND: <msg>" to stderr as one line and return 1 (a failure). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

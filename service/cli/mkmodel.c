@@ -206,10 +206,20 @@ static int file_type_of(uint32_t type) {
                 return 1;
         case AXP_TYPE_Q4_0:
                 return 2;
+        case AXP_TYPE_Q4_1:
+                return 3;
         case AXP_TYPE_Q8_0:
                 return 7;
+        case AXP_TYPE_Q5_0:
+                return 8;
+        case AXP_TYPE_Q5_1:
+                return 9;
+        case AXP_TYPE_IQ4_NL:
+                return 25;
         case AXP_TYPE_Q4_K:
                 return 14; /* MOSTLY_Q4_K_S: every matrix Q4_K */
+        case AXP_TYPE_Q5_K:
+                return 16; /* MOSTLY_Q5_K_S: every matrix Q5_K */
         case AXP_TYPE_Q6_K:
                 return 18;
         case AXP_TYPE_BF16:
@@ -562,7 +572,8 @@ static bool *control_rows(const int32_t *ttype, size_t n, const int32_t *ids, si
         return rows;
 }
 
-static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vocab, bool **ret_control) {
+static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, const char *chat_template, int *ret_n_vocab,
+                               bool **ret_control) {
         vocab v = { 0 };
         int k = builtin_vocab(arch, &v);
         if (k >= 0 && ret_control) {
@@ -584,15 +595,16 @@ static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, int *ret_n_vo
                         gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t) v.pad);
                 gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", arch == AXP_ARCH_LLAMA);
                 gguf_writer_set_str(w, "tokenizer.chat_template",
-                                    arch == AXP_ARCH_LLAMA ? llama3_template : chatml_template);
+                                    chat_template ? chat_template
+                                    : arch == AXP_ARCH_LLAMA ? llama3_template : chatml_template);
                 *ret_n_vocab = (int) v.n;
         }
         vocab_free(&v);
         return k;
 }
 
-static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, bool **ret_control,
-                      axp_error *err) {
+static int copy_vocab(gguf_writer *w, const char *path, const char *chat_template, int *ret_n_vocab,
+                      bool **ret_control, axp_error *err) {
         gguf_file *f;
         const gguf_kv *tokens;
         int k = gguf_open(path, &f, err);
@@ -606,9 +618,13 @@ static int copy_vocab(gguf_writer *w, const char *path, int *ret_n_vocab, bool *
         }
         for (uint64_t i = 0; i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
-                if (kv->key.len > 10 && memcmp(kv->key.ptr, "tokenizer.", 10) == 0)
+                bool tmpl = kv->key.len == strlen("tokenizer.chat_template") &&
+                            memcmp(kv->key.ptr, "tokenizer.chat_template", kv->key.len) == 0;
+                if (kv->key.len > 10 && memcmp(kv->key.ptr, "tokenizer.", 10) == 0 && !(tmpl && chat_template))
                         gguf_writer_copy_kv(w, kv);
         }
+        if (chat_template)
+                gguf_writer_set_str(w, "tokenizer.chat_template", chat_template);
         *ret_n_vocab = (int) tokens->arr_n;
         if (ret_control) {
                 const gguf_kv *tt = gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_TYPE_INT32);
@@ -657,12 +673,12 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
         const axp_type_traits *tr = axp_type_traits_get(p->type);
         int head_dim;
 
-        if ((unsigned) p->arch > AXP_ARCH_QWEN3)
+        if ((unsigned) p->arch >= AXP_ARCH__COUNT)
                 return axp_errorf(err, -EINVAL, "unknown architecture %d", (int) p->arch);
         if (!tr || file_type_of(p->type) < 0)
                 return axp_errorf(err, -EINVAL,
                                   "weight type %s is not one mkmodel writes (f32, f16, bf16, q8_0, "
-                                  "q4_0, q4_k, q6_k)", tr ? tr->name : "?");
+                                  "q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k)", tr ? tr->name : "?");
         if (!p->path || !*p->path)
                 return axp_errorf(err, -EINVAL, "no output file given");
 #define RANGE(v, lo, hi, opt)                                                                      \
@@ -719,7 +735,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 return k;
         arch = axp_arch_name(p->arch);
         tr = axp_type_traits_get(p->type);
-        qwen = p->arch != AXP_ARCH_LLAMA;
+        qwen = p->arch != AXP_ARCH_LLAMA; /* qwen2, qwen3, gemma3: base 1e6, eps 1e-6 */
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();
@@ -749,17 +765,23 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         ARCH_U32("feed_forward_length", p->n_ff);
         ARCH_U32("attention.head_count", p->n_head);
         ARCH_U32("attention.head_count_kv", p->n_head_kv);
-        if (p->arch == AXP_ARCH_QWEN3 || head_dim * p->n_head != p->n_embd) {
+        if (p->arch == AXP_ARCH_QWEN3 || p->arch == AXP_ARCH_GEMMA3 || head_dim * p->n_head != p->n_embd) {
                 ARCH_U32("attention.key_length", head_dim);
                 ARCH_U32("attention.value_length", head_dim);
         }
         ARCH_U32("rope.dimension_count", head_dim);
-        ARCH_F32("rope.freq_base", p->rope_base > 0 ? p->rope_base : qwen ? 1e6f : 5e5f);
-        ARCH_F32("attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f);
+        ARCH_F32("rope.freq_base",
+                 p->rope_base > 0 ? p->rope_base : p->arch == AXP_ARCH_PHI3 ? 1e4f : qwen ? 1e6f : 5e5f);
+        ARCH_F32("attention.layer_norm_rms_epsilon", qwen && p->arch != AXP_ARCH_PHI3 ? 1e-6f : 1e-5f);
+        if (p->arch == AXP_ARCH_GEMMA3) {
+                /* five local layers of every six (llama.cpp's default period), base 10000 */
+                ARCH_U32("attention.sliding_window", p->n_swa > 0 ? p->n_swa : 16);
+                ARCH_F32("rope.freq_base_swa", 10000.0f);
+        }
 
         if (p->vocab_from)
-                k = copy_vocab(w, p->vocab_from, &n_vocab, p->no_eog ? &control : NULL, err);
-        else if ((k = write_builtin_vocab(w, p->arch, &n_vocab, p->no_eog ? &control : NULL)) < 0)
+                k = copy_vocab(w, p->vocab_from, p->chat_template, &n_vocab, p->no_eog ? &control : NULL, err);
+        else if ((k = write_builtin_vocab(w, p->arch, p->chat_template, &n_vocab, p->no_eog ? &control : NULL)) < 0)
                 axp_errorf(err, k, "cannot build the vocabulary: %s", strerror(-k));
         if (k < 0)
                 goto out;
@@ -777,24 +799,36 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
 #define LAYER(what, type, ne0, ne1, kind, hint)                                                    \
         (layer_name(name, sizeof(name), l, what), add_spec(&pl, p, name, type, ne0, ne1, kind, hint))
                 LAYER("attn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
-                LAYER("attn_q.weight", p->type, p->n_embd, q_dim, W_PROJ, "--dim");
-                LAYER("attn_k.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
-                LAYER("attn_v.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
+                if (p->arch == AXP_ARCH_PHI3) { /* Q, K and V in one matrix */
+                        LAYER("attn_qkv.weight", p->type, p->n_embd, q_dim + 2 * kv_dim, W_PROJ, "--dim");
+                } else {
+                        LAYER("attn_q.weight", p->type, p->n_embd, q_dim, W_PROJ, "--dim");
+                        LAYER("attn_k.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
+                        LAYER("attn_v.weight", p->type, p->n_embd, kv_dim, W_PROJ, "--dim");
+                }
                 if (p->arch == AXP_ARCH_QWEN2) {
                         LAYER("attn_q.bias", AXP_TYPE_F32, q_dim, 1, W_BIAS, NULL);
                         LAYER("attn_k.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                         LAYER("attn_v.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                 }
-                if (p->arch == AXP_ARCH_QWEN3) {
+                if (p->arch == AXP_ARCH_QWEN3 || p->arch == AXP_ARCH_GEMMA3) {
                         LAYER("attn_q_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
                         LAYER("attn_k_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
                 }
                 LAYER("attn_output.weight", p->type, q_dim, p->n_embd, W_PROJ,
                       "--heads × head dimension");
+                if (p->arch == AXP_ARCH_GEMMA3)
+                        LAYER("post_attention_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 LAYER("ffn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
-                LAYER("ffn_gate.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
-                LAYER("ffn_up.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                if (p->arch == AXP_ARCH_PHI3) { /* the gate's rows, then the up rows */
+                        LAYER("ffn_up.weight", p->type, p->n_embd, 2 * p->n_ff, W_PROJ, "--dim");
+                } else {
+                        LAYER("ffn_gate.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                        LAYER("ffn_up.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                }
                 LAYER("ffn_down.weight", p->type, p->n_ff, p->n_embd, W_PROJ, "--ffn");
+                if (p->arch == AXP_ARCH_GEMMA3)
+                        LAYER("post_ffw_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
 #undef LAYER
         }
         add_spec(&pl, p, "output_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);

@@ -14,6 +14,9 @@ typedef struct axp_mkmodel_params {
         uint32_t type;          /* axp_type of every weight matrix; norms and biases stay F32 */
         const char *vocab_from; /* copy every tokenizer.* key of this GGUF; NULL: a small
                                  * built-in byte-level BPE vocabulary */
+        const char *chat_template; /* tokenizer.chat_template to write (a Jinja template or a
+                                    * family name, see model/chat.h); NULL: the copied
+                                    * vocabulary's, or the built-in one's */
         int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
         int head_dim;           /* 0: n_embd / n_head */
         bool tied;              /* no output.weight: the LM head is token_embd */
@@ -21,7 +24,8 @@ typedef struct axp_mkmodel_params {
                                  * generation among them): their logits are always 0, below
                                  * many others, so generation runs to its token limit (for
                                  * benchmarks and tests) */
-        float rope_base;        /* 0: 500000 for llama, 1000000 for qwen2/qwen3 */
+        float rope_base;        /* 0: 500000 for llama, 10000 for phi3, 1000000 for qwen2/qwen3/gemma3 */
+        int n_swa;              /* gemma3's sliding window; 0: 16 */
         uint64_t seed;          /* same seed and shape: same weights, for every --type */
         const char *name;       /* general.name; NULL: "synthetic-<arch>-<type>" */
         int n_threads;          /* 0: one per online CPU */

@@ -12,6 +12,8 @@
 #define AXP_BUS_REQUEST_IFACE "org.agentxpu.Engine.Request"
 #define AXP_BUS_REQUEST_PREFIX "/org/agentxpu/Engine/request"
 #define AXP_BUS_FLOW_PREFIX "/org/agentxpu/Engine/flow"
+#define AXP_BUS_JOB_IFACE "org.agentxpu.Engine.Job"
+#define AXP_BUS_JOB_PREFIX "/org/agentxpu/Engine/job"
 
 #define AXP_ERROR_INVALID_ARGUMENT "org.agentxpu.Error.InvalidArgument"
 #define AXP_ERROR_CONTEXT_OVERFLOW "org.agentxpu.Error.ContextOverflow"
@@ -20,6 +22,9 @@
 #define AXP_ERROR_ACCESS_DENIED "org.agentxpu.Error.AccessDenied"
 #define AXP_ERROR_NO_MODEL "org.agentxpu.Error.NoModel"
 #define AXP_ERROR_CANCELLED "org.agentxpu.Error.Cancelled"
+#define AXP_ERROR_EXISTS "org.agentxpu.Error.Exists"
+#define AXP_ERROR_NO_SPACE "org.agentxpu.Error.NoSpace"
+#define AXP_ERROR_UNSUPPORTED "org.agentxpu.Error.Unsupported"
 
 /* Name <-> errno for the errors above; registered with sd_bus_error_add_map() so that
  * sd_bus_error_get_errno() and the client's messages know them. */

@@ -2,24 +2,35 @@
 #include "admin.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/bus-common.h"
 #include "log.h"
+#include "models.h"
 #include "polkit.h"
 
 typedef enum AdminAction {
         ADMIN_LOAD_MODEL,
         ADMIN_SET_POLICY,
+        ADMIN_INSTALL_MODEL,
+        ADMIN_USE_MODEL,
+        ADMIN_REMOVE_MODEL,
 } AdminAction;
 
 struct AdminCall {
         Context *context;
         sd_bus_message *call;
         AdminAction action;
-        char *arg;               /* the model path or the policy */
+        char *arg;               /* the model path, the policy or the model's name */
+        char *path;              /* UseModel: the model's file */
+        int fd;                  /* InstallModel: the caller's file, -1 otherwise */
+        char *sha256;            /* InstallModel: the digest expected, or NULL */
         PolkitQuery *polkit;     /* while asking */
         int result;              /* LoadModel: set by the loader thread */
         axp_error err;
@@ -42,7 +53,11 @@ static void admin_call_free(AdminCall *a) {
         LIST_REMOVE(admin_calls, c->admin_calls, a);
         polkit_query_free(a->polkit);
         sd_bus_message_unref(a->call);
+        if (a->fd >= 0)
+                close(a->fd);
         free(a->arg);
+        free(a->path);
+        free(a->sha256);
         free(a);
         context_changed(c);
 }
@@ -58,13 +73,14 @@ static void *loader_thread(void *userdata) {
         AdminCall *a = userdata;
         Context *c = a->context;
 
-        a->result = axp_engine_load_model(c->engine, a->arg, &a->err);
+        a->result = axp_engine_load_model(c->engine, a->path, &a->err);
         bridge_post_job_done(&c->bridge, a);
         return NULL;
 }
 
 void admin_job_done(Context *c, void *job) {
         AdminCall *a = job;
+        int r;
 
         /* Shutdown may have joined it already (admin_cancel_all). */
         if (c->loader_running) {
@@ -78,12 +94,41 @@ void admin_job_done(Context *c, void *job) {
                 int code = a->result == -ENOENT || a->result == -EACCES || a->result == -ENOMEM
                                    ? a->result
                                    : -EINVAL;
-                log_warning("LoadModel %s failed: %s", a->arg, a->err.msg);
+                log_warning("Loading model %s failed: %s", a->path, a->err.msg);
+                if (!c->status.model[0]) { /* the old model is gone */
+                        free(c->loaded_path);
+                        c->loaded_path = NULL;
+                        models_scan(c, true);
+                }
+                context_emit_status(c); /* the old model may be gone */
                 admin_reply_error(a, code, "%s", a->err.msg[0] ? a->err.msg : strerror(-a->result));
         } else {
-                log_info("Loaded model %s", a->arg);
-                (void) sd_bus_emit_properties_changed(c->bus, AXP_BUS_PATH, AXP_BUS_IFACE, "Model",
-                                                      "Devices", NULL);
+                log_info("Loaded model %s", a->path);
+                free(c->loaded_path);
+                c->loaded_path = strdup(a->path);
+                if (a->action == ADMIN_USE_MODEL) {
+                        r = models_write_default(c, a->arg);
+                        if (r < 0) {
+                                log_warning_errno(r, "Cannot keep %s as the default model", a->arg);
+                                char why[512];
+
+                                snprintf(why, sizeof(why), "%s: %s", c->config.state_dir, strerror(-r));
+                                admin_reply_error(a, r, "The model is loaded, but the engine cannot keep it as the "
+                                                  "default in %s", why);
+                                models_scan(c, true);
+                                context_emit_status(c);
+                                admin_call_free(a);
+                                return;
+                        }
+                        free(c->default_model);
+                        c->default_model = strdup(a->arg);
+                }
+                models_scan(c, true);
+                /* The engine told its new status (a new model) before LoadModel returned, so it
+                 * came through the bridge before this and waits to be announced, with Devices,
+                 * before the reply. */
+                c->devices_changed = true;
+                context_emit_status(c);
                 (void) sd_bus_reply_method_return(a->call, NULL);
         }
         admin_call_free(a);
@@ -102,8 +147,30 @@ static void admin_run(AdminCall *a) {
                         break;
                 }
                 log_info("Scheduling policy is now %s", a->arg);
+                /* The engine told its new status before set_policy returned: take it in (with
+                 * whatever else it said before), so the property has changed by the reply. */
+                bridge_dispatch(&c->bridge);
                 (void) sd_bus_reply_method_return(a->call, NULL);
                 break;
+        case ADMIN_INSTALL_MODEL:
+                install_start(c, a->call, a->fd, a->arg, a->sha256);
+                a->fd = -1; /* install_start took it */
+                break;
+        case ADMIN_REMOVE_MODEL:
+                models_remove(c, a->call, a->arg);
+                break;
+        case ADMIN_USE_MODEL:
+                a->path = models_file(c, a->arg);
+                if (!a->path) {
+                        admin_reply_error(a, -ENOMEM, "%s", "Out of memory");
+                        break;
+                }
+                if (access(a->path, R_OK) < 0) {
+                        admin_reply_error(a, -ENOENT, "No model named '%s' is installed ('agentxpu model list' shows them)",
+                                          a->arg);
+                        break;
+                }
+                __attribute__((fallthrough));
         case ADMIN_LOAD_MODEL:
                 if (c->loader_running) {
                         admin_reply_error(a, -EBUSY, "%s", "Another model is being loaded; try again when it is done");
@@ -145,8 +212,12 @@ static void on_authorized(void *userdata, int r, bool authorized, const char *wh
         admin_run(a);
 }
 
-static int admin_start(Context *c, sd_bus_message *m, AdminAction action, const char *arg,
-                       sd_bus_error *error) {
+static const char *admin_polkit_action(AdminAction action) {
+        return action == ADMIN_INSTALL_MODEL ? ADMIN_POLKIT_ACTION_INSTALL : ADMIN_POLKIT_ACTION;
+}
+
+static int admin_start_full(Context *c, sd_bus_message *m, AdminAction action, const char *arg, int fd,
+                            const char *sha256, sd_bus_error *error) {
         AdminCall *a;
         uid_t uid;
         int r;
@@ -168,19 +239,121 @@ static int admin_start(Context *c, sd_bus_message *m, AdminAction action, const 
                 .context = c,
                 .call = sd_bus_message_ref(m),
                 .action = action,
+                .fd = -1,
         };
         a->arg = strdup(arg);
         LIST_PREPEND(admin_calls, c->admin_calls, a);
-        if (!a->arg) {
+        if (fd >= 0) {
+                a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+                if (a->fd < 0) {
+                        r = -errno;
+                        admin_call_free(a);
+                        return sd_bus_error_set_errnof(error, r, "Cannot take the file descriptor");
+                }
+        }
+        if (a->action == ADMIN_LOAD_MODEL)
+                a->path = strdup(arg);
+        if (sha256)
+                a->sha256 = strdup(sha256);
+        if (!a->arg || (a->action == ADMIN_LOAD_MODEL && !a->path) || (sha256 && !a->sha256)) {
                 admin_call_free(a);
                 return -ENOMEM;
         }
-        r = polkit_check_async(c->bus, m, ADMIN_POLKIT_ACTION, uid, on_authorized, a, &a->polkit);
+        r = polkit_check_async(c->bus, m, admin_polkit_action(action), uid, on_authorized, a, &a->polkit);
         if (r < 0) {
                 admin_call_free(a);
                 return sd_bus_error_set_errnof(error, r, "Cannot ask polkit for authorization");
         }
         return 1; /* answered once polkit has */
+}
+
+static int admin_start(Context *c, sd_bus_message *m, AdminAction action, const char *arg,
+                       sd_bus_error *error) {
+        return admin_start_full(c, m, action, arg, -1, NULL, error);
+}
+
+static int check_model_name(const char *name, sd_bus_error *error) {
+        if (!model_name_valid(name))
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                         "'%.120s' is not a model name: use 1 to 100 letters, digits and . _ + -, "
+                                         "not starting with . or -, without '/' or '..'", name);
+        return 0;
+}
+
+static bool hex_digest(const char *s) {
+        if (strlen(s) != 64)
+                return false;
+        for (; *s; s++)
+                if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+                        return false;
+        return true;
+}
+
+int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *name, *sha256 = NULL;
+        struct stat st;
+        int fd, r, flags;
+
+        r = sd_bus_message_read(m, "hs", &fd, &name);
+        if (r < 0)
+                return r;
+        r = check_model_name(name, error);
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r < 0)
+                        return r;
+                if (strcmp(key, "sha256") != 0)
+                        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "Unknown option '%.64s'", key);
+                if (sha256)
+                        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "Option 'sha256' is given twice");
+                if (sd_bus_message_read(m, "v", "s", &sha256) < 0 || !hex_digest(sha256))
+                        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                                 "Option 'sha256' must be 64 lower-case hex digits");
+                r = sd_bus_message_exit_container(m);
+        }
+        if (r < 0)
+                return r;
+        if (fstat(fd, &st) < 0)
+                return sd_bus_error_set_errnof(error, errno, "Cannot examine the file descriptor");
+        if (!S_ISREG(st.st_mode))
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                         "The file descriptor is not a regular file; pass a GGUF file opened for reading");
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || (flags & O_ACCMODE) == O_WRONLY || (flags & O_PATH))
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                         "The file descriptor is not open for reading");
+        return admin_start_full(userdata, m, ADMIN_INSTALL_MODEL, name, fd, sha256, error);
+}
+
+int method_use_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *name;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &name);
+        if (r < 0)
+                return r;
+        r = check_model_name(name, error);
+        if (r < 0)
+                return r;
+        return admin_start(userdata, m, ADMIN_USE_MODEL, name, error);
+}
+
+int method_remove_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *name;
+        int r;
+
+        r = sd_bus_message_read(m, "s", &name);
+        if (r < 0)
+                return r;
+        r = check_model_name(name, error);
+        if (r < 0)
+                return r;
+        return admin_start(userdata, m, ADMIN_REMOVE_MODEL, name, error);
 }
 
 int method_load_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {

@@ -7,9 +7,18 @@
 #include "context.h"
 
 #define ADMIN_POLKIT_ACTION "org.agentxpu.engine.manage"
+/* InstallModel: an action of its own, so that a site can let its users install models
+ * without letting them change the engine's settings (data/org.agentxpu.engine.policy). */
+#define ADMIN_POLKIT_ACTION_INSTALL "org.agentxpu.engine.install-model"
 
 int method_load_model(sd_bus_message *m, void *userdata, sd_bus_error *error);
 int method_set_policy(sd_bus_message *m, void *userdata, sd_bus_error *error);
+/* InstallModel (h fd, s name, a{sv} options), UseModel (s name), RemoveModel (s name):
+ * models.h does the work once polkit said yes. UseModel and RemoveModel are authorized as
+ * LoadModel is; InstallModel as ADMIN_POLKIT_ACTION_INSTALL. */
+int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error);
+int method_use_model(sd_bus_message *m, void *userdata, sd_bus_error *error);
+int method_remove_model(sd_bus_message *m, void *userdata, sd_bus_error *error);
 
 /* The loader thread posted its result. */
 void admin_job_done(Context *c, void *job);

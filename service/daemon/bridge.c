@@ -52,13 +52,21 @@ static void on_finished(void *userdata, uint64_t id, axp_finish_reason reason,
 
         /* Finished must never be lost (it frees the request's object): retry the small
          * allocation rather than drop it. */
-        while (!(ev = bridge_event_new(BRIDGE_FINISHED, 0)))
+        const char *call = stats ? stats->tool_call : NULL;
+        size_t call_len = call ? strlen(call) : 0;
+        while (!(ev = bridge_event_new(BRIDGE_FINISHED, call_len)))
                 usleep(1000);
         ev->id = id;
         ev->reason = reason;
         if (stats)
                 ev->stats = *stats;
         ev->stats.error[sizeof(ev->stats.error) - 1] = 0;
+        /* the call is the engine's only during this callback; finish_reason is a constant */
+        if (call) {
+                memcpy(ev->text, call, call_len);
+                ev->len = call_len;
+                ev->stats.tool_call = ev->text;
+        }
         bridge_push(b, ev);
 }
 
@@ -70,13 +78,34 @@ void bridge_request_cbs(Bridge *b, axp_request_cbs *ret) {
         };
 }
 
-void bridge_post_job_done(Bridge *b, void *job) {
+void bridge_status_changed(void *userdata, const axp_engine_status *status) {
+        Bridge *b = userdata;
         BridgeEvent *ev;
 
-        while (!(ev = bridge_event_new(BRIDGE_JOB_DONE, 0)))
+        /* A lost status would leave the properties wrong until the next change: retry. */
+        while (!(ev = bridge_event_new(BRIDGE_STATUS, 0)))
+                usleep(1000);
+        ev->status = *status;
+        ev->status.model[sizeof(ev->status.model) - 1] = 0;
+        ev->status.policy[sizeof(ev->status.policy) - 1] = 0;
+        bridge_push(b, ev);
+}
+
+static void post_job(Bridge *b, BridgeEventType type, void *job) {
+        BridgeEvent *ev;
+
+        while (!(ev = bridge_event_new(type, 0)))
                 usleep(1000);
         ev->job = job;
         bridge_push(b, ev);
+}
+
+void bridge_post_job_done(Bridge *b, void *job) {
+        post_job(b, BRIDGE_JOB_DONE, job);
+}
+
+void bridge_post_install_done(Bridge *b, void *job) {
+        post_job(b, BRIDGE_INSTALL_DONE, job);
 }
 
 void bridge_dispatch(Bridge *b) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The one way into the event loop from the engine's threads: the engine's callbacks (and the
  * model loader's thread) queue events (base/queue.h) and write an eventfd; the event loop
- * thread drains the queue in order. Nothing here touches sd-bus. */
+ * thread drains the queue in order. Nothing here touches sd-bus. The engine's status comes
+ * this way too: the event loop keeps its own copy and never asks the engine for it. */
 #pragma once
 
 #include <stdint.h>
@@ -14,6 +15,8 @@ typedef enum BridgeEventType {
         BRIDGE_TOKEN,
         BRIDGE_FINISHED,
         BRIDGE_JOB_DONE, /* a job run on a worker thread (LoadModel) is over */
+        BRIDGE_STATUS,   /* the engine's status changed */
+        BRIDGE_INSTALL_DONE, /* an InstallModel job's worker is over */
 } BridgeEventType;
 
 typedef struct BridgeEvent BridgeEvent;
@@ -22,10 +25,13 @@ struct BridgeEvent {
         BridgeEventType type;
         uint64_t id;                 /* TOKEN, FINISHED: the engine's request id */
         axp_finish_reason reason;    /* FINISHED */
-        axp_req_stats stats;         /* FINISHED */
+        union {
+                axp_req_stats stats;         /* FINISHED */
+                axp_engine_status status;    /* STATUS: a copy */
+        };
         void *job;                   /* JOB_DONE: the job's own pointer */
         size_t len;                  /* TOKEN: bytes of text */
-        char text[];                 /* TOKEN: NUL-terminated */
+        char text[];                 /* TOKEN: NUL-terminated; FINISHED: the tool call, if any */
 };
 
 /* Called for each event in order, then once with NULL at the end of a batch. */
@@ -44,9 +50,12 @@ void bridge_done(Bridge *b);
 
 /* Callbacks for axp_engine_submit() that queue into this bridge. */
 void bridge_request_cbs(Bridge *b, axp_request_cbs *ret);
+/* The engine's status_changed (userdata: the Bridge). */
+void bridge_status_changed(void *userdata, const axp_engine_status *status);
 
 /* From any thread. */
 void bridge_post_job_done(Bridge *b, void *job);
+void bridge_post_install_done(Bridge *b, void *job);
 
 /* Handle everything queued now (the event loop calls this when the eventfd fires; shutdown
  * calls it after the engine stopped to deliver the last events). */

@@ -13,6 +13,7 @@
 #include "daemon-config.h"
 #include "flow.h"
 #include "log.h"
+#include "models.h"
 #include "options.h"
 #include "request.h"
 
@@ -21,18 +22,20 @@ static int property_get_version(sd_bus *bus, const char *path, const char *iface
         return sd_bus_message_append(reply, "s", AXP_VERSION);
 }
 
+/* Model, Policy and the queues: the engine's status as it last told us (context.h), on this
+ * thread; the engine is not asked. */
 static int property_get_model(sd_bus *bus, const char *path, const char *iface, const char *property,
                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
 
-        return sd_bus_message_append(reply, "s", c->engine ? axp_engine_model_name(c->engine) : "");
+        return sd_bus_message_append(reply, "s", c->engine ? c->status.model : "");
 }
 
 static int property_get_policy(sd_bus *bus, const char *path, const char *iface, const char *property,
                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
 
-        return sd_bus_message_append(reply, "s", c->engine ? axp_engine_policy(c->engine) : "");
+        return sd_bus_message_append(reply, "s", c->engine ? c->status.policy : "");
 }
 
 static int property_get_status(sd_bus *bus, const char *path, const char *iface, const char *property,
@@ -41,7 +44,7 @@ static int property_get_status(sd_bus *bus, const char *path, const char *iface,
         axp_engine_status st = {};
 
         if (c->engine)
-                axp_engine_status_get(c->engine, &st);
+                st = c->status;
         if (strcmp(property, "QueuedReactive") == 0)
                 return sd_bus_message_append(reply, "u", st.queued_reactive);
         if (strcmp(property, "QueuedProactive") == 0)
@@ -331,6 +334,7 @@ const sd_bus_vtable engine_vtable[] = {
         SD_BUS_PROPERTY("QueuedReactive", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("QueuedProactive", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Running", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Models", "a(sa{sv})", property_get_models, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("CpuGuard", "a{sv}", property_get_cpu_guard, 0, 0),
 
         SD_BUS_METHOD_WITH_ARGS("Reactive",
@@ -361,6 +365,18 @@ const sd_bus_vtable engine_vtable[] = {
                                 SD_BUS_ARGS("s", policy),
                                 SD_BUS_NO_RESULT,
                                 method_set_policy, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("InstallModel",
+                                SD_BUS_ARGS("h", fd, "s", name, "a{sv}", options),
+                                SD_BUS_RESULT("o", job),
+                                method_install_model, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("UseModel",
+                                SD_BUS_ARGS("s", name),
+                                SD_BUS_NO_RESULT,
+                                method_use_model, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("RemoveModel",
+                                SD_BUS_ARGS("s", name),
+                                SD_BUS_NO_RESULT,
+                                method_remove_model, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_VTABLE_END
 };
 

@@ -11,6 +11,7 @@
 #include "client.h"
 #include "flow.h"
 #include "log.h"
+#include "models.h"
 #include "request.h"
 
 int context_sender_uid(Context *c, sd_bus_message *m, uid_t *ret) {
@@ -60,7 +61,7 @@ unsigned context_count_flows(Context *c, uid_t uid) {
 
 static bool context_is_idle(Context *c) {
         return idmap_size(&c->requests) == 0 && idmap_size(&c->flows) == 0 && !c->clients &&
-               !c->admin_calls && !c->loader_running;
+               !c->admin_calls && !c->loader_running && !c->install_jobs;
 }
 
 static int on_idle_timer(sd_event_source *s, uint64_t usec, void *userdata) {
@@ -109,31 +110,39 @@ static void context_update_idle(Context *c) {
                 log_warning_errno(r, "Failed to arm the idle timer");
 }
 
-static void context_emit_status(Context *c) {
-        const char *changed[5];
-        axp_engine_status st;
-        const char *policy;
+void context_emit_status(Context *c) {
+        const axp_engine_status *st = &c->status;
+        axp_engine_status *sent = &c->status_sent;
+        const char *changed[7];
+        bool model_news, model_waits;
         size_t n = 0;
 
         if (!c->engine || !c->bus)
                 return;
-        axp_engine_status_get(c->engine, &st);
-        if (st.queued_reactive != c->status_sent.queued_reactive)
+        /* a new model, even one of the same name, is news; while LoadModel runs, its answer
+         * announces it, together with Devices (admin_job_done) */
+        model_news = st->model_serial != sent->model_serial || strcmp(st->model, sent->model) != 0;
+        model_waits = model_news && c->loader_running;
+        if (st->queued_reactive != sent->queued_reactive)
                 changed[n++] = "QueuedReactive";
-        if (st.queued_proactive != c->status_sent.queued_proactive)
+        if (st->queued_proactive != sent->queued_proactive)
                 changed[n++] = "QueuedProactive";
-        if (st.running != c->status_sent.running)
+        if (st->running != sent->running)
                 changed[n++] = "Running";
-        policy = axp_engine_policy(c->engine);
-        if (!c->policy_sent || strcmp(c->policy_sent, policy) != 0) {
-                char *p = strdup(policy);
-                if (p) {
-                        free(c->policy_sent);
-                        c->policy_sent = p;
-                        changed[n++] = "Policy";
-                }
-        }
-        c->status_sent = st;
+        if (strcmp(st->policy, sent->policy) != 0)
+                changed[n++] = "Policy";
+        if (model_news && !model_waits)
+                changed[n++] = "Model";
+        if (c->devices_changed)
+                changed[n++] = "Devices";
+        if (model_waits) {
+                axp_engine_status announced = *sent;
+                *sent = *st;
+                memcpy(sent->model, announced.model, sizeof(sent->model));
+                sent->model_serial = announced.model_serial;
+        } else
+                *sent = *st;
+        c->devices_changed = false;
         if (n == 0)
                 return;
         changed[n] = NULL;
@@ -176,6 +185,12 @@ void context_on_engine_event(void *userdata, const BridgeEvent *ev) {
         case BRIDGE_JOB_DONE:
                 admin_job_done(c, ev->job);
                 break;
+        case BRIDGE_INSTALL_DONE:
+                install_job_done(c, ev->job);
+                break;
+        case BRIDGE_STATUS:
+                c->status = ev->status;
+                break;
         }
 }
 
@@ -191,6 +206,7 @@ void context_stop(Context *c) {
                 (void) sd_event_source_set_enabled(c->idle_timer, SD_EVENT_OFF);
 
         admin_cancel_all(c);
+        install_cancel_all(c);
         bridge_dispatch(&c->bridge); /* a model load that just ended is answered with the engine alive */
 
         /* Freeing the engine cancels every request; their Finished events wait in the bridge. */
@@ -241,6 +257,9 @@ void context_clear(Context *c) {
         while (c->clients)
                 client_free(c->clients);
         admin_free_all(c);
+        install_free_all(c);
+        free(c->loaded_path);
+        free(c->default_model);
 
         idmap_done(&c->requests);
         idmap_done(&c->requests_by_id);
@@ -249,6 +268,5 @@ void context_clear(Context *c) {
         c->bus = sd_bus_flush_close_unref(c->bus);
         bridge_done(&c->bridge);
         c->event = sd_event_unref(c->event);
-        free(c->policy_sent);
         daemon_config_done(&c->config);
 }

@@ -22,6 +22,14 @@ typedef struct Client Client;
 typedef struct Request Request;
 typedef struct Flow Flow;
 typedef struct AdminCall AdminCall;
+typedef struct InstallJob InstallJob;
+
+/* A model in the models folder (models.h). */
+typedef struct ModelEntry {
+        char *name;              /* NAME of NAME.gguf */
+        axp_model_info info;
+        char error[320];         /* why it cannot be used, "" if it can */
+} ModelEntry;
 
 /* A connection that submitted requests or opened flows; it lives while it has either, and
  * goes when the connection leaves the bus (sd_bus_track). */
@@ -50,7 +58,8 @@ struct Request {
         axp_req_state state;     /* as last seen by the daemon */
         bool finished;
         axp_finish_reason reason;
-        axp_req_stats stats;     /* final, once finished */
+        axp_req_stats stats;     /* final, once finished; its tool_call points to ours */
+        char *tool_call;
 
         sd_bus_message *complete_call; /* Complete: replied at finish; the request has no object */
         axp_utf8_stream utf8;    /* the engine's text, made whole characters */
@@ -89,9 +98,18 @@ struct Context {
         pthread_t loader;        /* LoadModel's worker thread */
         bool loader_running;
 
-        /* Engine properties as last announced, to emit PropertiesChanged only on change. */
+        InstallJob *install_jobs; /* LIST: InstallModel's jobs, copying or checking */
+        uint64_t last_job_n;
+        ModelEntry *models;       /* the models folder as last read, by name */
+        size_t n_models;
+        char *loaded_path;        /* the file of the model loaded, NULL if none or unknown */
+        char *default_model;      /* the name UseModel chose (StateDirectory=), or NULL */
+
+        /* The engine's status as it last told us (BRIDGE_STATUS), which the properties show,
+         * and as last announced, to emit PropertiesChanged only on change. */
+        axp_engine_status status;
         axp_engine_status status_sent;
-        char *policy_sent;
+        bool devices_changed;    /* announce Devices with the next status */
 
         bool trim_pending;       /* requests came and went since the heap was last trimmed */
         sd_event_source *idle_timer;
@@ -109,6 +127,8 @@ unsigned context_count_flows(Context *c, uid_t uid);
 /* Announce changed Engine properties; re-arm or disarm the idle timer. Called after anything
  * that may change them. */
 void context_changed(Context *c);
+/* Only the first half: PropertiesChanged for what differs from what was last announced. */
+void context_emit_status(Context *c);
 
 /* The engine's events, from the bridge (NULL: the end of a batch). */
 void context_on_engine_event(void *userdata, const BridgeEvent *ev);

@@ -25,6 +25,9 @@ void daemon_config_init(DaemonConfig *c) {
         };
         axp_engine_config_default(&c->engine);
         daemon_config_sync(c);
+        /* NULL only when out of memory, which the first use reports */
+        c->models_dir = strdup(DAEMON_MODELS_DIR);
+        c->state_dir = strdup(DAEMON_STATE_DIR);
 }
 
 void daemon_config_done(DaemonConfig *c) {
@@ -33,6 +36,8 @@ void daemon_config_done(DaemonConfig *c) {
         free(c->static_dev);
         free(c->dynamic_dev);
         free(c->calib_cache);
+        free(c->models_dir);
+        free(c->state_dir);
         *c = (DaemonConfig) {};
 }
 
@@ -66,6 +71,7 @@ bool policy_name_valid(const char *s) {
 
 typedef enum ValueKind {
         VALUE_PATH,     /* absolute path, or empty for none */
+        VALUE_DIR,      /* absolute path, not empty */
         VALUE_POLICY,
         VALUE_DEVICE,
         VALUE_INT,      /* int, >= 0 */
@@ -103,6 +109,8 @@ static const ConfigKey config_keys[] = {
         { "Engine", "ProactiveIdleClass", VALUE_BOOL,     ENGINE_FIELD(proactive_idle) },
         { "Engine", "PiggybackSlack",     VALUE_FRACTION, ENGINE_FIELD(piggyback_slack) },
         { "Engine", "CalibrationCache",   VALUE_PATH,     offsetof(DaemonConfig, calib_cache) },
+        { "Engine", "ModelsDirectory",    VALUE_DIR,      offsetof(DaemonConfig, models_dir) },
+        { "Engine", "StateDirectory",     VALUE_DIR,      offsetof(DaemonConfig, state_dir) },
         { "Limits", "RequestsPerUser",    VALUE_UNSIGNED, offsetof(DaemonConfig, max_requests_per_user) },
         { "Limits", "Requests",           VALUE_UNSIGNED, offsetof(DaemonConfig, max_requests) },
         { "Limits", "FlowsPerUser",       VALUE_UNSIGNED, offsetof(DaemonConfig, max_flows_per_user) },
@@ -143,6 +151,11 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
                         *(char **) field = NULL;
                         return 0;
                 }
+                return daemon_config_set_string(field, v);
+        case VALUE_DIR:
+                if (v[0] != '/')
+                        return axp_errorf(err, -EINVAL, "%s: %s= must be an absolute path, got '%s'",
+                                          where, k->key, v);
                 return daemon_config_set_string(field, v);
         case VALUE_POLICY:
                 if (!policy_name_valid(v))

@@ -4,6 +4,7 @@
  *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize=
  *              PreemptBoundSec= BatchCap= MaxBatch= AgingSec= ProactiveDutyCycle=
  *              ProactiveCpuShare= ProactiveIdleClass= PiggybackSlack= CalibrationCache=
+ *              ModelsDirectory= StateDirectory=
  *   [Limits]   RequestsPerUser= Requests= FlowsPerUser= PromptBytes= MaxTokens=
  *              StopStrings= StopBytes=
  *   [Daemon]   FinishedKeepSec= ExitIdleSec=
@@ -19,6 +20,8 @@
 #include "engine.h"
 
 #define DAEMON_CONFIG_FILE AXP_SYSCONFDIR "/agentxpu/engine.conf"
+#define DAEMON_STATE_DIR AXP_LOCALSTATEDIR "/lib/agentxpu"
+#define DAEMON_MODELS_DIR DAEMON_STATE_DIR "/models"
 
 typedef struct DaemonConfig {
         axp_engine_config engine;   /* its strings point at the owned copies below */
@@ -27,6 +30,8 @@ typedef struct DaemonConfig {
         char *static_dev;
         char *dynamic_dev;
         char *calib_cache;
+        char *models_dir;               /* installed models, NAME.gguf (never NULL) */
+        char *state_dir;                /* the engine's state: the model chosen (never NULL) */
 
         unsigned max_requests_per_user; /* queued + running requests of one uid */
         unsigned max_requests;          /* queued + running requests of everyone */

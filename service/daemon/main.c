@@ -15,6 +15,7 @@
 #include "context.h"
 #include "flow.h"
 #include "log.h"
+#include "models.h"
 #include "request.h"
 
 typedef struct Args {
@@ -23,6 +24,8 @@ typedef struct Args {
         const char *model;
         const char *address;
         const char *policy;
+        const char *models_dir;
+        const char *state_dir;
         double exit_idle_s;     /* < 0: not given */
 } Args;
 
@@ -32,6 +35,8 @@ static void help(void) {
                "  --config FILE          configuration (default " DAEMON_CONFIG_FILE ")\n"
                "  --model PATH           GGUF model to load (overrides Model=)\n"
                "  --policy NAME          agentxpu, fcfs or serial (overrides Policy=)\n"
+               "  --models-dir DIR       installed models (overrides ModelsDirectory=)\n"
+               "  --state-dir DIR        the engine's state (overrides StateDirectory=)\n"
                "  --address ADDRESS      connect to this bus instead of the system bus\n"
                "  --exit-idle-time SEC   exit after SEC seconds without clients (0: never);\n"
                "                         by default only when started by bus activation\n"
@@ -41,12 +46,15 @@ static void help(void) {
 
 /* Returns 1 to run, 0 to exit successfully (--help), < 0 on a usage error. */
 static int parse_argv(int argc, char **argv, Args *args) {
-        enum { ARG_CONFIG = 0x100, ARG_MODEL, ARG_ADDRESS, ARG_POLICY, ARG_EXIT_IDLE, ARG_VERSION };
+        enum { ARG_CONFIG = 0x100, ARG_MODEL, ARG_ADDRESS, ARG_POLICY, ARG_EXIT_IDLE, ARG_VERSION,
+               ARG_MODELS_DIR, ARG_STATE_DIR };
         static const struct option options[] = {
                 { "config", required_argument, NULL, ARG_CONFIG },
                 { "model", required_argument, NULL, ARG_MODEL },
                 { "address", required_argument, NULL, ARG_ADDRESS },
                 { "policy", required_argument, NULL, ARG_POLICY },
+                { "models-dir", required_argument, NULL, ARG_MODELS_DIR },
+                { "state-dir", required_argument, NULL, ARG_STATE_DIR },
                 { "exit-idle-time", required_argument, NULL, ARG_EXIT_IDLE },
                 { "version", no_argument, NULL, ARG_VERSION },
                 { "help", no_argument, NULL, 'h' },
@@ -76,6 +84,18 @@ static int parse_argv(int argc, char **argv, Args *args) {
                                 return -EINVAL;
                         }
                         args->policy = optarg;
+                        break;
+                case ARG_MODELS_DIR:
+                case ARG_STATE_DIR:
+                        if (optarg[0] != '/') {
+                                log_error("--%s wants an absolute path, got '%s'",
+                                          c == ARG_MODELS_DIR ? "models-dir" : "state-dir", optarg);
+                                return -EINVAL;
+                        }
+                        if (c == ARG_MODELS_DIR)
+                                args->models_dir = optarg;
+                        else
+                                args->state_dir = optarg;
                         break;
                 case ARG_EXIT_IDLE:
                         if (axp_parse_double(optarg, 0, 1e9, &args->exit_idle_s) < 0) {
@@ -111,6 +131,22 @@ static int load_config(Context *c, const Args *args) {
                 return log_oom();
         if (args->policy && daemon_config_set_string(&c->config.policy, args->policy) < 0)
                 return log_oom();
+        if (args->models_dir && daemon_config_set_string(&c->config.models_dir, args->models_dir) < 0)
+                return log_oom();
+        if (args->state_dir && daemon_config_set_string(&c->config.state_dir, args->state_dir) < 0)
+                return log_oom();
+        if (!c->config.models_dir || !c->config.state_dir)
+                return log_oom();
+        /* The model chosen with UseModel wins over Model=; --model over both. */
+        c->default_model = models_read_default(&c->config);
+        if (c->default_model && !args->model) {
+                _cleanup_free_ char *file = NULL;
+
+                if (asprintf(&file, "%s/%s.gguf", c->config.models_dir, c->default_model) < 0 ||
+                    daemon_config_set_string(&c->config.model_path, file) < 0)
+                        return log_oom();
+                log_info("Serving %s, the model chosen with UseModel", c->default_model);
+        }
         daemon_config_sync(&c->config);
 
         /* Idle exit is for an instance that the bus started and will start again. */
@@ -184,6 +220,9 @@ static int run(int argc, char **argv) {
         sigaddset(&mask, SIGPIPE);
         if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0)
                 return log_error("Failed to block signals"), -EINVAL;
+        /* A file size limit makes a write fail (EFBIG) rather than end the engine: a copy of
+         * a model that goes past it fails alone. */
+        (void) signal(SIGXFSZ, SIG_IGN);
 
         r = sd_event_default(&c.event);
         if (r < 0)
@@ -204,14 +243,21 @@ static int run(int argc, char **argv) {
         if (r < 0)
                 return r;
 
+        /* The engine tells its status through the bridge; the first before it returns. */
+        c.config.engine.status_changed = bridge_status_changed;
+        c.config.engine.status_userdata = &c.bridge;
         r = axp_engine_new(&c.config.engine, &c.engine, &err);
         if (r < 0)
                 return log_error("Cannot start the engine: %s", err.msg[0] ? err.msg : strerror(-r)), r;
 
+        /* the engine's first status, and the properties announced */
+        bridge_dispatch(&c.bridge);
+        if (c.status.model[0] && c.config.model_path && !(c.loaded_path = strdup(c.config.model_path)))
+                return log_oom();
+        models_clean_temporary(&c);
+        models_scan(&c, false);
         log_info("agentxpu-engine %s: model '%s', policy %s, serving " AXP_BUS_NAME "%s", AXP_VERSION,
-                 axp_engine_model_name(c.engine), axp_engine_policy(c.engine),
-                 c.config.exit_idle_s > 0 ? " until idle" : "");
-        context_changed(&c);
+                 c.status.model, c.status.policy, c.config.exit_idle_s > 0 ? " until idle" : "");
 
         r = sd_event_loop(c.event);
         if (r < 0)

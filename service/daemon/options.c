@@ -31,6 +31,10 @@ static const OptionSpec option_specs[] = {
         { "flow",           "o",  "object path" },
         { "raw",            "b",  "boolean", .flow_ok = true },
         { "priority",       "s",  "string", .complete_only = true },
+        { "json_schema",    "s",  "string" },
+        { "grammar",        "s",  "string" },
+        { "tools",          "s",  "string" },
+        { "tool_choice",    "s",  "string" },
 };
 
 static bool spec_allowed(const OptionSpec *s, OptionSet set) {
@@ -226,6 +230,31 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 if (r < 0)
                         return r;
                 o->opts.raw = b;
+        } else if (strcmp(key, "tool_choice") == 0) {
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                if (strcmp(s, "auto") != 0 && strcmp(s, "required") != 0)
+                        return bad_value(error, key, "must be 'auto' or 'required'");
+                o->opts.tool_choice = s;
+        } else if (strcmp(key, "json_schema") == 0 || strcmp(key, "grammar") == 0 || strcmp(key, "tools") == 0) {
+                /* the engine compiles it at submission and says what is wrong with it */
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                size_t max = 64 * 1024; /* as the engine's caps (engine/model/grammar.h) */
+                if (strlen(s) > max) {
+                        snprintf(why, sizeof(why), "is %zu bytes; the limit is %zu", strlen(s), max);
+                        return bad_value(error, key, why);
+                }
+                if (!axp_utf8_valid(s, strlen(s), NULL))
+                        return bad_value(error, key, "is not valid UTF-8");
+                if (key[0] == 't')
+                        o->opts.tools = s;
+                else if (key[0] == 'j')
+                        o->opts.json_schema = s;
+                else
+                        o->opts.grammar = s;
         } else if (strcmp(key, "priority") == 0) {
                 r = sd_bus_message_read_basic(m, 's', &s);
                 if (r < 0)

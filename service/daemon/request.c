@@ -74,6 +74,7 @@ void request_free(Request *r) {
         sd_event_source_disable_unref(r->expire);
         sd_bus_message_unref(r->complete_call);
         free(r->text);
+        free(r->tool_call);
         free(r->path);
         free(r->owner);
         free(r);
@@ -129,6 +130,16 @@ int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, co
                                   "preemptions", "u", st->preemptions);
         if (r < 0)
                 return r;
+        if (st->finish_reason) {
+                r = sd_bus_message_append(m, "{sv}", "finish_reason", "s", st->finish_reason);
+                if (r < 0)
+                        return r;
+        }
+        if (st->tool_call) {
+                r = sd_bus_message_append(m, "{sv}", "tool_call", "s", st->tool_call);
+                if (r < 0)
+                        return r;
+        }
         if (with_error) {
                 /* The engine's message is ours to pass on only if it is valid text. */
                 const char *e = axp_utf8_valid(st->error, strlen(st->error), NULL) ? st->error
@@ -268,6 +279,11 @@ void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_sta
         r->finished = true;
         r->reason = reason;
         r->stats = *stats;
+        free(r->tool_call);
+        r->tool_call = stats->tool_call ? strdup(stats->tool_call) : NULL;
+        r->stats.tool_call = r->tool_call;
+        if (stats->tool_call && !r->tool_call)
+                r->stats.finish_reason = "stop"; /* out of memory: the text is still there */
         if (f && f->busy == r) {
                 f->busy = NULL;
                 flow_idle(f);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Conformance with llama.cpp (../shared/conformance): prompt tokens, last-position logits
  * (of the kernels and of the reference forward pass) and the 32-token greedy continuation of
- * the tiny Llama 3 models, per the tolerances of the data's README (§7). Skips where the data
- * is absent. */
+ * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
+ * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
+ * the phi3 and gemma3 models in archs/ (§12.2, §15). Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +26,9 @@ static const char *const prompts[] = { "p1_hello", "p2_fox", "p3_paragraph", "p4
 
 typedef struct tol {
         const char *model;
+        const char *file; /* relative to the data folder; NULL: MODEL.gguf */
         double max_abs, max_rms; /* logits vs llama.cpp's ref run */
+        double ref_abs, ref_rms; /* the reference forward pass's; 0: as the kernels' */
         double tau;              /* greedy margin threshold */
         bool free_run;           /* the whole free-running continuation must be identical */
 } tol;
@@ -48,7 +51,14 @@ static json_value *read_json(const char *path) {
         _cleanup_free_ char *text = NULL;
         size_t len;
         json_value *v = NULL;
-        if (axp_read_file(path, &text, &len, NULL) < 0 || json_parse(text, len, &v, NULL) < 0)
+        if (axp_read_file(path, &text, &len, NULL) < 0)
+                return NULL;
+        /* a <0x00> byte token's text is written \u0000 (README §10), which our parser refuses;
+         * only ids and numbers are read here, so it becomes U+FFFD */
+        for (char *p = text; (p = memmem(p, len - (size_t) (p - text), "\\u0000", 6)); p += 6)
+                if (p == text || p[-1] != '\\')
+                        memcpy(p, "\\ufffd", 6);
+        if (json_parse(text, len, &v, NULL) < 0)
                 return NULL;
         return v;
 }
@@ -131,8 +141,14 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p) {
         float *exact_f = exact ? malloc((size_t) nv * sizeof(float)) : NULL;
         for (int i = 0; exact_f && i < nv; i++)
                 exact_f[i] = (float) exact[i];
-        if (ref && exact_f)
-                check_logits(tl, p, "reference", exact_f, ref, nv);
+        if (ref && exact_f) {
+                tol rt = *tl;
+                if (tl->ref_abs > 0) {
+                        rt.max_abs = tl->ref_abs;
+                        rt.max_rms = tl->ref_rms;
+                }
+                check_logits(&rt, p, "reference", exact_f, ref, nv);
+        }
         free(exact);
         free(exact_f);
         const json_value *top20 = member(g, "last_logits_top20", NULL);
@@ -172,11 +188,19 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p) {
 
 static void check_model(const tol *tl) {
         char path[1024];
-        snprintf(path, sizeof(path), "%s/%s.gguf", dir, tl->model);
+        if (tl->file)
+                snprintf(path, sizeof(path), "%s/%s", dir, tl->file);
+        else
+                snprintf(path, sizeof(path), "%s/%s.gguf", dir, tl->model);
+        if (tl->file && access(path, R_OK) != 0) {
+                printf("  %s: not in this copy of the data, skipped\n", tl->model);
+                return;
+        }
         axp_model *m;
         axp_error err = { 0 };
-        CHECK_MSG(axp_model_load(path, &m, &err) == 0, "%s", err.msg);
-        if (test_case_failed_)
+        int r = axp_model_load(path, &m, &err);
+        CHECK_MSG(r == 0, "%s", err.msg);
+        if (r != 0)
                 return;
         CHECK(axp_device_prepare(dev, m, &err) == 0);
         for (size_t i = 0; i < ELEMENTSOF(prompts); i++)
@@ -187,13 +211,100 @@ static void check_model(const tol *tl) {
 
 static void test_f32_model(void) {
         /* README §7: F32 logits within 1e-3 of the ref run; every greedy step identical */
-        check_model(&(tol) { "tiny-llama3-f32", 1e-3, 1e-3, 1e-3, true });
+        check_model(&(tol) { .model = "tiny-llama3-f32", .max_abs = 1e-3, .max_rms = 1e-3, .tau = 1e-3,
+                             .free_run = true });
 }
 
 static void test_q8_0_model(void) {
         /* README §7: Q8_0 logits max 0.03 / rms 0.006 for W8A16; same top-1; greedy steps with
          * margin >= 1e-2 identical, the others within llama.cpp's top 5 */
-        check_model(&(tol) { "tiny-llama3-q8_0", 0.03, 0.006, 1e-2, false });
+        check_model(&(tol) { .model = "tiny-llama3-q8_0", .max_abs = 0.03, .max_rms = 0.006, .tau = 1e-2 });
+}
+
+/* The tensor-type set (README §12.1): tiny llama models (n_embd 256; 320 for llama320, whose
+ * Q4_K_M falls back to Q5_0 and Q8_0 for its rows of 320) that llama-quantize made from one
+ * F32 file. Logit RMS is about 1.3. The engine quantizes activations as llama.cpp does
+ * (Q8_0 blocks for the 32-element types, with Q8_1's f16 sums for Q4_1/Q5_1; Q8_K for the
+ * K-quants), so most prompts match llama.cpp's logits to 1e-6; some (the 530-token p3 on
+ * every file, p2 or p4 on a few) differ by up to 0.094 max / 0.020 RMS, where a float
+ * difference of an ulp flips one activation's rounding. The kernels' bounds, 0.25 / 0.06,
+ * are about three times that; a wrong block layout gives errors of order 1. The reference
+ * forward pass dequantizes exactly and keeps the activations in double, so it takes the
+ * README's bound for such engines (§15: 0.25 and 0.07 x logit RMS, 0.32 / 0.089; llama.cpp's
+ * own numpy check measured up to 0.22 / 0.064). Greedy steps whose golden margin is at least
+ * tau = 0.1 must agree (the flips measured had margins up to 0.027), the others be in
+ * llama.cpp's top 5. */
+#define TYPE_FILE(name)                                                                            \
+        {                                                                                          \
+                .model = name, .file = "types/" name ".gguf", .max_abs = 0.25, .max_rms = 0.06,    \
+                .ref_abs = 0.32, .ref_rms = 0.089, .tau = 0.1                                      \
+        }
+static const tol type_tols[] = {
+        TYPE_FILE("tiny-spm-llama-q8_0"),   TYPE_FILE("tiny-spm-llama-q6_k"),
+        TYPE_FILE("tiny-spm-llama-q5_1"),   TYPE_FILE("tiny-spm-llama-q5_0"),
+        TYPE_FILE("tiny-spm-llama-q4_k_m"), TYPE_FILE("tiny-spm-llama-q4_1"),
+        TYPE_FILE("tiny-spm-llama-q4_0"),   TYPE_FILE("tiny-spm-llama-iq4_nl"),
+        TYPE_FILE("tiny-spm-llama-q3_k_m"), TYPE_FILE("tiny-spm-llama-q2_k"),
+        TYPE_FILE("tiny-spm-llama320-q4_k_m"),
+};
+
+/* Whether every tensor type of a file in types/models.json is one the engine computes with;
+ * the unsupported ones are named in why. */
+static bool types_supported(const json_value *models, const char *file, char *why, size_t n) {
+        const json_value *counts = member(models, file, "tensor_type_counts");
+        why[0] = 0;
+        if (!counts || counts->type != JSON_OBJECT) {
+                snprintf(why, n, "not listed in types/models.json");
+                return false;
+        }
+        for (size_t i = 0; i < counts->n; i++) {
+                int t = axp_type_from_name(counts->keys[i]);
+                const axp_type_traits *tt = t >= 0 ? axp_type_traits_get((uint32_t) t) : NULL;
+                if (!tt || !tt->supported) {
+                        size_t l = strlen(why);
+                        snprintf(why + l, n - l, "%s%s", l ? ", " : "", counts->keys[i]);
+                }
+        }
+        return why[0] == 0;
+}
+
+static void test_type_models(void) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/types/models.json", dir);
+        _cleanup_json_ json_value *models = read_json(path);
+        if (!models) {
+                printf("  %s absent: the tensor-type set is not checked\n", path);
+                return;
+        }
+        int checked = 0;
+        for (size_t i = 0; i < ELEMENTSOF(type_tols); i++) {
+                char why[256];
+                if (!types_supported(models, type_tols[i].file, why, sizeof(why))) {
+                        printf("  %s: not checked (types %s)\n", type_tols[i].model, why);
+                        continue;
+                }
+                check_model(&type_tols[i]);
+                checked++;
+        }
+        /* the types this engine computes with must be among them */
+        CHECK(checked >= 9);
+}
+
+/* The architecture models (README §12.2, §15): F32 logits within 1e-3 of the ref run (gemma3
+ * with an exact GELU, where llama.cpp reads an F16 table, expects ~5e-4) and greedy steps of
+ * margin >= 1e-3 identical; Q8_0 logits within 0.25 / 0.07 of the logit RMS (max / rms), steps
+ * of margin >= 0.2 of the logit RMS identical, the others in llama.cpp's top 5. */
+#define ARCH_FILE(name, abs_, rms_, tau_)                                                          \
+        (tol) { .model = name, .file = "archs/" name ".gguf", .max_abs = abs_, .max_rms = rms_,    \
+                .tau = tau_ }
+static void test_arch_phi3(void) {
+        check_model(&ARCH_FILE("tiny-spm-phi3-f32", 1e-3, 1e-3, 1e-3));
+        check_model(&ARCH_FILE("tiny-spm-phi3-q8_0", 0.25 * 0.92, 0.07 * 0.92, 0.2 * 0.92));
+}
+
+static void test_arch_gemma3(void) {
+        check_model(&ARCH_FILE("tiny-spm-gemma3-f32", 1e-3, 1e-3, 1e-3));
+        check_model(&ARCH_FILE("tiny-spm-gemma3-q8_0", 0.25 * 0.23, 0.07 * 0.23, 0.2 * 0.23));
 }
 
 int main(void) {
@@ -215,6 +326,9 @@ int main(void) {
         printf("device: %s\n", axp_device_name(dev));
         RUN(test_f32_model);
         RUN(test_q8_0_model);
+        RUN(test_type_models);
+        RUN(test_arch_phi3);
+        RUN(test_arch_gemma3);
         axp_device_free(dev);
         TEST_EXIT();
 }

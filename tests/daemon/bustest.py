@@ -20,6 +20,7 @@ NAME = "org.agentxpu.Engine"
 PATH = "/org/agentxpu/Engine"
 IFACE = "org.agentxpu.Engine"
 REQ_IFACE = "org.agentxpu.Engine.Request"
+JOB_IFACE = "org.agentxpu.Engine.Job"
 
 # Liveness bounds only: how long to wait before calling something hung. Never asserted on.
 WAIT = float(os.environ.get("AXP_TEST_WAIT", "120"))

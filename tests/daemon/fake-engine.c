@@ -2,7 +2,8 @@
 /* A test double of engine.h for the daemon's tests: no model, deterministic "tokens", a
  * scheduler thread with the real engine's threading contract (callbacks on that thread,
  * exactly one finished per accepted request, cancellation, flows that remember their
- * length). Linked only into agentxpu-engine-fake, never into the real daemon.
+ * length, the status told on that thread before the call that changed it returns). Linked
+ * only into agentxpu-engine-fake, never into the real daemon.
  *
  * Words of the prompt are its tokens. A request generates " t1", " t2", ... one per step of
  * AXP_FAKE_STEP_MS milliseconds (default 5), reactive requests before proactive ones, and
@@ -58,9 +59,16 @@ struct fake_flow {
 
 struct axp_engine {
         pthread_mutex_t lock;
-        pthread_cond_t cond;
+        pthread_cond_t cond;      /* to the scheduler: work, a status to tell, quit */
+        pthread_cond_t told_cond; /* from the scheduler: the status has been told */
         pthread_t thread;
-        bool quit;
+        bool quit, stopped;
+        void (*status_changed)(void *userdata, const axp_engine_status *status);
+        void *status_userdata;
+        uint64_t changes, told;   /* calls that changed the status / of them, told so far */
+        axp_engine_status last;   /* as last told */
+        bool told_once;
+        unsigned model_serial;
         fake_req *reqs;
         fake_flow *flows;
         uint64_t last_id, last_flow;
@@ -187,6 +195,47 @@ static void finish(axp_engine *e, fake_req *r, axp_finish_reason reason) {
         req_free(r);
 }
 
+static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
+        *ret = (axp_engine_status) { .model_serial = e->model_serial };
+        for (fake_req *q = e->reqs; q; q = q->next) {
+                if (q->state != AXP_STATE_QUEUED)
+                        ret->running++;
+                else if (q->kind == AXP_REACTIVE)
+                        ret->queued_reactive++;
+                else
+                        ret->queued_proactive++;
+        }
+        snprintf(ret->model, sizeof(ret->model), "%s", e->model);
+        snprintf(ret->policy, sizeof(ret->policy), "%s", e->policy);
+}
+
+/* On the scheduler thread, with the lock held: tell the status if it changed, and wake the
+ * calls that wait for it to be told. */
+static void status_tell(axp_engine *e) {
+        uint64_t changes = e->changes;
+        axp_engine_status st;
+
+        status_snapshot(e, &st);
+        if (e->status_changed && (!e->told_once || memcmp(&st, &e->last, sizeof(st)) != 0)) {
+                e->last = st;
+                e->told_once = true;
+                pthread_mutex_unlock(&e->lock);
+                e->status_changed(e->status_userdata, &st);
+                pthread_mutex_lock(&e->lock);
+        }
+        e->told = changes;
+        pthread_cond_broadcast(&e->told_cond);
+}
+
+/* A call changed the status (lock held): wait until the scheduler thread has told it. */
+static void status_wait_told(axp_engine *e) {
+        uint64_t want = ++e->changes;
+
+        pthread_cond_signal(&e->cond);
+        while (e->told < want && !e->stopped)
+                pthread_cond_wait(&e->told_cond, &e->lock);
+}
+
 /* One step: advance every request of the most urgent kind present, one token each. */
 static void step(axp_engine *e) {
         bool any_reactive = false;
@@ -249,23 +298,46 @@ static void step(axp_engine *e) {
         }
 }
 
+static struct timespec after_ms(unsigned ms) {
+        struct timespec t;
+
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_sec += ms / 1000;
+        t.tv_nsec += (long) (ms % 1000) * 1000000;
+        if (t.tv_nsec >= 1000000000) {
+                t.tv_sec++;
+                t.tv_nsec -= 1000000000;
+        }
+        return t;
+}
+
 static void *scheduler(void *userdata) {
         axp_engine *e = userdata;
+        struct timespec next_step = after_ms(0);
 
         pthread_mutex_lock(&e->lock);
         while (!e->quit) {
+                if (e->told < e->changes)
+                        status_tell(e);
                 if (!e->reqs) {
-                        pthread_cond_wait(&e->cond, &e->lock);
+                        if (e->told == e->changes && !e->quit)
+                                pthread_cond_wait(&e->cond, &e->lock);
+                        next_step = after_ms(0);
                         continue;
                 }
+                /* a step every step_ms; calls in between are told at once */
+                if (pthread_cond_timedwait(&e->cond, &e->lock, &next_step) != ETIMEDOUT)
+                        continue;
                 step(e);
-                pthread_mutex_unlock(&e->lock);
-                usleep(e->step_ms * 1000);
-                pthread_mutex_lock(&e->lock);
+                status_tell(e);
+                next_step = after_ms(e->step_ms);
         }
         /* Shutdown: everything left finishes as cancelled. */
         while (e->reqs)
                 finish(e, e->reqs, AXP_FINISH_CANCELLED);
+        status_tell(e);
+        e->stopped = true;
+        pthread_cond_broadcast(&e->told_cond);
         pthread_mutex_unlock(&e->lock);
         return NULL;
 }
@@ -280,6 +352,7 @@ static int load(axp_engine *e, const char *path, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "%s is not a GGUF file", path);
         base = strrchr(path, '/');
         snprintf(e->model, sizeof(e->model), "%s", base ? base + 1 : path);
+        e->model_serial++;
         return 0;
 }
 
@@ -288,10 +361,18 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
         const char *ms = getenv("AXP_FAKE_STEP_MS");
         int r;
 
+        pthread_condattr_t monotonic;
+
         if (!e)
                 return axp_errorf(err, -ENOMEM, "Out of memory");
         pthread_mutex_init(&e->lock, NULL);
-        pthread_cond_init(&e->cond, NULL);
+        pthread_condattr_init(&monotonic);
+        pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+        pthread_cond_init(&e->cond, &monotonic);
+        pthread_condattr_destroy(&monotonic);
+        pthread_cond_init(&e->told_cond, NULL);
+        e->status_changed = c->status_changed;
+        e->status_userdata = c->status_userdata;
         e->step_ms = ms ? (unsigned) atoi(ms) : 5;
         e->n_ctx = c->n_ctx > 0 ? c->n_ctx : 64;
         snprintf(e->policy, sizeof(e->policy), "%s", c->policy ? c->policy : "agentxpu");
@@ -306,6 +387,10 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
                 free(e);
                 return axp_errorf(err, -EAGAIN, "Cannot start the scheduler thread");
         }
+        /* the first status is told before we return */
+        pthread_mutex_lock(&e->lock);
+        status_wait_told(e);
+        pthread_mutex_unlock(&e->lock);
         *ret = e;
         return 0;
 }
@@ -323,6 +408,9 @@ void axp_engine_free(axp_engine *e) {
                 e->flows = f->next;
                 free(f);
         }
+        pthread_cond_destroy(&e->cond);
+        pthread_cond_destroy(&e->told_cond);
+        pthread_mutex_destroy(&e->lock);
         free(e);
 }
 
@@ -389,7 +477,7 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 p = &(*p)->next;
         *p = r;
         *ret_id = r->id;
-        pthread_cond_signal(&e->cond);
+        status_wait_told(e);
         pthread_mutex_unlock(&e->lock);
         return 0;
 }
@@ -462,25 +550,22 @@ int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state
 }
 
 void axp_engine_status_get(axp_engine *e, axp_engine_status *ret) {
-        *ret = (axp_engine_status) {};
         pthread_mutex_lock(&e->lock);
-        for (fake_req *q = e->reqs; q; q = q->next) {
-                if (q->state != AXP_STATE_QUEUED)
-                        ret->running++;
-                else if (q->kind == AXP_REACTIVE)
-                        ret->queued_reactive++;
-                else
-                        ret->queued_proactive++;
-        }
+        status_snapshot(e, ret);
         pthread_mutex_unlock(&e->lock);
 }
 
-const char *axp_engine_model_name(axp_engine *e) {
-        return e->model;
-}
+static const char *const policies[] = { "agentxpu", "fcfs", "serial" };
 
 const char *axp_engine_policy(axp_engine *e) {
-        return e->policy;
+        const char *name = "agentxpu";
+
+        pthread_mutex_lock(&e->lock);
+        for (size_t i = 0; i < ELEMENTSOF(policies); i++)
+                if (strcmp(e->policy, policies[i]) == 0)
+                        name = policies[i];
+        pthread_mutex_unlock(&e->lock);
+        return name;
 }
 
 int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err) {
@@ -488,6 +573,7 @@ int axp_engine_set_policy(axp_engine *e, const char *policy, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "Unknown policy '%s'", policy);
         pthread_mutex_lock(&e->lock);
         snprintf(e->policy, sizeof(e->policy), "%s", policy);
+        status_wait_told(e);
         pthread_mutex_unlock(&e->lock);
         return 0;
 }
@@ -498,6 +584,8 @@ int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
         usleep(50 * 1000); /* long enough for a call to overlap it */
         pthread_mutex_lock(&e->lock);
         r = load(e, path, err);
+        if (r >= 0)
+                status_wait_told(e);
         pthread_mutex_unlock(&e->lock);
         return r;
 }
@@ -525,4 +613,26 @@ int axp_engine_devices(axp_engine *e, axp_device_info *ret, int cap) {
         };
         snprintf(ret[0].name, sizeof(ret[0].name), "fake CPU");
         return 1;
+}
+
+/* Installed models: a file is a model when it starts with the GGUF magic; the real checks
+ * are the engine's, tested with the real engine (test-daemon-model.py). */
+int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *err) {
+        struct stat st;
+        char magic[4];
+
+        if (fstat(fd, &st) < 0)
+                return axp_errorf(err, -errno, "%s: cannot stat: %s", src, strerror(errno));
+        if (!S_ISREG(st.st_mode))
+                return axp_errorf(err, -EINVAL, "%s: not a regular file", src);
+        if (pread(fd, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0)
+                return axp_errorf(err, -EBADMSG, "%s: not a GGUF file (bad magic)", src);
+        *ret = (axp_model_info) { .size = (uint64_t) st.st_size, .parameters = 1 };
+        snprintf(ret->arch, sizeof(ret->arch), "llama");
+        snprintf(ret->types, sizeof(ret->types), "F32 1");
+        return 0;
+}
+
+int axp_model_check_file(const char *path, axp_error *err) {
+        return 0;
 }

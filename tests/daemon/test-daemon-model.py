@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bustest import (NAME, PATH, REQ_IFACE, WAIT, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
@@ -45,6 +46,17 @@ def model():
     if r.rc != 0:
         raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
     _model = path
+    return path
+
+
+def second_model():
+    """Another model of the same shape, with other weights and its own name."""
+    path = os.path.join(os.path.dirname(model()), "second.gguf")
+    if not os.path.exists(path):
+        r = run([CLI, "mkmodel", "-o", path, "--seed", "8", "--dim", "512", "--layers", "4", "--heads", "8",
+                 "--kv-heads", "4", "--ffn", "1536", "--ctx", "4096", "--no-eog", "--name", "second-model"])
+        if r.rc != 0:
+            raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
     return path
 
 
@@ -363,6 +375,40 @@ def test_context_overflow_messages():
         assert chat.wait(timeout=60) == 0
 
 
+def test_load_model_changes_the_model_property():
+    """LoadModel with a request in flight: the request finishes on the old model, and the
+    Model property names the new one, announced with PropertiesChanged; loading the same file
+    again is announced too (no polkit on this bus: root is authorized)."""
+    if not is_root():
+        raise Skip("needs root (administrative call without polkit)")
+    second = second_model()
+    with engine() as (bus, d):
+        first_name = bus.props()["Model"]
+        assert first_name and first_name != "second-model", first_name
+        mon = bus.spawn(["gdbus", "monitor", "--address", bus.address, "--dest", NAME],
+                        stdout=subprocess.PIPE, text=True)
+        mon.stdout.readline()
+        p, path = submit_bg(bus, "-n", "48", "--temperature", "0", "Before the swap")
+        p.stdout.read(1)
+        r = bus.call("LoadModel", second)
+        assert r.rc == 0, r
+        assert bus.props()["Model"] == "second-model"
+        rc, out, err = drain(p)
+        assert rc == 0, (rc, err)
+        for _ in range(2):
+            r = bus.call("LoadModel", model())
+            assert r.rc == 0, r
+            assert bus.props()["Model"] == first_name
+        assert bus.call("Complete", "Hello", GREEDY).rc == 0
+        time.sleep(0.3)
+        mon.terminate()
+        signals = mon.stdout.read()
+    changed = re.findall(r"PropertiesChanged \('org\.agentxpu\.Engine', \{'[^\n]*", signals)
+    models = [m for c in changed for m in re.findall(r"'Model': <'([^']*)'>", c)]
+    assert models == ["second-model", first_name, first_name], (models, signals)
+    assert all("'Devices'" in c for c in changed if "'Model'" in c), changed
+
+
 TESTS = [
     test_complete_matches_generate,
     test_no_byte_of_the_answer_is_dropped,
@@ -379,6 +425,7 @@ TESTS = [
     test_context_overflow_messages,
     test_devices_carry_their_memory,
     test_second_engine_leaves_before_loading_its_model,
+    test_load_model_changes_the_model_property,
 ]
 
 if __name__ == "__main__":

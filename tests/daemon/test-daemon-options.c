@@ -193,7 +193,8 @@ static void test_hostile_key_is_named_briefly(void) {
         key[sizeof(key) - 1] = 0;
         const Opt opt = { key, "s", .str = "v" };
         CHECK_EQ_INT(parse(&opt, 1, OPTIONS_SUBMIT, &o, msg, sizeof(msg)), -EINVAL);
-        CHECK(strlen(msg) < 200);
+        /* the key cut to 64 bytes, then the list of the keys accepted */
+        CHECK(strlen(msg) < 240);
         CHECK(strstr(msg, "...") != NULL);
 }
 

@@ -1,11 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target: the GGUF reader on arbitrary bytes. Whatever it accepts is walked in
  * full (every key, value, array element, string and tensor byte) so that any pointer the
- * reader hands out that reaches past the input is caught by AddressSanitizer. */
+ * reader hands out that reaches past the input is caught by AddressSanitizer; the first and
+ * last rows of every tensor of a type the engine computes with are dequantized, so the block
+ * decoders meet arbitrary bytes too (scales that are NaN or infinite, any quant bits). */
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/types.h"
 #include "model/gguf.h"
+
+/* Dequantize row r of a tensor (rows of ne[0] elements) and fold it into h. */
+static uint64_t dequant_row(const gguf_tensor *t, uint64_t r) {
+        static float row[1 << 16];
+        const axp_type_traits *tt = axp_type_traits_get(t->type);
+        uint64_t rb = axp_type_row_size(t->type, t->ne[0]), h = 0;
+        if (!tt || !tt->supported || t->type == AXP_TYPE_Q8_K || rb == 0 || t->ne[0] > (1 << 16) ||
+            (r + 1) * rb > t->nbytes)
+                return 0;
+        axp_dequantize_row(t->type, (const uint8_t *) t->data + r * rb, row, t->ne[0]);
+        for (int64_t i = 0; i < t->ne[0]; i++) {
+                uint32_t u;
+                memcpy(&u, &row[i], 4);
+                h += u;
+        }
+        return h;
+}
 
 static volatile uint64_t sink;
 
@@ -70,6 +90,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         h += p[t->nbytes - 1];
                 for (uint64_t j = 0; j < t->name.len; j++)
                         h += (uint8_t) t->name.ptr[j];
+                uint64_t rb = axp_type_row_size(t->type, t->ne[0]);
+                if (rb && t->nbytes >= rb) {
+                        h += dequant_row(t, 0);
+                        h += dequant_row(t, t->nbytes / rb - 1);
+                }
         }
         sink = h;
         gguf_close(f);

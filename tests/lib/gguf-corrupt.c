@@ -384,6 +384,45 @@ int gguf_corrupt_variants(bool every_offset, gguf_variant **ret, size_t *ret_n) 
         v = add(&ls, size, "", "tensor-name-len-max");
         patch_u64(v, l.t[1], UINT64_MAX);
 
+        /* the block types added with the 32-element ones and Q5_K (ggml ids; elements and
+         * bytes per block): rows that are not whole blocks, blocks cut off by the end of the
+         * file, block counts that overflow or run past the end. tensor.b is 2-D, tensor.c the
+         * last tensor (4-D, a 32-byte slot). */
+        static const struct { uint32_t id, blck, bytes; const char *name; } blk[] = {
+                { 3, 32, 20, "q4_1" }, { 6, 32, 22, "q5_0" },    { 7, 32, 24, "q5_1" },
+                { 20, 32, 18, "iq4_nl" }, { 13, 256, 176, "q5_k" },
+        };
+        for (size_t i = 0; i < sizeof(blk) / sizeof(blk[0]); i++) {
+                char expect[64];
+                snprintf(expect, sizeof(expect), "not a multiple of the block size %u", (unsigned) blk[i].blck);
+                v = add(&ls, size, expect, "%s-ne0-block", blk[i].name);
+                patch_u32(v, l.t_type[1], blk[i].id);
+                patch_u64(v, l.t_ne[1], blk[i].blck + 16);
+                /* one block in tensor.c, the file ending one byte before the block does */
+                if (l.t_data[2] + blk[i].bytes <= size) {
+                        v = add(&ls, l.t_data[2] + blk[i].bytes - 1, "past the end of the file",
+                                "%s-block-truncated", blk[i].name);
+                        patch_u32(v, l.t_type[2], blk[i].id);
+                        patch_u64(v, l.t_ne[2], blk[i].blck);
+                        patch_u64(v, l.t_ne[2] + 8, 1);
+                }
+                /* 64 blocks where a 32-byte slot ends the file */
+                v = add(&ls, size, "past the end of the file", "%s-blocks-past-end", blk[i].name);
+                patch_u32(v, l.t_type[2], blk[i].id);
+                patch_u64(v, l.t_ne[2], blk[i].blck);
+                patch_u64(v, l.t_ne[2] + 8, 64);
+                /* 2^62 elements: the byte count fits, the file does not hold it */
+                v = add(&ls, size, "past the end of the file", "%s-blocks-huge", blk[i].name);
+                patch_u32(v, l.t_type[1], blk[i].id);
+                patch_u64(v, l.t_ne[1], 1ull << 62);
+                patch_u64(v, l.t_ne[1] + 8, 1);
+                /* 2^62 x 4 elements: the element count overflows first */
+                v = add(&ls, size, "too many elements", "%s-blocks-overflow", blk[i].name);
+                patch_u32(v, l.t_type[1], blk[i].id);
+                patch_u64(v, l.t_ne[1], 1ull << 62);
+                patch_u64(v, l.t_ne[1] + 8, 4);
+        }
+
         free(base);
         if (ls.oom) {
                 gguf_corrupt_free(ls.v, ls.n);

@@ -11,6 +11,10 @@
 #   AXP_INSTALL_MODE=chroot   a debootstrap root (the default where mount namespaces work)
 #   AXP_INSTALL_MODE=host     this machine itself (the package is purged at the end)
 #   AXP_DEBIAN_MIRROR=URL     the mirror for debootstrap (http://deb.debian.org/debian)
+#
+# In a root, debootstrap downloads Debian's packages (about 90 s): where the archive does not
+# answer, the test skips at once with one line saying so, like the other missing things it
+# needs, rather than failing late in debootstrap or waiting on it.
 #   AXP_DEB=FILE              install this .deb instead of building one
 #   AXP_KEEP_WORK=1           keep the work folder (the root, the logs) for a look
 set -eu
@@ -56,6 +60,16 @@ chroot)
 host) ;;
 *) fail "AXP_INSTALL_MODE must be chroot, host or auto, got '$mode'" ;;
 esac
+
+if [ "$mode" = chroot ] && command -v wget >/dev/null 2>&1; then
+        # The Release file, through wget as debootstrap fetches it (same proxy settings).
+        release=$mirror/dists/bookworm/Release
+        if ! out=$(timeout 20 wget -nv -T 10 -t 1 -O /dev/null "$release" 2>&1); then
+                why=$(printf '%s\n' "$out" | tail -n 1 | sed 's/^[0-9-]* [0-9:]* //; s/\.$//')
+                skip "cannot reach the Debian archive at $mirror (needed to debootstrap the" \
+                        "install root): ${why:-no answer in 20 s}; AXP_DEBIAN_MIRROR names another mirror"
+        fi
+fi
 
 work=$(mktemp -d /var/tmp/agentxpu-install.XXXXXX)
 chmod 0755 "$work"

@@ -46,7 +46,7 @@ REQUIRED = {
     "ProtectHostname": "yes",
     "ProtectProc": "invisible",
     "ProcSubset": "pid",
-    "StateDirectory": "agentxpu",
+    "StateDirectory": "agentxpu agentxpu/models",
     "UMask": "0077",
 }
 REQUIRED_MULTI = {

@@ -45,13 +45,24 @@ static const char tmpl_phi3[] =
         "{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + '\n'}}"
         "{% endif %}{% endfor %}";
 
+static const char tmpl_gemma3[] =
+        "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
+        "messages[0]['content'][0]['text'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
+        "{%- for message in loop_messages -%}{%- if (message['role'] == 'assistant') -%}{%- set role "
+        "= \"model\" -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%}{{ "
+        "'<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}"
+        "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if "
+        "add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}";
+
 static void test_detect_template(void) {
+        CHECK_EQ_INT(axp_chat_detect(tmpl_gemma3, NULL), AXP_CHAT_GEMMA);
         CHECK_EQ_INT(axp_chat_detect(tmpl_llama3, NULL), AXP_CHAT_LLAMA3);
         CHECK_EQ_INT(axp_chat_detect(tmpl_qwen2, NULL), AXP_CHAT_CHATML);
         CHECK_EQ_INT(axp_chat_detect(tmpl_mistral, NULL), AXP_CHAT_MISTRAL);
         CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_v3, NULL), AXP_CHAT_MISTRAL);
         CHECK_EQ_INT(axp_chat_detect(tmpl_llama2, NULL), AXP_CHAT_LLAMA2);
-        CHECK_EQ_INT(axp_chat_detect(tmpl_phi3, NULL), AXP_CHAT_RAW);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_phi3, NULL), AXP_CHAT_PHI3);
+        CHECK_EQ_INT(axp_chat_detect("{{ messages }}", NULL), AXP_CHAT_RAW); /* not understood */
         CHECK_EQ_INT(axp_chat_detect("chatml", NULL), AXP_CHAT_CHATML);
         CHECK_EQ_INT(axp_chat_detect("llama2", NULL), AXP_CHAT_LLAMA2);
         CHECK_EQ_INT(axp_chat_detect("raw", NULL), AXP_CHAT_RAW);
@@ -131,6 +142,13 @@ static void test_format(void) {
         /* a system prompt with nothing after it still reaches the model */
         check_format(AXP_CHAT_LLAMA2, conversation, 1, true,
                      "[INST] <<SYS>>\n You are helpful. \n<</SYS>> [/INST]");
+        check_format(AXP_CHAT_PHI3, conversation + 1, 3, true,
+                     "<|user|>\nHi\n<|end|>\n<|assistant|>\nHello!<|end|>\n"
+                     "<|user|>\nHow are you?<|end|>\n<|assistant|>\n");
+        check_format(AXP_CHAT_GEMMA, conversation, 4, true,
+                     "<start_of_turn>user\nYou are helpful.\n\nHi<end_of_turn>\n"
+                     "<start_of_turn>model\nHello!<end_of_turn>\n"
+                     "<start_of_turn>user\nHow are you?<end_of_turn>\n<start_of_turn>model\n");
         check_format(AXP_CHAT_RAW, conversation + 1, 1, true, "Hi\n");
         check_format(AXP_CHAT_RAW, conversation, 2, true, " You are helpful. \n\nHi\n");
         check_format(AXP_CHAT_CHATML, NULL, 0, false, "");

@@ -127,8 +127,13 @@ static void check_model(axp_model *m, const char *label) {
         free(ref);
 }
 
+/* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt */
+static const char *arch_extra(const char *arch) {
+        return strcmp(arch, "gemma3") == 0 ? "--layers 6 --swa 8 --tied" : NULL;
+}
+
 static void check_against_reference(const char *arch, const char *type) {
-        axp_model *m = make_model(arch, type, 7, NULL);
+        axp_model *m = make_model(arch, type, 7, arch_extra(arch));
         CHECK_MSG(m != NULL, "%s %s", arch, type);
         if (!m)
                 return;
@@ -139,7 +144,8 @@ static void check_against_reference(const char *arch, const char *type) {
 }
 
 static void test_types_llama(void) {
-        const char *types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k" };
+        const char *types[] = { "f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",
+                                "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl" };
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 check_against_reference("llama", types[i]);
 }
@@ -149,6 +155,11 @@ static void test_archs(void) {
         check_against_reference("qwen3", "f32");
         check_against_reference("qwen2", "q8_0");
         check_against_reference("qwen3", "q4_k");
+        check_against_reference("phi3", "f32");
+        check_against_reference("phi3", "q8_0");
+        check_against_reference("gemma3", "f32");
+        check_against_reference("gemma3", "q8_0");
+        check_against_reference("gemma3", "q6_k");
 }
 
 /* RoPE as Llama 3.1 and long-context models have it: per-frequency divisors (rope_freqs) and
@@ -184,8 +195,8 @@ static void test_scaled_rope(void) {
 
 /* A chunked prefill stopped half way, another request run meanwhile (prefill and decode on
  * the same device), then resumed: the same logits as one whole prefill. */
-static void test_chunked_stop_resume(void) {
-        axp_model *m = make_model("llama", "q8_0", 3, NULL);
+static void chunked_stop_resume(const char *arch, const char *type) {
+        axp_model *m = make_model(arch, type, 3, arch_extra(arch));
         CHECK(m != NULL);
         if (!m)
                 return;
@@ -219,7 +230,7 @@ static void test_chunked_stop_resume(void) {
         free(tasks);
 
         double e = rel_err_f(chunked.logits, whole.logits, nv);
-        printf("  chunked+resumed vs whole: relative difference %.2e\n", e);
+        printf("  %s %s chunked+resumed vs whole: relative difference %.2e\n", arch, type, e);
         CHECK(e <= 1e-5);
         CHECK_EQ_INT(chunked.n_past, N_PROMPT);
         axp_seq_free(&whole);
@@ -228,9 +239,17 @@ static void test_chunked_stop_resume(void) {
         model_done(m);
 }
 
+static void test_chunked_stop_resume(void) {
+        const char *types[] = { "q8_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q5_k" };
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                chunked_stop_resume("llama", types[i]);
+        chunked_stop_resume("phi3", "q8_0");
+        chunked_stop_resume("gemma3", "q8_0");
+}
+
 /* Requests of different context lengths decoded together give what each gives alone. */
-static void test_batched_decode(void) {
-        axp_model *m = make_model("llama", "q4_k", 4, NULL);
+static void batched_decode(const char *arch, const char *type) {
+        axp_model *m = make_model(arch, type, 4, arch_extra(arch));
         CHECK(m != NULL);
         if (!m)
                 return;
@@ -259,13 +278,20 @@ static void test_batched_decode(void) {
                 for (int i = 0; i < B; i++)
                         worst = fmax(worst, rel_err_f(batched[i].logits, single[i].logits, nv));
         }
-        printf("  batched vs single decode: relative difference %.2e\n", worst);
+        printf("  %s %s batched vs single decode: relative difference %.2e\n", arch, type, worst);
         CHECK(worst <= 1e-5);
         for (int i = 0; i < B; i++) {
                 axp_seq_free(&single[i]);
                 axp_seq_free(&batched[i]);
         }
         model_done(m);
+}
+
+static void test_batched_decode(void) {
+        const char *types[] = { "q4_k", "q5_k", "q4_1", "q5_0", "q5_1", "iq4_nl" };
+        for (size_t i = 0; i < ELEMENTSOF(types); i++)
+                batched_decode("llama", types[i]);
+        batched_decode("gemma3", "q4_k");
 }
 
 /* An F16 KV cache stays close to the F32 one. */

@@ -225,6 +225,52 @@ static void test_base_file(void) {
         free(base);
 }
 
+/* The header alone, from a prefix of the file: every prefix short of the header asks for more
+ * (-ENOBUFS), every longer one gives the same header with the tensors' data left out, and a
+ * file too short for its tensors is refused whatever was read of it. */
+static void test_prefix(void) {
+        uint8_t *base;
+        size_t size;
+        gguf_file *full = NULL;
+        axp_error err = { 0 };
+
+        CHECK(gguf_corrupt_base(&base, &size) == 0);
+        CHECK_MSG(gguf_open_buffer(base, size, &full, &err) == 0, "%s", err.msg);
+        if (!full) {
+                free(base);
+                return;
+        }
+        for (size_t n = 0; n <= size; n++) {
+                gguf_file *f = NULL;
+                int k = gguf_open_prefix("prefix", base, n, size, &f, &err);
+                if (n < 24 || n < full->data_offset - 31) {
+                        /* the header needs more than this (its padding aside) */
+                        if (n >= 4)
+                                CHECK_MSG(k == -ENOBUFS, "prefix %zu: %d %s", n, k, err.msg);
+                        else
+                                CHECK(k < 0);
+                } else if (k == 0) {
+                        CHECK_EQ_INT(f->n_tensors, full->n_tensors);
+                        CHECK_EQ_INT(f->data_offset, full->data_offset);
+                        CHECK_EQ_INT(f->size, size);
+                        CHECK(n == size || f->tensors[0].data == NULL);
+                } else
+                        CHECK_MSG(k == -ENOBUFS, "prefix %zu: %d %s", n, k, err.msg);
+                gguf_close(f);
+        }
+        {
+                gguf_file *f = NULL;
+                uint64_t end = 0;
+                for (uint64_t t = 0; t < full->n_tensors; t++)
+                        end = MAX(end, full->data_offset + full->tensors[t].offset + full->tensors[t].nbytes);
+                CHECK(gguf_open_prefix("short", base, full->data_offset, end - 1, &f, &err) == -EBADMSG);
+                CHECK(strstr(err.msg, "extends past the end of the file") != NULL);
+                gguf_close(f);
+        }
+        gguf_close(full);
+        free(base);
+}
+
 static bool one_line(const char *msg) {
         return msg[0] && !strchr(msg, '\n') && !strchr(msg, '\r') && strlen(msg) < sizeof(((axp_error *) 0)->msg) - 1;
 }
@@ -627,6 +673,7 @@ int main(int argc, char **argv) {
                 RUN(test_copy_vocab);
         } else {
                 RUN(test_base_file);
+                RUN(test_prefix);
                 RUN(test_corrupt_variants);
                 RUN(test_corrupt_files);
                 RUN(test_random_mutations);

@@ -43,7 +43,8 @@ static float gauss(void) {
 }
 
 static const uint32_t all_types[] = {
-        AXP_TYPE_F32, AXP_TYPE_F16, AXP_TYPE_BF16, AXP_TYPE_Q8_0, AXP_TYPE_Q4_0, AXP_TYPE_Q4_K, AXP_TYPE_Q6_K,
+        AXP_TYPE_F32,  AXP_TYPE_F16,  AXP_TYPE_BF16,   AXP_TYPE_Q8_0, AXP_TYPE_Q4_0, AXP_TYPE_Q4_1,
+        AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL, AXP_TYPE_Q4_K, AXP_TYPE_Q5_K, AXP_TYPE_Q6_K,
 };
 static const char *const all_isas[] = { "generic", "avx2", "avx512", "amx" };
 
@@ -101,17 +102,34 @@ static float *make_x(int64_t n_in, int n_tok, long ldx) {
         return x;
 }
 
-/* llama.cpp's activation rules, written independently of the kernels. */
-static void ref_act_q8_0(const float *x, int64_t n, float *xq) {
+/* llama.cpp's activation rules, written independently of the kernels. Q8_0 blocks also give
+ * ds[b] = s - d * sum(q): how far the Q8_1 sum s = f16(amax / 127 * sum(q)), which the
+ * minimum of a Q4_1/Q5_1 block multiplies, is from the exact sum of the block's xq. */
+static void ref_act_q8_0(const float *x, int64_t n, float *xq, double *ds) {
         for (int64_t b = 0; b < n; b += 32) {
                 float amax = 0;
                 for (int j = 0; j < 32; j++)
                         amax = fmaxf(amax, fabsf(x[b + j]));
                 float d = axp_f16_to_f32(axp_f32_to_f16(amax / 127.0f));
                 float id = amax != 0 ? 127.0f / amax : 0.0f;
-                for (int j = 0; j < 32; j++)
+                int sum = 0;
+                for (int j = 0; j < 32; j++) {
                         xq[b + j] = d * nearbyintf(x[b + j] * id);
+                        sum += (int) nearbyintf(x[b + j] * id);
+                }
+                float s = axp_f16_to_f32(axp_f32_to_f16(amax / 127.0f * (float) sum));
+                if (ds)
+                        ds[b / 32] = (double) s - (double) d * sum;
         }
+}
+
+/* The minimum of block b of a Q4_1/Q5_1 row (0 for other types). */
+static double block_min(uint32_t type, const uint8_t *row, int64_t b) {
+        if (type == AXP_TYPE_Q4_1)
+                return axp_f16_to_f32(((const block_q4_1 *) row)[b].m);
+        if (type == AXP_TYPE_Q5_1)
+                return axp_f16_to_f32(((const block_q5_1 *) row)[b].m);
+        return 0;
 }
 
 static void ref_act_q8_K(const float *x, int64_t n, float *xq) {
@@ -132,13 +150,18 @@ static void ref_act_q8_K(const float *x, int64_t n, float *xq) {
         }
 }
 
-static void ref_act(uint32_t type, const float *x, int64_t n, float *xq) {
+static void ref_act(uint32_t type, const float *x, int64_t n, float *xq, double *ds) {
         switch (type) {
         case AXP_TYPE_Q8_0:
         case AXP_TYPE_Q4_0:
-                ref_act_q8_0(x, n, xq);
+        case AXP_TYPE_Q4_1:
+        case AXP_TYPE_Q5_0:
+        case AXP_TYPE_Q5_1:
+        case AXP_TYPE_IQ4_NL:
+                ref_act_q8_0(x, n, xq, ds);
                 break;
         case AXP_TYPE_Q4_K:
+        case AXP_TYPE_Q5_K:
         case AXP_TYPE_Q6_K:
                 ref_act_q8_K(x, n, xq);
                 break;
@@ -165,11 +188,12 @@ static void check_product(const test_weight *tw, const float *x, long ldx, int n
         int64_t n_in = tw->w.n_in;
         uint32_t type = tw->w.type;
         float *xq = malloc(sizeof(float) * n_in);
+        double *ds = calloc((size_t) n_in / 32, sizeof(double));
         err_stats *es = &type_err[type];
         int bad = 0;
         for (int t = 0; t < n_tok; t++) {
                 const float *xt = x + t * ldx;
-                ref_act(type, xt, n_in, xq);
+                ref_act(type, xt, n_in, xq, ds);
                 for (int64_t r = 0; r < tw->w.n_out; r++) {
                         const float *w = tw->deq + r * n_in;
                         double exact = 0, yq = 0, abs_x = 0, abs_xq = 0, bound = 0;
@@ -179,6 +203,13 @@ static void check_product(const test_weight *tw, const float *x, long ldx, int n
                                 abs_x += fabs((double) w[i] * xt[i]);
                                 abs_xq += fabs((double) w[i] * xq[i]);
                                 bound += fabs((double) w[i]) * fabs((double) xt[i] - xq[i]);
+                        }
+                        /* Q4_1/Q5_1: the minimum times the f16 sum s, as llama.cpp's Q8_1 */
+                        const uint8_t *raw = (const uint8_t *) tw->raw + r * tw->w.row_bytes;
+                        for (int64_t b = 0; b < n_in / 32 && (type == AXP_TYPE_Q4_1 || type == AXP_TYPE_Q5_1); b++) {
+                                double m = block_min(type, raw, b);
+                                yq += m * ds[b];
+                                bound += fabs(m * ds[b]);
                         }
                         double got = y[t * ldy + r];
                         /* float accumulation: a few ulps of the magnitudes summed */
@@ -200,6 +231,7 @@ static void check_product(const test_weight *tw, const float *x, long ldx, int n
                 }
         }
         CHECK_MSG(bad == 0, "%d outputs out of tolerance", bad);
+        free(ds);
         free(xq);
 }
 
@@ -227,6 +259,9 @@ static axp_pool *pools[4]; /* 1, 2, 3 threads at [1..3] */
 static const struct { int n_in, n_out, n_tok; } shapes[] = {
         { 256, 17, 1 }, { 256, 100, 3 }, { 512, 1, 3 }, { 512, 33, 17 }, { 1024, 64, 64 },
         { 4096, 48, 3 }, { 1536, 40, 300 }, { 768, 257, 9 },
+        /* rows that are not a multiple of 256, as in the fallback tensors of Q4_K_M files of
+         * 896- and 576-wide models (the 32-element block types only) */
+        { 96, 20, 5 }, { 896, 40, 9 }, { 576, 33, 40 },
 };
 
 static bool isa_use(const char *isa) {
@@ -241,6 +276,8 @@ static void test_matmul_types(void) {
                         uint32_t type = all_types[ti];
                         for (size_t si = 0; si < ELEMENTSOF(shapes); si++) {
                                 int n_in = shapes[si].n_in, n_out = shapes[si].n_out, n_tok = shapes[si].n_tok;
+                                if (n_in % axp_type_traits_get(type)->blck != 0)
+                                        continue;
                                 /* the portable path is slow: keep its biggest shapes for the types
                                  * whose code differs most */
                                 if (strcmp(all_isas[ii], "generic") == 0 && n_tok == 300 && type == AXP_TYPE_BF16)
@@ -313,30 +350,43 @@ static void test_matmul_batch_invariant(void) {
 /* Q/K/V-style calls: several weights of different types and sizes in one call give what
  * separate calls give. */
 static void test_matmul_multi(void) {
+        /* the K-quants with Q8_0; then every 32-element type, as the mixed Q4_K_M files of
+         * models whose width is not a multiple of 256 have them */
+        static const uint32_t sets[2][7] = {
+                { AXP_TYPE_Q4_K, AXP_TYPE_Q6_K, AXP_TYPE_Q8_0, AXP_TYPE_Q5_K },
+                { AXP_TYPE_Q4_K, AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_Q4_1, AXP_TYPE_IQ4_NL,
+                  AXP_TYPE_Q4_0, AXP_TYPE_Q8_0 },
+        };
+        static const int n_set[2] = { 4, 7 };
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                 if (!isa_use(all_isas[ii]))
                         continue;
-                test_weight tw[3];
-                weight_make(&tw[0], AXP_TYPE_Q4_K, 1024, 96);
-                weight_make(&tw[1], AXP_TYPE_Q6_K, 1024, 40);
-                weight_make(&tw[2], AXP_TYPE_Q8_0, 1024, 33);
-                axp_cpu_weight_prepare(&tw[1].w);
-                int n_tok = 20;
-                float *x = make_x(1024, n_tok, 1024);
-                const axp_weight *ws[3] = { &tw[0].w, &tw[1].w, &tw[2].w };
-                float *ys[3];
-                long ldys[3] = { 100, 40, 35 };
-                for (int i = 0; i < 3; i++)
-                        ys[i] = malloc(sizeof(float) * ldys[i] * n_tok);
-                axp_cpu_matmul(pools[2], 3, ws, x, 1024, ys, ldys, n_tok);
-                for (int i = 0; i < 3; i++) {
-                        float *y = run_matmul(pools[1], ws[i], x, 1024, n_tok, ldys[i]);
-                        CHECK_MSG(bits_equal(y, ys[i], n_tok, ldys[i], ws[i]->n_out), "%s weight %d", all_isas[ii], i);
-                        free(y);
-                        free(ys[i]);
-                        weight_free(&tw[i]);
+                for (int si = 0; si < 2; si++) {
+                        int n = n_set[si], n_tok = 20;
+                        test_weight tw[7];
+                        const axp_weight *ws[7];
+                        float *ys[7];
+                        long ldys[7];
+                        for (int i = 0; i < n; i++) {
+                                weight_make(&tw[i], sets[si][i], 1024, 96 - 17 * (i % 4));
+                                if (i % 2)
+                                        axp_cpu_weight_prepare(&tw[i].w);
+                                ws[i] = &tw[i].w;
+                                ldys[i] = tw[i].w.n_out + i;
+                                ys[i] = malloc(sizeof(float) * ldys[i] * n_tok);
+                        }
+                        float *x = make_x(1024, n_tok, 1024);
+                        axp_cpu_matmul(pools[2], n, ws, x, 1024, ys, ldys, n_tok);
+                        for (int i = 0; i < n; i++) {
+                                float *y = run_matmul(pools[1], ws[i], x, 1024, n_tok, ldys[i]);
+                                CHECK_MSG(bits_equal(y, ys[i], n_tok, ldys[i], ws[i]->n_out), "%s weight %d (%s)",
+                                          all_isas[ii], i, axp_type_traits_get(sets[si][i])->name);
+                                free(y);
+                                free(ys[i]);
+                                weight_free(&tw[i]);
+                        }
+                        free(x);
                 }
-                free(x);
         }
 }
 
@@ -356,7 +406,7 @@ static void test_activation_quantization(void) {
                 axp_cpu_ops_generic.quant[kind](x, k, ref);
                 /* the reference bytes decode to the independent rule's values */
                 uint32_t type = kind == AXP_ACT_Q8_0 ? AXP_TYPE_Q8_0 : kind == AXP_ACT_Q8_K ? AXP_TYPE_Q4_K : AXP_TYPE_F16;
-                ref_act(type, x, k, xq);
+                ref_act(type, x, k, xq, NULL);
                 int bad = 0;
                 for (int64_t i = 0; i < k; i++) {
                         float v;
@@ -387,7 +437,8 @@ static void test_activation_quantization(void) {
 /* Attention ---------------------------------------------------------------------------------- */
 
 static void ref_attention(const float *q, long ldq, double *out, const float *kf, const float *vf,
-                          int n_q, const int32_t *pos, int n_head, int n_head_kv, int hd, float scale) {
+                          int n_q, const int32_t *pos, int n_head, int n_head_kv, int hd, int window,
+                          float scale) {
         int G = n_head / n_head_kv;
         long ld = (long) n_head_kv * hd;
         double *s = malloc(sizeof(double) * (pos[n_q - 1] + 1 + 4096));
@@ -395,7 +446,8 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
                 for (int h = 0; h < n_head; h++) {
                         int kvh = h / G;
                         double m = -INFINITY, l = 0;
-                        for (int t = 0; t <= pos[i]; t++) {
+                        int t0 = window > 0 && pos[i] >= window ? pos[i] - window + 1 : 0;
+                        for (int t = t0; t <= pos[i]; t++) {
                                 double d = 0;
                                 for (int c = 0; c < hd; c++)
                                         d += (double) q[i * ldq + h * hd + c] * kf[t * ld + kvh * hd + c];
@@ -404,7 +456,7 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
                         }
                         double *o = out + ((long) i * n_head + h) * hd;
                         memset(o, 0, sizeof(double) * hd);
-                        for (int t = 0; t <= pos[i]; t++) {
+                        for (int t = t0; t <= pos[i]; t++) {
                                 double p = exp(s[t] - m);
                                 l += p;
                                 for (int c = 0; c < hd; c++)
@@ -418,6 +470,7 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
 
 typedef struct att_case {
         int n_q, first_pos, n_head, n_head_kv, hd;
+        int window; /* sliding window, 0: none */
 } att_case;
 
 static void test_attention(void) {
@@ -429,6 +482,10 @@ static void test_attention(void) {
                 { 1, 1000, 32, 8, 64 },   /* decode, Llama-3.2-1B shape */
                 { 1, 4095, 8, 2, 128 },   /* decode at 4096 */
                 { 3, 600, 6, 3, 80 },     /* few queries, head_dim not a multiple of 16 */
+                { 40, 0, 4, 2, 32, 16 },  /* a sliding window of 16 (gemma3's local layers) */
+                { 300, 100, 8, 2, 64, 300 }, /* a window starting inside and across chunks */
+                { 1, 1000, 8, 2, 64, 512 },  /* decode with a window, split over chunks */
+                { 2, 700, 8, 4, 64, 256 },   /* a window of exactly a chunk */
         };
         for (int kvt = 0; kvt < 2; kvt++) {
                 uint32_t kv_type = kvt ? AXP_TYPE_F16 : AXP_TYPE_F32;
@@ -459,7 +516,7 @@ static void test_attention(void) {
                                 pos[i] = c.first_pos + i;
                         float scale = 1.0f / sqrtf((float) c.hd);
                         double *ref = malloc(sizeof(double) * c.n_q * c.n_head * c.hd);
-                        ref_attention(q, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, scale);
+                        ref_attention(q, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, c.window, scale);
 
                         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                                 if (!isa_use(all_isas[ii]))
@@ -470,7 +527,7 @@ static void test_attention(void) {
                                         memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
                                         /* in place: out aliases q */
                                         axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, scale);
+                                                          c.n_head, c.n_head_kv, c.hd, c.window, scale);
                                 }
                                 double maxe = 0;
                                 for (int i = 0; i < c.n_q; i++)
@@ -484,7 +541,7 @@ static void test_attention(void) {
                                 /* the last query alone (a decode step) gives the same bits */
                                 float *one = malloc(sizeof(float) * ldq);
                                 axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1,
-                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, scale);
+                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, c.window, scale);
                                 CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
                                           "%s case %zu: decode differs from prefill", all_isas[ii], ci);
                                 free(one);

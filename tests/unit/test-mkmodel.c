@@ -26,8 +26,9 @@ static const char *tmp_path(const char *name) {
         return b;
 }
 
-static const uint32_t all_types[] = { AXP_TYPE_F32, AXP_TYPE_F16, AXP_TYPE_BF16, AXP_TYPE_Q8_0,
-                                      AXP_TYPE_Q4_0, AXP_TYPE_Q4_K, AXP_TYPE_Q6_K };
+static const uint32_t all_types[] = { AXP_TYPE_F32,  AXP_TYPE_F16,  AXP_TYPE_BF16, AXP_TYPE_Q8_0,
+                                      AXP_TYPE_Q4_0, AXP_TYPE_Q4_K, AXP_TYPE_Q6_K, AXP_TYPE_Q4_1,
+                                      AXP_TYPE_Q5_0, AXP_TYPE_Q5_1, AXP_TYPE_IQ4_NL, AXP_TYPE_Q5_K };
 
 static gguf_file *make(const axp_mkmodel_params *p) {
         axp_error err = { 0 };
@@ -163,7 +164,7 @@ static void test_every_arch_and_type(void) {
                                 continue;
                         check_model(f, &p, p.n_embd / p.n_head);
                         CHECK(gguf_get_u32(f, "general.file_type", &ft));
-                        static const uint32_t file_types[] = { 0, 1, 32, 7, 2, 14, 18 };
+                        static const uint32_t file_types[] = { 0, 1, 32, 7, 2, 14, 18, 3, 8, 9, 25, 16 };
                         CHECK_EQ_INT(ft, file_types[t]);
                         gguf_close(f);
                 }
@@ -293,7 +294,11 @@ static void test_weight_statistics(void) {
                 gguf_file *f;
                 stats s;
                 /* quantization error widens the distribution a little; 4-bit types most */
-                double tol = all_types[t] == AXP_TYPE_Q4_0 || all_types[t] == AXP_TYPE_Q4_K ? 0.10 : 0.03;
+                uint32_t ty = all_types[t];
+                double tol = ty == AXP_TYPE_Q4_0 || ty == AXP_TYPE_Q4_K || ty == AXP_TYPE_Q4_1 ||
+                                             ty == AXP_TYPE_IQ4_NL
+                                     ? 0.10
+                                     : 0.03;
 
                 axp_mkmodel_defaults(&p);
                 p.arch = AXP_ARCH_QWEN2;
@@ -583,8 +588,8 @@ static void test_errors(void) {
         p.n_layer = 0;
         CHECK(axp_mkmodel(&p, &err) == -EINVAL && strstr(err.msg, "--layers"));
         p.n_layer = 1;
-        p.type = AXP_TYPE_Q5_K;
-        CHECK(axp_mkmodel(&p, &err) == -EINVAL && strstr(err.msg, "Q5_K"));
+        p.type = AXP_TYPE_Q3_K;
+        CHECK(axp_mkmodel(&p, &err) == -EINVAL && strstr(err.msg, "Q3_K"));
         p.type = AXP_TYPE_Q8_0;
         p.vocab_from = "/nonexistent.gguf";
         CHECK(axp_mkmodel(&p, &err) == -ENOENT && strstr(err.msg, "/nonexistent.gguf"));

@@ -113,7 +113,8 @@ static int compare_act(uint32_t type, enum axp_act_kind kind, axp_quant_fn fn, c
         int8_t *q = malloc((size_t) n * k);
         float *d = malloc((size_t) n * nb * sizeof(float)),
               *f = malloc((size_t) n * k * sizeof(float));
-        int16_t *s = malloc((size_t) n * (k / 32) * sizeof(int16_t));
+        /* int16 sums of 32 (Q8_K) or float Q8_1 sums (Q8_0) */
+        void *s = malloc((size_t) n * (k / 32) * sizeof(float));
         uint8_t *row = aligned_alloc(64, axp_act_stride(kind, k));
         axp_error err = { 0 };
         int bad = 0;
@@ -125,12 +126,13 @@ static int compare_act(uint32_t type, enum axp_act_kind kind, axp_quant_fn fn, c
                                 bad += !same_bits(d[t * nb + b], act_q8_0_d(row, b));
                                 bad += memcmp(q + (size_t) t * k + b * 32, act_q8_0_qs(row, b),
                                               32) != 0;
+                                bad += !same_bits(((const float *) s)[t * nb + b], act_q8_0_s(row, b));
                         } else if (kind == AXP_ACT_Q8_K) {
                                 bad += !same_bits(d[t * nb + b], act_q8_K_d(row, b));
                                 bad += memcmp(q + (size_t) t * k + b * 256, act_q8_K_qs(row, b),
                                               256) != 0;
-                                bad += memcmp(s + t * (k / 32) + b * 8, act_q8_K_bs32(row, b),
-                                              16) != 0;
+                                bad += memcmp((const int16_t *) s + t * (k / 32) + b * 8,
+                                              act_q8_K_bs32(row, b), 16) != 0;
                         }
                         if (bad) {
                                 CHECK_MSG(!bad, "%s, %s: row %d block %d differs",
@@ -163,7 +165,12 @@ static void test_activations_bit_exact(void) {
         } cases[] = {
                 { AXP_TYPE_Q8_0, AXP_ACT_Q8_0, axp_quant_act_q8_0 },
                 { AXP_TYPE_Q4_0, AXP_ACT_Q8_0, axp_quant_act_q8_0 },
+                { AXP_TYPE_Q4_1, AXP_ACT_Q8_0, axp_quant_act_q8_0 },
+                { AXP_TYPE_Q5_0, AXP_ACT_Q8_0, axp_quant_act_q8_0 },
+                { AXP_TYPE_Q5_1, AXP_ACT_Q8_0, axp_quant_act_q8_0 },
+                { AXP_TYPE_IQ4_NL, AXP_ACT_Q8_0, axp_quant_act_q8_0 },
                 { AXP_TYPE_Q4_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
+                { AXP_TYPE_Q5_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_Q6_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_F16, AXP_ACT_F16, axp_quant_act_f16 },
         };
@@ -193,7 +200,8 @@ static double rel_diff(const float *a, const float *b, size_t n) {
 /* One weight of each type: the device's product against the CPU's, for several token counts
  * (decode, a partial token tile, prefill). */
 static void test_products_match_cpu(void) {
-        static const char *const types[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k" };
+        static const char *const types[] = { "f32",  "f16",  "bf16", "q8_0",   "q4_0", "q4_1",
+                                             "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl" };
         const int n_in = 768, n_out = 83, toks[] = { 1, 3, 8, 21 };
         float *wf = malloc((size_t) n_in * n_out * sizeof(float));
         float *x = malloc((size_t) 21 * n_in * sizeof(float));

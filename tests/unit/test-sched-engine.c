@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The engine on the wall clock with a real model: concurrent reactive and proactive requests
  * each stream exactly the text the synchronous reference driver generates for them alone;
- * cancel, flows, errors, policies, stats, devices and model reloading behave as engine.h
- * says. No timing is asserted. */
+ * cancel, flows, errors, policies, stats, devices, model reloading and the status told to
+ * status_changed behave as engine.h says. No timing is asserted. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,7 +19,10 @@
 #include "test.h"
 #include "kernels/types.h"
 
-static char model_path[256], calib_path[256];
+#define MODEL_NAME "model-one"
+#define MODEL_B_NAME "model-two"
+
+static char model_path[256], model_b_path[256], calib_path[256];
 
 typedef struct result {
         pthread_mutex_t lock;
@@ -289,6 +293,7 @@ static void test_cancel_and_errors(void) {
         axp_engine_status st;
         axp_engine_status_get(e, &st);
         CHECK(st.running == 0 && st.queued_reactive == 0 && st.queued_proactive == 0);
+        CHECK(strcmp(st.policy, "serial") == 0 && strcmp(st.model, MODEL_NAME) == 0);
         axp_engine_free(e);
 
         /* no model: NoModel */
@@ -297,10 +302,13 @@ static void test_cancel_and_errors(void) {
         CHECK(axp_engine_new(&c, &e, &err) == 0);
         greedy_opts(&o, 4);
         CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -ENOMEDIUM);
-        CHECK(strcmp(axp_engine_model_name(e), "") == 0);
+        axp_engine_status_get(e, &st);
+        CHECK(strcmp(st.model, "") == 0 && st.model_serial == 0);
+        CHECK(strcmp(st.policy, "agentxpu") == 0);
         /* LoadModel puts one in place */
         CHECK(axp_engine_load_model(e, model_path, &err) == 0);
-        CHECK(strcmp(axp_engine_model_name(e), "") != 0);
+        axp_engine_status_get(e, &st);
+        CHECK(strcmp(st.model, MODEL_NAME) == 0 && st.model_serial == 1);
         result_init(&r);
         CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb, &id, &err) == 0);
         result_wait(&r);
@@ -373,6 +381,165 @@ static void test_flow_reuses_kv(void) {
         axp_engine_free(e);
 }
 
+/* Swapping models under load while other threads read the status --------------------------- */
+
+/* What status_changed was told, from which thread. */
+typedef struct told_log {
+        pthread_mutex_t lock;
+        unsigned n, bad_model, bad_policy, other_thread;
+        pthread_t thread;
+        axp_engine_status last;
+} told_log;
+
+static bool known_model(const char *name) {
+        return strcmp(name, MODEL_NAME) == 0 || strcmp(name, MODEL_B_NAME) == 0;
+}
+
+static void on_status(void *ud, const axp_engine_status *st) {
+        told_log *t = ud;
+
+        pthread_mutex_lock(&t->lock);
+        if (t->n == 0)
+                t->thread = pthread_self();
+        else if (!pthread_equal(t->thread, pthread_self()))
+                t->other_thread++;
+        t->n++;
+        t->bad_model += !known_model(st->model);
+        t->bad_policy += strcmp(st->policy, "agentxpu") != 0;
+        t->last = *st;
+        pthread_mutex_unlock(&t->lock);
+}
+
+typedef struct load {
+        axp_engine *e;
+        atomic_bool stop;
+        /* submitter */
+        result *res;
+        int cap, n_submitted, n_refused;
+        /* reader */
+        unsigned n_reads, bad_reads;
+} load;
+
+/* Keeps requests coming, reactive and proactive, each a few tokens long. */
+static void *submitter(void *p) {
+        load *l = p;
+        axp_request_opts o;
+        axp_error err = { 0 };
+
+        greedy_opts(&o, 6);
+        while (!atomic_load(&l->stop) && l->n_submitted < l->cap) {
+                result *r = &l->res[l->n_submitted];
+                axp_request_cbs cb = cbs_for(r);
+                uint64_t id;
+
+                result_init(r);
+                if (axp_engine_submit(l->e, l->n_submitted % 2 ? AXP_PROACTIVE : AXP_REACTIVE,
+                                      prompts[l->n_submitted % 4], &o, &cb, &id, &err) == 0)
+                        l->n_submitted++;
+                else
+                        l->n_refused++;
+                /* a few in flight at a time */
+                if (l->n_submitted >= 3)
+                        result_wait(&l->res[l->n_submitted - 3]);
+        }
+        return NULL;
+}
+
+/* Reads the status (model name and all) as fast as it can. */
+static void *reader(void *p) {
+        load *l = p;
+
+        while (!atomic_load(&l->stop)) {
+                axp_engine_status st;
+                axp_engine_status_get(l->e, &st);
+                l->bad_reads += !known_model(st.model) || strcmp(st.policy, "agentxpu") != 0 ||
+                                strcmp(axp_engine_policy(l->e), "agentxpu") != 0;
+                l->n_reads++;
+        }
+        return NULL;
+}
+
+/* LoadModel again and again, between two models, with requests in flight and another thread
+ * reading the status: the names read and told are always one of the two (never freed
+ * memory: the model is freed by each swap), the new one by the time LoadModel returns, and
+ * every request finishes once. Run under ASan and TSan (tools/run-sanitized). */
+static void test_swap_models_under_load(void) {
+        enum { SWAPS = 40, CAP = 1024 };
+        static result res[CAP];
+        static told_log told = { .lock = PTHREAD_MUTEX_INITIALIZER };
+        axp_engine_config c;
+        axp_engine *e = NULL;
+        axp_error err = { 0 };
+        axp_engine_status st;
+        pthread_t sub, rd;
+        load l = { .res = res, .cap = CAP };
+        unsigned serial;
+        int busy_swaps = 0;
+
+        axp_engine_config_default(&c);
+        c.model_path = model_path;
+        c.n_threads = 2;
+        c.calib_cache = calib_path;
+        c.status_changed = on_status;
+        c.status_userdata = &told;
+        if (axp_engine_new(&c, &e, &err) < 0)
+                fprintf(stderr, "engine: %s\n", err.msg);
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        /* told before axp_engine_new returned */
+        pthread_mutex_lock(&told.lock);
+        CHECK(told.n >= 1 && strcmp(told.last.model, MODEL_NAME) == 0);
+        serial = told.last.model_serial;
+        pthread_mutex_unlock(&told.lock);
+
+        l.e = e;
+        CHECK(pthread_create(&sub, NULL, submitter, &l) == 0);
+        CHECK(pthread_create(&rd, NULL, reader, &l) == 0);
+        for (int i = 0; i < SWAPS; i++) {
+                const char *path = i % 2 ? model_path : model_b_path;
+                const char *name = i % 2 ? MODEL_NAME : MODEL_B_NAME;
+
+                /* a request in flight first: the swap waits for it */
+                for (int k = 0; k < 100000; k++) {
+                        axp_engine_status_get(e, &st);
+                        if (st.running + st.queued_reactive + st.queued_proactive > 0)
+                                break;
+                        usleep(100);
+                }
+                busy_swaps += st.running + st.queued_reactive + st.queued_proactive > 0;
+                CHECK(axp_engine_load_model(e, path, &err) == 0);
+                /* told before LoadModel returned */
+                pthread_mutex_lock(&told.lock);
+                CHECK_MSG(strcmp(told.last.model, name) == 0, "swap %d: told '%s'", i,
+                          told.last.model);
+                CHECK_EQ_INT(told.last.model_serial, serial + i + 1);
+                pthread_mutex_unlock(&told.lock);
+                axp_engine_status_get(e, &st);
+                CHECK(strcmp(st.model, name) == 0);
+        }
+        atomic_store(&l.stop, true);
+        pthread_join(sub, NULL);
+        pthread_join(rd, NULL);
+        for (int i = 0; i < l.n_submitted; i++)
+                result_wait(&res[i]);
+        axp_engine_free(e);
+
+        printf("  %d swaps (%d with requests in flight): %d requests, %u status reads, %u told\n",
+               SWAPS, busy_swaps, l.n_submitted, l.n_reads, told.n);
+        CHECK(busy_swaps > SWAPS / 2);
+        CHECK(l.n_submitted > 0 && l.n_refused == 0);
+        CHECK(l.n_reads > 0 && l.bad_reads == 0);
+        for (int i = 0; i < l.n_submitted; i++)
+                CHECK_MSG(res[i].done && (res[i].reason == AXP_FINISH_LENGTH ||
+                                          res[i].reason == AXP_FINISH_STOP),
+                          "request %d ended %d", i, (int) res[i].reason);
+        CHECK(told.bad_model == 0 && told.bad_policy == 0 && told.other_thread == 0);
+        /* the last word: nothing queued or running */
+        CHECK(told.last.running == 0 && told.last.queued_reactive == 0 &&
+              told.last.queued_proactive == 0);
+}
+
 int main(void) {
         char dir[] = "/tmp/axp-test-engine-XXXXXX";
         axp_mkmodel_params mp;
@@ -386,7 +553,21 @@ int main(void) {
         mp.type = AXP_TYPE_Q8_0;
         mp.n_ctx = 1024;
         mp.seed = 11;
+        /* no end-of-generation token can be chosen: a request runs to its max_tokens, so one
+         * cancelled (or found busy) right after it was submitted is still running then, however
+         * slowly this thread gets back to it on a loaded machine */
+        mp.no_eog = true;
         mp.path = model_path;
+        mp.name = MODEL_NAME;
+        if (axp_mkmodel(&mp, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        /* the same shape (the calibration cache serves both), other weights and name */
+        snprintf(model_b_path, sizeof(model_b_path), "%s/model-b.gguf", dir);
+        mp.seed = 12;
+        mp.name = MODEL_B_NAME;
+        mp.path = model_b_path;
         if (axp_mkmodel(&mp, &err) < 0) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
@@ -396,7 +577,9 @@ int main(void) {
         RUN(test_cancel_and_errors);
         RUN(test_free_with_requests_in_flight);
         RUN(test_flow_reuses_kv);
+        RUN(test_swap_models_under_load);
         unlink(model_path);
+        unlink(model_b_path);
         unlink(calib_path);
         rmdir(dir);
         TEST_EXIT();

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "test.h"
 #include "base/parse.h"
+#include "base/sha256.h"
 #include "base/utf8.h"
 #include "base/util.h"
 
@@ -202,7 +203,37 @@ static void test_write_visible(void) {
         CHECK(strcmp(got, "a\\x00b") == 0);
 }
 
+static void sha256_of(const void *data, size_t len, size_t step, char hex[65]) {
+        axp_sha256 s;
+        uint8_t d[32];
+
+        axp_sha256_init(&s);
+        for (size_t o = 0; o < len; o += step)
+                axp_sha256_update(&s, (const char *) data + o, len - o < step ? len - o : step);
+        axp_sha256_final(&s, d);
+        axp_sha256_hex(d, hex);
+}
+
+/* The FIPS 180-4 examples, and a million 'a' fed in pieces that straddle the blocks. */
+static void test_sha256(void) {
+        static const char two_blocks[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+        char hex[65];
+        _cleanup_free_ char *a = malloc(1000000);
+
+        sha256_of("", 0, 1, hex);
+        CHECK(strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855") == 0);
+        sha256_of("abc", 3, 1, hex);
+        CHECK(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+        sha256_of(two_blocks, strlen(two_blocks), 7, hex);
+        CHECK(strcmp(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1") == 0);
+        CHECK(a != NULL);
+        memset(a, 'a', 1000000);
+        sha256_of(a, 1000000, 4097, hex);
+        CHECK(strcmp(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0") == 0);
+}
+
 int main(void) {
+        RUN(test_sha256);
         RUN(test_errorf);
         RUN(test_overflow);
         RUN(test_alloc_aligned);

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* What a GGUF model file is, told from its header alone: for installing a model from a file
+ * descriptor (nothing mapped, nothing written) and for listing the models installed. */
+#pragma once
+
+#include <stdint.h>
+
+#include "base/util.h"
+
+typedef struct axp_model_info {
+        char name[128];      /* general.name, "" if the file has none (cut at a character boundary) */
+        char arch[32];       /* general.architecture */
+        uint64_t parameters; /* elements of every tensor */
+        uint64_t size;       /* bytes of the file */
+        char types[128];     /* tensor types by count, most first: "Q8_0 28, F32 9" */
+} axp_model_info;
+
+/* Check the GGUF file open at `fd` (a regular file, read with pread from offset 0, never
+ * mapped: the file may change under us): its header (every count, key, tensor's type and
+ * shape, and each tensor's extent against the file's size), an architecture the engine runs
+ * (llama, qwen2, qwen3) and tensor types it computes with. `src` names the file in messages.
+ * Returns 0, or a negative errno with a one-line message: -EBADMSG (not GGUF, truncated,
+ * corrupt), -ENOTSUP (an architecture or type the engine cannot run), -EPROTONOSUPPORT (a
+ * GGUF version it cannot read), or the error of reading. */
+int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *err);
+
+/* Load the model at `path` as the engine would (hyperparameters, every tensor's presence, type
+ * and shape, the tokenizer), then free it. */
+int axp_model_check_file(const char *path, axp_error *err);

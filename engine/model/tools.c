@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/* Tool calls (tools.h explains the formats and the grammar). */
+#include "tools.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/strbuf.h"
+#include "grammar.h"
+
+struct axp_tools {
+        json_value *list;          /* the parsed list, as given */
+        size_t n;
+        const char **names;        /* into list */
+        const json_value **params; /* into list, or &empty_object */
+};
+
+static json_value empty_object = { .type = JSON_OBJECT };
+
+typedef struct out {
+        char *buf;
+        size_t len, cap;
+        int r;
+} out;
+
+static void puts_(out *o, const char *s) {
+        if (o->r == 0)
+                o->r = axp_strbuf_puts(&o->buf, &o->len, &o->cap, s);
+}
+
+static void put(out *o, const char *s, size_t n) {
+        if (o->r == 0)
+                o->r = axp_strbuf_append(&o->buf, &o->len, &o->cap, s, n);
+}
+
+static void put_indent(out *o, int indent, int depth) {
+        puts_(o, "\n");
+        for (int i = 0; i < indent * depth; i++)
+                puts_(o, " ");
+}
+
+/* v as Python's json.dumps(v, ensure_ascii=False) writes it (what the templates' tojson
+ * gives): separators ", " and ": ", or with `indent`, one item a line. `compact`: no blanks. */
+static void dump(out *o, const json_value *v, int indent, int depth, bool compact) {
+        switch (v->type) {
+        case JSON_NULL:
+                puts_(o, "null");
+                break;
+        case JSON_BOOL:
+                puts_(o, v->boolean ? "true" : "false");
+                break;
+        case JSON_NUMBER:
+                puts_(o, v->text);
+                break;
+        case JSON_STRING:
+                puts_(o, "\"");
+                for (const unsigned char *c = (const unsigned char *) v->text; *c; c++) {
+                        char e[8];
+                        switch (*c) {
+                        case '"': puts_(o, "\\\""); continue;
+                        case '\\': puts_(o, "\\\\"); continue;
+                        case '\n': puts_(o, "\\n"); continue;
+                        case '\r': puts_(o, "\\r"); continue;
+                        case '\t': puts_(o, "\\t"); continue;
+                        case '\b': puts_(o, "\\b"); continue;
+                        case '\f': puts_(o, "\\f"); continue;
+                        }
+                        if (*c < 0x20)
+                                snprintf(e, sizeof(e), "\\u%04x", *c);
+                        else
+                                snprintf(e, sizeof(e), "%c", *c);
+                        puts_(o, e);
+                }
+                puts_(o, "\"");
+                break;
+        case JSON_ARRAY:
+        case JSON_OBJECT:
+                puts_(o, v->type == JSON_ARRAY ? "[" : "{");
+                for (size_t i = 0; i < v->n; i++) {
+                        if (i)
+                                puts_(o, indent || compact ? "," : ", ");
+                        if (indent)
+                                put_indent(o, indent, depth + 1);
+                        if (v->type == JSON_OBJECT) {
+                                json_value k = { .type = JSON_STRING, .text = v->keys[i] };
+                                dump(o, &k, indent, depth + 1, compact);
+                                puts_(o, compact ? ":" : ": ");
+                        }
+                        dump(o, v->items[i], indent, depth + 1, compact);
+                }
+                if (indent && v->n)
+                        put_indent(o, indent, depth);
+                puts_(o, v->type == JSON_ARRAY ? "]" : "}");
+                break;
+        }
+}
+
+/* Parsing ------------------------------------------------------------------------------------ */
+
+void axp_tools_free(axp_tools *t) {
+        if (!t)
+                return;
+        json_free(t->list);
+        free(t->names);
+        free(t->params);
+        free(t);
+}
+
+size_t axp_tools_count(const axp_tools *t) {
+        return t ? t->n : 0;
+}
+
+static bool valid_name(const char *s) {
+        size_t n = strlen(s);
+        if (n == 0 || n > 64)
+                return false;
+        for (const char *c = s; *c; c++)
+                if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                      *c == '_' || *c == '-'))
+                        return false;
+        return true;
+}
+
+int axp_tools_parse(const char *json, size_t len, axp_tools **ret, axp_error *err) {
+        axp_error perr = {};
+        _cleanup_(axp_tools_freep) axp_tools *t = NULL;
+
+        if (len > AXP_TOOLS_MAX_BYTES)
+                return axp_errorf(err, -EINVAL, "the tools are %zu bytes; at most %d are accepted", len,
+                                  AXP_TOOLS_MAX_BYTES);
+        t = calloc(1, sizeof(*t));
+        if (!t)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        if (json_parse(json, len, &t->list, &perr) < 0)
+                return axp_errorf(err, -EINVAL, "the tools are not valid JSON: %s", perr.msg);
+        if (t->list->type != JSON_ARRAY || t->list->n == 0)
+                return axp_errorf(err, -EINVAL,
+                                  "the tools must be a non-empty list of {\"type\": \"function\", \"function\": "
+                                  "{\"name\": ..., \"parameters\": {...}}}");
+        if (t->list->n > AXP_TOOLS_MAX)
+                return axp_errorf(err, -EINVAL, "%zu tools; at most %d are accepted", t->list->n, AXP_TOOLS_MAX);
+        t->n = t->list->n;
+        t->names = calloc(t->n, sizeof(char *));
+        t->params = calloc(t->n, sizeof(json_value *));
+        if (!t->names || !t->params)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < t->n; i++) {
+                const json_value *e = t->list->items[i], *fn = json_get(e, "function"), *p;
+                const char *type = json_get_string(e, "type");
+                if (e->type != JSON_OBJECT || !type || strcmp(type, "function") != 0 || !fn ||
+                    fn->type != JSON_OBJECT)
+                        return axp_errorf(err, -EINVAL,
+                                          "tools[%zu] must be {\"type\": \"function\", \"function\": {...}}", i);
+                t->names[i] = json_get_string(fn, "name");
+                if (!t->names[i] || !valid_name(t->names[i]))
+                        return axp_errorf(err, -EINVAL,
+                                          "tools[%zu].function.name must be 1 to 64 letters, digits, '_' or '-'", i);
+                for (size_t j = 0; j < i; j++)
+                        if (strcmp(t->names[i], t->names[j]) == 0)
+                                return axp_errorf(err, -EINVAL, "tools[%zu]: the name '%s' is given twice", i,
+                                                  t->names[i]);
+                p = json_get(fn, "parameters");
+                if (p && (p->type != JSON_OBJECT ||
+                          (json_get_string(p, "type") && strcmp(json_get_string(p, "type"), "object") != 0)))
+                        return axp_errorf(err, -EINVAL,
+                                          "tools[%zu].function.parameters must be a JSON schema of type object", i);
+                t->params[i] = p ? p : &empty_object;
+        }
+        *ret = TAKE_PTR(t);
+        return 0;
+}
+
+/* Templates ---------------------------------------------------------------------------------- */
+
+static bool has(const char *s, const char *sub) {
+        return s && strstr(s, sub) != NULL;
+}
+
+bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokenizer *tok) {
+        /* a template written out says; a family named directly or none: the vocabulary */
+        bool written = tmpl && *tmpl;
+        for (int i = AXP_CHAT_RAW; written && i <= AXP_CHAT_LLAMA2; i++)
+                written = strcmp(tmpl, axp_chat_family_name(i)) != 0;
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                return written ? has(tmpl, "tools") : tok && axp_tokenizer_find(tok, "<|python_tag|>") >= 0;
+        case AXP_CHAT_CHATML:
+                return written ? has(tmpl, "<tools>") || has(tmpl, "<tool_call>")
+                               : tok && axp_tokenizer_find(tok, "<tool_call>") >= 0;
+        case AXP_CHAT_MISTRAL:
+                return written ? has(tmpl, "[AVAILABLE_TOOLS]")
+                               : tok && axp_tokenizer_find(tok, "[AVAILABLE_TOOLS]") >= 0;
+        default:
+                return false;
+        }
+}
+
+/* Python's str.strip() of ASCII white space (what Jinja's trim leaves of a usual prompt). */
+static void put_trimmed(out *o, const char *s) {
+        size_t i = 0, j = strlen(s);
+        while (i < j && strchr(" \t\n\r\v\f", s[i]))
+                i++;
+        while (j > i && strchr(" \t\n\r\v\f", s[j - 1]))
+                j--;
+        put(o, s + i, j - i);
+}
+
+char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user) {
+        out o = {};
+        bool sys = system && system[0];
+
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                /* Llama 3.1's template with tools_in_user_message (its default) */
+                puts_(&o, "<|start_header_id|>system<|end_header_id|>\n\n");
+                puts_(&o, "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+                if (sys)
+                        put_trimmed(&o, system);
+                puts_(&o, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
+                puts_(&o, "Given the following functions, please respond with a JSON for a function call with its "
+                          "proper arguments that best answers the given prompt.\n\n");
+                puts_(&o, "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument "
+                          "name and its value}.Do not use variables.\n\n");
+                for (size_t i = 0; i < t->n; i++) {
+                        dump(&o, t->list->items[i], 4, 0, false);
+                        puts_(&o, "\n\n");
+                }
+                put_trimmed(&o, user);
+                puts_(&o, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+                break;
+        case AXP_CHAT_CHATML:
+                /* Qwen2.5/3: the tools after the system prompt (Qwen2.5's default system prompt,
+                 * when none is given, is left to the caller as without tools) */
+                puts_(&o, "<|im_start|>system\n");
+                if (sys) {
+                        puts_(&o, system);
+                        puts_(&o, "\n\n");
+                }
+                puts_(&o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                          "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+                for (size_t i = 0; i < t->n; i++) {
+                        puts_(&o, "\n");
+                        dump(&o, t->list->items[i], 0, 0, false);
+                }
+                puts_(&o, "\n</tools>\n\nFor each function call, return a json object with function name and "
+                          "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                          "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+                puts_(&o, "<|im_start|>user\n");
+                puts_(&o, user);
+                puts_(&o, "<|im_end|>\n<|im_start|>assistant\n");
+                break;
+        case AXP_CHAT_MISTRAL: {
+                /* the tools before the last user turn, the system prompt inside it */
+                axp_chat_msg msgs[2];
+                size_t n = 0;
+                if (sys)
+                        msgs[n++] = (axp_chat_msg) { "system", system };
+                msgs[n++] = (axp_chat_msg) { "user", user };
+                char *turn = axp_chat_format(f, msgs, n, true);
+                puts_(&o, "[AVAILABLE_TOOLS] ");
+                dump(&o, t->list, 0, 0, false);
+                puts_(&o, "[/AVAILABLE_TOOLS]");
+                if (!turn)
+                        o.r = -ENOMEM;
+                else
+                        puts_(&o, turn);
+                free(turn);
+                break;
+        }
+        default:
+                o.r = -EINVAL;
+                break;
+        }
+        if (o.r < 0) {
+                free(o.buf);
+                return NULL;
+        }
+        return o.buf;
+}
+
+/* Grammar ------------------------------------------------------------------------------------- */
+
+/* A GBNF literal of s. */
+static void put_literal(out *o, const char *s) {
+        puts_(o, "\"");
+        for (const char *c = s; *c; c++) {
+                if (*c == '"' || *c == '\\') {
+                        char e[3] = { '\\', *c, 0 };
+                        puts_(o, e);
+                } else if (*c == '\n')
+                        puts_(o, "\\n");
+                else
+                        put(o, c, 1);
+        }
+        puts_(o, "\"");
+}
+
+int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char **ret, axp_error *err) {
+        const char *open, *args_key, *close, *first;
+        out o = {};
+        _cleanup_free_ char *rules = NULL;
+        _cleanup_free_ char **names = calloc(t->n, sizeof(char *));
+        int r;
+
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                open = "{\"name\": ", args_key = "parameters", close = "}", first = "{";
+                break;
+        case AXP_CHAT_CHATML:
+                open = "<tool_call>\n{\"name\": ", args_key = "arguments", close = "}\n</tool_call>", first = "<";
+                break;
+        case AXP_CHAT_MISTRAL:
+                open = "[TOOL_CALLS] [{\"name\": ", args_key = "arguments", close = "}]", first = "[";
+                break;
+        default:
+                return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
+        }
+        if (!names)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < t->n; i++)
+                if (asprintf(&names[i], "tool%zu-args", i) < 0) {
+                        names[i] = NULL;
+                        r = axp_errorf(err, -ENOMEM, "out of memory");
+                        goto out;
+                }
+        for (size_t i = 0; i < t->n; i++) {
+                axp_error e = {};
+                _cleanup_free_ char *one = NULL;
+                /* each schema alone first, for an error that names its tool */
+                if ((r = axp_json_schemas_to_gbnf((const json_value *const *) &t->params[i], (const char *const *) &names[i], 1,
+                                                    &one, &e)) < 0) {
+                        r = axp_errorf(err, r, "tools[%zu] (%s) parameters: %s", i, t->names[i], e.msg);
+                        goto out;
+                }
+        }
+        if ((r = axp_json_schemas_to_gbnf((const json_value *const *) t->params, (const char *const *) names, t->n, &rules, err)) < 0)
+                goto out;
+
+        puts_(&o, required ? "root ::= call\n" : "root ::= call | text\n");
+        puts_(&o, "call ::= ");
+        put_literal(&o, open);
+        puts_(&o, " (");
+        for (size_t i = 0; i < t->n; i++) {
+                char key[64];
+                _cleanup_free_ char *name_json = NULL;
+                if (i)
+                        puts_(&o, " | ");
+                if (asprintf(&name_json, "\"%s\", \"%s\": ", t->names[i], args_key) < 0)
+                        o.r = -ENOMEM;
+                else
+                        put_literal(&o, name_json);
+                snprintf(key, sizeof(key), " tool%zu-args", i);
+                puts_(&o, key);
+        }
+        puts_(&o, ") ");
+        put_literal(&o, close);
+        puts_(&o, "\n");
+        if (!required) {
+                puts_(&o, "text ::= [^");
+                puts_(&o, strcmp(first, "[") == 0 ? "\\[" : first);
+                puts_(&o, "] [^\\x00]*\n");
+        }
+        puts_(&o, rules);
+        if (o.r < 0) {
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+                goto out;
+        }
+        *ret = TAKE_PTR(o.buf);
+        r = 0;
+out:
+        for (size_t i = 0; i < t->n; i++)
+                free(names[i]);
+        free(o.buf);
+        return r;
+}
+
+/* Reading the call back ------------------------------------------------------------------------ */
+
+int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **ret_call) {
+        const char *open, *close, *args_key;
+        _cleanup_json_ json_value *v = NULL;
+        axp_error e = {};
+
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                open = "", close = "", args_key = "parameters";
+                break;
+        case AXP_CHAT_CHATML:
+                open = "<tool_call>\n", close = "\n</tool_call>", args_key = "arguments";
+                break;
+        case AXP_CHAT_MISTRAL:
+                open = "[TOOL_CALLS] ", close = "", args_key = "arguments";
+                break;
+        default:
+                return 0;
+        }
+        size_t no = strlen(open), nc = strlen(close);
+        if (len < no + nc + 2 || memcmp(text, open, no) != 0 || memcmp(text + len - nc, close, nc) != 0 ||
+            text[no] != (f == AXP_CHAT_MISTRAL ? '[' : '{'))
+                return 0;
+        if (json_parse(text + no, len - no - nc, &v, &e) < 0)
+                return e.code == -ENOMEM ? -ENOMEM : 0;
+        const json_value *call = v;
+        if (f == AXP_CHAT_MISTRAL)
+                call = v->type == JSON_ARRAY && v->n == 1 ? v->items[0] : NULL;
+        const char *name = call ? json_get_string(call, "name") : NULL;
+        const json_value *args = call ? json_get(call, args_key) : NULL;
+        if (!name || !args)
+                return 0;
+        out o = {};
+        json_value n = { .type = JSON_STRING, .text = (char *) name };
+        puts_(&o, "{\"name\":");
+        dump(&o, &n, 0, 0, true);
+        puts_(&o, ",\"arguments\":");
+        dump(&o, args, 0, 0, true);
+        puts_(&o, "}");
+        if (o.r < 0) {
+                free(o.buf);
+                return -ENOMEM;
+        }
+        *ret_call = o.buf;
+        return 1;
+}
+
+int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
+                      const char *tool_choice, const char *system, const char *user, char **ret_text,
+                      char **ret_grammar, axp_chat_family *ret_family, axp_error *err) {
+        _cleanup_(axp_tools_freep) axp_tools *t = NULL;
+        axp_chat_family f = axp_chat_detect(chat_template, tok);
+        bool required = false;
+        int r;
+
+        if (tool_choice && strcmp(tool_choice, "required") == 0)
+                required = true;
+        else if (tool_choice && strcmp(tool_choice, "auto") != 0)
+                return axp_errorf(err, -EINVAL, "tool_choice must be 'auto' or 'required', got '%s'", tool_choice);
+        if ((r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
+                return r;
+        if (!axp_chat_takes_tools(f, chat_template, tok))
+                return axp_errorf(err, -EINVAL,
+                                  "the model's chat template (%s) does not take tools; tools work with Llama 3.1+, "
+                                  "Qwen2.5/3 and Mistral templates",
+                                  axp_chat_family_name(f));
+        if ((r = axp_tools_grammar(f, t, required, ret_grammar, err)) < 0)
+                return r;
+        *ret_text = axp_tools_format_turn(f, t, system, user);
+        if (!*ret_text) {
+                free(*ret_grammar);
+                *ret_grammar = NULL;
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        }
+        *ret_family = f;
+        return 0;
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* Tool calls: OpenAI's function list rendered into the model's chat template, a grammar that
+ * holds the answer to free text or a call of one of the tools with arguments matching its
+ * parameters schema, and the call read back from the answer.
+ *
+ * Families that take tools, and how a call is written (what the model was trained on):
+ *   llama3   Llama 3.1+ (a template that mentions tools): the tools as JSON in the first
+ *            user message; a call is {"name": "NAME", "parameters": {...}}.
+ *   chatml   Qwen2.5/3 (a template with <tools> or <tool_call>): the tools in the system
+ *            prompt between <tools> and </tools>; a call is
+ *            <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>.
+ *   mistral  (a template with [AVAILABLE_TOOLS], or a vocabulary with that token): the tools
+ *            in [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the turn; a call is
+ *            [TOOL_CALLS] [{"name": "NAME", "arguments": {...}}].
+ *
+ * The grammar (tool_choice "auto"): root ::= call | text, where text is any text that does not
+ * begin with the call's first character ('{', '<', '['), so an answer is one or the other from
+ * its first byte; text ends with the end of generation token (or max_tokens), a call when its
+ * last byte is written. tool_choice "required": root ::= call. Only one call per answer. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/util.h"
+#include "chat.h"
+
+#define AXP_TOOLS_MAX_BYTES (64 * 1024)
+#define AXP_TOOLS_MAX 64
+
+typedef struct axp_tools axp_tools;
+
+/* Parse a tools list (OpenAI's shape: [{"type": "function", "function": {"name": ...,
+ * "description": ..., "parameters": {JSON Schema}}}]). Errors (-EINVAL) say what is wrong. */
+int axp_tools_parse(const char *json, size_t len, axp_tools **ret, axp_error *err);
+void axp_tools_free(axp_tools *t);
+static inline void axp_tools_freep(axp_tools **t) {
+        axp_tools_free(*t);
+}
+size_t axp_tools_count(const axp_tools *t);
+
+/* Does this model's template take tools? (The family as axp_chat_detect says.) */
+bool axp_chat_takes_tools(axp_chat_family f, const char *chat_template, const axp_tokenizer *tok);
+
+/* The turn (an optional system prompt and the user's text) with the tools, as the family's
+ * template renders it with add_generation_prompt. malloc'd; NULL: out of memory. */
+char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user);
+
+/* The grammar for the answer; `required`: a call only, no free text. */
+int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char **ret, axp_error *err);
+
+/* If the answer is a complete call, *ret_call = {"name":"NAME","arguments":{...}} (compact
+ * JSON, malloc'd) and 1; else 0 (text, or a call cut short); -ENOMEM. */
+int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **ret_call);
+
+/* Everything a request with tools needs: checks the family takes tools, parses the tools,
+ * formats the turn and writes the grammar. tool_choice: NULL or "auto", or "required". */
+int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
+                      const char *tool_choice, const char *system, const char *user, char **ret_text,
+                      char **ret_grammar, axp_chat_family *ret_family, axp_error *err);

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* agentxpu-http, the per-user HTTP bridge: OpenAI- and Ollama-style endpoints whose every
+ * request goes to the engine on the bus as the user who runs the bridge.
+ *
+ *   main.c         options, the token, where it listens (Unix socket, loopback TCP, sockets
+ *                  from systemd), the main loop
+ *   http.c         what both APIs share: routing, the token check, JSON fields, error
+ *                  answers, and a Call, one generation request from its HTTP message to
+ *                  the engine and back (streamed or whole; cancelled when its client leaves)
+ *   openai.c       /v1/chat/completions, /v1/completions, /v1/models
+ *   ollama.c       /api/chat, /api/generate, /api/tags, /api/ps, /api/version
+ *   engine-link.c  the engine on the bus (GDBus) */
+#pragma once
+
+#include <json-glib/json-glib.h>
+#include <libsoup/soup.h>
+#include <stdbool.h>
+
+#include "engine-link.h"
+
+typedef struct Bridge {
+        SoupServer *server;
+        EngineLink *link;
+        char *token;            /* what TCP clients must send as "Authorization: Bearer" */
+        gsize max_body;         /* bytes of a request body, larger ones get 413 */
+        guint64 next_id;
+} Bridge;
+
+typedef enum Api {
+        API_OPENAI,
+        API_OLLAMA,
+} Api;
+
+/* Why a request is refused: the HTTP status, and for OpenAI's error object its type and
+ * code (NULL: null). */
+typedef struct Fail {
+        guint status;
+        const char *type, *code;
+        char *message;
+} Fail;
+
+void fail_clear(Fail *f);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(Fail, fail_clear)
+/* Fills `f` (once) and returns false. */
+bool fail_set(Fail *f, guint status, const char *type, const char *code, const char *fmt, ...)
+        G_GNUC_PRINTF(5, 6);
+bool fail_bad(Fail *f, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* A D-Bus error of the engine (or of the bus: error_name NULL or a freedesktop error). */
+void fail_from_engine(Fail *f, const char *error_name, const char *message);
+
+/* Answers `msg` with the error as the API's clients expect it, and logs one line. */
+void respond_error(SoupServerMessage *msg, Api api, const Fail *f);
+/* Answers with this JSON (taken). */
+void respond_json(SoupServerMessage *msg, guint status, JsonNode *node);
+char *node_to_json(JsonNode *node, gsize *ret_len);
+char *timestamp_rfc3339(void);
+
+/* Typed fields of a request body. Each returns false (and fills `f`) when the field is there
+ * with another type; an absent field or a JSON null leaves *ret untouched. */
+bool field_string(JsonObject *o, const char *key, const char **ret, Fail *f);
+bool field_bool(JsonObject *o, const char *key, bool *ret, bool *ret_set, Fail *f);
+bool field_number(JsonObject *o, const char *key, double *ret, bool *ret_set, Fail *f);
+bool field_int(JsonObject *o, const char *key, gint64 *ret, bool *ret_set, Fail *f);
+bool field_array(JsonObject *o, const char *key, JsonArray **ret, Fail *f);
+bool field_object(JsonObject *o, const char *key, JsonObject **ret, Fail *f);
+/* "stop": a string or an array of strings, added to `opts` as `as`. */
+bool field_stop(JsonObject *o, const char *key, GVariantBuilder *opts, Fail *f);
+
+/* The body as a JSON object; 413 when over the cap, 400 when not an object. */
+JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_parser, Fail *f);
+
+/* A message's text content: a string, or (OpenAI) an array of text parts. */
+bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GString *buf, Fail *f);
+/* Chat messages into the engine's system prompt and prompt. */
+bool messages_to_prompt(JsonArray *msgs, bool openai, char **ret_system, char **ret_prompt,
+                        Fail *f);
+/* Priority from the header X-Agentxpu-Priority and the body's "priority" (and OpenAI's
+ * "service_tier"). */
+bool parse_priority(SoupServerMessage *msg, JsonObject *o, bool *ret_proactive, Fail *f);
+
+typedef struct Call Call;
+
+typedef struct CallOps {
+        Api api;
+        const char *stream_type;        /* Content-Type of a streamed answer */
+        /* streamed: the answer's headers are out */
+        void (*begin)(Call *c);
+        /* streamed: a piece of text */
+        void (*token)(Call *c, const char *text);
+        /* the answer is complete (reason stop or length): write its end, or all of it */
+        void (*finish)(Call *c, const char *reason, const EngineStats *st);
+        /* streamed, after the headers went: the request failed */
+        void (*stream_error)(Call *c, const Fail *f);
+} CallOps;
+
+struct Call {
+        int ref;
+        Bridge *b;
+        SoupServerMessage *msg;
+        const CallOps *ops;
+        bool stream, include_usage, proactive;
+        char *model, *id;       /* the model as the client named it, the answer's id */
+        gint64 created;         /* seconds since the epoch */
+        gint64 t0;              /* monotonic µs, when it came */
+        char *prompt;
+        GVariant *options;      /* a{sv} for the engine */
+        GString *text;          /* the answer so far (not streamed) */
+        EngineJob *job;
+        bool gone;              /* answered or its client left */
+        bool headers_sent;      /* streamed: the status and headers are out */
+        gulong disconnected_id, finished_id;
+        GSource *watch;         /* the connection, to notice a client that leaves */
+        void *api_data;
+};
+
+Call *call_new(Bridge *b, SoupServerMessage *msg, const CallOps *ops);
+/* Checks the model, submits, and answers (asynchronously). Takes the caller's reference. */
+void call_start(Call *c);
+/* Streamed: write this (copied) and send it on. */
+void call_write(Call *c, const char *data, gsize len);
+/* Streamed: the answer is complete. */
+void call_end(Call *c);
+/* Answers a call that will not reach the engine (validation failed late). */
+void call_fail(Call *c, const Fail *f);
+
+/* Routes of each API; return false when the path is not theirs. */
+bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
+bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
+void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+                  gpointer data);

@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT */
+#include "engine-link.h"
+
+#include <string.h>
+
+/* How long the engine may take to accept a request (it answers once its model is loaded). */
+#define SUBMIT_TIMEOUT_MS 120000
+#define ORPHANS_MAX 256
+
+struct EngineJob {
+        EngineLink *l;
+        EngineJobCallbacks cb;
+        void *userdata;
+        char *path, *owner;     /* set by the reply */
+        bool detached;          /* cancelled by the caller: no more callbacks */
+};
+
+/* A signal for a request whose reply has not been handled yet. */
+typedef struct Orphan {
+        char *sender, *path, *member;
+        GVariant *params;
+} Orphan;
+
+struct EngineLink {
+        char *address;
+        GDBusConnection *conn;
+        guint signal_sub, watch_id;
+        gulong closed_handler;
+        char *owner;            /* the engine's unique name, while it is on the bus */
+        GHashTable *jobs;       /* request path → EngineJob*, answered and not finished */
+        GQueue orphans;
+};
+
+static void orphan_free(Orphan *o) {
+        g_free(o->sender);
+        g_free(o->path);
+        g_free(o->member);
+        g_variant_unref(o->params);
+        g_free(o);
+}
+
+static void job_free(EngineJob *j) {
+        g_free(j->path);
+        g_free(j->owner);
+        g_free(j);
+}
+
+static void send_cancel(EngineLink *l, const char *owner, const char *path) {
+        if (l->conn)
+                g_dbus_connection_call(l->conn, owner, path, ENGINE_REQUEST_INTERFACE, "Cancel",
+                                       NULL, NULL, G_DBUS_CALL_FLAGS_NONE, -1, NULL, NULL, NULL);
+}
+
+static void stats_parse(GVariant *stats, EngineStats *ret) {
+        *ret = (EngineStats) {};
+        if (!stats)
+                return;
+        g_variant_lookup(stats, "prompt_tokens", "u", &ret->prompt_tokens);
+        g_variant_lookup(stats, "prefill_tokens", "u", &ret->prefill_tokens);
+        g_variant_lookup(stats, "generated_tokens", "u", &ret->generated_tokens);
+        g_variant_lookup(stats, "ttft_s", "d", &ret->ttft_s);
+        g_variant_lookup(stats, "latency_s", "d", &ret->latency_s);
+}
+
+/* The job is over: tell its caller (unless detached) and free it. */
+static void job_finish(EngineJob *j, const char *reason, const char *error, GVariant *stats) {
+        EngineStats st;
+        stats_parse(stats, &st);
+        if (!j->detached)
+                j->cb.finished(j->userdata, reason, error, &st);
+        job_free(j);
+}
+
+static void handle_signal(EngineLink *l, const char *sender, const char *path, const char *member,
+                          GVariant *params) {
+        EngineJob *j = g_hash_table_lookup(l->jobs, path);
+
+        if (!j) {
+                if (g_queue_get_length(&l->orphans) >= ORPHANS_MAX)
+                        orphan_free(g_queue_pop_head(&l->orphans));
+                Orphan *o = g_new0(Orphan, 1);
+                o->sender = g_strdup(sender);
+                o->path = g_strdup(path);
+                o->member = g_strdup(member);
+                o->params = g_variant_ref(params);
+                g_queue_push_tail(&l->orphans, o);
+                return;
+        }
+        if (g_strcmp0(sender, j->owner) != 0)
+                return;
+        if (strcmp(member, "Token") == 0 && g_variant_is_of_type(params, G_VARIANT_TYPE("(s)"))) {
+                const char *text;
+                g_variant_get(params, "(&s)", &text);
+                if (!j->detached)
+                        j->cb.token(j->userdata, text);
+        } else if (strcmp(member, "Finished") == 0 &&
+                   g_variant_is_of_type(params, G_VARIANT_TYPE("(sa{sv})"))) {
+                const char *reason, *error = NULL;
+                g_autoptr(GVariant) stats = NULL;
+                g_variant_get(params, "(&s@a{sv})", &reason, &stats);
+                g_variant_lookup(stats, "error", "&s", &error);
+                g_hash_table_steal(l->jobs, path);
+                job_finish(j, reason, error, stats);
+        }
+}
+
+static void on_signal(GDBusConnection *conn, const char *sender, const char *path,
+                      const char *iface, const char *member, GVariant *params, gpointer data) {
+        handle_signal(data, sender, path, member, params);
+}
+
+/* Every job answered by `owner` (all when NULL) is lost: its Finished will never come. */
+static void lose_jobs(EngineLink *l, const char *owner, const char *why) {
+        g_autoptr(GPtrArray) lost = g_ptr_array_new();
+        GHashTableIter it;
+        gpointer v;
+
+        g_hash_table_iter_init(&it, l->jobs);
+        while (g_hash_table_iter_next(&it, NULL, &v)) {
+                EngineJob *j = v;
+                if (owner && g_strcmp0(j->owner, owner) != 0)
+                        continue;
+                g_ptr_array_add(lost, j);
+                g_hash_table_iter_steal(&it);
+        }
+        for (guint i = 0; i < lost->len; i++)
+                job_finish(lost->pdata[i], "error", why, NULL);
+}
+
+static void on_name_appeared(GDBusConnection *conn, const char *name, const char *owner,
+                             gpointer data) {
+        EngineLink *l = data;
+        g_free(l->owner);
+        l->owner = g_strdup(owner);
+}
+
+static void on_name_vanished(GDBusConnection *conn, const char *name, gpointer data) {
+        EngineLink *l = data;
+        g_autofree char *old = g_steal_pointer(&l->owner);
+        if (old) {
+                g_message("The engine (%s) left the bus; its requests in flight fail", old);
+                lose_jobs(l, old, "The engine left the bus (it stopped or is restarting)");
+        }
+}
+
+static void drop_connection(EngineLink *l) {
+        if (!l->conn)
+                return;
+        if (l->watch_id)
+                g_bus_unwatch_name(l->watch_id);
+        if (l->signal_sub)
+                g_dbus_connection_signal_unsubscribe(l->conn, l->signal_sub);
+        if (l->closed_handler)
+                g_signal_handler_disconnect(l->conn, l->closed_handler);
+        l->watch_id = l->signal_sub = 0;
+        l->closed_handler = 0;
+        g_clear_object(&l->conn);
+        g_clear_pointer(&l->owner, g_free);
+}
+
+static void on_closed(GDBusConnection *conn, gboolean remote, GError *error, gpointer data) {
+        EngineLink *l = data;
+        g_message("Lost the bus connection (%s); the next request connects again",
+                  error ? error->message : "closed");
+        drop_connection(l);
+        lose_jobs(l, NULL, "The bus connection was lost");
+}
+
+/* Connects if not connected. The bus is a local socket, so this blocks briefly at most. */
+static bool ensure_connection(EngineLink *l, GError **error) {
+        const GDBusConnectionFlags flags = G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT |
+                                           G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION;
+        if (l->conn && !g_dbus_connection_is_closed(l->conn))
+                return true;
+        drop_connection(l);
+        l->conn = l->address ? g_dbus_connection_new_for_address_sync(l->address, flags, NULL, NULL,
+                                                                      error)
+                             : g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, error);
+        if (!l->conn)
+                return false;
+        g_dbus_connection_set_exit_on_close(l->conn, FALSE);
+        l->closed_handler = g_signal_connect(l->conn, "closed", G_CALLBACK(on_closed), l);
+        l->signal_sub = g_dbus_connection_signal_subscribe(l->conn, NULL, ENGINE_REQUEST_INTERFACE,
+                                                           NULL, NULL, NULL,
+                                                           G_DBUS_SIGNAL_FLAGS_NONE, on_signal, l,
+                                                           NULL);
+        l->watch_id = g_bus_watch_name_on_connection(l->conn, ENGINE_BUS_NAME,
+                                                     G_BUS_NAME_WATCHER_FLAGS_NONE,
+                                                     on_name_appeared, on_name_vanished, l, NULL);
+        return true;
+}
+
+EngineLink *engine_link_new(const char *address) {
+        EngineLink *l = g_new0(EngineLink, 1);
+        l->address = g_strdup(address);
+        l->jobs = g_hash_table_new(g_str_hash, g_str_equal);
+        g_queue_init(&l->orphans);
+        return l;
+}
+
+void engine_link_free(EngineLink *l) {
+        if (!l)
+                return;
+        lose_jobs(l, NULL, "The bridge is stopping");
+        drop_connection(l);
+        g_hash_table_unref(l->jobs);
+        g_queue_clear_full(&l->orphans, (GDestroyNotify) orphan_free);
+        g_free(l->address);
+        g_free(l);
+}
+
+/* A failure reported from the main loop, never from inside the caller's call. */
+typedef struct Failure {
+        EngineJob *j;
+        char *error_name, *message;
+} Failure;
+
+static gboolean failure_cb(gpointer data) {
+        Failure *f = data;
+        if (!f->j->detached)
+                f->j->cb.started(f->j->userdata, f->error_name, f->message);
+        job_free(f->j);
+        g_free(f->error_name);
+        g_free(f->message);
+        g_free(f);
+        return G_SOURCE_REMOVE;
+}
+
+static void fail_later(EngineJob *j, const char *error_name, const char *message) {
+        Failure *f = g_new0(Failure, 1);
+        f->j = j;
+        f->error_name = g_strdup(error_name);
+        f->message = g_strdup(message);
+        g_idle_add(failure_cb, f);
+}
+
+static void on_submitted(GObject *src, GAsyncResult *res, gpointer data) {
+        EngineJob *j = data;
+        EngineLink *l = j->l;
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GDBusMessage) reply = NULL;
+        const char *path = NULL;
+
+        reply = g_dbus_connection_send_message_with_reply_finish(G_DBUS_CONNECTION(src), res, &e);
+        if (reply && g_dbus_message_to_gerror(reply, &e))
+                g_clear_object(&reply);
+        if (!reply) {
+                g_autofree char *remote = g_dbus_error_get_remote_error(e);
+                g_dbus_error_strip_remote_error(e);
+                if (!j->detached)
+                        j->cb.started(j->userdata, remote, e->message);
+                job_free(j);
+                return;
+        }
+        GVariant *body = g_dbus_message_get_body(reply);
+        if (!body || !g_variant_is_of_type(body, G_VARIANT_TYPE("(o)"))) {
+                if (!j->detached)
+                        j->cb.started(j->userdata, NULL, "The engine's reply is not (o)");
+                job_free(j);
+                return;
+        }
+        g_variant_get(body, "(&o)", &path);
+        j->path = g_strdup(path);
+        j->owner = g_strdup(g_dbus_message_get_sender(reply));
+        if (j->detached) {
+                /* its client left while the call was on its way */
+                send_cancel(l, j->owner, j->path);
+                job_free(j);
+                return;
+        }
+        g_hash_table_replace(l->jobs, j->path, j);
+        j->cb.started(j->userdata, NULL, NULL);
+
+        /* Signals that came before the reply was handled (the reply and the signals reach
+         * us through different queues). */
+        for (GList *it = l->orphans.head, *next; it; it = next) {
+                Orphan *o = it->data;
+                next = it->next;
+                if (strcmp(o->path, path) != 0)
+                        continue;
+                g_queue_delete_link(&l->orphans, it);
+                bool last = strcmp(o->member, "Finished") == 0;
+                handle_signal(l, o->sender, o->path, o->member, o->params);
+                orphan_free(o);
+                if (last || !g_hash_table_contains(l->jobs, path))
+                        break;
+        }
+}
+
+EngineJob *engine_link_submit(EngineLink *l, bool proactive, const char *prompt, GVariant *options,
+                              const EngineJobCallbacks *cb, void *userdata) {
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GDBusMessage) msg = NULL;
+        EngineJob *j = g_new0(EngineJob, 1);
+
+        j->l = l;
+        j->cb = *cb;
+        j->userdata = userdata;
+        g_variant_ref_sink(options);
+        if (!ensure_connection(l, &e)) {
+                g_autofree char *m = g_strdup_printf("Cannot connect to %s: %s",
+                                                     l->address ? l->address : "the system bus",
+                                                     e->message);
+                fail_later(j, "org.freedesktop.DBus.Error.NoServer", m);
+                g_variant_unref(options);
+                return j;
+        }
+        msg = g_dbus_message_new_method_call(ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE,
+                                             proactive ? "Proactive" : "Reactive");
+        g_dbus_message_set_body(msg, g_variant_new("(s@a{sv})", prompt, options));
+        g_variant_unref(options);
+        g_dbus_connection_send_message_with_reply(l->conn, msg, G_DBUS_SEND_MESSAGE_FLAGS_NONE,
+                                                  SUBMIT_TIMEOUT_MS, NULL, NULL, on_submitted, j);
+        return j;
+}
+
+void engine_job_cancel(EngineJob *j) {
+        EngineLink *l;
+
+        if (!j || j->detached)
+                return;
+        j->detached = true;
+        if (!j->path)
+                return;         /* on_submitted or failure_cb cancels and frees it */
+        l = j->l;
+        if (g_hash_table_lookup(l->jobs, j->path) == j) {
+                g_hash_table_remove(l->jobs, j->path);
+                send_cancel(l, j->owner, j->path);
+                job_free(j);
+        }
+}
+
+typedef struct ModelCall {
+        EngineModelCallback cb;
+        void *userdata;
+} ModelCall;
+
+static void on_model(GObject *src, GAsyncResult *res, gpointer data) {
+        g_autofree ModelCall *c = data;
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, &e);
+        g_autoptr(GVariant) v = NULL;
+
+        if (!r) {
+                g_autofree char *remote = g_dbus_error_get_remote_error(e);
+                g_dbus_error_strip_remote_error(e);
+                c->cb(c->userdata, NULL, remote, e->message);
+                return;
+        }
+        g_variant_get(r, "(v)", &v);
+        if (!g_variant_is_of_type(v, G_VARIANT_TYPE_STRING)) {
+                c->cb(c->userdata, NULL, NULL, "The engine's Model property is not a string");
+                return;
+        }
+        c->cb(c->userdata, g_variant_get_string(v, NULL), NULL, NULL);
+}
+
+typedef struct ModelFailure {
+        ModelCall *c;
+        char *message;
+} ModelFailure;
+
+static gboolean model_failure_cb(gpointer data) {
+        ModelFailure *f = data;
+        f->c->cb(f->c->userdata, NULL, "org.freedesktop.DBus.Error.NoServer", f->message);
+        g_free(f->c);
+        g_free(f->message);
+        g_free(f);
+        return G_SOURCE_REMOVE;
+}
+
+void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata) {
+        g_autoptr(GError) e = NULL;
+        ModelCall *c = g_new0(ModelCall, 1);
+
+        c->cb = cb;
+        c->userdata = userdata;
+        if (!ensure_connection(l, &e)) {
+                ModelFailure *f = g_new0(ModelFailure, 1);
+                f->c = c;
+                f->message = g_strdup_printf("Cannot connect to %s: %s",
+                                             l->address ? l->address : "the system bus", e->message);
+                g_idle_add(model_failure_cb, f);
+                return;
+        }
+        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
+                               "org.freedesktop.DBus.Properties", "Get",
+                               g_variant_new("(ss)", ENGINE_INTERFACE, "Model"),
+                               G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
+                               NULL, on_model, c);
+}

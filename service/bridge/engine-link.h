@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* The bridge's side of org.agentxpu.Engine (dbus/org.agentxpu.Engine.xml): one bus connection
+ * as the user who runs the bridge, Reactive and Proactive calls, and the Token and Finished
+ * signals of the request objects they create. Signals are taken only from the bus name that
+ * answered the call, since any peer can send us a signal. */
+#pragma once
+
+#include <gio/gio.h>
+#include <stdbool.h>
+
+#define ENGINE_BUS_NAME "org.agentxpu.Engine"
+#define ENGINE_OBJECT_PATH "/org/agentxpu/Engine"
+#define ENGINE_INTERFACE "org.agentxpu.Engine"
+#define ENGINE_REQUEST_INTERFACE "org.agentxpu.Engine.Request"
+
+typedef struct EngineLink EngineLink;
+typedef struct EngineJob EngineJob;
+
+typedef struct EngineStats {
+        guint prompt_tokens, prefill_tokens, generated_tokens;
+        double ttft_s, latency_s;
+} EngineStats;
+
+typedef struct EngineJobCallbacks {
+        /* The engine answered the call. On error, `error_name` is the D-Bus error (or NULL
+         * when the bus itself failed) and `message` says why; the job is over and freed. */
+        void (*started)(void *userdata, const char *error_name, const char *message);
+        /* A piece of text, whole UTF-8 characters. */
+        void (*token)(void *userdata, const char *text);
+        /* The last callback: `reason` is stop, length, cancelled or error (with `error`).
+         * The job is freed after it returns. */
+        void (*finished)(void *userdata, const char *reason, const char *error,
+                         const EngineStats *stats);
+} EngineJobCallbacks;
+
+/* `address` NULL: the system bus. Connects on first use. */
+EngineLink *engine_link_new(const char *address);
+void engine_link_free(EngineLink *l);
+
+/* Submits `prompt` with `options` (a{sv}, floating or not; consumed) as Reactive or
+ * Proactive. The callbacks run from the main loop, never from inside this call. */
+EngineJob *engine_link_submit(EngineLink *l, bool proactive, const char *prompt, GVariant *options,
+                              const EngineJobCallbacks *cb, void *userdata);
+/* Cancel it in the engine at once (or as soon as the engine names it) and call nothing more. */
+void engine_job_cancel(EngineJob *j);
+
+/* The engine's Model property ("" when none is loaded): `cb(userdata, model, error_name,
+ * message)` with model NULL on failure. */
+typedef void (*EngineModelCallback)(void *userdata, const char *model, const char *error_name,
+                                    const char *message);
+void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata);

@@ -1,0 +1,678 @@
+/* SPDX-License-Identifier: MIT */
+#include "bridge.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/socket.h>
+
+void fail_clear(Fail *f) {
+        g_clear_pointer(&f->message, g_free);
+}
+
+static bool fail_setv(Fail *f, guint status, const char *type, const char *code, const char *fmt,
+                      va_list ap) {
+        if (f->message)
+                return false;
+        f->status = status;
+        f->type = type;
+        f->code = code;
+        f->message = g_strdup_vprintf(fmt, ap);
+        return false;
+}
+
+bool fail_set(Fail *f, guint status, const char *type, const char *code, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        fail_setv(f, status, type, code, fmt, ap);
+        va_end(ap);
+        return false;
+}
+
+bool fail_bad(Fail *f, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        fail_setv(f, 400, "invalid_request_error", NULL, fmt, ap);
+        va_end(ap);
+        return false;
+}
+
+void fail_from_engine(Fail *f, const char *error_name, const char *message) {
+        const char *n = error_name ? error_name : "";
+
+        if (strcmp(n, "org.agentxpu.Error.InvalidArgument") == 0) {
+                /* the engine's prompt cap ("The prompt is N bytes; the limit is M") */
+                if (strstr(message, "bytes; the limit is"))
+                        fail_set(f, 413, "invalid_request_error", "request_too_large", "%s", message);
+                else
+                        fail_set(f, 400, "invalid_request_error", NULL, "%s", message);
+        } else if (strcmp(n, "org.agentxpu.Error.ContextOverflow") == 0)
+                fail_set(f, 400, "invalid_request_error", "context_length_exceeded", "%s", message);
+        else if (strcmp(n, "org.agentxpu.Error.Busy") == 0)
+                fail_set(f, 429, "rate_limit_error", "rate_limit_exceeded", "%s", message);
+        else if (strcmp(n, "org.agentxpu.Error.AccessDenied") == 0 ||
+                 strcmp(n, "org.freedesktop.DBus.Error.AccessDenied") == 0)
+                fail_set(f, 403, "permission_error", NULL, "%s", message);
+        else if (strcmp(n, "org.agentxpu.Error.NoModel") == 0)
+                fail_set(f, 503, "server_error", "no_model", "%s", message);
+        else if (strcmp(n, "org.agentxpu.Error.Cancelled") == 0)
+                fail_set(f, 503, "server_error", "engine_unavailable", "%s", message);
+        else if (!error_name || g_str_has_prefix(n, "org.freedesktop.DBus.Error."))
+                /* ServiceUnknown, NameHasNoOwner, NoReply, Disconnected, NoServer, Timeout...:
+                 * the engine is not there, or went away */
+                fail_set(f, 503, "server_error", "engine_unavailable",
+                         "The engine is not available: %s", message);
+        else
+                fail_set(f, 500, "server_error", NULL, "%s", message);
+}
+
+char *node_to_json(JsonNode *node, gsize *ret_len) {
+        g_autoptr(JsonGenerator) gen = json_generator_new();
+        json_generator_set_root(gen, node);
+        return json_generator_to_data(gen, ret_len);
+}
+
+void respond_json(SoupServerMessage *msg, guint status, JsonNode *node) {
+        gsize len;
+        char *data = node_to_json(node, &len);
+        json_node_unref(node);
+        soup_server_message_set_status(msg, status, NULL);
+        soup_server_message_set_response(msg, "application/json", SOUP_MEMORY_TAKE, data, len);
+}
+
+void respond_error(SoupServerMessage *msg, Api api, const Fail *f) {
+        g_autoptr(JsonBuilder) jb = json_builder_new();
+        GUri *uri = soup_server_message_get_uri(msg);
+
+        g_message("%s %s: %u %s", soup_server_message_get_method(msg), g_uri_get_path(uri),
+                  f->status, f->message);
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "error");
+        if (api == API_OLLAMA)
+                json_builder_add_string_value(jb, f->message);
+        else {
+                json_builder_begin_object(jb);
+                json_builder_set_member_name(jb, "message");
+                json_builder_add_string_value(jb, f->message);
+                json_builder_set_member_name(jb, "type");
+                json_builder_add_string_value(jb, f->type ? f->type : "invalid_request_error");
+                json_builder_set_member_name(jb, "param");
+                json_builder_add_null_value(jb);
+                json_builder_set_member_name(jb, "code");
+                if (f->code)
+                        json_builder_add_string_value(jb, f->code);
+                else
+                        json_builder_add_null_value(jb);
+                json_builder_end_object(jb);
+        }
+        json_builder_end_object(jb);
+        if (f->status == 401)
+                soup_message_headers_replace(soup_server_message_get_response_headers(msg),
+                                             "WWW-Authenticate", "Bearer");
+        respond_json(msg, f->status, json_builder_get_root(jb));
+}
+
+char *timestamp_rfc3339(void) {
+        g_autoptr(GDateTime) now = g_date_time_new_now_utc();
+        return g_date_time_format(now, "%Y-%m-%dT%H:%M:%S.%fZ");
+}
+
+/* ---- fields ----------------------------------------------------------------------------- */
+
+static JsonNode *member(JsonObject *o, const char *key) {
+        JsonNode *n = json_object_get_member(o, key);
+        return n && !JSON_NODE_HOLDS_NULL(n) ? n : NULL;
+}
+
+static GType value_type(JsonNode *n) {
+        return JSON_NODE_HOLDS_VALUE(n) ? json_node_get_value_type(n) : G_TYPE_INVALID;
+}
+
+bool field_string(JsonObject *o, const char *key, const char **ret, Fail *f) {
+        JsonNode *n = member(o, key);
+        if (!n)
+                return true;
+        if (value_type(n) != G_TYPE_STRING)
+                return fail_bad(f, "'%s' must be a string", key);
+        *ret = json_node_get_string(n);
+        return true;
+}
+
+bool field_bool(JsonObject *o, const char *key, bool *ret, bool *ret_set, Fail *f) {
+        JsonNode *n = member(o, key);
+        if (!n)
+                return true;
+        if (value_type(n) != G_TYPE_BOOLEAN)
+                return fail_bad(f, "'%s' must be a boolean", key);
+        *ret = json_node_get_boolean(n);
+        if (ret_set)
+                *ret_set = true;
+        return true;
+}
+
+bool field_number(JsonObject *o, const char *key, double *ret, bool *ret_set, Fail *f) {
+        JsonNode *n = member(o, key);
+        GType t;
+        if (!n)
+                return true;
+        t = value_type(n);
+        if (t != G_TYPE_INT64 && t != G_TYPE_DOUBLE)
+                return fail_bad(f, "'%s' must be a number", key);
+        *ret = json_node_get_double(n);
+        *ret_set = true;
+        return true;
+}
+
+bool field_int(JsonObject *o, const char *key, gint64 *ret, bool *ret_set, Fail *f) {
+        JsonNode *n = member(o, key);
+        if (!n)
+                return true;
+        if (value_type(n) != G_TYPE_INT64)
+                return fail_bad(f, "'%s' must be an integer", key);
+        *ret = json_node_get_int(n);
+        *ret_set = true;
+        return true;
+}
+
+bool field_array(JsonObject *o, const char *key, JsonArray **ret, Fail *f) {
+        JsonNode *n = member(o, key);
+        if (!n)
+                return true;
+        if (!JSON_NODE_HOLDS_ARRAY(n))
+                return fail_bad(f, "'%s' must be an array", key);
+        *ret = json_node_get_array(n);
+        return true;
+}
+
+bool field_object(JsonObject *o, const char *key, JsonObject **ret, Fail *f) {
+        JsonNode *n = member(o, key);
+        if (!n)
+                return true;
+        if (!JSON_NODE_HOLDS_OBJECT(n))
+                return fail_bad(f, "'%s' must be an object", key);
+        *ret = json_node_get_object(n);
+        return true;
+}
+
+bool field_stop(JsonObject *o, const char *key, GVariantBuilder *opts, Fail *f) {
+        JsonNode *n = member(o, key);
+        GVariantBuilder as;
+
+        if (!n)
+                return true;
+        g_variant_builder_init(&as, G_VARIANT_TYPE_STRING_ARRAY);
+        if (value_type(n) == G_TYPE_STRING)
+                g_variant_builder_add(&as, "s", json_node_get_string(n));
+        else if (JSON_NODE_HOLDS_ARRAY(n)) {
+                JsonArray *a = json_node_get_array(n);
+                for (guint i = 0; i < json_array_get_length(a); i++) {
+                        JsonNode *e = json_array_get_element(a, i);
+                        if (value_type(e) != G_TYPE_STRING) {
+                                g_variant_builder_clear(&as);
+                                return fail_bad(f, "'%s' must be a string or an array of strings", key);
+                        }
+                        g_variant_builder_add(&as, "s", json_node_get_string(e));
+                }
+                if (json_array_get_length(a) == 0) {
+                        g_variant_builder_clear(&as);
+                        return true;
+                }
+        } else
+                return fail_bad(f, "'%s' must be a string or an array of strings", key);
+        g_variant_builder_add(opts, "{sv}", "stop", g_variant_builder_end(&as));
+        return true;
+}
+
+JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_parser, Fail *f) {
+        SoupMessageBody *body = soup_server_message_get_request_body(msg);
+        g_autoptr(GBytes) bytes = NULL;
+        g_autoptr(JsonParser) p = NULL;
+        g_autoptr(GError) e = NULL;
+        JsonNode *root;
+        gsize len;
+        const char *data;
+
+        if ((gsize) body->length > b->max_body) {
+                fail_set(f, 413, "invalid_request_error", "request_too_large",
+                         "The request body is %" G_GINT64_FORMAT " bytes; the limit is %" G_GSIZE_FORMAT,
+                         body->length, b->max_body);
+                return NULL;
+        }
+        bytes = soup_message_body_flatten(body);
+        data = g_bytes_get_data(bytes, &len);
+        p = json_parser_new_immutable();
+        if (len == 0) {
+                fail_bad(f, "The request body is empty; a JSON object is expected");
+                return NULL;
+        }
+        if (!g_utf8_validate(data, len, NULL)) {
+                fail_bad(f, "The request body is not valid UTF-8");
+                return NULL;
+        }
+        if (!json_parser_load_from_data(p, data, len, &e)) {
+                fail_bad(f, "The request body is not valid JSON: %s", e->message);
+                return NULL;
+        }
+        root = json_parser_get_root(p);
+        if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+                fail_bad(f, "The request body must be a JSON object");
+                return NULL;
+        }
+        *ret_parser = g_steal_pointer(&p);
+        return json_node_get_object(root);
+}
+
+/* ---- messages and priority --------------------------------------------------------------- */
+
+bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GString *buf, Fail *f) {
+        JsonNode *n = member(m, "content");
+
+        if (!n) {
+                *ret = "";
+                return true;
+        }
+        if (value_type(n) == G_TYPE_STRING) {
+                *ret = json_node_get_string(n);
+                return true;
+        }
+        if (!parts_allowed || !JSON_NODE_HOLDS_ARRAY(n))
+                return fail_bad(f, "A message's 'content' must be a string%s",
+                                parts_allowed ? " or an array of text parts" : "");
+        JsonArray *a = json_node_get_array(n);
+        for (guint i = 0; i < json_array_get_length(a); i++) {
+                JsonNode *e = json_array_get_element(a, i);
+                const char *type = NULL, *text = NULL;
+                if (!JSON_NODE_HOLDS_OBJECT(e))
+                        return fail_bad(f, "A content part must be an object");
+                if (!field_string(json_node_get_object(e), "type", &type, f) ||
+                    !field_string(json_node_get_object(e), "text", &text, f))
+                        return false;
+                if (g_strcmp0(type, "text") != 0 || !text)
+                        return fail_bad(f, "Content parts of type '%s' are not supported: the model "
+                                        "reads text only", type ? type : "(none)");
+                g_string_append(buf, text);
+        }
+        *ret = buf->str;
+        return true;
+}
+
+bool messages_to_prompt(JsonArray *msgs, bool openai, char **ret_system, char **ret_prompt,
+                        Fail *f) {
+        g_autoptr(GString) system = g_string_new(NULL), history = g_string_new(NULL);
+        g_autofree char *last = NULL;
+        guint n = json_array_get_length(msgs), turns = 0;
+
+        for (guint i = 0; i < n; i++) {
+                JsonNode *e = json_array_get_element(msgs, i);
+                g_autoptr(GString) buf = g_string_new(NULL);
+                const char *role = NULL, *content = NULL;
+                JsonArray *extra = NULL;
+                JsonObject *m;
+
+                if (!JSON_NODE_HOLDS_OBJECT(e))
+                        return fail_bad(f, "Message %u is not an object", i);
+                m = json_node_get_object(e);
+                if (!field_string(m, "role", &role, f) ||
+                    !message_content(m, openai, &content, buf, f))
+                        return false;
+                if (!role)
+                        return fail_bad(f, "Message %u has no 'role'", i);
+                if (!openai && (!field_array(m, "images", &extra, f) ||
+                                (extra && json_array_get_length(extra) > 0)))
+                        return fail_bad(f, "Images are not supported: the model reads text only");
+                extra = NULL;
+                if (!field_array(m, "tool_calls", &extra, f) ||
+                    (extra && json_array_get_length(extra) > 0))
+                        return fail_bad(f, "Tool calls are not supported yet");
+                if (strcmp(role, "system") == 0 || strcmp(role, "developer") == 0) {
+                        if (system->len)
+                                g_string_append(system, "\n\n");
+                        g_string_append(system, content);
+                } else if (strcmp(role, "user") == 0 || strcmp(role, "assistant") == 0) {
+                        if (last)
+                                /* the turn before: history now */
+                                g_string_append_printf(history, "%s%s", history->len ? "\n\n" : "",
+                                                       last);
+                        g_free(last);
+                        last = g_strdup_printf("%s%s",
+                                               strcmp(role, "user") == 0 ? "User: " : "Assistant: ",
+                                               content);
+                        turns++;
+                        if (i + 1 == n && strcmp(role, "user") != 0)
+                                return fail_bad(f, "The last message must be the user's");
+                } else if (strcmp(role, "tool") == 0 || strcmp(role, "function") == 0)
+                        return fail_bad(f, "Messages of role '%s' are not supported: tools are not "
+                                        "supported yet", role);
+                else
+                        return fail_bad(f, "Unknown message role '%s'; use system, user or assistant",
+                                        role);
+        }
+        if (turns == 0)
+                return fail_bad(f, "The messages hold no user message");
+        if (last && !history->len) {
+                /* one user message: the prompt as it is */
+                *ret_prompt = g_strdup(last + strlen("User: "));
+        } else {
+                /* The engine formats one user turn with the model's chat template; earlier
+                 * turns come before it as a transcript. */
+                *ret_prompt = g_strdup_printf("%s\n\n%s", history->str, last);
+        }
+        *ret_system = system->len ? g_strdup(system->str) : NULL;
+        return true;
+}
+
+static bool priority_word(const char *what, const char *v, bool *ret_proactive, Fail *f) {
+        if (g_ascii_strcasecmp(v, "proactive") == 0 || g_ascii_strcasecmp(v, "background") == 0)
+                *ret_proactive = true;
+        else if (g_ascii_strcasecmp(v, "reactive") == 0 || g_ascii_strcasecmp(v, "foreground") == 0)
+                *ret_proactive = false;
+        else
+                return fail_bad(f, "%s must be 'reactive' or 'proactive' ('foreground' or "
+                                "'background'), got '%s'", what, v);
+        return true;
+}
+
+bool parse_priority(SoupServerMessage *msg, JsonObject *o, bool *ret_proactive, Fail *f) {
+        const char *h = soup_message_headers_get_one(soup_server_message_get_request_headers(msg),
+                                                     "X-Agentxpu-Priority");
+        const char *p = NULL, *tier = NULL;
+
+        *ret_proactive = false;
+        if (!field_string(o, "priority", &p, f) || !field_string(o, "service_tier", &tier, f))
+                return false;
+        if (tier && strcmp(tier, "flex") == 0)
+                *ret_proactive = true;
+        if (p && !priority_word("'priority'", p, ret_proactive, f))
+                return false;
+        if (h && !priority_word("The header X-Agentxpu-Priority", h, ret_proactive, f))
+                return false;
+        return true;
+}
+
+/* ---- calls -------------------------------------------------------------------------------- */
+
+static void call_unref(Call *c) {
+        if (--c->ref > 0)
+                return;
+        if (c->disconnected_id)
+                g_signal_handler_disconnect(c->msg, c->disconnected_id);
+        if (c->finished_id)
+                g_signal_handler_disconnect(c->msg, c->finished_id);
+        g_object_unref(c->msg);
+        g_free(c->model);
+        g_free(c->id);
+        g_free(c->prompt);
+        g_clear_pointer(&c->options, g_variant_unref);
+        if (c->text)
+                g_string_free(c->text, TRUE);
+        g_free(c->api_data);
+        g_free(c);
+}
+
+/* The client left, or the answer is out: nothing more goes to it. */
+static void call_gone(Call *c, bool left) {
+        if (c->watch) {
+                g_source_destroy(c->watch);
+                g_clear_pointer(&c->watch, g_source_unref);
+        }
+        if (c->gone)
+                return;
+        c->gone = true;
+        if (c->job) {
+                if (left)
+                        g_message("%s %s: the client left; its request is cancelled",
+                                  soup_server_message_get_method(c->msg),
+                                  g_uri_get_path(soup_server_message_get_uri(c->msg)));
+                engine_job_cancel(c->job);
+                c->job = NULL;
+        }
+}
+
+static void on_disconnected(SoupServerMessage *msg, gpointer data) {
+        call_gone(data, true);
+}
+
+/* libsoup notices a client that left when it next reads or writes; while the engine works on
+ * an answer that is not streamed, that is only at the end. So the connection is watched: end
+ * of file (or a hang-up) means the client left. */
+static gboolean on_socket(GSocket *sock, GIOCondition cond, gpointer data) {
+        Call *c = data;
+        char byte;
+        gssize n = 0;
+
+        if (!(cond & (G_IO_HUP | G_IO_ERR))) {
+                n = recv(g_socket_get_fd(sock), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                        return G_SOURCE_CONTINUE;
+                if (n > 0) {
+                        /* the client sends its next request early: stop watching */
+                        g_clear_pointer(&c->watch, g_source_unref);
+                        return G_SOURCE_REMOVE;
+                }
+        }
+        g_clear_pointer(&c->watch, g_source_unref);
+        if (c->gone)
+                return G_SOURCE_REMOVE;
+        call_gone(c, true);
+        /* something for libsoup to fail to write, which ends the message */
+        if (c->headers_sent)
+                soup_message_body_complete(soup_server_message_get_response_body(c->msg));
+        else
+                soup_server_message_set_status(c->msg, SOUP_STATUS_SERVICE_UNAVAILABLE, NULL);
+        soup_server_message_unpause(c->msg);
+        return G_SOURCE_REMOVE;
+}
+
+static void on_msg_finished(SoupServerMessage *msg, gpointer data) {
+        Call *c = data;
+        call_gone(c, c->job != NULL);
+        call_unref(c);
+}
+
+Call *call_new(Bridge *b, SoupServerMessage *msg, const CallOps *ops) {
+        Call *c = g_new0(Call, 1);
+        c->ref = 1;
+        c->b = b;
+        c->msg = g_object_ref(msg);
+        c->ops = ops;
+        c->created = g_get_real_time() / G_USEC_PER_SEC;
+        c->t0 = g_get_monotonic_time();
+        c->text = g_string_new(NULL);
+        return c;
+}
+
+void call_write(Call *c, const char *data, gsize len) {
+        if (c->gone)
+                return;
+        soup_message_body_append(soup_server_message_get_response_body(c->msg), SOUP_MEMORY_COPY,
+                                 data, len);
+        soup_server_message_unpause(c->msg);
+}
+
+void call_end(Call *c) {
+        if (c->gone)
+                return;
+        soup_message_body_complete(soup_server_message_get_response_body(c->msg));
+        soup_server_message_unpause(c->msg);
+}
+
+void call_fail(Call *c, const Fail *f) {
+        if (c->gone)
+                return;
+        respond_error(c->msg, c->ops->api, f);
+        soup_server_message_unpause(c->msg);
+}
+
+static void job_started(void *userdata, const char *error_name, const char *message) {
+        Call *c = userdata;
+        SoupMessageHeaders *h;
+
+        if (error_name || message) {
+                g_auto(Fail) f = {};
+                c->job = NULL;
+                fail_from_engine(&f, error_name, message);
+                call_fail(c, &f);
+                return;
+        }
+        if (!c->stream)
+                return;
+        h = soup_server_message_get_response_headers(c->msg);
+        soup_server_message_set_status(c->msg, 200, NULL);
+        soup_message_headers_set_content_type(h, c->ops->stream_type, NULL);
+        soup_message_headers_set_encoding(h, SOUP_ENCODING_CHUNKED);
+        soup_message_headers_replace(h, "Cache-Control", "no-cache");
+        c->headers_sent = true;
+        c->ops->begin(c);
+        soup_server_message_unpause(c->msg);
+}
+
+static void job_token(void *userdata, const char *text) {
+        Call *c = userdata;
+        if (c->stream)
+                c->ops->token(c, text);
+        else
+                g_string_append(c->text, text);
+}
+
+static void job_finished(void *userdata, const char *reason, const char *error,
+                         const EngineStats *st) {
+        Call *c = userdata;
+        g_auto(Fail) f = {};
+
+        c->job = NULL;
+        if (strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0) {
+                c->ops->finish(c, reason, st);
+                return;
+        }
+        if (strcmp(reason, "cancelled") == 0)
+                fail_set(&f, 503, "server_error", "engine_unavailable",
+                         "The engine cancelled the request (it is stopping or its model changed)");
+        else
+                fail_set(&f, error && g_str_has_prefix(error, "The engine left") ? 503 : 500,
+                         "server_error", NULL, "The request failed: %s", error ? error : reason);
+        if (c->stream) {
+                GUri *uri = soup_server_message_get_uri(c->msg);
+                g_message("%s %s: the stream ends early: %s", soup_server_message_get_method(c->msg),
+                          g_uri_get_path(uri), f.message);
+                c->ops->stream_error(c, &f);
+        } else
+                call_fail(c, &f);
+}
+
+static const EngineJobCallbacks job_callbacks = {
+        .started = job_started,
+        .token = job_token,
+        .finished = job_finished,
+};
+
+/* The engine's model name matches what the client asked for: the same, or with Ollama's
+ * ":latest" tag. */
+static bool model_matches(const char *have, const char *want) {
+        size_t n = strlen(have);
+        return strcmp(have, want) == 0 ||
+               (strncmp(have, want, n) == 0 && strcmp(want + n, ":latest") == 0);
+}
+
+static void call_got_model(void *userdata, const char *model, const char *error_name,
+                           const char *message) {
+        Call *c = userdata;
+        g_auto(Fail) f = {};
+
+        if (c->gone) {
+                call_unref(c);
+                return;
+        }
+        if (!model)
+                fail_from_engine(&f, error_name, message);
+        else if (!*model)
+                fail_set(&f, 503, "server_error", "no_model",
+                         "The engine has no model loaded; an administrator can load one");
+        else if (!model_matches(model, c->model)) {
+                if (c->ops->api == API_OLLAMA)
+                        fail_set(&f, 404, NULL, NULL, "model '%s' not found; this engine serves '%s'",
+                                 c->model, model);
+                else
+                        fail_set(&f, 404, "invalid_request_error", "model_not_found",
+                                 "The model '%s' does not exist; this engine serves '%s'", c->model,
+                                 model);
+        }
+        if (f.message) {
+                call_fail(c, &f);
+                call_unref(c);
+                return;
+        }
+        c->job = engine_link_submit(c->b->link, c->proactive, c->prompt,
+                                    g_steal_pointer(&c->options), &job_callbacks, c);
+        call_unref(c);
+}
+
+void call_start(Call *c) {
+        soup_server_message_pause(c->msg);
+        c->disconnected_id = g_signal_connect(c->msg, "disconnected", G_CALLBACK(on_disconnected), c);
+        c->finished_id = g_signal_connect(c->msg, "finished", G_CALLBACK(on_msg_finished), c);
+        c->ref++;       /* the message's, dropped when it finishes */
+        GSocket *sock = soup_server_message_get_socket(c->msg);
+        if (sock) {
+                c->watch = g_socket_create_source(sock, G_IO_IN | G_IO_HUP | G_IO_ERR, NULL);
+                g_source_set_callback(c->watch, G_SOURCE_FUNC(on_socket), c, NULL);
+                g_source_attach(c->watch, NULL);
+        }
+        c->ref++;       /* for the model's answer */
+        engine_link_get_model(c->b->link, call_got_model, c);
+        call_unref(c);  /* the caller's */
+}
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+static bool authorized(Bridge *b, SoupServerMessage *msg) {
+        GSocketAddress *local = soup_server_message_get_local_address(msg);
+        const char *h;
+        size_t n, want;
+        unsigned char diff = 0;
+
+        /* The Unix socket is the user's alone (mode 0600); loopback TCP is everybody's. */
+        if (!local || !G_IS_INET_SOCKET_ADDRESS(local))
+                return true;
+        if (!b->token)
+                return false;
+        h = soup_message_headers_get_one(soup_server_message_get_request_headers(msg),
+                                         "Authorization");
+        if (!h || g_ascii_strncasecmp(h, "Bearer ", 7) != 0)
+                return false;
+        h += 7;
+        n = strlen(h);
+        want = strlen(b->token);
+        if (n != want)
+                return false;
+        for (size_t i = 0; i < n; i++)
+                diff |= (unsigned char) (h[i] ^ b->token[i]);
+        return diff == 0;
+}
+
+void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+                  gpointer data) {
+        Bridge *b = data;
+        const char *method = soup_server_message_get_method(msg);
+        Api api = g_str_has_prefix(path, "/api/") ? API_OLLAMA : API_OPENAI;
+        g_auto(Fail) f = {};
+
+        if (!authorized(b, msg)) {
+                fail_set(&f, 401, "invalid_request_error", "invalid_api_key",
+                         "A bearer token is required on TCP: send 'Authorization: Bearer TOKEN' "
+                         "with the token that 'agentxpu serve --print-token' prints");
+                respond_error(msg, api, &f);
+                return;
+        }
+        if (openai_route(b, msg, method, path) || ollama_route(b, msg, method, path))
+                return;
+        if (strcmp(path, "/") == 0 && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)) {
+                static const char text[] = "agentxpu is running";
+                soup_server_message_set_status(msg, 200, NULL);
+                soup_server_message_set_response(msg, "text/plain", SOUP_MEMORY_STATIC, text,
+                                                 sizeof(text) - 1);
+                return;
+        }
+        fail_set(&f, 404, "invalid_request_error", "unknown_url", "Unknown request %s %s", method,
+                 path);
+        respond_error(msg, api, &f);
+}

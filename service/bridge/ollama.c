@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: MIT */
+/* Ollama's API: POST /api/chat and /api/generate (whole, or streamed as one JSON object per
+ * line, which is Ollama's default), GET /api/tags, /api/ps, /api/version. */
+#include "bridge.h"
+
+#include <string.h>
+
+#include "config.h"
+
+typedef struct OllamaData {
+        bool chat;
+} OllamaData;
+
+static JsonBuilder *line_begin(Call *c) {
+        g_autofree char *now = timestamp_rfc3339();
+        JsonBuilder *jb = json_builder_new();
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "model");
+        json_builder_add_string_value(jb, c->model);
+        json_builder_set_member_name(jb, "created_at");
+        json_builder_add_string_value(jb, now);
+        return jb;
+}
+
+static void add_text(Call *c, JsonBuilder *jb, const char *text) {
+        OllamaData *d = c->api_data;
+        if (d->chat) {
+                json_builder_set_member_name(jb, "message");
+                json_builder_begin_object(jb);
+                json_builder_set_member_name(jb, "role");
+                json_builder_add_string_value(jb, "assistant");
+                json_builder_set_member_name(jb, "content");
+                json_builder_add_string_value(jb, text);
+                json_builder_end_object(jb);
+        } else {
+                json_builder_set_member_name(jb, "response");
+                json_builder_add_string_value(jb, text);
+        }
+}
+
+static void add_int(JsonBuilder *jb, const char *name, gint64 v) {
+        json_builder_set_member_name(jb, name);
+        json_builder_add_int_value(jb, v);
+}
+
+/* The last object: done, why, and the timings in nanoseconds as Ollama reports them. */
+static void add_done(Call *c, JsonBuilder *jb, const char *reason, const EngineStats *st) {
+        gint64 total = (g_get_monotonic_time() - c->t0) * 1000;
+        gint64 prompt_ns = (gint64) (st->ttft_s * 1e9);
+        gint64 eval_ns = (gint64) ((st->latency_s - st->ttft_s) * 1e9);
+
+        json_builder_set_member_name(jb, "done");
+        json_builder_add_boolean_value(jb, TRUE);
+        json_builder_set_member_name(jb, "done_reason");
+        json_builder_add_string_value(jb, reason);
+        add_int(jb, "total_duration", total);
+        add_int(jb, "load_duration", 0);
+        add_int(jb, "prompt_eval_count", st->prompt_tokens);
+        add_int(jb, "prompt_eval_duration", prompt_ns > 0 ? prompt_ns : 0);
+        add_int(jb, "eval_count", st->generated_tokens);
+        add_int(jb, "eval_duration", eval_ns > 0 ? eval_ns : 0);
+}
+
+static void send_line(Call *c, JsonBuilder *jb) {
+        g_autoptr(JsonNode) root = NULL;
+        g_autofree char *json = NULL;
+        g_autofree char *line = NULL;
+
+        json_builder_end_object(jb);
+        root = json_builder_get_root(jb);
+        json = node_to_json(root, NULL);
+        line = g_strconcat(json, "\n", NULL);
+        call_write(c, line, strlen(line));
+}
+
+static void ol_begin(Call *c) {
+}
+
+static void ol_token(Call *c, const char *text) {
+        g_autoptr(JsonBuilder) jb = line_begin(c);
+        add_text(c, jb, text);
+        json_builder_set_member_name(jb, "done");
+        json_builder_add_boolean_value(jb, FALSE);
+        send_line(c, jb);
+}
+
+static void ol_finish(Call *c, const char *reason, const EngineStats *st) {
+        g_autoptr(JsonBuilder) jb = line_begin(c);
+
+        add_text(c, jb, c->stream ? "" : c->text->str);
+        add_done(c, jb, reason, st);
+        if (c->stream) {
+                send_line(c, jb);
+                call_end(c);
+                return;
+        }
+        json_builder_end_object(jb);
+        if (!c->gone) {
+                respond_json(c->msg, 200, json_builder_get_root(jb));
+                soup_server_message_unpause(c->msg);
+        }
+}
+
+static void ol_stream_error(Call *c, const Fail *f) {
+        g_autoptr(JsonBuilder) jb = json_builder_new();
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "error");
+        json_builder_add_string_value(jb, f->message);
+        send_line(c, jb);
+        call_end(c);
+}
+
+static const CallOps ollama_ops = {
+        .api = API_OLLAMA,
+        .stream_type = "application/x-ndjson",
+        .begin = ol_begin,
+        .token = ol_token,
+        .finish = ol_finish,
+        .stream_error = ol_stream_error,
+};
+
+/* Ollama's "options" into the engine's; options the engine has no use for (num_ctx,
+ * mirostat, ...) are accepted and left alone, as Ollama does with unknown ones. */
+static bool ollama_options(JsonObject *o, GVariantBuilder *opts, Fail *f) {
+        static const char *const doubles[] = { "temperature", "top_p", "min_p", "repeat_penalty" };
+        gint64 n = 0, k = 0, seed = 0;
+        bool has_n = false, has_k = false, has_seed = false;
+
+        if (!field_int(o, "num_predict", &n, &has_n, f) || !field_int(o, "top_k", &k, &has_k, f) ||
+            !field_int(o, "seed", &seed, &has_seed, f) || !field_stop(o, "stop", opts, f))
+                return false;
+        /* num_predict -1 (no limit) and -2 (fill the context): the engine's limit */
+        if (has_n && n > G_MAXUINT32)
+                return fail_bad(f, "'num_predict' is too large: %" G_GINT64_FORMAT, n);
+        if (has_n && n >= 0)
+                g_variant_builder_add(opts, "{sv}", "max_tokens", g_variant_new_uint32(n));
+        if (has_k) {
+                if (k < 0 || k > G_MAXUINT32)
+                        return fail_bad(f, "'top_k' must be from 0, got %" G_GINT64_FORMAT, k);
+                g_variant_builder_add(opts, "{sv}", "top_k", g_variant_new_uint32(k));
+        }
+        if (has_seed)
+                g_variant_builder_add(opts, "{sv}", "seed", g_variant_new_uint64((guint64) seed));
+        for (size_t i = 0; i < G_N_ELEMENTS(doubles); i++) {
+                double v = 0;
+                bool set = false;
+                if (!field_number(o, doubles[i], &v, &set, f))
+                        return false;
+                if (set)
+                        g_variant_builder_add(opts, "{sv}", doubles[i], g_variant_new_double(v));
+        }
+        return true;
+}
+
+static bool refuse_unsupported(JsonObject *o, Fail *f) {
+        JsonNode *n = json_object_get_member(o, "format");
+        JsonArray *a = NULL;
+        const char *tmpl = NULL;
+
+        if (n && !JSON_NODE_HOLDS_NULL(n) &&
+            !(JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING &&
+              !*json_node_get_string(n)))
+                return fail_bad(f, "'format' is not supported yet: structured output has not landed "
+                                "in agentxpu");
+        if (!field_array(o, "tools", &a, f))
+                return false;
+        if (a && json_array_get_length(a) > 0)
+                return fail_bad(f, "'tools' are not supported yet: structured output has not landed "
+                                "in agentxpu");
+        a = NULL;
+        if (!field_array(o, "images", &a, f))
+                return false;
+        if (a && json_array_get_length(a) > 0)
+                return fail_bad(f, "Images are not supported: the model reads text only");
+        if (!field_string(o, "template", &tmpl, f))
+                return false;
+        if (tmpl && *tmpl)
+                return fail_bad(f, "'template' is not supported: the engine applies the model's own "
+                                "chat template");
+        return true;
+}
+
+/* An empty prompt (or no messages) is how Ollama's clients load a model: answered done. */
+static void answer_loaded(SoupServerMessage *msg, const char *model, bool chat) {
+        g_autofree char *now = timestamp_rfc3339();
+        g_autoptr(JsonBuilder) jb = json_builder_new();
+
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "model");
+        json_builder_add_string_value(jb, model);
+        json_builder_set_member_name(jb, "created_at");
+        json_builder_add_string_value(jb, now);
+        if (chat) {
+                json_builder_set_member_name(jb, "message");
+                json_builder_begin_object(jb);
+                json_builder_set_member_name(jb, "role");
+                json_builder_add_string_value(jb, "assistant");
+                json_builder_set_member_name(jb, "content");
+                json_builder_add_string_value(jb, "");
+                json_builder_end_object(jb);
+        } else {
+                json_builder_set_member_name(jb, "response");
+                json_builder_add_string_value(jb, "");
+        }
+        json_builder_set_member_name(jb, "done");
+        json_builder_add_boolean_value(jb, TRUE);
+        json_builder_set_member_name(jb, "done_reason");
+        json_builder_add_string_value(jb, "load");
+        json_builder_end_object(jb);
+        respond_json(msg, 200, json_builder_get_root(jb));
+}
+
+static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
+        g_autoptr(JsonParser) parser = NULL;
+        g_auto(GVariantBuilder) opts = G_VARIANT_BUILDER_INIT(G_VARIANT_TYPE_VARDICT);
+        g_auto(Fail) f = {};
+        g_autofree char *system_owned = NULL, *prompt = NULL;
+        JsonObject *o, *options = NULL;
+        const char *model = NULL, *system = NULL;
+        bool stream = true, raw = false, raw_set = false, proactive;
+        Call *c;
+
+        o = body_object(b, msg, &parser, &f);
+        if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
+            !field_object(o, "options", &options, &f) || !refuse_unsupported(o, &f) ||
+            (options && !ollama_options(options, &opts, &f)) || !parse_priority(msg, o, &proactive, &f))
+                goto fail;
+        if (!model || !*model) {
+                fail_bad(&f, "model is required");
+                goto fail;
+        }
+        if (chat) {
+                JsonArray *msgs = NULL;
+                if (!field_array(o, "messages", &msgs, &f))
+                        goto fail;
+                if (!msgs || json_array_get_length(msgs) == 0) {
+                        answer_loaded(msg, model, chat);
+                        return;
+                }
+                if (!messages_to_prompt(msgs, false, &system_owned, &prompt, &f))
+                        goto fail;
+                system = system_owned;
+        } else {
+                const char *p = NULL;
+                if (!field_string(o, "prompt", &p, &f) || !field_string(o, "system", &system, &f) ||
+                    !field_bool(o, "raw", &raw, &raw_set, &f))
+                        goto fail;
+                if (!p || !*p) {
+                        answer_loaded(msg, model, chat);
+                        return;
+                }
+                prompt = g_strdup(p);
+                if (raw)
+                        g_variant_builder_add(&opts, "{sv}", "raw", g_variant_new_boolean(TRUE));
+        }
+        if (system && *system && !raw)
+                g_variant_builder_add(&opts, "{sv}", "system", g_variant_new_string(system));
+
+        c = call_new(b, msg, &ollama_ops);
+        c->api_data = g_new0(OllamaData, 1);
+        ((OllamaData *) c->api_data)->chat = chat;
+        c->stream = stream;
+        c->proactive = proactive;
+        c->model = g_strdup(model);
+        c->prompt = g_steal_pointer(&prompt);
+        c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
+        call_start(c);
+        return;
+fail:
+        respond_error(msg, API_OLLAMA, &f);
+}
+
+typedef struct ListCall {
+        SoupServerMessage *msg;
+        bool ps;
+} ListCall;
+
+static void models_got(void *userdata, const char *model, const char *error_name,
+                       const char *message) {
+        g_autofree ListCall *l = userdata;
+        g_autoptr(JsonBuilder) jb = json_builder_new();
+
+        if (!model) {
+                g_auto(Fail) f = {};
+                fail_from_engine(&f, error_name, message);
+                respond_error(l->msg, API_OLLAMA, &f);
+                goto out;
+        }
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "models");
+        json_builder_begin_array(jb);
+        if (*model) {
+                json_builder_begin_object(jb);
+                json_builder_set_member_name(jb, "name");
+                json_builder_add_string_value(jb, model);
+                json_builder_set_member_name(jb, "model");
+                json_builder_add_string_value(jb, model);
+                if (!l->ps) {
+                        json_builder_set_member_name(jb, "modified_at");
+                        json_builder_add_string_value(jb, "1970-01-01T00:00:00Z");
+                }
+                add_int(jb, "size", 0);
+                json_builder_set_member_name(jb, "digest");
+                json_builder_add_string_value(jb, "");
+                json_builder_set_member_name(jb, "details");
+                json_builder_begin_object(jb);
+                json_builder_set_member_name(jb, "format");
+                json_builder_add_string_value(jb, "gguf");
+                json_builder_end_object(jb);
+                if (l->ps) {
+                        json_builder_set_member_name(jb, "expires_at");
+                        json_builder_add_string_value(jb, "9999-12-31T23:59:59Z");
+                        add_int(jb, "size_vram", 0);
+                }
+                json_builder_end_object(jb);
+        }
+        json_builder_end_array(jb);
+        json_builder_end_object(jb);
+        respond_json(l->msg, 200, json_builder_get_root(jb));
+out:
+        soup_server_message_unpause(l->msg);
+        g_object_unref(l->msg);
+}
+
+static void list_models(Bridge *b, SoupServerMessage *msg, bool ps) {
+        ListCall *l = g_new0(ListCall, 1);
+        l->msg = g_object_ref(msg);
+        l->ps = ps;
+        soup_server_message_pause(msg);
+        engine_link_get_model(b->link, models_got, l);
+}
+
+bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path) {
+        static const char *const known[] = { "/api/chat", "/api/generate", "/api/tags", "/api/ps",
+                                             "/api/version" };
+        bool post = strcmp(method, "POST") == 0;
+        bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+        g_auto(Fail) f = {};
+
+        if (strcmp(path, "/api/chat") == 0 && post)
+                generate(b, msg, true);
+        else if (strcmp(path, "/api/generate") == 0 && post)
+                generate(b, msg, false);
+        else if (strcmp(path, "/api/tags") == 0 && get)
+                list_models(b, msg, false);
+        else if (strcmp(path, "/api/ps") == 0 && get)
+                list_models(b, msg, true);
+        else if (strcmp(path, "/api/version") == 0 && get) {
+                g_autoptr(JsonBuilder) jb = json_builder_new();
+                json_builder_begin_object(jb);
+                json_builder_set_member_name(jb, "version");
+                json_builder_add_string_value(jb, AXP_VERSION);
+                json_builder_end_object(jb);
+                respond_json(msg, 200, json_builder_get_root(jb));
+        } else {
+                for (size_t i = 0; i < G_N_ELEMENTS(known); i++)
+                        if (strcmp(path, known[i]) == 0) {
+                                fail_set(&f, 405, NULL, NULL, "%s is not allowed on %s", method, path);
+                                respond_error(msg, API_OLLAMA, &f);
+                                return true;
+                        }
+                if (g_str_has_prefix(path, "/api/")) {
+                        /* pull, push, create, delete, embed...: the models are the engine's */
+                        fail_set(&f, 404, NULL, NULL, "%s %s is not supported by agentxpu", method,
+                                 path);
+                        respond_error(msg, API_OLLAMA, &f);
+                        return true;
+                }
+                return false;
+        }
+        return true;
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/* The cost of constrained decoding per token on llama.cpp's Llama 3 vocabulary (128,256
+ * tokens): answers under a JSON schema are generated from fresh random logits each step (a
+ * random-weight model's), as axp_gen_next does it (sample; if the grammar refuses the token,
+ * mask and sample again), and timed against sampling alone. Also the full mask's cost, which
+ * a step pays when the grammar refuses the token drawn. Prints only.
+ * Run: meson test -C build --benchmark --verbose bench-grammar */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/rng.h"
+#include "model/grammar.h"
+#include "model/sampler.h"
+#include "tok-util.h"
+
+static const char *SCHEMA =
+        "{\"type\":\"object\",\"properties\":{"
+        "\"title\":{\"type\":\"string\",\"maxLength\":40},"
+        "\"body\":{\"type\":\"string\",\"maxLength\":200},"
+        "\"kind\":{\"enum\":[\"summary\",\"reminder\",\"fix\",\"question\"]},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":12},\"maxItems\":4},"
+        "\"score\":{\"type\":\"number\"}},\"required\":[\"title\",\"body\",\"kind\"]}";
+
+int main(int argc, char **argv) {
+        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
+        loaded_vocab v;
+        if (!path || vocab_open(path, &v) < 0) {
+                printf("SKIP: no conformance vocabulary (AXP_CONFORMANCE_DIR)\n");
+                return 77;
+        }
+        int n = axp_tokenizer_n_vocab(v.tok), answers = argc > 1 ? atoi(argv[1]) : 20;
+        axp_error err = {};
+        axp_vocab_trie *trie = NULL;
+        double t0 = axp_now();
+        if (axp_vocab_trie_new(v.tok, &trie, &err) < 0)
+                return 1;
+        printf("vocabulary: %d tokens; trie built once per model in %.1f ms\n", n, (axp_now() - t0) * 1e3);
+
+        char *gbnf = NULL;
+        axp_grammar *g = NULL;
+        if (axp_json_schema_to_gbnf(SCHEMA, strlen(SCHEMA), &gbnf, &err) < 0 ||
+            axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        float *logits = malloc(n * sizeof(float)), *masked = malloc(n * sizeof(float));
+        uint8_t *allowed = malloc(n);
+        axp_rng rng;
+        axp_rng_seed(&rng, 42);
+
+        for (int greedy = 1; greedy >= 0; greedy--) {
+                axp_sampler_params p;
+                axp_sampler_params_default(&p);
+                p.seed = 7;
+                p.temperature = greedy ? 0 : 0.8f;
+                axp_sampler *s = axp_sampler_new(&p, n);
+                double t_sample = 0, t_grammar = 0, t_mask = 0, worst = 0;
+                long tokens = 0, masks = 0;
+                for (int a = 0; a < answers; a++) {
+                        axp_matcher *m = NULL;
+                        axp_matcher_new(g, trie, &m, &err);
+                        for (int step = 0; step < 400 && !axp_matcher_finished(m); step++) {
+                                for (int i = 0; i < n; i++)
+                                        logits[i] = (float) (axp_rng_uniform(&rng) * 8.0 - 4.0);
+                                double a0 = axp_now();
+                                int32_t id = axp_sampler_sample(s, logits);
+                                double a1 = axp_now();
+                                if (!axp_matcher_allows(m, id)) {
+                                        double m0 = axp_now();
+                                        axp_matcher_mask(m, allowed);
+                                        t_mask += axp_now() - m0;
+                                        masks++;
+                                        for (int i = 0; i < n; i++)
+                                                masked[i] = allowed[i] ? logits[i] : -INFINITY;
+                                        id = axp_sampler_sample(s, masked);
+                                }
+                                axp_matcher_accept(m, id);
+                                double a2 = axp_now();
+                                t_sample += a1 - a0;
+                                t_grammar += a2 - a1;
+                                worst = fmax(worst, a2 - a1);
+                                tokens++;
+                        }
+                        axp_matcher_free(m);
+                }
+                printf("%s: %ld tokens in %d answers; sampling %.3f ms/token; grammar +%.3f ms/token "
+                       "(worst step %.2f ms); %ld steps (%.0f%%) needed the full mask, %.3f ms each\n",
+                       greedy ? "greedy" : "temperature 0.8", tokens, answers, t_sample / tokens * 1e3,
+                       t_grammar / tokens * 1e3, worst * 1e3, masks, 100.0 * masks / tokens,
+                       masks ? t_mask / masks * 1e3 : 0);
+                axp_sampler_free(s);
+        }
+        free(logits);
+        free(masked);
+        free(allowed);
+        free(gbnf);
+        axp_grammar_free(g);
+        axp_vocab_trie_free(trie);
+        vocab_close(&v);
+        return 0;
+}

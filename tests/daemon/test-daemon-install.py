@@ -1,0 +1,595 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Installing models: the real agentxpu-engine on a private bus with its own models and state
+folders (--models-dir, --state-dir), the polkit stand-in answering for uid 0 alone, and
+`agentxpu model install|list|use|remove` as the client: from a file, from a fake Ollama store
+and a fake Hugging Face cache laid out as those tools lay them out, and every bad input the
+engine must refuse leaving nothing in the models folder and its model served.
+
+polkit itself (polkitd) is not started: it serves only the system bus (it has no option for
+another address), so the decision is tested against the stand-in, which sees the same
+CheckAuthorization call; the action and its defaults are checked by `meson test --suite data`.
+Needs root for `setpriv` (the unauthorized user). Run one test: test-daemon-install.py NAME."""
+
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bustest import (IFACE, JOB_IFACE, NAME, PATH, Daemon, Skip, TestBus, as_nobody, gvariant_first_string,  # noqa: E402
+                     is_root, main, need_tools, run, wait_for)
+
+DAEMON = os.environ.get("AXP_ENGINE_DAEMON", "")
+CLI = os.environ.get("AXP_CLI", "")
+STANDIN = os.environ.get("AXP_POLKIT_STANDIN", "")
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+_files = {}
+
+
+def folder():
+    if "dir" not in _files:
+        d = tempfile.mkdtemp(prefix="axp-test-install-")
+        os.chmod(d, 0o755)
+        atexit.register(shutil.rmtree, d, True)
+        _files["dir"] = d
+    return _files["dir"]
+
+
+def mkmodel(name, *args):
+    """A synthetic model, made once per run, readable by everyone."""
+    if not DAEMON or not CLI or not STANDIN:
+        raise Skip("agentxpu-engine, agentxpu or the polkit stand-in is not built (run through meson test)")
+    path = os.path.join(folder(), name + ".gguf")
+    if not os.path.exists(path):
+        r = run([CLI, "mkmodel", "-o", path, "--no-eog"] + list(args))
+        if r.rc != 0:
+            raise Skip(f"agentxpu mkmodel failed: {r.err.strip()}")
+        os.chmod(path, 0o644)
+    return path
+
+
+def small():
+    return mkmodel("small", "--seed", "7", "--dim", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                   "--ffn", "256", "--ctx", "256")
+
+
+def other():
+    return mkmodel("other", "--seed", "8", "--dim", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                   "--ffn", "256", "--ctx", "256", "--name", "other-model")
+
+
+def big():
+    """About 13 MB: several chunks of the copy, so a test can act in the middle of one."""
+    return mkmodel("big", "--seed", "9", "--dim", "512", "--layers", "4", "--heads", "8", "--kv-heads", "4",
+                   "--ffn", "1536", "--ctx", "512")
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def gguf(path, arch="llama", tensor_type=0):
+    """A small GGUF file by hand: general.architecture and one 32x2 tensor of a type id."""
+    def s(x):
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+    # Q2_K (10) blocks: 256 elements in 84 bytes
+    ne, nbytes = ((256, 2), 168) if tensor_type == 10 else ((32, 2), 256)
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1)
+    head += s("general.architecture") + struct.pack("<I", 8) + s(arch)
+    head += s("token_embd.weight") + struct.pack("<I", 2) + struct.pack("<qq", *ne)
+    head += struct.pack("<IQ", tensor_type, 0)
+    head += b"\0" * (-len(head) % 32)
+    with open(path, "wb") as f:
+        f.write(head + b"\x01" * nbytes)
+    os.chmod(path, 0o644)
+    return path
+
+
+class Engine:
+    def __init__(self, bus, models, state, args=(), env=None, wrapper=None):
+        exe = DAEMON
+        if wrapper:
+            exe = bus.path("engine-wrapper.sh")
+            with open(exe, "w") as f:
+                f.write(f"#!/bin/sh\nexec {wrapper} {DAEMON} \"$@\"\n")
+            os.chmod(exe, 0o755)
+        e = {"AGENTXPU_LOG_LEVEL": "debug"}
+        e.update(env or {})
+        self.d = Daemon(bus, exe, args=["--models-dir", models, "--state-dir", state] + list(args), env=e)
+
+
+@contextlib.contextmanager
+def setup(model=None, env=None, wrapper=None):
+    """A bus, polkit saying yes to uid 0 alone, an engine with empty models and state folders
+    (serving `model` if given)."""
+    bus = TestBus()
+    try:
+        p = bus.spawn([STANDIN, "--address", bus.address, "--allow-uid", "0"], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        models, state = bus.path("models"), bus.path("state")
+        os.mkdir(models)
+        os.mkdir(state)
+        args = ["--model", model] if model else []
+        e = Engine(bus, models, state, args=args, env=env, wrapper=wrapper)
+        bus.models, bus.state = models, state
+        yield bus, e.d
+        if e.d.proc.poll() is None:
+            assert e.d.stop() == 0, e.d.text()
+    finally:
+        bus.close()
+
+
+def install(bus, *args, user=None, env=None):
+    cmd = [CLI, "model", "install", "--address", bus.address] + list(args)
+    e = dict(os.environ)
+    e.update(env or {})
+    return run(as_nobody(cmd) if user == "nobody" else cmd, env=e)
+
+
+def install_spawn(bus, *args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return bus.spawn([CLI, "model", "install", "--address", bus.address] + list(args), stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True, env=e)
+
+
+def model_cmd(bus, *args):
+    return run([CLI, "model", args[0], "--address", bus.address] + list(args[1:]))
+
+
+def folder_files(bus):
+    return sorted(os.listdir(bus.models))
+
+
+def temp_files(bus):
+    return [f for f in os.listdir(bus.models) if f.startswith(".install-")]
+
+
+def still_serves(bus):
+    r = bus.call("Complete", "Hello", "{'max_tokens': <uint32 2>, 'raw': <true>}")
+    assert r.rc == 0, r
+
+
+SLOW = {"AGENTXPU_TEST_COPY_DELAY_MS": "700"}
+
+
+# --- installing, listing, choosing, removing ---------------------------------------------------------
+
+def test_install_list_use_remove_and_restart():
+    src = small()
+    with setup() as (bus, d):
+        r = install(bus, src, "--name", "tiny")
+        assert r.rc == 0, r
+        assert "Installed tiny" in r.out, r
+        assert re.search(r"^100% .* done$", r.err, re.M), r.err  # the progress, as lines off a terminal
+        assert folder_files(bus) == ["tiny.gguf"]
+        assert sha256(os.path.join(bus.models, "tiny.gguf")) == sha256(src)
+        assert os.stat(os.path.join(bus.models, "tiny.gguf")).st_mode & 0o777 == 0o644
+
+        r = model_cmd(bus, "list")
+        assert r.rc == 0 and re.search(r"^  tiny +llama ", r.out, re.M), r
+        models = bus.props()["Models"]
+        assert [m[0] for m in models] == ["tiny"], models
+        info = {k: v["data"] for k, v in models[0][1].items()}
+        assert info["architecture"] == "llama" and info["size"] == os.path.getsize(src), info
+        assert info["loaded"] is False and info["default"] is False, info
+        assert "Q8_0" in info["types"] and info["parameters"] > 0, info
+
+        assert bus.props()["Model"] == ""
+        r = model_cmd(bus, "use", "tiny")
+        assert r.rc == 0, r
+        assert bus.props()["Model"] != ""
+        with open(os.path.join(bus.state, "default-model")) as f:
+            assert f.read() == "tiny\n"
+        r = model_cmd(bus, "list")
+        assert re.search(r"^\* tiny .*\(default\)$", r.out, re.M), r
+        still_serves(bus)
+
+        r = model_cmd(bus, "remove", "tiny")
+        assert r.rc == 1 and "is the model in use" in r.err, r
+        assert install(bus, other()).rc == 0
+        r = model_cmd(bus, "remove", "other")
+        assert r.rc == 0, r
+        assert folder_files(bus) == ["tiny.gguf"]
+        r = model_cmd(bus, "use", "nothing-here")
+        assert r.rc == 1 and "No model named 'nothing-here'" in r.err, r
+
+        # A restart serves the model chosen, without --model.
+        assert d.stop() == 0, d.text()
+        d2 = Engine(bus, bus.models, bus.state).d
+        try:
+            assert bus.props()["Model"] != ""
+            still_serves(bus)
+            assert re.search(r"^\* tiny ", model_cmd(bus, "list").out, re.M)
+        finally:
+            assert d2.stop() == 0, d2.text()
+
+
+def test_job_object_matches_the_interface_xml():
+    with setup(env=SLOW) as (bus, d):
+        p = install_spawn(bus, big(), "--name", "big")
+        wait_for(lambda: "as /org/agentxpu/Engine/job/" in d.text(), "the job to start")
+        path = re.search(r"as (/org/agentxpu/Engine/job/\d+)", d.text()).group(1)
+        r = bus.gdbus(path, "org.freedesktop.DBus.Introspectable.Introspect")
+        assert r.rc == 0, r
+        live = {i.get("name"): sorted((m.tag, m.get("name")) for m in i)
+                for i in ET.fromstring(gvariant_first_string(r.out)).findall("interface")}
+        xml = ET.parse(os.path.join(SOURCE, "dbus", "org.agentxpu.Engine.xml")).getroot()
+        contract = {i.get("name"): sorted((m.tag, m.get("name")) for m in i if m.tag != "annotation")
+                    for i in xml.findall("interface")}
+        assert live[JOB_IFACE] == contract[JOB_IFACE], (live[JOB_IFACE], contract[JOB_IFACE])
+        r = bus.busctl("get-property", NAME, path, JOB_IFACE, "BytesTotal")
+        assert r.json["data"] == os.path.getsize(big()), r
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+
+
+# --- the stores ---------------------------------------------------------------------------------------
+
+def ollama_store(root, name, tag, blob_src, digest=None):
+    digest = digest or sha256(blob_src)
+    os.makedirs(os.path.join(root, "blobs"), exist_ok=True)
+    blob = os.path.join(root, "blobs", "sha256-" + digest)
+    shutil.copy(blob_src, blob)
+    with open(os.path.join(root, "blobs", "sha256-" + "1" * 64), "w") as f:
+        f.write("{{ .Prompt }}")
+    mdir = os.path.join(root, "manifests", "registry.ollama.ai", "library", name)
+    os.makedirs(mdir, exist_ok=True)
+    with open(os.path.join(mdir, tag), "w") as f:
+        json.dump({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                   "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                              "digest": "sha256:" + "2" * 64, "size": 10},
+                   "layers": [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "1" * 64,
+                               "size": 13},
+                              {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:" + digest,
+                               "size": os.path.getsize(blob_src)}]}, f)
+
+
+def test_install_from_an_ollama_store():
+    src = small()
+    home = tempfile.mkdtemp(prefix="axp-test-home-")
+    try:
+        root = os.path.join(home, ".ollama", "models")
+        ollama_store(root, "tiny", "7b", src)
+        with setup() as (bus, d):
+            r = install(bus, "ollama:tiny:7b", env={"HOME": home})
+            assert r.rc == 0, r
+            assert folder_files(bus) == ["tiny-7b.gguf"]
+            assert sha256(os.path.join(bus.models, "tiny-7b.gguf")) == sha256(src)
+            # OLLAMA_MODELS, the latest tag, --name
+            r = install(bus, "ollama:tiny:7b", "--name", "again", env={"HOME": "/nonexistent", "OLLAMA_MODELS": root})
+            assert r.rc == 0, r
+            r = install(bus, "ollama:missing", env={"HOME": home})
+            assert r.rc == 1 and "no Ollama model missing:latest" in r.err, r
+            # A blob that is not what its digest says: refused after the copy, nothing kept.
+            ollama_store(root, "damaged", "latest", src, digest="3" * 64)
+            r = install(bus, "ollama:damaged", env={"HOME": home})
+            assert r.rc == 1 and "SHA-256" in r.err and "damaged" in r.err, r
+            assert folder_files(bus) == ["again.gguf", "tiny-7b.gguf"]
+    finally:
+        shutil.rmtree(home, True)
+
+
+def hf_cache(hub, repo, rev, files):
+    """The hub cache's layout: blobs named by their SHA-256, snapshots/REV/FILE links to them,
+    refs/main naming REV."""
+    base = os.path.join(hub, "models--" + repo.replace("/", "--"))
+    os.makedirs(os.path.join(base, "blobs"), exist_ok=True)
+    os.makedirs(os.path.join(base, "snapshots", rev), exist_ok=True)
+    os.makedirs(os.path.join(base, "refs"), exist_ok=True)
+    for name, src in files.items():
+        digest = sha256(src)
+        shutil.copy(src, os.path.join(base, "blobs", digest))
+        os.symlink(os.path.join("..", "..", "blobs", digest), os.path.join(base, "snapshots", rev, name))
+    with open(os.path.join(base, "refs", "main"), "w") as f:
+        f.write(rev)
+
+
+def test_install_from_a_hugging_face_cache():
+    home = tempfile.mkdtemp(prefix="axp-test-home-")
+    try:
+        hub = os.path.join(home, ".cache", "huggingface", "hub")
+        hf_cache(hub, "acme/Tiny-GGUF", "0123abcd", {"tiny-q8_0.gguf": small()})
+        hf_cache(hub, "acme/Two-GGUF", "4567cdef", {"a-q8_0.gguf": small(), "b-q8_0.gguf": other()})
+        with setup() as (bus, d):
+            r = install(bus, "hf:acme/Tiny-GGUF", env={"HOME": home})
+            assert r.rc == 0, r
+            assert folder_files(bus) == ["tiny-q8_0.gguf"]
+            r = install(bus, "hf:acme/Two-GGUF", env={"HOME": home})
+            assert r.rc == 2 and "has 2 .gguf files" in r.err, r
+            r = install(bus, "hf:acme/Two-GGUF:b-q8_0", env={"HOME": "/nonexistent", "HF_HUB_CACHE": hub})
+            assert r.rc == 0, r
+            assert sha256(os.path.join(bus.models, "b-q8_0.gguf")) == sha256(other())
+            r = install(bus, "hf:acme/Missing", env={"HOME": home})
+            assert r.rc == 1 and "not in the Hugging Face cache" in r.err, r
+    finally:
+        shutil.rmtree(home, True)
+
+
+# --- bad input -------------------------------------------------------------------------------------------
+
+def test_bad_files_are_refused_before_anything_is_written():
+    src = small()
+    d0 = folder()
+    trunc = os.path.join(d0, "truncated.gguf")
+    with open(src, "rb") as f, open(trunc, "wb") as g:
+        g.write(f.read(os.path.getsize(src) * 2 // 3))
+    text = os.path.join(d0, "notes.gguf")
+    with open(text, "w") as f:
+        f.write("these are not weights\n")
+    cases = [
+        (trunc, "InvalidArgument", "extends past the end of the file"),
+        (text, "InvalidArgument", "not a GGUF file"),
+        (gguf(os.path.join(d0, "mamba.gguf"), arch="mamba"), "Unsupported", "architecture 'mamba'"),
+        (gguf(os.path.join(d0, "q2k.gguf"), tensor_type=10), "Unsupported", "has type Q2_K"),
+    ]
+    with setup(model=other()) as (bus, d):
+        for path, error, msg in cases:
+            r = install(bus, path, "--name", "bad")
+            assert r.rc == 1 and msg in r.err, (path, r)
+            name, message = raw_install(bus, path, "bad")
+            assert name == f"org.agentxpu.Error.{error}" and msg in message, (path, name, message)
+            assert folder_files(bus) == [], (path, folder_files(bus))
+        assert "Installing bad" not in d.text(), d.text()  # no job, nothing written
+        still_serves(bus)
+
+
+class RawBus:
+    """A D-Bus client in the standard library, enough to pass a file descriptor (no tool
+    the tests use can send an 'h' argument): EXTERNAL authentication with fd passing, Hello,
+    and one InstallModel call. Returns (error name or None, message or object path)."""
+
+    def __init__(self, address):
+        import socket
+        path = re.match(r"unix:path=([^,]+)", address).group(1)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.sock.sendall(b"\0AUTH EXTERNAL " + str(os.geteuid()).encode().hex().encode() + b"\r\n")
+        assert self.sock.recv(4096).startswith(b"OK"), "authentication failed"
+        self.sock.sendall(b"NEGOTIATE_UNIX_FD\r\n")
+        assert self.sock.recv(4096).startswith(b"AGREE_UNIX_FD")
+        self.sock.sendall(b"BEGIN\r\n")
+        self.serial = 0
+        self.buf = b""
+        self.call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "Hello", "", b"")
+
+    class Out:
+        """Marshalling into a buffer whose offset 0 is 8-aligned, as a message and its body are."""
+
+        def __init__(self):
+            self.b = bytearray()
+
+        def align(self, n):
+            self.b += b"\0" * (-len(self.b) % n)
+
+        def u32(self, v):
+            self.align(4)
+            self.b += struct.pack("<I", v)
+
+        def str(self, v, code="s"):
+            e = v.encode()
+            if code == "g":
+                self.b += bytes([len(e)]) + e + b"\0"
+            else:
+                self.u32(len(e))
+                self.b += e + b"\0"
+
+        def variant(self, code, v):
+            self.str(code, "g")
+            self.u32(v) if code == "u" else self.str(v, code)
+
+    def call(self, dest, path, iface, member, sig, body, fds=()):
+        import socket
+        self.serial += 1
+        fields = [(1, "o", path), (2, "s", iface), (3, "s", member), (6, "s", dest)]
+        if sig:
+            fields.append((8, "g", sig))
+        if fds:
+            fields.append((9, "u", len(fds)))
+        m = self.Out()
+        m.b += b"l\x01\x00\x01" + struct.pack("<II", len(body), self.serial)
+        m.u32(0)  # the fields' length, set below
+        start = len(m.b)
+        for code, t, v in fields:
+            m.align(8)
+            m.b += bytes([code])
+            m.variant(t, v)
+        struct.pack_into("<I", m.b, 12, len(m.b) - start)
+        m.align(8)
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"<{len(fds)}i", *fds))] if fds else []
+        self.sock.sendmsg([bytes(m.b) + body], anc)
+        return self.reply(self.serial)
+
+    def reply(self, serial):
+        while True:
+            while len(self.buf) < 16:
+                self.buf += self.sock.recv(65536)
+            blen, _, flen = struct.unpack_from("<III", self.buf, 4)
+            total = 16 + flen + (-(16 + flen) % 8) + blen
+            while len(self.buf) < total:
+                self.buf += self.sock.recv(65536)
+            msg, self.buf = self.buf[:total], self.buf[total:]
+            mtype = msg[1]
+            fields, pos = {}, 16
+            while pos < 16 + flen:
+                pos += -pos % 8
+                code, slen = msg[pos], msg[pos + 1]
+                t = msg[pos + 2:pos + 2 + slen].decode()
+                pos += 3 + slen
+                if t == "u":
+                    pos += -pos % 4
+                    fields[code] = struct.unpack_from("<I", msg, pos)[0]
+                    pos += 4
+                elif t == "g":
+                    n = msg[pos]
+                    fields[code] = msg[pos + 1:pos + 1 + n].decode()
+                    pos += n + 2
+                else:
+                    pos += -pos % 4
+                    n = struct.unpack_from("<I", msg, pos)[0]
+                    fields[code] = msg[pos + 4:pos + 4 + n].decode()
+                    pos += n + 5
+            body = msg[16 + flen + (-(16 + flen) % 8):]
+            if mtype in (2, 3) and fields.get(5) == serial:
+                first = None
+                if body and fields.get(8, "")[:1] in ("s", "o"):
+                    n = struct.unpack_from("<I", body, 0)[0]
+                    first = body[4:4 + n].decode()
+                return (fields.get(4) if mtype == 3 else None), first
+
+    def install(self, fd, name, sha=None):
+        o = self.Out()
+        o.u32(0)  # the index of the fd
+        o.str(name)
+        o.align(4)
+        lenpos = len(o.b)
+        o.u32(0)  # the options' length, set below
+        o.align(8)
+        start = len(o.b)
+        if sha is not None:
+            o.align(8)
+            o.str("sha256")
+            o.variant("s", sha)
+        struct.pack_into("<I", o.b, lenpos, len(o.b) - start)
+        return self.call(NAME, PATH, IFACE, "InstallModel", "hsa{sv}", bytes(o.b), fds=(fd,))
+
+    def close(self):
+        self.sock.close()
+
+
+def raw_install(bus, path, name, sha=None):
+    fd = os.open(path, os.O_RDONLY)
+    rb = RawBus(bus.address)
+    try:
+        return rb.install(fd, name, sha)
+    finally:
+        rb.close()
+        os.close(fd)
+
+
+def test_bad_names_and_duplicates():
+    with setup(model=other()) as (bus, d):
+        for name in ("a/b", "..", "../etc", ".hidden", "-x", "", "x" * 101):
+            error, msg = raw_install(bus, small(), name)
+            assert error == "org.agentxpu.Error.InvalidArgument" and "is not a model name" in msg, (name, error, msg)
+        error, msg = raw_install(bus, small(), "tiny", sha="0" * 63)
+        assert error == "org.agentxpu.Error.InvalidArgument" and "'sha256' must be" in msg, (error, msg)
+        r = install(bus, small(), "--name", "../escape")
+        assert r.rc == 2 and "is not a model name" in r.err, r
+        assert install(bus, small(), "--name", "tiny").rc == 0
+        r = install(bus, small(), "--name", "tiny")
+        assert r.rc == 1 and "is installed already" in r.err, r
+        assert raw_install(bus, small(), "tiny")[0] == "org.agentxpu.Error.Exists"
+        # A caller that leaves as soon as the job starts: the job ends (cancelled, or failed on
+        # the digest), leaving nothing.
+        error, job = raw_install(bus, small(), "digest", sha="0" * 64)
+        assert error is None and job.startswith(PATH + "/job/"), (error, job)
+        wait_for(lambda: re.search(r"Installing digest(: cancelled| failed)", d.text()), "the job to end")
+        wait_for(lambda: folder_files(bus) == ["tiny.gguf"], "nothing left of the job")
+        assert folder_files(bus) == ["tiny.gguf"]
+        still_serves(bus)
+
+
+def test_two_installs_of_one_name_at_once():
+    with setup(env=SLOW) as (bus, d):
+        p = install_spawn(bus, big(), "--name", "same")
+        wait_for(lambda: temp_files(bus), "the first copy to start")
+        r = install(bus, small(), "--name", "same")
+        assert r.rc == 1 and "is being installed already" in r.err, r
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+        assert folder_files(bus) == ["same.gguf"]
+        assert sha256(os.path.join(bus.models, "same.gguf")) == sha256(big())
+
+
+def test_unauthorized_caller_is_refused():
+    if not is_root():
+        raise Skip("needs root to run the client as nobody")
+    with setup(model=other()) as (bus, d):
+        r = install(bus, small(), "--name", "mine", user="nobody")
+        assert r.rc == 1 and "Not authorized" in r.err, r
+        assert folder_files(bus) == []
+        assert run(as_nobody([CLI, "model", "use", "--address", bus.address, "x"])).rc == 1
+        still_serves(bus)
+
+
+def test_cancel_mid_copy_leaves_nothing():
+    with setup(model=other(), env=SLOW) as (bus, d):
+        p = install_spawn(bus, big(), "--name", "big")
+        line = p.stderr.readline()  # the first progress: the command follows its job
+        assert re.match(r"\s*\d+% ", line), line
+        p.send_signal(signal.SIGINT)
+        rc, err = p.wait(timeout=120), p.stderr.read()
+        assert rc == 1 and "cancelled; nothing was installed" in err, (rc, err)
+        assert folder_files(bus) == []
+        still_serves(bus)
+
+
+def test_a_client_that_leaves_cancels_its_install():
+    with setup(model=other(), env=SLOW) as (bus, d):
+        p = install_spawn(bus, big(), "--name", "big")
+        wait_for(lambda: temp_files(bus), "the copy to start")
+        p.kill()
+        p.wait(timeout=30)
+        wait_for(lambda: "Installing big: cancelled (its caller left the bus)" in d.text(), "the job to be cancelled",
+                 timeout=30)
+        wait_for(lambda: folder_files(bus) == [], "the temporary file to go")
+        still_serves(bus)
+
+
+def test_a_full_disk_fails_the_copy_and_leaves_nothing():
+    need_tools("prlimit")
+    # A file size limit below the model's size: the engine's write fails as on a full disk.
+    with setup(model=other(), wrapper="prlimit --fsize=2000000 --") as (bus, d):
+        r = install(bus, big(), "--name", "big")
+        assert r.rc == 1 and "no room left" in r.err, r
+        assert folder_files(bus) == []
+        still_serves(bus)
+        assert install(bus, small(), "--name", "small").rc == 0  # what fits still goes in
+
+
+def test_the_path_changing_under_the_install_changes_nothing():
+    """The engine copies the file the client opened: a link pointed elsewhere during the copy
+    (or the file replaced) is not what gets installed."""
+    link = os.path.join(folder(), "current.gguf")
+    with setup(env=SLOW) as (bus, d):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(link)
+        os.symlink(big(), link)
+        p = install_spawn(bus, link, "--name", "current")
+        wait_for(lambda: temp_files(bus), "the copy to start")
+        os.unlink(link)
+        os.symlink(small(), link)
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+        assert sha256(os.path.join(bus.models, "current.gguf")) == sha256(big())
+        os.unlink(link)
+
+
+if __name__ == "__main__":
+    main([
+        test_install_list_use_remove_and_restart,
+        test_job_object_matches_the_interface_xml,
+        test_install_from_an_ollama_store,
+        test_install_from_a_hugging_face_cache,
+        test_bad_files_are_refused_before_anything_is_written,
+        test_bad_names_and_duplicates,
+        test_two_installs_of_one_name_at_once,
+        test_unauthorized_caller_is_refused,
+        test_cancel_mid_copy_leaves_nothing,
+        test_a_client_that_leaves_cancels_its_install,
+        test_a_full_disk_fails_the_copy_and_leaves_nothing,
+        test_the_path_changing_under_the_install_changes_nothing,
+    ])

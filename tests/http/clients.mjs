@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+// The official OpenAI and Ollama client libraries against agentxpu serve, run by
+// test-http-clients.py: node clients.mjs BASE_URL TOKEN MODEL SOCKET
+// Prints one JSON object with what each client got; the test checks it.
+import http from "node:http";
+import net from "node:net";
+import OpenAI from "openai";
+import { Ollama } from "ollama";
+
+const [base, token, model, socketPath] = process.argv.slice(2);
+const out = {};
+
+const openai = new OpenAI({ baseURL: `${base}/v1`, apiKey: token, maxRetries: 0 });
+const chat = { model, max_tokens: 16, temperature: 0, messages: [{ role: "user", content: "Hello" }] };
+
+const whole = await openai.chat.completions.create(chat);
+out.openai_chat = { content: whole.choices[0].message.content, finish: whole.choices[0].finish_reason,
+                    usage: whole.usage };
+
+const stream = await openai.chat.completions.create({ ...chat, stream: true,
+                                                      stream_options: { include_usage: true } });
+let text = "", finish = null, usage = null;
+for await (const chunk of stream) {
+  if (chunk.choices.length) {
+    text += chunk.choices[0].delta.content ?? "";
+    finish = chunk.choices[0].finish_reason ?? finish;
+  }
+  if (chunk.usage) usage = chunk.usage;
+}
+out.openai_chat_stream = { content: text, finish, usage };
+
+const comp = await openai.completions.create({ model, prompt: "Once upon a time", max_tokens: 12, temperature: 0 });
+out.openai_completion = comp.choices[0].text;
+let ctext = "";
+for await (const chunk of await openai.completions.create({ model, prompt: "Once upon a time", max_tokens: 12,
+                                                            temperature: 0, stream: true }))
+  ctext += chunk.choices[0].text;
+out.openai_completion_stream = ctext;
+
+out.openai_models = (await openai.models.list()).data.map((m) => m.id);
+
+async function apiError(p) {
+  try {
+    await p;
+    return null;
+  } catch (e) {
+    return { name: e.constructor.name, status: e.status, code: e.code ?? null, message: e.message };
+  }
+}
+out.openai_unknown_model = await apiError(openai.chat.completions.create({ ...chat, model: "gpt-4o" }));
+out.openai_json_mode = await apiError(openai.chat.completions.create({ ...chat,
+                                                                      response_format: { type: "json_object" } }));
+out.openai_bad_token = await apiError(new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 })
+                                        .models.list());
+
+// The Unix socket, through an agent that connects there (no token: the socket is the user's).
+class UnixAgent extends http.Agent {
+  createConnection(options, callback) {
+    return net.createConnection(socketPath, callback);
+  }
+}
+const local = new OpenAI({ baseURL: "http://localhost/v1", apiKey: "unused", httpAgent: new UnixAgent(),
+                           maxRetries: 0 });
+out.openai_unix_socket = (await local.chat.completions.create(chat)).choices[0].message.content;
+
+const ollama = new Ollama({ host: base, headers: { Authorization: `Bearer ${token}` } });
+const options = { num_predict: 10, temperature: 0 };
+const gen = await ollama.generate({ model, prompt: "Hello", options });
+out.ollama_generate = { response: gen.response, done: gen.done, done_reason: gen.done_reason,
+                        eval_count: gen.eval_count };
+let gtext = "", gdone = null;
+for await (const part of await ollama.generate({ model, prompt: "Hello", options, stream: true })) {
+  gtext += part.response;
+  if (part.done) gdone = part.done_reason;
+}
+out.ollama_generate_stream = { response: gtext, done_reason: gdone };
+const messages = [{ role: "user", content: "Hello" }];
+out.ollama_chat = (await ollama.chat({ model, messages, options })).message.content;
+let chtext = "";
+for await (const part of await ollama.chat({ model, messages, options, stream: true }))
+  chtext += part.message.content;
+out.ollama_chat_stream = chtext;
+out.ollama_list = (await ollama.list()).models.map((m) => m.name);
+out.ollama_ps = (await ollama.ps()).models.map((m) => m.name);
+try {
+  await ollama.generate({ model: "llama3", prompt: "Hello" });
+  out.ollama_unknown_model = null;
+} catch (e) {
+  out.ollama_unknown_model = { name: e.name, status: e.status_code, message: e.error ?? e.message };
+}
+try {
+  await ollama.chat({ model, messages, format: "json" });
+  out.ollama_format = null;
+} catch (e) {
+  out.ollama_format = { name: e.name, status: e.status_code, message: e.error ?? e.message };
+}
+
+console.log(JSON.stringify(out));

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""agentxpu serve with the clients people use: the official `openai` and `ollama` npm
+packages (streaming and not), run with the system's nodejs against the real engine on a
+private bus. The packages are installed with `npm ci` from tests/http/package-lock.json into
+the build folder ($AXP_NODE_DIR), with an npm cache and HOME of their own there; where npm
+cannot reach its registry the test skips (77) and says so."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from httptest import Skip, main, model_name, need_tools, serving  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "..", "daemon"))
+from bustest import gvariant_first_string  # noqa: E402
+
+NODE_DIR = os.environ.get("AXP_NODE_DIR") or os.path.join(HERE, "node")
+
+
+def node_modules():
+    """The clients, installed once per build folder (again when the lock file changes)."""
+    need_tools("node", "npm")
+    os.makedirs(NODE_DIR, exist_ok=True)
+    stamp = os.path.join(NODE_DIR, "node_modules", ".lock-installed")
+    with open(os.path.join(HERE, "package-lock.json")) as f:
+        lock = f.read()
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if f.read() == lock:
+                return NODE_DIR
+    for name in ("package.json", "package-lock.json", "clients.mjs"):
+        shutil.copy(os.path.join(HERE, name), NODE_DIR)
+    env = dict(os.environ, HOME=os.path.join(NODE_DIR, "home"), npm_config_cache=os.path.join(NODE_DIR, "cache"),
+               npm_config_update_notifier="false", npm_config_audit="false", npm_config_fund="false")
+    try:
+        r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=NODE_DIR, env=env,
+                           capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise Skip("npm ci took over 5 minutes (is the npm registry reachable?)")
+    if r.returncode != 0:
+        if any(s in r.stderr for s in ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET",
+                                       "network", "FetchError")):
+            raise Skip("npm cannot reach its registry to install the openai and ollama packages:\n"
+                       + r.stderr.strip()[-500:])
+        raise AssertionError(f"npm ci failed:\n{r.stderr}")
+    with open(stamp, "w") as f:
+        f.write(lock)
+    return NODE_DIR
+
+
+def complete(bus, prompt, n, raw=False):
+    r = bus.call("Complete", prompt, f"{{'max_tokens': <uint32 {n}>, 'temperature': <0.0>, 'raw': <{str(raw).lower()}>}}")
+    assert r.rc == 0, r
+    return gvariant_first_string(r.out)
+
+
+def test_official_openai_and_ollama_clients():
+    folder = node_modules()
+    shutil.copy(os.path.join(HERE, "clients.mjs"), folder)
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        chat16 = complete(bus, "Hello", 16)
+        chat10 = complete(bus, "Hello", 10)
+        comp12 = complete(bus, "Once upon a time", 12, raw=True)
+        r = subprocess.run(["node", "clients.mjs", b.base, b.token, m, b.socket], cwd=folder, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, (r.stdout, r.stderr, b.text())
+        got = json.loads(r.stdout)
+        print("    " + r.stdout.strip()[:600] + " ...", flush=True)
+
+        assert got["openai_chat"]["content"] == chat16 and got["openai_chat"]["finish"] == "length", got["openai_chat"]
+        assert got["openai_chat"]["usage"]["completion_tokens"] == 16
+        assert got["openai_chat_stream"]["content"] == chat16, got["openai_chat_stream"]
+        assert got["openai_chat_stream"]["finish"] == "length"
+        assert got["openai_chat_stream"]["usage"]["completion_tokens"] == 16
+        assert got["openai_completion"] == comp12 and got["openai_completion_stream"] == comp12
+        assert got["openai_models"] == [m]
+        assert got["openai_unknown_model"]["name"] == "NotFoundError", got["openai_unknown_model"]
+        assert got["openai_unknown_model"]["status"] == 404 and got["openai_unknown_model"]["code"] == "model_not_found"
+        assert got["openai_json_mode"]["name"] == "BadRequestError" and got["openai_json_mode"]["status"] == 400
+        assert "structured output" in got["openai_json_mode"]["message"]
+        assert got["openai_bad_token"]["name"] == "AuthenticationError", got["openai_bad_token"]
+        assert got["openai_bad_token"]["status"] == 401
+        assert got["openai_unix_socket"] == chat16
+
+        assert got["ollama_generate"] == {"response": chat10, "done": True, "done_reason": "length",
+                                          "eval_count": 10}, got["ollama_generate"]
+        assert got["ollama_generate_stream"] == {"response": chat10, "done_reason": "length"}
+        assert got["ollama_chat"] == chat10 and got["ollama_chat_stream"] == chat10
+        assert got["ollama_list"] == [m] and got["ollama_ps"] == [m]
+        assert got["ollama_unknown_model"]["status"] == 404, got["ollama_unknown_model"]
+        assert "not found" in got["ollama_unknown_model"]["message"]
+        assert got["ollama_format"]["status"] == 400 and "'format' is not supported" in got["ollama_format"]["message"]
+
+
+if __name__ == "__main__":
+    main([test_official_openai_and_ollama_clients])

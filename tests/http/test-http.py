@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""agentxpu serve against the real engine on a private bus, spoken to with curl: the raw
+SSE and NDJSON framing, the socket's mode, the token on TCP, cancellation when a client
+leaves, proactive priority, and bad inputs. The official client libraries are
+test-http-clients.py's.
+
+Run one test: test-http.py test_openai_chat_sse_framing"""
+
+import json
+import os
+import re
+import stat
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from httptest import WAIT, Skip, main, model_name, serving, sse_events, wait_for  # noqa: E402,F401
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from bustest import NAME, PATH, REQ_IFACE, gvariant_first_string  # noqa: E402
+
+
+def complete(bus, prompt, n, raw=False):
+    """The engine's own answer over D-Bus, greedy."""
+    r = bus.call("Complete", prompt, f"{{'max_tokens': <uint32 {n}>, 'temperature': <0.0>, 'raw': <{str(raw).lower()}>}}")
+    assert r.rc == 0, r
+    return gvariant_first_string(r.out)
+
+
+def engine_idle(bus):
+    p = bus.props()
+    return p["Running"] == 0 and p["QueuedReactive"] == 0 and p["QueuedProactive"] == 0
+
+
+def test_socket_mode_and_token_file():
+    with serving() as (bus, d, b):
+        st = os.stat(b.socket)
+        assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, oct(st.st_mode)
+        assert stat.S_IMODE(os.stat(os.path.dirname(b.socket)).st_mode) == 0o700
+        assert b.socket == os.path.join(b.runtime, "agentxpu", "http.sock")
+        token_file = os.path.join(b.home, ".config", "agentxpu", "token")
+        assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
+        with open(token_file) as f:
+            assert f.read().strip() == b.token and len(b.token) >= 32
+        # a second bridge on the same socket refuses to start
+        from httptest import CLI, BRIDGE, run
+        r = run([CLI, "serve", "--address", bus.address], env=dict(b.env, AGENTXPU_HTTP=BRIDGE), timeout=30)
+        assert r.rc == 1 and "Another agentxpu serve listens on" in r.err, r
+        status, _ = b.curl("/api/version")
+        assert status == 200
+
+
+def test_openai_chat_sse_framing():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        want = complete(bus, "Hello", 16)
+        status, body = b.json("/v1/chat/completions", {"model": m, "max_tokens": 16, "temperature": 0,
+                                                       "messages": [{"role": "user", "content": "Hello"}]})
+        assert status == 200, body
+        assert body["object"] == "chat.completion" and body["model"] == m, body
+        choice = body["choices"][0]
+        assert choice["message"] == {"role": "assistant", "content": want}, (choice, want)
+        assert choice["finish_reason"] == "length"
+        assert body["usage"]["completion_tokens"] == 16 and body["usage"]["prompt_tokens"] > 0, body
+
+        status, text = b.curl("/v1/chat/completions", {"model": m, "max_tokens": 16, "temperature": 0, "stream": True,
+                                                       "stream_options": {"include_usage": True},
+                                                       "messages": [{"role": "user", "content": "Hello"}]})
+        assert status == 200, text
+        events = sse_events(text)
+        assert events[-1] == "[DONE]", events[-3:]
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        text_chunks = [c for c in chunks if c["choices"]]
+        assert text_chunks[-1]["choices"][0]["finish_reason"] == "length"
+        got = "".join(c["choices"][0]["delta"].get("content", "") for c in text_chunks)
+        assert got == want, (got, want)
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 16, chunks[-1]
+
+
+def test_openai_completions_raw():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        want = complete(bus, "Once upon a time", 12, raw=True)
+        status, body = b.json("/v1/completions", {"model": m, "prompt": "Once upon a time", "max_tokens": 12,
+                                                  "temperature": 0})
+        assert status == 200, body
+        assert body["object"] == "text_completion" and body["choices"][0]["text"] == want, (body, want)
+        status, text = b.curl("/v1/completions", {"model": m, "prompt": "Once upon a time", "max_tokens": 12,
+                                                  "temperature": 0, "stream": True}, tcp=True)
+        assert status == 200, text
+        events = sse_events(text)
+        assert events[-1] == "[DONE]"
+        got = "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1])
+        assert got == want, (got, want)
+
+
+def ndjson(text):
+    assert text.endswith("\n"), repr(text[-200:])
+    return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
+def test_ollama_ndjson_framing():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        want = complete(bus, "Hello", 10)
+        a = b.curl_args("/api/generate", {"model": m, "prompt": "Hello", "options": {"num_predict": 10, "temperature": 0}})
+        a.insert(1, "-i")
+        from httptest import run
+        r = run(a)
+        assert r.rc == 0 and re.search(r"(?im)^content-type: application/x-ndjson", r.out), r.out[:400]
+        status, text = b.curl("/api/generate", {"model": m, "prompt": "Hello",
+                                                "options": {"num_predict": 10, "temperature": 0}})
+        lines = ndjson(text)
+        assert status == 200 and all(not x["done"] for x in lines[:-1]) and lines[-1]["done"], lines
+        assert "".join(x["response"] for x in lines) == want
+        last = lines[-1]
+        assert last["done_reason"] == "length" and last["eval_count"] == 10 and last["prompt_eval_count"] > 0, last
+        assert last["model"] == m and re.match(r"\d{4}-\d\d-\d\dT", last["created_at"])
+
+        status, body = b.json("/api/generate", {"model": m + ":latest", "prompt": "Hello", "stream": False,
+                                                "options": {"num_predict": 10, "temperature": 0}})
+        assert status == 200 and body["response"] == want and body["done"], body
+
+        status, text = b.curl("/api/chat", {"model": m, "messages": [{"role": "user", "content": "Hello"}],
+                                            "options": {"num_predict": 10, "temperature": 0}})
+        lines = ndjson(text)
+        assert "".join(x["message"]["content"] for x in lines) == want
+        assert all(x["message"]["role"] == "assistant" for x in lines) and lines[-1]["done"]
+        status, body = b.json("/api/chat", {"model": m, "stream": False, "messages": [{"role": "user", "content": "Hello"}],
+                                            "options": {"num_predict": 10, "temperature": 0}})
+        assert status == 200 and body["message"]["content"] == want, body
+        # An empty prompt loads the model, as Ollama's clients expect
+        status, body = b.json("/api/generate", {"model": m})
+        assert status == 200 and body["done"] and body["done_reason"] == "load", body
+
+
+def test_listings():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        assert bus.props()["Model"] == m
+        status, body = b.json("/api/tags")
+        assert status == 200 and [x["name"] for x in body["models"]] == [m], body
+        status, body = b.json("/api/ps")
+        assert status == 200 and [x["name"] for x in body["models"]] == [m], body
+        status, body = b.json("/api/version")
+        assert status == 200 and re.match(r"\d+\.\d+\.\d+$", body["version"]), body
+        status, body = b.json("/v1/nothing")
+        assert status == 404 and body["error"]["code"] == "unknown_url", body
+        status, body = b.json("/v1/models", method="DELETE")
+        assert status == 405, body
+
+
+def test_token_required_on_tcp():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        chat = {"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]}
+        for token in (False, "0" * len(b.token), b.token[:-1]):
+            status, body = b.json("/v1/chat/completions", chat, tcp=True, token=token)
+            assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+            status, body = b.json("/api/generate", {"model": m, "prompt": "hi"}, tcp=True, token=token)
+            assert status == 401 and isinstance(body["error"], str), body
+            status, body = b.json("/v1/models", tcp=True, token=token)
+            assert status == 401, body
+        # nothing reached the engine
+        assert bus.request_nodes() == []
+        assert "A bearer token is required" in b.text()
+        status, body = b.json("/v1/chat/completions", chat, tcp=True)
+        assert status == 200, body
+        # the Unix socket needs none: it is the user's alone
+        status, body = b.json("/v1/chat/completions", chat)
+        assert status == 200, body
+
+
+def test_client_leaving_cancels_its_request():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        for stream in (True, False):
+            p = b.curl_spawn("/api/generate", {"model": m, "prompt": "Hello", "stream": stream,
+                                               "options": {"num_predict": 4000}})
+            wait_for(lambda: bus.props()["Running"] == 1, "the request to run")
+            if stream:
+                assert p.stdout.readline(), "no token came"
+            time.sleep(0.3)
+            start = time.monotonic()
+            p.kill()
+            p.wait()
+            wait_for(lambda: engine_idle(bus), "the request to be cancelled")
+            print(f"    {'streamed' if stream else 'whole'}: cancelled in the engine "
+                  f"{time.monotonic() - start:.2f} s after its client left", flush=True)
+            nodes = bus.request_nodes()
+            st = bus.busctl("get-property", NAME, f"{PATH}/request/{max(map(int, nodes))}", REQ_IFACE, "Stats")
+            assert st.json["data"]["generated_tokens"]["data"] < 4000
+        assert b.text().count("the client left; its request is cancelled") == 2, b.text()
+        status, body = b.json("/api/generate", {"model": m, "prompt": "Hello", "stream": False,
+                                                "options": {"num_predict": 2}})
+        assert status == 200, body
+
+
+def request_kinds(bus):
+    kinds = []
+    for n in bus.request_nodes():
+        r = bus.busctl("get-property", NAME, f"{PATH}/request/{n}", REQ_IFACE, "Kind")
+        kinds.append(r.json["data"])
+    return kinds
+
+
+def generated(bus, n):
+    st = bus.busctl("get-property", NAME, f"{PATH}/request/{n}", REQ_IFACE, "Stats")
+    return st.json["data"]["generated_tokens"]["data"]
+
+
+def test_proactive_priority_and_a_reactive_request_overtakes():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        chat = {"model": m, "max_tokens": 3000, "temperature": 0, "stream": True}
+        ways = [({"priority": "background"}, ()), ({"service_tier": "flex"}, ()),
+                ({}, ("X-Agentxpu-Priority: proactive",)), ({"priority": "background"}, ())]
+        background = []
+        for i, (extra, headers) in enumerate(ways):
+            body = dict(chat, messages=[{"role": "user", "content": f"Background job {i}"}], **extra)
+            background.append(b.curl_spawn("/v1/chat/completions", body, headers=headers))
+            wait_for(lambda: len(bus.request_nodes()) == i + 1, "the request to reach the engine")
+        assert request_kinds(bus) == ["proactive"] * 4, request_kinds(bus)
+        nodes = bus.request_nodes()
+        wait_for(lambda: all(generated(bus, n) >= 20 for n in nodes), "proactive work to get going")
+        ask = b.curl_spawn("/v1/chat/completions", {"model": m, "max_tokens": 8, "temperature": 0, "stream": True,
+                                                    "messages": [{"role": "user", "content": "Quick question"}]})
+        out, err = ask.communicate(timeout=WAIT)
+        progress = [generated(bus, n) for n in nodes]
+        assert ask.returncode == 0 and "data: [DONE]" in out, (out[-300:], err)
+        print(f"    proactive tokens generated when the reactive one ended: {progress} of 3000", flush=True)
+        assert all(p.poll() is None for p in background), "proactive work finished first"
+        assert all(n < 1500 for n in progress), progress
+        assert sorted(request_kinds(bus)) == ["proactive"] * 4 + ["reactive"]
+        for p in background:
+            p.kill()
+
+
+# The settings of the bad-input table: a 64-token context, prompts of at most 4096 bytes.
+TABLE_CONFIG = "[Engine]\nContextSize=64\n[Limits]\nPromptBytes=4096\nMaxTokens=4096\n"
+
+
+def bad_inputs(m):
+    """(what, path, body, headers, status, what the error says)"""
+    chat = {"model": m, "messages": [{"role": "user", "content": "hi"}]}
+    gen = {"model": m, "prompt": "hi"}
+    return [
+        ("malformed JSON", "/v1/chat/completions", '{"model": ', (), 400, "not valid JSON"),
+        ("malformed JSON", "/api/generate", '{"model": ', (), 400, "not valid JSON"),
+        ("not an object", "/v1/chat/completions", "[1, 2]", (), 400, "must be a JSON object"),
+        ("body over the cap", "/v1/chat/completions", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
+        ("body over the cap", "/api/chat", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
+        ("prompt over the engine's cap", "/v1/chat/completions",
+         dict(chat, messages=[{"role": "user", "content": "x" * 5000}]), (), 413, "the limit is 4096"),
+        ("prompt over the engine's cap", "/api/generate", dict(gen, prompt="x" * 5000), (), 413, "the limit is 4096"),
+        ("max_tokens of the wrong type", "/v1/chat/completions", dict(chat, max_tokens="ten"), (), 400,
+         "'max_tokens' must be an integer"),
+        ("temperature of the wrong type", "/v1/chat/completions", dict(chat, temperature="hot"), (), 400,
+         "'temperature' must be a number"),
+        ("messages of the wrong type", "/v1/chat/completions", dict(chat, messages="hi"), (), 400,
+         "'messages' must be an array"),
+        ("stream of the wrong type", "/api/chat", dict(chat, stream="yes"), (), 400, "'stream' must be a boolean"),
+        ("options of the wrong type", "/api/generate", dict(gen, options=[1]), (), 400, "'options' must be an object"),
+        ("num_predict of the wrong type", "/api/generate", dict(gen, options={"num_predict": "many"}), (), 400,
+         "'num_predict' must be an integer"),
+        ("temperature out of range", "/v1/chat/completions", dict(chat, temperature=-1), (), 400,
+         "'temperature' must be at least 0"),
+        ("no model", "/v1/chat/completions", {"messages": chat["messages"]}, (), 400, "'model' is required"),
+        ("unknown model", "/v1/chat/completions", dict(chat, model="gpt-4o"), (), 404, "does not exist"),
+        ("unknown model", "/api/generate", dict(gen, model="llama3"), (), 404, "not found"),
+        ("last message not the user's", "/v1/chat/completions",
+         dict(chat, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]), (), 400,
+         "The last message must be the user's"),
+        ("unknown priority", "/v1/chat/completions", dict(chat, priority="urgent"), (), 400, "'priority' must be"),
+        ("unknown priority header", "/api/chat", chat, ("X-Agentxpu-Priority: now",), 400, "X-Agentxpu-Priority"),
+        ("prompt beyond the context", "/v1/chat/completions",
+         dict(chat, messages=[{"role": "user", "content": " ".join(["word"] * 100)}]), (), 400,
+         "tokens and the context holds 64"),
+        ("prompt beyond the context", "/api/generate", dict(gen, prompt=" ".join(["word"] * 100)), (), 400,
+         "tokens and the context holds 64"),
+        ("response_format json_object", "/v1/chat/completions", dict(chat, response_format={"type": "json_object"}),
+         (), 400, "structured output has not landed"),
+        ("response_format json_schema", "/v1/chat/completions",
+         dict(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), (), 400,
+         "structured output has not landed"),
+        ("tools", "/v1/chat/completions", dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]), (),
+         400, "'tools' are not supported yet"),
+        ("format", "/api/chat", dict(chat, format="json"), (), 400, "'format' is not supported yet"),
+        ("format schema", "/api/generate", dict(gen, format={"type": "object"}), (), 400, "'format' is not supported yet"),
+        ("image content", "/v1/chat/completions",
+         dict(chat, messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]), (),
+         400, "not supported"),
+    ]
+
+
+def check_error(api_openai, status, body, want_status, want_text, what):
+    assert status == want_status, (what, status, body)
+    if api_openai:
+        e = body["error"]
+        assert set(e) == {"message", "type", "param", "code"}, (what, e)
+        assert want_text in e["message"], (what, e)
+    else:
+        assert isinstance(body["error"], str) and want_text in body["error"], (what, body)
+
+
+def test_bad_inputs_and_the_bridge_keeps_serving():
+    with serving(config=TABLE_CONFIG, bridge_args=["--max-body", "65536"]) as (bus, d, b):
+        m = model_name(b)
+        table = bad_inputs(m)
+        for what, path, body, headers, want_status, want_text in table:
+            status, answer = b.json(path, body, headers=headers)
+            check_error(path.startswith("/v1/"), status, answer, want_status, want_text, what)
+        log = b.text()
+        lines = [line for line in log.splitlines() if re.search(r"POST /(v1|api)/\S+: (400|404|413) ", line)]
+        assert len(lines) == len(table), (len(lines), len(table), log)
+        # the engine gone: 503 in each API's form; back: served again
+        d.stop()
+        wait_for(lambda: not bus.name_has_owner(), "the engine to leave")
+        status, body = b.json("/v1/chat/completions", {"model": m, "messages": [{"role": "user", "content": "hi"}]})
+        check_error(True, status, body, 503, "The engine is not available", "engine gone")
+        status, body = b.json("/api/generate", {"model": m, "prompt": "hi"})
+        check_error(False, status, body, 503, "The engine is not available", "engine gone")
+        status, body = b.json("/v1/models")
+        assert status == 503, body
+        from httptest import Daemon, DAEMON, model
+        d2 = Daemon(bus, DAEMON, config=TABLE_CONFIG, args=["--model", model()])
+        status, body = b.json("/v1/chat/completions", {"model": m, "max_tokens": 4,
+                                                       "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 200, body
+        assert d2.stop() == 0
+
+
+def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        p = b.curl_spawn("/v1/chat/completions", {"model": m, "max_tokens": 4000, "stream": True,
+                                                  "messages": [{"role": "user", "content": "Hello"}]})
+        assert p.stdout.readline().startswith("data: ")
+        d.stop(sig=9)
+        out, _ = p.communicate(timeout=WAIT)
+        assert "data: [DONE]" not in out
+        last = [e for e in out.split("\n\n") if e.startswith("data: ")][-1]
+        assert "The engine left the bus" in json.loads(last[len("data: "):])["error"]["message"], last
+        assert p.returncode == 0
+
+
+if __name__ == "__main__":
+    main([
+        test_socket_mode_and_token_file,
+        test_openai_chat_sse_framing,
+        test_openai_completions_raw,
+        test_ollama_ndjson_framing,
+        test_listings,
+        test_token_required_on_tcp,
+        test_client_leaving_cancels_its_request,
+        test_proactive_priority_and_a_reactive_request_overtakes,
+        test_bad_inputs_and_the_bridge_keeps_serving,
+        test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
+    ])

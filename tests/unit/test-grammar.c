@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/* Grammars and the matcher on llama.cpp's Llama 3 vocabulary (128k tokens): grammars that
+ * must be refused (with what the message names), and random walks through classic shapes,
+ * where every step's mask agrees with the token-by-token check and the text that comes out
+ * is checked by a small parser written for each shape. */
+#include <ctype.h>
+#include <errno.h>
+
+#include "model/grammar.h"
+#include "test.h"
+#include "tok-util.h"
+#include "base/rng.h"
+
+static loaded_vocab vocab;
+static axp_vocab_trie *trie;
+
+static void refuse(const char *g, const char *want) {
+        axp_grammar *gr = NULL;
+        axp_error err = {};
+        int r = axp_grammar_parse(g, strlen(g), &gr, &err);
+        CHECK_MSG(r == -EINVAL, "accepted: %s", g);
+        CHECK_MSG(strstr(err.msg, want) != NULL, "'%s' does not say '%s'", err.msg, want);
+        axp_grammar_free(gr);
+}
+
+static void test_refused(void) {
+        refuse("root ::= item\n", "'item' is used but not defined");
+        refuse("item ::= \"a\"\n", "no rule 'root'");
+        refuse("root ::= root \"a\" | \"b\"\n", "left-recursive");
+        refuse("root ::= a\na ::= b? root \"x\" | \"y\"\nb ::= \"z\"\n", "left-recursive");
+        refuse("root ::= \"a\" root\n", "can ever complete");
+        refuse("root ::= \"a\n", "closing");
+        refuse("root ::= [ab\n", "closing");
+        refuse("root ::= (\"a\" | \"b\"\n", "')'");
+        refuse("root ::= \"a\"{3,2}\n", "m > n");
+        refuse("root ::= \"\\q\"\n", "unknown escape");
+        refuse("root ::= \"a\"\nroot ::= \"b\"\n", "defined twice");
+        refuse("root = \"a\"\n", "'::='");
+        refuse("root ::= *\n", "nothing before it");
+        char *big = malloc(AXP_GRAMMAR_MAX_BYTES + 64);
+        strcpy(big, "root ::= \"");
+        memset(big + 10, 'a', AXP_GRAMMAR_MAX_BYTES);
+        strcpy(big + 10 + AXP_GRAMMAR_MAX_BYTES, "\"\n");
+        refuse(big, "at most");
+        free(big);
+        refuse("root ::= \"a\"{4000} \"b\"{4000} \"c\"{4000} \"d\"{4000} \"e\"{4000} \"f\"{4000} "
+               "\"g\"{4000} \"h\"{4000} \"i\"{4000} \"j\"{4000} \"k\"{4000} \"l\"{4000} \"m\"{4000} "
+               "\"n\"{4000} \"o\"{4000} \"p\"{4000} \"q\"{4000}\n",
+               "too large");
+}
+
+static char *piece(int32_t id) {
+        static char buf[1024];
+        int n = axp_token_to_piece(vocab.tok, id, false, buf, sizeof(buf) - 1);
+        buf[n > 0 ? n : 0] = 0;
+        return buf;
+}
+
+/* Walk the grammar with random allowed tokens (each step checks the mask against the
+ * token-by-token check on a sample); the text into out. Returns false if it did not end. */
+static bool walk(const char *grammar, uint64_t seed, int max_steps, char *out, size_t cap) {
+        axp_grammar *g = NULL;
+        axp_matcher *m = NULL;
+        axp_error err = {};
+        int n_vocab = axp_tokenizer_n_vocab(vocab.tok);
+        uint8_t *allowed = malloc(n_vocab);
+        axp_rng rng;
+        bool ended = false;
+        size_t len = 0;
+        axp_rng_seed(&rng, seed);
+        out[0] = 0;
+        CHECK_MSG(axp_grammar_parse(grammar, strlen(grammar), &g, &err) == 0, "%s", err.msg);
+        if (!g)
+                goto done;
+        CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+        for (int step = 0; step < max_steps; step++) {
+                int n = axp_matcher_mask(m, allowed);
+                CHECK(n > 0);
+                if (n == 0)
+                        break;
+                for (int k = 0; k < 300; k++) {
+                        int32_t id = (int32_t) (axp_rng_uniform(&rng) * n_vocab);
+                        CHECK_MSG(axp_matcher_allows(m, id) == (bool) allowed[id], "token %d '%s': mask %d",
+                                  id, piece(id), allowed[id]);
+                }
+                /* prefer longer tokens now and then, to cross symbols */
+                int pick = (int) (axp_rng_uniform(&rng) * n), id = -1;
+                for (int i = 0; i < n_vocab; i++)
+                        if (allowed[i] && pick-- == 0) {
+                                id = i;
+                                break;
+                        }
+                CHECK(axp_matcher_allows(m, id));
+                if (axp_tokenizer_is_eog(vocab.tok, id)) {
+                        ended = true;
+                        break;
+                }
+                axp_matcher_accept(m, id);
+                const char *p = piece(id);
+                size_t l = strlen(p);
+                if (len + l + 1 < cap) {
+                        memcpy(out + len, p, l + 1);
+                        len += l;
+                }
+                if (axp_matcher_finished(m)) {
+                        ended = true;
+                        break;
+                }
+        }
+done:
+        axp_matcher_free(m);
+        axp_grammar_free(g);
+        free(allowed);
+        return ended;
+}
+
+/* Checkers ----------------------------------------------------------------------------------- */
+
+static bool is_number_list(const char *s) {
+        if (*s++ != '[')
+                return false;
+        if (*s == ']')
+                return s[1] == 0;
+        for (;;) {
+                if (*s == '-')
+                        s++;
+                if (!isdigit((unsigned char) *s))
+                        return false;
+                while (isdigit((unsigned char) *s))
+                        s++;
+                if (*s == ']')
+                        return s[1] == 0;
+                if (*s++ != ',')
+                        return false;
+                while (*s == ' ')
+                        s++;
+        }
+}
+
+static bool is_date(const char *s) {
+        int y, mo, d, n = 0;
+        return strlen(s) == 10 && sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) == 3 && n == 10 && mo >= 1 &&
+               mo <= 12 && d >= 1 && d <= 31;
+}
+
+static const char *expr(const char *s);
+static const char *term(const char *s) {
+        if (*s == '(') {
+                s = expr(s + 1);
+                return s && *s == ')' ? s + 1 : NULL;
+        }
+        if (!isdigit((unsigned char) *s) && !(*s >= 'a' && *s <= 'z'))
+                return NULL;
+        while (isdigit((unsigned char) *s) || (*s >= 'a' && *s <= 'z'))
+                s++;
+        return s;
+}
+static const char *expr(const char *s) {
+        for (;;) {
+                while (*s == ' ')
+                        s++;
+                if (!(s = term(s)))
+                        return NULL;
+                while (*s == ' ')
+                        s++;
+                if (*s != '+' && *s != '-' && *s != '*' && *s != '/')
+                        return s;
+                s++;
+        }
+}
+
+static void run_shape(const char *name, const char *grammar, bool (*ok)(const char *), int walks) {
+        char text[4096];
+        int ended = 0;
+        for (int i = 0; i < walks; i++) {
+                if (!walk(grammar, 1000 + i, 200, text, sizeof(text)))
+                        continue;
+                ended++;
+                CHECK_MSG(ok(text), "%s: '%s'", name, text);
+        }
+        CHECK_MSG(ended > 0, "%s: no walk ended", name);
+}
+
+static bool is_arith(const char *s) {
+        const char *e = expr(s);
+        return e && *e == 0;
+}
+
+static bool is_utf8_choice(const char *s) {
+        return strcmp(s, "café") == 0 || strcmp(s, "日本語") == 0 || strcmp(s, "🙂 ok") == 0;
+}
+
+static void test_shapes(void) {
+        run_shape("number list",
+                  "root ::= \"[\" (num (\",\" \" \"? num)*)? \"]\"\nnum ::= \"-\"? [0-9]{1,6}\n",
+                  is_number_list, 20);
+        run_shape("date",
+                  "root ::= year \"-\" month \"-\" day\nyear ::= [12] [0-9]{3}\n"
+                  "month ::= \"0\" [1-9] | \"1\" [0-2]\nday ::= \"0\" [1-9] | [12] [0-9] | \"3\" [01]\n",
+                  is_date, 20);
+        run_shape("arithmetic",
+                  "root ::= expr\nexpr ::= term (\" \"? [-+*/] \" \"? term){0,4}\n"
+                  "term ::= [0-9]{1,4} | [a-z]{1,3} | \"(\" expr \")\"\n",
+                  is_arith, 20);
+        run_shape("UTF-8 choice", "root ::= \"café\" | \"日本語\" | \"🙂 ok\"\n", is_utf8_choice, 20);
+}
+
+/* One token covering several symbols: '{"' and '":' each cover two; and tokens ending inside a character are allowed only where
+ * the character may come. */
+static void test_spanning(void) {
+        axp_grammar *g = NULL;
+        axp_matcher *m = NULL;
+        axp_error err = {};
+        const char *gr = "root ::= \"{\" \"\\\"\" [a-z]+ \"\\\"\" \":\" [0-9]+ \"}\"\n";
+        CHECK_MSG(axp_grammar_parse(gr, strlen(gr), &g, &err) == 0, "%s", err.msg);
+        CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+        int32_t open_quote = axp_tokenizer_find(vocab.tok, "{\""), quote_colon = axp_tokenizer_find(vocab.tok, "\":"),
+                open = axp_tokenizer_find(vocab.tok, "["), close = axp_tokenizer_find(vocab.tok, "}");
+        CHECK(open_quote >= 0 && quote_colon >= 0 && open >= 0 && close >= 0);
+        CHECK(axp_matcher_allows(m, open_quote));
+        CHECK(!axp_matcher_allows(m, open));
+        axp_matcher_accept(m, open_quote);
+        int32_t *ids = NULL;
+        int n = 0;
+        CHECK(axp_tokenize(vocab.tok, "key", 3, 0, &ids, &n, &err) == 0);
+        CHECK(n == 1 && axp_matcher_allows(m, ids[0]));
+        CHECK(!axp_matcher_allows(m, quote_colon));
+        axp_matcher_accept(m, ids[0]);
+        free(ids);
+        CHECK(axp_matcher_allows(m, quote_colon));
+        CHECK(!axp_matcher_allows(m, close));
+        axp_matcher_accept(m, quote_colon);
+        CHECK(axp_tokenize(vocab.tok, "42", 2, 0, &ids, &n, &err) == 0);
+        CHECK(n == 1 && axp_matcher_allows(m, ids[0]));
+        axp_matcher_accept(m, ids[0]);
+        free(ids);
+        CHECK(!axp_matcher_complete(m));
+        CHECK(axp_matcher_allows(m, close));
+        axp_matcher_accept(m, close);
+        CHECK(axp_matcher_finished(m));
+        axp_matcher_free(m);
+        axp_grammar_free(g);
+
+        /* "é" is two bytes: a byte token holding its first byte is allowed, another is not */
+        gr = "root ::= \"é\" \"!\"\n";
+        CHECK(axp_grammar_parse(gr, strlen(gr), &g, &err) == 0);
+        CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+        int32_t c3 = axp_tokenizer_find(vocab.tok, "Ã"), c4 = axp_tokenizer_find(vocab.tok, "Ä"),
+                a9 = axp_tokenizer_find(vocab.tok, "©");
+        CHECK(c3 >= 0 && c4 >= 0 && a9 >= 0);
+        CHECK(axp_matcher_allows(m, c3));
+        CHECK(!axp_matcher_allows(m, c4));
+        axp_matcher_accept(m, c3);
+        CHECK(axp_matcher_allows(m, a9));
+        CHECK(!axp_matcher_allows(m, open));
+        axp_matcher_accept(m, a9);
+        CHECK(!axp_matcher_complete(m));
+        axp_matcher_free(m);
+        axp_grammar_free(g);
+}
+
+int main(void) {
+        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
+        if (!path || vocab_open(path, &vocab) < 0)
+                TEST_SKIP("no conformance vocabulary");
+        axp_error err = {};
+        if (axp_vocab_trie_new(vocab.tok, &trie, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        RUN(test_refused);
+        RUN(test_spanning);
+        RUN(test_shapes);
+        axp_vocab_trie_free(trie);
+        vocab_close(&vocab);
+        TEST_EXIT();
+}
