@@ -126,7 +126,7 @@ void axp_engine_config_default(axp_engine_config *c) {
                 .max_batch = 32,
                 .aging_s = 30,
                 .proactive_duty = 0.5,
-                .proactive_cpu_share = 0.5,
+                .proactive_cpu_share = 0.25,
                 .proactive_idle = true,
                 .piggyback_slack = 0,
         };

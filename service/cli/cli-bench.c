@@ -48,7 +48,7 @@ static int usage(FILE *f) {
                 "  --no-piggyback         proactive prefill waits for reactive decode instead\n"
                 "  --cpu-share S          the CPU guard: share of the CPU proactive work may take\n"
                 "                         while other processes keep it busy (agentxpu; 0.01 to 1,\n"
-                "                         default 0.5; 1: no guard)\n"
+                "                         default 0.25; 1: no guard)\n"
                 "  --no-idle-class        proactive steps at normal priority, not SCHED_IDLE\n"
                 "  --drain S              after the last arrival, wait at most S seconds for the\n"
                 "                         requests in flight, then cancel them (default 600)\n"
