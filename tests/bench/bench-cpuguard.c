@@ -27,6 +27,8 @@
  * requests whose first token came and generated tokens, per second.
  *
  *   bench-cpuguard [--seconds S] [--rounds R] [--share X] [--in-flight N] [--model FILE]
+ *                  [--only KEY,...]   (alone off idle pressure on engine-off engine-on
+ *                                      engine-quiet: the conditions to run)
  *
  * Synthetic 1024-dim, 8-layer Q8_0 model unless --model. The pressure source is the
  * machine's own (AXP_CPU_PRESSURE_SOURCE and the fake variables of
@@ -420,6 +422,7 @@ int main(int argc, char **argv) {
                 { "share", required_argument, NULL, 'x' },
                 { "in-flight", required_argument, NULL, 'n' },
                 { "rounds", required_argument, NULL, 'r' },
+                { "only", required_argument, NULL, 'o' },
                 { "model", required_argument, NULL, 'm' },
                 { "help", no_argument, NULL, 'h' },
                 {},
@@ -427,7 +430,7 @@ int main(int argc, char **argv) {
         char dir[] = "/tmp/axp-bench-cpuguard-XXXXXX", path[256] = "", calib[256], prompt[4096];
         const char *words[] = { "files ", "change ", "while ", "the ", "user ", "reads ", "mail ",
                                 "and ", "notes ", "pile ", "up " };
-        const char *model = NULL;
+        const char *model = NULL, *only = NULL;
         double seconds = 20, share;
         int n_slots = 4, c, prompt_tokens = 0, rounds = 3;
         size_t len = 0;
@@ -453,9 +456,13 @@ int main(int argc, char **argv) {
                 case 'r':
                         rounds = atoi(optarg);
                         break;
+                case 'o':
+                        only = optarg;
+                        break;
                 default:
                         fprintf(stderr, "usage: bench-cpuguard [--seconds S] [--rounds R] [--share X] "
-                                        "[--in-flight N] [--model FILE]\n");
+                                        "[--in-flight N] [--model FILE] [--only alone,off,idle,"
+                                        "pressure,on,engine-off,engine-on,engine-quiet]\n");
                         return c == 'h' ? 0 : 2;
                 }
         if (!(seconds > 0) || !(share > 0 && share <= 1) || n_slots < 1 || n_slots > 16 ||
@@ -523,21 +530,34 @@ int main(int argc, char **argv) {
         fflush(stdout);
 
         struct {
-                const char *name;
+                const char *key, *name;
                 bool fg, engine, idle, quiet;
                 double share;
         } conds[] = {
-                { "alone", true, false, false, false, 1.0 },
-                { "guard off", true, true, false, false, 1.0 },
-                { "idle class only", true, true, true, false, 1.0 },
-                { "pressure guard only", true, true, false, false, share },
-                { "guard on", true, true, true, false, share },
-                { "engine alone, guard off", false, true, false, false, 1.0 },
-                { "engine alone, guard on", false, true, true, false, share },
-                { "engine alone, guard on, pressure read as 0", false, true, true, true, share },
+                { "alone", "alone", true, false, false, false, 1.0 },
+                { "off", "guard off", true, true, false, false, 1.0 },
+                { "idle", "idle class only", true, true, true, false, 1.0 },
+                { "pressure", "pressure guard only", true, true, false, false, share },
+                { "on", "guard on", true, true, true, false, share },
+                { "engine-off", "engine alone, guard off", false, true, false, false, 1.0 },
+                { "engine-on", "engine alone, guard on", false, true, true, false, share },
+                { "engine-quiet", "engine alone, guard on, pressure read as 0", false, true, true,
+                  true, share },
         };
         enum { N_COND = sizeof(conds) / sizeof(conds[0]) };
         outcome o[N_COND][MAX_ROUNDS];
+        bool run[N_COND];
+
+        for (int i = 0; i < N_COND; i++) {
+                char list[256];
+                snprintf(list, sizeof(list), ",%s,", only ? only : "");
+                char key[32];
+                snprintf(key, sizeof(key), ",%s,", conds[i].key);
+                run[i] = !only || strstr(list, key);
+        }
+        for (int i = 1; i < N_COND; i++)
+                if (run[i] && conds[i].fg)
+                        run[0] = true; /* the foreground's figures are ratios to alone */
 
         /* rounds of every condition in turn, so that the machine's own load falls on all */
         for (int k = 0; k < rounds; k++)
@@ -545,6 +565,8 @@ int main(int argc, char **argv) {
                         outcome *x = &o[i][k];
                         *x = (outcome) { .name = conds[i].name, .fg = conds[i].fg,
                                          .engine = conds[i].engine };
+                        if (!run[i])
+                                continue;
                         if (!conds[i].engine) {
                                 if (foreground_measure(&fg, seconds, &x->f) < 0)
                                         return 1;
@@ -571,6 +593,8 @@ int main(int argc, char **argv) {
         printf("|---|---|---|---|---|---|---|---|\n");
         for (int i = 0; i < N_COND; i++) {
                 double busy[MAX_ROUNDS], work[MAX_ROUNDS], tps[MAX_ROUNDS], p = 0, sh = 0;
+                if (!run[i])
+                        continue;
                 long missed = 0, frames = 0;
                 char b[64] = "-", f[64] = "-", w[64] = "-", t[64] = "-", pr[64] = "-", s2[32] = "-";
                 for (int k = 0; k < rounds; k++) {
@@ -599,12 +623,29 @@ int main(int argc, char **argv) {
                 printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", conds[i].name, b, f, w, t, pr,
                        s2, conds[i].engine ? o[i][0].priority : "-");
         }
-        {
+        if (run[0]) {
                 double alone[MAX_ROUNDS];
                 for (int k = 0; k < rounds; k++)
                         alone[k] = o[0][k].f.busy_rate / 1e6;
                 printf("\nalone, the busy thread counted %.0f M iterations/s (median of %d rounds of "
                        "%.0f s each)\n", median(alone, rounds), rounds, seconds);
+        }
+        printf("\nround by round (busy thread of alone, missed frames; proactive tokens/s at the "
+               "pressure seen):\n");
+        for (int i = 0; i < N_COND; i++) {
+                if (!run[i])
+                        continue;
+                printf("  %-44s", conds[i].name);
+                for (int k = 0; k < rounds; k++) {
+                        const outcome *x = &o[i][k];
+                        if (conds[i].fg)
+                                printf(" %5.0f%% %4ld", 100 * x->f.busy_rate / o[0][k].f.busy_rate,
+                                       x->f.missed);
+                        if (conds[i].engine)
+                                printf(" %5.0f at %.2f", x->tokens_per_s, x->pressure);
+                        printf(" |");
+                }
+                printf("\n");
         }
         if (path[0] && model == path)
                 unlink(path);
