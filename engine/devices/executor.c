@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "executor.h"
 
@@ -85,17 +87,55 @@ typedef struct task_node {
         axp_qnode node;
 } task_node;
 
+#define MAX_THREADS 65 /* the executor's own and a pool's (kernels/cpu/pool.c: 32) */
+
 struct axp_executor {
         axp_device *dev;
         int index;
         axp_mailbox *mb;
         pthread_t thread;
         axp_queue tasks; /* closed when the executor stops */
+
+        /* Scheduling class of background tasks, under cls_lock: the threads that run the
+         * device's work (the executor's first, then the device's helpers), whether they are
+         * in the background class now, and whether a task runs. */
+        pthread_mutex_t cls_lock;
+        axp_bg_class bg;
+        int tids[MAX_THREADS];
+        int n_tids;
+        bool in_bg, running;
 };
+
+/* Move every thread of the device's work to the background class or back. cls_lock held. */
+static void set_class(axp_executor *ex, bool background) {
+        for (int i = 0; i < ex->n_tids; i++)
+                (void) axp_thread_set_background(ex->tids[i], ex->bg, background);
+        ex->in_bg = background;
+}
+
+/* Before a task: the threads take the class its kind asks for. */
+static void class_begin(axp_executor *ex, const axp_task *t) {
+        pthread_mutex_lock(&ex->cls_lock);
+        if (ex->in_bg != (t->background && ex->bg != AXP_BG_NONE))
+                set_class(ex, !ex->in_bg);
+        ex->running = true;
+        pthread_mutex_unlock(&ex->cls_lock);
+}
+
+static void class_end(axp_executor *ex) {
+        pthread_mutex_lock(&ex->cls_lock);
+        ex->running = false;
+        pthread_mutex_unlock(&ex->cls_lock);
+}
 
 static void *executor_main(void *p) {
         axp_executor *ex = p;
 
+        pthread_mutex_lock(&ex->cls_lock);
+        ex->tids[0] = (int) syscall(SYS_gettid);
+        ex->n_tids = 1 + MIN(axp_device_threads(ex->dev, ex->tids + 1, MAX_THREADS - 1),
+                             MAX_THREADS - 1);
+        pthread_mutex_unlock(&ex->cls_lock);
         for (;;) {
                 axp_qnode *q = axp_queue_pop(&ex->tasks, INFINITY);
                 task_node *n;
@@ -107,7 +147,9 @@ static void *executor_main(void *p) {
                         return NULL; /* stopped and drained */
                 n = container_of(q, task_node, node);
 
+                class_begin(ex, &n->task);
                 rc = axp_device_run(ex->dev, &n->task, &err);
+                class_end(ex);
                 free(n);
                 /* a completion must reach the scheduler: retry the allocation rather than lose it */
                 while (!(m = calloc(1, sizeof(*m))))
@@ -132,8 +174,10 @@ int axp_executor_new(axp_device *d, int index, axp_mailbox *mb, axp_executor **r
         ex->index = index;
         ex->mb = mb;
         axp_queue_init(&ex->tasks);
+        pthread_mutex_init(&ex->cls_lock, NULL);
         r = pthread_create(&ex->thread, NULL, executor_main, ex);
         if (r != 0) {
+                pthread_mutex_destroy(&ex->cls_lock);
                 axp_queue_done(&ex->tasks);
                 free(ex);
                 return axp_errorf(err, -r, "cannot start a thread for device '%s'", axp_device_name(d));
@@ -155,12 +199,30 @@ int axp_executor_submit(axp_executor *ex, const axp_task *t) {
         return r;
 }
 
+void axp_executor_set_background(axp_executor *ex, axp_bg_class c) {
+        pthread_mutex_lock(&ex->cls_lock);
+        if (ex->in_bg)
+                set_class(ex, false);
+        ex->bg = c;
+        pthread_mutex_unlock(&ex->cls_lock);
+}
+
+void axp_executor_hurry(axp_executor *ex) {
+        pthread_mutex_lock(&ex->cls_lock);
+        if (ex->running && ex->in_bg)
+                set_class(ex, false);
+        pthread_mutex_unlock(&ex->cls_lock);
+}
+
 void axp_executor_free(axp_executor *ex) {
         if (!ex)
                 return;
         axp_queue_close(&ex->tasks);
         pthread_join(ex->thread, NULL);
         assert(!ex->tasks.head); /* the thread ran every task before it stopped */
+        /* the device's threads outlive the executor: leave them at normal priority */
+        axp_executor_set_background(ex, AXP_BG_NONE);
+        pthread_mutex_destroy(&ex->cls_lock);
         axp_queue_done(&ex->tasks);
         free(ex);
 }

@@ -10,6 +10,7 @@
 #include "base/queue.h"
 #include "device.h"
 #include "heg/heg.h"
+#include "thread-class.h"
 
 typedef struct axp_mailbox axp_mailbox;
 
@@ -49,5 +50,13 @@ int axp_executor_new(axp_device *d, int index, axp_mailbox *mb, axp_executor **r
                      axp_error *err);
 /* Queue a task (copied). */
 int axp_executor_submit(axp_executor *ex, const axp_task *t);
+/* Run background tasks (axp_task.background) in class c: the executor's thread and the
+ * device's helper threads (axp_device_threads) go down to it for each such task and back to
+ * normal priority for any other. AXP_BG_NONE (the default): every task at normal priority.
+ * Any thread may call it. */
+void axp_executor_set_background(axp_executor *ex, axp_bg_class c);
+/* Reactive work waits for this device: a background task in progress finishes at normal
+ * priority (the next background task goes down again). Any thread may call it. */
+void axp_executor_hurry(axp_executor *ex);
 /* Runs the queued tasks to the end, then stops the thread. */
 void axp_executor_free(axp_executor *ex);

@@ -64,7 +64,7 @@ NUMBERS = [
     ("bench", "--reactive-rate", "double"), ("bench", "--proactive-rate", "double"),
     ("bench", "--minutes", "double"), ("bench", "--seed", "uint"), ("bench", "--threads", "uint"),
     ("bench", "--drain", "double"), ("bench", "--b-cap", "uint"),
-    ("bench", "--piggyback-slack", "double"),
+    ("bench", "--piggyback-slack", "double"), ("bench", "--cpu-share", "double"),
     ("sim", "--reactive-rate", "double"), ("sim", "--proactive-rate", "double"),
     ("sim", "--minutes", "double"), ("sim", "--seed", "uint"), ("sim", "--preempt-bound", "double"),
     ("sim", "--s-chk", "uint"), ("sim", "--b-cap", "uint"), ("sim", "--max-batch", "uint"),
