@@ -716,7 +716,7 @@ static void *engine_main(void *p) {
                         }
                 } else if (m->type == AXP_MAIL_DONE) {
                         if (e->sched)
-                                axp_sched_task_done(e->sched, m->dev, m->rc, m->err);
+                                axp_sched_task_done(e->sched, m->dev, m->rc, m->err, m->busy_s);
                         free(m);
                 } else if (e->swapping && ((call *) m->arg)->needs_model) {
                         deferred *d = malloc(sizeof(*d));

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define IOPRIO_WHO_PROCESS 1
@@ -70,6 +71,17 @@ int axp_thread_set_background(int tid, axp_bg_class c, bool background) {
          * effort: without a block device scheduler that honours it, nothing changes). */
         (void) set_ioprio(tid, background ? IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT : normal_ioprio);
         return r;
+}
+
+double axp_thread_cpu_s(int tid) {
+        struct timespec ts;
+        /* the kernel's per-thread CPU clock of another thread of this process (what
+         * pthread_getcpuclockid() returns, reached by thread id): CPUCLOCK_SCHED (2) with the
+         * per-thread bit (4), the id complemented above them */
+        clockid_t id = tid ? (clockid_t) ((~(unsigned) tid << 3) | 6) : CLOCK_THREAD_CPUTIME_ID;
+        if (clock_gettime(id, &ts) < 0)
+                return -1;
+        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
 /* Can this thread go down to class c and come back? It is a throwaway thread. */

@@ -34,3 +34,7 @@ axp_bg_class axp_bg_class_probe(const char **ret_why);
  * its I/O in the idle I/O class; or, !background, back to the normal policy, nice value and
  * I/O priority. Negative errno if the kernel refused (the thread keeps its class). */
 int axp_thread_set_background(int tid, axp_bg_class c, bool background);
+
+/* The CPU time thread tid (a gettid() value of this process; 0: the calling thread) has
+ * used, in seconds; -1 if it cannot be read (the thread has ended). */
+double axp_thread_cpu_s(int tid);

@@ -968,7 +968,7 @@ int axp_sched_cancel(axp_sched *s, uint64_t id) {
         return 0;
 }
 
-void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
+void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg, double busy_s) {
         sdev *d;
         double dt;
 
@@ -983,8 +983,10 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         if (d->proactive)
                 d->st.busy_proactive_s += dt;
         if (d->proactive && !budget_unlimited(s, dev)) {
+                /* what the device really worked, where the environment measured it (never
+                 * more than the task's time, which a clock's granularity could exceed) */
                 budget_refill(s, dev);
-                d->credit -= dt;
+                d->credit -= busy_s >= 0 && busy_s < dt ? busy_s : dt;
         }
         if (dev == s->role_dev[AXP_ROLE_DYNAMIC]) {
                 use_decay(s);

@@ -86,8 +86,8 @@ void axp_sched_config_default(axp_sched_config *c);
 typedef struct axp_sched_env {
         double (*now)(void *userdata);
         /* Start task t on device dev (t is copied or used before returning). The environment
-         * calls axp_sched_task_done(s, dev, rc, msg) once the device has finished it. A negative
-         * return means the task was not started. */
+         * calls axp_sched_task_done(s, dev, rc, msg, busy_s) once the device has finished
+         * it. A negative return means the task was not started. */
         int (*issue)(void *userdata, int dev, const axp_task *t);
         /* Call axp_sched_timer() at time t (replaces the previous timer; INFINITY: none). */
         void (*set_timer)(void *userdata, double t);
@@ -142,8 +142,12 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
 int axp_sched_cancel(axp_sched *s, uint64_t id);
 
 /* Events from the environment. */
-/* rc < 0: the task failed; msg (may be NULL) says why, for the requests' error. */
-void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg);
+/* rc < 0: the task failed; msg (may be NULL) says why, for the requests' error. busy_s: how
+ * long the device really worked on the task, where the environment measures it (on the CPU,
+ * the CPU time of the device's threads per thread, less than the task's wall time while other
+ * programs keep them off the CPU); the proactive budgets charge it. < 0: not measured, the
+ * time from issue to completion is charged. */
+void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg, double busy_s);
 void axp_sched_timer(axp_sched *s);
 
 /* Share (0..1) of the dynamic role's device that other processes keep busy (graphics): the

@@ -15,6 +15,8 @@
  *    a reactive request is not slowed by it, and with aging every proactive request still
  *    finishes under a pressure that never falls. With the guard off (share 1) proactive
  *    work takes the CPU whatever the pressure: the test would see the loss.
+ * 1b. The executor reports the CPU time the device's threads used on a task, per thread,
+ *    for the budget to charge, and nothing for a device whose work is not on the CPU.
  * 4. The scheduler marks exactly the tasks of proactive requests only, issued while no
  *    reactive request is in the engine, as background work.
  *
@@ -250,6 +252,134 @@ static void test_executor_class(void) {
         executor_run(AXP_BG_NONE, &f);
         for (int k = 0; k < 7; k++)
                 CHECK(!f.bg_at_start[k] && !f.helpers_bg[k]);
+}
+
+/* The executor reports the CPU time the device's threads used on a task, per thread: not the
+ * task's wall time, so a task other programs keep off the CPU charges the budget only what it
+ * ran. */
+
+typedef struct worker {
+        int tid;
+        pthread_t thread;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool go, done, stop;
+} worker;
+
+/* Spin until this thread has used another s seconds of CPU. */
+static void spin_cpu(double s) {
+        double end = axp_thread_cpu_s(0) + s;
+        volatile unsigned x = 1;
+        while (axp_thread_cpu_s(0) < end)
+                for (int i = 0; i < 10000; i++)
+                        x = x * 1664525u + 1013904223u;
+}
+
+static void *worker_main(void *arg) {
+        worker *w = arg;
+        pthread_mutex_lock(&w->lock);
+        w->tid = (int) syscall(SYS_gettid);
+        pthread_cond_broadcast(&w->cond);
+        for (;;) {
+                while (!w->go && !w->stop)
+                        pthread_cond_wait(&w->cond, &w->lock);
+                if (w->stop)
+                        break;
+                w->go = false;
+                pthread_mutex_unlock(&w->lock);
+                spin_cpu(0.02);
+                pthread_mutex_lock(&w->lock);
+                w->done = true;
+                pthread_cond_broadcast(&w->cond);
+        }
+        pthread_mutex_unlock(&w->lock);
+        return NULL;
+}
+
+/* op K1: the executor's thread sleeps 50 ms; K2: it spins 20 ms of CPU; K3: it sleeps while
+ * the helper spins 20 ms of CPU */
+static int timing_run(axp_device *d, const axp_task *t, axp_error *err) {
+        worker *w = d->priv;
+        if (t->op == AXP_OP_K1)
+                nanosleep(&(struct timespec) { .tv_nsec = 50000000 }, NULL);
+        else if (t->op == AXP_OP_K2)
+                spin_cpu(0.02);
+        else {
+                pthread_mutex_lock(&w->lock);
+                w->go = true;
+                w->done = false;
+                pthread_cond_broadcast(&w->cond);
+                while (!w->done)
+                        pthread_cond_wait(&w->cond, &w->lock);
+                pthread_mutex_unlock(&w->lock);
+        }
+        return 0;
+}
+
+static int timing_threads(axp_device *d, int *ret, int cap) {
+        worker *w = d->priv;
+        if (cap > 0)
+                ret[0] = w->tid;
+        return 1;
+}
+
+static const axp_device_ops timing_ops = { .backend = "fake", .run = timing_run,
+                                           .threads = timing_threads };
+
+static double task_busy(axp_executor *ex, axp_mailbox *mb, axp_op op) {
+        axp_task t = { .op = op };
+        axp_mail *m;
+        double busy;
+
+        CHECK(axp_executor_submit(ex, &t) == 0);
+        m = axp_mailbox_wait(mb, INFINITY);
+        CHECK(m && m->type == AXP_MAIL_DONE && m->rc == 0);
+        busy = m ? m->busy_s : -2;
+        free(m);
+        return busy;
+}
+
+static void test_executor_cpu_time(void) {
+        worker w = { 0 };
+        axp_device cpu = { .ops = &timing_ops, .kind = AXP_DEV_CPU, .priv = &w };
+        axp_device gpu = { .ops = &timing_ops, .kind = AXP_DEV_IGPU, .priv = &w };
+        axp_mailbox *mb;
+        axp_executor *ex;
+        axp_error err = { 0 };
+        double b;
+
+        pthread_mutex_init(&w.lock, NULL);
+        pthread_cond_init(&w.cond, NULL);
+        pthread_create(&w.thread, NULL, worker_main, &w);
+        pthread_mutex_lock(&w.lock);
+        while (!w.tid)
+                pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+
+        CHECK(axp_mailbox_new(&mb) == 0);
+        CHECK(axp_executor_new(&cpu, 0, mb, &ex, &err) == 0);
+        /* asleep for 50 ms: hardly any CPU time */
+        b = task_busy(ex, mb, AXP_OP_K1);
+        CHECK_MSG(b >= 0 && b < 0.01, "a sleeping task was busy %.4f s", b);
+        /* 20 ms of the executor's thread, over its two threads: at least 10 ms */
+        b = task_busy(ex, mb, AXP_OP_K2);
+        CHECK_MSG(b >= 0.0099 && b < 0.02, "a task spinning 20 ms on one of two threads: %.4f s", b);
+        /* the helper's clock counts too */
+        b = task_busy(ex, mb, AXP_OP_K3);
+        CHECK_MSG(b >= 0.0099 && b < 0.02, "a task spinning 20 ms on the helper: %.4f s", b);
+        axp_executor_free(ex);
+
+        /* a device whose work is not on the CPU: not measured */
+        CHECK(axp_executor_new(&gpu, 0, mb, &ex, &err) == 0);
+        CHECK(task_busy(ex, mb, AXP_OP_K1) == -1);
+        axp_executor_free(ex);
+        axp_mailbox_free(mb);
+
+        pthread_mutex_lock(&w.lock);
+        w.stop = true;
+        pthread_cond_broadcast(&w.cond);
+        pthread_mutex_unlock(&w.lock);
+        pthread_join(w.thread, NULL);
 }
 
 /* 2. The engine ------------------------------------------------------------------------------ */
@@ -568,6 +698,7 @@ int main(void) {
         RUN(test_guard_virtual_time);
         RUN(test_guard_aging);
         RUN(test_executor_class);
+        RUN(test_executor_cpu_time);
 
         snprintf(model_path, sizeof(model_path), "%s/model.gguf", dir);
         snprintf(calib_path, sizeof(calib_path), "%s/calib", dir);
