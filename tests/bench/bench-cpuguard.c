@@ -33,6 +33,7 @@
  * Synthetic 1024-dim, 8-layer Q8_0 model unless --model. The pressure source is the
  * machine's own (AXP_CPU_PRESSURE_SOURCE and the fake variables of
  * engine/devices/cpu-pressure.h apply). */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -41,7 +42,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,7 +74,29 @@ typedef struct fg_result {
         long frames, missed;   /* frames due, frames whose shading ended after their deadline */
         double frame_work_ms;  /* mean time the shading of a frame took */
         double frame_work_p99;
+        /* where the late frames' time went, summed over them: waiting for a CPU (the
+         * kernel's run-queue wait from the frame's wake-up to its end), and the CPU time of
+         * their shading */
+        long late;
+        double late_wait_ms, late_cpu_ms;
+        double cpu_ms; /* mean CPU time of a frame's shading, all frames */
 } fg_result;
+
+/* This thread's run-queue wait so far, in ms (/proc/thread-self/schedstat); 0 without it. */
+static double rq_wait_ms(void) {
+        unsigned long long run, wait;
+        FILE *f = fopen("/proc/thread-self/schedstat", "re");
+        int n = f ? fscanf(f, "%llu %llu", &run, &wait) : 0;
+        if (f)
+                fclose(f);
+        return n == 2 ? wait * 1e-6 : 0;
+}
+
+static double thread_cpu_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 static uint32_t *fb;
 static int shade_passes = 1; /* calibrated */
@@ -135,11 +161,12 @@ static void *render_main(void *arg) {
         struct timespec next;
         double *works = malloc(sizeof(double) * 100000);
         long n = 0;
+        double cpu_sum = 0, wait0 = rq_wait_ms();
 
         clock_gettime(CLOCK_MONOTONIC, &next);
         while (!atomic_load_explicit(&fg_stop, memory_order_relaxed)) {
                 struct timespec deadline = next, end;
-                double t0 = now_s();
+                double t0 = now_s(), c0 = thread_cpu_ms(), wait1;
                 deadline.tv_nsec += FRAME_NS;
                 if (deadline.tv_nsec >= 1000000000L) {
                         deadline.tv_sec++;
@@ -147,12 +174,18 @@ static void *render_main(void *arg) {
                 }
                 shade(r->frames);
                 clock_gettime(CLOCK_MONOTONIC, &end);
+                double c = thread_cpu_ms() - c0;
+                wait1 = rq_wait_ms();
+                cpu_sum += c;
                 if (works && n < 100000)
                         works[n++] = (now_s() - t0) * 1e3;
                 r->frames++;
                 if (end.tv_sec > deadline.tv_sec ||
                     (end.tv_sec == deadline.tv_sec && end.tv_nsec > deadline.tv_nsec)) {
                         /* late: this frame is missed, and so is every deadline passed since */
+                        r->late++;
+                        r->late_wait_ms += wait1 - wait0;
+                        r->late_cpu_ms += c;
                         r->missed++;
                         while (end.tv_sec > deadline.tv_sec ||
                                (end.tv_sec == deadline.tv_sec && end.tv_nsec > deadline.tv_nsec)) {
@@ -167,10 +200,12 @@ static void *render_main(void *arg) {
                         r->frames--, r->missed--; /* the frame that starts now is not due yet */
                 }
                 next = deadline;
+                wait0 = wait1; /* the wake-up's wait counts to the next frame */
                 clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
         }
         if (n > 0) {
                 double sum = 0;
+                r->cpu_ms = cpu_sum / n;
                 for (long i = 0; i < n; i++)
                         sum += works[i];
                 r->frame_work_ms = sum / n;
@@ -275,7 +310,59 @@ struct load {
         bool counting, stopping;
         double tokens;        /* counted while counting */
         long completed;
+        _Atomic int refill_tid;
 };
+
+/* The engine's threads' CPU time, by the class each is in when sampled: what of the engine
+ * runs at normal priority beside the foreground, and what at the idle class. */
+#define MAX_TASKS 256
+typedef struct thread_cpu {
+        int n, tid[MAX_TASKS];
+        double ns[MAX_TASKS];
+        double normal_s, idle_s; /* CPU seconds since the first sample */
+        int skip[2];             /* the bench's own threads: its main and refill threads */
+} thread_cpu;
+
+static void thread_cpu_sample(thread_cpu *t) {
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *de;
+        if (!d)
+                return;
+        while ((de = readdir(d))) {
+                char path[64];
+                unsigned long long run;
+                int tid = atoi(de->d_name), k;
+                FILE *f;
+                if (tid <= 0 || tid == t->skip[0] || tid == t->skip[1])
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
+                if (!(f = fopen(path, "re")))
+                        continue;
+                k = fscanf(f, "%llu", &run);
+                fclose(f);
+                if (k != 1)
+                        continue;
+                for (k = 0; k < t->n && t->tid[k] != tid; k++)
+                        ;
+                if (k == t->n) {
+                        if (t->n == MAX_TASKS)
+                                continue;
+                        t->tid[t->n++] = tid;
+                        t->ns[k] = (double) run;
+                        continue;
+                }
+                double dt = ((double) run - t->ns[k]) * 1e-9;
+                t->ns[k] = (double) run;
+                int policy = sched_getscheduler(tid);
+                errno = 0;
+                int nice = getpriority(PRIO_PROCESS, (id_t) tid);
+                if (policy == SCHED_IDLE || (errno == 0 && nice >= 19))
+                        t->idle_s += dt;
+                else
+                        t->normal_s += dt;
+        }
+        closedir(d);
+}
 
 static void on_token(void *ud, uint64_t id, const char *text, size_t len) {
         slot *s = ud;
@@ -322,6 +409,7 @@ static int load_submit(load *l, slot *s) {
 /* Keeps every slot busy until stopping. */
 static void *refill_main(void *arg) {
         load *l = arg;
+        atomic_store(&l->refill_tid, (int) syscall(SYS_gettid));
         pthread_mutex_lock(&l->lock);
         while (!l->stopping) {
                 while (!l->stopping && l->finished_pending == 0)
@@ -346,6 +434,8 @@ typedef struct outcome {
         bool fg, engine;
         fg_result f;
         double tokens_per_s, req_per_min, pressure, share;
+        double eng_normal, eng_idle; /* the engine's CPU use at normal priority and at the idle
+                                      * class, in CPUs (CPU seconds per second) */
         const char *priority, *source;
 } outcome;
 
@@ -380,6 +470,8 @@ static int engine_run(const char *model, const char *calib, const char *prompt, 
         pthread_create(&refill, NULL, refill_main, &l);
         /* settle: the first requests prefill, the guard takes its first samples */
         sleep(3);
+        thread_cpu tc = { .skip = { getpid(), atomic_load(&l.refill_tid) } };
+        thread_cpu_sample(&tc);
         pthread_mutex_lock(&l.lock);
         l.counting = true;
         pthread_mutex_unlock(&l.lock);
@@ -389,8 +481,11 @@ static int engine_run(const char *model, const char *calib, const char *prompt, 
                 if (write(fg->to, &seconds, sizeof(seconds)) != sizeof(seconds))
                         return -1;
         }
-        while (now_s() - t0 < seconds) {
-                usleep(500000);
+        for (int tick = 1; now_s() - t0 < seconds; tick++) {
+                usleep(100000);
+                thread_cpu_sample(&tc);
+                if (tick % 5)
+                        continue;
                 axp_engine_cpu_guard_get(l.e, &g);
                 p_sum += g.pressure;
                 s_sum += g.proactive_share;
@@ -402,6 +497,8 @@ static int engine_run(const char *model, const char *calib, const char *prompt, 
         double dt = now_s() - t0;
         l.counting = false;
         o->tokens_per_s = l.tokens / dt;
+        o->eng_normal = tc.normal_s / dt;
+        o->eng_idle = tc.idle_s / dt;
         o->req_per_min = l.completed / dt * 60;
         l.stopping = true;
         pthread_cond_broadcast(&l.cond);
@@ -629,6 +726,42 @@ int main(int argc, char **argv) {
                         alone[k] = o[0][k].f.busy_rate / 1e6;
                 printf("\nalone, the busy thread counted %.0f M iterations/s (median of %d rounds of "
                        "%.0f s each)\n", median(alone, rounds), rounds, seconds);
+        }
+        printf("\nwhere the time went, over all rounds: the late frames' mean wait for a CPU (the "
+               "kernel's run-queue wait from the frame's wake-up to its end) and mean shading CPU "
+               "time; every frame's mean shading CPU time; the engine's CPU use at normal priority "
+               "and at the idle class, in CPUs (its threads besides the bench's own):\n\n");
+        printf("| condition | late frames | their wait for a CPU | their shading CPU | shading CPU, all "
+               "frames | engine at normal priority | engine at idle class |\n");
+        printf("|---|---|---|---|---|---|---|\n");
+        for (int i = 0; i < N_COND; i++) {
+                long late = 0;
+                double wait = 0, cpu = 0, all = 0, en = 0, ei = 0;
+                char a[32] = "-", b[32] = "-", c2[32] = "-", d[32] = "-", e1[32] = "-", e2[32] = "-";
+                if (!run[i])
+                        continue;
+                for (int k = 0; k < rounds; k++) {
+                        const outcome *x = &o[i][k];
+                        late += x->f.late;
+                        wait += x->f.late_wait_ms;
+                        cpu += x->f.late_cpu_ms;
+                        all += x->f.cpu_ms / rounds;
+                        en += x->eng_normal / rounds;
+                        ei += x->eng_idle / rounds;
+                }
+                if (conds[i].fg) {
+                        snprintf(a, sizeof(a), "%ld", late);
+                        if (late) {
+                                snprintf(b, sizeof(b), "%.1f ms", wait / late);
+                                snprintf(c2, sizeof(c2), "%.1f ms", cpu / late);
+                        }
+                        snprintf(d, sizeof(d), "%.2f ms", all);
+                }
+                if (conds[i].engine) {
+                        snprintf(e1, sizeof(e1), "%.3f", en);
+                        snprintf(e2, sizeof(e2), "%.3f", ei);
+                }
+                printf("| %s | %s | %s | %s | %s | %s | %s |\n", conds[i].name, a, b, c2, d, e1, e2);
         }
         printf("\nround by round (busy thread of alone, missed frames; proactive tokens/s at the "
                "pressure seen):\n");
