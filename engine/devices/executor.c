@@ -84,6 +84,7 @@ void axp_mailbox_call_done(axp_mailbox *mb, axp_mail *m) {
 
 typedef struct task_node {
         axp_task task;
+        uint64_t seq; /* the executor's count of tasks submitted, this one included */
         axp_qnode node;
 } task_node;
 
@@ -98,12 +99,16 @@ struct axp_executor {
 
         /* Scheduling class of background tasks, under cls_lock: the threads that run the
          * device's work (the executor's first, then the device's helpers), whether they are
-         * in the background class now, and whether a task runs. */
+         * in the background class now. */
         pthread_mutex_t cls_lock;
         axp_bg_class bg;
         int tids[MAX_THREADS];
         int n_tids;
-        bool in_bg, running;
+        bool in_bg;
+        /* tasks submitted so far, and the last one submitted before the latest hurry: those
+         * run at normal priority whatever their kind, even if the executor's thread, kept off
+         * the CPU at the idle class, had not started them yet when the hurry came */
+        uint64_t submitted, hurried;
 };
 
 /* Move every thread of the device's work to the background class or back. cls_lock held. */
@@ -114,17 +119,10 @@ static void set_class(axp_executor *ex, bool background) {
 }
 
 /* Before a task: the threads take the class its kind asks for. */
-static void class_begin(axp_executor *ex, const axp_task *t) {
+static void class_begin(axp_executor *ex, const task_node *n) {
         pthread_mutex_lock(&ex->cls_lock);
-        if (ex->in_bg != (t->background && ex->bg != AXP_BG_NONE))
+        if (ex->in_bg != (n->task.background && ex->bg != AXP_BG_NONE && n->seq > ex->hurried))
                 set_class(ex, !ex->in_bg);
-        ex->running = true;
-        pthread_mutex_unlock(&ex->cls_lock);
-}
-
-static void class_end(axp_executor *ex) {
-        pthread_mutex_lock(&ex->cls_lock);
-        ex->running = false;
         pthread_mutex_unlock(&ex->cls_lock);
 }
 
@@ -164,9 +162,8 @@ static void *executor_main(void *p) {
                 n = container_of(q, task_node, node);
 
                 double cpu0 = on_cpu ? threads_cpu_s(ex) : -1, busy = -1;
-                class_begin(ex, &n->task);
+                class_begin(ex, n);
                 rc = axp_device_run(ex->dev, &n->task, &err);
-                class_end(ex);
                 if (cpu0 >= 0) {
                         double cpu1 = threads_cpu_s(ex);
                         if (cpu1 >= cpu0)
@@ -216,6 +213,9 @@ int axp_executor_submit(axp_executor *ex, const axp_task *t) {
         if (!n)
                 return -ENOMEM;
         n->task = *t;
+        pthread_mutex_lock(&ex->cls_lock);
+        n->seq = ++ex->submitted;
+        pthread_mutex_unlock(&ex->cls_lock);
         r = axp_queue_push(&ex->tasks, &n->node);
         if (r < 0)
                 free(n);
@@ -232,7 +232,8 @@ void axp_executor_set_background(axp_executor *ex, axp_bg_class c) {
 
 void axp_executor_hurry(axp_executor *ex) {
         pthread_mutex_lock(&ex->cls_lock);
-        if (ex->running && ex->in_bg)
+        ex->hurried = ex->submitted;
+        if (ex->in_bg)
                 set_class(ex, false);
         pthread_mutex_unlock(&ex->cls_lock);
 }

@@ -60,8 +60,9 @@ int axp_executor_submit(axp_executor *ex, const axp_task *t);
  * normal priority for any other. AXP_BG_NONE (the default): every task at normal priority.
  * Any thread may call it. */
 void axp_executor_set_background(axp_executor *ex, axp_bg_class c);
-/* Reactive work waits for this device: a background task in progress finishes at normal
- * priority (the next background task goes down again). Any thread may call it. */
+/* Reactive work waits for this device: the background tasks submitted so far, the one in
+ * progress and any the executor's thread has not started yet, run at normal priority (the
+ * next background task submitted goes down again). Any thread may call it. */
 void axp_executor_hurry(axp_executor *ex);
 /* Runs the queued tasks to the end, then stops the thread. */
 void axp_executor_free(axp_executor *ex);

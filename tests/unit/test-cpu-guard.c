@@ -215,6 +215,30 @@ static void executor_run(axp_bg_class c, fake *f) {
         }
         /* task 6: background again after the hurry */
         run_task(ex, mb, true);
+        /* tasks 7 and 8: background; 8 is queued behind 7 when the hurry comes, and runs at
+         * normal priority although its executor had not started it */
+        {
+                axp_task t = { .op = AXP_OP_K1, .background = true };
+                axp_mail *m;
+                f->wait_for_release = true;
+                CHECK(axp_executor_submit(ex, &t) == 0);
+                pthread_mutex_lock(&f->lock);
+                while (!f->running)
+                        pthread_cond_wait(&f->cond, &f->lock);
+                pthread_mutex_unlock(&f->lock);
+                CHECK(axp_executor_submit(ex, &t) == 0);
+                axp_executor_hurry(ex);
+                pthread_mutex_lock(&f->lock);
+                f->release = true;
+                pthread_cond_broadcast(&f->cond);
+                pthread_mutex_unlock(&f->lock);
+                for (int i = 0; i < 2; i++) {
+                        m = axp_mailbox_wait(mb, INFINITY);
+                        free(m);
+                }
+        }
+        /* task 9: background, submitted after the hurry: down again */
+        run_task(ex, mb, true);
         axp_executor_free(ex);
         axp_mailbox_free(mb);
 
@@ -230,15 +254,15 @@ static void executor_run(axp_bg_class c, fake *f) {
 }
 
 static void test_executor_class(void) {
-        static const bool want[7] = { true, true, false, true, false, true, true };
+        static const bool want[10] = { true, true, false, true, false, true, true, true, false, true };
         fake f;
 
         if (bg == AXP_BG_NONE)
                 printf("  no background class here (%s): every task must run at normal priority\n",
                        bg_why);
         executor_run(bg, &f);
-        CHECK_EQ_INT(f.n, 7);
-        for (int k = 0; k < 7; k++) {
+        CHECK_EQ_INT(f.n, 10);
+        for (int k = 0; k < 10; k++) {
                 bool w = want[k] && bg != AXP_BG_NONE;
                 CHECK_MSG(f.bg_at_start[k] == w, "task %d: executor thread %s", k,
                           f.bg_at_start[k] ? "in the background class" : "at normal priority");
@@ -247,10 +271,11 @@ static void test_executor_class(void) {
         }
         /* hurried: back to normal before the task ended */
         CHECK(!f.bg_at_end[5]);
+        CHECK(!f.bg_at_end[7]);
 
         /* without the mechanism background tasks run at normal priority */
         executor_run(AXP_BG_NONE, &f);
-        for (int k = 0; k < 7; k++)
+        for (int k = 0; k < 10; k++)
                 CHECK(!f.bg_at_start[k] && !f.helpers_bg[k]);
 }
 
