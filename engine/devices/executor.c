@@ -215,6 +215,12 @@ int axp_executor_submit(axp_executor *ex, const axp_task *t) {
         n->task = *t;
         pthread_mutex_lock(&ex->cls_lock);
         n->seq = ++ex->submitted;
+        /* Work at normal priority raises the threads here, on the submitting thread: the
+         * executor's own thread, still at the idle class from the last background task,
+         * would otherwise wait for a CPU that other programs keep busy before it could take
+         * the task and raise itself. */
+        if (!t->background && ex->in_bg)
+                set_class(ex, false);
         pthread_mutex_unlock(&ex->cls_lock);
         r = axp_queue_push(&ex->tasks, &n->node);
         if (r < 0)

@@ -53,7 +53,8 @@ typedef struct axp_executor axp_executor;
 /* Starts the device's thread; completions go to mb as AXP_MAIL_DONE with dev = index. */
 int axp_executor_new(axp_device *d, int index, axp_mailbox *mb, axp_executor **ret,
                      axp_error *err);
-/* Queue a task (copied). */
+/* Queue a task (copied). A task that is not background work raises the device's threads to
+ * normal priority at once, before the executor's thread wakes for it. */
 int axp_executor_submit(axp_executor *ex, const axp_task *t);
 /* Run background tasks (axp_task.background) in class c: the executor's thread and the
  * device's helper threads (axp_device_threads) go down to it for each such task and back to

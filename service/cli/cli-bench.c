@@ -51,6 +51,7 @@ static int usage(FILE *f) {
                 "                         while other processes keep it busy (agentxpu; 0.01 to 1,\n"
                 "                         default 0.25; 1: no guard)\n"
                 "  --no-idle-class        proactive steps at normal priority, not SCHED_IDLE\n"
+                "  --aging S              proactive age threshold, 0: no aging (agentxpu; 30)\n"
                 "  --drain S              after the last arrival, wait at most S seconds for the\n"
                 "                         requests in flight, then cancel them (default 600)\n"
                 "  --json                 print JSON\n");
@@ -366,7 +367,7 @@ int cli_bench(int argc, char **argv) {
         enum {
                 O_RRATE = 256, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY, O_THREADS,
                 O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_SLACK, O_NOPIG, O_KVTYPE, O_JSON, O_HELP,
-                O_CPU_SHARE, O_NO_IDLE,
+                O_CPU_SHARE, O_NO_IDLE, O_AGING,
         };
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },
@@ -387,6 +388,7 @@ int cli_bench(int argc, char **argv) {
                 { "kv-type", required_argument, NULL, O_KVTYPE },
                 { "cpu-share", required_argument, NULL, O_CPU_SHARE },
                 { "no-idle-class", no_argument, NULL, O_NO_IDLE },
+                { "aging", required_argument, NULL, O_AGING },
                 { "json", no_argument, NULL, O_JSON },
                 { "help", no_argument, NULL, O_HELP },
                 {},
@@ -470,6 +472,10 @@ int cli_bench(int argc, char **argv) {
                 }
                 case O_CPU_SHARE:
                         if (!cli_double("--cpu-share", optarg, 0.01, 1, &ec.proactive_cpu_share))
+                                return 2;
+                        break;
+                case O_AGING:
+                        if (!cli_double("--aging", optarg, 0, 1e6, &ec.aging_s))
                                 return 2;
                         break;
                 case O_NO_IDLE:

@@ -65,6 +65,7 @@ NUMBERS = [
     ("bench", "--minutes", "double"), ("bench", "--seed", "uint"), ("bench", "--threads", "uint"),
     ("bench", "--drain", "double"), ("bench", "--b-cap", "uint"),
     ("bench", "--piggyback-slack", "double"), ("bench", "--cpu-share", "double"),
+    ("bench", "--aging", "double"),
     ("sim", "--reactive-rate", "double"), ("sim", "--proactive-rate", "double"),
     ("sim", "--minutes", "double"), ("sim", "--seed", "uint"), ("sim", "--preempt-bound", "double"),
     ("sim", "--s-chk", "uint"), ("sim", "--b-cap", "uint"), ("sim", "--max-batch", "uint"),

@@ -116,6 +116,7 @@ typedef struct fake {
         int n;
         bool wait_for_release; /* the next task waits until released (to hurry it) */
         bool running;
+        bool helpers_up_at_submit;
 } fake;
 
 static void *helper_main(void *arg) {
@@ -177,6 +178,7 @@ static void executor_run(axp_bg_class c, fake *f) {
         axp_error err = { 0 };
 
         memset(f, 0, sizeof(*f));
+        f->helpers_up_at_submit = true;
         pthread_mutex_init(&f->lock, NULL);
         pthread_cond_init(&f->cond, NULL);
         for (int i = 0; i < N_HELPERS; i++)
@@ -239,6 +241,22 @@ static void executor_run(axp_bg_class c, fake *f) {
         }
         /* task 9: background, submitted after the hurry: down again */
         run_task(ex, mb, true);
+        /* task 10: normal, after a background one: the threads are up as soon as it is
+         * queued, before the executor's thread wakes for it */
+        {
+                axp_task t = { .op = AXP_OP_K1 };
+                axp_mail *m;
+                f->wait_for_release = true;
+                CHECK(axp_executor_submit(ex, &t) == 0);
+                for (int i = 0; i < N_HELPERS; i++)
+                        f->helpers_up_at_submit &= !in_background(f->helpers[i]);
+                pthread_mutex_lock(&f->lock);
+                f->release = true;
+                pthread_cond_broadcast(&f->cond);
+                pthread_mutex_unlock(&f->lock);
+                m = axp_mailbox_wait(mb, INFINITY);
+                free(m);
+        }
         axp_executor_free(ex);
         axp_mailbox_free(mb);
 
@@ -254,15 +272,16 @@ static void executor_run(axp_bg_class c, fake *f) {
 }
 
 static void test_executor_class(void) {
-        static const bool want[10] = { true, true, false, true, false, true, true, true, false, true };
+        static const bool want[11] = { true, true, false, true, false, true, true, true, false, true,
+                                       false };
         fake f;
 
         if (bg == AXP_BG_NONE)
                 printf("  no background class here (%s): every task must run at normal priority\n",
                        bg_why);
         executor_run(bg, &f);
-        CHECK_EQ_INT(f.n, 10);
-        for (int k = 0; k < 10; k++) {
+        CHECK_EQ_INT(f.n, 11);
+        for (int k = 0; k < 11; k++) {
                 bool w = want[k] && bg != AXP_BG_NONE;
                 CHECK_MSG(f.bg_at_start[k] == w, "task %d: executor thread %s", k,
                           f.bg_at_start[k] ? "in the background class" : "at normal priority");
@@ -272,10 +291,11 @@ static void test_executor_class(void) {
         /* hurried: back to normal before the task ended */
         CHECK(!f.bg_at_end[5]);
         CHECK(!f.bg_at_end[7]);
+        CHECK(f.helpers_up_at_submit);
 
         /* without the mechanism background tasks run at normal priority */
         executor_run(AXP_BG_NONE, &f);
-        for (int k = 0; k < 10; k++)
+        for (int k = 0; k < 11; k++)
                 CHECK(!f.bg_at_start[k] && !f.helpers_bg[k]);
 }
 
