@@ -161,7 +161,8 @@ static void *executor_main(void *p) {
                         return NULL; /* stopped and drained */
                 n = container_of(q, task_node, node);
 
-                double cpu0 = on_cpu ? threads_cpu_s(ex) : -1, busy = -1;
+                /* only background work keeps to a budget: reactive steps pay nothing */
+                double cpu0 = on_cpu && n->task.background ? threads_cpu_s(ex) : -1, busy = -1;
                 class_begin(ex, n);
                 rc = axp_device_run(ex->dev, &n->task, &err);
                 if (cpu0 >= 0) {

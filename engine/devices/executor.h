@@ -22,10 +22,11 @@ typedef enum axp_mail_type {
 typedef struct axp_mail {
         axp_mail_type type;
         int dev, rc;
-        /* AXP_MAIL_DONE: how long the device really worked on the task, as the CPU time its
-         * threads used (the executor's and the device's helpers', summed, divided by their
-         * number: one second is all of them for a second); -1 on a device whose work is not
-         * on the CPU, or where the clocks cannot be read (the task's wall time then counts). */
+        /* AXP_MAIL_DONE: how long the device really worked on a background task (the
+         * proactive budgets charge it), as the CPU time its threads used (the executor's and
+         * the device's helpers', summed, divided by their number: one second is all of them
+         * for a second); -1 for other tasks, on a device whose work is not on the CPU, or
+         * where the clocks cannot be read (the task's wall time then counts). */
         double busy_s;
         char err[320];
         void (*fn)(void *arg);

@@ -15,8 +15,9 @@
  *    a reactive request is not slowed by it, and with aging every proactive request still
  *    finishes under a pressure that never falls. With the guard off (share 1) proactive
  *    work takes the CPU whatever the pressure: the test would see the loss.
- * 1b. The executor reports the CPU time the device's threads used on a task, per thread,
- *    for the budget to charge, and nothing for a device whose work is not on the CPU.
+ * 1b. The executor reports the CPU time the device's threads used on a background task, per
+ *    thread, for the budget to charge; nothing for other tasks, nor for a device whose work
+ *    is not on the CPU.
  * 4. The scheduler marks exactly the tasks of proactive requests only, issued while no
  *    reactive request is in the engine, as background work.
  *
@@ -371,8 +372,8 @@ static int timing_threads(axp_device *d, int *ret, int cap) {
 static const axp_device_ops timing_ops = { .backend = "fake", .run = timing_run,
                                            .threads = timing_threads };
 
-static double task_busy(axp_executor *ex, axp_mailbox *mb, axp_op op) {
-        axp_task t = { .op = op };
+static double task_busy(axp_executor *ex, axp_mailbox *mb, axp_op op, bool background) {
+        axp_task t = { .op = op, .background = background };
         axp_mail *m;
         double busy;
 
@@ -404,19 +405,21 @@ static void test_executor_cpu_time(void) {
         CHECK(axp_mailbox_new(&mb) == 0);
         CHECK(axp_executor_new(&cpu, 0, mb, &ex, &err) == 0);
         /* asleep for 50 ms: hardly any CPU time */
-        b = task_busy(ex, mb, AXP_OP_K1);
+        b = task_busy(ex, mb, AXP_OP_K1, true);
         CHECK_MSG(b >= 0 && b < 0.01, "a sleeping task was busy %.4f s", b);
         /* 20 ms of the executor's thread, over its two threads: at least 10 ms */
-        b = task_busy(ex, mb, AXP_OP_K2);
+        b = task_busy(ex, mb, AXP_OP_K2, true);
         CHECK_MSG(b >= 0.0099 && b < 0.02, "a task spinning 20 ms on one of two threads: %.4f s", b);
         /* the helper's clock counts too */
-        b = task_busy(ex, mb, AXP_OP_K3);
+        b = task_busy(ex, mb, AXP_OP_K3, true);
         CHECK_MSG(b >= 0.0099 && b < 0.02, "a task spinning 20 ms on the helper: %.4f s", b);
+        /* work at normal priority keeps to no budget: not measured */
+        CHECK(task_busy(ex, mb, AXP_OP_K2, false) == -1);
         axp_executor_free(ex);
 
         /* a device whose work is not on the CPU: not measured */
         CHECK(axp_executor_new(&gpu, 0, mb, &ex, &err) == 0);
-        CHECK(task_busy(ex, mb, AXP_OP_K1) == -1);
+        CHECK(task_busy(ex, mb, AXP_OP_K1, true) == -1);
         axp_executor_free(ex);
         axp_mailbox_free(mb);
 
