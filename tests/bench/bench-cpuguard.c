@@ -30,6 +30,12 @@
  *                  [--only KEY,...]   (alone off idle pressure on engine-off engine-on
  *                                      engine-quiet: the conditions to run)
  *
+ * Where the time went, per condition: the late frames' wait for a CPU (the kernel's run-queue
+ * wait, /proc/thread-self/schedstat) and their shading CPU time, every frame's shading CPU
+ * time (against alone: what shared caches and memory bandwidth cost), and the engine's CPU
+ * use by the class its threads were in when sampled every 0.1 s (what of it runs at normal
+ * priority beside the foreground).
+ *
  * Synthetic 1024-dim, 8-layer Q8_0 model unless --model. The pressure source is the
  * machine's own (AXP_CPU_PRESSURE_SOURCE and the fake variables of
  * engine/devices/cpu-pressure.h apply). */
