@@ -11,6 +11,7 @@
 
 #include "devices/calib.h"
 #include "base/strbuf.h"
+#include "devices/cpu-pressure.h"
 #include "model/chat.h"
 #include "devices/discovery.h"
 #include "engine.h"
@@ -27,7 +28,7 @@
 #define MAX_DEVS 4
 #define DEFAULT_MAX_TOKENS 256
 #define PREFILL_MAX_CTX 4096
-#define TELEMETRY_PERIOD_S 0.5 /* how often the desktop's GPU use is sampled while busy */
+#define TELEMETRY_PERIOD_S 0.5 /* how often the desktop's GPU and CPU use is sampled while busy */
 
 typedef struct flow flow;
 typedef struct ereq ereq;
@@ -92,6 +93,9 @@ struct axp_engine {
         axp_executor *ex[MAX_DEVS];
         axp_sched *sched;
         axp_gpu_telemetry *telemetry;
+        axp_cpu_pressure *cpu_pressure; /* the CPU guard's input; NULL: no guard */
+        double cpu_pressure_last;
+        axp_bg_class bg_class; /* of proactive steps on the CPU devices */
         double telemetry_next; /* next sample, INFINITY while the engine is idle */
         axp_policy pol;
         int n_ctx;
@@ -124,6 +128,8 @@ void axp_engine_config_default(axp_engine_config *c) {
                 .max_batch = 32,
                 .aging_s = 30,
                 .proactive_duty = 0.5,
+                .proactive_cpu_share = 0.25,
+                .proactive_idle = true,
                 .piggyback_slack = 0,
         };
 }
@@ -146,6 +152,12 @@ static int env_issue(void *ud, int dev, const axp_task *t) {
 
 static void env_set_timer(void *ud, double t) {
         ((axp_engine *) ud)->timer = t;
+}
+
+static void env_hurry(void *ud, int dev) {
+        axp_engine *e = ud;
+        if (dev >= 0 && dev < e->n_devs)
+                axp_executor_hurry(e->ex[dev]);
 }
 
 /* Requests ------------------------------------------------------------------------------------- */
@@ -582,23 +594,47 @@ static int setup_devices(axp_engine *e, axp_error *err) {
             axp_device_kind(e->devs[e->dynamic_dev_i]) == AXP_DEV_DGPU)
                 if (axp_gpu_telemetry_open("auto", &e->telemetry, NULL) < 0)
                         e->telemetry = NULL;
+
+        /* the CPU guard: proactive steps on the CPU at an idle class, and a share of the CPU
+         * that shrinks while other processes keep it busy */
+        e->bg_class = AXP_BG_NONE;
+        if (e->cfg.proactive_idle) {
+                const char *why;
+                e->bg_class = axp_bg_class_probe(&why);
+                if (e->bg_class == AXP_BG_NONE)
+                        fprintf(stderr, "agentxpu: proactive work runs at normal priority: %s\n", why);
+        }
+        for (int i = 0; i < e->n_devs; i++)
+                if (axp_device_kind(e->devs[i]) == AXP_DEV_CPU)
+                        axp_executor_set_background(e->ex[i], e->bg_class);
+        if (e->cfg.proactive_cpu_share < 1)
+                if (axp_cpu_pressure_open("auto", &e->cpu_pressure, NULL) < 0)
+                        e->cpu_pressure = NULL;
         return 0;
 }
 
-/* While the engine has work, feed the desktop's GPU use to the scheduler's proactive budget;
- * while it is idle, stay asleep. */
+/* While the engine has work, feed the desktop's GPU use and the CPU pressure to the
+ * scheduler's proactive budgets; while it is idle, stay asleep. */
 static void telemetry_tick(axp_engine *e) {
         double now = axp_now(), busy;
-        if (!e->telemetry || !e->sched || axp_sched_idle(e->sched)) {
+        if ((!e->telemetry && !e->cpu_pressure) || !e->sched || axp_sched_idle(e->sched)) {
                 e->telemetry_next = INFINITY;
                 return;
         }
         if (e->telemetry_next == INFINITY) {
-                (void) axp_gpu_telemetry_sample(e->telemetry, now, &busy); /* start a window */
+                /* start a window */
+                if (e->telemetry)
+                        (void) axp_gpu_telemetry_sample(e->telemetry, now, &busy);
+                if (e->cpu_pressure)
+                        (void) axp_cpu_pressure_sample(e->cpu_pressure, now, &busy);
                 e->telemetry_next = now + TELEMETRY_PERIOD_S;
         } else if (now >= e->telemetry_next) {
-                if (axp_gpu_telemetry_sample(e->telemetry, now, &busy) >= 0)
+                if (e->telemetry && axp_gpu_telemetry_sample(e->telemetry, now, &busy) >= 0)
                         axp_sched_set_external_busy(e->sched, busy);
+                if (e->cpu_pressure && axp_cpu_pressure_sample(e->cpu_pressure, now, &busy) >= 0) {
+                        e->cpu_pressure_last = busy;
+                        axp_sched_set_cpu_pressure(e->sched, busy);
+                }
                 e->telemetry_next = now + TELEMETRY_PERIOD_S;
         }
 }
@@ -609,7 +645,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         axp_sched_config sc;
         axp_heg_shape shape;
         axp_sched_env env = { .now = env_now, .issue = env_issue, .set_timer = env_set_timer,
-                              .userdata = e };
+                              .hurry = env_hurry, .userdata = e };
         int r;
 
         for (int i = 0; i < e->n_devs; i++) {
@@ -624,6 +660,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                         .calib = *axp_device_calib(d),
                         .warmup_s = 0,
                         .graphics = axp_device_kind(d) == AXP_DEV_IGPU || axp_device_kind(d) == AXP_DEV_DGPU,
+                        .cpu = axp_device_kind(d) == AXP_DEV_CPU,
                 };
         }
         axp_sched_config_default(&sc);
@@ -633,6 +670,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         sc.max_batch = e->cfg.max_batch;
         sc.aging_s = e->cfg.aging_s;
         sc.proactive_duty = e->cfg.proactive_duty;
+        sc.proactive_cpu_share = e->cfg.proactive_cpu_share;
         sc.piggyback = e->cfg.piggyback_slack >= 0;
         if (sc.piggyback)
                 sc.piggyback_slack = e->cfg.piggyback_slack;
@@ -681,6 +719,8 @@ static void maybe_swap(axp_engine *e) {
                 teardown_model(e);
         e->swap_err = (axp_error) { 0 };
         e->swap_rc = setup_model(e, e->next_model, &e->swap_err);
+        if (e->swap_rc >= 0)
+                axp_sched_set_cpu_pressure(e->sched, e->cpu_pressure_last);
         if (e->swap_rc < 0) {
                 axp_sched_free(e->sched);
                 e->sched = NULL;
@@ -712,7 +752,7 @@ static void *engine_main(void *p) {
                         }
                 } else if (m->type == AXP_MAIL_DONE) {
                         if (e->sched)
-                                axp_sched_task_done(e->sched, m->dev, m->rc, m->err);
+                                axp_sched_task_done(e->sched, m->dev, m->rc, m->err, m->busy_s);
                         free(m);
                 } else if (e->swapping && ((call *) m->arg)->needs_model) {
                         deferred *d = malloc(sizeof(*d));
@@ -772,6 +812,7 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
                                   e->policy);
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
+            !(c->proactive_cpu_share > 0 && c->proactive_cpu_share <= 1) ||
             c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10))
                 return axp_errorf(err, -EINVAL, "an engine setting is out of range");
         if (axp_kv_type_from_name(c->kv_type ? c->kv_type : "f16", &e->kv_type) < 0)
@@ -833,6 +874,7 @@ void axp_engine_free(axp_engine *e) {
                 axp_device_free(e->devs[i]);
         }
         axp_gpu_telemetry_free(e->telemetry);
+        axp_cpu_pressure_free(e->cpu_pressure);
         axp_mailbox_free(e->mb);
         free(e->policy);
         free(e->static_dev);
@@ -1086,4 +1128,26 @@ int axp_engine_devices(axp_engine *e, axp_device_info *ret, int cap) {
         dev_args a = { .out = ret, .cap = cap };
         engine_call(e, api_devices, &a, false);
         return a.n;
+}
+
+static void api_cpu_guard(axp_engine *e, void *arg) {
+        axp_engine_cpu_guard *g = arg;
+
+        *g = (axp_engine_cpu_guard) {
+                .pressure_source = e->cpu_pressure ? axp_cpu_pressure_source(e->cpu_pressure) : "none",
+                .pressure = e->cpu_pressure_last,
+                .proactive_share = 1.0,
+                .share_setting = e->cfg.proactive_cpu_share,
+                .priority = e->bg_class == AXP_BG_NONE ? "normal" : axp_bg_class_name(e->bg_class),
+        };
+        for (int i = 0; i < e->n_devs && e->sched; i++)
+                if (axp_device_kind(e->devs[i]) == AXP_DEV_CPU)
+                        g->proactive_share = MIN(g->proactive_share,
+                                                 axp_sched_proactive_share(e->sched, i));
+}
+
+void axp_engine_cpu_guard_get(axp_engine *e, axp_engine_cpu_guard *ret) {
+        *ret = (axp_engine_cpu_guard) { .pressure_source = "none", .proactive_share = 1.0,
+                                        .priority = "normal" };
+        engine_call(e, api_cpu_guard, ret, false);
 }

@@ -41,6 +41,12 @@ typedef struct axp_engine_config {
         int max_batch;           /* decode batch limit (32) */
         double aging_s;          /* proactive age threshold for promotion (30) */
         double proactive_duty;   /* duty-cycle budget of proactive work on the dynamic role (0.5) */
+        /* The CPU guard. proactive_cpu_share: share of the CPU's time proactive work may take
+         * while other processes keep the CPU fully busy (0 < share <= 1; 1: no pressure
+         * guard); it takes 1 - pressure x (1 - share). proactive_idle: steps of proactive
+         * requests only run on the CPU at an idle scheduling class (true). */
+        double proactive_cpu_share;
+        bool proactive_idle;
         double piggyback_slack;  /* one device for both roles: share by which a reactive decode
                                   * step may grow to carry proactive work (0: only what the
                                   * memory-bound step hides); < 0: none */
@@ -154,3 +160,18 @@ typedef struct axp_device_info {
 
 /* Fills up to cap entries; returns the number of devices. */
 int axp_engine_devices(axp_engine *e, axp_device_info *ret, int cap);
+
+/* The CPU guard's state: how busy other processes keep the CPU and what proactive work may
+ * take of it now. */
+typedef struct axp_engine_cpu_guard {
+        const char *pressure_source; /* "psi", "stat", "fake", "none" */
+        double pressure;             /* last sampled (0 while the engine has been idle since
+                                      * it started) */
+        double proactive_share;      /* share of the CPU's time proactive work may take now
+                                      * (1: not limited) */
+        double share_setting;        /* proactive_cpu_share, what it falls to at full pressure */
+        const char *priority;        /* proactive steps' scheduling class on the CPU: "idle"
+                                      * (SCHED_IDLE), "nice" (nice 19) or "normal" */
+} axp_engine_cpu_guard;
+
+void axp_engine_cpu_guard_get(axp_engine *e, axp_engine_cpu_guard *ret);

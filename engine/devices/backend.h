@@ -13,6 +13,9 @@ typedef struct axp_device_ops {
         /* Run one task to completion on the calling thread (the device's executor). */
         int (*run)(axp_device *d, const axp_task *t, axp_error *err);
         void (*free)(axp_device *d);
+        /* Optional: the kernel thread ids of the helper threads that run the device's work
+         * besides its executor (a CPU's thread pool), as axp_device_threads() describes. */
+        int (*threads)(axp_device *d, int *ret, int cap);
 } axp_device_ops;
 
 struct axp_device {

@@ -437,11 +437,16 @@ static void cpu_free(axp_device *d) {
         free(d);
 }
 
+static int cpu_threads(axp_device *d, int *ret, int cap) {
+        return axp_pool_worker_tids(((cpu_dev *) d->priv)->pool, ret, cap);
+}
+
 static const axp_device_ops cpu_ops = {
         .backend = "cpu",
         .prepare = cpu_prepare,
         .run = cpu_run,
         .free = cpu_free,
+        .threads = cpu_threads,
 };
 
 uint64_t axp_cpu_memory_bytes(void) {

@@ -52,6 +52,10 @@ int axp_device_run(axp_device *d, const axp_task *t, axp_error *err) {
         return d->ops->run(d, t, err);
 }
 
+int axp_device_threads(axp_device *d, int *ret, int cap) {
+        return d->ops->threads ? d->ops->threads(d, ret, cap) : 0;
+}
+
 void axp_device_free(axp_device *d) {
         if (d && d->ops && d->ops->free)
                 d->ops->free(d);

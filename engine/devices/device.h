@@ -39,6 +39,11 @@ int axp_device_prepare(axp_device *d, axp_model *m, axp_error *err);
 /* Run one task to completion on the calling thread (the device's executor). */
 int axp_device_run(axp_device *d, const axp_task *t, axp_error *err);
 
+/* The kernel thread ids (gettid) of the threads that run the device's work besides the
+ * executor calling axp_device_run (a CPU's pool workers), so that the executor can set their
+ * scheduling class with its own: fills up to cap, returns how many there are (0: none). */
+int axp_device_threads(axp_device *d, int *ret, int cap);
+
 void axp_device_free(axp_device *d);
 static inline void axp_device_freep(axp_device **d) {
         axp_device_free(*d);

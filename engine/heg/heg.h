@@ -52,6 +52,10 @@ typedef struct axp_task {
          * padded to it (the device computes, and the cost model charges, chunk rows).
          * 0: the span's length. */
         int chunk;
+        /* Background work (the scheduler sets it for a task of proactive requests only while
+         * no reactive request waits): on the CPU its threads run it at an idle scheduling
+         * class (engine/devices/thread-class.h). What it computes is the same. */
+        bool background;
         int n_spans;
         axp_span spans[AXP_MAX_BATCH];
 } axp_task;

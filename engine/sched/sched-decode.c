@@ -178,7 +178,7 @@ static bool piggyback(axp_sched *s, bool react, bool pull) {
                 if (!aged)
                         limit = (1.0 + s->cfg.piggyback_slack) * layer_time(s, NULL, 0, 0);
                 /* the slices are proactive work on the dynamic role */
-                if (!sched_budget_ok(s))
+                if (!sched_budget_ok(s, s->role_dev[AXP_ROLE_DYNAMIC]))
                         return false;
         }
         /* bandwidth slack: proactive requests Algorithm 2 left out of a reactive step ride
@@ -253,8 +253,10 @@ static bool form_pool(axp_sched *s) {
                 return false;
         for (int i = 0; i < n; i++)
                 react |= batch[i]->kind == AXP_REACTIVE;
-        /* graphics protection: a decode step of proactive requests only spends duty budget */
-        if (!react && s->cfg.policy == AXP_POLICY_AGENTXPU && !sched_budget_ok(s))
+        /* graphics protection, CPU guard: a decode step of proactive requests only spends
+         * the dynamic role's budget */
+        if (!react && s->cfg.policy == AXP_POLICY_AGENTXPU &&
+            !sched_budget_ok(s, s->role_dev[AXP_ROLE_DYNAMIC]))
                 return false;
 
         it->n = 0;

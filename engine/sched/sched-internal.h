@@ -157,6 +157,7 @@ typedef struct sdev {
         axp_calib calib;
         double warmup_s;
         bool graphics;
+        bool cpu;
         bool busy;
         double t_start;
         src_kind src;
@@ -167,6 +168,11 @@ typedef struct sdev {
         double guard_since; /* a kernel for it is deferred by the contention guard since */
         bool proactive; /* only proactive requests in the running task */
         bool lane_kernel; /* of a prefill lane living on the dynamic role (reactive2, assist) */
+        /* proactive budget (graphics: the duty budget; CPU: the pressure guard), a token
+         * bucket of busy seconds */
+        double credit, credit_t;
+        double external_busy; /* share other processes keep the device busy */
+        bool budget_blocked;
         axp_sched_dev_stats st;
 } sdev;
 
@@ -191,10 +197,6 @@ struct axp_sched {
         iter it;
         iter parked; /* a proactive iteration with prompt slices, preempted for a reactive step */
 
-        /* proactive duty budget on the dynamic role: a token bucket of busy seconds */
-        double credit, credit_t;
-        double external_busy;
-        bool budget_blocked;
         double wake; /* earliest time a deferred kernel becomes ready */
         sreq *promoted;     /* the proactive request aging has promoted, if any */
         sreq *warming;      /* the request the host's warm-up worker prepares kernels for */
@@ -226,7 +228,8 @@ void sched_fail(axp_sched *s, sreq *r, int code, const char *what);
 /* The request's HEAD ran: ask its client for the next token; on to decode or finished. */
 void sched_after_head(axp_sched *s, sreq *r);
 double sched_predict(axp_sched *s, axp_role role, const axp_task *t);
-bool sched_budget_ok(axp_sched *s);
+/* May proactive work start on device dev within its budget? */
+bool sched_budget_ok(axp_sched *s, int dev);
 bool sched_guard_ok(axp_sched *s, int dev, const axp_task *t, int prio);
 int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r, int prio,
                 bool proactive);

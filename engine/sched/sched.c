@@ -38,6 +38,7 @@ void axp_sched_config_default(axp_sched_config *c) {
                 .aging_s = 30.0,
                 .proactive_duty = 0.5,
                 .duty_window_s = 2.0,
+                .proactive_cpu_share = 1.0,
                 .max_ctx = 4096,
                 .fcfs_tokens = 256,
                 .piggyback_slack = 0,
@@ -272,35 +273,45 @@ bool sched_decode_idle(axp_sched *s) {
         return !s->it.active && !s->parked.active && s->lists[L_DECODE].n == 0;
 }
 
-/* Proactive duty budget: a token bucket of busy seconds on the dynamic role, refilled at
- * proactive_duty x (1 - external busy share), holding at most duty_window_s of refill. */
-static double budget_rate(const axp_sched *s) {
-        double r = s->cfg.proactive_duty * (1.0 - s->external_busy);
+/* Proactive budgets: a token bucket of busy seconds per device, refilled at the share of its
+ * time proactive work may take, holding at most duty_window_s of refill. On the desktop's GPU
+ * (graphics protection) that is proactive_duty x (1 - external busy share); on the CPU (the
+ * pressure guard) 1 - pressure x (1 - proactive_cpu_share): all of it while nothing else
+ * wants the CPU, proactive_cpu_share while other processes keep it fully busy. Other devices
+ * have no budget. */
+static double budget_rate(const axp_sched *s, int dev) {
+        const sdev *d = &s->devs[dev];
+        double r = 1.0;
+
+        if (d->graphics)
+                r = s->cfg.proactive_duty * (1.0 - d->external_busy);
+        else if (d->cpu)
+                r = 1.0 - d->external_busy * (1.0 - s->cfg.proactive_cpu_share);
         return r > 0 ? r : 0;
 }
 
-static bool budget_unlimited(const axp_sched *s) {
-        return s->cfg.policy != AXP_POLICY_AGENTXPU || budget_rate(s) >= 1.0 ||
-               !s->devs[s->role_dev[AXP_ROLE_DYNAMIC]].graphics;
+static bool budget_unlimited(const axp_sched *s, int dev) {
+        return s->cfg.policy != AXP_POLICY_AGENTXPU || budget_rate(s, dev) >= 1.0;
 }
 
-static void budget_refill(axp_sched *s) {
+static void budget_refill(axp_sched *s, int dev) {
+        sdev *d = &s->devs[dev];
         double now = sched_now(s);
-        double cap = budget_rate(s) * s->cfg.duty_window_s;
+        double cap = budget_rate(s, dev) * s->cfg.duty_window_s;
 
-        s->credit += budget_rate(s) * (now - s->credit_t);
-        if (s->credit > cap)
-                s->credit = cap;
-        s->credit_t = now;
+        d->credit += budget_rate(s, dev) * (now - d->credit_t);
+        if (d->credit > cap)
+                d->credit = cap;
+        d->credit_t = now;
 }
 
-bool sched_budget_ok(axp_sched *s) {
-        if (budget_unlimited(s))
+bool sched_budget_ok(axp_sched *s, int dev) {
+        if (budget_unlimited(s, dev))
                 return true;
-        budget_refill(s);
-        if (s->credit > 1e-9)
+        budget_refill(s, dev);
+        if (s->devs[dev].credit > 1e-9)
                 return true;
-        s->budget_blocked = true;
+        s->devs[dev].budget_blocked = true;
         return false;
 }
 
@@ -368,12 +379,14 @@ static void task_reqs(axp_sched *s, const axp_task *t, src_kind src, sreq *r, ui
         }
 }
 
-int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r, int prio,
+int sched_issue(axp_sched *s, int dev, const axp_task *task, src_kind src, sreq *r, int prio,
                 bool proactive) {
         sdev *d = &s->devs[dev];
         double now = sched_now(s);
         uint64_t ids[AXP_MAX_BATCH];
         axp_kind kinds[AXP_MAX_BATCH];
+        axp_task bt;
+        const axp_task *t = task;
         int ret;
 
         assert(dev >= 0 && dev < s->n_devs && !d->busy);
@@ -383,6 +396,17 @@ int sched_issue(axp_sched *s, int dev, const axp_task *t, src_kind src, sreq *r,
         for (int i = 0; i < t->n_spans; i++)
                 assert(t->spans[i].seq && t->spans[i].t0 >= 0 &&
                        t->spans[i].t0 < t->spans[i].t1 && t->spans[i].t1 <= t->spans[i].seq->n_new);
+        /* a task of proactive requests only is background work, which the device may run
+         * at a lower priority than the rest of the desktop; but not while a reactive request
+         * is in the engine, which must not wait behind a kernel other programs keep off the
+         * CPU, nor under the baselines, which have no priorities */
+        bool background = proactive && s->n_reactive == 0 &&
+                          s->cfg.policy == AXP_POLICY_AGENTXPU;
+        if (background != task->background) {
+                bt = *task;
+                bt.background = background;
+                t = &bt;
+        }
         task_reqs(s, t, src, r, ids, kinds);
         s->in_event = true;
         ret = s->env.issue(s->env.userdata, dev, t);
@@ -552,7 +576,8 @@ static void admit(axp_sched *s) {
                 /* the static role is taken and more proactive work waits: a second prefill
                  * on the dynamic role, if the budget has room */
                 if (!s->active[LANE_ASSIST] && s->active[LANE_PROACTIVE] &&
-                    s->lists[L_PREFILL_PROACTIVE].head && assist_allowed(s) && sched_budget_ok(s))
+                    s->lists[L_PREFILL_PROACTIVE].head && assist_allowed(s) &&
+                    sched_budget_ok(s, s->role_dev[AXP_ROLE_DYNAMIC]))
                         activate(s, assist_pick(s), LANE_ASSIST);
                 break;
         }
@@ -608,6 +633,12 @@ static bool issue_iter(axp_sched *s, int dev) {
         iter_task(s, &t);
         if (!sched_guard_ok(s, dev, &t, s->it.prio))
                 return false;
+        /* a step of proactive requests only keeps to the device's budget kernel by kernel: it
+         * waits between two kernels once the budget is spent (as a preempted one does), unless
+         * a reactive request is in the engine, which may be waiting for the step to end */
+        if (s->it.prio == 0 && s->n_reactive == 0 && s->cfg.policy == AXP_POLICY_AGENTXPU &&
+            !sched_budget_ok(s, dev))
+                return false;
         if (sched_issue(s, dev, &t, SRC_ITER, NULL, s->it.prio, s->it.prio == 0) < 0)
                 return false;
         s->last_lane = -1;
@@ -622,7 +653,7 @@ static bool issue_lane(axp_sched *s, int lane, int dev) {
                 return false;
         if (prefill_pick(s, r, dev, &t) < 0)
                 return false;
-        if (r->kind == AXP_PROACTIVE && dev == s->role_dev[AXP_ROLE_DYNAMIC] && !sched_budget_ok(s))
+        if (r->kind == AXP_PROACTIVE && !sched_budget_ok(s, dev))
                 return false;
         if (!sched_guard_ok(s, dev, &t, r->kind == AXP_REACTIVE))
                 return false;
@@ -712,8 +743,11 @@ static void arm_timer(axp_sched *s) {
 
         if (s->warming)
                 t = fmin(t, s->warm_end);
-        if (s->budget_blocked && budget_rate(s) > 0)
-                t = fmin(t, s->credit_t + (1e-9 - s->credit) / budget_rate(s) + 1e-9);
+        for (int i = 0; i < s->n_devs; i++) {
+                const sdev *d = &s->devs[i];
+                if (d->budget_blocked && budget_rate(s, i) > 0)
+                        t = fmin(t, d->credit_t + (1e-9 - d->credit) / budget_rate(s, i) + 1e-9);
+        }
         if (aging_on(s) && !s->promoted) {
                 /* promotion changes decisions: wake when the oldest proactive request ages */
                 const sreq *oldest = oldest_proactive(s);
@@ -734,7 +768,8 @@ static void dispatch(axp_sched *s) {
         reap(s);
         if (draining(s) && !anything_in_flight(s))
                 s->cfg.policy = s->pending_policy;
-        s->budget_blocked = false;
+        for (int i = 0; i < s->n_devs; i++)
+                s->devs[i].budget_blocked = false;
         s->wake = INFINITY;
         promote(s);
         for (int round = 0; round < 2 * s->n_devs + 2; round++) {
@@ -791,10 +826,12 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || c->max_ctx < 16 || c->s_chk < 0 ||
             c->proactive_duty < 0 || c->proactive_duty > 1 || c->duty_window_s <= 0 ||
+            !(c->proactive_cpu_share > 0 && c->proactive_cpu_share <= 1) ||
             c->fcfs_tokens < 1 || !(c->piggyback_slack >= 0) || c->piggyback_slack > 10)
                 return axp_errorf(err, -EINVAL,
                                   "scheduler: a setting is out of range (batch 1..%d, duty 0..1, "
-                                  "bound and window > 0, context >= 16, slack 0..10)",
+                                  "CPU share above 0 up to 1, bound and window > 0, context >= 16, "
+                                  "slack 0..10)",
                                   AXP_MAX_BATCH);
         if (shape->n_layer <= 0 || shape->n_embd <= 0)
                 return axp_errorf(err, -EINVAL, "scheduler: the model shape is empty");
@@ -822,6 +859,7 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
                 s->devs[i].calib = devs[i].calib;
                 s->devs[i].warmup_s = devs[i].warmup_s;
                 s->devs[i].graphics = devs[i].graphics;
+                s->devs[i].cpu = devs[i].cpu;
                 s->devs[i].guard_since = -1;
         }
         s->role_dev[AXP_ROLE_STATIC] = static_dev;
@@ -832,8 +870,10 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
         s->use_t = sched_now(s);
         s->s_chk = c->s_chk > 0 ? c->s_chk : fit_bound(s, MAX(16, c->max_ctx / 16));
         s->it_tokens = MAX(s->s_chk, fit_bound(s, c->fcfs_tokens));
-        s->credit_t = sched_now(s);
-        s->credit = budget_rate(s) * s->cfg.duty_window_s;
+        for (int i = 0; i < n_devs; i++) {
+                s->devs[i].credit_t = sched_now(s);
+                s->devs[i].credit = budget_rate(s, i) * s->cfg.duty_window_s;
+        }
         *ret = s;
         return 0;
 }
@@ -892,8 +932,17 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
         r->lane = -1;
         r->t_arrival = sched_now(s);
         r->t_first_kernel = r->t_first_token = r->t_last_token = r->t_finish = -1;
-        if (kind == AXP_REACTIVE)
+        if (kind == AXP_REACTIVE) {
                 s->n_reactive++;
+                /* a background task in progress holds up the reactive request until the next
+                 * kernel boundary: it finishes at normal priority */
+                for (int i = 0; i < s->n_devs && s->env.hurry; i++)
+                        if (s->devs[i].busy && s->devs[i].proactive) {
+                                s->in_event = true;
+                                s->env.hurry(s->env.userdata, i);
+                                s->in_event = false;
+                        }
+        }
         r->prepared = kind == AXP_PROACTIVE && s->devs[s->role_dev[AXP_ROLE_STATIC]].warmup_s == 0;
         r->all_next = s->all;
         s->all = r;
@@ -919,7 +968,7 @@ int axp_sched_cancel(axp_sched *s, uint64_t id) {
         return 0;
 }
 
-void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
+void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg, double busy_s) {
         sdev *d;
         double dt;
 
@@ -933,11 +982,11 @@ void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg) {
         d->st.tasks++;
         if (d->proactive)
                 d->st.busy_proactive_s += dt;
-        if (d->proactive && dev == s->role_dev[AXP_ROLE_DYNAMIC]) {
-                if (!budget_unlimited(s)) {
-                        budget_refill(s);
-                        s->credit -= dt;
-                }
+        if (d->proactive && !budget_unlimited(s, dev)) {
+                /* what the device really worked, where the environment measured it (never
+                 * more than the task's time, which a clock's granularity could exceed) */
+                budget_refill(s, dev);
+                d->credit -= busy_s >= 0 && busy_s < dt ? busy_s : dt;
         }
         if (dev == s->role_dev[AXP_ROLE_DYNAMIC]) {
                 use_decay(s);
@@ -976,15 +1025,33 @@ void axp_sched_timer(axp_sched *s) {
         dispatch(s);
 }
 
-void axp_sched_set_external_busy(axp_sched *s, double fraction) {
-        assert(!s->in_event);
+static void set_external(axp_sched *s, int dev, double fraction) {
         if (!(fraction >= 0))
                 fraction = 0;
         if (fraction > 1)
                 fraction = 1;
-        budget_refill(s);
-        s->external_busy = fraction;
+        budget_refill(s, dev);
+        s->devs[dev].external_busy = fraction;
+}
+
+void axp_sched_set_external_busy(axp_sched *s, double fraction) {
+        assert(!s->in_event);
+        set_external(s, s->role_dev[AXP_ROLE_DYNAMIC], fraction);
         dispatch(s);
+}
+
+void axp_sched_set_cpu_pressure(axp_sched *s, double fraction) {
+        assert(!s->in_event);
+        for (int i = 0; i < s->n_devs; i++)
+                if (s->devs[i].cpu)
+                        set_external(s, i, fraction);
+        dispatch(s);
+}
+
+double axp_sched_proactive_share(const axp_sched *s, int dev) {
+        if (dev < 0 || dev >= s->n_devs || budget_unlimited(s, dev))
+                return 1.0;
+        return budget_rate(s, dev);
 }
 
 int axp_sched_set_policy(axp_sched *s, axp_policy p) {

@@ -49,6 +49,10 @@ typedef struct axp_sched_config {
                                  * until it finishes (30 s); <= 0: never */
         double proactive_duty;  /* share of the dynamic role proactive work may use (0.5) */
         double duty_window_s;   /* burst the duty budget allows, in seconds of window (2 s) */
+        double proactive_cpu_share; /* CPU pressure guard: share of a CPU device's time
+                                 * proactive work may take while other processes keep the
+                                 * CPU fully busy (0 < share <= 1; 1: no guard). With the
+                                 * pressure p it may take 1 - p x (1 - share). */
         int max_ctx;            /* prefill buffer: most tokens one prefill stages (4096) */
         int fcfs_tokens;        /* tokens per continuous-batching iteration (256): fcfs's, and
                                  * agentxpu's proactive-only ones on one device (there at most
@@ -82,11 +86,14 @@ void axp_sched_config_default(axp_sched_config *c);
 typedef struct axp_sched_env {
         double (*now)(void *userdata);
         /* Start task t on device dev (t is copied or used before returning). The environment
-         * calls axp_sched_task_done(s, dev, rc, msg) once the device has finished it. A negative
-         * return means the task was not started. */
+         * calls axp_sched_task_done(s, dev, rc, msg, busy_s) once the device has finished
+         * it. A negative return means the task was not started. */
         int (*issue)(void *userdata, int dev, const axp_task *t);
         /* Call axp_sched_timer() at time t (replaces the previous timer; INFINITY: none). */
         void (*set_timer)(void *userdata, double t);
+        /* Optional: a reactive request arrived while device dev runs a background task
+         * (axp_task.background): let that task finish at normal priority. */
+        void (*hurry)(void *userdata, int dev);
         void *userdata;
 } axp_sched_env;
 
@@ -98,8 +105,10 @@ typedef struct axp_sched_device {
          * queued proactive requests); 0: it runs any shape as it is; < 0: never. */
         double warmup_s;
         /* The desktop's GPU: proactive work on it keeps to the duty budget (graphics
-         * protection). A CPU standing in for the dynamic role is not throttled. */
+         * protection). */
         bool graphics;
+        /* The host's CPU: proactive work on it keeps to the CPU pressure guard's share. */
+        bool cpu;
 } axp_sched_device;
 
 /* The client of a request. Both callbacks run inside axp_sched_* calls, on the scheduler's
@@ -133,13 +142,23 @@ int axp_sched_submit(axp_sched *s, axp_kind kind, axp_seq *seq, const int32_t *t
 int axp_sched_cancel(axp_sched *s, uint64_t id);
 
 /* Events from the environment. */
-/* rc < 0: the task failed; msg (may be NULL) says why, for the requests' error. */
-void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg);
+/* rc < 0: the task failed; msg (may be NULL) says why, for the requests' error. busy_s: how
+ * long the device really worked on the task, where the environment measures it (on the CPU,
+ * the CPU time of the device's threads per thread, less than the task's wall time while other
+ * programs keep them off the CPU); the proactive budgets charge it. < 0: not measured, the
+ * time from issue to completion is charged. */
+void axp_sched_task_done(axp_sched *s, int dev, int rc, const char *msg, double busy_s);
 void axp_sched_timer(axp_sched *s);
 
 /* Share (0..1) of the dynamic role's device that other processes keep busy (graphics): the
  * proactive duty budget shrinks by it. Fed from GPU telemetry. */
 void axp_sched_set_external_busy(axp_sched *s, double fraction);
+/* CPU pressure (0..1: how much of the time other processes keep the CPU busy): the share of
+ * the CPU devices' time proactive work may take shrinks from 1 towards proactive_cpu_share
+ * as it rises (the same token bucket as the duty budget). Fed from PSI or /proc/stat. */
+void axp_sched_set_cpu_pressure(axp_sched *s, double fraction);
+/* The share of device dev's time proactive work may take now (1: not limited). */
+double axp_sched_proactive_share(const axp_sched *s, int dev);
 
 int axp_sched_set_policy(axp_sched *s, axp_policy p);
 axp_policy axp_sched_policy(const axp_sched *s);

@@ -364,7 +364,7 @@ int axp_sim_run(axp_sim *sim, double t_end, axp_error *err) {
                         d->st.slowdown_s += dt - d->t0 > 0 ? dt - d->t0 : 0;
                         recompute(sim);
                         if (sim->sched)
-                                axp_sched_task_done(sim->sched, dev, d->rc, d->err);
+                                axp_sched_task_done(sim->sched, dev, d->rc, d->err, -1);
                 } else if (sim->timer <= t_ev) {
                         sim->timer = INFINITY;
                         if (sim->sched)

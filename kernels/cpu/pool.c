@@ -15,6 +15,7 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@ typedef struct axp_pool_thread {
         axp_pool *pool;
         pthread_t tid;
         int ith;
+        _Atomic int os_tid; /* gettid(), 0 until the thread has started */
 } axp_pool_thread;
 
 struct axp_pool {
@@ -104,6 +106,7 @@ static void *worker_main(void *arg) {
         axp_pool *p = t->pool;
         uint32_t seen = 0;
 
+        atomic_store(&t->os_tid, (int) syscall(SYS_gettid));
         for (;;) {
                 uint32_t g = spin_while(&p->gen, seen);
                 while (g == seen) {
@@ -170,6 +173,20 @@ void axp_pool_free(axp_pool *p) {
 
 int axp_pool_size(const axp_pool *p) {
         return p ? p->n : 1;
+}
+
+int axp_pool_worker_tids(axp_pool *p, int *ret, int cap) {
+        if (!p)
+                return 0;
+        for (int i = 1; i < p->n; i++) {
+                int tid;
+                /* a worker publishes its id first thing; wait for one just created */
+                while (!(tid = atomic_load(&p->threads[i].os_tid)))
+                        sched_yield();
+                if (i - 1 < cap)
+                        ret[i - 1] = tid;
+        }
+        return p->n - 1;
 }
 
 void axp_pool_run(axp_pool *p, axp_pool_fn fn, void *arg) {

@@ -11,6 +11,10 @@ typedef void (*axp_pool_fn)(void *arg, int ith, int nth);
 axp_pool *axp_pool_new(int n_threads);
 void axp_pool_free(axp_pool *p);
 int axp_pool_size(const axp_pool *p);
+/* The kernel thread ids (gettid) of the pool's workers, threads 1..n-1 (the caller is thread
+ * 0 and not among them), so that their owner can set their scheduling class; fills up to cap
+ * and returns how many workers there are. */
+int axp_pool_worker_tids(axp_pool *p, int *ret, int cap);
 void axp_pool_run(axp_pool *p, axp_pool_fn fn, void *arg);
 
 /* Split [0, n) into nth nearly equal parts aligned to `align`; returns thread ith's range. */

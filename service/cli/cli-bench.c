@@ -47,6 +47,11 @@ static int usage(FILE *f) {
                 "                         only what the cost model predicts to cost nothing)\n"
                 "  --no-piggyback         proactive prefill waits for reactive decode instead\n"
                 "  --kv-type T            each request's KV cache: f16 (default) or f32\n"
+                "  --cpu-share S          the CPU guard: share of the CPU proactive work may take\n"
+                "                         while other processes keep it busy (agentxpu; 0.01 to 1,\n"
+                "                         default 0.25; 1: no guard)\n"
+                "  --no-idle-class        proactive steps at normal priority, not SCHED_IDLE\n"
+                "  --aging S              proactive age threshold, 0: no aging (agentxpu; 30)\n"
                 "  --drain S              after the last arrival, wait at most S seconds for the\n"
                 "                         requests in flight, then cancel them (default 600)\n"
                 "  --json                 print JSON\n");
@@ -362,6 +367,7 @@ int cli_bench(int argc, char **argv) {
         enum {
                 O_RRATE = 256, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY, O_THREADS,
                 O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_SLACK, O_NOPIG, O_KVTYPE, O_JSON, O_HELP,
+                O_CPU_SHARE, O_NO_IDLE, O_AGING,
         };
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },
@@ -380,6 +386,9 @@ int cli_bench(int argc, char **argv) {
                 { "piggyback-slack", required_argument, NULL, O_SLACK },
                 { "no-piggyback", no_argument, NULL, O_NOPIG },
                 { "kv-type", required_argument, NULL, O_KVTYPE },
+                { "cpu-share", required_argument, NULL, O_CPU_SHARE },
+                { "no-idle-class", no_argument, NULL, O_NO_IDLE },
+                { "aging", required_argument, NULL, O_AGING },
                 { "json", no_argument, NULL, O_JSON },
                 { "help", no_argument, NULL, O_HELP },
                 {},
@@ -461,6 +470,17 @@ int cli_bench(int argc, char **argv) {
                         ec.kv_type = optarg;
                         break;
                 }
+                case O_CPU_SHARE:
+                        if (!cli_double("--cpu-share", optarg, 0.01, 1, &ec.proactive_cpu_share))
+                                return 2;
+                        break;
+                case O_AGING:
+                        if (!cli_double("--aging", optarg, 0, 1e6, &ec.aging_s))
+                                return 2;
+                        break;
+                case O_NO_IDLE:
+                        ec.proactive_idle = false;
+                        break;
                 case O_JSON:
                         json = true;
                         break;

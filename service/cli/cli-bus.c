@@ -834,6 +834,42 @@ static int print_devices(sd_bus_message *m) {
         return sd_bus_message_exit_container(m);
 }
 
+/* The CPU guard (a{sv}): the scheduling class of proactive work, the pressure and the share
+ * proactive work may take now. */
+static int print_cpu_guard(sd_bus_message *m) {
+        const char *priority = "?", *source = "?";
+        double pressure = 0, share = 1, setting = 1;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key;
+                r = sd_bus_message_read(m, "s", &key);
+                if (r < 0)
+                        break;
+                if (strcmp(key, "priority") == 0)
+                        r = sd_bus_message_read(m, "v", "s", &priority);
+                else if (strcmp(key, "pressure_source") == 0)
+                        r = sd_bus_message_read(m, "v", "s", &source);
+                else if (strcmp(key, "pressure") == 0)
+                        r = sd_bus_message_read(m, "v", "d", &pressure);
+                else if (strcmp(key, "proactive_share") == 0)
+                        r = sd_bus_message_read(m, "v", "d", &share);
+                else if (strcmp(key, "share_setting") == 0)
+                        r = sd_bus_message_read(m, "v", "d", &setting);
+                else
+                        r = sd_bus_message_skip(m, "v");
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+        }
+        if (r < 0)
+                return r;
+        printf("CPU:      proactive work at %s priority, may take %.0f%% of the CPU now "
+               "(%.0f%% at full pressure); CPU pressure %.2f (%s)\n",
+               priority, share * 100, setting * 100, pressure, source);
+        return sd_bus_message_exit_container(m);
+}
+
 /* The caller's own requests: the engine lists only those as children of the request path. */
 static void print_requests(sd_bus *bus) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
@@ -890,7 +926,8 @@ int cli_status(int argc, char **argv) {
                         break;
                 case 'h':
                         printf("usage: agentxpu status [--address ADDRESS]\n\n"
-                               "The engine's model, devices, policy and queues, and your requests.\n");
+                               "The engine's model, devices, policy, CPU guard and queues, and your\n"
+                               "requests.\n");
                         return 0;
                 default:
                         return 2;
@@ -921,10 +958,10 @@ int cli_status(int argc, char **argv) {
                                                     strcmp(key, "Model") == 0 ? "Model:" :
                                                     strcmp(key, "Policy") == 0 ? "Policy:" : key,
                                        *s ? s : "(none)");
-                } else if (strcmp(key, "Devices") == 0) {
+                } else if (strcmp(key, "Devices") == 0 || strcmp(key, "CpuGuard") == 0) {
                         r = sd_bus_message_enter_container(reply, 'v', contents);
                         if (r >= 0)
-                                r = print_devices(reply);
+                                r = key[0] == 'D' ? print_devices(reply) : print_cpu_guard(reply);
                         if (r >= 0)
                                 r = sd_bus_message_exit_container(reply);
                 } else if (strcmp(contents, "u") == 0) {

@@ -107,6 +107,22 @@ static int property_get_devices(sd_bus *bus, const char *path, const char *iface
         return sd_bus_message_close_container(reply);
 }
 
+static int property_get_cpu_guard(sd_bus *bus, const char *path, const char *iface, const char *property,
+                                  sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Context *c = userdata;
+        axp_engine_cpu_guard g = { .pressure_source = "none", .proactive_share = 1, .share_setting = 1,
+                                   .priority = "normal" };
+
+        if (c->engine)
+                axp_engine_cpu_guard_get(c->engine, &g);
+        return sd_bus_message_append(reply, "a{sv}", 5,
+                                     "priority", "s", g.priority,
+                                     "pressure", "d", g.pressure,
+                                     "pressure_source", "s", g.pressure_source,
+                                     "proactive_share", "d", g.proactive_share,
+                                     "share_setting", "d", g.share_setting);
+}
+
 /* The engine's errno, with its message, as the named bus error the interface documents. The
  * engine writes its messages as clauses ("the prompt is ..."); the bus's errors are sentences. */
 static int engine_error(sd_bus_error *error, int r, const axp_error *err) {
@@ -319,6 +335,7 @@ const sd_bus_vtable engine_vtable[] = {
         SD_BUS_PROPERTY("QueuedProactive", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Running", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Models", "a(sa{sv})", property_get_models, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("CpuGuard", "a{sv}", property_get_cpu_guard, 0, 0),
 
         SD_BUS_METHOD_WITH_ARGS("Reactive",
                                 SD_BUS_ARGS("s", prompt, "a{sv}", options),

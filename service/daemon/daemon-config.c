@@ -84,6 +84,8 @@ typedef enum ValueKind {
         VALUE_U32,      /* uint32_t, >= 1 */
         VALUE_SECONDS,  /* double, >= 0 */
         VALUE_FRACTION, /* double in [0, 1] */
+        VALUE_SHARE,    /* double in (0, 1] */
+        VALUE_BOOL,     /* yes/no, true/false, on/off, 1/0 */
 } ValueKind;
 
 typedef struct ConfigKey {
@@ -108,6 +110,8 @@ static const ConfigKey config_keys[] = {
         { "Engine", "MaxBatch",           VALUE_INT,      ENGINE_FIELD(max_batch) },
         { "Engine", "AgingSec",           VALUE_SECONDS,  ENGINE_FIELD(aging_s) },
         { "Engine", "ProactiveDutyCycle", VALUE_FRACTION, ENGINE_FIELD(proactive_duty) },
+        { "Engine", "ProactiveCpuShare",  VALUE_SHARE,    ENGINE_FIELD(proactive_cpu_share) },
+        { "Engine", "ProactiveIdleClass", VALUE_BOOL,     ENGINE_FIELD(proactive_idle) },
         { "Engine", "PiggybackSlack",     VALUE_FRACTION, ENGINE_FIELD(piggyback_slack) },
         { "Engine", "CalibrationCache",   VALUE_PATH,     offsetof(DaemonConfig, calib_cache) },
         { "Engine", "ModelsDirectory",    VALUE_DIR,      offsetof(DaemonConfig, models_dir) },
@@ -199,6 +203,24 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
                                           where, k->key,
                                           k->kind == VALUE_FRACTION ? "from 0 to 1" : "of seconds >= 0", v);
                 *(double *) field = d;
+                return 0;
+        case VALUE_SHARE:
+                if (axp_parse_double(v, 0, 1, &d) < 0 || !(d > 0))
+                        return axp_errorf(err, -EINVAL,
+                                          "%s: %s= must be a number above 0 and at most 1, got '%s'",
+                                          where, k->key, v);
+                *(double *) field = d;
+                return 0;
+        case VALUE_BOOL:
+                if (strcmp(v, "yes") == 0 || strcmp(v, "true") == 0 || strcmp(v, "on") == 0 ||
+                    strcmp(v, "1") == 0)
+                        *(bool *) field = true;
+                else if (strcmp(v, "no") == 0 || strcmp(v, "false") == 0 || strcmp(v, "off") == 0 ||
+                         strcmp(v, "0") == 0)
+                        *(bool *) field = false;
+                else
+                        return axp_errorf(err, -EINVAL, "%s: %s= must be yes or no, got '%s'",
+                                          where, k->key, v);
                 return 0;
         }
         return -EINVAL;

@@ -3,7 +3,8 @@
  *
  *   [Engine]   Model= Policy= Threads= StaticDevice= DynamicDevice= ContextSize= KVType=
  *              PreemptBoundSec= BatchCap= MaxBatch= AgingSec= ProactiveDutyCycle=
- *              PiggybackSlack= CalibrationCache= ModelsDirectory= StateDirectory=
+ *              ProactiveCpuShare= ProactiveIdleClass= PiggybackSlack= CalibrationCache=
+ *              ModelsDirectory= StateDirectory=
  *   [Limits]   RequestsPerUser= Requests= FlowsPerUser= PromptBytes= MaxTokens=
  *              StopStrings= StopBytes=
  *   [Daemon]   FinishedKeepSec= ExitIdleSec=

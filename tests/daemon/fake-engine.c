@@ -88,6 +88,8 @@ void axp_engine_config_default(axp_engine_config *c) {
                 .max_batch = 32,
                 .aging_s = 30,
                 .proactive_duty = 0.5,
+                .proactive_cpu_share = 0.25,
+                .proactive_idle = true,
         };
 }
 
@@ -586,6 +588,16 @@ int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
                 status_wait_told(e);
         pthread_mutex_unlock(&e->lock);
         return r;
+}
+
+void axp_engine_cpu_guard_get(axp_engine *e, axp_engine_cpu_guard *ret) {
+        *ret = (axp_engine_cpu_guard) {
+                .pressure_source = "fake",
+                .pressure = 0.5,
+                .proactive_share = 0.625,
+                .share_setting = 0.25,
+                .priority = "idle",
+        };
 }
 
 int axp_engine_devices(axp_engine *e, axp_device_info *ret, int cap) {

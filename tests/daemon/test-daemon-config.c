@@ -40,6 +40,8 @@ static void test_every_key(void) {
                 "MaxBatch=16\n"
                 "AgingSec=12.5\n"
                 "ProactiveDutyCycle=0.25\n"
+                "ProactiveCpuShare=0.4\n"
+                "ProactiveIdleClass=no\n"
                 "PiggybackSlack=0.5\n"
                 "CalibrationCache=/var/cache/agentxpu/calibration\n"
                 "\n"
@@ -72,6 +74,8 @@ static void test_every_key(void) {
         CHECK_EQ_INT(c.engine.max_batch, 16);
         CHECK_NEAR(c.engine.aging_s, 12.5, 0);
         CHECK_NEAR(c.engine.proactive_duty, 0.25, 0);
+        CHECK_NEAR(c.engine.proactive_cpu_share, 0.4, 0);
+        CHECK(!c.engine.proactive_idle);
         CHECK_NEAR(c.engine.piggyback_slack, 0.5, 0);
         CHECK(strcmp(c.engine.calib_cache, "/var/cache/agentxpu/calibration") == 0);
         CHECK_EQ_INT(c.max_requests_per_user, 4);
@@ -99,6 +103,9 @@ static void test_bad_values(void) {
                 { "[Limits]\nMaxTokens=1e3\n", "MaxTokens=" },
                 { "[Limits]\nPromptBytes=99999999999999\n", "PromptBytes=" },
                 { "[Engine]\nProactiveDutyCycle=1.5\n", "ProactiveDutyCycle= must be a number from 0 to 1" },
+                { "[Engine]\nProactiveCpuShare=0\n", "ProactiveCpuShare= must be a number above 0 and at most 1, got '0'" },
+                { "[Engine]\nProactiveCpuShare=1.01\n", "ProactiveCpuShare=" },
+                { "[Engine]\nProactiveIdleClass=maybe\n", "ProactiveIdleClass= must be yes or no, got 'maybe'" },
                 { "[Daemon]\nExitIdleSec=-3\n", "ExitIdleSec= must be a number of seconds >= 0" },
                 { "[Daemon]\nExitIdleSec=inf\n", "ExitIdleSec=" },
                 { "Model=/x\n", "x.conf:1: Model= is outside of any [Section]" },

@@ -600,8 +600,14 @@ def test_cli_status_and_cancel():
         r = bus.cli("status")
         assert r.rc == 0, r
         for line in ("Model:    tiny.gguf", "Policy:   agentxpu", "Running:  0",
-                     "Devices:  fake CPU (cpu, backend cpu, roles static+dynamic, 1.0 GiB)"):
+                     "Devices:  fake CPU (cpu, backend cpu, roles static+dynamic, 1.0 GiB)",
+                     "CPU:      proactive work at idle priority, may take 62% of the CPU now "
+                     "(25% at full pressure); CPU pressure 0.50 (fake)"):
             assert line in r.out, (line, r.out)
+        g = bus.props()["CpuGuard"]
+        assert {k: v["data"] for k, v in g.items()} == {
+            "priority": "idle", "pressure": 0.5, "pressure_source": "fake", "proactive_share": 0.625,
+            "share_setting": 0.25}, g
         p, path = submit_bg(bus, "-n", LONG, "watch me")
         first_token(p)
         r = bus.cli("status")

@@ -40,6 +40,7 @@ typedef struct h_task {
         int t0, t1;         /* of the first span */
         int chunk;
         bool proactive_only;
+        bool background; /* the scheduler marked it background work */
 } h_task;
 
 struct harness {
@@ -64,7 +65,8 @@ static inline void h_trace(void *ud, double now, int dev, const axp_task *t, con
         k = &h->tasks[h->n_tasks++];
         *k = (h_task) { .t = now, .dev = dev, .op = t->op, .layer = t->layer,
                         .variant = t->variant, .n = t->n_spans, .t0 = t->spans[0].t0,
-                        .t1 = t->spans[0].t1, .chunk = t->chunk, .proactive_only = true };
+                        .t1 = t->spans[0].t1, .chunk = t->chunk, .proactive_only = true,
+                        .background = t->background };
         k->dur = axp_calib_latency(&h->soc->devs[dev].calib, axp_task_cost(&h->shape, t));
         for (int i = 0; i < t->n_spans; i++) {
                 if (i < 8) {
@@ -126,7 +128,8 @@ static inline int h_init_roles(harness *h, const char *model, const axp_sched_co
                 devs[i] = (axp_sched_device) { .name = h->soc->devs[i].name,
                                                .calib = h->soc->devs[i].calib,
                                                .warmup_s = h->soc->devs[i].warmup_s,
-                                               .graphics = h->soc->devs[i].kind == AXP_DEV_IGPU };
+                                               .graphics = h->soc->devs[i].kind == AXP_DEV_IGPU,
+                                               .cpu = h->soc->devs[i].kind == AXP_DEV_CPU };
         h->static_dev = h->soc->static_dev;
         h->dynamic_dev = h->soc->dynamic_dev;
         for (int i = 0; shared >= 0 && i < h->soc->n_devs; i++)

@@ -98,6 +98,20 @@ def test_names_agree():
     assert {k for s, k, v in act} == {"Name", "Exec", "User", "SystemdService"}, act
 
 
+def test_engine_slice_below_sessions():
+    """The engine runs in a slice of its own whose CPU weight is below a session's (user.slice,
+    systemd's default 100), and may bring its threads back from SCHED_IDLE (LimitNICE=+0)."""
+    unit = unit_entries(data(UNIT))
+    assert unit_value(unit, "Service", "Slice") == "agentxpu.slice"
+    assert unit_value(unit, "Service", "LimitNICE") == "+0"
+    slice_ = unit_entries(data("agentxpu.slice"))
+    weight = unit_value(slice_, "Slice", "CPUWeight")
+    assert weight is not None and 1 <= int(weight) < 100, weight
+    if shutil.which("systemd-analyze"):
+        r = run(["systemd-analyze", "verify", "--man=no", data("agentxpu.slice")])
+        assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+
 def test_sysusers_user():
     lines = [line.split() for line in read(data("agentxpu.conf")).splitlines()
              if line.strip() and not line.startswith("#")]
