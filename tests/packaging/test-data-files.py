@@ -258,6 +258,11 @@ def test_polkit_action():
     src = read(os.path.join(SRC, "service", "daemon", "admin.h"))
     asked = re.findall(r'#define\s+ADMIN_POLKIT_ACTION\w*\s+"([^"]+)"', src)
     assert asked and sorted(actions) == sorted(asked), f"the daemon asks for {asked}, the policy defines {actions}"
+    # polkitd answers the engine (not root) only for actions it owns
+    user = re.search(r"^service_user = '([^']+)'", read(os.path.join(SRC, "data", "meson.build")), re.M).group(1)
+    for a in ET.parse(path).getroot().findall("action"):
+        owners = [n.text for n in a.findall("annotate") if n.get("key") == "org.freedesktop.policykit.owner"]
+        assert owners == [f"unix-user:{user}"], f"{a.get('id')}: owner {owners}, not the engine's user {user}"
     dtd = "/usr/share/polkit-1/policyconfig-1.dtd"
     if not (shutil.which("xmllint") and os.path.exists(dtd)):
         raise Skip("no xmllint or polkit DTD: the action file was only parsed")
