@@ -16,6 +16,7 @@
  * the scheduler may give any kernel to either device and get the same tokens. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "backend.h"
+#include "cpu-device.h"
 #include "opencl-device.h"
 
 #include <CL/cl.h>
@@ -109,6 +110,10 @@ typedef struct ocl_dev {
         cl_kernel k_geglu, k_scale_rows;
 
         axp_model *model;
+        /* A mixture of experts' FFN (K3 of a qwen3moe layer) has no OpenCL kernel yet: those
+         * tasks run on this CPU device, on the same host memory (every task hands its results
+         * back to the host before it returns) */
+        axp_device *moe_cpu;
         bool zero_copy; /* weights used in place */
         cl_mem *wbufs;  /* segments of the mapping, or one buffer per uploaded weight */
         int n_wbufs, cap_wbufs;
@@ -932,7 +937,9 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
         case AXP_OP_EMBED: r = run_embed(c, t, n, err); break;
         case AXP_OP_K1: r = run_k1(c, t, n, err); break;
         case AXP_OP_K2: r = run_k2(c, t, err); break;
-        case AXP_OP_K3: r = run_k3(c, t, n, err); break;
+        case AXP_OP_K3:
+                r = c->moe_cpu ? axp_device_run(c->moe_cpu, t, err) : run_k3(c, t, n, err);
+                break;
         case AXP_OP_HEAD: r = run_head(c, t, n, err); break;
         default: r = axp_errorf(err, -EINVAL, "unknown kernel %d", t->op); break;
         }
@@ -1113,6 +1120,10 @@ static int weights_make(ocl_dev *c, axp_model *m, axp_error *err) {
 }
 
 static void model_release(ocl_dev *c) {
+        if (c->moe_cpu) {
+                axp_device_free(c->moe_cpu);
+                c->moe_cpu = NULL;
+        }
         weights_release(c);
         free(c->layers);
         free(c->inv_freq);
@@ -1175,6 +1186,15 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
         if ((r = weights_make(c, m, err)) < 0) {
                 model_release(c);
                 return r;
+        }
+        if (hp->n_expert > 0) {
+                if ((r = axp_cpu_device_new(0, &c->moe_cpu, err)) < 0 ||
+                    (r = axp_device_prepare(c->moe_cpu, m, err)) < 0) {
+                        model_release(c);
+                        return r;
+                }
+                fprintf(stderr, "agentxpu: %s: the mixture-of-experts FFN of %s's layers runs on the CPU "
+                        "(no OpenCL kernel for it yet)\n", dev->name, axp_arch_name(hp->arch));
         }
         const size_t d = (size_t) hp->n_embd, qd = (size_t) hp->n_head * hp->head_dim,
                      kvd = (size_t) hp->n_head_kv * hp->head_dim, ff = (size_t) hp->n_ff;

