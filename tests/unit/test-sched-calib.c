@@ -37,6 +37,52 @@ static void test_measure(void) {
         CHECK(axp_calib_latency(&c, step) < axp_calib_latency(&c, chunk));
 }
 
+/* A mixture of experts: K3 is the MoE kernel, charged for the experts a task can read --
+ * n_expert_used for one token, every expert for a chunk -- and the calibration measures it. */
+static void test_moe_cost(void) {
+        axp_mkmodel_params mp;
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_calib c;
+        axp_heg_shape s;
+        axp_error err = { 0 };
+        char path[300];
+
+        snprintf(path, sizeof(path), "%s/moe.gguf", dir);
+        axp_mkmodel_defaults(&mp);
+        mp.arch = AXP_ARCH_QWEN3MOE;
+        mp.n_expert = 16;
+        mp.n_expert_used = 4;
+        mp.path = path;
+        CHECK_MSG(axp_mkmodel(&mp, &err) == 0 && axp_model_load(path, &m, &err) == 0, "%s", err.msg);
+        if (!m)
+                return;
+        axp_heg_shape_from_model(m, AXP_TYPE_F16, &s);
+        const double expert = (double) axp_model_expert_bytes(m, 0);
+        CHECK(s.n_expert == 16 && s.n_expert_used == 4 && s.bytes_expert == expert && expert > 0);
+        CHECK(strcmp(axp_heg_kernel_name(&s, AXP_OP_K3), "K3 moe") == 0);
+        CHECK(strcmp(axp_heg_kernel_name(&s, AXP_OP_K1), "K1 qkv") == 0);
+        axp_cost step = axp_heg_cost(&s, AXP_OP_K3, 1, 1, 0, 0), two = axp_heg_cost(&s, AXP_OP_K3, 2, 2, 0, 0),
+                 chunk = axp_heg_cost(&s, AXP_OP_K3, 256, 1, 0, 0);
+        /* the weights read beyond wo and the router: 4, 8 and all 16 experts; besides them,
+         * per token, its float activations (in and out of wo, the residual, each expert's) */
+        const double act = 4.0 * (3 * 256 + 2 * 4 * 256);
+        CHECK_NEAR(step.bytes - s.bytes_k3, 4 * expert + act, 1);
+        CHECK_NEAR(two.bytes - s.bytes_k3, 8 * expert + 2 * act, 1);
+        CHECK_NEAR(chunk.bytes - s.bytes_k3, 16 * expert + 256 * act, 1);
+        /* far less than a dense FFN of all the experts */
+        CHECK(step.bytes < s.bytes_k3 + 5 * expert);
+        CHECK_EQ_INT((int) axp_heg_experts_read(&s, 3), 12);
+        CHECK_EQ_INT((int) axp_heg_experts_read(&s, 5), 16);
+        CHECK(axp_cpu_device_new(2, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+        CHECK_MSG(axp_calib_measure(d, m, &c, &err) == 0, "%s", err.msg);
+        CHECK(c.P_pk > 1e6 && c.B_pk > 1e6 && isfinite(axp_calib_latency(&c, chunk)));
+        CHECK(axp_calib_latency(&c, step) < axp_calib_latency(&c, chunk));
+        axp_device_free(d);
+        axp_model_free(m);
+        unlink(path);
+}
+
 static void test_cache(void) {
         axp_calib a = { 1e12, 5e10, 0.9, 0.05, 512, 0.2 }, b = { 2e12, 6e10, 0.8, 0.04, 256, 0.3 };
         axp_calib got;
@@ -101,6 +147,7 @@ int main(void) {
         }
         RUN(test_measure);
         RUN(test_cache);
+        RUN(test_moe_cost);
         axp_device_free(cpu);
         axp_model_free(model);
         unlink(model_path);
