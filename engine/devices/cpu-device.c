@@ -183,17 +183,18 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         rope(c, t->layer, kk, hp->n_head_kv, r->pos);
 
         memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
-        int layer = t->layer;
+        const int layer = t->layer;
+        const size_t row = (size_t) (r->pos % axp_seq_kv_rows(r->seq, layer));
         if (r->seq->kv_type == AXP_TYPE_F16) {
-                axp_f16 *kc = (axp_f16 *) r->seq->k[layer] + (size_t) r->pos * kvd;
-                axp_f16 *vc = (axp_f16 *) r->seq->v[layer] + (size_t) r->pos * kvd;
+                axp_f16 *kc = (axp_f16 *) r->seq->k[layer] + row * kvd;
+                axp_f16 *vc = (axp_f16 *) r->seq->v[layer] + row * kvd;
                 for (int j = 0; j < kvd; j++) {
                         kc[j] = axp_f32_to_f16(kk[j]);
                         vc[j] = axp_f32_to_f16(v[j]);
                 }
         } else {
-                memcpy((float *) r->seq->k[layer] + (size_t) r->pos * kvd, kk, (size_t) kvd * sizeof(float));
-                memcpy((float *) r->seq->v[layer] + (size_t) r->pos * kvd, v, (size_t) kvd * sizeof(float));
+                memcpy((float *) r->seq->k[layer] + row * kvd, kk, (size_t) kvd * sizeof(float));
+                memcpy((float *) r->seq->v[layer] + row * kvd, v, (size_t) kvd * sizeof(float));
         }
 }
 
@@ -220,6 +221,12 @@ static int run_k1(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
 
 /* K2: attention of each span's tokens over its own KV cache ------------------------------------ */
 
+/* The ring of a sliding-window layer that wraps (0 where every position has its own row) */
+static int ring_rows(const axp_seq *s, int layer) {
+        int rows = axp_seq_kv_rows(s, layer);
+        return axp_layer_is_swa(&s->model->hp, layer) && rows < s->n_ctx_max ? rows : 0;
+}
+
 static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
         const long qd = (long) hp->n_head * hp->head_dim;
@@ -238,7 +245,8 @@ static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
                 float *q = s->seq->qa + (size_t) s->t0 * qd;
                 axp_cpu_attention(c->pool, q, qd, q, qd, s->seq->k[t->layer], s->seq->v[t->layer],
                                   s->seq->kv_type, n_q, c->pos, hp->n_head, hp->n_head_kv, hp->head_dim,
-                                  axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0, hp->attn_scale);
+                                  axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0,
+                                  ring_rows(s->seq, t->layer), hp->attn_scale);
         }
         return 0;
 }

@@ -597,7 +597,8 @@ static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, unsigned use, seq
                         t1 = MAX(t1, t->spans[i].t1);
         const size_t xb = (size_t) t1 * hp->n_embd * sizeof(float),
                      qab = (size_t) t1 * hp->n_head * hp->head_dim * sizeof(float),
-                     kvb = (size_t) (s->n_past + t1) * hp->n_head_kv * hp->head_dim * kv_elt(s);
+                     kvb = (size_t) MIN(s->n_past + t1, axp_seq_kv_rows(s, t->layer)) * hp->n_head_kv *
+                           hp->head_dim * kv_elt(s);
         if ((use & USE_X) &&
             (r = wrap_get(c, s->x, xb, (use & READ_X) == READ_X, &ret->x, err)) < 0)
                 return r;
@@ -741,7 +742,7 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         const wref *bq = bias ? &L->bq : anyw, *bk = bias ? &L->bk : anyw,
                                    *bv = bias ? &L->bv : anyw;
                         const wref *qn = norm ? &L->q_norm : anyw, *kn = norm ? &L->k_norm : anyw;
-                        const int pos0 = s->n_past + u->t;
+                        const int pos0 = s->n_past + u->t, rows = axp_seq_kv_rows(s, t->layer);
                         if ((r = launch(c, c->k_k1_post, "k1_post", (size_t) u->n * c->wg, 1,
                                         (size_t) c->wg,
                                         ARGS(KM(c->sq), KM(c->sk), KM(c->sv), KI(u->row),
@@ -752,17 +753,23 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                              KF(hp->rms_eps), KM(c->rope), KI(base + u->row),
                                              KI(hp->rope_dim / 2),
                                              KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t),
-                                             KM(b.k), KM(b.v), KI(pos0),
+                                             KM(b.k), KM(b.v), KI(pos0), KI(rows),
                                              KI(s->kv_type == AXP_TYPE_F16)),
                                         err)) < 0)
                                 return r;
+                        /* the rows written: up to the ring's end, and from its start if they wrap */
                         const size_t kvb = (size_t) kvd * kv_elt(s);
+                        const int row0 = pos0 % rows, n1 = MIN(u->n, rows - row0);
                         if ((r = mark_dirty(c, b.qa, s->qa, (size_t) u->t * qd * sizeof(float),
                                             (size_t) u->n * qd * sizeof(float), err)) < 0 ||
-                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) pos0 * kvb,
-                                            (size_t) u->n * kvb, err)) < 0 ||
-                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) pos0 * kvb,
-                                            (size_t) u->n * kvb, err)) < 0)
+                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) row0 * kvb,
+                                            (size_t) n1 * kvb, err)) < 0 ||
+                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) row0 * kvb,
+                                            (size_t) n1 * kvb, err)) < 0)
+                                return r;
+                        if (n1 < u->n &&
+                            ((r = mark_dirty(c, b.k, s->k[t->layer], 0, (size_t) (u->n - n1) * kvb, err)) < 0 ||
+                             (r = mark_dirty(c, b.v, s->v[t->layer], 0, (size_t) (u->n - n1) * kvb, err)) < 0))
                                 return r;
                 }
         }
@@ -788,7 +795,7 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
                                      KI(s->kv_type == AXP_TYPE_F16), KI(s->n_past + sp->t0),
                                      KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
                                      KI(axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0),
-                                     KF(hp->attn_scale)),
+                                     KI(axp_seq_kv_rows(s, t->layer)), KF(hp->attn_scale)),
                                 err)) < 0)
                         return r;
                 if ((r = mark_dirty(c, b.qa, s->qa, (size_t) sp->t0 * qd * sizeof(float),
