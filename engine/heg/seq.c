@@ -88,35 +88,50 @@ static int grown_rows(const axp_seq *s, bool swa, int n, int span) {
         return rows;
 }
 
-/* Room for n more positions, span of them written ahead of their attention. */
+/* Room for n more positions, span of them written ahead of their attention. Every new
+ * buffer is allocated before any is used, so a failure leaves the cache as it was. */
 static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
         const axp_hparams *hp = &s->model->hp;
         const int cap = grown_rows(s, false, n, span), swa_cap = has_swa(hp) ? grown_rows(s, true, n, span) : 0;
-        size_t row = kv_row_bytes(s);
+        const size_t row = kv_row_bytes(s);
+        _cleanup_free_ void **nk = NULL, **nv = NULL;
 
         if (cap == s->kv_cap && swa_cap == s->swa_cap)
                 return 0;
+        nk = calloc((size_t) hp->n_layer, sizeof(void *));
+        nv = calloc((size_t) hp->n_layer, sizeof(void *));
+        bool ok = nk && nv;
+        for (int l = 0; ok && l < hp->n_layer; l++) {
+                const bool swa = axp_layer_is_swa(hp, l);
+                const int rows = swa ? swa_cap : cap;
+                if (rows == (swa ? s->swa_cap : s->kv_cap))
+                        continue;
+                nk[l] = page_alloc((size_t) rows * row);
+                nv[l] = page_alloc((size_t) rows * row);
+                ok = nk[l] && nv[l];
+        }
+        if (!ok) {
+                for (int l = 0; nk && nv && l < hp->n_layer; l++) {
+                        free(nk[l]);
+                        free(nv[l]);
+                }
+                return axp_errorf(err, -ENOMEM, "out of memory for a KV cache of %d positions", MAX(cap, swa_cap));
+        }
         for (int l = 0; l < hp->n_layer; l++) {
+                if (!nk[l])
+                        continue;
                 const bool swa = axp_layer_is_swa(hp, l);
                 const int old = swa ? s->swa_cap : s->kv_cap, rows = swa ? swa_cap : cap;
-                if (rows == old)
-                        continue;
-                void *k = page_alloc((size_t) rows * row), *v = page_alloc((size_t) rows * row);
-                if (!k || !v) {
-                        free(k);
-                        free(v);
-                        return axp_errorf(err, -ENOMEM, "out of memory for a KV cache of %d positions", rows);
-                }
                 /* the positions a later query can still see, each from its row in the old
                  * layout to its row in the new one */
                 for (int p = swa ? axp_layer_kv_start(hp, l, s->n_past) : 0; p < s->n_past; p++) {
-                        memcpy((char *) k + (size_t) (p % rows) * row, (char *) s->k[l] + (size_t) (p % old) * row, row);
-                        memcpy((char *) v + (size_t) (p % rows) * row, (char *) s->v[l] + (size_t) (p % old) * row, row);
+                        memcpy((char *) nk[l] + (size_t) (p % rows) * row, (char *) s->k[l] + (size_t) (p % old) * row, row);
+                        memcpy((char *) nv[l] + (size_t) (p % rows) * row, (char *) s->v[l] + (size_t) (p % old) * row, row);
                 }
                 free(s->k[l]);
                 free(s->v[l]);
-                s->k[l] = k;
-                s->v[l] = v;
+                s->k[l] = nk[l];
+                s->v[l] = nv[l];
         }
         s->kv_cap = cap;
         s->swa_cap = swa_cap;
