@@ -183,17 +183,18 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         rope(c, t->layer, kk, hp->n_head_kv, r->pos);
 
         memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
-        int layer = t->layer;
+        const int layer = t->layer;
+        const size_t row = (size_t) (r->pos % axp_seq_kv_rows(r->seq, layer));
         if (r->seq->kv_type == AXP_TYPE_F16) {
-                axp_f16 *kc = (axp_f16 *) r->seq->k[layer] + (size_t) r->pos * kvd;
-                axp_f16 *vc = (axp_f16 *) r->seq->v[layer] + (size_t) r->pos * kvd;
+                axp_f16 *kc = (axp_f16 *) r->seq->k[layer] + row * kvd;
+                axp_f16 *vc = (axp_f16 *) r->seq->v[layer] + row * kvd;
                 for (int j = 0; j < kvd; j++) {
                         kc[j] = axp_f32_to_f16(kk[j]);
                         vc[j] = axp_f32_to_f16(v[j]);
                 }
         } else {
-                memcpy((float *) r->seq->k[layer] + (size_t) r->pos * kvd, kk, (size_t) kvd * sizeof(float));
-                memcpy((float *) r->seq->v[layer] + (size_t) r->pos * kvd, v, (size_t) kvd * sizeof(float));
+                memcpy((float *) r->seq->k[layer] + row * kvd, kk, (size_t) kvd * sizeof(float));
+                memcpy((float *) r->seq->v[layer] + row * kvd, v, (size_t) kvd * sizeof(float));
         }
 }
 
@@ -220,6 +221,12 @@ static int run_k1(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
 
 /* K2: attention of each span's tokens over its own KV cache ------------------------------------ */
 
+/* The ring of a sliding-window layer that wraps (0 where every position has its own row) */
+static int ring_rows(const axp_seq *s, int layer) {
+        int rows = axp_seq_kv_rows(s, layer);
+        return axp_layer_is_swa(&s->model->hp, layer) && rows < s->n_ctx_max ? rows : 0;
+}
+
 static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
         const long qd = (long) hp->n_head * hp->head_dim;
@@ -238,7 +245,8 @@ static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
                 float *q = s->seq->qa + (size_t) s->t0 * qd;
                 axp_cpu_attention(c->pool, q, qd, q, qd, s->seq->k[t->layer], s->seq->v[t->layer],
                                   s->seq->kv_type, n_q, c->pos, hp->n_head, hp->n_head_kv, hp->head_dim,
-                                  axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0, hp->attn_scale);
+                                  axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0,
+                                  ring_rows(s->seq, t->layer), hp->attn_scale);
         }
         return 0;
 }
@@ -320,6 +328,120 @@ static int run_k3(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
         return 0;
 }
 
+/* K3 of a mixture-of-experts layer: the output projection, residual and RMSNorm as above,
+ * then the router picks each token's experts and every expert runs once over the tokens of
+ * the tile that picked it (a batched product per expert; experts no token picked are not
+ * read), its output added to each of those tokens weighted by the router. */
+
+typedef struct moe_ctx {
+        k3_ctx k;
+        float *logit;  /* [TILE][n_expert] router logits */
+        int *sel;      /* [TILE][n_expert_used] picked experts */
+        float *wt;     /* [TILE][n_expert_used] their weights */
+        float *hx, *eo; /* one expert's gathered inputs and outputs [TILE][n_embd] */
+        int *idx;      /* tile rows of one expert */
+        float *idx_w;  /* their weights */
+} moe_ctx;
+
+static void moe_route_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
+        moe_ctx *mc = ctx;
+        const axp_hparams *hp = &c->model->hp;
+        const int ne = hp->n_expert, nk = hp->n_expert_used;
+        const float *lg = mc->logit + (size_t) i * ne;
+        double p[AXP_MAX_EXPERTS], mx = -INFINITY, z = 0, sum = 0;
+        bool picked[AXP_MAX_EXPERTS] = { false };
+        for (int e = 0; e < ne; e++)
+                mx = fmax(mx, lg[e]);
+        for (int e = 0; e < ne; e++)
+                z += p[e] = exp((double) lg[e] - mx);
+        int *sel = mc->sel + (size_t) i * nk;
+        float *wt = mc->wt + (size_t) i * nk;
+        for (int k = 0; k < nk; k++) {
+                int best = -1;
+                for (int e = 0; e < ne; e++)
+                        if (!picked[e] && (best < 0 || p[e] > p[best]))
+                                best = e;
+                picked[best] = true;
+                sel[k] = best;
+                sum += p[best] / z;
+        }
+        for (int k = 0; k < nk; k++) {
+                double w = p[sel[k]] / z;
+                if (hp->expert_norm)
+                        w /= fmax(sum, 6.103515625e-5);
+                wt[k] = (float) (w * hp->expert_scale);
+        }
+}
+
+static void moe_swiglu_rows(float *g, const float *u, long n) {
+        for (long j = 0; j < n; j++)
+                g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+}
+
+static int run_k3_moe(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim, ff = hp->n_ff_exp;
+        const int ne = hp->n_expert, nk = hp->n_expert_used;
+        const axp_layer *l = &c->model->layers[t->layer];
+        const size_t need = (size_t) TILE * (qd + 4 * d + 2 * ff + ne + 3 * nk + 2);
+        int r;
+
+        if ((r = scratch(c, need, err)) < 0)
+                return r;
+        float *p = c->buf;
+        moe_ctx mc = { .k = { l, p, p + TILE * qd, p + TILE * (qd + d), p + TILE * (qd + 2 * d),
+                              p + TILE * (qd + 2 * d + ff) } };
+        p += TILE * (qd + 2 * d + 2 * ff);
+        mc.hx = p, p += TILE * d;
+        mc.eo = p, p += TILE * d;
+        mc.logit = p, p += (size_t) TILE * ne;
+        mc.wt = p, p += (size_t) TILE * nk;
+        mc.idx_w = p, p += TILE;
+        /* int arrays share the float scratch (same size) */
+        mc.sel = (int *) p, p += (size_t) TILE * nk;
+        mc.idx = (int *) p;
+        for (int base = 0; base < n; base += TILE) {
+                int nt = MIN(TILE, n - base);
+                for_rows(c, t, base, nt, k3_gather_row, &mc.k);
+                const axp_weight *wo = &l->wo;
+                axp_cpu_matmul(c->pool, 1, &wo, mc.k.a, qd, &mc.k.o, &d, nt);
+                for_rows(c, t, base, nt, k3_residual_norm_row, &mc.k);
+                const axp_weight *router = &l->ffn_router;
+                const long lde = ne;
+                axp_cpu_matmul(c->pool, 1, &router, mc.k.h, d, &mc.logit, &lde, nt);
+                for_rows(c, t, base, nt, moe_route_row, &mc);
+                memset(mc.k.o, 0, (size_t) nt * d * sizeof(float));
+                for (int e = 0; e < ne; e++) {
+                        int m = 0;
+                        for (int i = 0; i < nt; i++)
+                                for (int k = 0; k < nk; k++)
+                                        if (mc.sel[i * nk + k] == e) {
+                                                mc.idx[m] = i;
+                                                mc.idx_w[m++] = mc.wt[i * nk + k];
+                                        }
+                        if (m == 0)
+                                continue;
+                        for (int j = 0; j < m; j++)
+                                memcpy(mc.hx + j * d, mc.k.h + (size_t) mc.idx[j] * d, (size_t) d * sizeof(float));
+                        const axp_weight *gu[2] = { &l->exp_gate[e], &l->exp_up[e] };
+                        float *ys[2] = { mc.k.g, mc.k.u };
+                        long ldy[2] = { ff, ff };
+                        axp_cpu_matmul(c->pool, 2, gu, mc.hx, d, ys, ldy, m);
+                        moe_swiglu_rows(mc.k.g, mc.k.u, (long) m * ff);
+                        const axp_weight *wd = &l->exp_down[e];
+                        axp_cpu_matmul(c->pool, 1, &wd, mc.k.g, ff, &mc.eo, &d, m);
+                        for (int j = 0; j < m; j++) {
+                                float *o = mc.k.o + (size_t) mc.idx[j] * d;
+                                const float *y = mc.eo + (size_t) j * d, w = mc.idx_w[j];
+                                for (long q = 0; q < d; q++)
+                                        o[q] += w * y[q];
+                        }
+                }
+                for_rows(c, t, base, nt, k3_residual_row, &mc.k);
+        }
+        return 0;
+}
+
 /* HEAD: final RMSNorm and LM head for the last token of each span -------------------------------- */
 
 static void head_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
@@ -375,7 +497,7 @@ static int cpu_run(axp_device *d, const axp_task *t, axp_error *err) {
         case AXP_OP_K2:
                 return run_k2(c, t, err);
         case AXP_OP_K3:
-                return run_k3(c, t, n, err);
+                return c->model->hp.n_expert > 0 ? run_k3_moe(c, t, n, err) : run_k3(c, t, n, err);
         case AXP_OP_HEAD:
                 return run_head(c, t, n, err);
         default:
@@ -388,7 +510,13 @@ static void for_each_matrix(axp_model *m, int (*fn)(axp_weight *w)) {
                 axp_layer *l = &m->layers[i];
                 axp_weight *ws[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
-                        fn(ws[j]);
+                        if (ws[j]->data)
+                                fn(ws[j]);
+                for (int e = 0; l->exp_gate && e < m->hp.n_expert; e++) {
+                        fn(&l->exp_gate[e]);
+                        fn(&l->exp_up[e]);
+                        fn(&l->exp_down[e]);
+                }
         }
         fn(&m->output);
 }

@@ -16,16 +16,34 @@ static void add_chunks(axp_task *tasks, int *n, axp_op op, int layer, axp_seq *s
 int axp_prefill_plan(axp_seq *s, int chunk, axp_task **ret, int *ret_n, axp_error *err) {
         const int n_layer = s->model->hp.n_layer;
         int per = chunk > 0 ? DIV_ROUND_UP(s->n_new, chunk) : 1;
-        axp_task *tasks = calloc((size_t) (per * (1 + 2 * n_layer) + n_layer + 1), sizeof(axp_task));
+        axp_task *tasks = calloc((size_t) (per * (1 + 3 * n_layer) + n_layer + 1), sizeof(axp_task));
         int n = 0;
 
         if (!tasks)
                 return axp_errorf(err, -ENOMEM, "out of memory");
+        if (s->kv_span > 0 && (chunk <= 0 || chunk > s->kv_span)) {
+                free(tasks);
+                return axp_errorf(err, -EINVAL, "the KV cache is sized for chunks of %d tokens, not %d",
+                                  s->kv_span, chunk > 0 ? chunk : s->n_new);
+        }
         add_chunks(tasks, &n, AXP_OP_EMBED, 0, s, chunk);
         for (int l = 0; l < n_layer; l++) {
-                add_chunks(tasks, &n, AXP_OP_K1, l, s, chunk);
-                tasks[n++] = (axp_task) { .op = AXP_OP_K2, .layer = l, .n_spans = 1, .variant = AXP_VAR_DYNAMIC,
-                                          .spans = { { s, 0, s->n_new } } };
+                if (chunk > 0 && axp_layer_is_swa(&s->model->hp, l)) {
+                        /* a sliding-window layer's ring holds one chunk ahead of the window:
+                         * each chunk's attention runs before the next chunk's K1 */
+                        for (int t0 = 0; t0 < s->n_new; t0 += chunk) {
+                                int t1 = MIN(t0 + chunk, s->n_new);
+                                axp_variant v = t1 - t0 == chunk ? AXP_VAR_STATIC : AXP_VAR_DYNAMIC;
+                                tasks[n++] = (axp_task) { .op = AXP_OP_K1, .layer = l, .n_spans = 1, .variant = v,
+                                                          .spans = { { s, t0, t1 } } };
+                                tasks[n++] = (axp_task) { .op = AXP_OP_K2, .layer = l, .n_spans = 1,
+                                                          .variant = AXP_VAR_DYNAMIC, .spans = { { s, t0, t1 } } };
+                        }
+                } else {
+                        add_chunks(tasks, &n, AXP_OP_K1, l, s, chunk);
+                        tasks[n++] = (axp_task) { .op = AXP_OP_K2, .layer = l, .n_spans = 1,
+                                                  .variant = AXP_VAR_DYNAMIC, .spans = { { s, 0, s->n_new } } };
+                }
                 add_chunks(tasks, &n, AXP_OP_K3, l, s, chunk);
         }
         tasks[n++] = (axp_task) { .op = AXP_OP_HEAD, .n_spans = 1, .variant = AXP_VAR_DYNAMIC,
@@ -60,6 +78,8 @@ int axp_forward_prefill(axp_device *d, axp_seq *s, const int32_t *tokens, int n,
         _cleanup_(staged_drop) staged st = { &s, 0 };
         int n_tasks, r;
 
+        /* the rings of sliding-window layers need hold only one chunk ahead of the window */
+        axp_seq_set_span(s, chunk > 0 ? chunk : 0);
         if ((r = axp_seq_begin(s, tokens, n, err)) < 0)
                 return r;
         st.n = 1;

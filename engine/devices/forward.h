@@ -8,8 +8,9 @@
 #include "heg/heg.h"
 
 /* The tasks of a prefill of the seq's pending tokens, in order: EMBED (chunked), then per
- * layer K1 over chunks, K2, K3 over chunks, then HEAD over the last token. chunk <= 0: one
- * task per kernel. *ret is malloc'd. */
+ * layer K1 over chunks, K2, K3 over chunks (on a sliding-window layer K1 and K2 of each chunk
+ * in turn, as its KV ring needs), then HEAD over the last token. chunk <= 0: one task per
+ * kernel. Chunks longer than the seq's kv_span are refused. *ret is malloc'd. */
 int axp_prefill_plan(axp_seq *s, int chunk, axp_task **ret, int *ret_n, axp_error *err);
 
 /* Prefill n tokens (staged with axp_seq_begin here) and leave the last token's logits in

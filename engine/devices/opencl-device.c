@@ -16,6 +16,7 @@
  * the scheduler may give any kernel to either device and get the same tokens. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "backend.h"
+#include "cpu-device.h"
 #include "opencl-device.h"
 
 #include <CL/cl.h>
@@ -111,6 +112,10 @@ typedef struct ocl_dev {
         cl_kernel k_geglu, k_scale_rows;
 
         axp_model *model;
+        /* A mixture of experts' FFN (K3 of a qwen3moe layer) has no OpenCL kernel yet: those
+         * tasks run on this CPU device, on the same host memory (every task hands its results
+         * back to the host before it returns) */
+        axp_device *moe_cpu;
         bool zero_copy; /* weights used in place */
         cl_mem *wbufs;  /* segments of the mapping, or one buffer per uploaded weight */
         int n_wbufs, cap_wbufs;
@@ -594,7 +599,8 @@ static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, unsigned use, seq
                         t1 = MAX(t1, t->spans[i].t1);
         const size_t xb = (size_t) t1 * hp->n_embd * sizeof(float),
                      qab = (size_t) t1 * hp->n_head * hp->head_dim * sizeof(float),
-                     kvb = (size_t) (s->n_past + t1) * hp->n_head_kv * hp->head_dim * kv_elt(s);
+                     kvb = (size_t) MIN(s->n_past + t1, axp_seq_kv_rows(s, t->layer)) * hp->n_head_kv *
+                           hp->head_dim * kv_elt(s);
         if ((use & USE_X) &&
             (r = wrap_get(c, s->x, xb, (use & READ_X) == READ_X, &ret->x, err)) < 0)
                 return r;
@@ -738,7 +744,7 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         const wref *bq = bias ? &L->bq : anyw, *bk = bias ? &L->bk : anyw,
                                    *bv = bias ? &L->bv : anyw;
                         const wref *qn = norm ? &L->q_norm : anyw, *kn = norm ? &L->k_norm : anyw;
-                        const int pos0 = s->n_past + u->t;
+                        const int pos0 = s->n_past + u->t, rows = axp_seq_kv_rows(s, t->layer);
                         if ((r = launch(c, c->k_k1_post, "k1_post", (size_t) u->n * c->wg, 1,
                                         (size_t) c->wg,
                                         ARGS(KM(c->sq), KM(c->sk), KM(c->sv), KI(u->row),
@@ -749,17 +755,23 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                              KF(hp->rms_eps), KM(c->rope), KI(base + u->row),
                                              KI(hp->rope_dim / 2),
                                              KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t),
-                                             KM(b.k), KM(b.v), KI(pos0),
+                                             KM(b.k), KM(b.v), KI(pos0), KI(rows),
                                              KI(s->kv_type == AXP_TYPE_F16)),
                                         err)) < 0)
                                 return r;
+                        /* the rows written: up to the ring's end, and from its start if they wrap */
                         const size_t kvb = (size_t) kvd * kv_elt(s);
+                        const int row0 = pos0 % rows, n1 = MIN(u->n, rows - row0);
                         if ((r = mark_dirty(c, b.qa, s->qa, (size_t) u->t * qd * sizeof(float),
                                             (size_t) u->n * qd * sizeof(float), err)) < 0 ||
-                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) pos0 * kvb,
-                                            (size_t) u->n * kvb, err)) < 0 ||
-                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) pos0 * kvb,
-                                            (size_t) u->n * kvb, err)) < 0)
+                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) row0 * kvb,
+                                            (size_t) n1 * kvb, err)) < 0 ||
+                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) row0 * kvb,
+                                            (size_t) n1 * kvb, err)) < 0)
+                                return r;
+                        if (n1 < u->n &&
+                            ((r = mark_dirty(c, b.k, s->k[t->layer], 0, (size_t) (u->n - n1) * kvb, err)) < 0 ||
+                             (r = mark_dirty(c, b.v, s->v[t->layer], 0, (size_t) (u->n - n1) * kvb, err)) < 0))
                                 return r;
                 }
         }
@@ -785,7 +797,7 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
                                      KI(s->kv_type == AXP_TYPE_F16), KI(s->n_past + sp->t0),
                                      KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
                                      KI(axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0),
-                                     KF(hp->attn_scale)),
+                                     KI(axp_seq_kv_rows(s, t->layer)), KF(hp->attn_scale)),
                                 err)) < 0)
                         return r;
                 if ((r = mark_dirty(c, b.qa, s->qa, (size_t) sp->t0 * qd * sizeof(float),
@@ -934,7 +946,9 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
         case AXP_OP_EMBED: r = run_embed(c, t, n, err); break;
         case AXP_OP_K1: r = run_k1(c, t, n, err); break;
         case AXP_OP_K2: r = run_k2(c, t, err); break;
-        case AXP_OP_K3: r = run_k3(c, t, n, err); break;
+        case AXP_OP_K3:
+                r = c->moe_cpu ? axp_device_run(c->moe_cpu, t, err) : run_k3(c, t, n, err);
+                break;
         case AXP_OP_HEAD: r = run_head(c, t, n, err); break;
         default: r = axp_errorf(err, -EINVAL, "unknown kernel %d", t->op); break;
         }
@@ -1115,6 +1129,10 @@ static int weights_make(ocl_dev *c, axp_model *m, axp_error *err) {
 }
 
 static void model_release(ocl_dev *c) {
+        if (c->moe_cpu) {
+                axp_device_free(c->moe_cpu);
+                c->moe_cpu = NULL;
+        }
         weights_release(c);
         free(c->layers);
         free(c->inv_freq);
@@ -1177,6 +1195,15 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
         if ((r = weights_make(c, m, err)) < 0) {
                 model_release(c);
                 return r;
+        }
+        if (hp->n_expert > 0) {
+                if ((r = axp_cpu_device_new(0, &c->moe_cpu, err)) < 0 ||
+                    (r = axp_device_prepare(c->moe_cpu, m, err)) < 0) {
+                        model_release(c);
+                        return r;
+                }
+                fprintf(stderr, "agentxpu: %s: the mixture-of-experts FFN of %s's layers runs on the CPU "
+                        "(no OpenCL kernel for it yet)\n", dev->name, axp_arch_name(hp->arch));
         }
         const size_t d = (size_t) hp->n_embd, qd = (size_t) hp->n_head * hp->head_dim,
                      kvd = (size_t) hp->n_head_kv * hp->head_dim, ff = (size_t) hp->n_ff;

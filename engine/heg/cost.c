@@ -30,12 +30,26 @@ void axp_heg_shape_from_model(const axp_model *m, uint32_t kv_type, axp_heg_shap
                             weight_bytes(&l->q_norm) + weight_bytes(&l->k_norm),
                 .bytes_k3 = weight_bytes(&l->wo) + weight_bytes(&l->ffn_norm) +
                             weight_bytes(&l->w_gate) + weight_bytes(&l->w_up) +
-                            weight_bytes(&l->w_down),
+                            weight_bytes(&l->w_down) + weight_bytes(&l->ffn_router),
+                .n_expert = hp->n_expert,
+                .n_expert_used = hp->n_expert_used,
+                .n_ff_exp = hp->n_ff_exp,
+                .bytes_expert = hp->n_expert > 0 ? (double) axp_model_expert_bytes(m, 0) : 0.0,
                 .bytes_head = weight_bytes(&m->output_norm) + weight_bytes(&m->output),
                 /* our kernels keep activations in float */
                 .act_bytes = 4.0,
                 .kv_bytes = kv_type == AXP_TYPE_F16 ? 2.0 : 4.0,
         };
+}
+
+double axp_heg_experts_read(const axp_heg_shape *s, int n_tokens) {
+        if (s->n_expert <= 0 || n_tokens <= 0)
+                return 0.0;
+        return fmin((double) n_tokens * s->n_expert_used, (double) s->n_expert);
+}
+
+const char *axp_heg_kernel_name(const axp_heg_shape *s, axp_op op) {
+        return op == AXP_OP_K3 && s->n_expert > 0 ? "K3 moe" : axp_op_name(op);
 }
 
 axp_cost axp_heg_cost(const axp_heg_shape *s, axp_op op, int n_tokens, int n_seqs,
@@ -65,6 +79,15 @@ axp_cost axp_heg_cost(const axp_heg_shape *s, axp_op op, int n_tokens, int n_seq
                 c.bytes = kv_ctx * 2.0 * kv_dim * s->kv_bytes + 2.0 * n * q_dim * a;
                 break;
         case AXP_OP_K3:
+                if (s->n_expert > 0) {
+                        /* wo, the router, then n_expert_used SwiGLU experts per token */
+                        double k = s->n_expert_used, ff = s->n_ff_exp;
+                        c.flops = 2.0 * n * (q_dim * d + d * s->n_expert + 3.0 * k * d * ff) +
+                                  n * (6.0 * d + 5.0 * s->n_expert + k * (4.0 * ff + 2.0 * d));
+                        c.bytes = s->bytes_k3 + axp_heg_experts_read(s, n_tokens) * s->bytes_expert +
+                                  n * (2.0 * d * a + q_dim * a + 2.0 * k * d * a);
+                        break;
+                }
                 c.flops = 2.0 * n * (q_dim * d + 3.0 * d * s->n_ff) + n * (6.0 * d + 4.0 * s->n_ff);
                 c.bytes = s->bytes_k3 + n * (2.0 * d * a + q_dim * a);
                 break;

@@ -14,7 +14,16 @@
 typedef struct axp_heg_shape {
         int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
         double bytes_k1;    /* weight bytes read by K1 of one layer (wq, wk, wv, norms) */
-        double bytes_k3;    /* weight bytes read by K3 of one layer (wo, gate, up, down) */
+        double bytes_k3;    /* weight bytes read by K3 of one layer (wo, gate, up, down; with
+                             * experts: wo and the router, the experts being counted apart) */
+        /* A mixture of experts (n_expert > 0): K3 is the MoE kernel, "K3 moe". Each token runs
+         * n_expert_used experts of n_ff_exp hidden units, bytes_expert bytes each; a task reads
+         * each expert its tokens picked once, so n tokens read min(n * n_expert_used, n_expert)
+         * experts at most, which is what the model charges: exact for a lone decode step,
+         * for a prefill chunk of more tokens than n_expert / n_expert_used (every expert is
+         * read), and an upper bound in between, so a preemption bound it meets holds. */
+        int n_expert, n_expert_used, n_ff_exp;
+        double bytes_expert;
         double bytes_head;  /* output weight bytes */
         double act_bytes;   /* bytes per activation element (2 for fp16 activations) */
         double kv_bytes;    /* bytes per KV element */
@@ -33,6 +42,10 @@ typedef struct axp_cost {
  * kv_ctx the sum over requests of the KV positions read (K2 only). */
 axp_cost axp_heg_cost(const axp_heg_shape *s, axp_op op, int n_tokens, int n_seqs,
                       double attn_ctx, double kv_ctx);
+/* The experts a K3 over n tokens is charged for reading (0 for a dense model). */
+double axp_heg_experts_read(const axp_heg_shape *s, int n_tokens);
+/* The kernel a task of op runs, by name: "K3 moe" for K3 on a mixture of experts. */
+const char *axp_heg_kernel_name(const axp_heg_shape *s, axp_op op);
 /* Cost of a concrete task. */
 axp_cost axp_task_cost(const axp_heg_shape *s, const axp_task *t);
 

@@ -7,10 +7,13 @@
 #include "seq.h"
 #include "kernels/types.h"
 
+#define RING_ALIGN 256 /* ATT_CHUNK: the CPU attention's blocks never wrap */
+
 /* The KV cache holds what is committed and is never larger than the context; the pending
  * tokens fit in it and in the activations. */
 static void check(const axp_seq *s) {
         assert(s->n_past >= 0 && s->n_past <= s->kv_cap && s->kv_cap <= s->n_ctx_max);
+        assert(s->swa_cap <= s->n_ctx_max && (s->swa_cap >= s->n_ctx_max || s->swa_cap % RING_ALIGN == 0));
         assert(s->n_new >= 0 && s->n_past + s->n_new <= s->kv_cap && s->n_new <= s->act_cap);
         assert(s->logits_pos < s->n_past + s->n_new);
 }
@@ -29,14 +32,35 @@ const char *axp_kv_type_name(uint32_t kv_type) {
         return kv_type == AXP_TYPE_F16 ? "f16" : kv_type == AXP_TYPE_F32 ? "f32" : "?";
 }
 
-size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx) {
-        size_t elem = kv_type == AXP_TYPE_F16 ? 2 : 4;
-        return 2 * (size_t) hp->n_layer * (size_t) n_ctx * hp->n_head_kv * hp->head_dim * elem;
+static bool has_swa(const axp_hparams *hp) {
+        for (int l = 0; l < hp->n_layer; l++)
+                if (axp_layer_is_swa(hp, l))
+                        return true;
+        return false;
+}
+
+int axp_kv_ring_rows(const axp_hparams *hp, int n_ctx, int span) {
+        long rows = ((long) hp->n_swa - 1 + MAX(span, 1) + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN;
+        return (int) MIN(rows, (long) n_ctx);
+}
+
+size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx, int span) {
+        size_t elem = kv_type == AXP_TYPE_F16 ? 2 : 4, rows = 0;
+        for (int l = 0; l < hp->n_layer; l++)
+                rows += axp_layer_is_swa(hp, l) ? (size_t) axp_kv_ring_rows(hp, n_ctx, span) : (size_t) n_ctx;
+        return 2 * rows * hp->n_head_kv * hp->head_dim * elem;
 }
 
 static size_t kv_row_bytes(const axp_seq *s) {
         const axp_hparams *hp = &s->model->hp;
         return (size_t) hp->n_head_kv * hp->head_dim * (s->kv_type == AXP_TYPE_F16 ? 2 : 4);
+}
+
+size_t axp_seq_kv_bytes(const axp_seq *s) {
+        size_t rows = 0;
+        for (int l = 0; l < s->model->hp.n_layer; l++)
+                rows += (size_t) axp_seq_kv_rows(s, l);
+        return 2 * rows * kv_row_bytes(s);
 }
 
 static void *page_alloc(size_t size) {
@@ -47,30 +71,70 @@ static void *page_alloc(size_t size) {
         return p;
 }
 
-static int kv_grow(axp_seq *s, int need, axp_error *err) {
-        if (need <= s->kv_cap)
+/* Rows for n more positions (n_past + n on a full-attention layer, the ring on a sliding-
+ * window one), grown geometrically so a long generation reallocates a few times, not per
+ * token. A ring shorter than the context is a multiple of RING_ALIGN. */
+static int grown_rows(const axp_seq *s, bool swa, int n, int span) {
+        int cur = swa ? s->swa_cap : s->kv_cap, need = s->n_past + n, limit = s->n_ctx_max;
+        if (swa) {
+                limit = axp_kv_ring_rows(&s->model->hp, s->n_ctx_max, span);
+                need = MIN(need, limit);
+        }
+        if (need <= cur)
+                return cur;
+        int rows = MAX(need, MIN(limit, MAX(cur * 2, 256)));
+        if (swa && rows < s->n_ctx_max)
+                rows = MIN(s->n_ctx_max, (rows + RING_ALIGN - 1) / RING_ALIGN * RING_ALIGN);
+        return rows;
+}
+
+/* Room for n more positions, span of them written ahead of their attention. Every new
+ * buffer is allocated before any is used, so a failure leaves the cache as it was. */
+static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
+        const axp_hparams *hp = &s->model->hp;
+        const int cap = grown_rows(s, false, n, span), swa_cap = has_swa(hp) ? grown_rows(s, true, n, span) : 0;
+        const size_t row = kv_row_bytes(s);
+        _cleanup_free_ void **nk = NULL, **nv = NULL;
+
+        if (cap == s->kv_cap && swa_cap == s->swa_cap)
                 return 0;
-        /* grow geometrically so a long generation reallocates a few times, not per token */
-        int cap = MAX(need, MIN(s->n_ctx_max, MAX(s->kv_cap * 2, 256)));
-        const int n_layer = s->model->hp.n_layer;
-        size_t row = kv_row_bytes(s);
-        for (int l = 0; l < n_layer; l++) {
-                void *k = page_alloc((size_t) cap * row), *v = page_alloc((size_t) cap * row);
-                if (!k || !v) {
-                        free(k);
-                        free(v);
-                        return axp_errorf(err, -ENOMEM, "out of memory for a KV cache of %d positions", cap);
+        nk = calloc((size_t) hp->n_layer, sizeof(void *));
+        nv = calloc((size_t) hp->n_layer, sizeof(void *));
+        bool ok = nk && nv;
+        for (int l = 0; ok && l < hp->n_layer; l++) {
+                const bool swa = axp_layer_is_swa(hp, l);
+                const int rows = swa ? swa_cap : cap;
+                if (rows == (swa ? s->swa_cap : s->kv_cap))
+                        continue;
+                nk[l] = page_alloc((size_t) rows * row);
+                nv[l] = page_alloc((size_t) rows * row);
+                ok = nk[l] && nv[l];
+        }
+        if (!ok) {
+                for (int l = 0; nk && nv && l < hp->n_layer; l++) {
+                        free(nk[l]);
+                        free(nv[l]);
                 }
-                if (s->n_past > 0) {
-                        memcpy(k, s->k[l], (size_t) s->n_past * row);
-                        memcpy(v, s->v[l], (size_t) s->n_past * row);
+                return axp_errorf(err, -ENOMEM, "out of memory for a KV cache of %d positions", MAX(cap, swa_cap));
+        }
+        for (int l = 0; l < hp->n_layer; l++) {
+                if (!nk[l])
+                        continue;
+                const bool swa = axp_layer_is_swa(hp, l);
+                const int old = swa ? s->swa_cap : s->kv_cap, rows = swa ? swa_cap : cap;
+                /* the positions a later query can still see, each from its row in the old
+                 * layout to its row in the new one */
+                for (int p = swa ? axp_layer_kv_start(hp, l, s->n_past) : 0; p < s->n_past; p++) {
+                        memcpy((char *) nk[l] + (size_t) (p % rows) * row, (char *) s->k[l] + (size_t) (p % old) * row, row);
+                        memcpy((char *) nv[l] + (size_t) (p % rows) * row, (char *) s->v[l] + (size_t) (p % old) * row, row);
                 }
                 free(s->k[l]);
                 free(s->v[l]);
-                s->k[l] = k;
-                s->v[l] = v;
+                s->k[l] = nk[l];
+                s->v[l] = nv[l];
         }
         s->kv_cap = cap;
+        s->swa_cap = swa_cap;
         return 0;
 }
 
@@ -90,7 +154,9 @@ int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max
                 axp_seq_free(s);
                 return axp_errorf(err, -ENOMEM, "out of memory");
         }
-        int r = kv_grow(s, MIN(MAX(kv_reserve, 1), s->n_ctx_max), err);
+        /* the sliding-window layers reserve their window; a prompt staged later grows them
+         * by what its chunks need */
+        int r = kv_grow(s, MIN(MAX(kv_reserve, 1), s->n_ctx_max), 1, err);
         if (r < 0) {
                 axp_seq_free(s);
                 return r;
@@ -139,7 +205,7 @@ int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err) {
         for (int i = 0; i < n; i++)
                 if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
                         return axp_errorf(err, -EINVAL, "token id %d is outside the vocabulary", tokens[i]);
-        if ((r = kv_grow(s, s->n_past + n, err)) < 0)
+        if ((r = kv_grow(s, n, s->kv_span > 0 ? MIN(s->kv_span, n) : n, err)) < 0)
                 return r;
         if (n > s->act_cap) {
                 axp_seq_release_activations(s);
@@ -156,6 +222,10 @@ int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err) {
         s->n_new = n;
         check(s);
         return 0;
+}
+
+void axp_seq_set_span(axp_seq *s, int span) {
+        s->kv_span = MAX(span, 0);
 }
 
 void axp_seq_end(axp_seq *s) {
@@ -175,6 +245,8 @@ void axp_seq_release_activations(axp_seq *s) {
 }
 
 void axp_seq_truncate(axp_seq *s, int n) {
+        assert(n >= s->n_past || s->swa_cap == 0 || s->swa_cap >= s->n_ctx_max ||
+               s->n_past - n <= s->swa_cap - s->model->hp.n_swa);
         if (n >= 0 && n < s->n_past)
                 s->n_past = n;
         s->n_new = 0;

@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* A request's forward state (implemented in seq.c): its KV cache, which stays in place while
  * the request is preempted or between a flow's turns, and the activations of its pending
- * tokens, which the HEG's kernels read and write. */
+ * tokens, which the HEG's kernels read and write.
+ *
+ * A full-attention layer keeps every position (position p in row p). A sliding-window layer
+ * keeps a ring: position p in row p % axp_seq_kv_rows(s, layer), long enough for the window
+ * behind the oldest pending token whose attention has not run yet plus the pending tokens
+ * written before it runs (kv_span). Its length is a multiple of ATT_CHUNK (256) unless it
+ * holds the whole context, so a 256-aligned block of positions is contiguous in it. */
 #pragma once
 
 #include <stdint.h>
@@ -13,10 +19,13 @@
 typedef struct axp_seq {
         const axp_model *model;
         uint32_t kv_type;  /* AXP_TYPE_F32 or AXP_TYPE_F16 */
-        int kv_cap;        /* positions allocated */
+        int kv_cap;        /* positions allocated on the full-attention layers */
+        int swa_cap;       /* rows of each sliding-window layer's ring (0: no such layers) */
+        int kv_span;       /* most pending tokens whose K/V are written before their attention
+                            * runs (the caller's chunk); 0: all the pending tokens */
         int n_ctx_max;     /* hard cap on positions (the context length) */
         int n_past;        /* positions committed to the KV cache */
-        void **k, **v;     /* per layer: [kv_cap][n_head_kv * head_dim] of kv_type */
+        void **k, **v;     /* per layer: [kv_cap or swa_cap][n_head_kv * head_dim] of kv_type */
         /* pending tokens at positions n_past .. n_past + n_new - 1 */
         int n_new;
         int act_cap;
@@ -31,14 +40,30 @@ typedef struct axp_seq {
  * (AXP_TYPE_F16, the default, as llama.cpp's) or "f32" (AXP_TYPE_F32). -EINVAL otherwise. */
 int axp_kv_type_from_name(const char *name, uint32_t *ret);
 const char *axp_kv_type_name(uint32_t kv_type);
-/* Bytes of a KV cache of n_ctx positions (K and V, every layer). */
-size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx);
+/* Rows of a sliding-window layer's ring for a context of n_ctx positions when at most span
+ * pending tokens are written ahead of their attention: the window behind them plus the span,
+ * rounded up to 256, or n_ctx if that is no shorter. */
+int axp_kv_ring_rows(const axp_hparams *hp, int n_ctx, int span);
+/* Bytes of a KV cache of n_ctx positions (K and V, every layer; the sliding-window layers'
+ * rings for a span of `span` pending tokens, see axp_kv_ring_rows). */
+size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx, int span);
+/* Bytes the seq's KV cache holds now. */
+size_t axp_seq_kv_bytes(const axp_seq *s);
+
+/* Rows of layer l's cache: position p is in row p % axp_seq_kv_rows(s, l). */
+static inline int axp_seq_kv_rows(const axp_seq *s, int l) {
+        return axp_layer_is_swa(&s->model->hp, l) ? s->swa_cap : s->kv_cap;
+}
 
 /* n_ctx_max: positions this request may ever use (<= model context); kv_reserve: positions
  * to allocate now (grows on demand up to n_ctx_max). */
 int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max, int kv_reserve,
                  axp_error *err);
 void axp_seq_free(axp_seq *s);
+/* At most span pending tokens are written to the KV cache before their attention has run
+ * (the caller runs K1, K2 in chunks of span tokens, K2 of a chunk before K1 of the next on
+ * each sliding-window layer); 0: all of them. Sizes the sliding-window layers' rings. */
+void axp_seq_set_span(axp_seq *s, int span);
 /* Stage n new tokens; fails with -E2BIG (ContextOverflow) beyond n_ctx_max. */
 int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err);
 /* The ContextOverflow error (-E2BIG) for a prompt of n tokens that does not fit a context of
@@ -49,5 +74,6 @@ int axp_seq_overflow_error(axp_error *err, int n, int n_past, int n_ctx);
 void axp_seq_end(axp_seq *s);
 /* Drop the activation buffers (keep the KV cache), e.g. while a flow waits for its next turn. */
 void axp_seq_release_activations(axp_seq *s);
-/* Forget KV positions >= n (n <= n_past). */
+/* Forget KV positions >= n (n <= n_past; a sliding-window layer's ring must still hold the
+ * window behind n: n_past - n <= swa_cap - n_swa). */
 void axp_seq_truncate(axp_seq *s, int n);

@@ -7,8 +7,22 @@
  *   chatml   "<|im_start|>ROLE\n" + content + "<|im_end|>\n" (Qwen, Hermes, ...). Qwen2's own
  *            template also adds a default system prompt when there is none; that prompt is
  *            model-specific and left to the caller.
- *   mistral  Mistral-7B-Instruct: "[INST] " + user + " [/INST]" + assistant + "</s>"; a system
- *            prompt goes before the first user message, separated by "\n\n".
+ *   mistral  Mistral-7B-Instruct v0.1/v0.2: "[INST] " + user + " [/INST]" + assistant + "</s>";
+ *            the template has no system role: a system prompt goes before the first user
+ *            message, separated by "\n\n", as in the templates that have one.
+ *   mistral-v1         Mistral's "v1" (v0.2 with a system prompt): " [INST] " + user + " [/INST]"
+ *                      + " " + assistant + "</s>"; the system prompt as mistral's.
+ *   mistral-v3         "v3" (v0.3, Mixtral-8x22B, Mistral-Large-2407): "[INST] " + user +
+ *                      "[/INST]" + " " + trim(assistant) + "</s>"; the system prompt + "\n\n"
+ *                      goes into the conversation's last message if that is a user's (and is
+ *                      dropped otherwise), as the template does.
+ *   mistral-v3-tekken  Mistral-Nemo: "[INST]" + user + "[/INST]" + assistant + "</s>"; the
+ *                      system prompt as v3's.
+ *   mistral-v7         Mistral-Large-2411: "[SYSTEM_PROMPT] " + system + "[/SYSTEM_PROMPT]"
+ *                      where it stands, "[INST] " + user + "[/INST]", " " + assistant + "</s>".
+ *   mistral-v7-tekken  Mistral-Small-3.x, Devstral, Ministral: the same without the spaces.
+ *                      (Their templates' default system prompt, when none is given, is
+ *                      model-specific and left to the caller.)
  *   llama2   Llama-2-*-chat: "[INST] " + strip(user, with the system prompt as
  *            "<<SYS>>\n...\n<</SYS>>\n\n" before the first one) + " [/INST]", then
  *            " " + strip(assistant) + " </s>", and "<s>" before every later "[INST]".
@@ -35,6 +49,11 @@ static const char *const family_names[] = {
         [AXP_CHAT_LLAMA2] = "llama2",
         [AXP_CHAT_PHI3] = "phi3",
         [AXP_CHAT_GEMMA] = "gemma",
+        [AXP_CHAT_MISTRAL_V1] = "mistral-v1",
+        [AXP_CHAT_MISTRAL_V3] = "mistral-v3",
+        [AXP_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
+        [AXP_CHAT_MISTRAL_V7] = "mistral-v7",
+        [AXP_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
 };
 
 const char *axp_chat_family_name(axp_chat_family f) {
@@ -60,10 +79,16 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                 if (has(tmpl, "<|im_start|>"))
                         return AXP_CHAT_CHATML;
                 if (strncmp(tmpl, "mistral", 7) == 0 || has(tmpl, "[INST]")) {
-                        /* Mistral's own templates; otherwise Llama 2 if it has a system block */
-                        if (has(tmpl, "[SYSTEM_PROMPT]") || has(tmpl, "[AVAILABLE_TOOLS]") ||
-                            has(tmpl, "' [INST] ' + system_message"))
-                                return AXP_CHAT_MISTRAL;
+                        /* Mistral's own templates, told apart by their markers and by the
+                         * quote right after "[INST]" (no space: tekken); otherwise Llama 2
+                         * if it has a system block */
+                        bool tekken = has(tmpl, "[INST]'") || has(tmpl, "[INST]\"");
+                        if (has(tmpl, "[SYSTEM_PROMPT]"))
+                                return tekken ? AXP_CHAT_MISTRAL_V7_TEKKEN : AXP_CHAT_MISTRAL_V7;
+                        if (has(tmpl, "[AVAILABLE_TOOLS]"))
+                                return tekken ? AXP_CHAT_MISTRAL_V3_TEKKEN : AXP_CHAT_MISTRAL_V3;
+                        if (has(tmpl, "' [INST] ' + system_message"))
+                                return AXP_CHAT_MISTRAL_V1;
                         return has(tmpl, "<<SYS>>") ? AXP_CHAT_LLAMA2 : AXP_CHAT_MISTRAL;
                 }
                 if (has(tmpl, "<|start_header_id|>") && has(tmpl, "<|end_header_id|>"))
@@ -237,6 +262,65 @@ static void format_inst(out *o, const axp_chat_msg *msgs, size_t n, bool llama2,
         free(sys.buf);
 }
 
+/* Mistral's later templates, one row each: the [INST] markers, what opens an answer, where
+ * the system prompt goes. */
+typedef struct mistral_style {
+        const char *inst, *inst_end, *answer;
+        bool trim_answer;
+        bool sys_last; /* the system prompt (+ "\n\n") opens the last message, if a user's */
+        const char *sys, *sys_end; /* else: a block of its own where it stands (v7), or NULL:
+                                    * before the first user message (v1) */
+} mistral_style;
+
+static const mistral_style mistral_styles[] = {
+        [AXP_CHAT_MISTRAL_V1] = { " [INST] ", " [/INST]", " ", false, false, NULL, NULL },
+        [AXP_CHAT_MISTRAL_V3] = { "[INST] ", "[/INST]", " ", true, true, NULL, NULL },
+        [AXP_CHAT_MISTRAL_V3_TEKKEN] = { "[INST]", "[/INST]", "", false, true, NULL, NULL },
+        [AXP_CHAT_MISTRAL_V7] = { "[INST] ", "[/INST]", " ", false, false, "[SYSTEM_PROMPT] ", "[/SYSTEM_PROMPT]" },
+        [AXP_CHAT_MISTRAL_V7_TEKKEN] = { "[INST]", "[/INST]", "", false, false, "[SYSTEM_PROMPT]",
+                                         "[/SYSTEM_PROMPT]" },
+};
+
+static void format_mistral(out *o, const axp_chat_msg *msgs, size_t n, const mistral_style *st) {
+        out sys = {};
+        bool first_user = true;
+
+        for (size_t i = 0; i < n; i++) {
+                const char *content = str_or_empty(msgs[i].content);
+                if (is_role(&msgs[i], "system")) {
+                        if (st->sys) {
+                                puts_(o, st->sys);
+                                puts_(o, content);
+                                puts_(o, st->sys_end);
+                                continue;
+                        }
+                        if (sys.len > 0)
+                                puts_(&sys, "\n\n");
+                        puts_(&sys, content);
+                } else if (is_role(&msgs[i], "user")) {
+                        puts_(o, st->inst);
+                        if (sys.len > 0 && (st->sys_last ? i == n - 1 : first_user)) {
+                                put(o, sys.buf, sys.len);
+                                puts_(o, "\n\n");
+                                sys.len = 0;
+                        }
+                        puts_(o, content);
+                        puts_(o, st->inst_end);
+                        first_user = false;
+                } else {
+                        puts_(o, st->answer);
+                        if (st->trim_answer)
+                                put_stripped(o, content);
+                        else
+                                puts_(o, content);
+                        puts_(o, "</s>");
+                }
+        }
+        if (sys.r < 0)
+                o->r = sys.r;
+        free(sys.buf);
+}
+
 static void format_phi3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
         for (size_t i = 0; i < n; i++) {
                 puts_(o, "<|");
@@ -306,6 +390,13 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                 break;
         case AXP_CHAT_GEMMA:
                 format_gemma(&o, msgs, n, add_generation_prompt);
+                break;
+        case AXP_CHAT_MISTRAL_V1:
+        case AXP_CHAT_MISTRAL_V3:
+        case AXP_CHAT_MISTRAL_V3_TEKKEN:
+        case AXP_CHAT_MISTRAL_V7:
+        case AXP_CHAT_MISTRAL_V7_TEKKEN:
+                format_mistral(&o, msgs, n, &mistral_styles[f]);
                 break;
         default:
                 format_raw(&o, msgs, n);

@@ -14,11 +14,24 @@ typedef enum axp_chat_family {
         AXP_CHAT_RAW,     /* no template: the text as is */
         AXP_CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
         AXP_CHAT_CHATML,  /* <|im_start|>role\n...<|im_end|>\n (qwen) */
-        AXP_CHAT_MISTRAL, /* [INST] ... [/INST] */
+        AXP_CHAT_MISTRAL, /* [INST] ... [/INST] (Mistral-7B-Instruct v0.1, v0.2) */
         AXP_CHAT_LLAMA2,  /* [INST] <<SYS>>\n...\n<</SYS>>\n\n ... [/INST] */
         AXP_CHAT_PHI3,    /* <|role|>\n...<|end|>\n (Phi-3, Phi-3.5, Phi-4-mini) */
         AXP_CHAT_GEMMA,   /* <start_of_turn>role\n...<end_of_turn>\n (Gemma 2 and 3) */
+        /* Mistral's later templates ("v1", "v3", "v3-tekken", "v7", "v7-tekken" as llama.cpp
+         * names them), which differ in the spaces around [INST] and where the system prompt goes */
+        AXP_CHAT_MISTRAL_V1,        /* " [INST] " ... " [/INST]", system before the first user */
+        AXP_CHAT_MISTRAL_V3,        /* "[INST] " ... "[/INST]", system in the last user turn */
+        AXP_CHAT_MISTRAL_V3_TEKKEN, /* "[INST]" ... "[/INST]" (Mistral-Nemo), likewise */
+        AXP_CHAT_MISTRAL_V7,        /* "[SYSTEM_PROMPT] ...[/SYSTEM_PROMPT][INST] ...[/INST]" */
+        AXP_CHAT_MISTRAL_V7_TEKKEN, /* "[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]" */
+        AXP_CHAT__COUNT,
 } axp_chat_family;
+
+/* One of the [INST] families of Mistral's own templates (not Llama 2's)? */
+static inline bool axp_chat_is_mistral(axp_chat_family f) {
+        return f == AXP_CHAT_MISTRAL || (f >= AXP_CHAT_MISTRAL_V1 && f <= AXP_CHAT_MISTRAL_V7_TEKKEN);
+}
 
 typedef struct axp_chat_msg {
         const char *role; /* "system", "user", "assistant" */

@@ -32,6 +32,7 @@ typedef struct arch_info {
         bool scaled_embd;     /* the embedding row times sqrt(n_embd) */
         enum axp_ffn_act ffn_act;
         int swa_period;       /* local layers, when the file has a sliding window (-1: none) */
+        bool moe;             /* a mixture of experts in every layer's FFN (expert_* keys, ffn_*_exps) */
 } arch_info;
 
 static const arch_info archs[AXP_ARCH__COUNT] = {
@@ -42,6 +43,9 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
         [AXP_ARCH_PHI3] = { "phi3", AXP_ROPE_NEOX, 10000.0f, .fused = true, .swa_period = -1 },
         [AXP_ARCH_GEMMA3] = { "gemma3", AXP_ROPE_NEOX, 1000000.0f, .qk_norm = true, .post_norms = true,
                               .scaled_embd = true, .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 6 },
+        /* llama.cpp's qwen3moe: softmax router, the picked experts' weights renormalized */
+        [AXP_ARCH_QWEN3MOE] = { "qwen3moe", AXP_ROPE_NEOX, 1000000.0f, .qk_norm = true, .swa_period = -1,
+                                .moe = true },
 };
 
 const char *axp_arch_name(enum axp_arch a) {
@@ -188,6 +192,27 @@ static int weight_split(load_ctx *c, const char *name, int64_t n_in, int n, axp_
         return 0;
 }
 
+/* The experts' counts and size; the tensors are checked against them in load_tensors(). */
+static int load_moe_hparams(load_ctx *c) {
+        axp_hparams *hp = &c->m->hp;
+        int r;
+        if ((r = get_dim(c, "expert_count", true, 0, &hp->n_expert)) < 0 ||
+            (r = get_dim(c, "expert_used_count", true, 0, &hp->n_expert_used)) < 0 ||
+            (r = get_dim(c, "expert_feed_forward_length", true, 0, &hp->n_ff_exp)) < 0)
+                return r;
+        if (hp->n_expert > AXP_MAX_EXPERTS)
+                return axp_errorf(c->err, -ENOTSUP, "%s: %d experts per layer; agentxpu handles up to %d",
+                                  c->file, hp->n_expert, AXP_MAX_EXPERTS);
+        if (hp->n_expert_used > hp->n_expert)
+                return axp_errorf(c->err, -EINVAL, "%s: %d experts used per token of %d", c->file,
+                                  hp->n_expert_used, hp->n_expert);
+        hp->expert_norm = true;
+        hp->expert_scale = 1.0f;
+        if (gguf_find(c->m->gguf, arch_key(c, "expert_weights_scale")))
+                return get_float(c, "expert_weights_scale", 1.0f, &hp->expert_scale);
+        return 0;
+}
+
 static int load_hparams(load_ctx *c) {
         axp_model *m = c->m;
         axp_hparams *hp = &m->hp;
@@ -203,7 +228,7 @@ static int load_hparams(load_ctx *c) {
         if (a < 0)
                 return axp_errorf(c->err, -ENOTSUP,
                                   "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, "
-                                  "phi3, gemma3)",
+                                  "qwen3moe, phi3, gemma3)",
                                   c->file, (int) MIN(arch.len, 64), arch.ptr);
         hp->arch = a;
         const arch_info *ai = &archs[a];
@@ -282,7 +307,61 @@ static int load_hparams(load_ctx *c) {
         }
         if (hp->rope_scale == 0)
                 hp->rope_scale = 1.0f;
+        return ai->moe ? load_moe_hparams(c) : 0;
+}
+
+/* A stacked expert tensor [n_in, n_out, n_expert] as n_expert matrices viewing its slices. */
+static int weight_experts(load_ctx *c, const char *name, int64_t n_in, int64_t n_out, axp_weight **ret) {
+        const axp_hparams *hp = &c->m->hp;
+        const gguf_tensor *t = NULL;
+        int r = find(c, name, true, &t);
+        if (r < 0)
+                return r;
+        const axp_type_traits *tt = axp_type_traits_get(t->type);
+        if (!tt->supported)
+                return axp_errorf(c->err, -ENOTSUP, "%s: tensor '%s' has type %s, which agentxpu cannot compute with",
+                                  c->file, name, tt->name);
+        if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != hp->n_expert)
+                return axp_errorf(c->err, -EINVAL,
+                                  "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %d]",
+                                  c->file, name, (long long) t->ne[0], (long long) t->ne[1],
+                                  (long long) t->ne[2], (long long) n_in, (long long) n_out, hp->n_expert);
+        axp_weight *w = calloc((size_t) hp->n_expert, sizeof(axp_weight));
+        if (!w)
+                return axp_errorf(c->err, -ENOMEM, "out of memory");
+        *ret = w;
+        const uint64_t row_bytes = axp_type_row_size(t->type, n_in);
+        for (int e = 0; e < hp->n_expert; e++) {
+                char part[112];
+                snprintf(part, sizeof(part), "%s[%d]", name, e);
+                w[e] = (axp_weight) { .type = t->type, .n_in = n_in, .n_out = n_out, .row_bytes = row_bytes,
+                                      .data = (const char *) t->data + (uint64_t) e * n_out * row_bytes };
+                if (!(w[e].name = strdup(part)))
+                        return axp_errorf(c->err, -ENOMEM, "out of memory");
+        }
         return 0;
+}
+
+/* A mixture-of-experts layer's FFN: the router and the three stacked expert tensors. */
+static int load_experts(load_ctx *c, int i, axp_layer *l) {
+        const axp_hparams *hp = &c->m->hp;
+        const int64_t d = hp->n_embd, ff = hp->n_ff_exp;
+        char name[96];
+        int r;
+        snprintf(name, sizeof(name), "blk.%d.ffn_gate_inp.weight", i);
+        if ((r = weight(c, name, true, d, hp->n_expert, &l->ffn_router)) < 0)
+                return r;
+        if (l->ffn_router.type != AXP_TYPE_F32)
+                return axp_errorf(c->err, -ENOTSUP, "%s: tensor '%s' has type %s, expected F32", c->file, name,
+                                  axp_type_traits_get(l->ffn_router.type)->name);
+        snprintf(name, sizeof(name), "blk.%d.ffn_gate_exps.weight", i);
+        if ((r = weight_experts(c, name, d, ff, &l->exp_gate)) < 0)
+                return r;
+        snprintf(name, sizeof(name), "blk.%d.ffn_up_exps.weight", i);
+        if ((r = weight_experts(c, name, d, ff, &l->exp_up)) < 0)
+                return r;
+        snprintf(name, sizeof(name), "blk.%d.ffn_down_exps.weight", i);
+        return weight_experts(c, name, ff, d, &l->exp_down);
 }
 
 static int load_tensors(load_ctx *c) {
@@ -357,6 +436,11 @@ static int load_tensors(load_ctx *c) {
                 W(post_attn_norm, "post_attention_norm.weight", ai->post_norms, d, 0);
                 W(ffn_norm, "ffn_norm.weight", true, d, 0);
                 /* phi3: no ffn_gate, ffn_up holds the gate's rows then the up rows */
+                if (ai->moe) {
+                        if ((r = load_experts(c, i, l)) < 0)
+                                return r;
+                        continue;
+                }
                 LNAME("ffn_gate.weight");
                 if (ai->fused && !gguf_find_tensor(m->gguf, name)) {
                         LNAME("ffn_up.weight");
@@ -398,6 +482,13 @@ void axp_model_free(axp_model *m) {
                                 weight_clear(vecs[j], true);
                         for (size_t j = 0; j < ELEMENTSOF(mats); j++)
                                 weight_clear(mats[j], false);
+                        weight_clear(&l->ffn_router, false);
+                        axp_weight *exps[] = { l->exp_gate, l->exp_up, l->exp_down };
+                        for (size_t j = 0; j < ELEMENTSOF(exps); j++) {
+                                for (int e = 0; exps[j] && e < m->hp.n_expert; e++)
+                                        weight_clear(&exps[j][e], false);
+                                free(exps[j]);
+                        }
                 }
                 free(m->layers);
         }
@@ -459,13 +550,25 @@ int axp_model_load(const char *path, axp_model **ret, axp_error *err) {
         return 0;
 }
 
+uint64_t axp_model_expert_bytes(const axp_model *m, int l) {
+        const axp_layer *L = &m->layers[l];
+        if (m->hp.n_expert == 0 || !L->exp_gate)
+                return 0;
+        return L->exp_gate[0].row_bytes * (uint64_t) L->exp_gate[0].n_out +
+               L->exp_up[0].row_bytes * (uint64_t) L->exp_up[0].n_out +
+               L->exp_down[0].row_bytes * (uint64_t) L->exp_down[0].n_out;
+}
+
 uint64_t axp_model_weight_bytes(const axp_model *m) {
         uint64_t total = 0;
         for (int i = 0; i < m->hp.n_layer; i++) {
                 const axp_layer *l = &m->layers[i];
-                const axp_weight *ws[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
+                const axp_weight *ws[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down,
+                                           &l->ffn_router };
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
-                        total += ws[j]->row_bytes * (uint64_t) ws[j]->n_out;
+                        if (ws[j]->data)
+                                total += ws[j]->row_bytes * (uint64_t) ws[j]->n_out;
+                total += axp_model_expert_bytes(m, i) * (uint64_t) m->hp.n_expert;
         }
         return total + m->output.row_bytes * (uint64_t) m->output.n_out;
 }

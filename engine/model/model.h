@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* A loaded model: hyperparameters and weights of a llama / qwen2 / qwen3 / phi3 / gemma3 GGUF,
+/* A loaded model: hyperparameters and weights of a llama / qwen2 / qwen3 / qwen3moe / phi3 /
+ * gemma3 GGUF,
  * mapped from the file and checked against the architecture's expected shapes. What differs
  * between the architectures is said once, in model.c's table and load_hparams(); the kernels
  * and the reference read the flags below, never the architecture's name. */
@@ -12,12 +13,16 @@
 #include "base/util.h"
 #include "kernels/weight.h"
 
+/* The most experts per layer a mixture-of-experts model may have (Qwen3-30B-A3B: 128). */
+#define AXP_MAX_EXPERTS 512
+
 enum axp_arch {
         AXP_ARCH_LLAMA,
         AXP_ARCH_QWEN2,
         AXP_ARCH_QWEN3,
         AXP_ARCH_PHI3,   /* llama's blocks, fused attn_qkv and gate/up (split at load), NeoX RoPE */
         AXP_ARCH_GEMMA3, /* scaled embeddings, q/k norms, post-norms, GELU, sliding-window layers */
+        AXP_ARCH_QWEN3MOE, /* qwen3's attention, a mixture-of-experts FFN in every layer */
         AXP_ARCH__COUNT,
 };
 
@@ -59,6 +64,15 @@ typedef struct axp_hparams {
         int n_swa;
         int swa_period;
         float rope_base_swa;
+        /* Mixture of experts (n_expert > 0): every layer's FFN is n_expert SwiGLU experts of
+         * n_ff_exp hidden units; a router (softmax over the experts) picks the n_expert_used
+         * most probable per token, whose outputs are summed weighted by their probabilities
+         * renormalized to sum 1 (expert_norm) and times expert_scale. */
+        int n_expert;
+        int n_expert_used;
+        int n_ff_exp;
+        bool expert_norm;
+        float expert_scale;
 } axp_hparams;
 
 static inline bool axp_layer_is_swa(const axp_hparams *hp, int l) {
@@ -82,6 +96,11 @@ typedef struct axp_layer {
         axp_weight ffn_norm;
         axp_weight w_gate, w_up, w_down;
         axp_weight post_attn_norm, post_ffn_norm; /* gemma3 only: F32 [n_embd] (data NULL otherwise) */
+        /* mixture of experts (hp.n_expert > 0; w_gate, w_up, w_down unused): the router
+         * [n_embd -> n_expert] and per expert e views exp_gate[e], exp_up[e] [n_embd -> n_ff_exp]
+         * and exp_down[e] [n_ff_exp -> n_embd] of the file's stacked ffn_*_exps tensors */
+        axp_weight ffn_router;
+        axp_weight *exp_gate, *exp_up, *exp_down;
 } axp_layer;
 
 typedef struct axp_tokenizer axp_tokenizer;
@@ -113,7 +132,10 @@ static inline void axp_model_freep(axp_model **m) {
         axp_model_free(*m);
 }
 
-/* Size in bytes of all weights (what a decode step streams). */
+/* The bytes of one expert's three matrices in layer l (0 without experts). */
+uint64_t axp_model_expert_bytes(const axp_model *m, int l);
+/* Size in bytes of all weights (a dense model's decode step streams them all; a mixture of
+ * experts' reads only the experts its tokens pick). */
 uint64_t axp_model_weight_bytes(const axp_model *m);
 const char *axp_arch_name(enum axp_arch a);
 /* The architecture named as in GGUF's general.architecture; -1 if unknown. */

@@ -22,7 +22,9 @@ struct axp_ref {
         double *q;            /* the query, one head after another [n_head * head_dim] */
         double *att;          /* the attention's output, heads concatenated [n_head * head_dim] */
         double *o;            /* a block's output, added to the residual stream [n_embd] */
-        double *gate, *up;    /* the feed-forward network's hidden layer [n_ff] */
+        double *gate, *up;    /* the feed-forward network's hidden layer [max(n_ff, n_ff_exp)] */
+        double *prob;         /* the router's probability per expert [n_expert] */
+        double *eo;           /* one expert's output [n_embd] */
         double *score;        /* one head's attention weights over the positions [n_ctx] */
         float *row;           /* one weight row, dequantized */
 };
@@ -179,6 +181,48 @@ static void geglu(axp_ref *r, const axp_layer *L, const double *h, double *out) 
         matvec(r, out, &L->w_down, r->gate);
 }
 
+/* A mixture of experts (qwen3moe), as llama.cpp weights it:
+ *     p = softmax(W_router h) over the n_expert experts;
+ *     E = the n_expert_used experts of highest p (the lower index first among equals);
+ *     w_e = p_e / sum_{e' in E} p_e' (expert_norm; the sum at least 2^-14) times expert_scale;
+ *     out = sum_{e in E} w_e W_down,e (silu(W_gate,e h) * W_up,e h).
+ * Only the picked experts' matrices are read. */
+static void moe(axp_ref *r, const axp_layer *L, const double *h, double *out) {
+        const axp_hparams *hp = &r->m->hp;
+        const int d = hp->n_embd, ne = hp->n_expert;
+        bool picked[AXP_MAX_EXPERTS] = { false };
+        int sel[AXP_MAX_EXPERTS];
+
+        matvec(r, r->prob, &L->ffn_router, h);
+        softmax(r->prob, ne);
+        double sum = 0;
+        for (int k = 0; k < hp->n_expert_used; k++) {
+                int best = -1;
+                for (int e = 0; e < ne; e++)
+                        if (!picked[e] && (best < 0 || r->prob[e] > r->prob[best]))
+                                best = e;
+                picked[best] = true;
+                sel[k] = best;
+                sum += r->prob[best];
+        }
+        for (int i = 0; i < d; i++)
+                out[i] = 0;
+        for (int k = 0; k < hp->n_expert_used; k++) {
+                const int e = sel[k];
+                double w = r->prob[e];
+                if (hp->expert_norm)
+                        w /= fmax(sum, 6.103515625e-5);
+                w *= (double) hp->expert_scale;
+                matvec(r, r->gate, &L->exp_gate[e], h);
+                matvec(r, r->up, &L->exp_up[e], h);
+                for (int i = 0; i < hp->n_ff_exp; i++)
+                        r->gate[i] = r->gate[i] / (1.0 + exp(-r->gate[i])) * r->up[i];
+                matvec(r, r->eo, &L->exp_down[e], r->gate);
+                for (int i = 0; i < d; i++)
+                        out[i] += w * r->eo[i];
+        }
+}
+
 /* logits = W_out rmsnorm(x), W_out being token_embd where the output is tied */
 static void lm_head(axp_ref *r, double *logits) {
         const axp_model *m = r->m;
@@ -229,7 +273,8 @@ static void llama_forward(axp_ref *r, int32_t token, double *logits) {
 
 /* Qwen2 and Qwen3: Llama's blocks with RoPE on the two halves of each head (NeoX), and
  *   qwen2: biases on the Q, K and V projections;
- *   qwen3: no biases, but an RMSNorm over each head of Q and of K before RoPE. */
+ *   qwen3: no biases, but an RMSNorm over each head of Q and of K before RoPE;
+ *   qwen3moe: qwen3 with a mixture of experts for the feed-forward network. */
 static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
@@ -262,7 +307,10 @@ static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
 
                 /* feed-forward */
                 rmsnorm(r->h, r->x, &L->ffn_norm, d, eps);
-                swiglu(r, L, r->h, r->o);
+                if (hp->n_expert > 0)
+                        moe(r, L, r->h, r->o);
+                else
+                        swiglu(r, L, r->h, r->o);
                 residual(r->x, r->o, d);
         }
         if (logits)
@@ -321,7 +369,8 @@ static int check_tensors(const axp_model *m, axp_error *err) {
                 const axp_layer *L = &m->layers[l];
                 bool biases = L->bq.data || L->bk.data || L->bv.data;
                 bool qk_norm = L->q_norm.data || L->k_norm.data;
-                bool has_qk_norm = hp->arch == AXP_ARCH_QWEN3 || hp->arch == AXP_ARCH_GEMMA3;
+                bool has_qk_norm = hp->arch == AXP_ARCH_QWEN3 || hp->arch == AXP_ARCH_QWEN3MOE ||
+                                   hp->arch == AXP_ARCH_GEMMA3;
                 if (!has_qk_norm && qk_norm)
                         return axp_errorf(err, -ENOTSUP, "layer %d of this %s model has q/k norms, which %s has not",
                                           l, axp_arch_name(hp->arch), axp_arch_name(hp->arch));
@@ -336,7 +385,8 @@ static int check_tensors(const axp_model *m, axp_error *err) {
 int axp_ref_new(const axp_model *m, int n_ctx, axp_ref **ret, axp_error *err) {
         const axp_hparams *hp = &m->hp;
         const size_t qd = (size_t) hp->n_head * hp->head_dim, kvd = (size_t) hp->n_head_kv * hp->head_dim;
-        const size_t n_row = (size_t) MAX(MAX(hp->n_embd, hp->n_ff), (int) qd);
+        const int n_ff = MAX(hp->n_ff, hp->n_ff_exp);
+        const size_t n_row = (size_t) MAX(MAX(hp->n_embd, n_ff), (int) qd);
         int r;
 
         if (n_ctx <= 0)
@@ -355,12 +405,14 @@ int axp_ref_new(const axp_model *m, int n_ctx, axp_ref **ret, axp_error *err) {
         s->q = calloc(qd, sizeof(double));
         s->att = calloc(qd, sizeof(double));
         s->o = calloc((size_t) hp->n_embd, sizeof(double));
-        s->gate = calloc((size_t) hp->n_ff, sizeof(double));
-        s->up = calloc((size_t) hp->n_ff, sizeof(double));
+        s->gate = calloc((size_t) n_ff, sizeof(double));
+        s->up = calloc((size_t) n_ff, sizeof(double));
+        s->prob = calloc((size_t) MAX(hp->n_expert, 1), sizeof(double));
+        s->eo = calloc((size_t) hp->n_embd, sizeof(double));
         s->score = calloc((size_t) n_ctx, sizeof(double));
         s->row = calloc(n_row, sizeof(float));
         if (!s->key || !s->value || !s->x || !s->h || !s->q || !s->att || !s->o || !s->gate || !s->up ||
-            !s->score || !s->row) {
+            !s->prob || !s->eo || !s->score || !s->row) {
                 axp_ref_free(s);
                 return axp_errorf(err, -ENOMEM, "out of memory for the reference's cache of %d positions",
                                   n_ctx);
@@ -373,7 +425,7 @@ void axp_ref_free(axp_ref *r) {
         if (!r)
                 return;
         free(r->key), free(r->value), free(r->x), free(r->h), free(r->q), free(r->att), free(r->o);
-        free(r->gate), free(r->up), free(r->score), free(r->row);
+        free(r->gate), free(r->up), free(r->prob), free(r->eo), free(r->score), free(r->row);
         free(r);
 }
 
@@ -386,7 +438,8 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         case AXP_ARCH_LLAMA:
         case AXP_ARCH_PHI3: llama_forward(r, token, logits); break;
         case AXP_ARCH_QWEN2:
-        case AXP_ARCH_QWEN3: qwen_forward(r, token, logits); break;
+        case AXP_ARCH_QWEN3:
+        case AXP_ARCH_QWEN3MOE: qwen_forward(r, token, logits); break;
         case AXP_ARCH_GEMMA3: gemma3_forward(r, token, logits); break;
         default: return axp_errorf(err, -ENOTSUP, "the reference has no forward pass for %s",
                                    axp_arch_name(r->m->hp.arch));

@@ -178,10 +178,17 @@ static bool has(const char *s, const char *sub) {
         return s && strstr(s, sub) != NULL;
 }
 
+/* Mistral's templates that take tools ([AVAILABLE_TOOLS], [TOOL_CALLS]): v3 and its tekken
+ * form, which writes them without the space after the marker; the v0 family stands for v3
+ * where the vocabulary has the markers but there is no template. */
+static bool mistral_tools(axp_chat_family f) {
+        return f == AXP_CHAT_MISTRAL || f == AXP_CHAT_MISTRAL_V3 || f == AXP_CHAT_MISTRAL_V3_TEKKEN;
+}
+
 bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokenizer *tok) {
         /* a template written out says; a family named directly or none: the vocabulary */
         bool written = tmpl && *tmpl;
-        for (int i = AXP_CHAT_RAW; written && i <= AXP_CHAT_LLAMA2; i++)
+        for (int i = AXP_CHAT_RAW; written && i < AXP_CHAT__COUNT; i++)
                 written = strcmp(tmpl, axp_chat_family_name(i)) != 0;
         switch (f) {
         case AXP_CHAT_LLAMA3:
@@ -190,6 +197,8 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokeniz
                 return written ? has(tmpl, "<tools>") || has(tmpl, "<tool_call>")
                                : tok && axp_tokenizer_find(tok, "<tool_call>") >= 0;
         case AXP_CHAT_MISTRAL:
+        case AXP_CHAT_MISTRAL_V3:
+        case AXP_CHAT_MISTRAL_V3_TEKKEN:
                 return written ? has(tmpl, "[AVAILABLE_TOOLS]")
                                : tok && axp_tokenizer_find(tok, "[AVAILABLE_TOOLS]") >= 0;
         default:
@@ -251,7 +260,9 @@ char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *s
                 puts_(&o, user);
                 puts_(&o, "<|im_end|>\n<|im_start|>assistant\n");
                 break;
-        case AXP_CHAT_MISTRAL: {
+        case AXP_CHAT_MISTRAL:
+        case AXP_CHAT_MISTRAL_V3:
+        case AXP_CHAT_MISTRAL_V3_TEKKEN: {
                 /* the tools before the last user turn, the system prompt inside it */
                 axp_chat_msg msgs[2];
                 size_t n = 0;
@@ -259,7 +270,7 @@ char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *s
                         msgs[n++] = (axp_chat_msg) { "system", system };
                 msgs[n++] = (axp_chat_msg) { "user", user };
                 char *turn = axp_chat_format(f, msgs, n, true);
-                puts_(&o, "[AVAILABLE_TOOLS] ");
+                puts_(&o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
                 dump(&o, t->list, 0, 0, false);
                 puts_(&o, "[/AVAILABLE_TOOLS]");
                 if (!turn)
@@ -312,7 +323,11 @@ int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char
                 open = "<tool_call>\n{\"name\": ", args_key = "arguments", close = "}\n</tool_call>", first = "<";
                 break;
         case AXP_CHAT_MISTRAL:
+        case AXP_CHAT_MISTRAL_V3:
                 open = "[TOOL_CALLS] [{\"name\": ", args_key = "arguments", close = "}]", first = "[";
+                break;
+        case AXP_CHAT_MISTRAL_V3_TEKKEN:
+                open = "[TOOL_CALLS][{\"name\": ", args_key = "arguments", close = "}]", first = "[";
                 break;
         default:
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
@@ -391,19 +406,23 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
                 open = "<tool_call>\n", close = "\n</tool_call>", args_key = "arguments";
                 break;
         case AXP_CHAT_MISTRAL:
+        case AXP_CHAT_MISTRAL_V3:
                 open = "[TOOL_CALLS] ", close = "", args_key = "arguments";
+                break;
+        case AXP_CHAT_MISTRAL_V3_TEKKEN:
+                open = "[TOOL_CALLS]", close = "", args_key = "arguments";
                 break;
         default:
                 return 0;
         }
         size_t no = strlen(open), nc = strlen(close);
         if (len < no + nc + 2 || memcmp(text, open, no) != 0 || memcmp(text + len - nc, close, nc) != 0 ||
-            text[no] != (f == AXP_CHAT_MISTRAL ? '[' : '{'))
+            text[no] != (mistral_tools(f) ? '[' : '{'))
                 return 0;
         if (json_parse(text + no, len - no - nc, &v, &e) < 0)
                 return e.code == -ENOMEM ? -ENOMEM : 0;
         const json_value *call = v;
-        if (f == AXP_CHAT_MISTRAL)
+        if (mistral_tools(f))
                 call = v->type == JSON_ARRAY && v->n == 1 ? v->items[0] : NULL;
         const char *name = call ? json_get_string(call, "name") : NULL;
         const json_value *args = call ? json_get(call, args_key) : NULL;

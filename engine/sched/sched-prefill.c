@@ -191,6 +191,13 @@ static axp_role chunk_role(axp_sched *s, sreq *r, int c, double *ret_not_before)
         return AXP_ROLE_DYNAMIC;
 }
 
+/* Is layer l of r's seq a sliding-window ring shorter than the prompt's positions? */
+static bool ring_wraps(const sreq *r, int l) {
+        const axp_seq *q = r->seq;
+        return q->model && axp_layer_is_swa(&q->model->hp, l) &&
+               axp_seq_kv_rows(q, l) < q->n_past + q->n_new;
+}
+
 int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t) {
         int L = s->shape.n_layer;
         int dyn = s->role_dev[prefill_prepared(s, r) ? AXP_ROLE_STATIC : AXP_ROLE_DYNAMIC];
@@ -224,7 +231,10 @@ int prefill_pick(axp_sched *s, sreq *r, int dev, axp_task *t) {
 
                 if (ch->st != ST_DONE && !ch->issued &&
                     /* causal attention: K1 of every earlier chunk of this layer is done */
-                    (ch->st != ST_K2 || min_before >= ch->layer * 3 + 1)) {
+                    (ch->st != ST_K2 || min_before >= ch->layer * 3 + 1) &&
+                    /* a ring that wraps holds one chunk ahead of the window: K1 waits for
+                     * the earlier chunks' attention on this layer */
+                    (ch->st != ST_K1 || !ring_wraps(r, ch->layer) || min_before >= ch->layer * 3 + 2)) {
                         role = chunk_role(s, r, c, &nb);
                         if (role == AXP_ROLE_STATIC && reroute(s, r)) {
                                 role = AXP_ROLE_DYNAMIC;

@@ -79,7 +79,13 @@ void sched_seq_end(axp_seq *q) {
 
 int sched_stage_prompt(axp_sched *s, sreq *r) {
         axp_error err = { 0 };
-        int ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
+        int ret;
+
+        /* a prefill writes at most a chunk (a lane) or an iteration's slice ahead of its
+         * attention: the sliding-window layers' rings hold that beyond the window */
+        if (r->seq->model)
+                axp_seq_set_span(r->seq, MAX(s->s_chk, s->it_tokens));
+        ret = sched_seq_begin(r->seq, r->tokens, r->n_tokens, &err);
 
         if (ret < 0) {
                 rlist_remove(s, r);

@@ -32,6 +32,7 @@ typedef struct att_job {
         int n_q, n_head, n_head_kv, head_dim, group, qtile;
         const int32_t *pos;
         int window; /* > 0: query i sees positions pos[i] - window + 1 .. pos[i] only */
+        int ring;   /* > 0: position p is in row p % ring (a multiple of ATT_CHUNK) */
         float scale;
 
         int n_qtiles, n_chunks;
@@ -42,6 +43,11 @@ typedef struct att_job {
 /* The first KV position query i attends to */
 static int first_pos(const att_job *j, int i) {
         return j->window > 0 && j->pos[i] >= j->window ? j->pos[i] - j->window + 1 : 0;
+}
+
+/* The row of position p: a 256-aligned block of positions is contiguous in a ring */
+static size_t kv_row(const att_job *j, int p) {
+        return (size_t) (j->ring > 0 ? p % j->ring : p);
 }
 
 /* The vectors (query i, head kvh * G + g) for i in [i0, i1) that reach chunk c, through one
@@ -66,7 +72,7 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
                 }
         }
         if (nv > 0) {
-                size_t off = ((size_t) t0 * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
+                size_t off = (kv_row(j, t0) * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
                 j->ops->att_chunk(qv, nv, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n_pos,
                                   j->head_dim, j->scale, m, l, acc, scratch);
         }
@@ -83,7 +89,7 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
                         ret_g[nv] = g;
                         nv++;
                 }
-                size_t off = ((size_t) lo * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
+                size_t off = (kv_row(j, lo) * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
                 j->ops->att_chunk(qv, j->group, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n,
                                   j->head_dim, j->scale, m + v0, l + v0, acc + (size_t) v0 * j->head_dim,
                                   scratch);
@@ -208,7 +214,8 @@ static void split_merge_fn(void *arg, int ith, int nth) {
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
-                       int window, float scale) {
+                       int window, int ring, float scale) {
+        assert(ring <= 0 || ring % ATT_CHUNK == 0);
         assert(kv_type == AXP_TYPE_F32 || kv_type == AXP_TYPE_F16);
         assert(n_head_kv > 0 && n_head % n_head_kv == 0);
         assert(head_dim > 0 && head_dim <= ATT_MAX_HEAD_DIM);
@@ -233,6 +240,7 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                 .group = n_head / n_head_kv,
                 .pos = pos,
                 .window = window,
+                .ring = ring,
                 .scale = scale,
         };
         j.qtile = MAX(1, MIN(ATT_QTILE, ATT_MAX_VECS / j.group));

@@ -41,9 +41,11 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
  *   out[i][h] = sum_t softmax_t(scale * q[i][h] . K[t]) V[t]
  * q and out may alias (in place). k and v are [positions][n_head_kv * head_dim] of kv_type
  * (AXP_TYPE_F32 or AXP_TYPE_F16); positions up to max pos[i] must be written. head_dim <= 512.
+ * ring > 0: position t is in row t % ring (a sliding-window layer's ring, a multiple of
+ * ATT_CHUNK, holding every position the queries see); 0: in row t.
  * A query's result does not depend on the pool size nor on the other queries of the call (a
  * token's attention in a prefill chunk equals its attention as a lone decode step). */
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
-                       int window, float scale);
+                       int window, int ring, float scale);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* K2: attention of a request's new tokens over its own KV cache, causal, with grouped KV
  * heads; with window > 0, a query at position pos sees positions pos - window + 1 .. pos only
- * (sliding-window layers). One work-group per (query, head): the items score WG positions at a time and the
+ * (sliding-window layers), whose cache is a ring: position t is in row t % kv_rows. One work-group per (query, head): the items score WG positions at a time and the
  * softmax runs online (a running maximum rescales what was summed so far), so any context
  * length fits in a fixed amount of local memory. The output replaces the query in place. */
 
@@ -9,7 +9,7 @@
 
 __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const uchar *Kc,
                                 __global const uchar *Vc, int kv_f16, int pos0, int n_head,
-                                int n_head_kv, int hd, int window, float scale) {
+                                int n_head_kv, int hd, int window, int kv_rows, float scale) {
         __local float qv[MAX_HD];
         __local float p[WG];
         __local float red[WG];
@@ -30,7 +30,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                 const int t = tb + lid;
                 float s = -INFINITY;
                 if (t <= pos) {
-                        const long k0 = (long) t * kvd + kh * hd;
+                        const long k0 = (long) (t % kv_rows) * kvd + kh * hd;
                         float dot = 0;
                         for (int d = 0; d < hd; d++)
                                 dot += qv[d] * kv_at(Kc, kv_f16, k0 + d);
@@ -47,7 +47,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                         if (d < hd) {
                                 float a = acc[j] * corr;
                                 for (int u = 0; u < nt; u++)
-                                        a += p[u] * kv_at(Vc, kv_f16, (long) (tb + u) * kvd + kh * hd + d);
+                                        a += p[u] * kv_at(Vc, kv_f16, (long) ((tb + u) % kv_rows) * kvd + kh * hd + d);
                                 acc[j] = a;
                         }
                 }

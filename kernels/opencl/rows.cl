@@ -100,7 +100,7 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
                               __global const uchar *Wqn, ulong oqn, __global const uchar *Wkn,
                               ulong okn, float eps, __global const float *cs, int cs_row0, int n_pairs,
                               int neox, __global float *QA, int qa_row0, __global uchar *Kc,
-                              __global uchar *Vc, int pos0, int kv_f16) {
+                              __global uchar *Vc, int pos0, int kv_rows, int kv_f16) {
         __local acc_t red[WG];
         const int i = get_group_id(0), lid = get_local_id(0);
         const int qd = n_head * hd, kvd = n_head_kv * hd, row = row0 + i;
@@ -128,7 +128,7 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
         __global float *qa = QA + (long) (qa_row0 + i) * qd;
         for (int j = lid; j < qd; j += WG)
                 qa[j] = q[j];
-        const long kv0 = (long) (pos0 + i) * kvd;
+        const long kv0 = (long) ((pos0 + i) % kv_rows) * kvd; /* a ring on sliding-window layers */
         for (int j = lid; j < kvd; j += WG) {
                 kv_put(Kc, kv_f16, kv0 + j, k[j]);
                 kv_put(Vc, kv_f16, kv0 + j, v[j]);

@@ -21,7 +21,8 @@ static int help(FILE *f) {
                 "and llama.cpp).\n"
                 "\n"
                 "  --arch ARCH        llama (default), qwen2, qwen3, phi3 (fused QKV and gate/up)\n"
-                "                     or gemma3 (sliding window on 5 of every 6 layers)\n"
+                "                     gemma3 (sliding window on 5 of every 6 layers) or qwen3moe\n"
+                "                     (a mixture of experts; --ffn is each expert's length)\n"
                 "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_1,\n"
                 "                     q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;\n"
                 "                     norms and biases stay f32\n"
@@ -39,6 +40,8 @@ static int help(FILE *f) {
                 "  --rope-base B      RoPE frequency base (default 500000 llama, 10000 phi3,\n"
                 "                     1000000 qwen and gemma3's global layers)\n"
                 "  --swa N            gemma3's sliding window (default 16)\n"
+                "  --experts N        qwen3moe's experts per layer (default 8)\n"
+                "  --experts-used K   qwen3moe's experts per token (default 2)\n"
                 "  --tied             no output.weight: the LM head uses token_embd\n"
                 "  --no-eog           the LM head never favours control tokens (end of generation\n"
                 "                     among them): generation runs to its token limit\n"
@@ -64,7 +67,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE, O_SWA, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
+               O_HEAD_DIM, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -77,6 +80,8 @@ int cli_mkmodel(int argc, char **argv) {
                 { "ctx", required_argument, NULL, O_CTX },
                 { "head-dim", required_argument, NULL, O_HEAD_DIM },
                 { "swa", required_argument, NULL, O_SWA },
+                { "experts", required_argument, NULL, O_EXPERTS },
+                { "experts-used", required_argument, NULL, O_EXPERTS_USED },
                 { "rope-base", required_argument, NULL, O_ROPE },
                 { "tied", no_argument, NULL, O_TIED },
                 { "no-eog", no_argument, NULL, O_NO_EOG },
@@ -103,7 +108,7 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_ARCH:
                         a = axp_arch_from_name(optarg);
                         if (a < 0)
-                                return cli_usage_error("unknown --arch '%s' (llama, qwen2, qwen3, phi3, gemma3)", optarg);
+                                return cli_usage_error("unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, phi3, gemma3)", optarg);
                         p.arch = (enum axp_arch) a;
                         break;
                 case O_TYPE:
@@ -137,6 +142,12 @@ int cli_mkmodel(int argc, char **argv) {
                         break;
                 case O_SWA:
                         ok = parse_int("--swa", optarg, 1, 1 << 24, &p.n_swa);
+                        break;
+                case O_EXPERTS:
+                        ok = parse_int("--experts", optarg, 1, AXP_MAX_EXPERTS, &p.n_expert);
+                        break;
+                case O_EXPERTS_USED:
+                        ok = parse_int("--experts-used", optarg, 1, AXP_MAX_EXPERTS, &p.n_expert_used);
                         break;
                 case O_HEAD_DIM:
                         ok = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);

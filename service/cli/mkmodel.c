@@ -122,7 +122,7 @@ typedef struct spec {
         char name[64];
         uint32_t type;
         uint32_t n_dims;
-        int64_t ne[2];
+        int64_t ne[3];
         enum weight_kind kind;
         const char *hint;  /* which option sets ne[0], for error messages */
         uint64_t stream;   /* hash of (seed, name) */
@@ -630,7 +630,7 @@ static void add_spec(plan *pl, const axp_mkmodel_params *p, const char *name, ui
                      int64_t ne0, int64_t ne1, enum weight_kind kind, const char *hint) {
         spec *t = &pl->t[pl->n++];
         *t = (spec) { .type = type, .n_dims = ne1 > 1 || kind == W_EMBD || kind == W_PROJ ? 2 : 1,
-                      .ne = { ne0, ne1 }, .kind = kind, .hint = hint };
+                      .ne = { ne0, ne1, 1 }, .kind = kind, .hint = hint };
         snprintf(t->name, sizeof(t->name), "%s", name);
         t->stream = hash_name(p->seed, name);
 }
@@ -661,6 +661,8 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
         RANGE(p->n_ff, 1, 1 << 18, "--ffn");
         RANGE(p->n_ctx, 1, 1 << 24, "--ctx");
         RANGE(p->head_dim, 0, 1 << 12, "--head-dim");
+        RANGE(p->n_expert, 0, AXP_MAX_EXPERTS, "--experts");
+        RANGE(p->n_expert_used, 0, p->n_expert > 0 ? p->n_expert : 8, "--experts-used");
 #undef RANGE
         if (p->n_head % p->n_head_kv != 0)
                 return axp_errorf(err, -EINVAL, "--heads %d is not a multiple of --kv-heads %d",
@@ -735,7 +737,16 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         ARCH_U32("feed_forward_length", p->n_ff);
         ARCH_U32("attention.head_count", p->n_head);
         ARCH_U32("attention.head_count_kv", p->n_head_kv);
-        if (p->arch == AXP_ARCH_QWEN3 || p->arch == AXP_ARCH_GEMMA3 || head_dim * p->n_head != p->n_embd) {
+        const bool moe = p->arch == AXP_ARCH_QWEN3MOE, qk_norm = p->arch == AXP_ARCH_QWEN3 ||
+                                                                   p->arch == AXP_ARCH_GEMMA3 || moe;
+        const int n_expert = p->n_expert > 0 ? p->n_expert : 8,
+                  n_expert_used = p->n_expert_used > 0 ? p->n_expert_used : MIN(2, n_expert);
+        if (moe) {
+                ARCH_U32("expert_count", n_expert);
+                ARCH_U32("expert_used_count", n_expert_used);
+                ARCH_U32("expert_feed_forward_length", p->n_ff);
+        }
+        if (qk_norm || head_dim * p->n_head != p->n_embd) {
                 ARCH_U32("attention.key_length", head_dim);
                 ARCH_U32("attention.value_length", head_dim);
         }
@@ -781,7 +792,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                         LAYER("attn_k.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                         LAYER("attn_v.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                 }
-                if (p->arch == AXP_ARCH_QWEN3 || p->arch == AXP_ARCH_GEMMA3) {
+                if (qk_norm) {
                         LAYER("attn_q_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
                         LAYER("attn_k_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
                 }
@@ -790,6 +801,16 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 if (p->arch == AXP_ARCH_GEMMA3)
                         LAYER("post_attention_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 LAYER("ffn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
+                if (moe) { /* the router, then each expert's matrices stacked */
+                        LAYER("ffn_gate_inp.weight", AXP_TYPE_F32, p->n_embd, n_expert, W_PROJ, NULL);
+                        LAYER("ffn_gate_exps.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                        pl.t[pl.n - 1].ne[2] = n_expert;
+                        LAYER("ffn_up_exps.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
+                        pl.t[pl.n - 1].ne[2] = n_expert;
+                        LAYER("ffn_down_exps.weight", p->type, p->n_ff, p->n_embd, W_PROJ, "--ffn");
+                        pl.t[pl.n - 1].ne[2] = n_expert;
+                        continue;
+                }
                 if (p->arch == AXP_ARCH_PHI3) { /* the gate's rows, then the up rows */
                         LAYER("ffn_up.weight", p->type, p->n_embd, 2 * p->n_ff, W_PROJ, "--dim");
                 } else {
@@ -819,7 +840,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                                        tt->blck);
                         goto out;
                 }
-                gguf_writer_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, fill_tensor, t);
+                gguf_writer_add_tensor_fill(w, t->name, t->type, t->ne[2] > 1 ? 3 : t->n_dims, t->ne,
+                                            fill_tensor, t);
         }
         k = gguf_writer_write(w, p->path, err);
 out:

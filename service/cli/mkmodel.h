@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Synthetic models: a llama / qwen2 / qwen3 GGUF with seeded random weights, loadable by
+/* Synthetic models: a GGUF of any architecture agentxpu opens, with seeded random weights, loadable by
  * agentxpu and by llama.cpp, for tests, demos and benchmarks of any shape. */
 #pragma once
 
@@ -26,6 +26,8 @@ typedef struct axp_mkmodel_params {
                                  * benchmarks and tests) */
         float rope_base;        /* 0: 500000 for llama, 10000 for phi3, 1000000 for qwen2/qwen3/gemma3 */
         int n_swa;              /* gemma3's sliding window; 0: 16 */
+        int n_expert, n_expert_used; /* qwen3moe's experts per layer and per token; 0: 8 and 2
+                                      * (each expert's FFN is n_ff long) */
         uint64_t seed;          /* same seed and shape: same weights, for every --type */
         const char *name;       /* general.name; NULL: "synthetic-<arch>-<type>" */
         int n_threads;          /* 0: one per online CPU */

@@ -183,7 +183,7 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                                 vc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->v[t * kv_ld + i] * 1e-3f);
                         }
                 axp_cpu_attention(pool, b->q, N_EMBD, b->q, N_EMBD, kc, vc, AXP_TYPE_F16, n_tok, b->pos,
-                                  N_HEAD, N_HEAD_KV, HEAD_DIM, 0, 0.125f);
+                                  N_HEAD, N_HEAD_KV, HEAD_DIM, 0, 0, 0.125f);
                 const axp_weight *wo[1] = { &w[3] };
                 float *yo[1] = { b->out };
                 long ldo[1] = { N_EMBD };

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
                                 for (int l = 0; l < L; l++)
                                         axp_cpu_attention(pool, q, H * HD, out, H * HD, f16 ? k16[l] : k32[l],
                                                           f16 ? v16[l] : v32[l], f16 ? AXP_TYPE_F16 : AXP_TYPE_F32, 1, &pos,
-                                                          H, HKV, HD, 0 /* no window */, 0.125f);
+                                                          H, HKV, HD, 0 /* no window */, 0 /* no ring */, 0.125f);
                         ms[f16][round] = (now() - t0) / reps * 1e3;
                         printf("%d %s %.3f\n", round, f16 ? "f16" : "f32", ms[f16][round]);
                 }

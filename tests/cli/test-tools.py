@@ -192,7 +192,10 @@ def other_families(tmp, tools):
             ("chatml", "qwen2", "ggml-vocab-qwen2.gguf", "{{ '<|im_start|>' }}{% if tools %}<tools>{% endif %}",
              "<tool_call>\n{\"name\": "),
             ("mistral", "llama", "ggml-vocab-llama-spm.gguf", "{{ '[INST] ' }}{% if tools %}[AVAILABLE_TOOLS]{% endif %}",
-             "[TOOL_CALLS] [{\"name\": ")):
+             "[TOOL_CALLS] [{\"name\": "),
+            # Mistral-Nemo's tekken form: no space after the markers
+            ("mistral-v3-tekken", "llama", "ggml-vocab-llama-spm.gguf",
+             "{{ '[INST]' }}{% if tools %}[AVAILABLE_TOOLS]{% endif %}", "[TOOL_CALLS][{\"name\": ")):
         path = os.path.join(vocab_dir, vocab)
         if not os.path.exists(path):
             print(f"skip: {family} (no {vocab})")

@@ -3,7 +3,7 @@
  * (of the kernels and of the reference forward pass) and the 32-token greedy continuation of
  * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
  * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
- * the phi3 and gemma3 models in archs/ (§12.2, §15). Skips where the data is absent. */
+ * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15). Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -350,6 +350,16 @@ static void test_arch_gemma3(void) {
         check_model(&ARCH_FILE("tiny-spm-gemma3-q8_0", 0.25 * 0.23, 0.07 * 0.23, 0.2 * 0.23, 0, 0), AXP_TYPE_F16);
 }
 
+/* qwen3moe (logit RMS 0.65): as the dense files, except that a Q8_0 greedy step may take
+ * another token at any margin as long as it is in llama.cpp's top 5 (README §15: at a
+ * near-tied router, llama.cpp's Q8 activations pick another expert than exact arithmetic). */
+static void test_arch_qwen3moe(void) {
+        check_model(&ARCH_FILE("tiny-spm-qwen3moe-f32", 1e-3, 1e-3, 1e-3, 0.01, 3e-3), AXP_TYPE_F32);
+        check_model(&ARCH_FILE("tiny-spm-qwen3moe-f32", 1e-3, 1e-3, 1e-3, 0.01, 3e-3), AXP_TYPE_F16);
+        check_model(&ARCH_FILE("tiny-spm-qwen3moe-q8_0", 0.25 * 0.65, 0.07 * 0.65, INFINITY, 0, 0), AXP_TYPE_F32);
+        check_model(&ARCH_FILE("tiny-spm-qwen3moe-q8_0", 0.25 * 0.65, 0.07 * 0.65, INFINITY, 0, 0), AXP_TYPE_F16);
+}
+
 int main(void) {
         dir = getenv("AXP_CONFORMANCE_DIR");
         char probe[1024];
@@ -385,6 +395,7 @@ int main(void) {
         RUN(test_type_models);
         RUN(test_arch_phi3);
         RUN(test_arch_gemma3);
+        RUN(test_arch_qwen3moe);
         axp_device_free(dev);
         TEST_EXIT();
 }

@@ -30,6 +30,28 @@ static const char tmpl_mistral_v3[] =
         "{%- if messages[0][\"role\"] == \"system\" %}...{%- if tools is not none and (message == "
         "user_messages[-1]) %}{{- \"[AVAILABLE_TOOLS] [\" }}...{{- \"[INST] \" + "
         "message[\"content\"] + \"[/INST]\" }}";
+/* Mistral's later templates (their user/assistant/system lines, as the GGUF files carry them) */
+static const char tmpl_mistral_v1[] =
+        "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}"
+        "...{{- bos_token }}...{%- if loop.first and system_message is defined %}\n            {{- ' [INST] ' "
+        "+ system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n        {%- else %}\n            "
+        "{{- ' [INST] ' + message['content'] + ' [/INST]' }}...{{- ' ' + message['content'] + eos_token}}";
+static const char tmpl_mistral_nemo[] =
+        "{%- if messages[0][\"role\"] == \"system\" %}...{{- \"[AVAILABLE_TOOLS][\" }}...{%- if loop.last "
+        "and system_message is defined %}\n            {{- \"[INST]\" + system_message + \"\\n\\n\" + "
+        "message[\"content\"] + \"[/INST]\" }}\n        {%- else %}\n            {{- \"[INST]\" + "
+        "message[\"content\"] + \"[/INST]\" }}...{{- message[\"content\"] + eos_token}}";
+static const char tmpl_mistral_large_2411[] =
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+        "message['content'] + '[/INST]' }}{% elif message['role'] == 'system' %}{{ '[SYSTEM_PROMPT] ' + "
+        "message['content'] + '[/SYSTEM_PROMPT]' }}{% elif message['role'] == 'assistant' %}{{ ' ' + "
+        "message['content'] + eos_token }}{% else %}{{ raise_exception('Only user, system and assistant "
+        "roles are supported!') }}{% endif %}{% endfor %}";
+static const char tmpl_mistral_small3[] =
+        "...{{- '[SYSTEM_PROMPT]' + system_prompt + '[/SYSTEM_PROMPT]' }}...{%- if tools is not none and "
+        "(message == user_messages[-1]) %}\n            {{- '[AVAILABLE_TOOLS]' + tools|tojson + "
+        "'[/AVAILABLE_TOOLS]' }}\n        {%- endif %}\n        {{- '[INST]' }}...{{- '[/INST]' }}...{{- "
+        "message['content'] + eos_token }}";
 static const char tmpl_llama2[] =
         "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
         "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
@@ -59,7 +81,13 @@ static void test_detect_template(void) {
         CHECK_EQ_INT(axp_chat_detect(tmpl_llama3, NULL), AXP_CHAT_LLAMA3);
         CHECK_EQ_INT(axp_chat_detect(tmpl_qwen2, NULL), AXP_CHAT_CHATML);
         CHECK_EQ_INT(axp_chat_detect(tmpl_mistral, NULL), AXP_CHAT_MISTRAL);
-        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_v3, NULL), AXP_CHAT_MISTRAL);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_v1, NULL), AXP_CHAT_MISTRAL_V1);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_v3, NULL), AXP_CHAT_MISTRAL_V3);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_nemo, NULL), AXP_CHAT_MISTRAL_V3_TEKKEN);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_large_2411, NULL), AXP_CHAT_MISTRAL_V7);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_mistral_small3, NULL), AXP_CHAT_MISTRAL_V7_TEKKEN);
+        for (int f = AXP_CHAT_RAW; f < AXP_CHAT__COUNT; f++)
+                CHECK_EQ_INT(axp_chat_detect(axp_chat_family_name(f), NULL), f);
         CHECK_EQ_INT(axp_chat_detect(tmpl_llama2, NULL), AXP_CHAT_LLAMA2);
         CHECK_EQ_INT(axp_chat_detect(tmpl_phi3, NULL), AXP_CHAT_PHI3);
         CHECK_EQ_INT(axp_chat_detect("{{ messages }}", NULL), AXP_CHAT_RAW); /* not understood */
@@ -200,6 +228,44 @@ static void test_format_next(void) {
         CHECK_MSG(strcmp(got, whole) == 0, "chatml with turns:\n got  '%s'\n want '%s'", got, whole);
 }
 
+/* A system prompt, a user's question, the answer, and the next question through each of
+ * Mistral's templates: the text each template renders (after the BOS, which the tokenizer
+ * adds), written out by hand from the templates above. */
+static void test_format_mistral(void) {
+        const axp_chat_msg conv[] = {
+                { "system", "You are helpful." },
+                { "user", "Hi" },
+                { "assistant", "  I am here.  " },
+                { "user", "How are you?" },
+        };
+        /* v0.1/v0.2: no system role in the template; it goes before the first question */
+        check_format(AXP_CHAT_MISTRAL, conv, 4, true,
+                     "[INST] You are helpful.\n\nHi [/INST]  I am here.  </s>[INST] How are you? [/INST]");
+        check_format(AXP_CHAT_MISTRAL, conv + 1, 3, true,
+                     "[INST] Hi [/INST]  I am here.  </s>[INST] How are you? [/INST]");
+        /* v1: a space before every [INST] and every answer */
+        check_format(AXP_CHAT_MISTRAL_V1, conv, 4, true,
+                     " [INST] You are helpful.\n\nHi [/INST]   I am here.  </s> [INST] How are you? [/INST]");
+        /* v3: no space before [/INST], the answer trimmed after one space, the system prompt
+         * in the last question */
+        check_format(AXP_CHAT_MISTRAL_V3, conv, 4, true,
+                     "[INST] Hi[/INST] I am here.</s>[INST] You are helpful.\n\nHow are you?[/INST]");
+        check_format(AXP_CHAT_MISTRAL_V3, conv, 2, true, "[INST] You are helpful.\n\nHi[/INST]");
+        /* the template drops a system prompt when the conversation ends with an answer */
+        check_format(AXP_CHAT_MISTRAL_V3, conv, 3, false, "[INST] Hi[/INST] I am here.</s>");
+        /* v3-tekken (Mistral-Nemo): no spaces at all, the answer as it is */
+        check_format(AXP_CHAT_MISTRAL_V3_TEKKEN, conv, 4, true,
+                     "[INST]Hi[/INST]  I am here.  </s>[INST]You are helpful.\n\nHow are you?[/INST]");
+        /* v7: the system prompt in its own block */
+        check_format(AXP_CHAT_MISTRAL_V7, conv, 4, true,
+                     "[SYSTEM_PROMPT] You are helpful.[/SYSTEM_PROMPT][INST] Hi[/INST]   I am here.  </s>"
+                     "[INST] How are you?[/INST]");
+        check_format(AXP_CHAT_MISTRAL_V7_TEKKEN, conv, 4, true,
+                     "[SYSTEM_PROMPT]You are helpful.[/SYSTEM_PROMPT][INST]Hi[/INST]  I am here.  </s>"
+                     "[INST]How are you?[/INST]");
+        check_format(AXP_CHAT_MISTRAL_V7_TEKKEN, conv + 1, 1, true, "[INST]Hi[/INST]");
+}
+
 /* The formatted text tokenizes to Llama 3's header tokens. */
 static void test_llama3_tokens(void) {
         _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
@@ -239,6 +305,7 @@ int main(void) {
         RUN(test_detect_vocab);
         RUN(test_format);
         RUN(test_format_next);
+        RUN(test_format_mistral);
         RUN(test_llama3_tokens);
         TEST_EXIT();
 }

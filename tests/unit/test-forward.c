@@ -115,21 +115,41 @@ static void check_model(axp_model *m, const char *label) {
         axp_seq s;
         CHECK(axp_seq_init(&s, m, AXP_TYPE_F32, 256, 16, &err) == 0);
         CHECK_MSG(axp_forward_prefill(dev, &s, toks, N_PROMPT, 0, &err) == 0, "%s", err.msg);
-        double worst = rel_err(s.logits, ref + (size_t) (N_PROMPT - 1) * nv, nv);
-        for (int i = N_PROMPT; i < n; i++) {
-                CHECK(axp_forward_decode(dev, &(axp_seq *) { &s }, &toks[i], 1, &err) == 0);
-                worst = fmax(worst, rel_err(s.logits, ref + (size_t) i * nv, nv));
+        /* A mixture of experts with quantized weights: the kernels' 8-bit activations move the
+         * router's logits a little, and where two experts are nearly tied the kernels and the
+         * reference pick different ones (as llama.cpp and exact math do, conformance README
+         * §15), which changes that position's logits by far more than the tolerance. Such
+         * positions are counted, up to two of the seven; the F32 model must match everywhere. */
+        const double tol = tolerance(m->layers[0].wq.type);
+        const int flips_allowed = m->hp.n_expert > 0 && m->layers[0].wq.type != AXP_TYPE_F32 ? 2 : 0;
+        double e = rel_err(s.logits, ref + (size_t) (N_PROMPT - 1) * nv, nv), worst = 0;
+        int flips = 0;
+        for (int i = N_PROMPT - 1; i < n; i++) {
+                if (i >= N_PROMPT) {
+                        CHECK(axp_forward_decode(dev, &(axp_seq *) { &s }, &toks[i], 1, &err) == 0);
+                        e = rel_err(s.logits, ref + (size_t) i * nv, nv);
+                }
+                if (e > tol && flips < flips_allowed)
+                        flips++;
+                else
+                        worst = fmax(worst, e);
         }
-        printf("  %s: max relative error vs reference %.2e (tolerance %.0e)\n", label, worst,
-               tolerance(m->layers[0].wq.type));
-        CHECK_MSG(worst <= tolerance(m->layers[0].wq.type), "%s: %g", label, worst);
+        printf("  %s: max relative error vs reference %.2e (tolerance %.0e)%s\n", label, worst, tol,
+               flips ? ", leaving out positions where the experts picked differ" : "");
+        if (flips)
+                printf("  %s: %d of %d positions picked other experts\n", label, flips, N_DECODE + 1);
+        CHECK_MSG(worst <= tol, "%s: %g", label, worst);
         axp_seq_free(&s);
         free(ref);
 }
 
-/* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt */
+/* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt;
+ * qwen3moe with 8 experts of which each token takes 2, so that the tokens of a chunk
+ * share some experts and not others */
 static const char *arch_extra(const char *arch) {
-        return strcmp(arch, "gemma3") == 0 ? "--layers 6 --swa 8 --tied" : NULL;
+        return strcmp(arch, "gemma3") == 0     ? "--layers 6 --swa 8 --tied"
+               : strcmp(arch, "qwen3moe") == 0 ? "--experts 8 --experts-used 2"
+                                               : NULL;
 }
 
 static void check_against_reference(const char *arch, const char *type) {
@@ -161,6 +181,9 @@ static void test_archs(void) {
         check_against_reference("gemma3", "f32");
         check_against_reference("gemma3", "q8_0");
         check_against_reference("gemma3", "q6_k");
+        check_against_reference("qwen3moe", "f32");
+        check_against_reference("qwen3moe", "q8_0");
+        check_against_reference("qwen3moe", "q4_k");
 }
 
 /* RoPE as Llama 3.1 and long-context models have it: per-frequency divisors (rope_freqs) and
@@ -246,6 +269,7 @@ static void test_chunked_stop_resume(void) {
                 chunked_stop_resume("llama", types[i]);
         chunked_stop_resume("phi3", "q8_0");
         chunked_stop_resume("gemma3", "q8_0");
+        chunked_stop_resume("qwen3moe", "q8_0");
 }
 
 /* Requests of different context lengths decoded together give what each gives alone. */
@@ -293,6 +317,7 @@ static void test_batched_decode(void) {
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");
+        batched_decode("qwen3moe", "q8_0");
 }
 
 /* An F16 KV cache stays close to the F32 one. */
@@ -314,6 +339,86 @@ static void test_f16_kv(void) {
         CHECK(e <= 5e-3);
         axp_seq_free(&a);
         axp_seq_free(&b);
+        model_done(m);
+}
+
+/* gemma3's sliding-window layers keep a ring of the window plus a chunk (256 rows here) in a
+ * context of 1024: a prompt of 600 tokens in chunks longer than the window, the same prompt
+ * as a flow's two turns, and whole, then decode alone and batched across the ring's end, all
+ * against the reference. */
+#define RING_PROMPT 600
+#define RING_DECODE 8
+
+static void test_ring(void) {
+        /* the README's figures: Gemma-3-1B's shape, F16, one request at full context */
+        axp_hparams g1b = { .n_layer = 26, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .swa_period = 6 };
+        axp_hparams full = g1b;
+        full.n_swa = 0;
+        const size_t KiB = 1024;
+        CHECK_EQ_INT(axp_kv_ring_rows(&g1b, 32768, 256), 768);
+        CHECK(axp_kv_cache_bytes(&full, AXP_TYPE_F16, 4096, 256) == 104 * KiB * KiB);
+        CHECK(axp_kv_cache_bytes(&full, AXP_TYPE_F16, 32768, 256) == 832 * KiB * KiB);
+        CHECK(axp_kv_cache_bytes(&g1b, AXP_TYPE_F16, 4096, 256) == 33280 * KiB);   /* 32.5 MiB */
+        CHECK(axp_kv_cache_bytes(&g1b, AXP_TYPE_F16, 32768, 256) == 147968 * KiB); /* 144.5 MiB */
+        CHECK(axp_kv_cache_bytes(&g1b, AXP_TYPE_F16, 4096, 512) == 38 * KiB * KiB);  /* rings of 1024 */
+        CHECK(axp_kv_cache_bytes(&g1b, AXP_TYPE_F16, 32768, 512) == 150 * KiB * KiB);
+
+        axp_model *m = load_model("gemma3", "f32", 13, "--layers 6 --swa 40 --tied --ctx 1024");
+        m = prepare(m);
+        CHECK(m != NULL);
+        if (!m)
+                return;
+        const int nv = m->hp.n_vocab, n = RING_PROMPT + RING_DECODE;
+        int32_t toks[RING_PROMPT + RING_DECODE];
+        prompt_tokens(m, toks, n, 21);
+        axp_error err = { 0 };
+        double *ref = NULL;
+        CHECK_MSG(axp_ref_logits(m, toks, n, 0, &ref, &err) == 0, "%s", err.msg);
+        if (!ref) {
+                model_done(m);
+                return;
+        }
+        axp_seq a, b, c;
+        CHECK(axp_seq_init(&a, m, AXP_TYPE_F32, 1024, 16, &err) == 0);
+        CHECK(axp_seq_init(&b, m, AXP_TYPE_F32, 1024, 16, &err) == 0);
+        CHECK(axp_seq_init(&c, m, AXP_TYPE_F16, 1024, 16, &err) == 0);
+        /* chunks of 64 and 100, longer than the window of 40 */
+        CHECK_MSG(axp_forward_prefill(dev, &a, toks, RING_PROMPT, 64, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_forward_prefill(dev, &b, toks, 250, 100, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_forward_prefill(dev, &b, toks + 250, RING_PROMPT - 250, 100, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_forward_prefill(dev, &c, toks, RING_PROMPT, 0, &err) == 0, "%s", err.msg);
+        /* 40 - 1 + 64 and 40 - 1 + 100 rounded up to 256; the whole prompt: 40 - 1 + 600 */
+        CHECK_EQ_INT(a.swa_cap, 256);
+        CHECK_EQ_INT(b.swa_cap, 256);
+        CHECK_EQ_INT(c.swa_cap, 768);
+        CHECK(a.kv_cap >= RING_PROMPT);
+        CHECK(axp_seq_kv_bytes(&a) == (size_t) 2 * (5 * 256 + a.kv_cap) * m->hp.n_head_kv * m->hp.head_dim * 4);
+        double worst = rel_err(a.logits, ref + (size_t) (RING_PROMPT - 1) * nv, nv);
+        double turns = rel_err_f(b.logits, a.logits, nv), f16 = rel_err_f(c.logits, a.logits, nv);
+        for (int i = RING_PROMPT; i < n; i++) {
+                axp_seq *bc[2] = { &b, &c };
+                CHECK(axp_forward_decode(dev, &(axp_seq *) { &a }, &toks[i], 1, &err) == 0);
+                CHECK(axp_forward_decode(dev, bc, (int32_t[]) { toks[i], toks[i] }, 2, &err) == 0);
+                worst = fmax(worst, rel_err(a.logits, ref + (size_t) i * nv, nv));
+                turns = fmax(turns, rel_err_f(b.logits, a.logits, nv));
+                f16 = fmax(f16, rel_err_f(c.logits, a.logits, nv));
+        }
+        printf("  gemma3 ring of 256 in 1024: vs reference %.2e, two turns batched vs one alone %.2e, "
+               "whole with F16 KV %.2e\n", worst, turns, f16);
+        CHECK(worst <= tolerance(AXP_TYPE_F32));
+        CHECK(turns <= 1e-5);
+        CHECK(f16 <= 5e-3);
+        /* a chunk longer than the ring was sized for is refused, not run */
+        axp_task *tasks = NULL;
+        int n_tasks;
+        axp_seq_set_span(&a, 64);
+        CHECK(axp_seq_begin(&a, toks, 100, &err) == 0);
+        CHECK_EQ_INT(axp_prefill_plan(&a, 100, &tasks, &n_tasks, &err), -EINVAL);
+        axp_seq_truncate(&a, a.n_past);
+        axp_seq_free(&a);
+        axp_seq_free(&b);
+        axp_seq_free(&c);
+        free(ref);
         model_done(m);
 }
 
@@ -380,6 +485,7 @@ int main(void) {
         RUN(test_chunked_stop_resume);
         RUN(test_batched_decode);
         RUN(test_f16_kv);
+        RUN(test_ring);
         RUN(test_context_overflow);
         axp_device_free(dev);
         char cmd[300];

@@ -493,6 +493,7 @@ static void test_attention(void) {
                 { 300, 100, 8, 2, 64, 300 }, /* a window starting inside and across chunks */
                 { 1, 1000, 8, 2, 64, 512 },  /* decode with a window, split over chunks */
                 { 2, 700, 8, 4, 64, 256 },   /* a window of exactly a chunk */
+                { 300, 2000, 4, 2, 32, 100 }, /* a prefill chunk across the end of its ring */
         };
         for (int kvt = 0; kvt < 2; kvt++) {
                 uint32_t kv_type = kvt ? AXP_TYPE_F16 : AXP_TYPE_F32;
@@ -534,7 +535,7 @@ static void test_attention(void) {
                                         memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
                                         /* in place: out aliases q */
                                         axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, c.window, scale);
+                                                          c.n_head, c.n_head_kv, c.hd, c.window, 0, scale);
                                 }
                                 double maxe = 0;
                                 for (int i = 0; i < c.n_q; i++)
@@ -545,10 +546,30 @@ static void test_attention(void) {
                                 for (int p = 2; p <= 3; p++)
                                         CHECK_MSG(memcmp(outs[1], outs[p], sizeof(float) * c.n_q * ldq) == 0,
                                                   "%s case %zu: %d threads differ from 1", all_isas[ii], ci, p);
+                                /* a sliding-window layer's ring (the window behind the queries and
+                                 * the queries, rounded up to 256 rows) gives the same bits */
+                                int ring = c.window > 0 ? (c.window - 1 + c.n_q + 255) / 256 * 256 : 0;
+                                if (ring > 0 && ring < n_pos) {
+                                        size_t es = kvt ? 2 : 4, rb = es * (size_t) ld;
+                                        char *kr = calloc(ring, rb), *vr = calloc(ring, rb);
+                                        float *o = malloc(sizeof(float) * c.n_q * ldq);
+                                        memcpy(o, q, sizeof(float) * c.n_q * ldq); /* the rows' padding */
+                                        for (int p = MAX(0, c.first_pos - c.window + 1); p < n_pos; p++) {
+                                                memcpy(kr + (size_t) (p % ring) * rb, (char *) k + (size_t) p * rb, rb);
+                                                memcpy(vr + (size_t) (p % ring) * rb, (char *) v + (size_t) p * rb, rb);
+                                        }
+                                        axp_cpu_attention(pools[2], q, ldq, o, ldq, kr, vr, kv_type, c.n_q, pos,
+                                                          c.n_head, c.n_head_kv, c.hd, c.window, ring, scale);
+                                        CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
+                                                  "%s case %zu: the ring of %d rows differs", all_isas[ii], ci, ring);
+                                        free(kr);
+                                        free(vr);
+                                        free(o);
+                                }
                                 /* the last query alone (a decode step) gives the same bits */
                                 float *one = malloc(sizeof(float) * ldq);
                                 axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1,
-                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, c.window, scale);
+                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, c.window, 0, scale);
                                 CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
                                           "%s case %zu: decode differs from prefill", all_isas[ii], ci);
                                 free(one);

@@ -10,6 +10,7 @@
 
 #include "devices/device.h"
 #include "devices/cpu-device.h"
+#include "devices/forward.h"
 #include "mkmodel.h"
 #include "sim/sim.h"
 #include "test.h"
@@ -64,6 +65,7 @@ typedef struct world {
         double t_p;
         int r_want;
         double r_done, p_first_kernel;
+        int p_swa_cap; /* rows of P's sliding-window rings (gemma3) */
 } world;
 
 static void arrive_p(void *ud) {
@@ -146,6 +148,7 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         CHECK(!w->with_q || (w->q.done && w->q.n_out == w->q.want));
         w->r_done = t_reactive + w->r.st.latency_s;
         w->p_first_kernel = (w->t_p > 0 ? w->t_p : 0) + w->p.st.queue_wait_s;
+        w->p_swa_cap = w->p.seq.swa_cap;
         axp_sched_free(w->sched);
         axp_sim_free(w->sim);
         axp_seq_free(&w->p.seq);
@@ -155,13 +158,38 @@ static double run(world *w, axp_policy policy, double t_reactive) {
         return w->p.st.ttft_s;
 }
 
+/* P's tokens from a plain whole prefill and greedy decode on the CPU device: a sliding-window
+ * layer's ring then holds the whole prompt (no wrap), which the scheduler's chunks do not. */
+static void forward_greedy(const int32_t *prompt, int n, int32_t *out) {
+        axp_seq q;
+        axp_error err = { 0 };
+        CHECK(axp_seq_init(&q, model, AXP_TYPE_F32, 1024, n + N_OUT, &err) == 0);
+        CHECK_MSG(axp_forward_prefill(cpu, &q, prompt, n, 0, &err) == 0, "%s", err.msg);
+        for (int k = 0; k < N_OUT; k++) {
+                int best = 0;
+                for (int i = 1; i < model->hp.n_vocab; i++)
+                        if (q.logits[i] > q.logits[best])
+                                best = i;
+                out[k] = best;
+                if (k + 1 < N_OUT)
+                        CHECK(axp_forward_decode(cpu, &(axp_seq *) { &q }, &out[k], 1, &err) == 0);
+        }
+        axp_seq_free(&q);
+}
+
 static void test_preempted_tokens(void) {
         static world w;
-        int32_t alone[N_OUT];
+        int32_t alone[N_OUT], plain[N_OUT];
 
         double ttft = run(&w, AXP_POLICY_AGENTXPU, -1);
         memcpy(alone, w.p.out, sizeof(alone));
         CHECK_EQ_INT(w.p.st.preemptions, 0);
+        forward_greedy(w.p_tokens, 600, plain);
+        CHECK(memcmp(alone, plain, sizeof(alone)) == 0);
+        if (model->hp.n_swa > 0) {
+                printf("  P's sliding-window rings: %d rows of its 612 positions\n", w.p_swa_cap);
+                CHECK(w.p_swa_cap < 600);
+        }
 
         /* the reactive request arrives a third of the way into the proactive prefill */
         run(&w, AXP_POLICY_AGENTXPU, ttft / 3);
@@ -262,6 +290,25 @@ int main(void) {
         RUN(test_preempted_tokens);
         RUN(test_piggybacked_tokens);
         RUN(test_parked_tokens);
+        axp_device_prepare(cpu, NULL, NULL);
+        axp_model_free(model);
+        model = NULL;
+
+        /* gemma3, six layers of which five slide a window of 40: their rings (the window
+         * and a chunk or an iteration's slice) are shorter than P's prompt and wrap */
+        mp.arch = AXP_ARCH_GEMMA3;
+        mp.n_layer = 6;
+        mp.n_swa = 40;
+        mp.tied = true;
+        if (axp_mkmodel(&mp, &err) < 0 || axp_model_load(path, &model, &err) < 0 ||
+            axp_device_prepare(cpu, model, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
+        RUN(test_preempted_tokens);
+        RUN(test_piggybacked_tokens);
+        RUN(test_parked_tokens);
+        axp_device_prepare(cpu, NULL, NULL);
         axp_device_free(cpu);
         axp_model_free(model);
         unlink(path);

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/* Models whose metadata disagrees with itself or with its tensors: a valid synthetic model
+ * (mkmodel) rewritten through the GGUF writer with one key or one tensor changed must be
+ * refused by the loader with one line naming the file and what is wrong, never loaded half
+ * way. The container's own corruptions are tests/lib/gguf-corrupt.c's. */
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/gguf.h"
+#include "model/model.h"
+#include "mkmodel.h"
+#include "test.h"
+#include "kernels/types.h"
+
+static char tmpdir[] = "/tmp/test-model-corrupt-XXXXXX";
+static char path_buf[2][256];
+
+static const char *tmp_path(int which, const char *name) {
+        snprintf(path_buf[which], sizeof(path_buf[0]), "%s/%s", tmpdir, name);
+        return path_buf[which];
+}
+
+/* One change to a model: a key set to a u32 (or removed), a tensor's last dimension shrunk
+ * by one (its data cut to match), a tensor dropped, or an F32 tensor of n values added. */
+typedef struct change {
+        const char *key;
+        bool remove_key;
+        uint32_t value;
+        const char *tensor;
+        enum { T_KEEP, T_SHRINK, T_DROP, T_ADD } op;
+        int64_t add_n;
+} change;
+
+static int rewrite(const char *src, const char *dst, const change *ch) {
+        gguf_file *f = NULL;
+        axp_error err = { 0 };
+        int r;
+        if ((r = gguf_open(src, &f, &err)) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return r;
+        }
+        gguf_writer *w = gguf_writer_new();
+        for (uint64_t i = 0; i < f->n_kv; i++)
+                if (!ch->key || !gguf_str_eq(f->kv[i].key, ch->key))
+                        gguf_writer_copy_kv(w, &f->kv[i]);
+        if (ch->key && !ch->remove_key)
+                gguf_writer_set_u32(w, ch->key, ch->value);
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+                const gguf_tensor *t = &f->tensors[i];
+                char name[128];
+                snprintf(name, sizeof(name), "%.*s", (int) t->name.len, t->name.ptr);
+                int64_t ne[GGUF_MAX_DIMS];
+                memcpy(ne, t->ne, sizeof(ne));
+                uint64_t nbytes = t->nbytes;
+                if (ch->tensor && strcmp(name, ch->tensor) == 0) {
+                        if (ch->op == T_DROP)
+                                continue;
+                        if (ch->op == T_SHRINK) {
+                                nbytes = nbytes / (uint64_t) ne[t->n_dims - 1] * (uint64_t) (ne[t->n_dims - 1] - 1);
+                                ne[t->n_dims - 1]--;
+                        }
+                }
+                gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, t->data, nbytes);
+        }
+        if (ch->op == T_ADD) {
+                float *v = calloc((size_t) ch->add_n, sizeof(float));
+                for (int64_t i = 0; i < ch->add_n; i++)
+                        v[i] = 1.0f + (float) i / 8;
+                gguf_writer_add_tensor(w, ch->tensor, AXP_TYPE_F32, 1, (int64_t[]) { ch->add_n }, v,
+                                       (uint64_t) ch->add_n * sizeof(float));
+                free(v);
+        }
+        r = gguf_writer_write(w, dst, &err);
+        if (r < 0)
+                fprintf(stderr, "%s\n", err.msg);
+        gguf_writer_free(w);
+        gguf_close(f);
+        return r;
+}
+
+/* The changed model is refused with one line that names the file and contains `expect`. */
+static void refused(const char *src, const change *ch, const char *expect) {
+        const char *dst = tmp_path(1, "changed.gguf");
+        CHECK(rewrite(src, dst, ch) == 0);
+        axp_model *m = NULL;
+        axp_error err = { 0 };
+        int r = axp_model_load(dst, &m, &err);
+        CHECK_MSG(r < 0 && m == NULL, "%s %s: loaded", ch->key ? ch->key : "", ch->tensor ? ch->tensor : "");
+        /* the file by its name, as the loader names it */
+        CHECK_MSG(strncmp(err.msg, "changed.gguf: ", 14) == 0 && strstr(err.msg, expect) &&
+                          !strchr(err.msg, '\n'),
+                  "'%s' (want '%s')", err.msg, expect);
+        printf("  %s\n", err.msg);
+        if (m)
+                axp_model_free(m);
+        unlink(dst);
+}
+
+static const char *make(enum axp_arch arch, const char *name) {
+        axp_mkmodel_params p;
+        axp_error err = { 0 };
+        axp_mkmodel_defaults(&p);
+        p.arch = arch;
+        p.type = AXP_TYPE_Q8_0;
+        p.n_layer = 2;
+        p.seed = 5;
+        p.path = tmp_path(0, name);
+        CHECK_MSG(axp_mkmodel(&p, &err) == 0, "%s", err.msg);
+        /* the unchanged copy loads */
+        const char *copy = tmp_path(1, "copy.gguf");
+        axp_model *m = NULL;
+        CHECK(rewrite(p.path, copy, &(change) { 0 }) == 0);
+        CHECK_MSG(axp_model_load(copy, &m, &err) == 0, "%s", err.msg);
+        if (m)
+                axp_model_free(m);
+        unlink(copy);
+        return p.path;
+}
+
+/* qwen3moe (mkmodel: 8 experts, 2 used): counts out of range, missing, disagreeing with each
+ * other and with the stacked expert tensors and the router. */
+static void test_moe_keys(void) {
+        const char *src = make(AXP_ARCH_QWEN3MOE, "moe.gguf");
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .remove_key = true },
+                "metadata 'qwen3moe.expert_count' is missing");
+        refused(src, &(change) { .key = "qwen3moe.expert_used_count", .remove_key = true },
+                "metadata 'qwen3moe.expert_used_count' is missing");
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .value = 0 }, "= 0 is out of range");
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .value = UINT32_MAX },
+                "is out of range");
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .value = 1000 },
+                "1000 experts per layer; agentxpu handles up to");
+        refused(src, &(change) { .key = "qwen3moe.expert_used_count", .value = 0 }, "= 0 is out of range");
+        refused(src, &(change) { .key = "qwen3moe.expert_used_count", .value = 9 },
+                "9 experts used per token of 8");
+        /* counts that disagree with the tensors */
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .value = 7 }, "ffn_gate_inp");
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .value = 9 }, "ffn_gate_inp");
+        refused(src, &(change) { .key = "qwen3moe.expert_feed_forward_length", .value = 96 }, "_exps");
+        refused(src, &(change) { .key = "qwen3moe.expert_feed_forward_length", .value = UINT32_MAX },
+                "is out of range");
+        /* tensors that disagree with the counts */
+        refused(src, &(change) { .tensor = "blk.1.ffn_up_exps.weight", .op = T_SHRINK }, "ffn_up_exps");
+        refused(src, &(change) { .tensor = "blk.0.ffn_down_exps.weight", .op = T_SHRINK }, "ffn_down_exps");
+        refused(src, &(change) { .tensor = "blk.1.ffn_gate_inp.weight", .op = T_SHRINK }, "ffn_gate_inp");
+        refused(src, &(change) { .tensor = "blk.0.ffn_gate_exps.weight", .op = T_DROP },
+                "tensor 'blk.0.ffn_gate_exps.weight' is missing");
+        refused(src, &(change) { .tensor = "blk.1.ffn_gate_inp.weight", .op = T_DROP },
+                "tensor 'blk.1.ffn_gate_inp.weight' is missing");
+        unlink(src);
+}
+
+/* Phi-3.5-mini and Phi-4-mini carry LongRoPE factors (rope_factors_long/short, one per rotated
+ * pair): refused by name until that scaling is done, rather than run with the wrong angles. */
+static void test_longrope_refused(void) {
+        const char *src = make(AXP_ARCH_PHI3, "phi3.gguf");
+        axp_model *m = NULL;
+        axp_error err = { 0 };
+        CHECK(axp_model_load(src, &m, &err) == 0);
+        int64_t half = m ? m->hp.rope_dim / 2 : 32;
+        if (m)
+                axp_model_free(m);
+        const char *names[] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                refused(src, &(change) { .tensor = names[i], .op = T_ADD, .add_n = half },
+                        "LongRoPE scaling (rope_factors_long/short tensors) is not supported yet");
+        unlink(src);
+}
+
+int main(void) {
+        if (!mkdtemp(tmpdir))
+                TEST_SKIP("cannot make a temporary folder");
+        RUN(test_moe_keys);
+        RUN(test_longrope_refused);
+        rmdir(tmpdir);
+        TEST_EXIT();
+}
