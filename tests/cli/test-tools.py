@@ -61,8 +61,8 @@ BAD = [
     (json.dumps([{"type": "function", "function": {"name": "a b"}}]), "function.name must be"),
     (json.dumps([TOOLS[0], TOOLS[0]]), "is given twice"),
     (json.dumps([{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string", "pattern": "a+"}}}}}]),
-     "(f) parameters: JSON schema at #/properties/x: the keyword 'pattern' is not supported"),
+        "type": "object", "properties": {"x": {"type": "string", "not": {"const": "a"}}}}}}]),
+     "(f) parameters: JSON schema at #/properties/x: the keyword 'not' is not supported"),
     (json.dumps([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
      "must be a JSON schema of type object"),
 ]
