@@ -193,12 +193,19 @@ def test_fifty_clients_a_third_leaving():
         idle = d.rss_kib()
         round_()
         first = d.rss_kib()
-        round_()
-        second = d.rss_kib()
-        print(f"    daemon RSS: idle {idle} KiB, after 50 clients {first} KiB, after 50 more {second} KiB",
+        # A leak grows the daemon with every round; the allocator's arenas and a loaded
+        # machine's timing can leave one round's RSS a megabyte or two up, so a round that ends
+        # up is followed by another (three at most) before it counts as growth.
+        later = []
+        for _ in range(3):
+            round_()
+            later.append(d.rss_kib())
+            if later[-1] <= first + 1024:
+                break
+        print(f"    daemon RSS: idle {idle} KiB, after 50 clients {first} KiB, after each 50 more {later} KiB",
               flush=True)
-        assert second <= first + 1024, (idle, first, second)
-        assert second <= idle + 8192, (idle, first, second)
+        assert later[-1] <= first + 1024, (idle, first, later)
+        assert later[-1] <= idle + 8192, (idle, first, later)
 
 
 def generated(bus, path):
