@@ -680,6 +680,8 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                 return axp_errorf(err, -EINVAL, "tool_choice must be 'auto' or 'required', got '%s'", tool_choice);
         if ((r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
                 return r;
+        if ((r = axp_tools_check_turns(earlier, n_earlier, err)) < 0)
+                return r;
         if (!axp_chat_takes_tools(f, chat_template, tok))
                 return axp_errorf(err, -EINVAL,
                                   "the model's chat template (%s) does not take tools; tools work with Llama 3.1+, "

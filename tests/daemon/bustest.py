@@ -249,6 +249,8 @@ BAD_INPUTS = [
      "org.agentxpu.Error.InvalidArgument", "'messages' must be of type a(ss)"),
     ("an earlier turn of an unknown role", "Reactive", ["hi", "{'messages': <[('robot', 'beep')]>}"],
      "org.agentxpu.Error.InvalidArgument", "has turn 1 of the role 'robot'; use system, user, assistant, tool_call or tool"),
+    ("an empty prompt after a user's turn", "Reactive", ["", "{'messages': <[('user', 'hi')]>}"],
+     "org.agentxpu.Error.InvalidArgument", "The prompt is empty"),
     ("earlier turns over the size cap", "Reactive", ["hi", "{'messages': <[('user', '" + "x" * 4097 + "')]>}"],
      "org.agentxpu.Error.InvalidArgument", "Option 'messages' holds more than 4096 bytes"),
     ("earlier turns on OpenFlow", "OpenFlow", ["{'messages': <[('user', 'hi')]>}"],
