@@ -314,13 +314,14 @@ static int check_messages(const axp_request_opts *o, bool raw, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "the earlier turns are missing");
         if (raw)
                 return axp_errorf(err, -EINVAL, "earlier turns need the chat template (not raw)");
-        if (o->tools)
-                return axp_errorf(err, -EINVAL, "tools cannot be combined with earlier turns");
         for (size_t i = 0; i < o->n_messages; i++) {
                 const char *role = o->messages[i].role;
                 if (!role || (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
-                              strcmp(role, "assistant") != 0))
-                        return axp_errorf(err, -EINVAL, "turn %zu: the role must be system, user or assistant", i + 1);
+                              strcmp(role, "assistant") != 0 &&
+                              (!o->tools || (strcmp(role, AXP_ROLE_TOOL_CALL) != 0 && strcmp(role, AXP_ROLE_TOOL) != 0))))
+                        return axp_errorf(err, -EINVAL, o->tools ? "turn %zu: the role must be system, user, assistant, tool_call or tool"
+                                                                 : "turn %zu: the role must be system, user or assistant (tool_call and tool need tools)",
+                                          i + 1);
                 if (!o->messages[i].content)
                         return axp_errorf(err, -EINVAL, "turn %zu has no content", i + 1);
         }
@@ -381,8 +382,14 @@ static int do_submit(axp_engine *e, submit_args *a) {
                         return axp_errorf(a->err, -EINVAL, "tools need the chat template (not raw)");
                 if (!first_turn)
                         return axp_errorf(a->err, -EINVAL, "tools are given on a flow's first turn only");
+                _cleanup_free_ axp_chat_msg *earlier = calloc(o->n_messages + 1, sizeof(*earlier));
+                if (!earlier)
+                        return axp_errorf(a->err, -ENOMEM, "out of memory");
+                for (size_t i = 0; i < o->n_messages; i++)
+                        earlier[i] = (axp_chat_msg) { o->messages[i].role, o->messages[i].content };
                 r = axp_tools_prepare(e->model->chat_template, e->model->tok, o->tools, o->tool_choice, system,
-                                      a->prompt, &text, &tools_grammar, &tools_family, a->err);
+                                      earlier, o->n_messages, a->prompt, &text, &tools_grammar, &tools_family,
+                                      a->err);
                 if (r < 0)
                         return r;
         } else {

@@ -86,7 +86,8 @@ typedef struct axp_request_opts {
         /* the conversation's earlier turns, before the prompt (which is the user's new turn),
          * rendered with the chat template in their roles (system, user, assistant; copied at
          * submission). On a flow's first turn they follow the system prompt; on a later turn
-         * they follow the flow's last answer. Not with raw or tools. */
+         * they follow the flow's last answer. Not with raw. With tools, also tool_call and
+         * tool turns (model/tools.h); the prompt may then be "" after a tool result. */
         const axp_turn *messages;
         size_t n_messages;
         bool raw;                     /* no chat template */

@@ -216,32 +216,194 @@ static void put_trimmed(out *o, const char *s) {
         put(o, s + i, j - i);
 }
 
-char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user) {
+/* A tool_call turn's content: {"name": "NAME", "arguments": {...}} (an "arguments" string that
+ * holds a JSON object is read as that object). *ret_v owns what *ret_name and *ret_args point
+ * into. */
+static int read_call_turn(const char *content, size_t turn, json_value **ret_v, const char **ret_name,
+                          const json_value **ret_args, axp_error *err) {
+        _cleanup_json_ json_value *v = NULL;
+        axp_error e = {};
+        const json_value *args;
+        const char *name;
+
+        if (json_parse(content, strlen(content), &v, &e) < 0) {
+                if (e.code == -ENOMEM)
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                return axp_errorf(err, -EINVAL, "turn %zu: a tool_call is not valid JSON: %s", turn, e.msg);
+        }
+        name = json_get_string(v, "name");
+        args = json_get(v, "arguments");
+        if (args && args->type == JSON_STRING) {
+                json_value *inner = NULL;
+                if (json_parse(args->text, strlen(args->text), &inner, &e) < 0 || inner->type != JSON_OBJECT) {
+                        json_free(inner);
+                        return axp_errorf(err, -EINVAL, "turn %zu: the tool_call's arguments are not a JSON object",
+                                          turn);
+                }
+                /* keep the parsed arguments alive with v: put them in its place */
+                for (size_t i = 0; i < v->n; i++)
+                        if (v->items[i] == args) {
+                                json_free(v->items[i]);
+                                v->items[i] = inner;
+                        }
+                args = inner;
+        }
+        if (v->type != JSON_OBJECT || !name || !valid_name(name) || !args || args->type != JSON_OBJECT)
+                return axp_errorf(err, -EINVAL,
+                                  "turn %zu: a tool_call must be {\"name\": NAME, \"arguments\": {...}}", turn);
+        *ret_name = name;
+        *ret_args = args;
+        *ret_v = TAKE_PTR(v);
+        return 0;
+}
+
+int axp_tools_check_turns(const axp_chat_msg *msgs, size_t n, axp_error *err) {
+        for (size_t i = 0; i < n; i++) {
+                if (!msgs[i].role || !msgs[i].content)
+                        return axp_errorf(err, -EINVAL, "turn %zu has no role or content", i + 1);
+                if (strcmp(msgs[i].role, AXP_ROLE_TOOL_CALL) == 0) {
+                        _cleanup_json_ json_value *v = NULL;
+                        const char *name;
+                        const json_value *args;
+                        int r = read_call_turn(msgs[i].content, i + 1, &v, &name, &args, err);
+                        if (r < 0)
+                                return r;
+                } else if (strcmp(msgs[i].role, AXP_ROLE_TOOL) == 0) {
+                        if (i == 0 || (strcmp(msgs[i - 1].role, AXP_ROLE_TOOL_CALL) != 0 &&
+                                       strcmp(msgs[i - 1].role, AXP_ROLE_TOOL) != 0))
+                                return axp_errorf(err, -EINVAL, "turn %zu: a tool result must follow a tool_call turn",
+                                                  i + 1);
+                } else if (strcmp(msgs[i].role, "system") != 0 && strcmp(msgs[i].role, "user") != 0 &&
+                           strcmp(msgs[i].role, "assistant") != 0)
+                        return axp_errorf(err, -EINVAL, "turn %zu: the role must be system, user, assistant, "
+                                                        "tool_call or tool", i + 1);
+        }
+        return 0;
+}
+
+static bool is(const axp_chat_msg *m, const char *role) {
+        return strcmp(m->role, role) == 0;
+}
+
+/* A call as the family writes it; `id`: Mistral's 9-character call id. */
+static void put_call(out *o, axp_chat_family f, const char *content, const char *id) {
+        _cleanup_json_ json_value *v = NULL;
+        const char *name;
+        const json_value *args;
+        axp_error e = {};
+
+        if (o->r == 0 && read_call_turn(content, 0, &v, &name, &args, &e) < 0)
+                o->r = e.code == -ENOMEM ? -ENOMEM : -EINVAL;
+        if (o->r < 0)
+                return;
+        json_value n = { .type = JSON_STRING, .text = (char *) name };
+        switch (f) {
+        case AXP_CHAT_LLAMA3:
+                puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": ");
+                dump(o, &n, 0, 0, false);
+                puts_(o, ", \"parameters\": ");
+                dump(o, args, 0, 0, false);
+                puts_(o, "}<|eot_id|>");
+                break;
+        case AXP_CHAT_CHATML:
+                puts_(o, "<|im_start|>assistant\n<tool_call>\n{\"name\": ");
+                dump(o, &n, 0, 0, false);
+                puts_(o, ", \"arguments\": ");
+                dump(o, args, 0, 0, false);
+                puts_(o, "}\n</tool_call><|im_end|>\n");
+                break;
+        default: /* Mistral v3 and tekken */
+                puts_(o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[TOOL_CALLS][{\"name\": " : "[TOOL_CALLS] [{\"name\": ");
+                dump(o, &n, 0, 0, false);
+                puts_(o, ", \"arguments\": ");
+                dump(o, args, 0, 0, false);
+                puts_(o, ", \"id\": \"");
+                puts_(o, id);
+                puts_(o, "\"}]</s>");
+                break;
+        }
+}
+
+/* Mistral's tool result: {"content": CONTENT, "call_id": ID}; the content as it is when it is
+ * JSON (what the template writes), else as a JSON string so the whole stays JSON. */
+static void put_mistral_result(out *o, axp_chat_family f, const char *content, const char *id) {
+        _cleanup_json_ json_value *v = NULL;
+        axp_error e = {};
+
+        puts_(o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[TOOL_RESULTS]{\"content\": " : "[TOOL_RESULTS] {\"content\": ");
+        if (json_parse(content, strlen(content), &v, &e) == 0)
+                puts_(o, content);
+        else {
+                json_value s = { .type = JSON_STRING, .text = (char *) content };
+                dump(o, &s, 0, 0, false);
+        }
+        puts_(o, ", \"call_id\": \"");
+        puts_(o, id);
+        puts_(o, "\"}[/TOOL_RESULTS]");
+}
+
+int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *system, const axp_chat_msg *msgs,
+                          size_t n, char **ret, axp_error *err) {
         out o = {};
         bool sys = system && system[0];
+        size_t last_user = n, first_user = n, calls = 0, run = 0, results = 0;
+        char id[16] = "";
+        int r;
+
+        if ((r = axp_tools_check_turns(msgs, n, err)) < 0)
+                return r;
+        for (size_t i = 0; i < n; i++)
+                if (is(&msgs[i], "user")) {
+                        last_user = i;
+                        if (first_user == n)
+                                first_user = i;
+                }
+        if (first_user == n)
+                return axp_errorf(err, -EINVAL, "a conversation with tools needs a user turn");
 
         switch (f) {
         case AXP_CHAT_LLAMA3:
-                /* Llama 3.1's template with tools_in_user_message (its default) */
+                /* Llama 3.1's template with tools_in_user_message (its default): the tools in
+                 * the first user turn, a call as the assistant's JSON, a result in an ipython turn */
                 puts_(&o, "<|start_header_id|>system<|end_header_id|>\n\n");
                 puts_(&o, "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
                 if (sys)
                         put_trimmed(&o, system);
-                puts_(&o, "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n");
-                puts_(&o, "Given the following functions, please respond with a JSON for a function call with its "
-                          "proper arguments that best answers the given prompt.\n\n");
-                puts_(&o, "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument "
-                          "name and its value}.Do not use variables.\n\n");
-                for (size_t i = 0; i < t->n; i++) {
-                        dump(&o, t->list->items[i], 4, 0, false);
-                        puts_(&o, "\n\n");
+                puts_(&o, "<|eot_id|>");
+                for (size_t i = 0; i < n; i++) {
+                        if (i == first_user) {
+                                puts_(&o, "<|start_header_id|>user<|end_header_id|>\n\n");
+                                puts_(&o, "Given the following functions, please respond with a JSON for a function "
+                                          "call with its proper arguments that best answers the given prompt.\n\n");
+                                puts_(&o, "Respond in the format {\"name\": function name, \"parameters\": dictionary "
+                                          "of argument name and its value}.Do not use variables.\n\n");
+                                for (size_t k = 0; k < t->n; k++) {
+                                        dump(&o, t->list->items[k], 4, 0, false);
+                                        puts_(&o, "\n\n");
+                                }
+                                put_trimmed(&o, msgs[i].content);
+                                puts_(&o, "<|eot_id|>");
+                        } else if (is(&msgs[i], AXP_ROLE_TOOL_CALL))
+                                put_call(&o, f, msgs[i].content, NULL);
+                        else if (is(&msgs[i], AXP_ROLE_TOOL)) {
+                                puts_(&o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+                                puts_(&o, msgs[i].content);
+                                puts_(&o, "<|eot_id|>");
+                        } else {
+                                char *turn = axp_chat_format(f, &msgs[i], 1, false);
+                                if (!turn)
+                                        o.r = -ENOMEM;
+                                else
+                                        puts_(&o, turn);
+                                free(turn);
+                        }
                 }
-                put_trimmed(&o, user);
-                puts_(&o, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+                puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
                 break;
         case AXP_CHAT_CHATML:
                 /* Qwen2.5/3: the tools after the system prompt (Qwen2.5's default system prompt,
-                 * when none is given, is left to the caller as without tools) */
+                 * when none is given, is left to the caller as without tools); a call in
+                 * <tool_call>, the results of a run of tool turns in one user turn */
                 puts_(&o, "<|im_start|>system\n");
                 if (sys) {
                         puts_(&o, system);
@@ -249,46 +411,104 @@ char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *s
                 }
                 puts_(&o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-                for (size_t i = 0; i < t->n; i++) {
+                for (size_t k = 0; k < t->n; k++) {
                         puts_(&o, "\n");
-                        dump(&o, t->list->items[i], 0, 0, false);
+                        dump(&o, t->list->items[k], 0, 0, false);
                 }
                 puts_(&o, "\n</tools>\n\nFor each function call, return a json object with function name and "
                           "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
                           "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
-                puts_(&o, "<|im_start|>user\n");
-                puts_(&o, user);
-                puts_(&o, "<|im_end|>\n<|im_start|>assistant\n");
+                for (size_t i = 0; i < n; i++) {
+                        if (is(&msgs[i], AXP_ROLE_TOOL_CALL))
+                                put_call(&o, f, msgs[i].content, NULL);
+                        else if (is(&msgs[i], AXP_ROLE_TOOL)) {
+                                if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL))
+                                        puts_(&o, "<|im_start|>user");
+                                puts_(&o, "\n<tool_response>\n");
+                                puts_(&o, msgs[i].content);
+                                puts_(&o, "\n</tool_response>");
+                                if (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL))
+                                        puts_(&o, "<|im_end|>\n");
+                        } else {
+                                char *turn = axp_chat_format(f, &msgs[i], 1, false);
+                                if (!turn)
+                                        o.r = -ENOMEM;
+                                else
+                                        puts_(&o, turn);
+                                free(turn);
+                        }
+                }
+                puts_(&o, "<|im_start|>assistant\n");
                 break;
         case AXP_CHAT_MISTRAL:
         case AXP_CHAT_MISTRAL_V3:
         case AXP_CHAT_MISTRAL_V3_TEKKEN: {
-                /* the tools before the last user turn, the system prompt inside it */
-                axp_chat_msg msgs[2];
-                size_t n = 0;
-                if (sys)
-                        msgs[n++] = (axp_chat_msg) { "system", system };
-                msgs[n++] = (axp_chat_msg) { "user", user };
-                char *turn = axp_chat_format(f, msgs, n, true);
-                puts_(&o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
-                dump(&o, t->list, 0, 0, false);
-                puts_(&o, "[/AVAILABLE_TOOLS]");
-                if (!turn)
-                        o.r = -ENOMEM;
-                else
-                        puts_(&o, turn);
-                free(turn);
+                /* the tools before the last user turn, the system prompt inside it when it is
+                 * the conversation's last turn; calls in [TOOL_CALLS] with an id, results in
+                 * [TOOL_RESULTS] naming it (ids are the calls' places: "call00001", ...) */
+                axp_chat_family ff = f == AXP_CHAT_MISTRAL ? AXP_CHAT_MISTRAL_V3 : f;
+                for (size_t i = 0; i < n; i++) {
+                        if (i == last_user) {
+                                puts_(&o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
+                                dump(&o, t->list, 0, 0, false);
+                                puts_(&o, "[/AVAILABLE_TOOLS]");
+                        }
+                        if (is(&msgs[i], AXP_ROLE_TOOL_CALL)) {
+                                /* a run of calls answered by a run of results, in order */
+                                if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
+                                        run = calls;
+                                snprintf(id, sizeof(id), "call%05zu", ++calls % 100000);
+                                put_call(&o, ff, msgs[i].content, id);
+                        } else if (is(&msgs[i], AXP_ROLE_TOOL)) {
+                                if (is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
+                                        results = 0;
+                                snprintf(id, sizeof(id), "call%05zu", (run + ++results) % 100000);
+                                put_mistral_result(&o, ff, msgs[i].content, id);
+                        }
+                        else if (is(&msgs[i], "user")) {
+                                axp_chat_msg two[2];
+                                size_t k = 0;
+                                if (sys && i == n - 1)
+                                        two[k++] = (axp_chat_msg) { "system", system };
+                                two[k++] = msgs[i];
+                                char *turn = axp_chat_format(f, two, k, false);
+                                if (!turn)
+                                        o.r = -ENOMEM;
+                                else
+                                        puts_(&o, turn);
+                                free(turn);
+                        } else if (is(&msgs[i], "assistant")) {
+                                char *turn = axp_chat_format(f, &msgs[i], 1, false);
+                                if (!turn)
+                                        o.r = -ENOMEM;
+                                else
+                                        puts_(&o, turn);
+                                free(turn);
+                        }
+                        /* a system turn in the middle: Mistral's template has none; dropped */
+                }
                 break;
         }
         default:
-                o.r = -EINVAL;
-                break;
+                free(o.buf);
+                return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
         }
         if (o.r < 0) {
                 free(o.buf);
-                return NULL;
+                return axp_errorf(err, o.r, o.r == -ENOMEM ? "out of memory" : "a tool_call turn is malformed");
         }
-        return o.buf;
+        *ret = o.buf;
+        return 0;
+}
+
+char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user) {
+        axp_chat_msg m = { "user", user };
+        axp_error err = {};
+        char *ret = NULL;
+
+        if (axp_tools_format_chat(f, t, system, &m, 1, &ret, &err) < 0)
+                return NULL;
+        return ret;
 }
 
 /* Grammar ------------------------------------------------------------------------------------- */
@@ -444,9 +664,12 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
 }
 
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
-                      const char *tool_choice, const char *system, const char *user, char **ret_text,
-                      char **ret_grammar, axp_chat_family *ret_family, axp_error *err) {
+                      const char *tool_choice, const char *system, const axp_chat_msg *earlier,
+                      size_t n_earlier, const char *user, char **ret_text, char **ret_grammar,
+                      axp_chat_family *ret_family, axp_error *err) {
         _cleanup_(axp_tools_freep) axp_tools *t = NULL;
+        _cleanup_free_ axp_chat_msg *msgs = NULL;
+        size_t n = 0;
         axp_chat_family f = axp_chat_detect(chat_template, tok);
         bool required = false;
         int r;
@@ -457,6 +680,8 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                 return axp_errorf(err, -EINVAL, "tool_choice must be 'auto' or 'required', got '%s'", tool_choice);
         if ((r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
                 return r;
+        if ((r = axp_tools_check_turns(earlier, n_earlier, err)) < 0)
+                return r;
         if (!axp_chat_takes_tools(f, chat_template, tok))
                 return axp_errorf(err, -EINVAL,
                                   "the model's chat template (%s) does not take tools; tools work with Llama 3.1+, "
@@ -464,11 +689,21 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                                   axp_chat_family_name(f));
         if ((r = axp_tools_grammar(f, t, required, ret_grammar, err)) < 0)
                 return r;
-        *ret_text = axp_tools_format_turn(f, t, system, user);
-        if (!*ret_text) {
+        msgs = calloc(n_earlier + 1, sizeof(*msgs));
+        if (!msgs)
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+        else {
+                for (size_t i = 0; i < n_earlier; i++)
+                        msgs[n++] = earlier[i];
+                /* an empty prompt after a tool result: the model answers the result */
+                if (user && (user[0] || n == 0 || strcmp(msgs[n - 1].role, AXP_ROLE_TOOL) != 0))
+                        msgs[n++] = (axp_chat_msg) { "user", user };
+                r = axp_tools_format_chat(f, t, system, msgs, n, ret_text, err);
+        }
+        if (r < 0) {
                 free(*ret_grammar);
                 *ret_grammar = NULL;
-                return axp_errorf(err, -ENOMEM, "out of memory");
+                return r;
         }
         *ret_family = f;
         return 0;

@@ -42,6 +42,23 @@ size_t axp_tools_count(const axp_tools *t);
 /* Does this model's template take tools? (The family as axp_chat_detect says.) */
 bool axp_chat_takes_tools(axp_chat_family f, const char *chat_template, const axp_tokenizer *tok);
 
+/* Roles of earlier turns with tools, besides system, user and assistant: an assistant's call,
+ * its content {"name": NAME, "arguments": {...}} (the arguments may also be a string holding
+ * the JSON object, as OpenAI writes them), and the result of the call before it, its content
+ * the tool's output as text. Each family writes them as its template does: llama3 the call as
+ * the assistant's JSON and the result in an "ipython" turn; chatml <tool_call> and, in a user
+ * turn, <tool_response>; mistral [TOOL_CALLS] and [TOOL_RESULTS] with a call id. */
+#define AXP_ROLE_TOOL_CALL "tool_call"
+#define AXP_ROLE_TOOL "tool"
+
+/* Check earlier turns' roles and tool_call contents; a tool turn follows a tool_call. */
+int axp_tools_check_turns(const axp_chat_msg *msgs, size_t n, axp_error *err);
+
+/* The conversation (the system prompt, then msgs: system, user, assistant, tool_call and tool
+ * turns) with the tools, as the family's template renders it with add_generation_prompt. */
+int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *system, const axp_chat_msg *msgs,
+                          size_t n, char **ret, axp_error *err);
+
 /* The turn (an optional system prompt and the user's text) with the tools, as the family's
  * template renders it with add_generation_prompt. malloc'd; NULL: out of memory. */
 char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user);
@@ -54,7 +71,10 @@ int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char
 int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **ret_call);
 
 /* Everything a request with tools needs: checks the family takes tools, parses the tools,
- * formats the turn and writes the grammar. tool_choice: NULL or "auto", or "required". */
+ * formats the conversation (the earlier turns, then the user's text; an empty text after a
+ * tool result adds no user turn) and writes the grammar. tool_choice: NULL or "auto", or
+ * "required". */
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
-                      const char *tool_choice, const char *system, const char *user, char **ret_text,
-                      char **ret_grammar, axp_chat_family *ret_family, axp_error *err);
+                      const char *tool_choice, const char *system, const axp_chat_msg *earlier,
+                      size_t n_earlier, const char *user, char **ret_text, char **ret_grammar,
+                      axp_chat_family *ret_family, axp_error *err);

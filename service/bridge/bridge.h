@@ -86,12 +86,13 @@ JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_pars
 /* A message's text content: a string, or (OpenAI) an array of text parts. */
 bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GString *buf, Fail *f);
 /* Chat messages into the earlier turns (system, user and assistant, in order) and the prompt,
- * the last message, which must be the user's. */
+ * the last message, which must be the user's, or a tool's result (then it stays in the turns
+ * and the prompt is empty). An assistant's tool_calls become tool_call turns, tool (and
+ * function) messages tool turns. */
 bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_prompt, Fail *f);
-/* A request with tools takes the user's message and system messages alone (the engine renders
- * the tools into one turn): the system messages become the option system, and `turns` is
- * emptied; 400 for earlier user or assistant turns. */
-bool turns_with_tools(GArray *turns, GVariantBuilder *opts, Fail *f);
+/* Earlier tool calls (turns of the role tool_call, {"name", "arguments"}) and results (tool)
+ * need the request's tools: 400 without them. */
+bool turns_check_tools(GArray *turns, bool tools, Fail *f);
 /* Structured output: a JSON Schema (an object, or true) as the engine's option json_schema. */
 bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f);
 /* tools (OpenAI's and Ollama's function list) as the engine's option tools; `only`: keep that

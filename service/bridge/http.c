@@ -296,6 +296,40 @@ bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GStrin
         return true;
 }
 
+/* An assistant's earlier call, OpenAI's {"id", "type": "function", "function": {"name",
+ * "arguments": "JSON text"}} or Ollama's {"function": {"name", "arguments": {...}}}, as the
+ * engine's tool_call turn: {"name": NAME, "arguments": ARGUMENTS}. */
+static bool tool_call_turn(JsonNode *e, guint i, guint k, char **ret, Fail *f) {
+        g_autoptr(JsonBuilder) jb = json_builder_new();
+        g_autoptr(JsonNode) root = NULL;
+        JsonObject *fn = NULL;
+        JsonNode *args;
+        const char *name = NULL;
+
+        if (!JSON_NODE_HOLDS_OBJECT(e) || !field_object(json_node_get_object(e), "function", &fn, f) || !fn ||
+            !field_string(fn, "name", &name, f) || !name)
+                return fail_bad(f, "Message %u: 'tool_calls[%u]' must be {\"type\": \"function\", \"function\": "
+                                "{\"name\": ..., \"arguments\": ...}}", i, k);
+        args = member(fn, "arguments");
+        if (args && !JSON_NODE_HOLDS_OBJECT(args) && value_type(args) != G_TYPE_STRING)
+                return fail_bad(f, "Message %u: 'tool_calls[%u].function.arguments' must be a JSON object or "
+                                "a string holding one", i, k);
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "name");
+        json_builder_add_string_value(jb, name);
+        json_builder_set_member_name(jb, "arguments");
+        if (args)
+                json_builder_add_value(jb, json_node_copy(args));
+        else {
+                json_builder_begin_object(jb);
+                json_builder_end_object(jb);
+        }
+        json_builder_end_object(jb);
+        root = json_builder_get_root(jb);
+        *ret = node_to_json(root, NULL);
+        return true;
+}
+
 bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_prompt, Fail *f) {
         guint n = json_array_get_length(msgs), users = 0;
 
@@ -321,22 +355,43 @@ bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_p
                 extra = NULL;
                 if (!field_array(m, "tool_calls", &extra, f))
                         return false;
-                if (extra && json_array_get_length(extra) > 0)
-                        return fail_bad(f, "Message %u: earlier tool calls in the conversation are not "
-                                        "supported yet; a request with tools takes one user turn", i);
                 if (strcmp(role, "developer") == 0)
                         role = "system";
-                if (strcmp(role, "tool") == 0 || strcmp(role, "function") == 0)
-                        return fail_bad(f, "Message %u: messages of role '%s' (tool results) are not "
-                                        "supported yet; a request with tools takes one user turn",
-                                        i, role);
+                if (strcmp(role, "function") == 0)
+                        role = "tool";
                 if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
-                    strcmp(role, "assistant") != 0)
-                        return fail_bad(f, "Unknown message role '%s'; use system, user or assistant",
+                    strcmp(role, "assistant") != 0 && strcmp(role, "tool") != 0)
+                        return fail_bad(f, "Unknown message role '%s'; use system, user, assistant or tool",
                                         role);
+                if (extra && json_array_get_length(extra) > 0) {
+                        if (strcmp(role, "assistant") != 0)
+                                return fail_bad(f, "Message %u: only an assistant's message has 'tool_calls'", i);
+                        if (*content) {
+                                t.role = g_strdup("assistant");
+                                t.content = g_strdup(content);
+                                g_array_append_val(turns, t);
+                        }
+                        for (guint k = 0; k < json_array_get_length(extra); k++) {
+                                if (!tool_call_turn(json_array_get_element(extra, k), i, k, &t.content, f))
+                                        return false;
+                                t.role = g_strdup("tool_call");
+                                g_array_append_val(turns, t);
+                        }
+                        if (i + 1 == n)
+                                return fail_bad(f, "The last message must be the user's or a tool's result");
+                        continue;
+                }
                 if (i + 1 == n) {
+                        if (strcmp(role, "tool") == 0) {
+                                /* the model answers the tool's result: no user turn after it */
+                                t.role = g_strdup(role);
+                                t.content = g_strdup(content);
+                                g_array_append_val(turns, t);
+                                *ret_prompt = g_strdup("");
+                                break;
+                        }
                         if (strcmp(role, "user") != 0)
-                                return fail_bad(f, "The last message must be the user's");
+                                return fail_bad(f, "The last message must be the user's or a tool's result");
                         users++;
                         *ret_prompt = g_strdup(content);
                         break;
@@ -351,22 +406,13 @@ bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_p
         return true;
 }
 
-bool turns_with_tools(GArray *turns, GVariantBuilder *opts, Fail *f) {
-        g_autoptr(GString) system = g_string_new(NULL);
-
+/* Tool calls and results need the request's tools (the engine renders them with the tools). */
+bool turns_check_tools(GArray *turns, bool tools, Fail *f) {
         for (guint i = 0; i < turns->len; i++) {
                 Turn *t = &g_array_index(turns, Turn, i);
-                if (strcmp(t->role, "system") != 0)
-                        return fail_bad(f, "A request with 'tools' takes the user's message alone (and "
-                                        "system messages) for now: earlier turns with tools are not "
-                                        "supported yet");
-                if (system->len)
-                        g_string_append(system, "\n\n");
-                g_string_append(system, t->content);
+                if (!tools && (strcmp(t->role, "tool") == 0 || strcmp(t->role, "tool_call") == 0))
+                        return fail_bad(f, "The messages hold tool calls or results but the request has no 'tools'");
         }
-        if (system->len)
-                g_variant_builder_add(opts, "{sv}", "system", g_variant_new_string(system->str));
-        g_array_set_size(turns, 0);
         return true;
 }
 

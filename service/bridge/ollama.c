@@ -293,7 +293,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 turns = turns_new();
                 if (!messages_to_turns(msgs, false, turns, &prompt, &f))
                         goto fail;
-                if (tools && !turns_with_tools(turns, &opts, &f))
+                if (!turns_check_tools(turns, tools, &f))
                         goto fail;
         } else {
                 const char *p = NULL;

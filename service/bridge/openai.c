@@ -412,7 +412,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 turns = turns_new();
                 if (!messages_to_turns(msgs, true, turns, &prompt, &f))
                         goto fail;
-                if (tools && !turns_with_tools(turns, &opts, &f))
+                if (!turns_check_tools(turns, tools, &f))
                         goto fail;
         } else {
                 JsonNode *n = json_object_get_member(o, "prompt");

@@ -179,7 +179,7 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
         if (tools) {
                 axp_error err = { 0 };
                 _cleanup_free_ char *formatted = NULL;
-                if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, text,
+                if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, NULL, 0, text,
                                       &formatted, ret_grammar, ret_family, &err) < 0)
                         return cli_fail("%s", err.msg);
                 return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);

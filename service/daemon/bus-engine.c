@@ -165,12 +165,15 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
         r = sd_bus_message_read(m, "s", &prompt);
         if (r < 0)
                 return r;
-        r = prompt_check("prompt", prompt, false, &c->config, error);
+        r = prompt_check("prompt", prompt, true, &c->config, error);
         if (r < 0)
                 return r;
         r = request_options_parse(m, complete ? OPTIONS_COMPLETE : OPTIONS_SUBMIT, &c->config, &o, error);
         if (r < 0)
                 return r;
+        /* empty only where the earlier turns end with a tool's result, which the model answers */
+        if (!prompt[0] && !(o.opts.n_messages > 0 && strcmp(o.opts.messages[o.opts.n_messages - 1].role, "tool") == 0))
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "The prompt is empty");
         if (complete)
                 kind = o.priority;
         if (c->stopping || !c->engine)

@@ -181,8 +181,9 @@ static int read_messages(sd_bus_message *m, const DaemonConfig *c, RequestOption
                         return bad_value(error, "messages", why);
                 }
                 if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
-                    strcmp(role, "assistant") != 0) {
-                        snprintf(why, sizeof(why), "has turn %zu of the role '%.32s%s'; use system, user or assistant",
+                    strcmp(role, "assistant") != 0 && strcmp(role, "tool_call") != 0 && strcmp(role, "tool") != 0) {
+                        snprintf(why, sizeof(why),
+                                 "has turn %zu of the role '%.32s%s'; use system, user, assistant, tool_call or tool",
                                  n + 1, role, strlen(role) > 32 ? "..." : "");
                         return bad_value(error, "messages", why);
                 }

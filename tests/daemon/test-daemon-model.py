@@ -390,6 +390,23 @@ def test_bad_inputs():
         assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
 
 
+def test_tool_turns_bad_input():
+    """Earlier tool calls and results: the engine's checks, each a clear InvalidArgument."""
+    tools = "'tools': <'[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]'>"
+    with engine(TABLE_CONFIG) as (bus, d):
+        for prompt, opts, want in [
+                ("hi", "{'messages': <[('user', 'hi'), ('tool_call', '{}')]>}", "tool_call and tool need tools"),
+                ("", "{" + tools + ", 'messages': <[('user', 'hi'), ('tool_call', 'nope'), ('tool', '1')]>}",
+                 "Turn 2: a tool_call is not valid JSON"),
+                ("", "{" + tools + ", 'messages': <[('user', 'hi'), ('tool', '1')]>}",
+                 "Turn 2: a tool result must follow a tool_call turn"),
+                ("", "{" + tools + ", 'messages': <[('user', 'hi'), ('tool_call', '{\"name\": \"f\"}'), "
+                 "('tool', '1')]>}", "Turn 2: a tool_call must be {\"name\": NAME, \"arguments\": {...}}")]:
+            r = bus.call("Reactive", prompt, opts)
+            assert r.error_name == "org.agentxpu.Error.InvalidArgument" and want in r.error_message, (want, r)
+        assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
+
+
 def test_context_overflow_messages():
     """A prompt beyond the context: without a flow the message gives the prompt and the
     context; on a flow, also what the conversation already holds."""
@@ -467,6 +484,7 @@ TESTS = [
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
     test_bad_inputs,
     test_earlier_turns_go_through_the_chat_template,
+    test_tool_turns_bad_input,
     test_context_overflow_messages,
     test_devices_carry_their_memory,
     test_second_engine_leaves_before_loading_its_model,

@@ -69,6 +69,16 @@ const runner = openai.beta.chat.completions.stream({ ...chat, max_tokens: 64, me
                                                      tool_choice: "required" });
 const final = await runner.finalChatCompletion();
 out.openai_tool_call_stream = { finish: final.choices[0].finish_reason, message: final.choices[0].message };
+// The tool loop: the call goes back with the tool's result, and the model answers it.
+const result = { role: "tool", tool_call_id: called.choices[0].message.tool_calls[0].id,
+                 content: JSON.stringify({ temperature: 22, unit: "C" }) };
+const answered = await openai.chat.completions.create({ ...chat, max_tokens: 8, messages: [...ask,
+  called.choices[0].message, result], tools });
+const answeredStream = await openai.beta.chat.completions.stream({ ...chat, max_tokens: 8, messages: [...ask,
+  called.choices[0].message, result], tools }).finalChatCompletion();
+out.openai_tool_loop = { first_prompt_tokens: called.usage.prompt_tokens, finish: answered.choices[0].finish_reason,
+                         message: answered.choices[0].message, usage: answered.usage,
+                         stream_finish: answeredStream.choices[0].finish_reason };
 
 // A conversation that comes back: its second turn continues the first's flow.
 const turn1 = await openai.chat.completions.create({ ...chat, messages: ask });

@@ -89,6 +89,14 @@ def test_official_openai_and_ollama_clients():
             assert call["finish"] == "tool_calls", call
             fn = call["message"]["tool_calls"][0]["function"]
             assert fn["name"] == "get_weather" and json.loads(fn["arguments"])["unit"] in ("C", "F"), call
+        # the loop's second request holds the call and its result: more prompt than the first
+        loop = got["openai_tool_loop"]
+        assert loop["usage"]["prompt_tokens"] > loop["first_prompt_tokens"], loop
+        assert loop["finish"] in ("stop", "length", "tool_calls") and loop["stream_finish"] == loop["finish"], loop
+        if loop["finish"] == "tool_calls":
+            assert loop["message"]["tool_calls"][0]["function"]["name"] == "get_weather", loop
+        else:
+            assert isinstance(loop["message"]["content"], str), loop
         first, second = got["openai_conversation"]["first"], got["openai_conversation"]["second"]
         # the second turn continues the first's flow: what it held is cached, not prefilled again
         assert second["prompt_tokens_details"]["cached_tokens"] == first["prompt_tokens"] + first["completion_tokens"] - 1, \

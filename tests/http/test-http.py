@@ -304,13 +304,25 @@ def bad_inputs(m):
          "which 'tools' does not have"),
         ("tool_choice without tools", "/v1/chat/completions", dict(chat, tool_choice="required"), (), 400,
          "'tool_choice' needs 'tools'"),
-        ("a tool result in the conversation", "/v1/chat/completions",
+        ("a tool result without tools", "/v1/chat/completions",
          dict(chat, messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "20 C"},
-                              {"role": "user", "content": "and?"}]), (), 400, "tool results"),
-        ("tools with earlier turns", "/api/chat",
-         dict(chat, tools=TOOLS, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-                                           {"role": "user", "content": "and?"}]), (), 400,
-         "earlier turns with tools are not supported yet"),
+                              {"role": "user", "content": "and?"}]), (), 400, "the request has no 'tools'"),
+        ("a tool result after no call", "/api/chat",
+         dict(chat, tools=TOOLS, messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "20 C"}]),
+         (), 400, "a tool result must follow a tool_call turn"),
+        ("a call whose arguments are not an object", "/v1/chat/completions",
+         dict(chat, tools=TOOLS, messages=[{"role": "user", "content": "hi"},
+                                           {"role": "assistant", "tool_calls": [
+                                               {"id": "c1", "type": "function",
+                                                "function": {"name": "get_weather", "arguments": 7}}]},
+                                           {"role": "tool", "tool_call_id": "c1", "content": "20 C"}]), (), 400,
+         "must be a JSON object or a string holding one"),
+        ("a conversation ending with a call", "/v1/chat/completions",
+         dict(chat, tools=TOOLS, messages=[{"role": "user", "content": "hi"},
+                                           {"role": "assistant", "tool_calls": [
+                                               {"id": "c1", "type": "function",
+                                                "function": {"name": "get_weather", "arguments": "{}"}}]}]), (), 400,
+         "The last message must be the user's or a tool's result"),
         ("format neither json nor a schema", "/api/chat", dict(chat, format="xml"), (), 400,
          "'format' must be \"json\" or a JSON Schema"),
         ("tools and format together", "/api/chat", dict(chat, tools=TOOLS, format="json"), (), 400,
@@ -482,6 +494,20 @@ def test_structured_output_with_curl():
             assert calls[0][0]["function"]["name"] == "get_weather", calls
             assert isinstance(calls[0][0]["function"]["arguments"], dict), calls
         assert lines[-1]["done"] is True
+        # the tool loop: the call and its result go back, the model answers the result
+        loop = hi + [{"role": "assistant", "content": "",
+                      "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}}]},
+                     {"role": "tool", "content": "{\"temp\": 22}", "tool_name": "get_weather"}]
+        status, text = b.curl("/api/chat", {"model": m, "messages": loop, "tools": TOOLS,
+                                            "options": {"num_predict": 8, "temperature": 0}})
+        assert status == 200, text
+        lines = [json.loads(line) for line in text.split("\n") if line]
+        assert lines[-1]["done"] is True and lines[-1]["prompt_eval_count"] > 0, lines[-1]
+        # a question after the result: a new user turn
+        status, text = b.curl("/api/chat", {"model": m, "messages": loop + [{"role": "user", "content": "And Oslo?"}],
+                                            "tools": TOOLS, "options": {"num_predict": 8, "temperature": 0}})
+        assert status == 200, text
+        assert json.loads(text.strip().split("\n")[-1])["prompt_eval_count"] > lines[-1]["prompt_eval_count"], text
 
 
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Chat templates: family detection from real templates and from vocabularies, and the exact
  * text each family renders (as the models' Jinja templates do, add_generation_prompt on). */
+#include <errno.h>
 #include <string.h>
 
 #include "model/chat.h"
+#include "model/tools.h"
 #include "test.h"
 #include "tok-util.h"
 
@@ -300,6 +302,108 @@ static void test_llama3_tokens(void) {
         }
 }
 
+/* A tool loop's earlier turns (a question, the model's call, the tool's result) as each family
+ * that takes tools writes them, the model then answering the result (no new user turn). */
+static const char weather_tools[] =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]";
+static const axp_chat_msg tool_loop[] = {
+        { "user", "Weather in Paris?" },
+        { "tool_call", "{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}" },
+        { "tool", "{\"temp\": 22}" },
+};
+
+static void check_tools(axp_chat_family f, const char *system, const axp_chat_msg *m, size_t n, const char *want) {
+        axp_tools *t = NULL;
+        axp_error err = {};
+        char *got = NULL;
+
+        CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
+        CHECK_MSG(axp_tools_format_chat(f, t, system, m, n, &got, &err) == 0, "%s", err.msg);
+        CHECK_MSG(got && strcmp(got, want) == 0, "%s:\n got  '%s'\n want '%s'", axp_chat_family_name(f), got, want);
+        free(got);
+        axp_tools_free(t);
+}
+
+static void test_tool_loop(void) {
+        check_tools(AXP_CHAT_LLAMA3, NULL, tool_loop, 3,
+                    "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: "
+                    "December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+                    "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond "
+                    "with a JSON for a function call with its proper arguments that best answers the given "
+                    "prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+                    "argument name and its value}.Do not use variables.\n\n{\n    \"type\": \"function\",\n    "
+                    "\"function\": {\n        \"name\": \"get_weather\",\n        \"parameters\": {\n            "
+                    "\"type\": \"object\",\n            \"properties\": {\n                \"city\": {\n         "
+                    "           \"type\": \"string\"\n                }\n            }\n        }\n    }\n}\n\n"
+                    "Weather in Paris?<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": "
+                    "{\"city\": \"Paris\"}}<|eot_id|>"
+                    "<|start_header_id|>ipython<|end_header_id|>\n\n{\"temp\": 22}<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        check_tools(AXP_CHAT_CHATML, "Be brief.", tool_loop, 3,
+                    "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist "
+                    "with the user query.\n\nYou are provided with function signatures within <tools></tools> "
+                    "XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}"
+                    "\n</tools>\n\nFor each function call, return a json object with function name and "
+                    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+                    "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+                    "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                    "\"Paris\"}}\n</tool_call><|im_end|>\n"
+                    "<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response><|im_end|>\n"
+                    "<|im_start|>assistant\n");
+        /* two results in a row share one user turn */
+        const axp_chat_msg two[] = {
+                { "user", "Paris and Rome?" },
+                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}" },
+                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}" },
+                { "tool", "22" },
+                { "tool", "25" },
+                { "user", "Thanks. Warmer?" },
+        };
+        check_tools(AXP_CHAT_MISTRAL_V3_TEKKEN, "Be brief.", two, 6,
+                    "[INST]Paris and Rome?[/INST]"
+                    "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
+                    "\"call00001\"}]</s>"
+                    "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}, \"id\": "
+                    "\"call00002\"}]</s>"
+                    "[TOOL_RESULTS]{\"content\": 22, \"call_id\": \"call00001\"}[/TOOL_RESULTS]"
+                    "[TOOL_RESULTS]{\"content\": 25, \"call_id\": \"call00002\"}[/TOOL_RESULTS]"
+                    "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]"
+                    "[/AVAILABLE_TOOLS][INST]Be brief.\n\nThanks. Warmer?[/INST]");
+        /* v3: the spaces after the markers; a result that is not JSON is written as a string */
+        const axp_chat_msg text_result[] = {
+                { "user", "Weather in Paris?" },
+                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}" },
+                { "tool", "sunny" },
+        };
+        check_tools(AXP_CHAT_MISTRAL_V3, "Be brief.", text_result, 3,
+                    "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]"
+                    "[/AVAILABLE_TOOLS][INST] Weather in Paris?[/INST]"
+                    "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
+                    "\"call00001\"}]</s>"
+                    "[TOOL_RESULTS] {\"content\": \"sunny\", \"call_id\": \"call00001\"}[/TOOL_RESULTS]");
+
+        /* bad turns: a clear error, nothing rendered */
+        axp_tools *t = NULL;
+        axp_error err = {};
+        char *got = NULL;
+        CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
+        const axp_chat_msg bad_call[] = { { "user", "hi" }, { "tool_call", "{\"name\": \"x\"}" } };
+        CHECK(axp_tools_format_chat(AXP_CHAT_CHATML, t, NULL, bad_call, 2, &got, &err) == -EINVAL && !got);
+        CHECK_MSG(strstr(err.msg, "turn 2: a tool_call must be"), "%s", err.msg);
+        const axp_chat_msg stray[] = { { "user", "hi" }, { "tool", "22" } };
+        CHECK(axp_tools_format_chat(AXP_CHAT_LLAMA3, t, NULL, stray, 2, &got, &err) == -EINVAL && !got);
+        CHECK_MSG(strstr(err.msg, "turn 2: a tool result must follow a tool_call turn"), "%s", err.msg);
+        const axp_chat_msg robot[] = { { "robot", "beep" } };
+        CHECK(axp_tools_format_chat(AXP_CHAT_LLAMA3, t, NULL, robot, 1, &got, &err) == -EINVAL && !got);
+        axp_tools_free(t);
+}
+
 int main(void) {
         RUN(test_detect_template);
         RUN(test_detect_vocab);
@@ -307,5 +411,6 @@ int main(void) {
         RUN(test_format_next);
         RUN(test_format_mistral);
         RUN(test_llama3_tokens);
+        RUN(test_tool_loop);
         TEST_EXIT();
 }
