@@ -405,10 +405,13 @@ void iter_task(axp_sched *s, axp_task *t) {
         const iter *it = &s->it;
 
         assert(it->active && !it->issued && it->n >= 1 && it->n <= AXP_MAX_BATCH);
-        t->op = phase_op[it->ph];
-        t->variant = it->variant;
-        t->layer = it->ph == PH_EMBED || it->ph == PH_HEAD ? 0 : it->layer;
-        t->n_spans = 0;
+        /* every field set, those the step does not use zero (background included: the
+         * scheduler decides it when it issues the task) */
+        *t = (axp_task) {
+                .op = phase_op[it->ph],
+                .variant = it->variant,
+                .layer = it->ph == PH_EMBED || it->ph == PH_HEAD ? 0 : it->layer,
+        };
         for (int i = 0; i < it->n; i++) {
                 int t0 = it->t0[i];
                 if (it->ph == PH_HEAD) {
