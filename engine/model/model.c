@@ -401,6 +401,11 @@ static int load_tensors(load_ctx *c) {
                                   "%s: LongRoPE scaling (rope_factors_long/short tensors) is not supported yet",
                                   c->file);
 
+        /* every block has tensors of its own: a block_count past the file's tensors is
+         * refused before the layer table it would size is allocated */
+        if ((uint64_t) hp->n_layer > m->gguf->n_tensors)
+                return axp_errorf(c->err, -EINVAL, "%s: block_count %d but the file holds only %llu tensors",
+                                  c->file, hp->n_layer, (unsigned long long) m->gguf->n_tensors);
         m->layers = calloc((size_t) hp->n_layer, sizeof(axp_layer));
         if (!m->layers)
                 return axp_errorf(c->err, -ENOMEM, "out of memory");

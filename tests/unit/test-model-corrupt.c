@@ -148,6 +148,10 @@ static void test_moe_keys(void) {
                 "tensor 'blk.0.ffn_gate_exps.weight' is missing");
         refused(src, &(change) { .tensor = "blk.1.ffn_gate_inp.weight", .op = T_DROP },
                 "tensor 'blk.1.ffn_gate_inp.weight' is missing");
+        /* a block count past the file's tensors, refused before the layer table it would
+         * size (fuzz-model found 2.8 GB asked for) */
+        refused(src, &(change) { .key = "qwen3moe.block_count", .value = 1u << 24 },
+                "block_count 16777216 but the file holds only");
         unlink(src);
 }
 
