@@ -301,6 +301,13 @@ RULE
         echo "the installed model answers: $answer"
         [ "$(cat /var/lib/agentxpu/default-model 2>/dev/null)" = mine ] ||
                 echo "(the default model is recorded as: $(cat /var/lib/agentxpu/default-model 2>&1))"
+        # Back to the model engine.conf names (the booted root's check asks it), and the
+        # installed one removed, with polkitd's yes.
+        as_installer timeout 120 agentxpu model use --address "$address" install-test ||
+                fail "$INSTALLER could not choose install-test again"
+        as_installer timeout 120 agentxpu model remove --address "$address" mine ||
+                fail "$INSTALLER could not remove mine"
+        [ ! -e "$installed" ] || fail "model remove left $installed"
         rm -f "$RULE" /tmp/nobodys.gguf
         kill "$polkitd_pid"
         wait "$polkitd_pid" 2>/dev/null || true
