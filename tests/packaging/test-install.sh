@@ -93,7 +93,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Run a command in the root with its own /proc, /dev, /tmp and /run, in a mount namespace
-# of its own, so that nothing stays mounted when it ends.
+# of its own, so that nothing stays mounted when it ends. TMPDIR is the root's /tmp: the
+# caller's (test.sh sets one) is a folder of this machine, absent in the root.
 in_root() {
         unshare --mount --propagation private -- sh -c '
                 root=$1
@@ -102,7 +103,7 @@ in_root() {
                 mount --rbind /dev "$root/dev"
                 mount -t tmpfs tmpfs "$root/tmp"
                 mount -t tmpfs tmpfs "$root/run"
-                exec chroot "$root" "$@"' sh "$root" "$@"
+                exec chroot "$root" /usr/bin/env TMPDIR=/tmp "$@"' sh "$root" "$@"
 }
 
 nspawn() {
