@@ -286,6 +286,16 @@ static bool is(const axp_chat_msg *m, const char *role) {
 }
 
 /* A call as the family writes it; `id`: Mistral's 9-character call id. */
+/* An ordinary turn (system, user, assistant) as the family's template writes it. */
+static void put_turn(out *o, axp_chat_family f, const axp_chat_msg *m) {
+        char *turn = axp_chat_format(f, m, 1, false);
+        if (!turn)
+                o->r = -ENOMEM;
+        else
+                puts_(o, turn);
+        free(turn);
+}
+
 static void put_call(out *o, axp_chat_family f, const char *content, const char *id) {
         _cleanup_json_ json_value *v = NULL;
         const char *name;
@@ -390,12 +400,7 @@ int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *sys
                                 puts_(&o, msgs[i].content);
                                 puts_(&o, "<|eot_id|>");
                         } else {
-                                char *turn = axp_chat_format(f, &msgs[i], 1, false);
-                                if (!turn)
-                                        o.r = -ENOMEM;
-                                else
-                                        puts_(&o, turn);
-                                free(turn);
+                                put_turn(&o, f, &msgs[i]);
                         }
                 }
                 puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -430,12 +435,7 @@ int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *sys
                                 if (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL))
                                         puts_(&o, "<|im_end|>\n");
                         } else {
-                                char *turn = axp_chat_format(f, &msgs[i], 1, false);
-                                if (!turn)
-                                        o.r = -ENOMEM;
-                                else
-                                        puts_(&o, turn);
-                                free(turn);
+                                put_turn(&o, f, &msgs[i]);
                         }
                 }
                 puts_(&o, "<|im_start|>assistant\n");
@@ -478,12 +478,7 @@ int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *sys
                                         puts_(&o, turn);
                                 free(turn);
                         } else if (is(&msgs[i], "assistant")) {
-                                char *turn = axp_chat_format(f, &msgs[i], 1, false);
-                                if (!turn)
-                                        o.r = -ENOMEM;
-                                else
-                                        puts_(&o, turn);
-                                free(turn);
+                                put_turn(&o, f, &msgs[i]);
                         }
                         /* a system turn in the middle: Mistral's template has none; dropped */
                 }
