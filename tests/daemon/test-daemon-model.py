@@ -193,19 +193,21 @@ def test_fifty_clients_a_third_leaving():
         idle = d.rss_kib()
         round_()
         first = d.rss_kib()
-        # A leak grows the daemon with every round; the allocator's arenas and a loaded
-        # machine's timing can leave one round's RSS a megabyte or two up, so a round that ends
-        # up is followed by another (three at most) before it counts as growth.
+        # A leak grows the daemon with every round and never gives the memory back. Without
+        # one, RSS still wanders: the allocator's arenas and a loaded machine's timing leave a
+        # round up to ~3 MiB above the one before (measured over 20 rounds on a busy machine).
+        # So a later round must come back within 2 MiB of the first once in four rounds,
+        # which a leak of one KV cache per request (about 6 MiB a round here) never does.
         later = []
-        for _ in range(3):
+        for _ in range(4):
             round_()
             later.append(d.rss_kib())
-            if later[-1] <= first + 1024:
+            if later[-1] <= first + 2048:
                 break
         print(f"    daemon RSS: idle {idle} KiB, after 50 clients {first} KiB, after each 50 more {later} KiB",
               flush=True)
-        assert later[-1] <= first + 1024, (idle, first, later)
-        assert later[-1] <= idle + 8192, (idle, first, later)
+        assert min(later) <= first + 2048, (idle, first, later)
+        assert min(later) <= idle + 8192, (idle, first, later)
 
 
 def generated(bus, path):
