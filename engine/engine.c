@@ -655,6 +655,10 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                               .hurry = env_hurry, .userdata = e };
         int r;
 
+        e->n_ctx = e->cfg.n_ctx > 0 ? MIN(e->cfg.n_ctx, m->hp.n_ctx_train)
+                                    : MIN(m->hp.n_ctx_train, PREFILL_MAX_CTX);
+        /* LongRoPE's factors depend on the context: chosen before the devices read them */
+        axp_model_set_context(m, e->n_ctx);
         for (int i = 0; i < e->n_devs; i++) {
                 axp_device *d = e->devs[i];
                 if ((r = axp_device_prepare(d, m, err)) < 0)
@@ -681,8 +685,6 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         sc.piggyback = e->cfg.piggyback_slack >= 0;
         if (sc.piggyback)
                 sc.piggyback_slack = e->cfg.piggyback_slack;
-        e->n_ctx = e->cfg.n_ctx > 0 ? MIN(e->cfg.n_ctx, m->hp.n_ctx_train)
-                                    : MIN(m->hp.n_ctx_train, PREFILL_MAX_CTX);
         sc.max_ctx = MIN(e->n_ctx, PREFILL_MAX_CTX);
         axp_heg_shape_from_model(m, e->kv_type, &shape);
         r = axp_sched_new(&sc, &shape, &env, sd, e->n_devs, e->static_dev_i, e->dynamic_dev_i,

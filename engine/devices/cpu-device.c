@@ -112,7 +112,7 @@ static void rope(const cpu_dev *c, int layer, float *x, int n_heads, int pos) {
         const double *inv_freq = c->inv_freq + (axp_layer_is_swa(hp, layer) ? half : 0);
         for (int i = 0; i < half; i++) {
                 double theta = p * inv_freq[i];
-                float cs = (float) cos(theta), sn = (float) sin(theta);
+                float cs = (float) cos(theta) * hp->rope_attn_factor, sn = (float) sin(theta) * hp->rope_attn_factor;
                 for (int h = 0; h < n_heads; h++) {
                         float *v = x + h * hp->head_dim;
                         int i0 = hp->rope_type == AXP_ROPE_NORM ? 2 * i : i;
@@ -544,8 +544,8 @@ static int cpu_prepare(axp_device *d, axp_model *m, axp_error *err) {
         for (int i = 0; i < 2 * half; i++) {
                 double base = i < half ? hp->rope_base : hp->rope_base_swa;
                 c->inv_freq[i] = pow(base, -2.0 * (i % half) / hp->rope_dim);
-                if (m->rope_freqs.data)
-                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i % half];
+                if (m->rope_divisors)
+                        c->inv_freq[i] /= m->rope_divisors[i % half];
         }
         for_each_matrix(m, axp_cpu_weight_prepare);
         c->model = m;

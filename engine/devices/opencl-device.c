@@ -684,8 +684,8 @@ static int rope_table(ocl_dev *c, int n, bool swa, axp_error *err) {
                 const double p = (double) c->rows[i].pos * hp->rope_scale;
                 for (int k = 0; k < half; k++) {
                         double theta = p * inv_freq[k];
-                        c->rope_host[(size_t) i * 2 * half + 2 * k] = (float) cos(theta);
-                        c->rope_host[(size_t) i * 2 * half + 2 * k + 1] = (float) sin(theta);
+                        c->rope_host[(size_t) i * 2 * half + 2 * k] = (float) cos(theta) * hp->rope_attn_factor;
+                        c->rope_host[(size_t) i * 2 * half + 2 * k + 1] = (float) sin(theta) * hp->rope_attn_factor;
                 }
                 c->rope_pos[i] = c->rows[i].pos;
         }
@@ -1189,8 +1189,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
         for (int i = 0; i < 2 * half; i++) {
                 double base = i < half ? hp->rope_base : hp->rope_base_swa;
                 c->inv_freq[i] = pow(base, -2.0 * (i % half) / hp->rope_dim);
-                if (m->rope_freqs.data)
-                        c->inv_freq[i] /= ((const float *) m->rope_freqs.data)[i % half];
+                if (m->rope_divisors)
+                        c->inv_freq[i] /= m->rope_divisors[i % half];
         }
         if ((r = weights_make(c, m, err)) < 0) {
                 model_release(c);

@@ -307,6 +307,12 @@ static int load_hparams(load_ctx *c) {
         }
         if (hp->rope_scale == 0)
                 hp->rope_scale = 1.0f;
+        if ((r = get_dim(c, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig)) < 0 ||
+            (r = get_float(c, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor)) < 0)
+                return r;
+        if (!(hp->rope_attn_factor > 0 && hp->rope_attn_factor <= 16))
+                return axp_errorf(c->err, -EINVAL, "%s: rope.scaling.attn_factor %g is out of range (0, 16]", c->file,
+                                  (double) hp->rope_attn_factor);
         return ai->moe ? load_moe_hparams(c) : 0;
 }
 
@@ -394,12 +400,25 @@ static int load_tensors(load_ctx *c) {
         if ((r = weight(c, "rope_freqs.weight", false, hp->rope_dim / 2, 0, &m->rope_freqs)) < 0)
                 return r;
 
-        /* LongRoPE (Phi-3.5, Phi-4-mini): not computed yet; say so rather than compute wrongly */
-        if (gguf_find_tensor(m->gguf, "rope_factors_long.weight") ||
-            gguf_find_tensor(m->gguf, "rope_factors_short.weight"))
-                return axp_errorf(c->err, -ENOTSUP,
-                                  "%s: LongRoPE scaling (rope_factors_long/short tensors) is not supported yet",
+        /* LongRoPE (Phi-3.5, Phi-4-mini): two sets of divisors, both or neither */
+        if ((r = weight(c, "rope_factors_long.weight", false, hp->rope_dim / 2, 0, &m->rope_long)) < 0 ||
+            (r = weight(c, "rope_factors_short.weight", false, hp->rope_dim / 2, 0, &m->rope_short)) < 0)
+                return r;
+        if (!m->rope_long.data != !m->rope_short.data)
+                return axp_errorf(c->err, -EINVAL, "%s: tensor '%s' is missing (LongRoPE needs both sets of factors)",
+                                  c->file, m->rope_long.data ? "rope_factors_short.weight" : "rope_factors_long.weight");
+        if (m->rope_long.data && m->rope_freqs.data)
+                return axp_errorf(c->err, -EINVAL, "%s: both rope_freqs and LongRoPE factors: which apply is not defined",
                                   c->file);
+        const axp_weight *divs[] = { &m->rope_freqs, &m->rope_long, &m->rope_short };
+        for (size_t k = 0; k < ELEMENTSOF(divs); k++)
+                for (int i = 0; divs[k]->data && i < hp->rope_dim / 2; i++) {
+                        float f = ((const float *) divs[k]->data)[i];
+                        if (!(f > 0) || !isfinite(f))
+                                return axp_errorf(c->err, -EINVAL, "%s: tensor '%s' holds %g at %d: a frequency divisor must be positive",
+                                                  c->file, divs[k]->name, (double) f, i);
+                }
+        axp_model_set_context(m, MIN(hp->n_ctx_train, AXP_MODEL_DEFAULT_CTX));
 
         /* every block has tensors of its own: a block_count past the file's tensors is
          * refused before the layer table it would size is allocated */
@@ -502,6 +521,8 @@ void axp_model_free(axp_model *m) {
                 weight_clear(&m->output, false);
         weight_clear(&m->output_norm, true);
         weight_clear(&m->rope_freqs, true);
+        weight_clear(&m->rope_long, true);
+        weight_clear(&m->rope_short, true);
         axp_tokenizer_free(m->tok);
         free(m->chat_template);
         free(m->name);
@@ -553,6 +574,13 @@ int axp_model_load(const char *path, axp_model **ret, axp_error *err) {
 
         *ret = TAKE_PTR(m);
         return 0;
+}
+
+void axp_model_set_context(axp_model *m, int n_ctx) {
+        if (m->rope_long.data)
+                m->rope_divisors = n_ctx > m->hp.n_ctx_orig ? m->rope_long.data : m->rope_short.data;
+        else
+                m->rope_divisors = m->rope_freqs.data;
 }
 
 uint64_t axp_model_expert_bytes(const axp_model *m, int l) {

@@ -51,6 +51,12 @@ typedef struct axp_hparams {
         enum axp_rope_type rope_type;
         float rope_base;
         float rope_scale; /* linear scaling: positions are multiplied by this (1: none) */
+        /* LongRoPE (Phi-3.5, Phi-4-mini): the rotated dimensions' cos and sin are multiplied by
+         * rope_attn_factor (rope.scaling.attn_factor; 1 without); the long frequency divisors
+         * apply when the context is longer than n_ctx_orig (rope.scaling.original_context_length;
+         * n_ctx_train without), the short ones otherwise, as llama.cpp chooses */
+        float rope_attn_factor;
+        int n_ctx_orig;
         float rms_eps;
         bool tied_output; /* no output.weight: the LM head is token_embd */
         float embd_scale; /* the embedding row is multiplied by this (gemma3: sqrt(n_embd); else 1) */
@@ -114,6 +120,10 @@ typedef struct axp_model {
         axp_weight output_norm;
         axp_weight output;     /* == tok_embd when tied */
         axp_weight rope_freqs; /* optional F32 [rope_dim/2] frequency divisors (llama 3.1 rope scaling) */
+        axp_weight rope_long, rope_short; /* optional F32 [rope_dim/2]: LongRoPE's two sets of divisors */
+        /* The divisors RoPE uses, one per rotated pair (NULL: none): rope_freqs, or rope_long or
+         * rope_short as axp_model_set_context chose */
+        const float *rope_divisors;
         axp_layer *layers;
         axp_tokenizer *tok;
         char *chat_template;   /* tokenizer.chat_template, or NULL */
@@ -128,6 +138,13 @@ typedef struct axp_model {
  * vocabulary-only file, which only the tokenizer can use, is refused as such). */
 int axp_model_load(const char *path, axp_model **ret, axp_error *err);
 void axp_model_free(axp_model *m);
+
+/* Tell the model the longest context it will run at, before a device prepares for it: a
+ * LongRoPE model then rotates with its long divisors if n_ctx > hp.n_ctx_orig and its short
+ * ones otherwise, as llama.cpp does for its context size. A model is loaded for
+ * AXP_MODEL_DEFAULT_CTX (or n_ctx_train, if less). */
+#define AXP_MODEL_DEFAULT_CTX 4096
+void axp_model_set_context(axp_model *m, int n_ctx);
 static inline void axp_model_freep(axp_model **m) {
         axp_model_free(*m);
 }

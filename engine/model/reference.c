@@ -84,16 +84,18 @@ static void residual(double *x, const double *o, int n) {
 }
 
 /* RoPE: in each head of v, rotate pair i (i < rope_dim / 2) by the angle
- *     pos * rope_scale * base^(-2i / rope_dim) / rope_freqs[i]
+ *     pos * rope_scale * base^(-2i / rope_dim) / divisors[i]
+ * and scale it by rope_attn_factor (LongRoPE's; 1 without)
  * (base: rope_base, or rope_base_swa on a sliding-window layer l)
- * (rope_scale: linear scaling, 1 without; rope_freqs: Llama 3.1's per-frequency divisors,
- * 1 where the file has none). The pairs are (2i, 2i + 1) for AXP_ROPE_NORM (llama) and
+ * (rope_scale: linear scaling, 1 without; divisors: Llama 3.1's rope_freqs or LongRoPE's long
+ * or short factors as the model's context chose them, 1 where the file has none). The pairs are (2i, 2i + 1) for AXP_ROPE_NORM (llama) and
  * (i, i + rope_dim / 2) for AXP_ROPE_NEOX (qwen). Dimensions past rope_dim stay as they are. */
 static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enum axp_rope_type pairs) {
         const axp_hparams *hp = &m->hp;
         const double base = axp_layer_rope_base(hp, l);
         const int half = hp->rope_dim / 2;
-        const float *divisors = m->rope_freqs.data;
+        const float *divisors = m->rope_divisors;
+        const double mscale = hp->rope_attn_factor;
         for (int h = 0; h < n_heads; h++) {
                 double *x = v + (size_t) h * hp->head_dim;
                 for (int i = 0; i < half; i++) {
@@ -104,8 +106,8 @@ static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enu
                         int a = pairs == AXP_ROPE_NORM ? 2 * i : i;
                         int b = pairs == AXP_ROPE_NORM ? 2 * i + 1 : i + half;
                         double x0 = x[a], x1 = x[b];
-                        x[a] = x0 * cos(theta) - x1 * sin(theta);
-                        x[b] = x0 * sin(theta) + x1 * cos(theta);
+                        x[a] = (x0 * cos(theta) - x1 * sin(theta)) * mscale;
+                        x[b] = (x0 * sin(theta) + x1 * cos(theta)) * mscale;
                 }
         }
 }

@@ -39,6 +39,10 @@ static int help(FILE *f) {
                 "  --head-dim N       per-head dimension (default dim/heads)\n"
                 "  --rope-base B      RoPE frequency base (default 500000 llama, 10000 phi3,\n"
                 "                     1000000 qwen and gemma3's global layers)\n"
+                "  --rope-dim N       rotated dimensions per head (default: the head dimension)\n"
+                "  --longrope C       LongRoPE as Phi-3.5 and Phi-4-mini carry it: C is the\n"
+                "                     original context (at most --ctx), with long and short\n"
+                "                     frequency factors and the attention factor\n"
                 "  --swa N            gemma3's sliding window (default 16)\n"
                 "  --experts N        qwen3moe's experts per layer (default 8)\n"
                 "  --experts-used K   qwen3moe's experts per token (default 2)\n"
@@ -67,7 +71,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
+               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -83,6 +87,8 @@ int cli_mkmodel(int argc, char **argv) {
                 { "experts", required_argument, NULL, O_EXPERTS },
                 { "experts-used", required_argument, NULL, O_EXPERTS_USED },
                 { "rope-base", required_argument, NULL, O_ROPE },
+                { "rope-dim", required_argument, NULL, O_ROPE_DIM },
+                { "longrope", required_argument, NULL, O_LONGROPE },
                 { "tied", no_argument, NULL, O_TIED },
                 { "no-eog", no_argument, NULL, O_NO_EOG },
                 { "seed", required_argument, NULL, O_SEED },
@@ -151,6 +157,12 @@ int cli_mkmodel(int argc, char **argv) {
                         break;
                 case O_HEAD_DIM:
                         ok = parse_int("--head-dim", optarg, 1, 1 << 12, &p.head_dim);
+                        break;
+                case O_ROPE_DIM:
+                        ok = parse_int("--rope-dim", optarg, 2, 1 << 12, &p.rope_dim);
+                        break;
+                case O_LONGROPE:
+                        ok = parse_int("--longrope", optarg, 2, 1 << 24, &p.n_ctx_orig);
                         break;
                 case O_ROPE:
                         if ((ok = cli_double("--rope-base", optarg, 1, 1e12, &d)))

@@ -116,7 +116,8 @@ static inline float normal(const ziggurat *z, uint64_t *s) {
 
 /* Tensors --------------------------------------------------------------------------------- */
 
-enum weight_kind { W_EMBD, W_PROJ, W_NORM, W_BIAS };
+/* W_FACTOR_*: LongRoPE's frequency divisors, 1 + |N| scaled: near 1 (short) or up to ~15 (long) */
+enum weight_kind { W_EMBD, W_PROJ, W_NORM, W_BIAS, W_FACTOR_LONG, W_FACTOR_SHORT };
 
 typedef struct spec {
         char name[64];
@@ -156,6 +157,8 @@ static void *fill_rows(void *arg) {
                 axp_splitmix64(&state);
                 for (int64_t i = 0; i < t->ne[0]; i++)
                         x[i] = base + scale * normal(t->zig, &state);
+                for (int64_t i = 0; (t->kind == W_FACTOR_LONG || t->kind == W_FACTOR_SHORT) && i < t->ne[0]; i++)
+                        x[i] = 1.0f + (t->kind == W_FACTOR_LONG ? 4.0f : STD_NORM) * fabsf(x[i]);
                 if (t->zero_rows && t->zero_rows[j->row + r])
                         memset(x, 0, (size_t) t->ne[0] * sizeof(float));
                 axp_quantize_row(t->type, x, j->dst + r * row_bytes, t->ne[0]);
@@ -682,6 +685,11 @@ static int check_params(const axp_mkmodel_params *p, int *ret_head_dim, axp_erro
                 return axp_errorf(err, -EINVAL, "--heads × head dimension is too large");
         if (p->rope_base < 0 || !isfinite(p->rope_base))
                 return axp_errorf(err, -EINVAL, "the rope base must be positive");
+        if (p->rope_dim < 0 || p->rope_dim > head_dim || p->rope_dim % 2 != 0)
+                return axp_errorf(err, -EINVAL, "--rope-dim %d must be even and at most the head dimension %d",
+                                  p->rope_dim, head_dim);
+        if (p->n_ctx_orig < 0 || p->n_ctx_orig > p->n_ctx)
+                return axp_errorf(err, -EINVAL, "--longrope %d must be at most --ctx %d", p->n_ctx_orig, p->n_ctx);
         *ret_head_dim = head_dim;
         return 0;
 }
@@ -750,7 +758,14 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 ARCH_U32("attention.key_length", head_dim);
                 ARCH_U32("attention.value_length", head_dim);
         }
-        ARCH_U32("rope.dimension_count", head_dim);
+        const int rope_dim = p->rope_dim > 0 ? p->rope_dim : head_dim;
+        ARCH_U32("rope.dimension_count", rope_dim);
+        if (p->n_ctx_orig > 0) { /* as llama.cpp's converter writes LongRoPE */
+                double scale = (double) p->n_ctx / p->n_ctx_orig;
+                ARCH_U32("rope.scaling.original_context_length", p->n_ctx_orig);
+                ARCH_F32("rope.scaling.attn_factor",
+                         scale > 1 ? (float) sqrt(1 + log(scale) / log((double) p->n_ctx_orig)) : 1.0f);
+        }
         ARCH_F32("rope.freq_base",
                  p->rope_base > 0 ? p->rope_base : p->arch == AXP_ARCH_PHI3 ? 1e4f : qwen ? 1e6f : 5e5f);
         ARCH_F32("attention.layer_norm_rms_epsilon", qwen && p->arch != AXP_ARCH_PHI3 ? 1e-6f : 1e-5f);
@@ -770,10 +785,14 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
 #undef ARCH_U32
 #undef ARCH_F32
 
-        pl.t = calloc(3 + (size_t) p->n_layer * 16, sizeof(spec));
+        pl.t = calloc(5 + (size_t) p->n_layer * 16, sizeof(spec));
         if (!pl.t) {
                 k = axp_errorf(err, -ENOMEM, "out of memory");
                 goto out;
+        }
+        if (p->n_ctx_orig > 0) {
+                add_spec(&pl, p, "rope_factors_long.weight", AXP_TYPE_F32, rope_dim / 2, 1, W_FACTOR_LONG, NULL);
+                add_spec(&pl, p, "rope_factors_short.weight", AXP_TYPE_F32, rope_dim / 2, 1, W_FACTOR_SHORT, NULL);
         }
         add_spec(&pl, p, "token_embd.weight", p->type, p->n_embd, n_vocab, W_EMBD, "--dim");
         for (int l = 0; l < p->n_layer; l++) {

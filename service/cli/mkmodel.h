@@ -19,6 +19,10 @@ typedef struct axp_mkmodel_params {
                                     * vocabulary's, or the built-in one's */
         int n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
         int head_dim;           /* 0: n_embd / n_head */
+        int rope_dim;           /* rotated dimensions per head (Phi-4-mini: 3/4); 0: head_dim */
+        int n_ctx_orig;         /* > 0: LongRoPE as Phi-3.5/Phi-4-mini files carry it: this
+                                 * original context, long and short frequency factors and the
+                                 * attention factor sqrt(1 + ln(n_ctx / n_ctx_orig) / ln(n_ctx_orig)) */
         bool tied;              /* no output.weight: the LM head is token_embd */
         bool no_eog;            /* zero the LM head's rows of control tokens (end of
                                  * generation among them): their logits are always 0, below

@@ -3,7 +3,9 @@
  * (of the kernels and of the reference forward pass) and the 32-token greedy continuation of
  * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
  * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
- * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15). Skips where the data is absent. */
+ * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15), and of LongRoPE (Phi-3.5,
+ * Phi-4-mini) on phi3 models mkmodel makes, against figures llama.cpp computed on the same
+ * files. Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -360,6 +362,129 @@ static void test_arch_qwen3moe(void) {
         check_model(&ARCH_FILE("tiny-spm-qwen3moe-q8_0", 0.25 * 0.65, 0.07 * 0.65, INFINITY, 0, 0), AXP_TYPE_F16);
 }
 
+/* LongRoPE, which no file of the data has: `agentxpu mkmodel` writes it as llama.cpp's
+ * converter does for Phi-3.5 and Phi-4-mini (rope_factors_long/short, original context, the
+ * attention factor), with 48 of 64 dimensions rotated as Phi-4-mini rotates 3/4. llama.cpp
+ * (a build of 2026-11, llama_decode of the prompt's tokens as agentxpu makes them, F32 cache,
+ * no flash attention, one thread) gave these last-position logits on the files this test
+ * makes: at 4096 context the file with original context 2048 takes its long factors, the one
+ * with 4096 its short ones, and the first at 2048 context its short ones. */
+typedef struct logit_at {
+        int32_t id;
+        float value;
+} logit_at;
+static const struct {
+        int orig, ctx;
+        logit_at at[16]; /* llama.cpp's top 8, then 8 fixed ids */
+} longrope_cases[] = {
+        { 2048, 4096, { { 539, 4.543533f }, { 430, 3.752908f }, { 1232, 3.751954f }, { 753, 3.539168f },
+                        { 1280, 3.493340f }, { 996, 3.425683f }, { 546, 3.401947f }, { 1305, 3.380208f },
+                        { 3, -1.095656f }, { 250, -2.403131f }, { 500, -0.496207f }, { 777, 1.283726f },
+                        { 1000, -0.404877f }, { 1234, -0.966203f }, { 1500, 1.210828f }, { 1999, 0.075984f } } },
+        { 4096, 4096, { { 539, 4.208314f }, { 1779, 4.109074f }, { 462, 3.879204f }, { 1086, 3.677405f },
+                        { 752, 3.651235f }, { 1051, 3.476874f }, { 1725, 3.472374f }, { 1373, 3.399448f },
+                        { 3, -1.039888f }, { 250, -3.006562f }, { 500, 0.283852f }, { 777, 0.785802f },
+                        { 1000, -0.390180f }, { 1234, -0.001925f }, { 1500, 1.541729f }, { 1999, -0.450845f } } },
+        { 2048, 2048, { { 539, 4.003455f }, { 752, 3.767176f }, { 1779, 3.748077f }, { 462, 3.682107f },
+                        { 1086, 3.540057f }, { 1373, 3.501638f }, { 1725, 3.482938f }, { 1024, 3.466419f },
+                        { 3, -0.638193f }, { 250, -3.208212f }, { 500, 0.576037f }, { 777, 0.569730f },
+                        { 1000, -0.720907f }, { 1234, 0.060167f }, { 1500, 1.794448f }, { 1999, -0.389376f } } },
+};
+
+static void check_longrope(const axp_model *m, const logit_at *at, const char *what, const float *got) {
+        double worst = 0;
+        for (int k = 0; k < 16; k++)
+                worst = fmax(worst, fabs((double) got[at[k].id] - at[k].value));
+        printf("  %s: max |d| %.3g over llama.cpp's 16 logits\n", what, worst);
+        /* README §7's F32 bound; a wrong factor set or attention factor is off by ~1 */
+        CHECK_MSG(worst <= 1e-3, "%s: %g", what, worst);
+        CHECK_EQ_INT(argmax(got, m->hp.n_vocab), at[0].id);
+}
+
+static void test_longrope(void) {
+        const char *cli = getenv("AXP_CLI"), *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        char vocab[1024], folder[1024], path[1200], cmd[4096];
+        snprintf(vocab, sizeof(vocab), "%s/archs/tiny-spm-phi3-f32.gguf", dir);
+        if (!cli || access(vocab, R_OK) != 0) {
+                printf("  no agentxpu command line or no phi3 vocabulary: skipped\n");
+                return;
+        }
+        snprintf(folder, sizeof(folder), "%s/axp-longrope-XXXXXX", tmp);
+        CHECK(mkdtemp(folder) != NULL);
+        /* 12 sentences: 494 tokens, positions far enough for the factors to tell */
+        const char *sentence = "The quick brown fox jumps over the lazy dog, then runs far away into the forest "
+                               "where the rivers meet the mountains.";
+        char text[2048] = "";
+        for (int i = 0; i < 12; i++) {
+                if (i)
+                        strcat(text, " ");
+                strcat(text, sentence);
+        }
+        strcat(text, "\n"); /* as the prompt file llama.cpp's figures were made from ends */
+        for (size_t c = 0; c < ELEMENTSOF(longrope_cases); c++) {
+                const int orig = longrope_cases[c].orig, ctx = longrope_cases[c].ctx;
+                snprintf(path, sizeof(path), "%s/longrope-%d.gguf", folder, orig);
+                snprintf(cmd, sizeof(cmd),
+                         "'%s' mkmodel --arch phi3 --type f32 --ctx 8192 --rope-dim 48 --longrope %d "
+                         "--vocab-from '%s' --name tiny-longrope -o '%s' >/dev/null",
+                         cli, orig, vocab, path);
+                CHECK_MSG(system(cmd) == 0, "%s", cmd);
+                axp_model *m;
+                axp_error err = { 0 };
+                CHECK_MSG(axp_model_load(path, &m, &err) == 0, "%s", err.msg);
+                if (!m)
+                        continue;
+                CHECK(m->rope_divisors == (orig < 4096 ? m->rope_long.data : m->rope_short.data));
+                axp_model_set_context(m, ctx);
+                CHECK(m->rope_divisors == (ctx > orig ? m->rope_long.data : m->rope_short.data));
+                CHECK(axp_device_prepare(dev, m, &err) == 0);
+                int32_t *toks;
+                int n;
+                CHECK(axp_tokenize(m->tok, text, strlen(text), AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL, &toks, &n,
+                                   NULL) == 0);
+                CHECK_EQ_INT(n, 494);
+                const uint32_t kv_types[] = { AXP_TYPE_F32, AXP_TYPE_F16 };
+                for (size_t k = 0; k < ELEMENTSOF(kv_types); k++) {
+                        axp_seq seq;
+                        char what[128];
+                        CHECK(axp_seq_init(&seq, m, kv_types[k], ctx, n, &err) == 0);
+                        CHECK_MSG(axp_forward_prefill(dev, &seq, toks, n, 64, &err) == 0, "%s", err.msg);
+                        snprintf(what, sizeof(what), "original context %d, context %d, kernels (%s KV)", orig, ctx,
+                                 k ? "f16" : "f32");
+                        /* an F16 cache: llama.cpp's own is up to 0.006 from its F32 one (README §15) */
+                        if (k == 0)
+                                check_longrope(m, longrope_cases[c].at, what, seq.logits);
+                        else {
+                                double worst = 0;
+                                for (int i = 0; i < 16; i++)
+                                        worst = fmax(worst, fabs((double) seq.logits[longrope_cases[c].at[i].id] -
+                                                                 longrope_cases[c].at[i].value));
+                                printf("  %s: max |d| %.3g\n", what, worst);
+                                CHECK_MSG(worst <= 0.01, "%s: %g", what, worst);
+                        }
+                        axp_seq_free(&seq);
+                }
+                double *exact = NULL;
+                CHECK_MSG(axp_ref_logits(m, toks, n, n - 1, &exact, &err) == 0, "%s", err.msg);
+                if (exact) {
+                        float *f = malloc((size_t) m->hp.n_vocab * sizeof(float));
+                        for (int i = 0; f && i < m->hp.n_vocab; i++)
+                                f[i] = (float) exact[i];
+                        char what[128];
+                        snprintf(what, sizeof(what), "original context %d, context %d, reference", orig, ctx);
+                        if (f)
+                                check_longrope(m, longrope_cases[c].at, what, f);
+                        free(f);
+                }
+                free(exact);
+                free(toks);
+                axp_device_prepare(dev, NULL, NULL);
+                axp_model_free(m);
+                unlink(path);
+        }
+        rmdir(folder);
+}
+
 int main(void) {
         dir = getenv("AXP_CONFORMANCE_DIR");
         char probe[1024];
@@ -396,6 +521,7 @@ int main(void) {
         RUN(test_arch_phi3);
         RUN(test_arch_gemma3);
         RUN(test_arch_qwen3moe);
+        RUN(test_longrope);
         axp_device_free(dev);
         TEST_EXIT();
 }

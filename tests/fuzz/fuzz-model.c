@@ -67,7 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                   hp->n_expert > AXP_MAX_EXPERTS)))
                 __builtin_trap();
         h += check_weight(m, &m->tok_embd) + check_weight(m, &m->output) +
-             check_weight(m, &m->output_norm) + check_weight(m, &m->rope_freqs);
+             check_weight(m, &m->output_norm) + check_weight(m, &m->rope_freqs) +
+             check_weight(m, &m->rope_long) + check_weight(m, &m->rope_short);
         for (int l = 0; l < hp->n_layer; l++) {
                 const axp_layer *L = &m->layers[l];
                 const axp_weight *ws[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,

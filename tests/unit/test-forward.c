@@ -202,6 +202,7 @@ static void check_scaled_rope(const char *arch) {
         m->rope_freqs = (axp_weight) { .type = AXP_TYPE_F32, .n_in = half, .n_out = 1,
                                        .row_bytes = (uint64_t) half * sizeof(float), .data = divisors };
         m->hp.rope_scale = 0.25f; /* rope.scaling.type linear, factor 4 */
+        axp_model_set_context(m, m->hp.n_ctx_train);
         m = prepare(m);
         CHECK(m != NULL);
         if (!m)
@@ -212,9 +213,32 @@ static void check_scaled_rope(const char *arch) {
         model_done(m);
 }
 
+/* LongRoPE (Phi-3.5, Phi-4-mini; tests/conformance holds llama.cpp's figures): long factors
+ * at a context past the original one, short ones within it, the attention factor on both, 48
+ * of 64 dimensions rotated. */
+static void check_longrope(int ctx) {
+        axp_model *m = load_model("phi3", "f32", 12, "--rope-dim 48 --longrope 128");
+        CHECK(m != NULL);
+        if (!m)
+                return;
+        axp_model_set_context(m, ctx);
+        CHECK(m->rope_divisors == (ctx > 128 ? m->rope_long.data : m->rope_short.data));
+        CHECK(m->hp.rope_attn_factor > 1.0f);
+        m = prepare(m);
+        CHECK(m != NULL);
+        if (!m)
+                return;
+        char label[64];
+        snprintf(label, sizeof(label), "phi3 f32, LongRoPE at context %d", ctx);
+        check_model(m, label);
+        model_done(m);
+}
+
 static void test_scaled_rope(void) {
         check_scaled_rope("llama");
         check_scaled_rope("qwen2");
+        check_longrope(256);
+        check_longrope(128);
 }
 
 /* A chunked prefill stopped half way, another request run meanwhile (prefill and decode on

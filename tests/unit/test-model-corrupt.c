@@ -22,13 +22,14 @@ static const char *tmp_path(int which, const char *name) {
 }
 
 /* One change to a model: a key set to a u32 (or removed), a tensor's last dimension shrunk
- * by one (its data cut to match), a tensor dropped, or an F32 tensor of n values added. */
+ * by one (its data cut to match), a tensor dropped or zeroed, or an F32 tensor of n values
+ * added. */
 typedef struct change {
         const char *key;
         bool remove_key;
         uint32_t value;
         const char *tensor;
-        enum { T_KEEP, T_SHRINK, T_DROP, T_ADD } op;
+        enum { T_KEEP, T_SHRINK, T_DROP, T_ZERO, T_ADD } op;
         int64_t add_n;
 } change;
 
@@ -61,7 +62,9 @@ static int rewrite(const char *src, const char *dst, const change *ch) {
                                 ne[t->n_dims - 1]--;
                         }
                 }
-                gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, t->data, nbytes);
+                void *zeros = ch->tensor && strcmp(name, ch->tensor) == 0 && ch->op == T_ZERO ? calloc(1, nbytes) : NULL;
+                gguf_writer_add_tensor(w, name, t->type, t->n_dims, ne, zeros ? zeros : t->data, nbytes);
+                free(zeros);
         }
         if (ch->op == T_ADD) {
                 float *v = calloc((size_t) ch->add_n, sizeof(float));
@@ -97,11 +100,12 @@ static void refused(const char *src, const change *ch, const char *expect) {
         unlink(dst);
 }
 
-static const char *make(enum axp_arch arch, const char *name) {
+static const char *make_longrope(enum axp_arch arch, const char *name, int n_ctx_orig) {
         axp_mkmodel_params p;
         axp_error err = { 0 };
         axp_mkmodel_defaults(&p);
         p.arch = arch;
+        p.n_ctx_orig = n_ctx_orig;
         p.type = AXP_TYPE_Q8_0;
         p.n_layer = 2;
         p.seed = 5;
@@ -116,6 +120,10 @@ static const char *make(enum axp_arch arch, const char *name) {
                 axp_model_free(m);
         unlink(copy);
         return p.path;
+}
+
+static const char *make(enum axp_arch arch, const char *name) {
+        return make_longrope(arch, name, 0);
 }
 
 /* qwen3moe (mkmodel: 8 experts, 2 used): counts out of range, missing, disagreeing with each
@@ -156,19 +164,24 @@ static void test_moe_keys(void) {
 }
 
 /* Phi-3.5-mini and Phi-4-mini carry LongRoPE factors (rope_factors_long/short, one per rotated
- * pair): refused by name until that scaling is done, rather than run with the wrong angles. */
-static void test_longrope_refused(void) {
-        const char *src = make(AXP_ARCH_PHI3, "phi3.gguf");
-        axp_model *m = NULL;
-        axp_error err = { 0 };
-        CHECK(axp_model_load(src, &m, &err) == 0);
-        int64_t half = m ? m->hp.rope_dim / 2 : 32;
-        if (m)
-                axp_model_free(m);
-        const char *names[] = { "rope_factors_long.weight", "rope_factors_short.weight" };
-        for (size_t i = 0; i < ELEMENTSOF(names); i++)
-                refused(src, &(change) { .tensor = names[i], .op = T_ADD, .add_n = half },
-                        "LongRoPE scaling (rope_factors_long/short tensors) is not supported yet");
+ * pair) and an attention factor: one set without the other, a set of the wrong length, a
+ * zero divisor (every angle infinite), rope_freqs besides them, a factor that is no number. */
+static void test_longrope_keys(void) {
+        const char *src = make_longrope(AXP_ARCH_PHI3, "phi3.gguf", 256);
+        refused(src, &(change) { .tensor = "rope_factors_short.weight", .op = T_DROP },
+                "tensor 'rope_factors_short.weight' is missing (LongRoPE needs both sets of factors)");
+        refused(src, &(change) { .tensor = "rope_factors_long.weight", .op = T_DROP },
+                "tensor 'rope_factors_long.weight' is missing (LongRoPE needs both sets of factors)");
+        refused(src, &(change) { .tensor = "rope_factors_long.weight", .op = T_SHRINK },
+                "tensor 'rope_factors_long.weight' has shape [31], expected [32]");
+        refused(src, &(change) { .tensor = "rope_factors_short.weight", .op = T_ZERO },
+                "tensor 'rope_factors_short.weight' holds 0 at 0: a frequency divisor must be positive");
+        refused(src, &(change) { .tensor = "rope_freqs.weight", .op = T_ADD, .add_n = 32 },
+                "both rope_freqs and LongRoPE factors");
+        refused(src, &(change) { .key = "phi3.rope.scaling.attn_factor", .value = 2 },
+                "metadata 'phi3.rope.scaling.attn_factor' is not a number");
+        refused(src, &(change) { .key = "phi3.rope.scaling.original_context_length", .value = 0 },
+                "= 0 is out of range");
         unlink(src);
 }
 
@@ -176,7 +189,7 @@ int main(void) {
         if (!mkdtemp(tmpdir))
                 TEST_SKIP("cannot make a temporary folder");
         RUN(test_moe_keys);
-        RUN(test_longrope_refused);
+        RUN(test_longrope_keys);
         rmdir(tmpdir);
         TEST_EXIT();
 }
