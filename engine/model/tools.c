@@ -185,6 +185,18 @@ static bool mistral_tools(axp_chat_family f) {
         return f == AXP_CHAT_MISTRAL || f == AXP_CHAT_MISTRAL_V3 || f == AXP_CHAT_MISTRAL_V3_TEKKEN;
 }
 
+/* How a v7 template ([SYSTEM_PROMPT]) writes a call: Mistral-Small-3.2's
+ * [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}, Devstral's, Magistral's and Ministral 3's
+ * [TOOL_CALLS]name[ARGS]{...}, or (Mistral-Small-3.1, a family named without a template)
+ * v3's JSON list. */
+typedef enum { CALLS_LIST, CALLS_ARGS, CALLS_ARGS_ID } call_form;
+
+static call_form v7_call_form(const char *tmpl) {
+        if (!has(tmpl, "[ARGS]"))
+                return CALLS_LIST;
+        return has(tmpl, "[CALL_ID]") ? CALLS_ARGS_ID : CALLS_ARGS;
+}
+
 bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokenizer *tok) {
         /* a template written out says; a family named directly or none: the vocabulary */
         bool written = tmpl && *tmpl;
@@ -199,6 +211,8 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokeniz
         case AXP_CHAT_MISTRAL:
         case AXP_CHAT_MISTRAL_V3:
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
+        case AXP_CHAT_MISTRAL_V7:
+        case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 return written ? has(tmpl, "[AVAILABLE_TOOLS]")
                                : tok && axp_tokenizer_find(tok, "[AVAILABLE_TOOLS]") >= 0;
         default:
@@ -352,8 +366,31 @@ static void put_mistral_result(out *o, axp_chat_family f, const char *content, c
         puts_(o, "\"}[/TOOL_RESULTS]");
 }
 
-int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *system, const axp_chat_msg *msgs,
-                          size_t n, char **ret, axp_error *err) {
+/* A call as v7's newer templates write it: [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} (id given)
+ * or [TOOL_CALLS]name[ARGS]{...}; the arguments as compact JSON, as the templates' tojson
+ * writes them with separators (", ", ": "). */
+static void put_args_call(out *o, const char *content, const char *id) {
+        _cleanup_json_ json_value *v = NULL;
+        const char *name;
+        const json_value *args;
+        axp_error e = {};
+
+        if (o->r == 0 && read_call_turn(content, 0, &v, &name, &args, &e) < 0)
+                o->r = e.code == -ENOMEM ? -ENOMEM : -EINVAL;
+        if (o->r < 0)
+                return;
+        puts_(o, "[TOOL_CALLS]");
+        puts_(o, name);
+        if (id) {
+                puts_(o, "[CALL_ID]");
+                puts_(o, id);
+        }
+        puts_(o, "[ARGS]");
+        dump(o, args, 0, 0, false);
+}
+
+int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *t, const char *system,
+                          const axp_chat_msg *msgs, size_t n, char **ret, axp_error *err) {
         out o = {};
         bool sys = system && system[0];
         size_t last_user = n, first_user = n, calls = 0, run = 0, results = 0;
@@ -484,6 +521,57 @@ int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *sys
                 }
                 break;
         }
+        case AXP_CHAT_MISTRAL_V7:
+        case AXP_CHAT_MISTRAL_V7_TEKKEN: {
+                /* Mistral-Small-3.x, Devstral, Magistral, Ministral 3: the system prompt in its
+                 * block first, the tools before the last user turn (where Mistral-Small-3.2's
+                 * template puts them), system turns where they stand; a call in the template's
+                 * form, an assistant's run of calls closed by one </s>; a result naming its
+                 * call's id where the calls carry ids ("call00001": nine letters and digits, as
+                 * the templates require) */
+                const bool tekken = f == AXP_CHAT_MISTRAL_V7_TEKKEN;
+                const call_form cf = v7_call_form(tmpl);
+                const axp_chat_family list_f = tekken ? AXP_CHAT_MISTRAL_V3_TEKKEN : AXP_CHAT_MISTRAL_V3;
+                if (sys)
+                        put_turn(&o, f, &(axp_chat_msg) { "system", system });
+                for (size_t i = 0; i < n; i++) {
+                        if (i == last_user) {
+                                puts_(&o, tekken ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
+                                dump(&o, t->list, 0, 0, false);
+                                puts_(&o, "[/AVAILABLE_TOOLS]");
+                        }
+                        if (is(&msgs[i], AXP_ROLE_TOOL_CALL)) {
+                                if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
+                                        run = calls;
+                                snprintf(id, sizeof(id), "call%05zu", ++calls % 100000);
+                                if (cf == CALLS_LIST)
+                                        put_call(&o, list_f, msgs[i].content, id);
+                                else {
+                                        put_args_call(&o, msgs[i].content, cf == CALLS_ARGS_ID ? id : NULL);
+                                        if (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL_CALL))
+                                                puts_(&o, "</s>");
+                                }
+                        } else if (is(&msgs[i], AXP_ROLE_TOOL)) {
+                                if (is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
+                                        results = 0;
+                                snprintf(id, sizeof(id), "call%05zu", (run + ++results) % 100000);
+                                if (cf == CALLS_LIST)
+                                        put_mistral_result(&o, list_f, msgs[i].content, id);
+                                else {
+                                        puts_(&o, "[TOOL_RESULTS]");
+                                        if (cf == CALLS_ARGS_ID) {
+                                                puts_(&o, id);
+                                                puts_(&o, "[TOOL_CONTENT]");
+                                        }
+                                        puts_(&o, msgs[i].content);
+                                        puts_(&o, "[/TOOL_RESULTS]");
+                                }
+                        } else {
+                                put_turn(&o, f, &msgs[i]);
+                        }
+                }
+                break;
+        }
         default:
                 free(o.buf);
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
@@ -494,16 +582,6 @@ int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *sys
         }
         *ret = o.buf;
         return 0;
-}
-
-char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user) {
-        axp_chat_msg m = { "user", user };
-        axp_error err = {};
-        char *ret = NULL;
-
-        if (axp_tools_format_chat(f, t, system, &m, 1, &ret, &err) < 0)
-                return NULL;
-        return ret;
 }
 
 /* Grammar ------------------------------------------------------------------------------------- */
@@ -523,8 +601,10 @@ static void put_literal(out *o, const char *s) {
         puts_(o, "\"");
 }
 
-int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char **ret, axp_error *err) {
+int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, bool required, char **ret,
+                      axp_error *err) {
         const char *open, *args_key, *close, *first;
+        call_form cf = CALLS_LIST;
         out o = {};
         _cleanup_free_ char *rules = NULL;
         _cleanup_free_ char **names = calloc(t->n, sizeof(char *));
@@ -539,14 +619,20 @@ int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char
                 break;
         case AXP_CHAT_MISTRAL:
         case AXP_CHAT_MISTRAL_V3:
+        case AXP_CHAT_MISTRAL_V7:
                 open = "[TOOL_CALLS] [{\"name\": ", args_key = "arguments", close = "}]", first = "[";
                 break;
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
+        case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 open = "[TOOL_CALLS][{\"name\": ", args_key = "arguments", close = "}]", first = "[";
                 break;
         default:
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
         }
+        if (f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN)
+                cf = v7_call_form(tmpl);
+        if (cf != CALLS_LIST) /* [TOOL_CALLS]name[ARGS]{...}: the name bare, the arguments whole */
+                open = "[TOOL_CALLS]", close = "";
         if (!names)
                 return axp_errorf(err, -ENOMEM, "out of memory");
         for (size_t i = 0; i < t->n; i++)
@@ -577,10 +663,16 @@ int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char
                 _cleanup_free_ char *name_json = NULL;
                 if (i)
                         puts_(&o, " | ");
-                if (asprintf(&name_json, "\"%s\", \"%s\": ", t->names[i], args_key) < 0)
+                if ((cf == CALLS_LIST ? asprintf(&name_json, "\"%s\", \"%s\": ", t->names[i], args_key)
+                                      : asprintf(&name_json, "%s", t->names[i])) < 0)
                         o.r = -ENOMEM;
                 else
                         put_literal(&o, name_json);
+                /* Mistral-Small-3.2 may write the call's id, nine letters and digits */
+                if (cf == CALLS_ARGS_ID)
+                        puts_(&o, " (\"[CALL_ID]\" [a-zA-Z0-9]{9})?");
+                if (cf != CALLS_LIST)
+                        puts_(&o, " \"[ARGS]\"");
                 snprintf(key, sizeof(key), " tool%zu-args", i);
                 puts_(&o, key);
         }
@@ -608,6 +700,46 @@ out:
 
 /* Reading the call back ------------------------------------------------------------------------ */
 
+/* The compact call of name and its arguments (an object). */
+static int write_call(const char *name, const json_value *args, char **ret_call) {
+        out o = {};
+        json_value n = { .type = JSON_STRING, .text = (char *) name };
+        puts_(&o, "{\"name\":");
+        dump(&o, &n, 0, 0, true);
+        puts_(&o, ",\"arguments\":");
+        dump(&o, args, 0, 0, true);
+        puts_(&o, "}");
+        if (o.r < 0) {
+                free(o.buf);
+                return -ENOMEM;
+        }
+        *ret_call = o.buf;
+        return 1;
+}
+
+/* After [TOOL_CALLS]: name[ARGS]{...} or name[CALL_ID]id[ARGS]{...}, one call. */
+static int read_args_call(const char *text, size_t len, char **ret_call) {
+        const char *end = text + len, *args = memmem(text, len, "[ARGS]", 6);
+        if (!args)
+                return 0;
+        const char *name_end = memmem(text, (size_t) (args - text), "[CALL_ID]", 9);
+        if (!name_end)
+                name_end = args;
+        _cleanup_free_ char *name = strndup(text, (size_t) (name_end - text));
+        if (!name)
+                return -ENOMEM;
+        if (!valid_name(name))
+                return 0;
+        _cleanup_json_ json_value *v = NULL;
+        axp_error e = {};
+        args += 6;
+        if (json_parse(args, (size_t) (end - args), &v, &e) < 0)
+                return e.code == -ENOMEM ? -ENOMEM : 0;
+        if (v->type != JSON_OBJECT)
+                return 0;
+        return write_call(name, v, ret_call);
+}
+
 int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **ret_call) {
         const char *open, *close, *args_key;
         _cleanup_json_ json_value *v = NULL;
@@ -622,40 +754,33 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
                 break;
         case AXP_CHAT_MISTRAL:
         case AXP_CHAT_MISTRAL_V3:
+        case AXP_CHAT_MISTRAL_V7:
                 open = "[TOOL_CALLS] ", close = "", args_key = "arguments";
                 break;
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
+        case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 open = "[TOOL_CALLS]", close = "", args_key = "arguments";
                 break;
         default:
                 return 0;
         }
+        if ((f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN) && len > 12 &&
+            memcmp(text, "[TOOL_CALLS]", 12) == 0 && text[12] != '[' && text[12] != ' ')
+                return read_args_call(text + 12, len - 12, ret_call);
         size_t no = strlen(open), nc = strlen(close);
         if (len < no + nc + 2 || memcmp(text, open, no) != 0 || memcmp(text + len - nc, close, nc) != 0 ||
-            text[no] != (mistral_tools(f) ? '[' : '{'))
+            text[no] != (mistral_tools(f) || f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN ? '[' : '{'))
                 return 0;
         if (json_parse(text + no, len - no - nc, &v, &e) < 0)
                 return e.code == -ENOMEM ? -ENOMEM : 0;
         const json_value *call = v;
-        if (mistral_tools(f))
+        if (mistral_tools(f) || f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN)
                 call = v->type == JSON_ARRAY && v->n == 1 ? v->items[0] : NULL;
         const char *name = call ? json_get_string(call, "name") : NULL;
         const json_value *args = call ? json_get(call, args_key) : NULL;
         if (!name || !args)
                 return 0;
-        out o = {};
-        json_value n = { .type = JSON_STRING, .text = (char *) name };
-        puts_(&o, "{\"name\":");
-        dump(&o, &n, 0, 0, true);
-        puts_(&o, ",\"arguments\":");
-        dump(&o, args, 0, 0, true);
-        puts_(&o, "}");
-        if (o.r < 0) {
-                free(o.buf);
-                return -ENOMEM;
-        }
-        *ret_call = o.buf;
-        return 1;
+        return write_call(name, args, ret_call);
 }
 
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
@@ -682,7 +807,7 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                                   "the model's chat template (%s) does not take tools; tools work with Llama 3.1+, "
                                   "Qwen2.5/3 and Mistral templates",
                                   axp_chat_family_name(f));
-        if ((r = axp_tools_grammar(f, t, required, ret_grammar, err)) < 0)
+        if ((r = axp_tools_grammar(f, chat_template, t, required, ret_grammar, err)) < 0)
                 return r;
         msgs = calloc(n_earlier + 1, sizeof(*msgs));
         if (!msgs)
@@ -693,7 +818,7 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                 /* an empty prompt after a tool result: the model answers the result */
                 if (user && (user[0] || n == 0 || strcmp(msgs[n - 1].role, AXP_ROLE_TOOL) != 0))
                         msgs[n++] = (axp_chat_msg) { "user", user };
-                r = axp_tools_format_chat(f, t, system, msgs, n, ret_text, err);
+                r = axp_tools_format_chat(f, chat_template, t, system, msgs, n, ret_text, err);
         }
         if (r < 0) {
                 free(*ret_grammar);

@@ -47,7 +47,8 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *chat_template, const ax
  * the JSON object, as OpenAI writes them), and the result of the call before it, its content
  * the tool's output as text. Each family writes them as its template does: llama3 the call as
  * the assistant's JSON and the result in an "ipython" turn; chatml <tool_call> and, in a user
- * turn, <tool_response>; mistral [TOOL_CALLS] and [TOOL_RESULTS] with a call id. */
+ * turn, <tool_response>; mistral [TOOL_CALLS] and [TOOL_RESULTS] with a call id (v7's newer
+ * templates: [TOOL_CALLS]name[ARGS]{...}, with [CALL_ID] where the template has it). */
 #define AXP_ROLE_TOOL_CALL "tool_call"
 #define AXP_ROLE_TOOL "tool"
 
@@ -55,16 +56,14 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *chat_template, const ax
 int axp_tools_check_turns(const axp_chat_msg *msgs, size_t n, axp_error *err);
 
 /* The conversation (the system prompt, then msgs: system, user, assistant, tool_call and tool
- * turns) with the tools, as the family's template renders it with add_generation_prompt. */
-int axp_tools_format_chat(axp_chat_family f, const axp_tools *t, const char *system, const axp_chat_msg *msgs,
-                          size_t n, char **ret, axp_error *err);
-
-/* The turn (an optional system prompt and the user's text) with the tools, as the family's
- * template renders it with add_generation_prompt. malloc'd; NULL: out of memory. */
-char *axp_tools_format_turn(axp_chat_family f, const axp_tools *t, const char *system, const char *user);
+ * turns) with the tools, as the family's template renders it with add_generation_prompt. The
+ * template's text (NULL: none) tells the forms of Mistral's v7 family apart. */
+int axp_tools_format_chat(axp_chat_family f, const char *chat_template, const axp_tools *t, const char *system,
+                          const axp_chat_msg *msgs, size_t n, char **ret, axp_error *err);
 
 /* The grammar for the answer; `required`: a call only, no free text. */
-int axp_tools_grammar(axp_chat_family f, const axp_tools *t, bool required, char **ret, axp_error *err);
+int axp_tools_grammar(axp_chat_family f, const char *chat_template, const axp_tools *t, bool required, char **ret,
+                      axp_error *err);
 
 /* If the answer is a complete call, *ret_call = {"name":"NAME","arguments":{...}} (compact
  * JSON, malloc'd) and 1; else 0 (text, or a call cut short); -ENOMEM. */

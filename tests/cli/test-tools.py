@@ -195,7 +195,14 @@ def other_families(tmp, tools):
              "[TOOL_CALLS] [{\"name\": "),
             # Mistral-Nemo's tekken form: no space after the markers
             ("mistral-v3-tekken", "llama", "ggml-vocab-llama-spm.gguf",
-             "{{ '[INST]' }}{% if tools %}[AVAILABLE_TOOLS]{% endif %}", "[TOOL_CALLS][{\"name\": ")):
+             "{{ '[INST]' }}{% if tools %}[AVAILABLE_TOOLS]{% endif %}", "[TOOL_CALLS][{\"name\": "),
+            # Mistral-Small-3.2's v7 form, the call's id optional; Devstral's without ids
+            ("mistral-v7-call-id", "llama", "ggml-vocab-llama-spm.gguf",
+             "{{ '[SYSTEM_PROMPT]' }}{{ '[INST]' }}[AVAILABLE_TOOLS]{{ '[TOOL_CALLS]' }}[CALL_ID][ARGS]",
+             re.compile(r"\[TOOL_CALLS\](get_weather|add_event)(\[CALL_ID\][A-Za-z0-9]{9})?\[ARGS\]\{")),
+            ("mistral-v7-args", "llama", "ggml-vocab-llama-spm.gguf",
+             "{{ '[SYSTEM_PROMPT]' }}{{ '[INST]' }}[AVAILABLE_TOOLS]{{ '[TOOL_CALLS]' }}[ARGS]",
+             re.compile(r"\[TOOL_CALLS\](get_weather|add_event)\[ARGS\]\{"))):
         path = os.path.join(vocab_dir, vocab)
         if not os.path.exists(path):
             print(f"skip: {family} (no {vocab})")
@@ -210,7 +217,8 @@ def other_families(tmp, tools):
             r = run("generate", "-m", model, "-p", "What is on today?", "-n", "200", "--tools", tools,
                     "--tool-choice", "required", "--json", "--temperature", "1", "--seed", str(seed))
             out = json.loads(r.stdout) if r.returncode == 0 else {"text": r.stderr, "finish_reason": "?"}
-            if out["finish_reason"] != "tool_calls" or not out["text"].startswith(prefix):
+            starts = prefix.match(out["text"]) if isinstance(prefix, re.Pattern) else out["text"].startswith(prefix)
+            if out["finish_reason"] != "tool_calls" or not starts:
                 fail(f"{family} seed {seed}: {out['finish_reason']} {out['text']!r}")
             else:
                 check_call(f"{family} seed {seed}", out["tool_call"])

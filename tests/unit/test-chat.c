@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/chat.h"
+#include "model/grammar.h"
 #include "model/tools.h"
 #include "test.h"
 #include "tok-util.h"
@@ -313,16 +314,21 @@ static const axp_chat_msg tool_loop[] = {
         { "tool", "{\"temp\": 22}" },
 };
 
-static void check_tools(axp_chat_family f, const char *system, const axp_chat_msg *m, size_t n, const char *want) {
+static void check_tools_tmpl(axp_chat_family f, const char *tmpl, const char *system, const axp_chat_msg *m,
+                             size_t n, const char *want) {
         axp_tools *t = NULL;
         axp_error err = {};
         char *got = NULL;
 
         CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
-        CHECK_MSG(axp_tools_format_chat(f, t, system, m, n, &got, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_format_chat(f, tmpl, t, system, m, n, &got, &err) == 0, "%s", err.msg);
         CHECK_MSG(got && strcmp(got, want) == 0, "%s:\n got  '%s'\n want '%s'", axp_chat_family_name(f), got, want);
         free(got);
         axp_tools_free(t);
+}
+
+static void check_tools(axp_chat_family f, const char *system, const axp_chat_msg *m, size_t n, const char *want) {
+        check_tools_tmpl(f, NULL, system, m, n, want);
 }
 
 static void test_tool_loop(void) {
@@ -394,14 +400,149 @@ static void test_tool_loop(void) {
         char *got = NULL;
         CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
         const axp_chat_msg bad_call[] = { { "user", "hi" }, { "tool_call", "{\"name\": \"x\"}" } };
-        CHECK(axp_tools_format_chat(AXP_CHAT_CHATML, t, NULL, bad_call, 2, &got, &err) == -EINVAL && !got);
+        CHECK(axp_tools_format_chat(AXP_CHAT_CHATML, NULL, t, NULL, bad_call, 2, &got, &err) == -EINVAL && !got);
         CHECK_MSG(strstr(err.msg, "turn 2: a tool_call must be"), "%s", err.msg);
         const axp_chat_msg stray[] = { { "user", "hi" }, { "tool", "22" } };
-        CHECK(axp_tools_format_chat(AXP_CHAT_LLAMA3, t, NULL, stray, 2, &got, &err) == -EINVAL && !got);
+        CHECK(axp_tools_format_chat(AXP_CHAT_LLAMA3, NULL, t, NULL, stray, 2, &got, &err) == -EINVAL && !got);
         CHECK_MSG(strstr(err.msg, "turn 2: a tool result must follow a tool_call turn"), "%s", err.msg);
         const axp_chat_msg robot[] = { { "robot", "beep" } };
-        CHECK(axp_tools_format_chat(AXP_CHAT_LLAMA3, t, NULL, robot, 1, &got, &err) == -EINVAL && !got);
+        CHECK(axp_tools_format_chat(AXP_CHAT_LLAMA3, NULL, t, NULL, robot, 1, &got, &err) == -EINVAL && !got);
         axp_tools_free(t);
+}
+
+/* Mistral's v7 family: the tool lines of Mistral-Small-3.2's template ([CALL_ID]) and of
+ * Devstral's (no ids), as the GGUF files carry them; detection looks at these markers. */
+static const char tmpl_small32[] =
+        "{{- '[SYSTEM_PROMPT]' + system_prompt + '[/SYSTEM_PROMPT]' }}...{{- '[AVAILABLE_TOOLS]' + "
+        "tools|tojson + '[/AVAILABLE_TOOLS]' }}...{{- '[INST]' }}...{{- '[TOOL_CALLS]' + "
+        "tool_call.function.name }}...{{- '[CALL_ID]' + tool_call.id }}{{- '[ARGS]' + "
+        "tool_call['function']['arguments']|tojson }}...{{- '[TOOL_RESULTS]' + message.tool_call_id + "
+        "'[TOOL_CONTENT]' + content|string + '[/TOOL_RESULTS]' }}";
+static const char tmpl_devstral[] =
+        "{%- set tools_description = \"[AVAILABLE_TOOLS]\" + (tools | tojson) + \"[/AVAILABLE_TOOLS]\" %}"
+        "...{{- '[INST]' + message['content'] + '[/INST]' }}...{{- '[SYSTEM_PROMPT]' + message['content'] + "
+        "'[/SYSTEM_PROMPT]' }}...{{- \"[TOOL_CALLS]\" + tool['function']['name'] + \"[ARGS]\" + arguments }}"
+        "...{{- \"[TOOL_RESULTS]\" + content|string + \"[/TOOL_RESULTS]\" }}";
+
+/* Does the grammar take text, token by token on the Llama 3 vocabulary? */
+static bool grammar_takes(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text) {
+        axp_grammar *g = NULL;
+        axp_matcher *mt = NULL;
+        axp_error err = {};
+        int32_t *ids = NULL;
+        int n = 0;
+        bool ok = axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0 && axp_matcher_new(g, trie, &mt, &err) == 0 &&
+                  axp_tokenize(v->tok, text, strlen(text), 0, &ids, &n, &err) == 0;
+        CHECK_MSG(ok, "%s", err.msg);
+        for (int i = 0; ok && i < n; i++) {
+                ok = axp_matcher_allows(mt, ids[i]);
+                if (ok)
+                        axp_matcher_accept(mt, ids[i]);
+        }
+        ok = ok && axp_matcher_complete(mt);
+        free(ids);
+        axp_matcher_free(mt);
+        axp_grammar_free(g);
+        return ok;
+}
+
+static void test_tools_mistral_v7(void) {
+        CHECK_EQ_INT(axp_chat_detect(tmpl_small32, NULL), AXP_CHAT_MISTRAL_V7_TEKKEN);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_devstral, NULL), AXP_CHAT_MISTRAL_V7_TEKKEN);
+        CHECK(axp_chat_takes_tools(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, NULL));
+        CHECK(axp_chat_takes_tools(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_devstral, NULL));
+        /* Mistral-Small-3.2: the system block first, the tools before the last user turn, the
+         * call with its id, the result naming it */
+        check_tools_tmpl(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, "Be brief.", tool_loop, 3,
+                         "[SYSTEM_PROMPT]Be brief.[/SYSTEM_PROMPT]"
+                         "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                         "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]"
+                         "[/AVAILABLE_TOOLS][INST]Weather in Paris?[/INST]"
+                         "[TOOL_CALLS]get_weather[CALL_ID]call00001[ARGS]{\"city\": \"Paris\"}</s>"
+                         "[TOOL_RESULTS]call00001[TOOL_CONTENT]{\"temp\": 22}[/TOOL_RESULTS]");
+        /* Devstral: two calls of one answer share its </s>; results without ids; the tools
+         * move to the last user turn */
+        const axp_chat_msg two[] = {
+                { "user", "Paris and Rome?" },
+                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}" },
+                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}" },
+                { "tool", "22" },
+                { "tool", "25" },
+                { "user", "Thanks. Warmer?" },
+        };
+        check_tools_tmpl(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_devstral, NULL, two, 6,
+                         "[INST]Paris and Rome?[/INST]"
+                         "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"
+                         "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\"}</s>"
+                         "[TOOL_RESULTS]22[/TOOL_RESULTS][TOOL_RESULTS]25[/TOOL_RESULTS]"
+                         "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                         "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]"
+                         "[/AVAILABLE_TOOLS][INST]Thanks. Warmer?[/INST]");
+        /* a v7 family named without a template: v3's JSON list */
+        check_tools(AXP_CHAT_MISTRAL_V7_TEKKEN, NULL, tool_loop, 3,
+                    "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}]"
+                    "[/AVAILABLE_TOOLS][INST]Weather in Paris?[/INST]"
+                    "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
+                    "\"call00001\"}]</s>"
+                    "[TOOL_RESULTS]{\"content\": {\"temp\": 22}, \"call_id\": \"call00001\"}[/TOOL_RESULTS]");
+
+        /* the answer read back: with and without the id; cut short or not an object: text */
+        char *call = NULL;
+        const char *a = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}";
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, a, strlen(a), &call) == 1);
+        CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}") == 0, "%s",
+                  call);
+        free(call);
+        call = NULL;
+        const char *b = "[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{\"city\": \"Rome\"}";
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, b, strlen(b), &call) == 1);
+        CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}") == 0, "%s",
+                  call);
+        free(call);
+        call = NULL;
+        const char *cut = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Ro";
+        const char *list = "[TOOL_CALLS]get_weather[ARGS][1]";
+        const char *noargs = "[TOOL_CALLS]get_weather";
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, cut, strlen(cut), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, list, strlen(list), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, noargs, strlen(noargs), &call) == 0 && !call);
+
+        /* the grammar takes the template's form (Mistral-Small-3.2's id optional, nine letters
+         * and digits) and nothing else */
+        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
+        loaded_vocab v;
+        if (!path || vocab_open(path, &v) != 0) {
+                printf("  no Llama 3 vocabulary: the grammar checks skipped\n");
+                return;
+        }
+        axp_vocab_trie *trie = NULL;
+        axp_error err = {};
+        axp_tools *t = NULL;
+        char *g32 = NULL, *gdev = NULL;
+        CHECK(axp_vocab_trie_new(v.tok, &trie, &err) == 0);
+        CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, t, true, &g32, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_devstral, t, false, &gdev, &err) == 0, "%s",
+                  err.msg);
+        if (g32 && gdev && trie) {
+                /* the arguments compact, as the schema's grammar writes JSON */
+                const char *ac = "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"Paris\"}",
+                           *bc = "[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{\"city\":\"Rome\"}";
+                CHECK(grammar_takes(&v, trie, g32, ac));
+                CHECK(grammar_takes(&v, trie, g32, bc));
+                CHECK(!grammar_takes(&v, trie, g32, "[TOOL_CALLS]get_weather[CALL_ID]a1B2[ARGS]{\"city\":\"Rome\"}"));
+                CHECK(!grammar_takes(&v, trie, g32, "Sunny."));
+                CHECK(grammar_takes(&v, trie, gdev, ac));
+                CHECK(!grammar_takes(&v, trie, gdev, bc));
+                CHECK(!grammar_takes(&v, trie, gdev, "[TOOL_CALLS]get_time[ARGS]{}"));
+                CHECK(grammar_takes(&v, trie, gdev, "Sunny."));
+        }
+        free(g32);
+        free(gdev);
+        axp_tools_free(t);
+        axp_vocab_trie_free(trie);
+        vocab_close(&v);
 }
 
 int main(void) {
@@ -412,5 +553,6 @@ int main(void) {
         RUN(test_format_mistral);
         RUN(test_llama3_tokens);
         RUN(test_tool_loop);
+        RUN(test_tools_mistral_v7);
         TEST_EXIT();
 }
