@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -133,8 +134,25 @@ const axp_cpu_ops *axp_cpu_ops_get(void) {
         for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]) && !o; i++)
                 if (isas[i].available() && (!want || strcmp(isas[i].ops->name, want) == 0))
                         o = isas[i].ops;
-        if (!o)
-                o = &axp_cpu_ops_generic;
+        if (!o) {
+                /* a path this CPU (or this build) cannot run: the best one it can, said once */
+                char can[128] = "";
+                for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++)
+                        if (isas[i].available()) {
+                                if (!o)
+                                        o = isas[i].ops;
+                                if (strlen(can) + strlen(isas[i].ops->name) + 3 < sizeof(can)) {
+                                        if (can[0])
+                                                strcat(can, ", ");
+                                        strcat(can, isas[i].ops->name);
+                                }
+                        }
+                const axp_cpu_ops *expected = NULL;
+                if (atomic_compare_exchange_strong(&active, &expected, o))
+                        fprintf(stderr, "agentxpu: AXP_CPU_ISA=%s is not a path this CPU runs (it runs: %s); using %s\n",
+                                want, can, o->name);
+                return atomic_load_explicit(&active, memory_order_acquire);
+        }
         atomic_store_explicit(&active, o, memory_order_release);
         return o;
 }

@@ -205,10 +205,32 @@ def check_no_bus():
     print("ok   without a bus, the bus commands say what to check")
 
 
+def check_isa(tmp):
+    """A CPU path forced with AXP_CPU_ISA that this CPU cannot run: said in one line, and the
+    best path it can run answers (`devices` names the path it uses)."""
+    model = os.path.join(tmp, "isa.gguf")
+    if run("mkmodel", "-o", model).returncode != 0:
+        fail("mkmodel failed")
+        return
+    best = run("devices", "-m", model)
+    p = run("generate", "-m", model, "-p", "hi", "-n", "2", "--temperature", "0",
+            env=dict(os.environ, AXP_CPU_ISA="nonesuch"))
+    err = [line for line in lines(p.stderr) if "AXP_CPU_ISA" in line]
+    if p.returncode != 0 or len(err) != 1 or not err[0].startswith(
+            "agentxpu: AXP_CPU_ISA=nonesuch is not a path this CPU runs (it runs: "):
+        fail(f"AXP_CPU_ISA=nonesuch: status {p.returncode}, stderr {lines(p.stderr)}")
+    forced = run("devices", "-m", model, env=dict(os.environ, AXP_CPU_ISA="nonesuch"))
+    first = lines(best.stdout)[:1]
+    if best.returncode != 0 or first != lines(forced.stdout)[:1]:
+        fail(f"AXP_CPU_ISA=nonesuch does not run the best path: {first} / {lines(forced.stdout)[:1]}")
+    print("ok   an AXP_CPU_ISA this CPU cannot run is said, and the best path runs")
+
+
 check_unknown_options()
 check_numbers()
 check_no_bus()
 with tempfile.TemporaryDirectory() as tmp:
     check_utf8(tmp)
+    check_isa(tmp)
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)
