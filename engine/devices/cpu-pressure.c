@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Sources of the CPU pressure that the CPU guard shrinks proactive work by (cpu-pressure.h). */
 #include "cpu-pressure.h"
+#include "probe-io.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,25 +14,13 @@ struct axp_cpu_pressure {
         const char *source;
         char proc[256];
         double last_now;
-        /* fake */
-        double fake;
-        char *fake_file;
+        axp_fake_fraction fake; /* the tests' stand-in */
         /* psi: the file read and its last "some" total (microseconds) */
         char psi_path[1024];
         uint64_t last_some_us;
         /* stat: all CPUs' busy and total ticks, this process's ticks */
         uint64_t last_busy, last_total, last_self;
 };
-
-static int read_text(const char *path, char *buf, size_t size) {
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return -errno;
-        size_t n = fread(buf, 1, size - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        return n > 0 ? 0 : -EIO;
-}
 
 static double clamp01(double f) {
         return f < 0 || f != f ? 0 : f > 1 ? 1 : f;
@@ -40,7 +29,7 @@ static double clamp01(double f) {
 /* "some avg10=0.00 avg60=0.00 avg300=0.00 total=12345" */
 static int psi_read(const char *path, uint64_t *ret_us) {
         char buf[512];
-        int r = read_text(path, buf, sizeof(buf));
+        int r = axp_read_text(path, buf, sizeof(buf));
         if (r < 0)
                 return r;
         for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
@@ -68,7 +57,7 @@ static int stat_read(const char *proc, uint64_t *ret_busy, uint64_t *ret_total) 
         int n, r;
 
         snprintf(path, sizeof(path), "%s/stat", proc);
-        if ((r = read_text(path, buf, sizeof(buf))) < 0)
+        if ((r = axp_read_text(path, buf, sizeof(buf))) < 0)
                 return r;
         n = sscanf(buf, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
                    &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
@@ -90,7 +79,7 @@ static int self_read(const char *proc, uint64_t *ret) {
         int r;
 
         snprintf(path, sizeof(path), "%s/self/stat", proc);
-        if ((r = read_text(path, buf, sizeof(buf))) < 0)
+        if ((r = axp_read_text(path, buf, sizeof(buf))) < 0)
                 return r;
         p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
         if (!p)
@@ -101,20 +90,6 @@ static int self_read(const char *proc, uint64_t *ret) {
                 return -EINVAL;
         *ret = ut + st;
         return 0;
-}
-
-static int fake_open(axp_cpu_pressure *p) {
-        const char *v = getenv("AXP_CPU_PRESSURE"), *file = getenv("AXP_CPU_PRESSURE_FILE");
-        if (file && *file) {
-                p->fake_file = strdup(file);
-                return p->fake_file ? 0 : -ENOMEM;
-        }
-        if (v && *v) {
-                char *end;
-                p->fake = strtod(v, &end);
-                return end != v && !*end ? 0 : -EINVAL;
-        }
-        return -ENODEV;
 }
 
 /* /proc/pressure/cpu; where /proc shows only processes (a sandbox's ProcSubset=pid) the root
@@ -162,7 +137,7 @@ int axp_cpu_pressure_open(const char *source, axp_cpu_pressure **ret, axp_error 
         any = strcmp(source, "auto") == 0;
 
         if (any || strcmp(source, "fake") == 0) {
-                if ((r = fake_open(p)) == 0)
+                if ((r = axp_fake_fraction_open(&p->fake, "AXP_CPU_PRESSURE", "AXP_CPU_PRESSURE_FILE")) == 0)
                         p->source = "fake";
                 else if (r != -ENODEV || !any)
                         return axp_errorf(err, r == -ENODEV ? -ENODEV : r,
@@ -198,7 +173,7 @@ int axp_cpu_pressure_open(const char *source, axp_cpu_pressure **ret, axp_error 
 void axp_cpu_pressure_free(axp_cpu_pressure *p) {
         if (!p)
                 return;
-        free(p->fake_file);
+        axp_fake_fraction_clear(&p->fake);
         free(p);
 }
 
@@ -215,15 +190,8 @@ int axp_cpu_pressure_sample(axp_cpu_pressure *p, double now, double *ret_fractio
         if (!first && !(dt > 0))
                 return -EAGAIN;
         if (strcmp(p->source, "fake") == 0) {
-                f = p->fake;
-                if (p->fake_file) {
-                        char buf[64], *end;
-                        if (read_text(p->fake_file, buf, sizeof(buf)) < 0)
-                                return -EIO;
-                        f = strtod(buf, &end);
-                        if (end == buf)
-                                return -EINVAL;
-                }
+                if ((r = axp_fake_fraction_read(&p->fake, &f)) < 0)
+                        return r;
         } else if (strcmp(p->source, "psi") == 0) {
                 uint64_t some;
                 if ((r = psi_read(p->psi_path, &some)) < 0)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Sources of the render engines' busy fraction due to other processes (gpu-telemetry.h). */
 #include "gpu-telemetry.h"
+#include "probe-io.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -38,9 +39,7 @@ struct axp_gpu_telemetry {
         const char *source;
         char proc[256];
         double last_now;
-        /* fake */
-        double fake;
-        char *fake_file;
+        axp_fake_fraction fake; /* the tests' stand-in */
         /* sysman */
 #ifdef HAVE_LEVELZERO
         axp_ze *ze;
@@ -204,24 +203,12 @@ static double own_fraction(axp_gpu_telemetry *t, double wall_ns) {
 
 /* PMU ------------------------------------------------------------------------------------------- */
 
-static int read_text(const char *path, char *buf, size_t size) {
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return -errno;
-        size_t n = fread(buf, 1, size - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-                buf[--n] = 0;
-        return 0;
-}
-
 /* Set `value` into the bits a format file ("config:12-19", "config:0") names. */
 static int format_set(const char *pmu_dir, const char *field, uint64_t value, uint64_t *config) {
         char path[512], buf[64];
         unsigned lo, hi;
         snprintf(path, sizeof(path), "%s/format/%s", pmu_dir, field);
-        if (read_text(path, buf, sizeof(buf)) < 0)
+        if (axp_read_text(path, buf, sizeof(buf)) < 0)
                 return -ENOENT;
         int n = sscanf(buf, "config:%u-%u", &lo, &hi);
         if (n == 1)
@@ -243,7 +230,7 @@ int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fi
         int r;
 
         snprintf(path, sizeof(path), "%s/events/%s", pmu_dir, event);
-        if ((r = read_text(path, buf, sizeof(buf))) < 0)
+        if ((r = axp_read_text(path, buf, sizeof(buf))) < 0)
                 return r;
         /* "event=0x02", "config=0x0", or terms joined by commas */
         for (char *save = NULL, *term = strtok_r(buf, ",", &save); term;
@@ -273,11 +260,11 @@ int axp_pmu_config(const char *pmu_dir, const char *event, const char *const *fi
 static int perf_open(const char *pmu_dir, uint64_t config) {
         char path[512], buf[64];
         snprintf(path, sizeof(path), "%s/type", pmu_dir);
-        if (read_text(path, buf, sizeof(buf)) < 0)
+        if (axp_read_text(path, buf, sizeof(buf)) < 0)
                 return -ENOENT;
         int type = atoi(buf), cpu = 0;
         snprintf(path, sizeof(path), "%s/cpumask", pmu_dir);
-        if (read_text(path, buf, sizeof(buf)) == 0)
+        if (axp_read_text(path, buf, sizeof(buf)) == 0)
                 cpu = atoi(buf);
         struct perf_event_attr a = { .type = (uint32_t) type, .size = sizeof(a), .config = config };
         /* uncore-style PMU: system wide on one CPU */
@@ -353,20 +340,6 @@ static int pmu_open(axp_gpu_telemetry *t) {
 
 /* Opening --------------------------------------------------------------------------------------- */
 
-static int fake_open(axp_gpu_telemetry *t) {
-        const char *v = getenv("AXP_GPU_BUSY"), *file = getenv("AXP_GPU_BUSY_FILE");
-        if (file && *file) {
-                t->fake_file = strdup(file);
-                return t->fake_file ? 0 : -ENOMEM;
-        }
-        if (v && *v) {
-                char *end;
-                t->fake = strtod(v, &end);
-                return end != v && !*end ? 0 : -EINVAL;
-        }
-        return -ENODEV;
-}
-
 static int sysman_open(axp_gpu_telemetry *t) {
 #ifdef HAVE_LEVELZERO
         int r = axp_ze_open(&t->ze, NULL);
@@ -411,8 +384,7 @@ static void telemetry_reset(axp_gpu_telemetry *t) {
                         close(t->fd[i]);
                 t->fd[i] = -1;
         }
-        free(t->fake_file);
-        t->fake_file = NULL;
+        axp_fake_fraction_clear(&t->fake);
 }
 
 int axp_gpu_telemetry_open(const char *source, axp_gpu_telemetry **ret, axp_error *err) {
@@ -429,7 +401,7 @@ int axp_gpu_telemetry_open(const char *source, axp_gpu_telemetry **ret, axp_erro
         int r;
 
         if (any || strcmp(source, "fake") == 0) {
-                if ((r = fake_open(t)) == 0)
+                if ((r = axp_fake_fraction_open(&t->fake, "AXP_GPU_BUSY", "AXP_GPU_BUSY_FILE")) == 0)
                         t->source = "fake";
                 else if (r != -ENODEV || !any)
                         return axp_errorf(err, r == -ENODEV ? -ENODEV : r,
@@ -488,21 +460,15 @@ const char *axp_gpu_telemetry_source(const axp_gpu_telemetry *t) {
 
 int axp_gpu_telemetry_sample(axp_gpu_telemetry *t, double now, double *ret_fraction) {
         double f = 0;
+        int r;
         const bool first = t->last_now < 0;
         const double wall_ns = first ? 0 : (now - t->last_now) * 1e9;
 
         if (!first && wall_ns <= 0)
                 return -EAGAIN;
         if (strcmp(t->source, "fake") == 0) {
-                f = t->fake;
-                if (t->fake_file) {
-                        char buf[64], *end;
-                        if (read_text(t->fake_file, buf, sizeof(buf)) < 0)
-                                return -EIO;
-                        f = strtod(buf, &end);
-                        if (end == buf)
-                                return -EINVAL;
-                }
+                if ((r = axp_fake_fraction_read(&t->fake, &f)) < 0)
+                        return r;
         } else if (strcmp(t->source, "fdinfo") == 0) {
                 client_set cur = { 0 };
                 scan_clients(t->proc, false, &cur);
