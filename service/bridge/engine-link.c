@@ -5,7 +5,6 @@
 
 /* How long the engine may take to accept a request (it answers once its model is loaded). */
 #define SUBMIT_TIMEOUT_MS 120000
-#define ORPHANS_MAX 256
 
 struct EngineJob {
         EngineLink *l;
@@ -15,30 +14,15 @@ struct EngineJob {
         bool detached;          /* cancelled by the caller: no more callbacks */
 };
 
-/* A signal for a request whose reply has not been handled yet. */
-typedef struct Orphan {
-        char *sender, *path, *member;
-        GVariant *params;
-} Orphan;
-
 struct EngineLink {
         char *address;
         GDBusConnection *conn;
         guint signal_sub, watch_id;
         gulong closed_handler;
         char *owner;            /* the engine's unique name, while it is on the bus */
-        GHashTable *jobs;       /* request path → EngineJob*, answered and not finished */
-        GQueue orphans;
+        EngineRequests *jobs;   /* request path → EngineJob*, answered and not finished */
         guint generation;
 };
-
-static void orphan_free(Orphan *o) {
-        g_free(o->sender);
-        g_free(o->path);
-        g_free(o->member);
-        g_variant_unref(o->params);
-        g_free(o);
-}
 
 static void job_free(EngineJob *j) {
         g_free(j->path);
@@ -74,60 +58,28 @@ static void job_finish(EngineJob *j, const char *reason, const char *error, GVar
         job_free(j);
 }
 
-static void handle_signal(EngineLink *l, const char *sender, const char *path, const char *member,
-                          GVariant *params) {
-        EngineJob *j = g_hash_table_lookup(l->jobs, path);
-
-        if (!j) {
-                if (g_queue_get_length(&l->orphans) >= ORPHANS_MAX)
-                        orphan_free(g_queue_pop_head(&l->orphans));
-                Orphan *o = g_new0(Orphan, 1);
-                o->sender = g_strdup(sender);
-                o->path = g_strdup(path);
-                o->member = g_strdup(member);
-                o->params = g_variant_ref(params);
-                g_queue_push_tail(&l->orphans, o);
-                return;
-        }
-        if (g_strcmp0(sender, j->owner) != 0)
-                return;
-        if (strcmp(member, "Token") == 0 && g_variant_is_of_type(params, G_VARIANT_TYPE("(s)"))) {
-                const char *text;
-                g_variant_get(params, "(&s)", &text);
-                if (!j->detached)
-                        j->cb.token(j->userdata, text);
-        } else if (strcmp(member, "Finished") == 0 &&
-                   g_variant_is_of_type(params, G_VARIANT_TYPE("(sa{sv})"))) {
-                const char *reason, *error = NULL;
-                g_autoptr(GVariant) stats = NULL;
-                g_variant_get(params, "(&s@a{sv})", &reason, &stats);
-                g_variant_lookup(stats, "error", "&s", &error);
-                g_hash_table_steal(l->jobs, path);
-                job_finish(j, reason, error, stats);
-        }
+static void on_token(void *req, const char *text) {
+        EngineJob *j = req;
+        if (!j->detached)
+                j->cb.token(j->userdata, text);
 }
+
+static void on_finished(void *req, const char *reason, const char *error, GVariant *stats) {
+        job_finish(req, reason, error, stats);
+}
+
+static const EngineRequestsOps job_ops = { .token = on_token, .finished = on_finished,
+                                           .drop = (void (*)(void *)) job_free };
 
 static void on_signal(GDBusConnection *conn, const char *sender, const char *path,
                       const char *iface, const char *member, GVariant *params, gpointer data) {
-        handle_signal(data, sender, path, member, params);
+        EngineLink *l = data;
+        engine_requests_signal(l->jobs, sender, path, member, params);
 }
 
 /* Every job answered by `owner` (all when NULL) is lost: its Finished will never come. */
 static void lose_jobs(EngineLink *l, const char *owner, const char *why) {
-        g_autoptr(GPtrArray) lost = g_ptr_array_new();
-        GHashTableIter it;
-        gpointer v;
-
-        g_hash_table_iter_init(&it, l->jobs);
-        while (g_hash_table_iter_next(&it, NULL, &v)) {
-                EngineJob *j = v;
-                if (owner && g_strcmp0(j->owner, owner) != 0)
-                        continue;
-                g_ptr_array_add(lost, j);
-                g_hash_table_iter_steal(&it);
-        }
-        for (guint i = 0; i < lost->len; i++)
-                job_finish(lost->pdata[i], "error", why, NULL);
+        engine_requests_lose(l->jobs, owner, "error", why);
 }
 
 static void on_name_appeared(GDBusConnection *conn, const char *name, const char *owner,
@@ -198,8 +150,7 @@ static bool ensure_connection(EngineLink *l, GError **error) {
 EngineLink *engine_link_new(const char *address) {
         EngineLink *l = g_new0(EngineLink, 1);
         l->address = g_strdup(address);
-        l->jobs = g_hash_table_new(g_str_hash, g_str_equal);
-        g_queue_init(&l->orphans);
+        l->jobs = engine_requests_new(&job_ops);
         return l;
 }
 
@@ -208,8 +159,7 @@ void engine_link_free(EngineLink *l) {
                 return;
         lose_jobs(l, NULL, "The bridge is stopping");
         drop_connection(l);
-        g_hash_table_unref(l->jobs);
-        g_queue_clear_full(&l->orphans, (GDestroyNotify) orphan_free);
+        engine_requests_free(l->jobs);
         g_free(l->address);
         g_free(l);
 }
@@ -273,23 +223,11 @@ static void on_submitted(GObject *src, GAsyncResult *res, gpointer data) {
                 job_free(j);
                 return;
         }
-        g_hash_table_replace(l->jobs, j->path, j);
+        engine_requests_add(l->jobs, path, j->owner, j);
         j->cb.started(j->userdata, NULL, NULL);
-
-        /* Signals that came before the reply was handled (the reply and the signals reach
-         * us through different queues). */
-        for (GList *it = l->orphans.head, *next; it; it = next) {
-                Orphan *o = it->data;
-                next = it->next;
-                if (strcmp(o->path, path) != 0)
-                        continue;
-                g_queue_delete_link(&l->orphans, it);
-                bool last = strcmp(o->member, "Finished") == 0;
-                handle_signal(l, o->sender, o->path, o->member, o->params);
-                orphan_free(o);
-                if (last || !g_hash_table_contains(l->jobs, path))
-                        break;
-        }
+        /* signals that came before the reply was handled (the reply and the signals reach us
+         * through different queues) */
+        engine_requests_replay(l->jobs, path);
 }
 
 EngineJob *engine_link_submit(EngineLink *l, bool proactive, const char *prompt, GVariant *options,
@@ -328,8 +266,8 @@ void engine_job_cancel(EngineJob *j) {
         if (!j->path)
                 return;         /* on_submitted or failure_cb cancels and frees it */
         l = j->l;
-        if (g_hash_table_lookup(l->jobs, j->path) == j) {
-                g_hash_table_remove(l->jobs, j->path);
+        if (engine_requests_lookup(l->jobs, j->path, NULL) == j) {
+                engine_requests_remove(l->jobs, j->path);
                 send_cancel(l, j->owner, j->path);
                 job_free(j);
         }

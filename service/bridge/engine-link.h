@@ -8,10 +8,7 @@
 #include <gio/gio.h>
 #include <stdbool.h>
 
-#define ENGINE_BUS_NAME "org.agentxpu.Engine"
-#define ENGINE_OBJECT_PATH "/org/agentxpu/Engine"
-#define ENGINE_INTERFACE "org.agentxpu.Engine"
-#define ENGINE_REQUEST_INTERFACE "org.agentxpu.Engine.Request"
+#include "common/engine-requests.h"
 
 typedef struct EngineLink EngineLink;
 typedef struct EngineJob EngineJob;

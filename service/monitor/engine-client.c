@@ -4,19 +4,13 @@
 #include <string.h>
 
 #define SUBMIT_TIMEOUT_MS 30000
-#define ORPHANS_MAX 256
 #define BACKOFF_MAX_S 60
 
+/* A request in the table of requests in flight */
 typedef struct Pending {
+        EngineClient *c;
         guint64 id;
-        char *owner;
 } Pending;
-
-/* A signal for a request whose Proactive reply has not been handled yet. */
-typedef struct Orphan {
-        char *sender, *path, *member;
-        GVariant *params;
-} Orphan;
 
 struct EngineClient {
         char *address;
@@ -30,8 +24,7 @@ struct EngineClient {
         bool told_unreachable;  /* said once that the bus is unreachable */
         char *owner;
         bool name_known;        /* the name watch has reported */
-        GHashTable *requests;   /* request path → Pending */
-        GQueue orphans;
+        EngineRequests *requests; /* request path → Pending */
 };
 
 typedef struct SubmitCall {
@@ -39,76 +32,29 @@ typedef struct SubmitCall {
         guint64 id;
 } SubmitCall;
 
-static void pending_free(Pending *p) {
-        g_free(p->owner);
-        g_free(p);
+static void on_token(void *req, const char *text) {
+        Pending *p = req;
+        p->c->cb.token(p->c->userdata, p->id, text);
 }
 
-static void orphan_free(Orphan *o) {
-        g_free(o->sender);
-        g_free(o->path);
-        g_free(o->member);
-        g_variant_unref(o->params);
-        g_free(o);
+static void on_finished(void *req, const char *reason, const char *error, GVariant *stats) {
+        g_autofree Pending *p = req;
+        p->c->cb.finished(p->c->userdata, p->id, reason, error);
 }
+
+static const EngineRequestsOps request_ops = { .token = on_token, .finished = on_finished, .drop = g_free };
 
 static void connect_bus(EngineClient *c);
 
 /* Every request of `owner` (all when NULL) is lost: its Finished will never come. */
 static void lose_requests(EngineClient *c, const char *owner) {
-        g_autoptr(GArray) ids = g_array_new(FALSE, FALSE, sizeof(guint64));
-        GHashTableIter it;
-        gpointer v;
-
-        g_hash_table_iter_init(&it, c->requests);
-        while (g_hash_table_iter_next(&it, NULL, &v)) {
-                Pending *p = v;
-                if (owner && g_strcmp0(p->owner, owner) != 0)
-                        continue;
-                g_array_append_val(ids, p->id);
-                g_hash_table_iter_remove(&it);
-        }
-        for (guint i = 0; i < ids->len; i++)
-                c->cb.finished(c->userdata, g_array_index(ids, guint64, i), "lost", NULL);
-}
-
-static void handle_signal(EngineClient *c, const char *sender, const char *path, const char *member,
-                          GVariant *params) {
-        Pending *p = g_hash_table_lookup(c->requests, path);
-        guint64 id;
-
-        if (!p) {
-                if (g_queue_get_length(&c->orphans) >= ORPHANS_MAX)
-                        orphan_free(g_queue_pop_head(&c->orphans));
-                Orphan *o = g_new0(Orphan, 1);
-                o->sender = g_strdup(sender);
-                o->path = g_strdup(path);
-                o->member = g_strdup(member);
-                o->params = g_variant_ref(params);
-                g_queue_push_tail(&c->orphans, o);
-                return;
-        }
-        if (g_strcmp0(sender, p->owner) != 0)
-                return;
-        id = p->id;
-        if (strcmp(member, "Token") == 0 && g_variant_is_of_type(params, G_VARIANT_TYPE("(s)"))) {
-                const char *text;
-                g_variant_get(params, "(&s)", &text);
-                c->cb.token(c->userdata, id, text);
-        } else if (strcmp(member, "Finished") == 0 &&
-                   g_variant_is_of_type(params, G_VARIANT_TYPE("(sa{sv})"))) {
-                const char *reason, *error = NULL;
-                g_autoptr(GVariant) stats = NULL;
-                g_variant_get(params, "(&s@a{sv})", &reason, &stats);
-                g_variant_lookup(stats, "error", "&s", &error);
-                g_hash_table_remove(c->requests, path);
-                c->cb.finished(c->userdata, id, reason, error);
-        }
+        engine_requests_lose(c->requests, owner, "lost", NULL);
 }
 
 static void on_signal(GDBusConnection *conn, const char *sender, const char *path,
                       const char *iface, const char *member, GVariant *params, gpointer data) {
-        handle_signal(data, sender, path, member, params);
+        EngineClient *c = data;
+        engine_requests_signal(c->requests, sender, path, member, params);
 }
 
 static void on_name_appeared(GDBusConnection *conn, const char *name, const char *owner,
@@ -219,9 +165,7 @@ EngineClient *engine_client_new(const char *address, const EngineCallbacks *cb, 
         c->cb = *cb;
         c->userdata = userdata;
         c->cancel = g_cancellable_new();
-        c->requests = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
-                                            (GDestroyNotify) pending_free);
-        g_queue_init(&c->orphans);
+        c->requests = engine_requests_new(&request_ops);
         connect_bus(c);
         return c;
 }
@@ -234,8 +178,7 @@ void engine_client_free(EngineClient *c) {
                 g_source_remove(c->reconnect_source);
         drop_connection(c);
         g_object_unref(c->cancel);
-        g_hash_table_unref(c->requests);
-        g_queue_clear_full(&c->orphans, (GDestroyNotify) orphan_free);
+        engine_requests_free(c->requests);
         g_free(c->address);
         g_free(c);
 }
@@ -289,24 +232,13 @@ static void on_submitted(GObject *src, GAsyncResult *res, gpointer data) {
         g_variant_get(body, "(&o)", &path);
 
         Pending *p = g_new0(Pending, 1);
+        p->c = c;
         p->id = call->id;
-        p->owner = g_strdup(g_dbus_message_get_sender(reply));
-        g_hash_table_replace(c->requests, g_strdup(path), p);
+        engine_requests_add(c->requests, path, g_dbus_message_get_sender(reply), p);
         c->cb.submitted(c->userdata, call->id, path, NULL, false);
-
-        /* Signals that overtook the reply (they should not: one sender's messages keep
-         * their order, but the reply and the signals reach us through different queues). */
-        for (GList *l = c->orphans.head, *next; l; l = next) {
-                Orphan *o = l->data;
-                next = l->next;
-                if (strcmp(o->path, path) != 0)
-                        continue;
-                g_queue_delete_link(&c->orphans, l);
-                handle_signal(c, o->sender, o->path, o->member, o->params);
-                orphan_free(o);
-                if (!g_hash_table_contains(c->requests, path))
-                        break;
-        }
+        /* signals that overtook the reply (they should not: one sender's messages keep their
+         * order, but the reply and the signals reach us through different queues) */
+        engine_requests_replay(c->requests, path);
 }
 
 typedef struct FailLater {
@@ -353,12 +285,13 @@ void engine_client_submit(EngineClient *c, guint64 id, const char *prompt, GVari
 }
 
 void engine_client_cancel(EngineClient *c, const char *request) {
-        Pending *p = request ? g_hash_table_lookup(c->requests, request) : NULL;
+        const char *owner;
+        Pending *p = engine_requests_lookup(c->requests, request, &owner);
         if (!p)
                 return;
         if (c->conn)
-                g_dbus_connection_call(c->conn, p->owner, request, ENGINE_REQUEST_INTERFACE,
+                g_dbus_connection_call(c->conn, owner, request, ENGINE_REQUEST_INTERFACE,
                                        "Cancel", NULL, NULL, G_DBUS_CALL_FLAGS_NONE, -1, NULL, NULL,
                                        NULL);
-        g_hash_table_remove(c->requests, request);
+        g_free(engine_requests_remove(c->requests, request));
 }
