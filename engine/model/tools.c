@@ -299,7 +299,6 @@ static bool is(const axp_chat_msg *m, const char *role) {
         return strcmp(m->role, role) == 0;
 }
 
-/* A call as the family writes it; `id`: Mistral's 9-character call id. */
 /* An ordinary turn (system, user, assistant) as the family's template writes it. */
 static void put_turn(out *o, axp_chat_family f, const axp_chat_msg *m) {
         char *turn = axp_chat_format(f, m, 1, false);
@@ -310,7 +309,9 @@ static void put_turn(out *o, axp_chat_family f, const axp_chat_msg *m) {
         free(turn);
 }
 
-static void put_call(out *o, axp_chat_family f, const char *content, const char *id) {
+/* A call as the family writes it (cf: a Mistral v7 template's form); `id`: Mistral's call id,
+ * nine letters and digits (NULL: a form without ids). */
+static void put_call(out *o, axp_chat_family f, call_form cf, const char *content, const char *id) {
         _cleanup_json_ json_value *v = NULL;
         const char *name;
         const json_value *args;
@@ -336,8 +337,21 @@ static void put_call(out *o, axp_chat_family f, const char *content, const char 
                 dump(o, args, 0, 0, false);
                 puts_(o, "}\n</tool_call><|im_end|>\n");
                 break;
-        default: /* Mistral v3 and tekken */
-                puts_(o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[TOOL_CALLS][{\"name\": " : "[TOOL_CALLS] [{\"name\": ");
+        default:
+                if (cf != CALLS_LIST) { /* v7's [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} */
+                        puts_(o, "[TOOL_CALLS]");
+                        puts_(o, name);
+                        if (id) {
+                                puts_(o, "[CALL_ID]");
+                                puts_(o, id);
+                        }
+                        puts_(o, "[ARGS]");
+                        dump(o, args, 0, 0, false);
+                        break;
+                }
+                /* v3's JSON list, and its tekken form */
+                puts_(o, f == AXP_CHAT_MISTRAL_V3_TEKKEN || f == AXP_CHAT_MISTRAL_V7_TEKKEN ? "[TOOL_CALLS][{\"name\": "
+                                                                                             : "[TOOL_CALLS] [{\"name\": ");
                 dump(o, &n, 0, 0, false);
                 puts_(o, ", \"arguments\": ");
                 dump(o, args, 0, 0, false);
@@ -354,7 +368,8 @@ static void put_mistral_result(out *o, axp_chat_family f, const char *content, c
         _cleanup_json_ json_value *v = NULL;
         axp_error e = {};
 
-        puts_(o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[TOOL_RESULTS]{\"content\": " : "[TOOL_RESULTS] {\"content\": ");
+        puts_(o, f == AXP_CHAT_MISTRAL_V3_TEKKEN || f == AXP_CHAT_MISTRAL_V7_TEKKEN ? "[TOOL_RESULTS]{\"content\": "
+                                                                                     : "[TOOL_RESULTS] {\"content\": ");
         if (json_parse(content, strlen(content), &v, &e) == 0)
                 puts_(o, content);
         else {
@@ -364,29 +379,6 @@ static void put_mistral_result(out *o, axp_chat_family f, const char *content, c
         puts_(o, ", \"call_id\": \"");
         puts_(o, id);
         puts_(o, "\"}[/TOOL_RESULTS]");
-}
-
-/* A call as v7's newer templates write it: [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} (id given)
- * or [TOOL_CALLS]name[ARGS]{...}; the arguments as compact JSON, as the templates' tojson
- * writes them with separators (", ", ": "). */
-static void put_args_call(out *o, const char *content, const char *id) {
-        _cleanup_json_ json_value *v = NULL;
-        const char *name;
-        const json_value *args;
-        axp_error e = {};
-
-        if (o->r == 0 && read_call_turn(content, 0, &v, &name, &args, &e) < 0)
-                o->r = e.code == -ENOMEM ? -ENOMEM : -EINVAL;
-        if (o->r < 0)
-                return;
-        puts_(o, "[TOOL_CALLS]");
-        puts_(o, name);
-        if (id) {
-                puts_(o, "[CALL_ID]");
-                puts_(o, id);
-        }
-        puts_(o, "[ARGS]");
-        dump(o, args, 0, 0, false);
 }
 
 int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *t, const char *system,
@@ -431,7 +423,7 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                                 put_trimmed(&o, msgs[i].content);
                                 puts_(&o, "<|eot_id|>");
                         } else if (is(&msgs[i], AXP_ROLE_TOOL_CALL))
-                                put_call(&o, f, msgs[i].content, NULL);
+                                put_call(&o, f, CALLS_LIST, msgs[i].content, NULL);
                         else if (is(&msgs[i], AXP_ROLE_TOOL)) {
                                 puts_(&o, "<|start_header_id|>ipython<|end_header_id|>\n\n");
                                 puts_(&o, msgs[i].content);
@@ -462,7 +454,7 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                           "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
                 for (size_t i = 0; i < n; i++) {
                         if (is(&msgs[i], AXP_ROLE_TOOL_CALL))
-                                put_call(&o, f, msgs[i].content, NULL);
+                                put_call(&o, f, CALLS_LIST, msgs[i].content, NULL);
                         else if (is(&msgs[i], AXP_ROLE_TOOL)) {
                                 if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL))
                                         puts_(&o, "<|im_start|>user");
@@ -479,14 +471,27 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 break;
         case AXP_CHAT_MISTRAL:
         case AXP_CHAT_MISTRAL_V3:
-        case AXP_CHAT_MISTRAL_V3_TEKKEN: {
-                /* the tools before the last user turn, the system prompt inside it when it is
-                 * the conversation's last turn; calls in [TOOL_CALLS] with an id, results in
-                 * [TOOL_RESULTS] naming it (ids are the calls' places: "call00001", ...) */
-                axp_chat_family ff = f == AXP_CHAT_MISTRAL ? AXP_CHAT_MISTRAL_V3 : f;
+        case AXP_CHAT_MISTRAL_V3_TEKKEN:
+        case AXP_CHAT_MISTRAL_V7:
+        case AXP_CHAT_MISTRAL_V7_TEKKEN: {
+                /* The tools before the last user turn (no space after the markers in the
+                 * tekken forms). v3: the system prompt inside the last user turn when that is
+                 * the conversation's last, a system turn in the middle dropped (the template
+                 * has none). v7 (Mistral-Small-3.x, Devstral, Magistral, Ministral 3): the system
+                 * prompt in its block first and system turns where they stand, where
+                 * Mistral-Small-3.2's template puts them. Calls and results in the template's
+                 * form (v7_call_form), an id naming each call where the form has ids: the
+                 * calls' places, "call00001", nine letters and digits as the templates require;
+                 * [TOOL_CALLS]name[ARGS] calls of one answer closed by one </s>. */
+                const bool v7 = f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN;
+                const bool tekken = f == AXP_CHAT_MISTRAL_V3_TEKKEN || f == AXP_CHAT_MISTRAL_V7_TEKKEN;
+                const call_form cf = v7 ? v7_call_form(tmpl) : CALLS_LIST;
+                const axp_chat_family ff = f == AXP_CHAT_MISTRAL ? AXP_CHAT_MISTRAL_V3 : f;
+                if (v7 && sys)
+                        put_turn(&o, f, &(axp_chat_msg) { "system", system });
                 for (size_t i = 0; i < n; i++) {
                         if (i == last_user) {
-                                puts_(&o, f == AXP_CHAT_MISTRAL_V3_TEKKEN ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
+                                puts_(&o, tekken ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
                                 dump(&o, t->list, 0, 0, false);
                                 puts_(&o, "[/AVAILABLE_TOOLS]");
                         }
@@ -495,14 +500,27 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                                 if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
                                         run = calls;
                                 snprintf(id, sizeof(id), "call%05zu", ++calls % 100000);
-                                put_call(&o, ff, msgs[i].content, id);
+                                put_call(&o, ff, cf, msgs[i].content, cf == CALLS_ARGS ? NULL : id);
+                                if (cf != CALLS_LIST && (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL_CALL)))
+                                        puts_(&o, "</s>");
                         } else if (is(&msgs[i], AXP_ROLE_TOOL)) {
                                 if (is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
                                         results = 0;
                                 snprintf(id, sizeof(id), "call%05zu", (run + ++results) % 100000);
-                                put_mistral_result(&o, ff, msgs[i].content, id);
-                        }
-                        else if (is(&msgs[i], "user")) {
+                                if (cf == CALLS_LIST)
+                                        put_mistral_result(&o, ff, msgs[i].content, id);
+                                else {
+                                        puts_(&o, "[TOOL_RESULTS]");
+                                        if (cf == CALLS_ARGS_ID) {
+                                                puts_(&o, id);
+                                                puts_(&o, "[TOOL_CONTENT]");
+                                        }
+                                        puts_(&o, msgs[i].content);
+                                        puts_(&o, "[/TOOL_RESULTS]");
+                                }
+                        } else if (v7 || is(&msgs[i], "assistant")) {
+                                put_turn(&o, f, &msgs[i]);
+                        } else if (is(&msgs[i], "user")) {
                                 axp_chat_msg two[2];
                                 size_t k = 0;
                                 if (sys && i == n - 1)
@@ -514,60 +532,6 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                                 else
                                         puts_(&o, turn);
                                 free(turn);
-                        } else if (is(&msgs[i], "assistant")) {
-                                put_turn(&o, f, &msgs[i]);
-                        }
-                        /* a system turn in the middle: Mistral's template has none; dropped */
-                }
-                break;
-        }
-        case AXP_CHAT_MISTRAL_V7:
-        case AXP_CHAT_MISTRAL_V7_TEKKEN: {
-                /* Mistral-Small-3.x, Devstral, Magistral, Ministral 3: the system prompt in its
-                 * block first, the tools before the last user turn (where Mistral-Small-3.2's
-                 * template puts them), system turns where they stand; a call in the template's
-                 * form, an assistant's run of calls closed by one </s>; a result naming its
-                 * call's id where the calls carry ids ("call00001": nine letters and digits, as
-                 * the templates require) */
-                const bool tekken = f == AXP_CHAT_MISTRAL_V7_TEKKEN;
-                const call_form cf = v7_call_form(tmpl);
-                const axp_chat_family list_f = tekken ? AXP_CHAT_MISTRAL_V3_TEKKEN : AXP_CHAT_MISTRAL_V3;
-                if (sys)
-                        put_turn(&o, f, &(axp_chat_msg) { "system", system });
-                for (size_t i = 0; i < n; i++) {
-                        if (i == last_user) {
-                                puts_(&o, tekken ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
-                                dump(&o, t->list, 0, 0, false);
-                                puts_(&o, "[/AVAILABLE_TOOLS]");
-                        }
-                        if (is(&msgs[i], AXP_ROLE_TOOL_CALL)) {
-                                if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
-                                        run = calls;
-                                snprintf(id, sizeof(id), "call%05zu", ++calls % 100000);
-                                if (cf == CALLS_LIST)
-                                        put_call(&o, list_f, msgs[i].content, id);
-                                else {
-                                        put_args_call(&o, msgs[i].content, cf == CALLS_ARGS_ID ? id : NULL);
-                                        if (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL_CALL))
-                                                puts_(&o, "</s>");
-                                }
-                        } else if (is(&msgs[i], AXP_ROLE_TOOL)) {
-                                if (is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
-                                        results = 0;
-                                snprintf(id, sizeof(id), "call%05zu", (run + ++results) % 100000);
-                                if (cf == CALLS_LIST)
-                                        put_mistral_result(&o, list_f, msgs[i].content, id);
-                                else {
-                                        puts_(&o, "[TOOL_RESULTS]");
-                                        if (cf == CALLS_ARGS_ID) {
-                                                puts_(&o, id);
-                                                puts_(&o, "[TOOL_CONTENT]");
-                                        }
-                                        puts_(&o, msgs[i].content);
-                                        puts_(&o, "[/TOOL_RESULTS]");
-                                }
-                        } else {
-                                put_turn(&o, f, &msgs[i]);
                         }
                 }
                 break;

@@ -314,6 +314,16 @@ static const axp_chat_msg tool_loop[] = {
         { "tool", "{\"temp\": 22}" },
 };
 
+/* Two calls answered by two results, then a new question */
+static const axp_chat_msg two[] = {
+        { "user", "Paris and Rome?" },
+        { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}" },
+        { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}" },
+        { "tool", "22" },
+        { "tool", "25" },
+        { "user", "Thanks. Warmer?" },
+};
+
 static void check_tools_tmpl(axp_chat_family f, const char *tmpl, const char *system, const axp_chat_msg *m,
                              size_t n, const char *want) {
         axp_tools *t = NULL;
@@ -361,14 +371,6 @@ static void test_tool_loop(void) {
                     "<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response><|im_end|>\n"
                     "<|im_start|>assistant\n");
         /* two results in a row share one user turn */
-        const axp_chat_msg two[] = {
-                { "user", "Paris and Rome?" },
-                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}" },
-                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}" },
-                { "tool", "22" },
-                { "tool", "25" },
-                { "user", "Thanks. Warmer?" },
-        };
         check_tools(AXP_CHAT_MISTRAL_V3_TEKKEN, "Be brief.", two, 6,
                     "[INST]Paris and Rome?[/INST]"
                     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
@@ -462,14 +464,6 @@ static void test_tools_mistral_v7(void) {
                          "[TOOL_RESULTS]call00001[TOOL_CONTENT]{\"temp\": 22}[/TOOL_RESULTS]");
         /* Devstral: two calls of one answer share its </s>; results without ids; the tools
          * move to the last user turn */
-        const axp_chat_msg two[] = {
-                { "user", "Paris and Rome?" },
-                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}" },
-                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}" },
-                { "tool", "22" },
-                { "tool", "25" },
-                { "user", "Thanks. Warmer?" },
-        };
         check_tools_tmpl(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_devstral, NULL, two, 6,
                          "[INST]Paris and Rome?[/INST]"
                          "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"
