@@ -62,8 +62,8 @@ def second_model():
 
 
 @contextlib.contextmanager
-def engine(config="", args=()):
-    m = model()
+def engine(config="", args=(), model_path=None):
+    m = model_path or model()
     bus = TestBus()
     try:
         d = Daemon(bus, DAEMON, config=config, args=["--model", m] + list(args),
@@ -104,6 +104,30 @@ def test_complete_matches_generate():
             raise Skip("agentxpu generate is not in this build")
         assert gen.rc == 0, gen
         assert gen.out.rstrip("\n") == text, (gen.out, text)
+
+
+def test_longrope_follows_the_engine_context():
+    """A LongRoPE model (Phi-3.5/Phi-4-mini's scaling) rotates with its short factors within its
+    original context and its long ones past it: the engine chooses by its ContextSize, as
+    llama.cpp does by its -c. At the default context (4096, the original one here) the daemon
+    answers as `generate`; at ContextSize=8192 it takes the long factors and answers otherwise."""
+    path = os.path.join(os.path.dirname(model()), "longrope.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--arch", "phi3", "--seed", "9", "--dim", "256", "--layers", "2",
+             "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", "8192", "--longrope", "4096",
+             "--rope-dim", "48", "--no-eog"])
+    assert r.rc == 0, r
+    prompt = "The quick brown fox jumps over the lazy dog. " * 12
+    opts = "{'max_tokens': <uint32 12>, 'temperature': <0.0>, 'raw': <true>}"
+    gen = run([CLI, "generate", "-m", path, "-p", prompt, "--raw", "-n", "12", "--temperature", "0"])
+    assert gen.rc == 0, gen
+    answers = {}
+    for ctx in ("", "[Engine]\nContextSize=8192\n"):
+        with engine(ctx, model_path=path) as (bus, d):
+            r = bus.call("Complete", prompt, opts)
+            assert r.rc == 0, r
+            answers[ctx] = gvariant_first_string(r.out)
+    assert answers[""] == gen.out.rstrip("\n"), (answers, gen.out)
+    assert answers["[Engine]\nContextSize=8192\n"] != answers[""], answers
 
 
 def test_no_byte_of_the_answer_is_dropped():
@@ -474,6 +498,7 @@ def test_load_model_changes_the_model_property():
 
 TESTS = [
     test_complete_matches_generate,
+    test_longrope_follows_the_engine_context,
     test_no_byte_of_the_answer_is_dropped,
     test_reactive_stream_in_order_unicast,
     test_other_uid_cannot_cancel_or_read,
