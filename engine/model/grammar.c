@@ -12,11 +12,12 @@
 enum { E_END, E_REF, E_CHARS };
 
 #define MAX_ELEMS (1u << 16)
-/* The mask is computed from a canonical state that counts a bounded repetition's iterations
- * only up to SHORT_PIECE + 1 (see canon()); tokens longer than SHORT_PIECE bytes are checked
- * from the true state each step. */
+/* A step's mask comes from two tries, the tokens of at most SHORT_PIECE bytes and the longer
+ * ones; each part is remembered by the state as that trie sees it, a bounded repetition's count
+ * clamped past what its longest token can reach (canon()). */
 #define SHORT_PIECE 16
-/* Masks remembered per matcher (each n_vocab bits: 16 KiB for 128k tokens). */
+/* Trie parts remembered per matcher (each n_vocab bits: 16 KiB for 128k tokens, 512 KiB in
+ * all). */
 #define MASK_CACHE 32
 #define MAX_REPEAT 4096
 #define INF_LEN ((size_t) -1)
@@ -875,7 +876,7 @@ typedef struct frame frame;
 struct frame {
         const gelem *pos;  /* the next element to match */
         frame *parent;     /* where to go on after pos's alternative ends; NULL: the end */
-        frame *canon;      /* the stack as the mask sees it (canon()); NULL until known */
+        frame *canon[2];   /* the stack as each trie's mask sees it (canon()); NULL until known */
         uint32_t emark, amark;
         int32_t memo_n;    /* the stacks after one character: memo[memo_off..], -1 until known */
         uint32_t memo_off;
@@ -909,6 +910,7 @@ struct axp_matcher {
                 uint64_t hash, used;
                 frame **key;
                 size_t n_key;
+                int t;
                 uint32_t cp, rem, lo;
                 uint64_t *bits;
                 int count;
@@ -1203,26 +1205,31 @@ void axp_matcher_accept(axp_matcher *m, int32_t id) {
         m->lo = s.lo;
 }
 
-/* The stack f as the mask sees it: a frame in X_k of a bounded repetition's chain with
- * k > SHORT_PIECE + 1 moved to the same place in X_{SHORT_PIECE + 1}. Each X_j is entered only
- * after the item before it consumed at least a byte, so within SHORT_PIECE bytes X_k reaches
- * X_{k-SHORT_PIECE} at most, never X_1's end: the two stacks accept the same token strings of up
- * to SHORT_PIECE bytes, and every place in a long bounded string has one canonical state. */
-static frame *canon(axp_matcher *m, frame *f) {
-        if (!f || f->canon)
-                return f ? f->canon : NULL;
+/* The longest token of trie t. */
+static size_t trie_max_piece(const axp_vocab_trie *v, int t) {
+        return t == 0 ? MIN(v->max_piece, (size_t) SHORT_PIECE) : v->max_piece;
+}
+
+/* The stack f as trie t's mask sees it, B the trie's longest token: a frame in X_k of a bounded
+ * repetition's chain with k > B + 1 moved to the same place in X_{B+1}. Each X_j is entered
+ * only after the item before it consumed at least a byte, so within B bytes X_k reaches X_{k-B}
+ * at most, never X_1's end: the two stacks accept the same token strings of up to B bytes, and
+ * the places of a long bounded string farther than B from its end have one canonical state. */
+static frame *canon(axp_matcher *m, frame *f, int t) {
+        if (!f || f->canon[t])
+                return f ? f->canon[t] : NULL;
         const axp_grammar *g = m->g;
-        frame *parent = canon(m, f->parent);
+        frame *parent = canon(m, f->parent, t);
         const gelem *pos = f->pos;
-        uint32_t r = g->elem_rule[pos - g->elems], k = g->rep_k[r];
-        if (k > SHORT_PIECE + 1) {
-                uint32_t t = r - (k - (SHORT_PIECE + 1));
-                pos = &g->elems[g->alts[g->rule_alt[t]]] + (pos - &g->elems[g->alts[g->rule_alt[r]]]);
+        uint32_t r = g->elem_rule[pos - g->elems], k = g->rep_k[r], b = (uint32_t) trie_max_piece(m->v, t) + 1;
+        if (k > b) {
+                uint32_t to = r - (k - b);
+                pos = &g->elems[g->alts[g->rule_alt[to]]] + (pos - &g->elems[g->alts[g->rule_alt[r]]]);
         }
         frame *c = pos == f->pos && parent == f->parent ? f : intern(m, pos, parent);
         if (m->oom)
                 return NULL;
-        f->canon = c;
+        f->canon[t] = c;
         return c;
 }
 
@@ -1264,8 +1271,8 @@ static int walk(axp_matcher *m, int t, uint8_t *allowed, uint64_t *bits) {
         return count;
 }
 
-/* The short tokens' mask: remembered by canonical state, else walked and remembered. */
-static int mask_short(axp_matcher *m, uint8_t *allowed) {
+/* Trie t's part of the mask: remembered by canonical state, else walked and remembered. */
+static int mask_trie(axp_matcher *m, int t, uint8_t *allowed) {
         const axp_vocab_trie *v = m->v;
         size_t n = 0, words = ((size_t) v->n_vocab + 63) / 64;
         if (grow((void **) &m->key, &m->cap_key, MAX(m->n_cur, (size_t) 1), sizeof(frame *)) < 0) {
@@ -1273,19 +1280,19 @@ static int mask_short(axp_matcher *m, uint8_t *allowed) {
                 return 0;
         }
         for (size_t i = 0; i < m->n_cur; i++)
-                m->key[i] = canon(m, m->cur[i]);
+                m->key[i] = canon(m, m->cur[i], t);
         if (m->oom)
                 return 0;
         qsort(m->key, m->n_cur, sizeof(frame *), ptr_cmp);
         for (size_t i = 0; i < m->n_cur; i++)
                 if (n == 0 || m->key[i] != m->key[n - 1])
                         m->key[n++] = m->key[i];
-        uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t) m->cp << 40 ^ (uint64_t) m->rem << 32 ^ m->lo);
+        uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t) t << 62 ^ (uint64_t) m->cp << 40 ^ (uint64_t) m->rem << 32 ^ m->lo);
         for (size_t i = 0; i < n; i++)
                 h = (h ^ (uint64_t) (uintptr_t) m->key[i]) * 0x100000001b3ull;
         for (size_t e = 0; e < m->n_cache; e++) {
                 struct mask_entry *c = &m->cache[e];
-                if (c->hash != h || c->n_key != n || c->cp != m->cp || c->rem != m->rem || c->lo != m->lo ||
+                if (c->hash != h || c->t != t || c->n_key != n || c->cp != m->cp || c->rem != m->rem || c->lo != m->lo ||
                     memcmp(c->key, m->key, n * sizeof(frame *)) != 0)
                         continue;
                 c->used = ++m->clock;
@@ -1314,9 +1321,9 @@ static int mask_short(axp_matcher *m, uint8_t *allowed) {
         }
         if (!load_set(m, m->key, n, m->cp, m->rem, m->lo))
                 return 0;
-        int count = walk(m, 0, allowed, c && key ? c->bits : NULL);
+        int count = walk(m, t, allowed, c && key ? c->bits : NULL);
         if (c && key && !m->oom) {
-                *c = (struct mask_entry) { .hash = h, .used = ++m->clock, .key = key, .n_key = n, .cp = m->cp,
+                *c = (struct mask_entry) { .hash = h, .used = ++m->clock, .key = key, .n_key = n, .t = t, .cp = m->cp,
                                            .rem = m->rem, .lo = m->lo, .bits = c->bits, .count = count };
         } else if (c && key)
                 c->n_key = SIZE_MAX; /* matches nothing */
@@ -1332,9 +1339,8 @@ int axp_matcher_mask(axp_matcher *m, uint8_t *allowed) {
                         allowed[v->eog_ids[i]] = 1;
                         count++;
                 }
-        count += mask_short(m, allowed);
-        if (!m->oom && load_set(m, m->cur, m->n_cur, m->cp, m->rem, m->lo))
-                count += walk(m, 1, allowed, NULL);
+        count += mask_trie(m, 0, allowed);
+        count += mask_trie(m, 1, allowed);
         return m->oom ? 0 : count;
 }
 
