@@ -1313,6 +1313,8 @@ static int mask_trie(axp_matcher *m, int t, uint8_t *allowed) {
                         if (m->cache[e].used < c->used)
                                 c = &m->cache[e];
         }
+        if (c)
+                c->n_key = SIZE_MAX; /* matches nothing until walked */
         frame **key = c ? realloc(c->key, MAX(n, (size_t) 1) * sizeof(frame *)) : NULL;
         if (c && key) {
                 c->key = key;
@@ -1322,11 +1324,9 @@ static int mask_trie(axp_matcher *m, int t, uint8_t *allowed) {
         if (!load_set(m, m->key, n, m->cp, m->rem, m->lo))
                 return 0;
         int count = walk(m, t, allowed, c && key ? c->bits : NULL);
-        if (c && key && !m->oom) {
+        if (c && key && !m->oom)
                 *c = (struct mask_entry) { .hash = h, .used = ++m->clock, .key = key, .n_key = n, .t = t, .cp = m->cp,
                                            .rem = m->rem, .lo = m->lo, .bits = c->bits, .count = count };
-        } else if (c && key)
-                c->n_key = SIZE_MAX; /* matches nothing */
         return count;
 }
 
