@@ -12,6 +12,13 @@
 enum { E_END, E_REF, E_CHARS };
 
 #define MAX_ELEMS (1u << 16)
+/* A step's mask comes from two tries, the tokens of at most SHORT_PIECE bytes and the longer
+ * ones; each part is remembered by the state as that trie sees it, a bounded repetition's count
+ * clamped past what its longest token can reach (canon()). */
+#define SHORT_PIECE 16
+/* Trie parts remembered per matcher (each n_vocab bits: 16 KiB for 128k tokens, 512 KiB in
+ * all). */
+#define MASK_CACHE 32
 #define MAX_REPEAT 4096
 #define INF_LEN ((size_t) -1)
 
@@ -31,6 +38,11 @@ struct axp_grammar {
         uint32_t *alts;   /* first element of each alternative, rule by rule */
         uint32_t *rule_alt, *rule_n_alts;
         char **names;
+        uint32_t *elem_rule; /* the rule each element belongs to */
+        /* rep_k[r] = k for the k-th rule of a bounded repetition's chain (X_k ::= item X_{k-1},
+         * X_1 the last; X_k = r - k + 1 + j for X_j), 0 for other rules and for chains whose
+         * item may match nothing */
+        uint32_t *rep_k;
         size_t n_rules;
         uint32_t root;
         size_t min_bytes;
@@ -55,6 +67,7 @@ typedef struct prule {
         bool defined;
         int line; /* where first used or defined */
         unsigned n_generated;
+        uint32_t rep_k;
 } prule;
 
 typedef struct parser {
@@ -258,9 +271,30 @@ static int repeat(parser *ps, uint32_t rule, pseq *seq, size_t from, long min, l
         size_t alt_index = (size_t) (seq - owner->alts);
         seq->n = from;
         ps->n_elems -= n;
-        for (long i = 0; i < min; i++)
+        /* the required part: the item min times, or past SHORT_PIECE + 1 times a chain M_min
+         * where M_k ::= item M_{k-1} and M_1 ::= item (one rule per count, so that counts past
+         * what a token can reach look the same to the mask; rep_k) */
+        for (long i = 0; i < min && min <= SHORT_PIECE + 1; i++)
                 if ((r = seq_push(ps, &ps->rules[rule].alts[alt_index], item)) < 0)
                         return r;
+        if (min > SHORT_PIECE + 1) {
+                int prev = -1;
+                for (long i = 0; i < min; i++) {
+                        int id = rule_generated(ps, rule, line_of(ps, at));
+                        if (id < 0)
+                                return id;
+                        if (!rule_new_alt(ps, (uint32_t) id))
+                                return axp_errorf(ps->err, -ENOMEM, "out of memory");
+                        ps->rules[id].rep_k = (uint32_t) i + 1;
+                        if ((r = seq_push(ps, &ps->rules[id].alts[0], item)) < 0 ||
+                            (prev >= 0 && (r = seq_push(ps, &ps->rules[id].alts[0],
+                                                         (pelem) { .type = E_REF, .a = (uint32_t) prev })) < 0))
+                                return r;
+                        prev = id;
+                }
+                if ((r = seq_push(ps, &ps->rules[rule].alts[alt_index], (pelem) { .type = E_REF, .a = (uint32_t) prev })) < 0)
+                        return r;
+        }
         if (max == min)
                 return 0;
         /* the optional part: S ::= item S | (no limit); O_k ::= item O_{k-1} | */
@@ -273,6 +307,8 @@ static int repeat(parser *ps, uint32_t rule, pseq *seq, size_t from, long min, l
                 pseq *a = rule_new_alt(ps, (uint32_t) id);
                 if (!a || !rule_new_alt(ps, (uint32_t) id))
                         return axp_errorf(ps->err, -ENOMEM, "out of memory");
+                if (max >= 0)
+                        ps->rules[id].rep_k = (uint32_t) i + 1;
                 a = &ps->rules[id].alts[0];
                 if ((r = seq_push(ps, a, item)) < 0)
                         return r;
@@ -566,6 +602,13 @@ static int check(axp_grammar *g, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "grammar: no text can ever complete the rule 'root' "
                                                 "(every way through it recurses without end)");
         g->min_bytes = min[g->root];
+        /* a chain whose item may match nothing may pass several counts without a byte: no
+         * canonical count for it */
+        for (size_t r = 0; r < n; r++) {
+                const gelem *item = &g->elems[g->alts[g->rule_alt[r]]];
+                if (g->rep_k[r] && item->type == E_REF && min[item->rule] == 0)
+                        g->rep_k[r] = 0;
+        }
         return 0;
 }
 
@@ -580,6 +623,8 @@ void axp_grammar_free(axp_grammar *g) {
         free(g->alts);
         free(g->rule_alt);
         free(g->rule_n_alts);
+        free(g->elem_rule);
+        free(g->rep_k);
         free(g);
 }
 
@@ -636,10 +681,12 @@ int axp_grammar_parse(const char *text, size_t len, axp_grammar **ret, axp_error
         g->rule_alt = malloc(ps.n_rules * sizeof(uint32_t));
         g->rule_n_alts = malloc(ps.n_rules * sizeof(uint32_t));
         g->names = calloc(ps.n_rules, sizeof(char *));
+        g->elem_rule = malloc(g->n_elems * sizeof(uint32_t));
+        g->rep_k = calloc(ps.n_rules, sizeof(uint32_t));
         g->ranges = ps.ranges;
         g->n_ranges = ps.n_ranges / 2;
         ps.ranges = NULL;
-        if (!g->elems || !g->alts || !g->rule_alt || !g->rule_n_alts || !g->names) {
+        if (!g->elems || !g->alts || !g->rule_alt || !g->rule_n_alts || !g->names || !g->elem_rule || !g->rep_k) {
                 axp_grammar_free(g);
                 r = axp_errorf(err, -ENOMEM, "out of memory");
                 goto out;
@@ -651,10 +698,12 @@ int axp_grammar_parse(const char *text, size_t len, axp_grammar **ret, axp_error
                 pr->name = NULL;
                 g->rule_alt[i] = (uint32_t) a;
                 g->rule_n_alts[i] = (uint32_t) pr->n_alts;
+                g->rep_k[i] = pr->rep_k;
                 for (size_t j = 0; j < pr->n_alts; j++) {
                         g->alts[a++] = (uint32_t) e;
                         for (size_t k = 0; k < pr->alts[j].n; k++) {
                                 pelem *p = &pr->alts[j].v[k];
+                                g->elem_rule[e] = (uint32_t) i;
                                 gelem *ge = &g->elems[e++];
                                 ge->type = p->type;
                                 ge->neg = p->neg;
@@ -666,6 +715,7 @@ int axp_grammar_parse(const char *text, size_t len, axp_grammar **ret, axp_error
                                         chars_prepare(g, ge);
                                 }
                         }
+                        g->elem_rule[e] = (uint32_t) i;
                         g->elems[e++].type = E_END;
                 }
         }
@@ -691,8 +741,8 @@ typedef struct tnode {
 
 struct axp_vocab_trie {
         int n_vocab;
-        tnode *nodes;
-        uint32_t n_nodes;
+        tnode *nodes[2];    /* preorder: [0] tokens of at most SHORT_PIECE bytes, [1] the longer */
+        uint32_t n_nodes[2];
         int32_t *toks;
         uint32_t *piece_off; /* n_vocab + 1 */
         char *pieces;
@@ -705,7 +755,8 @@ struct axp_vocab_trie {
 void axp_vocab_trie_free(axp_vocab_trie *v) {
         if (!v)
                 return;
-        free(v->nodes);
+        free(v->nodes[0]);
+        free(v->nodes[1]);
         free(v->toks);
         free(v->piece_off);
         free(v->pieces);
@@ -771,38 +822,46 @@ int axp_vocab_trie_new(const axp_tokenizer *t, axp_vocab_trie **ret, axp_error *
                 if (v->piece_off[i + 1] > v->piece_off[i])
                         v->toks[m++] = i;
         qsort_r(v->toks, m, sizeof(int32_t), piece_cmp, v);
-        size_t node_cap = len + 1;
-        v->nodes = malloc(node_cap * sizeof(tnode));
         uint32_t *path = malloc((v->max_piece + 1) * sizeof(uint32_t));
-        if (!v->nodes || !path) {
-                free(path);
+        if (!path)
                 goto oom;
-        }
-        size_t depth = 0;
-        const char *prev = NULL;
-        size_t prev_len = 0;
-        for (size_t k = 0; k < m; k++) {
-                int32_t id = v->toks[k];
-                const char *p = v->pieces + v->piece_off[id];
-                size_t l = v->piece_off[id + 1] - v->piece_off[id], common = 0;
-                while (prev && common < l && common < prev_len && p[common] == prev[common])
-                        common++;
-                while (depth > common)
-                        v->nodes[path[--depth]].end = v->n_nodes;
-                for (; depth < l; depth++) {
-                        path[depth] = v->n_nodes;
-                        v->nodes[v->n_nodes++] = (tnode) { .byte = (uint8_t) p[depth], .depth = (uint16_t) (depth + 1),
-                                                           .tok = (uint32_t) k };
+        /* two tries: the tokens of at most SHORT_PIECE bytes, whose mask a matcher remembers,
+         * and the longer ones */
+        for (int t = 0; t < 2; t++) {
+                v->nodes[t] = malloc((len + 1) * sizeof(tnode));
+                if (!v->nodes[t]) {
+                        free(path);
+                        goto oom;
                 }
-                tnode *last = &v->nodes[path[l - 1]];
-                if (last->n_tok == 0)
-                        last->tok = (uint32_t) k;
-                last->n_tok++;
-                prev = p;
-                prev_len = l;
+                size_t depth = 0;
+                const char *prev = NULL;
+                size_t prev_len = 0;
+                for (size_t k = 0; k < m; k++) {
+                        int32_t id = v->toks[k];
+                        const char *p = v->pieces + v->piece_off[id];
+                        size_t l = v->piece_off[id + 1] - v->piece_off[id], common = 0;
+                        if ((l > SHORT_PIECE) != (t == 1))
+                                continue;
+                        while (prev && common < l && common < prev_len && p[common] == prev[common])
+                                common++;
+                        while (depth > common)
+                                v->nodes[t][path[--depth]].end = v->n_nodes[t];
+                        for (; depth < l; depth++) {
+                                path[depth] = v->n_nodes[t];
+                                v->nodes[t][v->n_nodes[t]++] = (tnode) { .byte = (uint8_t) p[depth],
+                                                                         .depth = (uint16_t) (depth + 1),
+                                                                         .tok = (uint32_t) k };
+                        }
+                        tnode *last = &v->nodes[t][path[l - 1]];
+                        if (last->n_tok == 0)
+                                last->tok = (uint32_t) k;
+                        last->n_tok++;
+                        prev = p;
+                        prev_len = l;
+                }
+                while (depth > 0)
+                        v->nodes[t][path[--depth]].end = v->n_nodes[t];
         }
-        while (depth > 0)
-                v->nodes[path[--depth]].end = v->n_nodes;
         free(path);
         *ret = v;
         return 0;
@@ -817,6 +876,7 @@ typedef struct frame frame;
 struct frame {
         const gelem *pos;  /* the next element to match */
         frame *parent;     /* where to go on after pos's alternative ends; NULL: the end */
+        frame *canon[2];   /* the stack as each trie's mask sees it (canon()); NULL until known */
         uint32_t emark, amark;
         int32_t memo_n;    /* the stacks after one character: memo[memo_off..], -1 until known */
         uint32_t memo_off;
@@ -845,6 +905,20 @@ struct axp_matcher {
         frame **buf;
         size_t cap_buf;
         struct wstate { size_t off, n, top; uint32_t cp, rem, lo; } *st;
+        /* the masks of the short tokens by canonical state, least recently used replaced */
+        struct mask_entry {
+                uint64_t hash, used;
+                frame **key;
+                size_t n_key;
+                int t;
+                uint32_t cp, rem, lo;
+                uint64_t *bits;
+                int count;
+        } cache[MASK_CACHE];
+        size_t n_cache;
+        uint64_t clock;
+        frame **key;
+        size_t cap_key;
         bool oom;
         bool null_seen;
 };
@@ -922,8 +996,10 @@ static void expand(axp_matcher *m, frame *f) {
                 memo_push(m, f);
                 break;
         case E_REF: {
-                frame *cont = intern(m, f->pos + 1, f->parent);
-                if (!cont)
+                /* a reference last in its alternative goes on where the alternative would: the
+                 * stack does not grow with right recursion (X_k ::= item X_{k-1}) */
+                frame *cont = f->pos[1].type == E_END ? f->parent : intern(m, f->pos + 1, f->parent);
+                if (m->oom)
                         return;
                 uint32_t r = f->pos->rule;
                 for (uint32_t a = 0; a < m->g->rule_n_alts[r]; a++) {
@@ -1129,6 +1205,131 @@ void axp_matcher_accept(axp_matcher *m, int32_t id) {
         m->lo = s.lo;
 }
 
+/* The longest token of trie t. */
+static size_t trie_max_piece(const axp_vocab_trie *v, int t) {
+        return t == 0 ? MIN(v->max_piece, (size_t) SHORT_PIECE) : v->max_piece;
+}
+
+/* The stack f as trie t's mask sees it, B the trie's longest token: a frame in X_k of a bounded
+ * repetition's chain with k > B + 1 moved to the same place in X_{B+1}. Each X_j is entered
+ * only after the item before it consumed at least a byte, so within B bytes X_k reaches X_{k-B}
+ * at most, never X_1's end: the two stacks accept the same token strings of up to B bytes, and
+ * the places of a long bounded string farther than B from its end have one canonical state. */
+static frame *canon(axp_matcher *m, frame *f, int t) {
+        if (!f || f->canon[t])
+                return f ? f->canon[t] : NULL;
+        const axp_grammar *g = m->g;
+        frame *parent = canon(m, f->parent, t);
+        const gelem *pos = f->pos;
+        uint32_t r = g->elem_rule[pos - g->elems], k = g->rep_k[r], b = (uint32_t) trie_max_piece(m->v, t) + 1;
+        if (k > b) {
+                uint32_t to = r - (k - b);
+                pos = &g->elems[g->alts[g->rule_alt[to]]] + (pos - &g->elems[g->alts[g->rule_alt[r]]]);
+        }
+        frame *c = pos == f->pos && parent == f->parent ? f : intern(m, pos, parent);
+        if (m->oom)
+                return NULL;
+        f->canon[t] = c;
+        return c;
+}
+
+static int ptr_cmp(const void *a, const void *b) {
+        uintptr_t x = (uintptr_t) *(frame *const *) a, y = (uintptr_t) *(frame *const *) b;
+        return x < y ? -1 : x > y;
+}
+
+static bool load_set(axp_matcher *m, frame *const *set, size_t n, uint32_t cp, uint32_t rem, uint32_t lo) {
+        if (!ensure_buf(m, n))
+                return false;
+        memcpy(m->buf, set, n * sizeof(frame *));
+        m->st[0] = (struct wstate) { .off = 0, .n = n, .top = n, .cp = cp, .rem = rem, .lo = lo };
+        return true;
+}
+
+/* Walk trie t from the state in m->st[0]: allowed (and bits) for each token that may come. */
+static int walk(axp_matcher *m, int t, uint8_t *allowed, uint64_t *bits) {
+        const axp_vocab_trie *v = m->v;
+        const tnode *nodes = v->nodes[t];
+        int count = 0;
+        for (uint32_t i = 0; i < v->n_nodes[t]; i++) {
+                const tnode *nd = &nodes[i];
+                struct wstate *parent = &m->st[nd->depth - 1], *s = &m->st[nd->depth];
+                size_t top = parent->top;
+                if (!step(m, parent, nd->byte, s, &top)) {
+                        i = nd->end - 1;
+                        continue;
+                }
+                s->top = top;
+                for (uint32_t k = 0; k < nd->n_tok; k++) {
+                        int32_t id = v->toks[nd->tok + k];
+                        allowed[id] = 1;
+                        if (bits)
+                                bits[id >> 6] |= 1ull << (id & 63);
+                        count++;
+                }
+        }
+        return count;
+}
+
+/* Trie t's part of the mask: remembered by canonical state, else walked and remembered. */
+static int mask_trie(axp_matcher *m, int t, uint8_t *allowed) {
+        const axp_vocab_trie *v = m->v;
+        size_t n = 0, words = ((size_t) v->n_vocab + 63) / 64;
+        if (grow((void **) &m->key, &m->cap_key, MAX(m->n_cur, (size_t) 1), sizeof(frame *)) < 0) {
+                m->oom = true;
+                return 0;
+        }
+        for (size_t i = 0; i < m->n_cur; i++)
+                m->key[i] = canon(m, m->cur[i], t);
+        if (m->oom)
+                return 0;
+        qsort(m->key, m->n_cur, sizeof(frame *), ptr_cmp);
+        for (size_t i = 0; i < m->n_cur; i++)
+                if (n == 0 || m->key[i] != m->key[n - 1])
+                        m->key[n++] = m->key[i];
+        uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t) t << 62 ^ (uint64_t) m->cp << 40 ^ (uint64_t) m->rem << 32 ^ m->lo);
+        for (size_t i = 0; i < n; i++)
+                h = (h ^ (uint64_t) (uintptr_t) m->key[i]) * 0x100000001b3ull;
+        for (size_t e = 0; e < m->n_cache; e++) {
+                struct mask_entry *c = &m->cache[e];
+                if (c->hash != h || c->t != t || c->n_key != n || c->cp != m->cp || c->rem != m->rem || c->lo != m->lo ||
+                    memcmp(c->key, m->key, n * sizeof(frame *)) != 0)
+                        continue;
+                c->used = ++m->clock;
+                for (size_t w = 0; w < words; w++)
+                        for (uint64_t b = c->bits[w]; b; b &= b - 1)
+                                allowed[w * 64 + (size_t) __builtin_ctzll(b)] = 1;
+                return c->count;
+        }
+        /* a new entry, or the least recently used one again */
+        struct mask_entry *c = NULL;
+        if (m->n_cache < MASK_CACHE) {
+                struct mask_entry fresh = { .n_key = SIZE_MAX, .bits = malloc(words * sizeof(uint64_t)) };
+                if (fresh.bits)
+                        m->cache[m->n_cache++] = fresh, c = &m->cache[m->n_cache - 1];
+        } else {
+                c = &m->cache[0];
+                for (size_t e = 1; e < m->n_cache; e++)
+                        if (m->cache[e].used < c->used)
+                                c = &m->cache[e];
+        }
+        if (c)
+                c->n_key = SIZE_MAX; /* matches nothing until walked */
+        frame **key = c ? realloc(c->key, MAX(n, (size_t) 1) * sizeof(frame *)) : NULL;
+        if (c && key) {
+                c->key = key;
+                memcpy(key, m->key, n * sizeof(frame *));
+                memset(c->bits, 0, words * sizeof(uint64_t));
+        }
+        if (!load_set(m, m->key, n, m->cp, m->rem, m->lo))
+                return 0;
+        int count = walk(m, t, allowed, c && key ? c->bits : NULL);
+        if (c && key && !m->oom)
+                *c = (struct mask_entry) { .hash = h, .used = ++m->clock, .key = key, .n_key = n, .t = t, .cp = m->cp,
+                                           .rem = m->rem, .lo = m->lo, .bits = c->bits, .count = count };
+        return count;
+}
+
 int axp_matcher_mask(axp_matcher *m, uint8_t *allowed) {
         const axp_vocab_trie *v = m->v;
         int count = 0;
@@ -1138,24 +1339,8 @@ int axp_matcher_mask(axp_matcher *m, uint8_t *allowed) {
                         allowed[v->eog_ids[i]] = 1;
                         count++;
                 }
-        size_t top;
-        if (!load_cur(m, &m->st[0], &top))
-                return count;
-        m->st[0].top = top;
-        for (uint32_t i = 0; i < v->n_nodes; i++) {
-                const tnode *nd = &v->nodes[i];
-                struct wstate *parent = &m->st[nd->depth - 1], *s = &m->st[nd->depth];
-                top = parent->top;
-                if (!step(m, parent, nd->byte, s, &top)) {
-                        i = nd->end - 1;
-                        continue;
-                }
-                s->top = top;
-                for (uint32_t k = 0; k < nd->n_tok; k++) {
-                        allowed[v->toks[nd->tok + k]] = 1;
-                        count++;
-                }
-        }
+        count += mask_trie(m, 0, allowed);
+        count += mask_trie(m, 1, allowed);
         return m->oom ? 0 : count;
 }
 
@@ -1167,6 +1352,11 @@ void axp_matcher_free(axp_matcher *m) {
                 m->chunks = c->next;
                 free(c);
         }
+        for (size_t e = 0; e < m->n_cache; e++) {
+                free(m->cache[e].key);
+                free(m->cache[e].bits);
+        }
+        free(m->key);
         free(m->table);
         free(m->memo);
         free(m->cur);

@@ -22,6 +22,73 @@ static const char *SCHEMA =
         "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":12},\"maxItems\":4},"
         "\"score\":{\"type\":\"number\"}},\"required\":[\"title\",\"body\",\"kind\"]}";
 
+/* A long bounded string (the cost of its first step grew with maxLength) and the monitor's
+ * suggestion schema (service/monitor/suggestion.c, suggestion_schema(80, 400)). */
+static const char *STRING_400 = "{\"type\":\"string\",\"maxLength\":400}";
+static const char *SUGGESTION =
+        "{\"type\":\"object\",\"properties\":{"
+        "\"title\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":80},"
+        "\"body\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":400},"
+        "\"kind\":{\"enum\":[\"summary\",\"explanation\",\"next-step\",\"warning\"]}},"
+        "\"required\":[\"title\",\"body\",\"kind\"],\"additionalProperties\":false}";
+
+/* The full mask at every step of `answers` answers under one schema (each a new matcher, as
+ * each request has its own): the first step into a string (the first mask that allows more
+ * than half the vocabulary, which only a free string's inside does), the worst step and where,
+ * how many steps took over 1 ms, and the average. */
+static int mask_steps(const char *name, const char *schema, const axp_vocab_trie *trie, int n, int answers,
+                      axp_rng *rng) {
+        axp_error err = {};
+        _cleanup_free_ char *gbnf = NULL;
+        axp_grammar *g = NULL;
+        double t0 = axp_now();
+        if (axp_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &err) < 0 ||
+            axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return -1;
+        }
+        double t_parse = axp_now() - t0;
+        _cleanup_free_ float *logits = malloc(n * sizeof(float));
+        _cleanup_free_ uint8_t *allowed = malloc(n);
+        axp_sampler_params p;
+        axp_sampler_params_default(&p);
+        p.seed = 11;
+        p.temperature = 0.8f;
+        axp_sampler *s = axp_sampler_new(&p, n);
+        printf("%s (grammar parsed in %.2f ms):\n", name, t_parse * 1e3);
+        for (int a = 0; a < answers; a++) {
+                axp_matcher *m = NULL;
+                double first = 0, worst = 0, sum = 0;
+                int steps = 0, first_at = -1, worst_at = 0, slow = 0;
+                if (axp_matcher_new(g, trie, &m, &err) < 0)
+                        return -1;
+                for (; steps < 1000 && !axp_matcher_finished(m); steps++) {
+                        double m0 = axp_now();
+                        int k = axp_matcher_mask(m, allowed);
+                        double dt = axp_now() - m0;
+                        if (k == 0)
+                                break;
+                        for (int i = 0; i < n; i++)
+                                logits[i] = allowed[i] ? (float) (axp_rng_uniform(rng) * 8.0 - 4.0) : -INFINITY;
+                        int32_t id = axp_sampler_sample(s, logits);
+                        axp_matcher_accept(m, id);
+                        if (first_at < 0 && k > n / 2)
+                                first = dt, first_at = steps;
+                        if (dt > worst)
+                                worst = dt, worst_at = steps;
+                        slow += dt > 1e-3;
+                        sum += dt;
+                }
+                axp_matcher_free(m);
+                printf("  answer %d: %d steps; first step into a string %.2f ms (step %d); worst %.2f ms "
+                       "(step %d); %d over 1 ms; average %.3f ms\n",
+                       a + 1, steps, first * 1e3, first_at, worst * 1e3, worst_at, slow, steps ? sum / steps * 1e3 : 0);
+        }
+        axp_sampler_free(s);
+        axp_grammar_free(g);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
         loaded_vocab v;
@@ -91,6 +158,9 @@ int main(int argc, char **argv) {
                        masks ? t_mask / masks * 1e3 : 0);
                 axp_sampler_free(s);
         }
+        if (mask_steps("string, maxLength 400", STRING_400, trie, n, 3, &rng) < 0 ||
+            mask_steps("the monitor's suggestion schema", SUGGESTION, trie, n, 3, &rng) < 0)
+                return 1;
         free(logits);
         free(masked);
         free(allowed);

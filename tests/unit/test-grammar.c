@@ -190,6 +190,21 @@ static bool is_utf8_choice(const char *s) {
         return strcmp(s, "café") == 0 || strcmp(s, "日本語") == 0 || strcmp(s, "🙂 ok") == 0;
 }
 
+/* 18 to 20 of x, up to 20 digits and ';' */
+static bool is_segments(const char *s) {
+        int n = 0;
+        for (; *s; n++) {
+                if (*s++ != 'x')
+                        return false;
+                int d = 0;
+                while (isdigit((unsigned char) *s))
+                        s++, d++;
+                if (d > 20 || *s++ != ';')
+                        return false;
+        }
+        return n >= 18 && n <= 20;
+}
+
 static void test_shapes(void) {
         run_shape("number list",
                   "root ::= \"[\" (num (\",\" \" \"? num)*)? \"]\"\nnum ::= \"-\"? [0-9]{1,6}\n",
@@ -202,6 +217,8 @@ static void test_shapes(void) {
                   "root ::= expr\nexpr ::= term (\" \"? [-+*/] \" \"? term){0,4}\n"
                   "term ::= [0-9]{1,4} | [a-z]{1,3} | \"(\" expr \")\"\n",
                   is_arith, 20);
+        run_shape("bounded repetitions past a token's length",
+                  "root ::= (\"x\" [0-9]{0,20} \";\"){18,20}\n", is_segments, 20);
         run_shape("UTF-8 choice", "root ::= \"café\" | \"日本語\" | \"🙂 ok\"\n", is_utf8_choice, 20);
 }
 
@@ -259,6 +276,71 @@ static void test_spanning(void) {
         axp_grammar_free(g);
 }
 
+/* Every token: the mask says what the token-by-token check says. */
+static void mask_agrees(axp_matcher *m, uint8_t *allowed, const char *where) {
+        int n_vocab = axp_tokenizer_n_vocab(vocab.tok), n = axp_matcher_mask(m, allowed), count = 0;
+        for (int32_t id = 0; id < n_vocab; id++) {
+                count += allowed[id];
+                CHECK_MSG(axp_matcher_allows(m, id) == (bool) allowed[id], "%s: token %d '%s': mask %d", where,
+                          id, piece(id), allowed[id]);
+        }
+        CHECK(n == count);
+}
+
+/* Bounded strings at their bounds: after c characters a token of L more is allowed exactly when
+ * c + L <= maxLength, the closing quote exactly when c >= minLength; with lengths past what one
+ * token can hold, where the mask is remembered for the places a token cannot tell apart. */
+static void test_bounded_strings(void) {
+        static const struct { unsigned min, max; } cases[] = { { 0, 400 }, { 1, 80 }, { 30, 60 }, { 40, 40 }, { 3, 17 } };
+        int n_vocab = axp_tokenizer_n_vocab(vocab.tok);
+        uint8_t *allowed = malloc(n_vocab);
+        /* a token of each length 1..40 made of letters only */
+        int32_t of_len[41] = {};
+        for (int32_t id = 0; id < n_vocab; id++) {
+                const char *p = piece(id);
+                size_t l = strlen(p), k = 0;
+                while (k < l && isalpha((unsigned char) p[k]))
+                        k++;
+                if (k == l && l >= 1 && l <= 40 && !of_len[l])
+                        of_len[l] = id;
+        }
+        int32_t a = axp_tokenizer_find(vocab.tok, "a"), quote = axp_tokenizer_find(vocab.tok, "\"");
+        CHECK(a >= 0 && quote >= 0 && of_len[1] && of_len[16] && of_len[17] && of_len[18]);
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char schema[160], *gbnf = NULL;
+                axp_grammar *g = NULL;
+                axp_matcher *m = NULL;
+                axp_error err = {};
+                unsigned min = cases[i].min, max = cases[i].max;
+                snprintf(schema, sizeof(schema), "{\"type\":\"string\",\"minLength\":%u,\"maxLength\":%u}", min, max);
+                CHECK_MSG(axp_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &err) == 0, "%s", err.msg);
+                CHECK_MSG(axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0, "%s", err.msg);
+                CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+                axp_matcher_accept(m, quote);
+                for (unsigned c = 0; c <= max; c++) {
+                        char where[80];
+                        snprintf(where, sizeof(where), "%s after %u characters", schema, c);
+                        axp_matcher_mask(m, allowed);
+                        CHECK_MSG((bool) allowed[quote] == (c >= min), "%s: closing quote %d", where, allowed[quote]);
+                        for (unsigned l = 1; l <= 40; l++)
+                                if (of_len[l])
+                                        CHECK_MSG((bool) allowed[of_len[l]] == (c + l <= max), "%s: '%s' (%u) %d",
+                                                  where, piece(of_len[l]), l, allowed[of_len[l]]);
+                        if (c < 3 || c + 20 > max || c % 50 == 0)
+                                mask_agrees(m, allowed, where);
+                        if (c < max)
+                                axp_matcher_accept(m, a);
+                }
+                CHECK(!axp_matcher_allows(m, a));
+                axp_matcher_accept(m, quote);
+                CHECK(axp_matcher_finished(m));
+                axp_matcher_free(m);
+                axp_grammar_free(g);
+                free(gbnf);
+        }
+        free(allowed);
+}
+
 int main(void) {
         _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
         if (!path || vocab_open(path, &vocab) < 0)
@@ -271,6 +353,7 @@ int main(void) {
         RUN(test_refused);
         RUN(test_spanning);
         RUN(test_shapes);
+        RUN(test_bounded_strings);
         axp_vocab_trie_free(trie);
         vocab_close(&vocab);
         TEST_EXIT();
