@@ -6,7 +6,8 @@
  *   prefill: 512 tokens in chunks as the scheduler runs them, attention included, LM head
  *            for the last token only (as llama-bench's pp512)
  *   --profile: decode per operation (the QKV, output, gate/up and down products, the head,
- *            attention), each timed on its own: ms per token, the bytes each product streams
+ *            attention), each timed on its own (its best token, as the bandwidth is the best
+ *            repetition): ms per token, the bytes each product streams
  *            and its GB/s against the machine's read bandwidth (kernels/cpu/membw.h) measured
  *            with the same thread count just before and after each type's runs (the larger)
  * Not a test: it prints numbers. Compare with llama.cpp's figures in the conformance README.
@@ -418,7 +419,7 @@ int main(int argc, char **argv) {
                 for (long i = 0; i < (long) maxt * N_EMBD; i++)
                         b.x[i] = (float) ((i * 7919L) % 2001 - 1000) * 1e-3f;
 
-                double op_best[OP__MAX], op_sum[OP__MAX], bw = 0;
+                double op_best[OP__MAX], op_tok[OP__MAX], bw = 0;
                 const char *bw_method = "";
                 if (profile)
                         bw = read_bandwidth(axp_pool_size(pool), &bw_method);
@@ -435,12 +436,14 @@ int main(int argc, char **argv) {
                         double flops = 2.0 * (m.params - (double) N_VOCAB * N_EMBD) * prompt +
                                        2.0 * N_VOCAB * N_EMBD;
                         double best = 1e9, sum = 0;
-                        memset(op_sum, 0, sizeof(op_sum));
-                        op_time = profile ? op_sum : NULL;
+                        op_time = profile ? op_tok : NULL;
                         for (int d = 0; d < dec_tokens; d++) {
+                                memset(op_tok, 0, sizeof(op_tok));
                                 double td = now();
                                 forward(pool, &m, &b, 1, prompt + d, true);
                                 td = now() - td;
+                                for (int o = 0; o < OP__MAX; o++)
+                                        op_best[o] = fmin(op_best[o], op_tok[o]);
                                 best = fmin(best, td);
                                 sum += td;
                         }
@@ -450,8 +453,6 @@ int main(int argc, char **argv) {
                         printf("  decode at %d: %.1f ms/token mean (%.1f best), %.1f tokens/s, %.1f GB/s streamed\n",
                                prompt, mean * 1e3, best * 1e3, 1 / mean, m.bytes / mean / 1e9);
                         op_time = NULL;
-                        for (int o = 0; o < OP__MAX; o++)
-                                op_best[o] = fmin(op_best[o], op_sum[o] / dec_tokens);
                 }
                 if (profile) {
                         double bytes[OP__MAX], total = 0, total_bytes = 0;
@@ -461,8 +462,8 @@ int main(int argc, char **argv) {
                                axp_pool_size(pool), bw, bw_method, after, after_method);
                         bw = fmax(bw, after);
                         op_bytes(&m, bytes);
-                        printf("  decode per operation, best of %d reps of the mean over %d tokens:\n", reps,
-                               dec_tokens);
+                        printf("  decode per operation, each the best of its %d timings (%d reps of %d tokens):\n",
+                               reps * dec_tokens, reps, dec_tokens);
                         printf("  %-10s %9s %9s %8s %9s\n", "operation", "ms/token", "MB/token", "GB/s", "of read");
                         for (int o = 0; o < OP__MAX; o++) {
                                 total += op_best[o];
@@ -474,7 +475,7 @@ int main(int argc, char **argv) {
                                 else
                                         printf("  %-10s %9.2f\n", op_names[o], op_best[o] * 1e3);
                         }
-                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%%\n", "all", total * 1e3, total_bytes / 1e6,
+                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%%\n", "sum", total * 1e3, total_bytes / 1e6,
                                total_bytes / total / 1e9, 100 * total_bytes / total / 1e9 / bw);
                 }
                 model_free(&m);
