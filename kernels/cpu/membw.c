@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu.h"
 #include "kernels.h"
 #include "membw.h"
 #include "pool.h"
@@ -163,9 +164,11 @@ int axp_membw_read(size_t bytes, int max_threads, int reps, axp_membw *ret) {
                 if (axp_cpu_isa_available(methods[i].isa))
                         use[n_use++] = &methods[i];
 
-        uint8_t *buf = aligned_alloc(4096, bytes);
+        uint8_t *buf = aligned_alloc(2u << 20, (bytes + (2u << 20) - 1) & ~(size_t) ((2u << 20) - 1));
         if (!buf)
                 return -ENOMEM;
+        /* on huge pages where the kernel gives them, as the packed weights are */
+        axp_cpu_advise_huge(buf, bytes);
         /* nonzero bytes, so no page is the shared zero page */
         memset(buf, FILL, bytes);
 
