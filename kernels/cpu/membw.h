@@ -26,6 +26,7 @@ typedef struct axp_membw {
 
 /* Read a buffer of `bytes` (at least 1 MiB; the probe wants 16x the last-level cache or more)
  * with every method this CPU runs, with pools of 1..max_threads threads, the methods taking
- * turns within each of `reps` repetitions. 0, -EINVAL for bad arguments, -ENOMEM, -EIO if a
+ * turns within each of `reps` repetitions; a buffer of 256 MiB or more is read in windows of
+ * at least 128 MiB, each timed on its own (the best window counts). 0, -EINVAL for bad arguments, -ENOMEM, -EIO if a
  * method's sum of the buffer came out wrong (a load it skipped). */
 int axp_membw_read(size_t bytes, int max_threads, int reps, axp_membw *ret);
