@@ -170,3 +170,11 @@ bool axp_cpu_set_isa(const char *name) {
                 }
         return false;
 }
+
+bool axp_cpu_isa_available(const char *name) {
+        /* available() first, as above: the AMX table has no name before it */
+        for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++)
+                if (isas[i].available() && strcmp(isas[i].ops->name, name) == 0)
+                        return true;
+        return false;
+}

@@ -16,6 +16,8 @@
 const char *axp_cpu_isa(void);
 /* Force a path (tests, benchmarks); returns false if this machine cannot run it. Process-wide. */
 bool axp_cpu_set_isa(const char *name);
+/* Whether this machine can run the path of that name (whatever path is in use). */
+bool axp_cpu_isa_available(const char *name);
 
 /* Prepare a weight for fast products: a repacked copy (16-row interleaved groups, at most
  * ~3% larger than the original) in w->priv; products then never read w->data, so the caller

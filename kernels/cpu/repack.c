@@ -3,6 +3,8 @@
  * in cpu.h). Used once per weight by axp_cpu_weight_prepare, and per group on the fly when a
  * product meets a weight that was not prepared. */
 #include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -436,6 +438,7 @@ int axp_cpu_weight_prepare(axp_weight *w) {
                 free(p);
                 return -ENOMEM;
         }
+        axp_cpu_advise_huge(p->data, total);
         p->magic = AXP_PACKED_MAGIC;
         p->type = w->type;
         p->n_in = w->n_in;
@@ -460,4 +463,15 @@ void axp_cpu_weight_release(axp_weight *w) {
                 free(p);
         }
         w->priv = NULL;
+}
+
+void axp_cpu_advise_huge(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+        uintptr_t lo = ((uintptr_t) p + 4095) & ~(uintptr_t) 4095, hi = ((uintptr_t) p + n) & ~(uintptr_t) 4095;
+        if (n >= (2u << 20) && hi > lo)
+                (void) madvise((void *) lo, hi - lo, MADV_HUGEPAGE);
+#else
+        (void) p;
+        (void) n;
+#endif
 }

@@ -5,10 +5,15 @@
  *            tokens/s this projects to; attention over a short context included)
  *   prefill: 512 tokens in chunks as the scheduler runs them, attention included, LM head
  *            for the last token only (as llama-bench's pp512)
+ *   --profile: decode per operation (the QKV, output, gate/up and down products, the head,
+ *            attention), each timed on its own (its best token, as the bandwidth is the best
+ *            repetition): ms per token, the bytes each product streams
+ *            and its GB/s against the machine's read bandwidth (kernels/cpu/membw.h) measured
+ *            with the same thread count just before and after each type's runs (the larger)
  * Not a test: it prints numbers. Compare with llama.cpp's figures in the conformance README.
  *
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
- *                 [--prompt 512] [--decode-tokens 16] [--reps 2] */
+ *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile] */
 #include <getopt.h>
 #include <pthread.h>
 #include <math.h>
@@ -19,6 +24,7 @@
 #include <time.h>
 
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/membw.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/types.h"
 #include "base/util.h"
@@ -157,6 +163,25 @@ static void model_free(bench_model *m) {
         free(m->w);
 }
 
+/* decode's operations, each timed on its own under --profile */
+enum { OP_QKV, OP_ATTN, OP_O, OP_GATEUP, OP_DOWN, OP_HEAD, OP_REST, OP__MAX };
+static const char *const op_names[OP__MAX] = { "qkv", "attention", "o", "gate+up", "down", "head", "rest" };
+static double *op_time; /* seconds per operation, summed, while profiling */
+static double op_t0;
+
+static void op_start(void) {
+        if (op_time)
+                op_t0 = now();
+}
+
+static void op_end(int op) {
+        if (op_time) {
+                double t = now();
+                op_time[op] += t - op_t0;
+                op_t0 = t;
+        }
+}
+
 typedef struct bench_bufs {
         float *x, *q, *k, *v, *ff1, *ff2, *out, *logits;
         axp_f16 *kc, *vc; /* per layer KV cache, F16 like llama.cpp's default */
@@ -167,6 +192,7 @@ typedef struct bench_bufs {
 /* The matrices (and attention) of n_tok tokens at positions p0.. through all layers. */
 static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_tok, int p0, bool head) {
         long kv_ld = (long) N_HEAD_KV * HEAD_DIM;
+        op_start();
         for (int t = 0; t < n_tok; t++)
                 b->pos[t] = p0 + t;
         for (int l = 0; l < N_LAYER; l++) {
@@ -174,7 +200,9 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                 const axp_weight *qkv[3] = { &w[0], &w[1], &w[2] };
                 float *ys[3] = { b->q, b->k, b->v };
                 long lds[3] = { N_EMBD, kv_ld, kv_ld };
+                op_end(OP_REST);
                 axp_cpu_matmul(pool, 3, qkv, b->x, N_EMBD, ys, lds, n_tok);
+                op_end(OP_QKV);
                 axp_f16 *kc = b->kc + (size_t) l * b->ctx * kv_ld, *vc = b->vc + (size_t) l * b->ctx * kv_ld;
                 /* the cache write stands in for RoPE + store; values stay random-ish */
                 for (int t = 0; t < n_tok; t++)
@@ -182,19 +210,24 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                                 kc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->k[t * kv_ld + i] * 1e-3f);
                                 vc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->v[t * kv_ld + i] * 1e-3f);
                         }
+                op_end(OP_REST);
                 axp_cpu_attention(pool, b->q, N_EMBD, b->q, N_EMBD, kc, vc, AXP_TYPE_F16, n_tok, b->pos,
                                   N_HEAD, N_HEAD_KV, HEAD_DIM, 0, 0, 0.125f);
+                op_end(OP_ATTN);
                 const axp_weight *wo[1] = { &w[3] };
                 float *yo[1] = { b->out };
                 long ldo[1] = { N_EMBD };
                 axp_cpu_matmul(pool, 1, wo, b->q, N_EMBD, yo, ldo, n_tok);
+                op_end(OP_O);
                 const axp_weight *gu[2] = { &w[4], &w[5] };
                 float *yg[2] = { b->ff1, b->ff2 };
                 long ldg[2] = { N_FF, N_FF };
                 axp_cpu_matmul(pool, 2, gu, b->out, N_EMBD, yg, ldg, n_tok);
+                op_end(OP_GATEUP);
                 const axp_weight *wd[1] = { &w[6] };
                 float *yd[1] = { b->x };
                 axp_cpu_matmul(pool, 1, wd, b->ff1, N_FF, yd, ldo, n_tok);
+                op_end(OP_DOWN);
                 /* keep activations bounded */
                 for (long i = 0; i < (long) n_tok * N_EMBD; i++)
                         b->x[i] = b->x[i] * 1e-3f;
@@ -203,8 +236,28 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                 const axp_weight *wh[1] = { &m->w[N_LAYER * 7] };
                 float *yh[1] = { b->logits };
                 long ldh[1] = { N_VOCAB };
+                op_end(OP_REST);
                 axp_cpu_matmul(pool, 1, wh, b->x + (long) (n_tok - 1) * N_EMBD, N_EMBD, yh, ldh, 1);
+                op_end(OP_HEAD);
         }
+}
+
+/* The weight bytes each product streams per decoded token. */
+static void op_bytes(const bench_model *m, double *ret) {
+        static const int op_of[7] = { OP_QKV, OP_QKV, OP_QKV, OP_O, OP_GATEUP, OP_GATEUP, OP_DOWN };
+        memset(ret, 0, sizeof(double) * OP__MAX);
+        for (int i = 0; i < N_LAYER * 7; i++)
+                ret[op_of[i % 7]] += (double) m->w[i].row_bytes * m->w[i].n_out;
+        ret[OP_HEAD] = (double) m->w[N_LAYER * 7].row_bytes * m->w[N_LAYER * 7].n_out;
+}
+
+/* The machine's read bandwidth with this many threads (GB/s), best over every read method. */
+static double read_bandwidth(int threads, const char **ret_method) {
+        static axp_membw bw;
+        if (axp_membw_read(512u << 20, threads, 3, &bw) < 0)
+                return 0;
+        *ret_method = bw.method[bw.best_method[threads - 1]];
+        return bw.best[threads - 1];
 }
 
 /* a share of about 2 us, noting whether a worker (not the caller) ran it */
@@ -290,13 +343,14 @@ static void micro(const char *types) {
 int main(int argc, char **argv) {
         int threads = 2, chunk = 256, prompt = 512, dec_tokens = 16, reps = 2;
         const char *micro_types = NULL;
+        bool profile = false;
         const char *isa = NULL, *types = "q8_0,q4_k_m";
         static const struct option opts[] = {
                 { "threads", required_argument, NULL, 't' }, { "isa", required_argument, NULL, 'i' },
                 { "types", required_argument, NULL, 'T' },   { "chunk", required_argument, NULL, 'c' },
                 { "prompt", required_argument, NULL, 'p' },  { "decode-tokens", required_argument, NULL, 'd' },
                 { "reps", required_argument, NULL, 'r' },    { "micro", required_argument, NULL, 'm' },
-                {},
+                { "profile", no_argument, NULL, 'P' },       {},
         };
         int c;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
@@ -309,6 +363,7 @@ int main(int argc, char **argv) {
                 case 'd': dec_tokens = atoi(optarg); break;
                 case 'r': reps = atoi(optarg); break;
                 case 'm': micro_types = optarg; break;
+                case 'P': profile = true; break;
                 default: return 2;
                 }
         }
@@ -364,6 +419,12 @@ int main(int argc, char **argv) {
                 for (long i = 0; i < (long) maxt * N_EMBD; i++)
                         b.x[i] = (float) ((i * 7919L) % 2001 - 1000) * 1e-3f;
 
+                double op_best[OP__MAX], op_tok[OP__MAX], bw = 0;
+                const char *bw_method = "";
+                if (profile)
+                        bw = read_bandwidth(axp_pool_size(pool), &bw_method);
+                for (int o = 0; o < OP__MAX; o++)
+                        op_best[o] = 1e9;
                 for (int r = 0; r < reps; r++) {
                         /* prefill: the prompt in chunks, then decode steps after it */
                         double tp = now();
@@ -375,10 +436,14 @@ int main(int argc, char **argv) {
                         double flops = 2.0 * (m.params - (double) N_VOCAB * N_EMBD) * prompt +
                                        2.0 * N_VOCAB * N_EMBD;
                         double best = 1e9, sum = 0;
+                        op_time = profile ? op_tok : NULL;
                         for (int d = 0; d < dec_tokens; d++) {
+                                memset(op_tok, 0, sizeof(op_tok));
                                 double td = now();
                                 forward(pool, &m, &b, 1, prompt + d, true);
                                 td = now() - td;
+                                for (int o = 0; o < OP__MAX; o++)
+                                        op_best[o] = fmin(op_best[o], op_tok[o]);
                                 best = fmin(best, td);
                                 sum += td;
                         }
@@ -387,6 +452,31 @@ int main(int argc, char **argv) {
                                tp, prompt / tp, flops / tp / 1e9);
                         printf("  decode at %d: %.1f ms/token mean (%.1f best), %.1f tokens/s, %.1f GB/s streamed\n",
                                prompt, mean * 1e3, best * 1e3, 1 / mean, m.bytes / mean / 1e9);
+                        op_time = NULL;
+                }
+                if (profile) {
+                        double bytes[OP__MAX], total = 0, total_bytes = 0;
+                        const char *after_method = "";
+                        double after = read_bandwidth(axp_pool_size(pool), &after_method);
+                        printf("  read bandwidth, %d threads, before and after: %.1f GB/s (%s), %.1f GB/s (%s)\n",
+                               axp_pool_size(pool), bw, bw_method, after, after_method);
+                        bw = fmax(bw, after);
+                        op_bytes(&m, bytes);
+                        printf("  decode per operation, each the best of its %d timings (%d reps of %d tokens):\n",
+                               reps * dec_tokens, reps, dec_tokens);
+                        printf("  %-10s %9s %9s %8s %9s\n", "operation", "ms/token", "MB/token", "GB/s", "of read");
+                        for (int o = 0; o < OP__MAX; o++) {
+                                total += op_best[o];
+                                total_bytes += bytes[o];
+                                if (bytes[o] > 0)
+                                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%%\n", op_names[o], op_best[o] * 1e3,
+                                               bytes[o] / 1e6, bytes[o] / op_best[o] / 1e9,
+                                               100 * bytes[o] / op_best[o] / 1e9 / bw);
+                                else
+                                        printf("  %-10s %9.2f\n", op_names[o], op_best[o] * 1e3);
+                        }
+                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%%\n", "sum", total * 1e3, total_bytes / 1e6,
+                               total_bytes / total / 1e9, 100 * total_bytes / total / 1e9 / bw);
                 }
                 model_free(&m);
         }
