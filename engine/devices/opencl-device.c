@@ -1323,7 +1323,8 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
         }
         const bool moe = hp->n_expert > 0 && !c->moe_cpu;
         const size_t d = (size_t) hp->n_embd, qd = (size_t) hp->n_head * hp->head_dim,
-                     kvd = (size_t) hp->n_head_kv * hp->head_dim, ff = (size_t) hp->n_ff,
+                     kvd = (size_t) hp->n_head_kv * hp->head_dim,
+                     ff = hp->n_expert > 0 ? 0 : (size_t) hp->n_ff, /* a dense FFN's */
                      ne = moe ? (size_t) hp->n_expert : 0, nk = moe ? (size_t) hp->n_expert_used : 0,
                      ffe = moe ? (size_t) hp->n_ff_exp : 0;
         /* the worst case of moe_ffn's block table: every expert's last block partly filled */
