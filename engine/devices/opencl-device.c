@@ -1214,15 +1214,19 @@ static int weights_make(ocl_dev *c, axp_model *m, char *moe_why, size_t moe_why_
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
                         if ((r = wref_make(c, &s, ws[j].w, ws[j].matrix, ws[j].ref, err)) < 0)
                                 return r;
+                /* a mixture of experts: on the device unless one of its tensors says why not */
                 if (m->hp.n_expert > 0 && !*moe_why) {
-                        if ((r = wref_make(c, &s, &l->ffn_router, true, &o->router, err)) < 0 ||
-                            (r = experts_make(c, &s, l->exp_gate, m->hp.n_expert, &o->exp_gate,
-                                              moe_why, moe_why_size, err)) != 0 ||
-                            (r = experts_make(c, &s, l->exp_up, m->hp.n_expert, &o->exp_up,
-                                              moe_why, moe_why_size, err)) != 0 ||
-                            (r = experts_make(c, &s, l->exp_down, m->hp.n_expert, &o->exp_down,
-                                              moe_why, moe_why_size, err)) != 0)
-                                if (r < 0)
+                        if ((r = wref_make(c, &s, &l->ffn_router, true, &o->router, err)) < 0)
+                                return r;
+                        const struct {
+                                const axp_weight *ws;
+                                wref *ref;
+                        } ex[] = { { l->exp_gate, &o->exp_gate },
+                                   { l->exp_up, &o->exp_up },
+                                   { l->exp_down, &o->exp_down } };
+                        for (size_t j = 0; j < ELEMENTSOF(ex) && !*moe_why; j++)
+                                if ((r = experts_make(c, &s, ex[j].ws, m->hp.n_expert, ex[j].ref,
+                                                      moe_why, moe_why_size, err)) < 0)
                                         return r;
                 }
                 /* the kernels take biases and q/k norms all or none */
