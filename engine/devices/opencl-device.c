@@ -65,11 +65,14 @@ typedef struct wref {
         cl_ulong off;
         int type; /* index into wtypes, matrices only */
         const axp_weight *w;
+        cl_ulong estride; /* a stacked expert tensor: bytes from one expert's matrix to the next */
 } wref;
 
 typedef struct layer_refs {
         wref attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, ffn_norm, w_gate, w_up, w_down;
         wref post_attn_norm, post_ffn_norm;
+        /* a mixture of experts: the router, and expert 0 of each stacked tensor (w = its view) */
+        wref router, exp_gate, exp_up, exp_down;
 } layer_refs;
 
 /* A request's host memory wrapped for the current task. */
@@ -106,15 +109,17 @@ typedef struct ocl_dev {
         int wg;
         int kl_max;     /* items sharing one row of a matmul */
         bool copy_mode; /* activations copied in and out instead of wrapped */
-        cl_kernel k_matmul[N_WTYPES], k_embed[N_WTYPES];
+        cl_kernel k_matmul[N_WTYPES], k_matmul_id[N_WTYPES], k_embed[N_WTYPES];
         cl_kernel k_act[ACT__MAX]; /* NULL for ACT_F32 */
         cl_kernel k_rmsnorm, k_residual_rmsnorm, k_residual, k_swiglu, k_k1_post, k_attention;
         cl_kernel k_geglu, k_scale_rows;
+        cl_kernel k_moe_route, k_moe_plan, k_moe_gather, k_moe_combine;
 
         axp_model *model;
-        /* A mixture of experts' FFN (K3 of a qwen3moe layer) has no OpenCL kernel yet: those
-         * tasks run on this CPU device, on the same host memory (every task hands its results
-         * back to the host before it returns) */
+        /* A mixture of experts' FFN (K3 of a qwen3moe layer) the kernels cannot run (expert
+         * weights of a type they do not read, a stacked tensor larger than the device's largest
+         * buffer, AXP_OPENCL_MOE=cpu): those tasks run on this CPU device, on the same host
+         * memory (every task hands its results back to the host before it returns) */
         axp_device *moe_cpu;
         bool zero_copy; /* weights used in place */
         cl_mem *wbufs;  /* segments of the mapping, or one buffer per uploaded weight */
@@ -127,6 +132,11 @@ typedef struct ocl_dev {
         cl_mem h, sq, sk, sv, a, o, g, u;
         cl_mem rope, tokens, logits;
         size_t rope_rows, token_rows, logits_rows;
+        /* a mixture of experts on the device, for TILE tokens (moe.cl): router logits, picked
+         * experts and weights, slots' tokens and tokens' slots, counts, the block table, the
+         * slots' inputs (then the down products' outputs) and gate/up outputs */
+        cl_mem m_logit, m_sel, m_wt, m_slot_tok, m_slot_of, m_cnt, m_blk, m_hx, m_g, m_u;
+        int m_blocks;
         /* a product's activations (act.cl): int8 values, block scales, Q8_K sums of 32, F16
          * rounded values; rows of act_k values */
         cl_mem aq, ad, as, af;
@@ -477,17 +487,14 @@ static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int 
         }
 }
 
-/* A matmul kernel's arguments: the weight's, then three of the activations (the float rows,
- * or the planes of their quantized form), then the output's. */
-#define MATMUL_ARGS(a0, a1, a2)                                                                    \
-        ARGS(KM(wi->buf), KU(wi->off), KU(wi->w->row_bytes), KI(k), KI(wi->w->n_out),              \
-             KI(ilog2(kl)), a0, a1, a2, KM(y[i]), KI(0), KI(ldy[i]), KI(n_tok))
-
 /* Y_i[t * ldy_i + r] = W_i X^T for weights of the same input length sharing the input X (n_tok
  * rows at x_off + t * ldx). The input is converted once per kind of activations the weights
- * take, as the CPU kernels do (one in-order queue: the scratch planes are reused safely). */
-static int matmuls(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long x_off, long ldx,
-                   const cl_mem *y, const long *ldy, int n_tok, axp_error *err) {
+ * take, as the CPU kernels do (one in-order queue: the scratch planes are reused safely).
+ * With blk (stacked expert tensors), the rows are a mixture of experts' slots and each work-group
+ * row takes the expert and rows of its entry of the n_blk entries of moe_plan's table. */
+static int matmuls_at(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long x_off, long ldx,
+                      const cl_mem *y, const long *ldy, int n_tok, cl_mem blk, int n_blk,
+                      axp_error *err) {
         const int k = (int) w[0]->w->n_in;
         int r;
         for (int act = 0; act < ACT__MAX; act++) {
@@ -508,22 +515,29 @@ static int matmuls(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long x_o
                         const int rows_per_group = c->wg / kl;
                         const size_t gx = (size_t) DIV_ROUND_UP(wi->w->n_out, rows_per_group) *
                                           (size_t) c->wg,
-                                     gy = (size_t) DIV_ROUND_UP(n_tok, TT);
-                        cl_kernel kern = c->k_matmul[wi->type];
-                        if (act == ACT_Q8_0 || act == ACT_Q8_K)
-                                r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg,
-                                           MATMUL_ARGS(KM(c->aq), KM(c->ad), KM(c->as)), err);
-                        else if (act == ACT_F16)
-                                r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg,
-                                           MATMUL_ARGS(KM(c->af), KI(0), KI(k)), err);
-                        else
-                                r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg,
-                                           MATMUL_ARGS(KM(x), KI(x_off), KI(ldx)), err);
-                        if (r < 0)
+                                     gy = blk ? (size_t) n_blk : (size_t) DIV_ROUND_UP(n_tok, TT);
+                        /* the activations: the quantized planes, the f16-rounded rows or X */
+                        const bool q = act == ACT_Q8_0 || act == ACT_Q8_K;
+                        const cl_mem a0 = q ? c->aq : act == ACT_F16 ? c->af : x;
+                        const cl_int a1 = act == ACT_F16 ? 0 : (cl_int) x_off,
+                                     a2 = act == ACT_F16 ? k : (cl_int) ldx;
+                        karg args[] = { KM(wi->buf), KU(wi->off), KU(wi->w->row_bytes), KI(k),
+                                        KI(wi->w->n_out), KI(ilog2(kl)), KM(a0),
+                                        q ? KM(c->ad) : KI(a1), q ? KM(c->as) : KI(a2),
+                                        KM(y[i]), KI(0), KI(ldy[i]),
+                                        blk ? KM(blk) : KI(n_tok), KU(wi->estride) };
+                        cl_kernel kern = blk ? c->k_matmul_id[wi->type] : c->k_matmul[wi->type];
+                        if ((r = launch(c, kern, "matmul", gx, gy, (size_t) c->wg, args,
+                                        (int) ELEMENTSOF(args) - (blk ? 0 : 1), err)) < 0)
                                 return r;
                 }
         }
         return 0;
+}
+
+static int matmuls(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long x_off, long ldx,
+                   const cl_mem *y, const long *ldy, int n_tok, axp_error *err) {
+        return matmuls_at(c, n_w, w, x, x_off, ldx, y, ldy, n_tok, NULL, 0, err);
 }
 
 static int matmul(ocl_dev *c, const wref *w, cl_mem x, long ldx, cl_mem y, long ldy, int n_tok,
@@ -820,9 +834,70 @@ static int post_norm(ocl_dev *c, const wref *w, int nt, axp_error *err) {
                       err);
 }
 
+/* The gated FFN of nt rows of H into O. */
+static int dense_ffn(ocl_dev *c, const layer_refs *L, int nt, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long d = hp->n_embd, ff = hp->n_ff;
+        int r;
+        if ((r = matmuls(c, 2, (const wref *[]) { &L->w_gate, &L->w_up }, c->h, 0, d,
+                         (cl_mem[]) { c->g, c->u }, (long[]) { ff, ff }, nt, err)) < 0)
+                return r;
+        const bool gelu = hp->ffn_act == AXP_FFN_GELU_TANH;
+        if ((r = launch(c, gelu ? c->k_geglu : c->k_swiglu, gelu ? "geglu" : "swiglu",
+                        round_up((size_t) nt * ff, c->wg), 1, (size_t) c->wg,
+                        ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)), err)) < 0)
+                return r;
+        return matmul(c, &L->w_down, c->g, ff, c->o, d, nt, err);
+}
+
+/* The mixture of experts' FFN of nt rows of H into O (moe.cl): the router's logits, each
+ * token's experts, its rows gathered into slots grouped by expert, the picked experts' gate, up
+ * and down products over their slots, and each token's weighted sum. All on the device: the
+ * host never waits for the routing, the products run over a table of blocks sized for the
+ * worst case (the blocks beyond the ones used return at once). */
+static int moe_ffn(ocl_dev *c, const layer_refs *L, int nt, axp_error *err) {
+        const axp_hparams *hp = &c->model->hp;
+        const long d = hp->n_embd, ff = hp->n_ff_exp, ne = hp->n_expert;
+        const int nk = hp->n_expert_used, slots = nt * nk;
+        const int n_blk = DIV_ROUND_UP(slots, TT) + MIN(hp->n_expert, slots);
+        int r;
+        if (n_blk > c->m_blocks)
+                return axp_errorf(err, -EINVAL, "OpenCL: %d expert blocks (at most %d)", n_blk,
+                                  c->m_blocks);
+        if ((r = matmul(c, &L->router, c->h, d, c->m_logit, ne, nt, err)) < 0 ||
+            (r = launch(c, c->k_moe_route, "moe_route", (size_t) nt, 1, 0,
+                        ARGS(KM(c->m_logit), KI(ne), KI(nk), KI(hp->expert_norm),
+                             KF(hp->expert_scale), KI(nt), KM(c->m_sel), KM(c->m_wt)),
+                        err)) < 0 ||
+            (r = launch(c, c->k_moe_plan, "moe_plan", 1, 1, 1,
+                        ARGS(KM(c->m_sel), KI(nt), KI(nk), KI(ne), KM(c->m_cnt),
+                             KM(c->m_slot_tok), KM(c->m_slot_of), KM(c->m_blk), KI(n_blk)),
+                        err)) < 0 ||
+            (r = launch(c, c->k_moe_gather, "moe_gather", round_up((size_t) d, c->wg),
+                        (size_t) slots, (size_t) c->wg,
+                        ARGS(KM(c->h), KM(c->m_slot_tok), KM(c->m_hx), KI(d)), err)) < 0)
+                return r;
+        if ((r = matmuls_at(c, 2, (const wref *[]) { &L->exp_gate, &L->exp_up }, c->m_hx, 0, d,
+                            (cl_mem[]) { c->m_g, c->m_u }, (long[]) { ff, ff }, slots,
+                            c->m_blk, n_blk, err)) < 0 ||
+            (r = launch(c, c->k_swiglu, "swiglu", round_up((size_t) slots * ff, c->wg), 1,
+                        (size_t) c->wg, ARGS(KM(c->m_g), KM(c->m_u), KI((long) slots * ff)),
+                        err)) < 0)
+                return r;
+        /* the down products' outputs take the place of the slots' inputs, read by now */
+        if ((r = matmuls_at(c, 1, (const wref *[]) { &L->exp_down }, c->m_g, 0, ff,
+                            (cl_mem[]) { c->m_hx }, (long[]) { d }, slots, c->m_blk, n_blk,
+                            err)) < 0)
+                return r;
+        return launch(c, c->k_moe_combine, "moe_combine", round_up((size_t) d, c->wg),
+                      (size_t) nt, (size_t) c->wg,
+                      ARGS(KM(c->m_hx), KM(c->m_slot_of), KM(c->m_wt), KI(nk), KM(c->o), KI(d)),
+                      err);
+}
+
 static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
-        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim, ff = hp->n_ff;
+        const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim;
         const layer_refs *L = &c->layers[t->layer];
         int r;
 
@@ -858,15 +933,7 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                         err)) < 0)
                                 return r;
                 }
-                if ((r = matmuls(c, 2, (const wref *[]) { &L->w_gate, &L->w_up }, c->h, 0, d,
-                                 (cl_mem[]) { c->g, c->u }, (long[]) { ff, ff }, nt, err)) < 0)
-                        return r;
-                const bool gelu = hp->ffn_act == AXP_FFN_GELU_TANH;
-                if ((r = launch(c, gelu ? c->k_geglu : c->k_swiglu, gelu ? "geglu" : "swiglu",
-                                round_up((size_t) nt * ff, c->wg), 1, (size_t) c->wg,
-                                ARGS(KM(c->g), KM(c->u), KI((long) nt * ff)), err)) < 0)
-                        return r;
-                if ((r = matmul(c, &L->w_down, c->g, ff, c->o, d, nt, err)) < 0 ||
+                if ((r = hp->n_expert > 0 ? moe_ffn(c, L, nt, err) : dense_ffn(c, L, nt, err)) < 0 ||
                     (r = post_norm(c, &L->post_ffn_norm, nt, err)) < 0)
                         return r;
                 for (int i = 0; i < nr; i++) {
@@ -1073,7 +1140,36 @@ static int wref_make(ocl_dev *c, const segs *s, const axp_weight *w, bool matrix
         return 0;
 }
 
-static int weights_make(ocl_dev *c, axp_model *m, axp_error *err) {
+/* A stacked expert tensor, viewed as the n_expert matrices ws (consecutive in the file): a
+ * reference to expert 0, the others estride bytes apart. Where the kernels cannot read it,
+ * 1 with the reason in why. */
+static int experts_make(ocl_dev *c, const segs *s, const axp_weight *ws, int n_expert, wref *ret,
+                        char *why, size_t why_size, axp_error *err) {
+        const uint64_t wb = weight_bytes(&ws[0]);
+        axp_weight all = ws[0];
+        all.n_out *= n_expert;
+        if (type_index(ws[0].type) < 0 || ws[0].n_in % 32 != 0) {
+                snprintf(why, why_size, "its experts' %s weights of rows of %" PRId64
+                         " values are not read by the OpenCL kernels",
+                         axp_type_traits_get(ws[0].type)->name, ws[0].n_in);
+                return 1;
+        }
+        if (!c->zero_copy && wb * (uint64_t) n_expert > c->info.max_alloc) {
+                snprintf(why, why_size, "a stacked expert tensor of %" PRIu64
+                         " bytes exceeds the device's largest buffer (%" PRIu64 " bytes)",
+                         wb * (uint64_t) n_expert, (uint64_t) c->info.max_alloc);
+                return 1;
+        }
+        int r = wref_make(c, s, &all, true, ret, err);
+        if (r < 0)
+                return r;
+        ret->w = &ws[0];
+        ret->estride = wb;
+        return 0;
+}
+
+static int weights_make(ocl_dev *c, axp_model *m, char *moe_why, size_t moe_why_size,
+                        axp_error *err) {
         segs s = { 0 };
         int r;
 
@@ -1118,6 +1214,21 @@ static int weights_make(ocl_dev *c, axp_model *m, axp_error *err) {
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
                         if ((r = wref_make(c, &s, ws[j].w, ws[j].matrix, ws[j].ref, err)) < 0)
                                 return r;
+                /* a mixture of experts: on the device unless one of its tensors says why not */
+                if (m->hp.n_expert > 0 && !*moe_why) {
+                        if ((r = wref_make(c, &s, &l->ffn_router, true, &o->router, err)) < 0)
+                                return r;
+                        const struct {
+                                const axp_weight *ws;
+                                wref *ref;
+                        } ex[] = { { l->exp_gate, &o->exp_gate },
+                                   { l->exp_up, &o->exp_up },
+                                   { l->exp_down, &o->exp_down } };
+                        for (size_t j = 0; j < ELEMENTSOF(ex) && !*moe_why; j++)
+                                if ((r = experts_make(c, &s, ex[j].ws, m->hp.n_expert, ex[j].ref,
+                                                      moe_why, moe_why_size, err)) < 0)
+                                        return r;
+                }
                 /* the kernels take biases and q/k norms all or none */
                 if (!!o->bq.buf != !!o->bk.buf || !!o->bq.buf != !!o->bv.buf ||
                     !!o->q_norm.buf != !!o->k_norm.buf)
@@ -1138,9 +1249,12 @@ static void model_release(ocl_dev *c) {
         free(c->inv_freq);
         c->layers = NULL;
         c->inv_freq = NULL;
-        cl_mem *ms[] = { &c->h, &c->sq,   &c->sk,     &c->sv,     &c->a,  &c->o,  &c->g,
-                         &c->u, &c->rope, &c->tokens, &c->logits, &c->aq, &c->ad, &c->as,
-                         &c->af };
+        cl_mem *ms[] = { &c->h,          &c->sq,      &c->sk,      &c->sv,     &c->a,
+                         &c->o,          &c->g,       &c->u,       &c->rope,   &c->tokens,
+                         &c->logits,     &c->aq,      &c->ad,      &c->as,     &c->af,
+                         &c->m_logit,    &c->m_sel,   &c->m_wt,    &c->m_slot_tok,
+                         &c->m_slot_of,  &c->m_cnt,   &c->m_blk,   &c->m_hx,   &c->m_g,
+                         &c->m_u };
         for (size_t i = 0; i < ELEMENTSOF(ms); i++) {
                 if (*ms[i])
                         clReleaseMemObject(*ms[i]);
@@ -1149,6 +1263,7 @@ static void model_release(ocl_dev *c) {
         c->rope_rows = c->token_rows = c->logits_rows = 0;
         c->aq_rows = c->ad_rows = c->as_rows = c->af_rows = 0;
         c->act_k = 0;
+        c->m_blocks = 0;
         /* the host rope table's rows are as wide as this model's rotary dimension */
         free(c->rope_host);
         free(c->rope_pos);
@@ -1192,35 +1307,57 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
                 if (m->rope_divisors)
                         c->inv_freq[i] /= m->rope_divisors[i % half];
         }
-        if ((r = weights_make(c, m, err)) < 0) {
+        /* AXP_OPENCL_MOE=cpu: the mixture of experts on the CPU, for tests and comparisons */
+        char moe_why[192] = "";
+        const char *moe_env = getenv("AXP_OPENCL_MOE");
+        if (hp->n_expert > 0 && moe_env && strcmp(moe_env, "cpu") == 0)
+                snprintf(moe_why, sizeof(moe_why), "AXP_OPENCL_MOE=cpu");
+        if ((r = weights_make(c, m, moe_why, sizeof(moe_why), err)) < 0) {
                 model_release(c);
                 return r;
         }
-        if (hp->n_expert > 0) {
+        if (hp->n_expert > 0 && *moe_why) {
                 if ((r = axp_cpu_device_new(0, &c->moe_cpu, err)) < 0 ||
                     (r = axp_device_prepare(c->moe_cpu, m, err)) < 0) {
                         model_release(c);
                         return r;
                 }
                 fprintf(stderr, "agentxpu: %s: the mixture-of-experts FFN of %s's layers runs on the CPU "
-                        "(no OpenCL kernel for it yet)\n", dev->name, axp_arch_name(hp->arch));
+                        "(%s)\n", dev->name, axp_arch_name(hp->arch), moe_why);
         }
+        const bool moe = hp->n_expert > 0 && !c->moe_cpu;
         const size_t d = (size_t) hp->n_embd, qd = (size_t) hp->n_head * hp->head_dim,
-                     kvd = (size_t) hp->n_head_kv * hp->head_dim, ff = (size_t) hp->n_ff;
+                     kvd = (size_t) hp->n_head_kv * hp->head_dim,
+                     ff = hp->n_expert > 0 ? 0 : (size_t) hp->n_ff, /* a dense FFN's */
+                     ne = moe ? (size_t) hp->n_expert : 0, nk = moe ? (size_t) hp->n_expert_used : 0,
+                     ffe = moe ? (size_t) hp->n_ff_exp : 0;
+        /* the worst case of moe_ffn's block table: every expert's last block partly filled */
+        c->m_blocks = moe ? (int) (DIV_ROUND_UP(TILE * nk, TT) + MIN(ne, TILE * nk)) : 0;
         struct {
                 cl_mem *m;
-                size_t floats;
-        } sc[] = { { &c->h, d },  { &c->sq, qd }, { &c->sk, kvd }, { &c->sv, kvd },
-                   { &c->a, qd }, { &c->o, d },   { &c->g, ff },   { &c->u, ff } };
+                size_t rows, bytes;
+        } sc[] = {
+                { &c->h, TILE, d * 4 },  { &c->sq, TILE, qd * 4 }, { &c->sk, TILE, kvd * 4 },
+                { &c->sv, TILE, kvd * 4 }, { &c->a, TILE, qd * 4 }, { &c->o, TILE, d * 4 },
+                { &c->g, TILE, ff * 4 },  { &c->u, TILE, ff * 4 },
+                /* a mixture of experts: per token, per slot (token and expert), per block */
+                { &c->m_logit, TILE, ne * 4 },  { &c->m_sel, TILE, nk * 4 },
+                { &c->m_wt, TILE, nk * 4 },     { &c->m_slot_of, TILE, nk * 4 },
+                { &c->m_slot_tok, TILE * nk, 4 }, { &c->m_hx, TILE * nk, d * 4 },
+                { &c->m_g, TILE * nk, ffe * 4 }, { &c->m_u, TILE * nk, ffe * 4 },
+                { &c->m_cnt, 2, ne * 4 },       { &c->m_blk, (size_t) c->m_blocks, 3 * 4 },
+        };
         for (size_t i = 0; i < ELEMENTSOF(sc); i++) {
                 size_t cap = 0;
-                if ((r = grow(c, sc[i].m, &cap, TILE, sc[i].floats * sizeof(float), err)) < 0) {
+                if (sc[i].rows * sc[i].bytes == 0)
+                        continue;
+                if ((r = grow(c, sc[i].m, &cap, sc[i].rows, sc[i].bytes, err)) < 0) {
                         model_release(c);
                         return r;
                 }
         }
         /* the longest input of a product; the activation planes grow on first use */
-        c->act_k = (int) MAX(d, MAX(qd, ff));
+        c->act_k = (int) MAX(MAX(d, ffe), MAX(qd, ff));
         c->model = m;
         return 0;
 }
@@ -1228,9 +1365,10 @@ static int ocl_prepare(axp_device *dev, axp_model *m, axp_error *err) {
 /* Build the program ------------------------------------------------------------------------------ */
 
 static void release_kernels(ocl_dev *c) {
-        cl_kernel *ks[] = { &c->k_rmsnorm, &c->k_residual_rmsnorm, &c->k_residual,
-                            &c->k_swiglu,  &c->k_k1_post,          &c->k_attention,
-                            &c->k_geglu,   &c->k_scale_rows };
+        cl_kernel *ks[] = { &c->k_rmsnorm,    &c->k_residual_rmsnorm, &c->k_residual,
+                            &c->k_swiglu,     &c->k_k1_post,          &c->k_attention,
+                            &c->k_geglu,      &c->k_scale_rows,       &c->k_moe_route,
+                            &c->k_moe_plan,   &c->k_moe_gather,       &c->k_moe_combine };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++) {
                 if (*ks[i])
                         clReleaseKernel(*ks[i]);
@@ -1244,9 +1382,11 @@ static void release_kernels(ocl_dev *c) {
         for (size_t i = 0; i < N_WTYPES; i++) {
                 if (c->k_matmul[i])
                         clReleaseKernel(c->k_matmul[i]);
+                if (c->k_matmul_id[i])
+                        clReleaseKernel(c->k_matmul_id[i]);
                 if (c->k_embed[i])
                         clReleaseKernel(c->k_embed[i]);
-                c->k_matmul[i] = c->k_embed[i] = NULL;
+                c->k_matmul[i] = c->k_matmul_id[i] = c->k_embed[i] = NULL;
         }
         if (c->prog)
                 clReleaseProgram(c->prog);
@@ -1293,7 +1433,9 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                    { &c->k_k1_post, "k1_post" },   { &c->k_attention, "attention" },
                    { &c->k_geglu, "geglu" },       { &c->k_scale_rows, "scale_rows" },
                    { &c->k_act[ACT_F16], "act_f16" }, { &c->k_act[ACT_Q8_0], "act_q8_0" },
-                   { &c->k_act[ACT_Q8_K], "act_q8_k" } };
+                   { &c->k_act[ACT_Q8_K], "act_q8_k" }, { &c->k_moe_route, "moe_route" },
+                   { &c->k_moe_plan, "moe_plan" },     { &c->k_moe_gather, "moe_gather" },
+                   { &c->k_moe_combine, "moe_combine" } };
         for (size_t i = 0; i < ELEMENTSOF(ks); i++)
                 if (!(*ks[i].k = clCreateKernel(c->prog, ks[i].name, &e)))
                         return cl_fail(err, e, ks[i].name);
@@ -1301,6 +1443,9 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                 char name[32];
                 snprintf(name, sizeof(name), "matmul_%s", wtypes[i].suffix);
                 if (!(c->k_matmul[i] = clCreateKernel(c->prog, name, &e)))
+                        return cl_fail(err, e, name);
+                snprintf(name, sizeof(name), "matmul_id_%s", wtypes[i].suffix);
+                if (!(c->k_matmul_id[i] = clCreateKernel(c->prog, name, &e)))
                         return cl_fail(err, e, name);
                 snprintf(name, sizeof(name), "embed_%s", wtypes[i].suffix);
                 if (!(c->k_embed[i] = clCreateKernel(c->prog, name, &e)))
@@ -1330,6 +1475,9 @@ static size_t kernels_max_wg(ocl_dev *c) {
         for (size_t i = 0; i < N_WTYPES; i++) {
                 size_t w = 0;
                 if (clGetKernelWorkGroupInfo(c->k_matmul[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE,
+                                             sizeof(w), &w, NULL) == CL_SUCCESS)
+                        best = MIN(best, w);
+                if (clGetKernelWorkGroupInfo(c->k_matmul_id[i], c->dev, CL_KERNEL_WORK_GROUP_SIZE,
                                              sizeof(w), &w, NULL) == CL_SUCCESS)
                         best = MIN(best, w);
         }
@@ -1558,4 +1706,11 @@ int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int 
 
 bool axp_opencl_weights_zero_copy(const axp_device *d) {
         return d && d->ops == &ocl_ops && ((const ocl_dev *) d->priv)->zero_copy;
+}
+
+bool axp_opencl_moe_on_device(const axp_device *d) {
+        if (!d || d->ops != &ocl_ops)
+                return false;
+        const ocl_dev *c = d->priv;
+        return c->model && c->model->hp.n_expert > 0 && !c->moe_cpu;
 }

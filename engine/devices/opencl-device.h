@@ -39,6 +39,10 @@ int axp_opencl_device_new(int index, axp_device **ret, axp_error *err);
  * memory), false if uploaded. */
 bool axp_opencl_weights_zero_copy(const axp_device *d);
 
+/* Whether the device runs a mixture of experts' FFN itself after prepare (false: the model has
+ * none, or it runs on the CPU, as the load message said). */
+bool axp_opencl_moe_on_device(const axp_device *d);
+
 /* For tests and benchmarks, on buffers of the call (not while the device runs a task):
  * Y = X W^T for n_tok rows of x (w->n_in floats each) into y (n_tok rows of w->n_out), with
  * the kernels of the HEG tasks, w uploaded for the call. With ret_seconds, the product runs

@@ -80,7 +80,8 @@ axp_cost axp_heg_cost(const axp_heg_shape *s, axp_op op, int n_tokens, int n_seq
                 break;
         case AXP_OP_K3:
                 if (s->n_expert > 0) {
-                        /* wo, the router, then n_expert_used SwiGLU experts per token */
+                        /* wo, the router, then n_expert_used SwiGLU experts per token; the
+                         * CPU and OpenCL kernels alike read only the picked experts' rows */
                         double k = s->n_expert_used, ff = s->n_ff_exp;
                         c.flops = 2.0 * n * (q_dim * d + d * s->n_expert + 3.0 * k * d * ff) +
                                   n * (6.0 * d + 5.0 * s->n_expert + k * (4.0 * ff + 2.0 * d));

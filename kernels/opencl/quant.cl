@@ -229,14 +229,30 @@ void dq32_iq4_xs(__global const uchar *row, int u, float *w) {
  * tokens t < n_tok. A work-group holds WG >> kl_log2 rows; the 1 << kl_log2 items of a row
  * take every (1 << kl_log2)-th unit of the row (32 elements here), then their partial sums
  * are added in local memory. The second dimension walks the tokens TT at a time. */
-#define MATMUL_HEAD                                                                                \
+#define MATMUL_HEAD(TOKENS)                                                                       \
         __local float red[WG * TT];                                                                \
         const int lid = get_local_id(0), KL = 1 << kl_log2, kl = lid & (KL - 1);                   \
         const int r = get_group_id(0) * (WG >> kl_log2) + (lid >> kl_log2);                        \
-        const int t0 = get_group_id(1) * TT, nt = min(TT, n_tok - t0);                             \
+        TOKENS                                                                                     \
         float acc[TT];                                                                             \
         for (int t = 0; t < TT; t++)                                                               \
                 acc[t] = 0;
+
+/* the tokens of a work-group: the second dimension walks them TT at a time */
+#define TOKENS_STEP                                                                                \
+        const int t0 = get_group_id(1) * TT;                                                       \
+        const int nt = min(TT, n_tok - t0);
+
+/* matmul_id_*: the second dimension walks a table of blocks (expert, first row, rows) of a
+ * mixture of experts' rows (moe.cl's moe_plan); W + woff is expert 0 of a stacked tensor,
+ * expert e's rows start e * estride bytes on. A block of expert -1 is padding. */
+#define TOKENS_BLOCK                                                                               \
+        const int ex = blk[3 * get_group_id(1)];                                                   \
+        if (ex < 0)                                                                                \
+                return;                                                                            \
+        const int t0 = blk[3 * get_group_id(1) + 1];                                               \
+        const int nt = blk[3 * get_group_id(1) + 2];                                               \
+        woff += (ulong) ex * estride;
 
 #define MATMUL_TAIL                                                                                \
         for (int t = 0; t < nt; t++)                                                               \
@@ -252,29 +268,40 @@ void dq32_iq4_xs(__global const uchar *row, int u, float *w) {
                 for (int t = 0; t < nt; t++)                                                       \
                         Y[y_off + (long) (t0 + t) * ldy + r] = red[lid * TT + t];
 
+#define MATMUL_BODY_F(T)                                                                          \
+        if (r < n_out) {                                                                           \
+                __global const uchar *row = W + woff + (ulong) r * row_bytes;                      \
+                const int nu = n_in / 32;                                                          \
+                for (int u = kl; u < nu; u += KL) {                                                \
+                        float w[32];                                                               \
+                        dq32_##T(row, u, w);                                                       \
+                        for (int t = 0; t < nt; t++) {                                             \
+                                __global const float *x =                                          \
+                                        X + x_off + (long) (t0 + t) * ldx + u * 32;                \
+                                float4 s = 0;                                                      \
+                                for (int i = 0; i < 8; i++)                                        \
+                                        s += vload4(i, w) * vload4(i, x);                          \
+                                acc[t] += (s.x + s.y) + (s.z + s.w);                               \
+                        }                                                                          \
+                }                                                                                  \
+        }                                                                                          \
+        MATMUL_TAIL
+
 #define DEF_MATMUL(T)                                                                              \
         __kernel WG_ATTR void matmul_##T(__global const uchar *W, ulong woff, ulong row_bytes,     \
                                          int n_in, int n_out, int kl_log2,                         \
                                          __global const float *X, int x_off, int ldx,              \
                                          __global float *Y, int y_off, int ldy, int n_tok) {       \
-                MATMUL_HEAD                                                                        \
-                if (r < n_out) {                                                                   \
-                        __global const uchar *row = W + woff + (ulong) r * row_bytes;              \
-                        const int nu = n_in / 32;                                                  \
-                        for (int u = kl; u < nu; u += KL) {                                        \
-                                float w[32];                                                       \
-                                dq32_##T(row, u, w);                                               \
-                                for (int t = 0; t < nt; t++) {                                     \
-                                        __global const float *x =                                  \
-                                                X + x_off + (long) (t0 + t) * ldx + u * 32;        \
-                                        float4 s = 0;                                              \
-                                        for (int i = 0; i < 8; i++)                                \
-                                                s += vload4(i, w) * vload4(i, x);                  \
-                                        acc[t] += (s.x + s.y) + (s.z + s.w);                       \
-                                }                                                                  \
-                        }                                                                          \
-                }                                                                                  \
-                MATMUL_TAIL                                                                        \
+                MATMUL_HEAD(TOKENS_STEP)                                                           \
+                MATMUL_BODY_F(T)                                                                   \
+        }                                                                                          \
+        __kernel WG_ATTR void matmul_id_##T(__global const uchar *W, ulong woff, ulong row_bytes,  \
+                                            int n_in, int n_out, int kl_log2,                      \
+                                            __global const float *X, int x_off, int ldx,           \
+                                            __global float *Y, int y_off, int ldy,                 \
+                                            __global const int *blk, ulong estride) {              \
+                MATMUL_HEAD(TOKENS_BLOCK)                                                          \
+                MATMUL_BODY_F(T)                                                                   \
         }
 
 /* Integer weights take the activations quantized by act_q8_0 / act_q8_k (act.cl): per block
@@ -607,23 +634,34 @@ void dot_iq4_xs(__global const uchar *row, int u, __global const char *aq, __glo
 
 /* Y[y_off + t * ldy + r] = sum over the units of row r of dot_T, for the quantized rows
  * t0 + t of AQ/AD/AS (n_in values each). */
+#define MATMUL_BODY_Q(T, UNIT, AST)                                                               \
+        if (r < n_out) {                                                                           \
+                __global const uchar *row = W + woff + (ulong) r * row_bytes;                      \
+                const int nu = n_in / UNIT;                                                        \
+                __global const char *aq = AQ + (long) t0 * n_in;                                   \
+                __global const float *ad = AD + (long) t0 * (n_in / 32);                           \
+                __global const AST *as = AS + (long) t0 * (n_in / 32);                             \
+                for (int u = kl; u < nu; u += KL)                                                  \
+                        dot_##T(row, u, aq, ad, as, n_in, nt, acc);                                \
+        }                                                                                          \
+        MATMUL_TAIL
+
 #define DEF_MATMUL_Q(T, UNIT, AST)                                                                 \
         __kernel WG_ATTR void matmul_##T(__global const uchar *W, ulong woff, ulong row_bytes,     \
                                          int n_in, int n_out, int kl_log2,                         \
                                          __global const char *AQ, __global const float *AD,        \
                                          __global const AST *AS, __global float *Y, int y_off,     \
                                          int ldy, int n_tok) {                                     \
-                MATMUL_HEAD                                                                        \
-                if (r < n_out) {                                                                   \
-                        __global const uchar *row = W + woff + (ulong) r * row_bytes;              \
-                        const int nu = n_in / UNIT;                                                \
-                        __global const char *aq = AQ + (long) t0 * n_in;                           \
-                        __global const float *ad = AD + (long) t0 * (n_in / 32);                   \
-                        __global const AST *as = AS + (long) t0 * (n_in / 32);                     \
-                        for (int u = kl; u < nu; u += KL)                                          \
-                                dot_##T(row, u, aq, ad, as, n_in, nt, acc);                        \
-                }                                                                                  \
-                MATMUL_TAIL                                                                        \
+                MATMUL_HEAD(TOKENS_STEP)                                                           \
+                MATMUL_BODY_Q(T, UNIT, AST)                                                        \
+        }                                                                                          \
+        __kernel WG_ATTR void matmul_id_##T(__global const uchar *W, ulong woff, ulong row_bytes,  \
+                                            int n_in, int n_out, int kl_log2,                      \
+                                            __global const char *AQ, __global const float *AD,     \
+                                            __global const AST *AS, __global float *Y, int y_off,  \
+                                            int ldy, __global const int *blk, ulong estride) {     \
+                MATMUL_HEAD(TOKENS_BLOCK)                                                          \
+                MATMUL_BODY_Q(T, UNIT, AST)                                                        \
         }
 
 /* X[x_off + i * ldx + k] = row tok[tok_off + i] of W, dequantized; one item per 32
