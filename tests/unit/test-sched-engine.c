@@ -224,6 +224,10 @@ static void test_concurrent_requests_match_reference(void) {
         kv_type = "f32";
         reference_texts(want);
         run_concurrent("agentxpu", "auto", "auto", want, 1);
+        /* a Q8_0 cache: each row is quantized as it is written, whatever the batch */
+        kv_type = "q8_0";
+        reference_texts(want);
+        run_concurrent("agentxpu", "auto", "auto", want, 1);
         kv_type = NULL;
 }
 
