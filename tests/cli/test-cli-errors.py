@@ -244,7 +244,7 @@ def check_kv_type(tmp):
     if p.returncode != 0:
         fail(f"generate --kv-type q8_0: status {p.returncode}, stderr {lines(p.stderr)}")
     p = run("generate", "-m", narrow, *gen, "--kv-type", "q8_0")
-    want = ("agentxpu: a q8_0 KV cache needs a head size that is a multiple of 32; this model's is 48 "
+    want = ("agentxpu generate: a q8_0 KV cache needs a head size that is a multiple of 32; this model's is 48 "
             "(use f16 or f32)")
     if p.returncode != 1 or lines(p.stderr) != [want]:
         fail(f"generate --kv-type q8_0 on heads of 48: status {p.returncode}, stderr {lines(p.stderr)}")

@@ -375,7 +375,21 @@ static void test_arch_qwen3moe(void) {
 /* A Q8_0 KV cache (llama.cpp's -ctk q8_0 -ctv q8_0) on every file whose head size is whole
  * blocks of 32 (the tiny-llama3 files' heads are 16 wide): the type set's Q8_0 file, and the
  * architecture files, gemma3's sliding-window rings included. The golden runs kept K and V in
- * F32; the bounds are from our measurement (see below). */
+ * F32 and the data has no run with a Q8_0 cache, so the bounds are from our own measurement:
+ * 1.5 times the largest max |d| and RMS measured over the four prompts, against llama.cpp's
+ * ref and default runs, on the AVX-512, AVX2 and OpenCL (PoCL) paths, which measured alike:
+ *
+ *   file                max |d|  RMS     largest margin of a greedy step that differed
+ *   llama-q8_0 (types)  0.191    0.042   0.159  (its F16 cache: 0.165 / 0.045, margins 0.105)
+ *   phi3-f32            0.056    0.011   0.0016
+ *   phi3-q8_0           0.094    0.026   0.058
+ *   gemma3-f32          0.012    0.0033  0.00057
+ *   gemma3-q8_0         0.032    0.0082  0.016
+ *   qwen3moe-f32        0.055    0.012   0.019
+ *   qwen3moe-q8_0       0.076    0.022   0.033 (any margin allowed in the top 5, as above)
+ *
+ * Greedy steps whose golden margin is above about 1.5 times the largest that differed must
+ * agree; the others be in llama.cpp's top 5. */
 static void check_q8kv(tol t, double max_abs, double max_rms, double tau) {
         t.q8kv_abs = max_abs;
         t.q8kv_rms = max_rms;
@@ -384,13 +398,13 @@ static void check_q8kv(tol t, double max_abs, double max_rms, double tau) {
 }
 
 static void test_q8_0_kv(void) {
-        check_q8kv(type_tols[0], 9, 9, 9);
-        check_q8kv(ARCH_FILE("tiny-spm-phi3-f32", 1e-3, 1e-3, 1e-3, 0, 0), 9, 9, 9);
-        check_q8kv(ARCH_FILE("tiny-spm-phi3-q8_0", 0, 0, 0, 0, 0), 9, 9, 9);
-        check_q8kv(ARCH_FILE("tiny-spm-gemma3-f32", 1e-3, 1e-3, 1e-3, 0, 0), 9, 9, 9);
-        check_q8kv(ARCH_FILE("tiny-spm-gemma3-q8_0", 0, 0, 0, 0, 0), 9, 9, 9);
-        check_q8kv(ARCH_FILE("tiny-spm-qwen3moe-f32", 1e-3, 1e-3, 1e-3, 0, 0), 9, 9, 9);
-        check_q8kv(ARCH_FILE("tiny-spm-qwen3moe-q8_0", 0, 0, 0, 0, 0), 9, 9, INFINITY);
+        check_q8kv(type_tols[0], 0.3, 0.065, 0.25);
+        check_q8kv(ARCH_FILE("tiny-spm-phi3-f32", 1e-3, 1e-3, 1e-3, 0, 0), 0.085, 0.018, 0.01);
+        check_q8kv(ARCH_FILE("tiny-spm-phi3-q8_0", 0, 0, 0, 0, 0), 0.15, 0.04, 0.1);
+        check_q8kv(ARCH_FILE("tiny-spm-gemma3-f32", 1e-3, 1e-3, 1e-3, 0, 0), 0.02, 0.005, 0.005);
+        check_q8kv(ARCH_FILE("tiny-spm-gemma3-q8_0", 0, 0, 0, 0, 0), 0.05, 0.013, 0.03);
+        check_q8kv(ARCH_FILE("tiny-spm-qwen3moe-f32", 1e-3, 1e-3, 1e-3, 0, 0), 0.085, 0.019, 0.03);
+        check_q8kv(ARCH_FILE("tiny-spm-qwen3moe-q8_0", 0, 0, 0, 0, 0), 0.12, 0.033, INFINITY);
 }
 
 /* LongRoPE, which no file of the data has: `agentxpu mkmodel` writes it as llama.cpp's

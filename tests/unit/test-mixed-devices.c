@@ -199,9 +199,10 @@ static void test_concurrent(void) {
         check_mixed("q8_0", AXP_TYPE_F32, true, 1e-4);
         check_mixed("q8_0", AXP_TYPE_F16, true, 1e-4);
         /* a Q8_0 cache: the devices quantize K and V rows to the same bits when they get the
-         * same floats */
-        check_mixed("f32", AXP_TYPE_Q8_0, true, 1);
-        check_mixed("q8_0", AXP_TYPE_Q8_0, true, 1);
+         * same floats (none differ with Q8_0 weights); F32 products may differ in a last bit,
+         * which can move a value to the next 8-bit step (measured 2.7e-4) */
+        check_mixed("f32", AXP_TYPE_Q8_0, true, 1e-3);
+        check_mixed("q8_0", AXP_TYPE_Q8_0, true, 1e-4);
         check_mixed("q4_0", AXP_TYPE_F32, true, 1e-4);
         check_mixed("q4_k", AXP_TYPE_F32, true, 5e-2);
         check_mixed("q6_k", AXP_TYPE_F32, true, 5e-2);
