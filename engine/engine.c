@@ -1093,6 +1093,11 @@ int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
         r = axp_model_load(path, &m, err);
         if (r < 0)
                 return r;
+        /* refused before the swap, so that the engine keeps its model (kv_type never changes) */
+        if ((r = axp_kv_type_check(&m->hp, e->kv_type, err)) < 0) {
+                axp_model_free(m);
+                return r;
+        }
         engine_call(e, api_swap_begin, m, false);
         /* waits (as new requests do) until the requests in flight are done and m is in place */
         engine_call(e, api_swap_result, &a, true);

@@ -521,6 +521,7 @@ TESTS = [
     test_complete_matches_generate,
     test_longrope_follows_the_engine_context,
     test_no_byte_of_the_answer_is_dropped,
+    test_q8_0_kv_cache,
     test_reactive_stream_in_order_unicast,
     test_other_uid_cannot_cancel_or_read,
     test_fifty_clients_a_third_leaving,
