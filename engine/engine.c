@@ -99,7 +99,7 @@ struct axp_engine {
         double telemetry_next; /* next sample, INFINITY while the engine is idle */
         axp_policy pol;
         int n_ctx;
-        uint32_t kv_type;          /* AXP_TYPE_F16 or AXP_TYPE_F32 */
+        uint32_t kv_type;          /* AXP_TYPE_F16, AXP_TYPE_F32 or AXP_TYPE_Q8_0 */
 
         ereq *reqs;
         flow *flows;
@@ -655,6 +655,8 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                               .hurry = env_hurry, .userdata = e };
         int r;
 
+        if ((r = axp_kv_type_check(&m->hp, e->kv_type, err)) < 0)
+                return r;
         e->n_ctx = e->cfg.n_ctx > 0 ? MIN(e->cfg.n_ctx, m->hp.n_ctx_train)
                                     : MIN(m->hp.n_ctx_train, PREFILL_MAX_CTX);
         /* LongRoPE's factors depend on the context: chosen before the devices read them */
@@ -825,7 +827,7 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
             c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10))
                 return axp_errorf(err, -EINVAL, "an engine setting is out of range");
         if (axp_kv_type_from_name(c->kv_type ? c->kv_type : "f16", &e->kv_type) < 0)
-                return axp_errorf(err, -EINVAL, "unknown KV cache type '%s' (f16 or f32)", c->kv_type);
+                return axp_errorf(err, -EINVAL, "unknown KV cache type '%s' (f16, f32 or q8_0)", c->kv_type);
         if ((r = axp_mailbox_new(&e->mb)) < 0)
                 return axp_errorf(err, r, "out of memory");
         if ((r = setup_devices(e, err)) < 0)
@@ -1091,6 +1093,11 @@ int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
         r = axp_model_load(path, &m, err);
         if (r < 0)
                 return r;
+        /* refused before the swap, so that the engine keeps its model (kv_type never changes) */
+        if ((r = axp_kv_type_check(&m->hp, e->kv_type, err)) < 0) {
+                axp_model_free(m);
+                return r;
+        }
         engine_call(e, api_swap_begin, m, false);
         /* waits (as new requests do) until the requests in flight are done and m is in place */
         engine_call(e, api_swap_result, &a, true);

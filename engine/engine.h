@@ -52,7 +52,7 @@ typedef struct axp_engine_config {
                                   * memory-bound step hides); < 0: none */
         int n_ctx;               /* per-request context limit, 0: the model's (capped at 4096) */
         const char *calib_cache; /* file caching device calibration, NULL: none */
-        const char *kv_type;     /* each request's KV cache: "f16" (default, also NULL) or "f32" */
+        const char *kv_type;     /* each request's KV cache: "f16" (default, also NULL), "f32" or "q8_0" */
 
         /* Told, on the engine's thread, each time the status changes: once before
          * axp_engine_new returns, after every change of the queues, the model or the policy,

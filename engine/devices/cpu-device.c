@@ -185,17 +185,9 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
         const int layer = t->layer;
         const size_t row = (size_t) (r->pos % axp_seq_kv_rows(r->seq, layer));
-        if (r->seq->kv_type == AXP_TYPE_F16) {
-                axp_f16 *kc = (axp_f16 *) r->seq->k[layer] + row * kvd;
-                axp_f16 *vc = (axp_f16 *) r->seq->v[layer] + row * kvd;
-                for (int j = 0; j < kvd; j++) {
-                        kc[j] = axp_f32_to_f16(kk[j]);
-                        vc[j] = axp_f32_to_f16(v[j]);
-                }
-        } else {
-                memcpy((float *) r->seq->k[layer] + row * kvd, kk, (size_t) kvd * sizeof(float));
-                memcpy((float *) r->seq->v[layer] + row * kvd, v, (size_t) kvd * sizeof(float));
-        }
+        const size_t rb = axp_kv_row_bytes(hp, r->seq->kv_type);
+        axp_cpu_kv_store(r->seq->kv_type, kk, (char *) r->seq->k[layer] + row * rb, kvd);
+        axp_cpu_kv_store(r->seq->kv_type, v, (char *) r->seq->v[layer] + row * rb, kvd);
 }
 
 static int run_k1(cpu_dev *c, const axp_task *t, int n, axp_error *err) {

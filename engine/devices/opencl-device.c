@@ -426,8 +426,14 @@ static void release_wraps(ocl_dev *c) {
         c->n_dirt = 0;
 }
 
-static size_t kv_elt(const axp_seq *s) {
-        return s->kv_type == AXP_TYPE_F16 ? 2 : 4;
+/* Bytes of one position's K (or V) of one layer */
+static size_t kv_row_bytes(const axp_seq *s) {
+        return axp_kv_row_bytes(&s->model->hp, s->kv_type);
+}
+
+/* kv_kind of the kernels (common.cl) */
+static int kv_kind(const axp_seq *s) {
+        return s->kv_type == AXP_TYPE_Q8_0 ? 2 : s->kv_type == AXP_TYPE_F16 ? 1 : 0;
 }
 
 /* Scratch ---------------------------------------------------------------------------------------- */
@@ -613,8 +619,7 @@ static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, unsigned use, seq
                         t1 = MAX(t1, t->spans[i].t1);
         const size_t xb = (size_t) t1 * hp->n_embd * sizeof(float),
                      qab = (size_t) t1 * hp->n_head * hp->head_dim * sizeof(float),
-                     kvb = (size_t) MIN(s->n_past + t1, axp_seq_kv_rows(s, t->layer)) * hp->n_head_kv *
-                           hp->head_dim * kv_elt(s);
+                     kvb = (size_t) MIN(s->n_past + t1, axp_seq_kv_rows(s, t->layer)) * kv_row_bytes(s);
         if ((use & USE_X) &&
             (r = wrap_get(c, s->x, xb, (use & READ_X) == READ_X, &ret->x, err)) < 0)
                 return r;
@@ -770,11 +775,11 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                              KI(hp->rope_dim / 2),
                                              KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t),
                                              KM(b.k), KM(b.v), KI(pos0), KI(rows),
-                                             KI(s->kv_type == AXP_TYPE_F16)),
+                                             KI(kv_kind(s))),
                                         err)) < 0)
                                 return r;
                         /* the rows written: up to the ring's end, and from its start if they wrap */
-                        const size_t kvb = (size_t) kvd * kv_elt(s);
+                        const size_t kvb = kv_row_bytes(s);
                         const int row0 = pos0 % rows, n1 = MIN(u->n, rows - row0);
                         if ((r = mark_dirty(c, b.qa, s->qa, (size_t) u->t * qd * sizeof(float),
                                             (size_t) u->n * qd * sizeof(float), err)) < 0 ||
@@ -808,7 +813,7 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
                 if ((r = launch(c, c->k_attention, "attention", (size_t) n_q * hp->n_head * c->wg,
                                 1, (size_t) c->wg,
                                 ARGS(KM(b.qa), KI(sp->t0), KM(b.k), KM(b.v),
-                                     KI(s->kv_type == AXP_TYPE_F16), KI(s->n_past + sp->t0),
+                                     KI(kv_kind(s)), KI(s->n_past + sp->t0),
                                      KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
                                      KI(axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0),
                                      KI(axp_seq_kv_rows(s, t->layer)), KF(hp->attn_scale)),

@@ -38,7 +38,8 @@ void axp_heg_shape_from_model(const axp_model *m, uint32_t kv_type, axp_heg_shap
                 .bytes_head = weight_bytes(&m->output_norm) + weight_bytes(&m->output),
                 /* our kernels keep activations in float */
                 .act_bytes = 4.0,
-                .kv_bytes = kv_type == AXP_TYPE_F16 ? 2.0 : 4.0,
+                /* a Q8_0 cache: 34 bytes per block of 32 */
+                .kv_bytes = (double) axp_type_row_size(kv_type, QK8_0) / QK8_0,
         };
 }
 

@@ -23,13 +23,33 @@ int axp_kv_type_from_name(const char *name, uint32_t *ret) {
                 *ret = AXP_TYPE_F16;
         else if (name && strcmp(name, "f32") == 0)
                 *ret = AXP_TYPE_F32;
+        else if (name && strcmp(name, "q8_0") == 0)
+                *ret = AXP_TYPE_Q8_0;
         else
                 return -EINVAL;
         return 0;
 }
 
 const char *axp_kv_type_name(uint32_t kv_type) {
-        return kv_type == AXP_TYPE_F16 ? "f16" : kv_type == AXP_TYPE_F32 ? "f32" : "?";
+        return kv_type == AXP_TYPE_F16    ? "f16"
+               : kv_type == AXP_TYPE_F32  ? "f32"
+               : kv_type == AXP_TYPE_Q8_0 ? "q8_0"
+                                          : "?";
+}
+
+int axp_kv_type_check(const axp_hparams *hp, uint32_t kv_type, axp_error *err) {
+        if (kv_type != AXP_TYPE_F32 && kv_type != AXP_TYPE_F16 && kv_type != AXP_TYPE_Q8_0)
+                return axp_errorf(err, -EINVAL, "KV cache type must be f16, f32 or q8_0");
+        if (kv_type == AXP_TYPE_Q8_0 && hp->head_dim % QK8_0 != 0)
+                return axp_errorf(err, -EINVAL,
+                                  "a q8_0 KV cache needs a head size that is a multiple of 32; this model's is %d "
+                                  "(use f16 or f32)",
+                                  hp->head_dim);
+        return 0;
+}
+
+size_t axp_kv_row_bytes(const axp_hparams *hp, uint32_t kv_type) {
+        return (size_t) axp_type_row_size(kv_type, (int64_t) hp->n_head_kv * hp->head_dim);
 }
 
 static bool has_swa(const axp_hparams *hp) {
@@ -45,15 +65,14 @@ int axp_kv_ring_rows(const axp_hparams *hp, int n_ctx, int span) {
 }
 
 size_t axp_kv_cache_bytes(const axp_hparams *hp, uint32_t kv_type, int n_ctx, int span) {
-        size_t elem = kv_type == AXP_TYPE_F16 ? 2 : 4, rows = 0;
+        size_t rows = 0;
         for (int l = 0; l < hp->n_layer; l++)
                 rows += axp_layer_is_swa(hp, l) ? (size_t) axp_kv_ring_rows(hp, n_ctx, span) : (size_t) n_ctx;
-        return 2 * rows * hp->n_head_kv * hp->head_dim * elem;
+        return 2 * rows * axp_kv_row_bytes(hp, kv_type);
 }
 
 static size_t kv_row_bytes(const axp_seq *s) {
-        const axp_hparams *hp = &s->model->hp;
-        return (size_t) hp->n_head_kv * hp->head_dim * (s->kv_type == AXP_TYPE_F16 ? 2 : 4);
+        return axp_kv_row_bytes(&s->model->hp, s->kv_type);
 }
 
 size_t axp_seq_kv_bytes(const axp_seq *s) {
@@ -140,8 +159,9 @@ static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
 
 int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max, int kv_reserve,
                  axp_error *err) {
-        if (kv_type != AXP_TYPE_F32 && kv_type != AXP_TYPE_F16)
-                return axp_errorf(err, -EINVAL, "KV cache type must be F32 or F16");
+        int r = axp_kv_type_check(&m->hp, kv_type, err);
+        if (r < 0)
+                return r;
         memset(s, 0, sizeof(*s));
         s->model = m;
         s->kv_type = kv_type;
@@ -156,7 +176,7 @@ int axp_seq_init(axp_seq *s, const axp_model *m, uint32_t kv_type, int n_ctx_max
         }
         /* the sliding-window layers reserve their window; a prompt staged later grows them
          * by what its chunks need */
-        int r = kv_grow(s, MIN(MAX(kv_reserve, 1), s->n_ctx_max), 1, err);
+        r = kv_grow(s, MIN(MAX(kv_reserve, 1), s->n_ctx_max), 1, err);
         if (r < 0) {
                 axp_seq_free(s);
                 return r;

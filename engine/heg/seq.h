@@ -18,7 +18,7 @@
 /* Per-request forward state: its KV cache and the activations of its pending tokens. */
 typedef struct axp_seq {
         const axp_model *model;
-        uint32_t kv_type;  /* AXP_TYPE_F32 or AXP_TYPE_F16 */
+        uint32_t kv_type;  /* AXP_TYPE_F32, AXP_TYPE_F16 or AXP_TYPE_Q8_0 */
         int kv_cap;        /* positions allocated on the full-attention layers */
         int swa_cap;       /* rows of each sliding-window layer's ring (0: no such layers) */
         int kv_span;       /* most pending tokens whose K/V are written before their attention
@@ -37,9 +37,16 @@ typedef struct axp_seq {
 } axp_seq;
 
 /* The KV cache's element type by its name in engine.conf and on the command line: "f16"
- * (AXP_TYPE_F16, the default, as llama.cpp's) or "f32" (AXP_TYPE_F32). -EINVAL otherwise. */
+ * (AXP_TYPE_F16, the default, as llama.cpp's), "f32" (AXP_TYPE_F32) or "q8_0" (AXP_TYPE_Q8_0:
+ * each row's heads in llama.cpp's Q8_0 blocks of 32, quantized as written, as llama.cpp's
+ * -ctk q8_0 -ctv q8_0). -EINVAL otherwise. */
 int axp_kv_type_from_name(const char *name, uint32_t *ret);
 const char *axp_kv_type_name(uint32_t kv_type);
+/* Whether a model can keep its KV cache in kv_type: a Q8_0 cache needs a head size that is a
+ * multiple of 32 (one line in err otherwise, -EINVAL). */
+int axp_kv_type_check(const axp_hparams *hp, uint32_t kv_type, axp_error *err);
+/* Bytes of one position's K (or V) of one layer: n_head_kv * head_dim values of kv_type. */
+size_t axp_kv_row_bytes(const axp_hparams *hp, uint32_t kv_type);
 /* Rows of a sliding-window layer's ring for a context of n_ctx positions when at most span
  * pending tokens are written ahead of their attention: the window behind them plus the span,
  * rounded up to 256, or n_ctx if that is no shorter. */

@@ -27,7 +27,6 @@ typedef struct att_job {
         long ldo;
         const uint8_t *k, *v;
         uint32_t kv_type;
-        size_t kv_elem;
         long ld_kv; /* elements between positions */
         int n_q, n_head, n_head_kv, head_dim, group, qtile;
         const int32_t *pos;
@@ -48,6 +47,41 @@ static int first_pos(const att_job *j, int i) {
 /* The row of position p: a 256-aligned block of positions is contiguous in a ring */
 static size_t kv_row(const att_job *j, int p) {
         return (size_t) (j->ring > 0 ? p % j->ring : p);
+}
+
+/* Bytes of n values of the KV cache (n a multiple of 32 for Q8_0) */
+static size_t kv_bytes(uint32_t kv_type, size_t n) {
+        return kv_type == AXP_TYPE_Q8_0 ? n / QK8_0 * sizeof(block_q8_0)
+                                        : n * (kv_type == AXP_TYPE_F16 ? 2 : 4);
+}
+
+/* Where K (or V) of head kvh at position p starts */
+static size_t kv_off(const att_job *j, int p, int kvh) {
+        return kv_bytes(j->kv_type, kv_row(j, p) * j->ld_kv + (size_t) kvh * j->head_dim);
+}
+
+void axp_cpu_kv_store(uint32_t kv_type, const float *x, void *dst, int n) {
+        if (kv_type == AXP_TYPE_F32) {
+                memcpy(dst, x, (size_t) n * sizeof(float));
+        } else if (kv_type == AXP_TYPE_F16) {
+                axp_f16 *h = dst;
+                for (int i = 0; i < n; i++)
+                        h[i] = axp_f32_to_f16(x[i]);
+        } else {
+                /* as llama.cpp's CPU writes its Q8_0 cache: d = amax / 127, q = x * (127 / amax)
+                 * rounded half to even */
+                assert(kv_type == AXP_TYPE_Q8_0 && n % QK8_0 == 0);
+                block_q8_0 *b = dst;
+                for (int i = 0; i < n / QK8_0; i++, x += QK8_0) {
+                        float amax = 0;
+                        for (int c = 0; c < QK8_0; c++)
+                                amax = fmaxf(amax, fabsf(x[c]));
+                        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+                        b[i].d = axp_f32_to_f16(amax / 127.0f);
+                        for (int c = 0; c < QK8_0; c++)
+                                b[i].qs[c] = (int8_t) nearbyintf(x[c] * id);
+                }
+        }
 }
 
 /* The vectors (query i, head kvh * G + g) for i in [i0, i1) that reach chunk c, through one
@@ -72,7 +106,7 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
                 }
         }
         if (nv > 0) {
-                size_t off = (kv_row(j, t0) * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
+                size_t off = kv_off(j, t0, kvh);
                 j->ops->att_chunk(qv, nv, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n_pos,
                                   j->head_dim, j->scale, m, l, acc, scratch);
         }
@@ -89,7 +123,7 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
                         ret_g[nv] = g;
                         nv++;
                 }
-                size_t off = (kv_row(j, lo) * j->ld_kv + (size_t) kvh * j->head_dim) * j->kv_elem;
+                size_t off = kv_off(j, lo, kvh);
                 j->ops->att_chunk(qv, j->group, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n,
                                   j->head_dim, j->scale, m + v0, l + v0, acc + (size_t) v0 * j->head_dim,
                                   scratch);
@@ -216,7 +250,8 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
                        int window, int ring, float scale) {
         assert(ring <= 0 || ring % ATT_CHUNK == 0);
-        assert(kv_type == AXP_TYPE_F32 || kv_type == AXP_TYPE_F16);
+        assert(kv_type == AXP_TYPE_F32 || kv_type == AXP_TYPE_F16 ||
+               (kv_type == AXP_TYPE_Q8_0 && head_dim % QK8_0 == 0));
         assert(n_head_kv > 0 && n_head % n_head_kv == 0);
         assert(head_dim > 0 && head_dim <= ATT_MAX_HEAD_DIM);
         assert(n_head / n_head_kv <= ATT_MAX_VECS);
@@ -231,7 +266,6 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                 .k = k,
                 .v = v,
                 .kv_type = kv_type,
-                .kv_elem = kv_type == AXP_TYPE_F16 ? 2 : 4,
                 .ld_kv = (long) n_head_kv * head_dim,
                 .n_q = n_q,
                 .n_head = n_head,

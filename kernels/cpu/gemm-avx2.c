@@ -884,8 +884,14 @@ AI __m256i tail_mask8(int n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* 8 values of a K or V row from element i on, n of them real (the rest zero) */
+/* 8 values of a K or V row from element i on, n of them real (the rest zero); Q8_0: i is a
+ * multiple of 8 and n >= 8 (heads are whole blocks of 32) */
 static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
+        if (type == AXP_TYPE_Q8_0) {
+                const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
+                __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + i % QK8_0))));
+                return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), q);
+        }
         if (n >= 8) {
                 if (type == AXP_TYPE_F16)
                         return _mm256_cvtph_ps(ldu16((const uint16_t *) p + i));

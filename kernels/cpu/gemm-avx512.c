@@ -725,7 +725,14 @@ AI void scores_all(const float *const *q, int nv, const int *len, const float *k
         }
 }
 
+/* 16 values of a K or V row from element i on (mk: which are real); Q8_0: i is a multiple of
+ * 16 and all are real (heads are whole blocks of 32) */
 AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
+        if (type == AXP_TYPE_Q8_0) {
+                const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
+                __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (b->qs + i % QK8_0))));
+                return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b->d)), q);
+        }
         if (type == AXP_TYPE_F16)
                 return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *) p + i));
         return _mm512_maskz_loadu_ps(mk, (const float *) p + i);
@@ -745,6 +752,18 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                         UNROLL for (int c = 0; c < 4; c++)
                                 _mm512_store_ps(dst + t * 64 + 16 * c,
                                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
+                }
+                return;
+        }
+        if (type == AXP_TYPE_Q8_0) {
+                /* ld / 32 blocks between positions; a head's blocks are contiguous */
+                const long bld = ld / QK8_0;
+                for (int t = 0; t < n; t++) {
+                        const block_q8_0 *r = (const block_q8_0 *) src + (long) (t0 + t) * bld;
+                        _mm_prefetch((const char *) (r + PF_ROWS * bld), _MM_HINT_T0);
+                        _mm_prefetch((const char *) (r + PF_ROWS * bld) + 64, _MM_HINT_T0);
+                        for (int c = 0; c < nc; c++)
+                                _mm512_store_ps(dst + t * hdp + 16 * c, kv_row(r, 16 * c, type, 0xffff));
                 }
                 return;
         }

@@ -328,6 +328,10 @@ static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok,
 }
 
 static float kv_get(const void *kv, uint32_t type, long i) {
+        if (type == AXP_TYPE_Q8_0) {
+                const block_q8_0 *b = (const block_q8_0 *) kv + i / QK8_0;
+                return axp_f16_to_f32(b->d) * (float) b->qs[i % QK8_0];
+        }
         return type == AXP_TYPE_F16 ? axp_f16_to_f32(((const axp_f16 *) kv)[i]) : ((const float *) kv)[i];
 }
 

@@ -42,7 +42,9 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
  * [max(0, pos[i] - window + 1), pos[i]]. For head h (KV head h / (n_head / n_head_kv)):
  *   out[i][h] = sum_t softmax_t(scale * q[i][h] . K[t]) V[t]
  * q and out may alias (in place). k and v are [positions][n_head_kv * head_dim] of kv_type
- * (AXP_TYPE_F32 or AXP_TYPE_F16); positions up to max pos[i] must be written. head_dim <= 512.
+ * (AXP_TYPE_F32, AXP_TYPE_F16, or AXP_TYPE_Q8_0 with head_dim a multiple of 32: each row is
+ * blocks of 32 that never straddle two heads); positions up to max pos[i] must be written.
+ * head_dim <= 512.
  * ring > 0: position t is in row t % ring (a sliding-window layer's ring, a multiple of
  * ATT_CHUNK, holding every position the queries see); 0: in row t.
  * A query's result does not depend on the pool size nor on the other queries of the call (a
@@ -51,3 +53,8 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
                        int window, int ring, float scale);
+
+/* Write n values (one position's K or V) as a row of a KV cache of kv_type: F32 as they are,
+ * F16 rounded to nearest even, Q8_0 (n a multiple of 32) in blocks of 32 as llama.cpp's CPU
+ * writes its q8_0 cache (d = f16(amax / 127), q = round-half-even(x * (127 / amax))). */
+void axp_cpu_kv_store(uint32_t kv_type, const float *x, void *dst, int n);

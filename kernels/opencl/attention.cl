@@ -8,7 +8,7 @@
 #define ACC_PER_ITEM ((MAX_HD + WG - 1) / WG)
 
 __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const uchar *Kc,
-                                __global const uchar *Vc, int kv_f16, int pos0, int n_head,
+                                __global const uchar *Vc, int kv_kind, int pos0, int n_head,
                                 int n_head_kv, int hd, int window, int kv_rows, float scale) {
         __local float qv[MAX_HD];
         __local float p[WG];
@@ -33,7 +33,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                         const long k0 = (long) (t % kv_rows) * kvd + kh * hd;
                         float dot = 0;
                         for (int d = 0; d < hd; d++)
-                                dot += qv[d] * kv_at(Kc, kv_f16, k0 + d);
+                                dot += qv[d] * kv_at(Kc, kv_kind, k0 + d);
                         s = dot * scale;
                 }
                 const float mn = fmax(m, wg_maxf(s, red));
@@ -47,7 +47,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                         if (d < hd) {
                                 float a = acc[j] * corr;
                                 for (int u = 0; u < nt; u++)
-                                        a += p[u] * kv_at(Vc, kv_f16, (long) ((tb + u) % kv_rows) * kvd + kh * hd + d);
+                                        a += p[u] * kv_at(Vc, kv_kind, (long) ((tb + u) % kv_rows) * kvd + kh * hd + d);
                                 acc[j] = a;
                         }
                 }

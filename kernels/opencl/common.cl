@@ -61,13 +61,24 @@ float wg_maxf(float v, __local float *red) {
         return r;
 }
 
-/* An element of the KV cache, F32 or F16. */
-float kv_at(__global const uchar *c, int f16, long idx) {
-        return f16 ? vload_half(idx, (__global const half *) c) : ((__global const float *) c)[idx];
+/* The KV cache's element type (kv_kind): F32, F16 or Q8_0 blocks of 32 (half d, char qs[32];
+ * every head is whole blocks) */
+#define KV_F32 0
+#define KV_F16 1
+#define KV_Q8_0 2
+
+/* An element of the KV cache */
+float kv_at(__global const uchar *c, int kind, long idx) {
+        if (kind == KV_Q8_0) {
+                __global const uchar *b = c + idx / 32 * 34;
+                return vload_half(0, (__global const half *) b) * (float) ((__global const char *) b)[2 + idx % 32];
+        }
+        return kind == KV_F16 ? vload_half(idx, (__global const half *) c) : ((__global const float *) c)[idx];
 }
 
-void kv_put(__global uchar *c, int f16, long idx, float v) {
-        if (f16)
+/* F32 and F16 caches: one element (Q8_0 blocks are written whole, kv_put_q8_0 in rows.cl) */
+void kv_put(__global uchar *c, int kind, long idx, float v) {
+        if (kind == KV_F16)
                 vstore_half(v, idx, (__global half *) c);
         else
                 ((__global float *) c)[idx] = v;

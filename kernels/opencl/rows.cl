@@ -89,6 +89,20 @@ void rope_row(__global float *x, int n_heads, int hd, int n_pairs, int neox, __g
         }
 }
 
+/* A block of 32 values of a Q8_0 KV cache, as the CPU writes it (engine/cpu-device.c, and
+ * llama.cpp's CPU its q8_0 cache): d = amax / 127 rounded to f16, q = round-half-even(x *
+ * (127 / amax)), both divisions correctly rounded (act.cl's div_rn). */
+void kv_put_q8_0(__global uchar *blk, __global const float *x) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+                amax = fmax(amax, fabs(x[j]));
+        const float id = amax != 0.0f ? div_rn(127.0f, amax) : 0.0f;
+        vstore_half(round_f16(div_rn(amax, 127.0f)), 0, (__global half *) blk);
+        __global char *q = (__global char *) (blk + 2);
+        for (int j = 0; j < 32; j++)
+                q[j] = convert_char_sat_rte(x[j] * id);
+}
+
 /* The end of K1 for the rows of one request: rows row0.. of the Q/K/V scratch get their
  * biases (qwen2), per-head norms (qwen3) and RoPE, then Q goes to the request's QA rows
  * qa_row0.. and K/V to its cache at positions pos0.. . cs: rows cs_row0.. of a table of
@@ -100,7 +114,7 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
                               __global const uchar *Wqn, ulong oqn, __global const uchar *Wkn,
                               ulong okn, float eps, __global const float *cs, int cs_row0, int n_pairs,
                               int neox, __global float *QA, int qa_row0, __global uchar *Kc,
-                              __global uchar *Vc, int pos0, int kv_rows, int kv_f16) {
+                              __global uchar *Vc, int pos0, int kv_rows, int kv_kind) {
         __local acc_t red[WG];
         const int i = get_group_id(0), lid = get_local_id(0);
         const int qd = n_head * hd, kvd = n_head_kv * hd, row = row0 + i;
@@ -129,8 +143,15 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
         for (int j = lid; j < qd; j += WG)
                 qa[j] = q[j];
         const long kv0 = (long) ((pos0 + i) % kv_rows) * kvd; /* a ring on sliding-window layers */
+        if (kv_kind == KV_Q8_0) {
+                for (int b = lid; b < kvd / 32; b += WG) {
+                        kv_put_q8_0(Kc + (kv0 / 32 + b) * 34, k + b * 32);
+                        kv_put_q8_0(Vc + (kv0 / 32 + b) * 34, v + b * 32);
+                }
+                return;
+        }
         for (int j = lid; j < kvd; j += WG) {
-                kv_put(Kc, kv_f16, kv0 + j, k[j]);
-                kv_put(Vc, kv_f16, kv0 + j, v[j]);
+                kv_put(Kc, kv_kind, kv0 + j, k[j]);
+                kv_put(Vc, kv_kind, kv0 + j, v[j]);
         }
 }

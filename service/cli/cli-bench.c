@@ -46,7 +46,7 @@ static int usage(FILE *f) {
                 "                         share to carry proactive work (agentxpu; default 0:\n"
                 "                         only what the cost model predicts to cost nothing)\n"
                 "  --no-piggyback         proactive prefill waits for reactive decode instead\n"
-                "  --kv-type T            each request's KV cache: f16 (default) or f32\n"
+                "  --kv-type T            each request's KV cache: f16 (default), f32 or q8_0\n"
                 "  --cpu-share S          the CPU guard: share of the CPU proactive work may take\n"
                 "                         while other processes keep it busy (agentxpu; 0.01 to 1,\n"
                 "                         default 0.25; 1: no guard)\n"

@@ -29,7 +29,7 @@ static int usage(FILE *f) {
                    "  --threads N        CPU threads (default: one per core)\n"
                    "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
-                   "  --kv-type T        KV cache: f16 (default) or f32\n"
+                   "  --kv-type T        KV cache: f16 (default), f32 or q8_0\n"
                    "  --json             print one JSON object with tokens, text and timings\n"
                    "  --json-schema FILE the output is JSON valid under the JSON Schema in FILE\n"
                    "  --grammar FILE     the output follows the GBNF grammar in FILE (rule root)\n"

@@ -13,7 +13,7 @@
 
 static int usage(FILE *f) {
         fprintf(f, "usage: agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT [--threads N] [--chunk N]\n"
-                   "                      [--device cpu|opencl|opencl:N|auto] [--kv-type f16|f32]\n"
+                   "                      [--device cpu|opencl|opencl:N|auto] [--kv-type f16|f32|q8_0]\n"
                    "       agentxpu logits -m MODEL (-p PROMPT | -f FILE) -o OUT --reference\n"
                    "Writes the logits of the last prompt position (tokenized as generate --raw does)\n"
                    "to OUT as n_vocab little-endian float32 values. The prompt must be valid UTF-8.\n"

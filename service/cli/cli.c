@@ -105,7 +105,7 @@ bool cli_double(const char *opt, const char *s, double min, double max, double *
 bool cli_kv_type(const char *s, uint32_t *ret) {
         if (axp_kv_type_from_name(s, ret) == 0)
                 return true;
-        cli_usage_error("--kv-type must be f16 or f32, got '%s'", s);
+        cli_usage_error("--kv-type must be f16, f32 or q8_0, got '%s'", s);
         return false;
 }
 

@@ -44,7 +44,8 @@ int cli_getopt(int argc, char **argv, const char *shortopts, const struct option
  * any finite number. */
 bool cli_uint(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 bool cli_double(const char *opt, const char *s, double min, double max, double *ret);
-/* --kv-type: f16 or f32 (AXP_TYPE_F16, AXP_TYPE_F32); false after a usage error message. */
+/* --kv-type: f16, f32 or q8_0 (AXP_TYPE_F16, AXP_TYPE_F32, AXP_TYPE_Q8_0); false after a usage
+ * error message. */
 bool cli_kv_type(const char *s, uint32_t *ret);
 
 /* Generated text to standard output, flushed. On a terminal, control characters other than

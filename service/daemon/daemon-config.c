@@ -77,7 +77,7 @@ typedef enum ValueKind {
         VALUE_DIR,      /* absolute path, not empty */
         VALUE_POLICY,
         VALUE_DEVICE,
-        VALUE_KV_TYPE,  /* f16 or f32 */
+        VALUE_KV_TYPE,  /* f16, f32 or q8_0 */
         VALUE_INT,      /* int, >= 0 */
         VALUE_UNSIGNED, /* unsigned, >= 1 */
         VALUE_SIZE,     /* size_t, >= 1 */
@@ -175,8 +175,8 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
                                           where, k->key, v);
                 return daemon_config_set_string(field, v);
         case VALUE_KV_TYPE:
-                if (strcmp(v, "f16") != 0 && strcmp(v, "f32") != 0)
-                        return axp_errorf(err, -EINVAL, "%s: %s= must be f16 or f32, got '%s'", where,
+                if (strcmp(v, "f16") != 0 && strcmp(v, "f32") != 0 && strcmp(v, "q8_0") != 0)
+                        return axp_errorf(err, -EINVAL, "%s: %s= must be f16, f32 or q8_0, got '%s'", where,
                                           k->key, v);
                 return daemon_config_set_string(field, v);
         case VALUE_INT:

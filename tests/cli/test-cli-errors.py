@@ -226,11 +226,37 @@ def check_isa(tmp):
     print("ok   an AXP_CPU_ISA this CPU cannot run is said, and the best path runs")
 
 
+def check_kv_type(tmp):
+    """--kv-type: an unknown type is a usage error that lists the three; q8_0 runs on heads of
+    64 and is refused in one line on heads of 48 (Q8_0 blocks are 32 wide)."""
+    model, narrow = os.path.join(tmp, "kv.gguf"), os.path.join(tmp, "kv48.gguf")
+    if (run("mkmodel", "-o", model).returncode != 0 or
+            run("mkmodel", "--head-dim", "48", "-o", narrow).returncode != 0):
+        fail("mkmodel failed")
+        return
+    gen = ["-p", "hi", "-n", "2", "--temperature", "0", "--threads", "1"]
+    for cmd in ("generate", "logits", "bench"):
+        p = run(cmd, *COMMANDS[cmd], "--kv-type", "q4_0")
+        want = f"agentxpu {cmd}: --kv-type must be f16, f32 or q8_0, got 'q4_0'"
+        if p.returncode != 2 or want not in lines(p.stderr):
+            fail(f"{cmd} --kv-type q4_0: status {p.returncode}, stderr {lines(p.stderr)}")
+    p = run("generate", "-m", model, *gen, "--kv-type", "q8_0")
+    if p.returncode != 0:
+        fail(f"generate --kv-type q8_0: status {p.returncode}, stderr {lines(p.stderr)}")
+    p = run("generate", "-m", narrow, *gen, "--kv-type", "q8_0")
+    want = ("agentxpu generate: a q8_0 KV cache needs a head size that is a multiple of 32; this model's is 48 "
+            "(use f16 or f32)")
+    if p.returncode != 1 or lines(p.stderr) != [want]:
+        fail(f"generate --kv-type q8_0 on heads of 48: status {p.returncode}, stderr {lines(p.stderr)}")
+    print("ok   --kv-type: q8_0 runs, an unknown type and heads not a multiple of 32 are refused")
+
+
 check_unknown_options()
 check_numbers()
 check_no_bus()
 with tempfile.TemporaryDirectory() as tmp:
     check_utf8(tmp)
     check_isa(tmp)
+    check_kv_type(tmp)
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)

@@ -90,10 +90,22 @@ static void test_every_key(void) {
         daemon_config_done(&c);
 }
 
+/* KVType=q8_0: llama.cpp's Q8_0 cache, passed to the engine by name */
+static void test_kv_type_q8_0(void) {
+        axp_error err = {};
+        DaemonConfig c;
+
+        daemon_config_init(&c);
+        CHECK_EQ_INT(daemon_config_parse(&c, "engine.conf", "[Engine]\nKVType=q8_0\n", &err), 0);
+        CHECK(strcmp(c.engine.kv_type, "q8_0") == 0);
+        daemon_config_done(&c);
+}
+
 static void test_bad_values(void) {
         static const struct { const char *text, *message; } cases[] = {
                 { "[Engine]\nPolicy=fastest\n", "x.conf:2: Policy= must be agentxpu, fcfs or serial, got 'fastest'" },
-                { "[Engine]\nKVType=q4_0\n", "x.conf:2: KVType= must be f16 or f32, got 'q4_0'" },
+                { "[Engine]\nKVType=q4_0\n", "x.conf:2: KVType= must be f16, f32 or q8_0, got 'q4_0'" },
+                { "[Engine]\nKVType=Q8_0\n", "x.conf:2: KVType= must be f16, f32 or q8_0, got 'Q8_0'" },
                 { "[Engine]\nModel=model.gguf\n", "x.conf:2: Model= must be an absolute path" },
                 { "[Engine]\nStaticDevice=gpu\n", "x.conf:2: StaticDevice= must be auto" },
                 { "[Engine]\nDynamicDevice=opencl:x\n", "DynamicDevice=" },
@@ -166,6 +178,7 @@ static void test_files(void) {
 int main(void) {
         RUN(test_defaults);
         RUN(test_every_key);
+        RUN(test_kv_type_q8_0);
         RUN(test_bad_values);
         RUN(test_unknown_keys_are_skipped);
         RUN(test_files);

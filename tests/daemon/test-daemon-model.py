@@ -153,6 +153,27 @@ def test_no_byte_of_the_answer_is_dropped():
         assert asked == want, (asked, want)
 
 
+def test_q8_0_kv_cache():
+    """KVType=q8_0 (llama.cpp's -ctk q8_0 -ctv q8_0): the daemon answers as `generate --kv-type
+    q8_0`; a model whose heads are not whole blocks of 32 is refused by LoadModel in one line,
+    and the engine keeps its model."""
+    gen = run([CLI, "generate", "-m", model(), "-p", "Hello", "--raw", "-n", "8", "--temperature", "0",
+               "--kv-type", "q8_0"])
+    assert gen.rc == 0, gen
+    with engine("[Engine]\nKVType=q8_0\n") as (bus, d):
+        r = bus.call("Complete", "Hello", GREEDY)
+        assert r.rc == 0 and gvariant_first_string(r.out) == gen.out.rstrip("\n"), (r.out, gen.out)
+        if not is_root():
+            raise Skip("LoadModel needs root (administrative call without polkit)")
+        narrow = bus.path("heads48.gguf")
+        assert run([CLI, "mkmodel", "--head-dim", "48", "-o", narrow]).rc == 0
+        os.chmod(narrow, 0o644)
+        r = bus.call("LoadModel", narrow)
+        assert r.error_name == "org.agentxpu.Error.InvalidArgument" and \
+            "a q8_0 KV cache needs a head size that is a multiple of 32; this model's is 48" in r.error_message, r
+        assert bus.call("Complete", "Hello", GREEDY).rc == 0
+
+
 def test_reactive_stream_in_order_unicast():
     need_tools("dbus-monitor")
     if not is_root():
@@ -500,6 +521,7 @@ TESTS = [
     test_complete_matches_generate,
     test_longrope_follows_the_engine_context,
     test_no_byte_of_the_answer_is_dropped,
+    test_q8_0_kv_cache,
     test_reactive_stream_in_order_unicast,
     test_other_uid_cannot_cancel_or_read,
     test_fifty_clients_a_third_leaving,

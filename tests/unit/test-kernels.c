@@ -495,25 +495,31 @@ static void test_attention(void) {
                 { 2, 700, 8, 4, 64, 256 },   /* a window of exactly a chunk */
                 { 300, 2000, 4, 2, 32, 100 }, /* a prefill chunk across the end of its ring */
         };
-        for (int kvt = 0; kvt < 2; kvt++) {
-                uint32_t kv_type = kvt ? AXP_TYPE_F16 : AXP_TYPE_F32;
+        /* F32, F16 and Q8_0 caches (Q8_0 where the heads are whole blocks of 32); the
+         * reference reads what the cache holds */
+        static const uint32_t kv_types[] = { AXP_TYPE_F32, AXP_TYPE_F16, AXP_TYPE_Q8_0 };
+        for (size_t kvt = 0; kvt < ELEMENTSOF(kv_types); kvt++) {
+                uint32_t kv_type = kv_types[kvt];
+                const char *kvn = kvt == 0 ? "F32" : kvt == 1 ? "F16" : "Q8_0";
                 for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
                         att_case c = cases[ci];
+                        if (kv_type == AXP_TYPE_Q8_0 && c.hd % 32 != 0)
+                                continue;
                         int n_pos = c.first_pos + c.n_q;
                         long ld = (long) c.n_head_kv * c.hd, ldq = (long) c.n_head * c.hd + 8;
+                        size_t rb = (size_t) axp_type_row_size(kv_type, ld);
                         float *kf = malloc(sizeof(float) * n_pos * ld), *vf = malloc(sizeof(float) * n_pos * ld);
-                        void *k = malloc((kvt ? 2 : 4) * n_pos * ld), *v = malloc((kvt ? 2 : 4) * n_pos * ld);
+                        char *k = malloc(rb * n_pos), *v = malloc(rb * n_pos);
                         for (long i = 0; i < n_pos * ld; i++) {
                                 kf[i] = gauss() * 1.5f;
                                 vf[i] = gauss();
-                                if (kvt) {
-                                        ((axp_f16 *) k)[i] = axp_f32_to_f16(kf[i]);
-                                        ((axp_f16 *) v)[i] = axp_f32_to_f16(vf[i]);
-                                        kf[i] = axp_f16_to_f32(((axp_f16 *) k)[i]);
-                                        vf[i] = axp_f16_to_f32(((axp_f16 *) v)[i]);
-                                } else {
-                                        ((float *) k)[i] = kf[i];
-                                        ((float *) v)[i] = vf[i];
+                        }
+                        for (int t = 0; t < n_pos; t++) {
+                                axp_cpu_kv_store(kv_type, kf + t * ld, k + t * rb, (int) ld);
+                                axp_cpu_kv_store(kv_type, vf + t * ld, v + t * rb, (int) ld);
+                                if (kv_type != AXP_TYPE_F32) {
+                                        axp_dequantize_row(kv_type, k + t * rb, kf + t * ld, ld);
+                                        axp_dequantize_row(kv_type, v + t * rb, vf + t * ld, ld);
                                 }
                         }
                         float *q = malloc(sizeof(float) * c.n_q * ldq);
@@ -542,7 +548,7 @@ static void test_attention(void) {
                                         for (int h = 0; h < c.n_head * c.hd; h++)
                                                 maxe = fmax(maxe, fabs(outs[1][i * ldq + h] - ref[(long) i * c.n_head * c.hd + h]));
                                 CHECK_MSG(maxe < 2e-5, "%s kv %s case %zu: max error %.3g", all_isas[ii],
-                                          kvt ? "F16" : "F32", ci, maxe);
+                                          kvn, ci, maxe);
                                 for (int p = 2; p <= 3; p++)
                                         CHECK_MSG(memcmp(outs[1], outs[p], sizeof(float) * c.n_q * ldq) == 0,
                                                   "%s case %zu: %d threads differ from 1", all_isas[ii], ci, p);
@@ -550,13 +556,12 @@ static void test_attention(void) {
                                  * the queries, rounded up to 256 rows) gives the same bits */
                                 int ring = c.window > 0 ? (c.window - 1 + c.n_q + 255) / 256 * 256 : 0;
                                 if (ring > 0 && ring < n_pos) {
-                                        size_t es = kvt ? 2 : 4, rb = es * (size_t) ld;
                                         char *kr = calloc(ring, rb), *vr = calloc(ring, rb);
                                         float *o = malloc(sizeof(float) * c.n_q * ldq);
                                         memcpy(o, q, sizeof(float) * c.n_q * ldq); /* the rows' padding */
                                         for (int p = MAX(0, c.first_pos - c.window + 1); p < n_pos; p++) {
-                                                memcpy(kr + (size_t) (p % ring) * rb, (char *) k + (size_t) p * rb, rb);
-                                                memcpy(vr + (size_t) (p % ring) * rb, (char *) v + (size_t) p * rb, rb);
+                                                memcpy(kr + (size_t) (p % ring) * rb, k + (size_t) p * rb, rb);
+                                                memcpy(vr + (size_t) (p % ring) * rb, v + (size_t) p * rb, rb);
                                         }
                                         axp_cpu_attention(pools[2], q, ldq, o, ldq, kr, vr, kv_type, c.n_q, pos,
                                                           c.n_head, c.n_head_kv, c.hd, c.window, ring, scale);

@@ -74,6 +74,13 @@ static void test_moe_cost(void) {
         if (!m)
                 return;
         axp_heg_shape_from_model(m, AXP_TYPE_F16, &s);
+        /* the KV cache's bytes per value: F16 2, Q8_0 34 / 32, so that the scheduler's K2
+         * estimate reads about half as much */
+        axp_heg_shape q8;
+        axp_heg_shape_from_model(m, AXP_TYPE_Q8_0, &q8);
+        CHECK(s.kv_bytes == 2.0 && q8.kv_bytes == 34.0 / 32);
+        CHECK(axp_heg_cost(&q8, AXP_OP_K2, 1, 1, 1000, 1000).bytes <
+              0.6 * axp_heg_cost(&s, AXP_OP_K2, 1, 1, 1000, 1000).bytes);
         const double expert = (double) axp_model_expert_bytes(m, 0);
         CHECK(s.n_expert == 16 && s.n_expert_used == 4 && s.bytes_expert == expert && expert > 0);
         CHECK(strcmp(axp_heg_kernel_name(&s, AXP_OP_K3), "K3 moe") == 0);
