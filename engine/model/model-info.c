@@ -117,10 +117,11 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                                   src, gguf_find(f, "tokenizer.ggml.model") ? "a vocabulary only" : "no model");
         if (!gguf_get_str(f, "general.architecture", &arch))
                 return axp_errorf(err, -EBADMSG, "%s: metadata 'general.architecture' is missing", src);
-        if (!gguf_str_eq(arch, "llama") && !gguf_str_eq(arch, "qwen2") && !gguf_str_eq(arch, "qwen3"))
-                return axp_errorf(err, -ENOTSUP,
-                                  "%s: architecture '%.*s' is not one the engine runs (llama, qwen2, qwen3)",
-                                  src, (int) MIN(arch.len, 64), arch.ptr);
+        if (axp_arch_from_gguf(arch) < 0) {
+                char list[AXP_ARCH_LIST_MAX];
+                return axp_errorf(err, -ENOTSUP, "%s: architecture '%.*s' is not one the engine runs (%s)",
+                                  src, (int) MIN(arch.len, 64), arch.ptr, axp_arch_list(list, sizeof(list)));
+        }
 
         *ret = (axp_model_info) { .size = (uint64_t) st.st_size };
         for (uint64_t i = 0; i < f->n_tensors; i++) {

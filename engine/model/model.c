@@ -59,6 +59,26 @@ int axp_arch_from_name(const char *name) {
         return -1;
 }
 
+int axp_arch_from_gguf(gguf_str name) {
+        for (enum axp_arch a = 0; a < AXP_ARCH__COUNT; a++)
+                if (gguf_str_eq(name, archs[a].name))
+                        return (int) a;
+        return -1;
+}
+
+char *axp_arch_list(char *buf, size_t size) {
+        size_t o = 0;
+
+        buf[0] = 0;
+        for (enum axp_arch a = 0; a < AXP_ARCH__COUNT; a++) {
+                int n = snprintf(buf + o, size - o, "%s%s", a ? ", " : "", archs[a].name);
+                if (n < 0 || (size_t) n >= size - o)
+                        break;
+                o += (size_t) n;
+        }
+        return buf;
+}
+
 static const char *arch_key(load_ctx *c, const char *suffix) {
         snprintf(c->key, sizeof(c->key), "%s.%s", axp_arch_name(c->m->hp.arch), suffix);
         return c->key;
@@ -221,15 +241,12 @@ static int load_hparams(load_ctx *c) {
 
         if (!gguf_get_str(m->gguf, "general.architecture", &arch))
                 return axp_errorf(c->err, -EINVAL, "%s: metadata 'general.architecture' is missing", c->file);
-        int a = -1;
-        for (int i = 0; i < AXP_ARCH__COUNT; i++)
-                if (gguf_str_eq(arch, archs[i].name))
-                        a = i;
-        if (a < 0)
-                return axp_errorf(c->err, -ENOTSUP,
-                                  "%s: architecture '%.*s' is not supported (supported: llama, qwen2, qwen3, "
-                                  "qwen3moe, phi3, gemma3)",
-                                  c->file, (int) MIN(arch.len, 64), arch.ptr);
+        int a = axp_arch_from_gguf(arch);
+        if (a < 0) {
+                char list[AXP_ARCH_LIST_MAX];
+                return axp_errorf(c->err, -ENOTSUP, "%s: architecture '%.*s' is not supported (supported: %s)",
+                                  c->file, (int) MIN(arch.len, 64), arch.ptr, axp_arch_list(list, sizeof(list)));
+        }
         hp->arch = a;
         const arch_info *ai = &archs[a];
         hp->rope_type = ai->rope_type;

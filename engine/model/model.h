@@ -157,3 +157,9 @@ uint64_t axp_model_weight_bytes(const axp_model *m);
 const char *axp_arch_name(enum axp_arch a);
 /* The architecture named as in GGUF's general.architecture; -1 if unknown. */
 int axp_arch_from_name(const char *name);
+/* The same, of the string in a GGUF's metadata: the one table the loader reads, so that what
+ * is checked before a model is installed is what the loader accepts. */
+int axp_arch_from_gguf(gguf_str name);
+/* The architectures the engine runs, for messages: "llama, qwen2, ..." into buf. */
+#define AXP_ARCH_LIST_MAX 128
+char *axp_arch_list(char *buf, size_t size);
