@@ -68,6 +68,20 @@ def other():
                    "--ffn", "256", "--ctx", "256", "--name", "other-model")
 
 
+# Tiny models of the other architectures the engine runs: what the install check accepts is
+# what the loader accepts (model.c's table).
+ARCHS = {
+    "phi3": ["--arch", "phi3"],
+    "gemma3": ["--arch", "gemma3", "--swa", "16"],
+    "qwen3moe": ["--arch", "qwen3moe", "--experts", "4", "--experts-used", "2", "--ffn", "64"],
+}
+
+
+def of_arch(arch):
+    return mkmodel(arch, "--seed", "10", "--dim", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+                   "--ffn", "256", "--ctx", "256", *ARCHS[arch])
+
+
 def big():
     """About 13 MB: several chunks of the copy, so a test can act in the middle of one."""
     return mkmodel("big", "--seed", "9", "--dim", "512", "--layers", "4", "--heads", "8", "--kv-heads", "4",
@@ -218,6 +232,26 @@ def test_install_list_use_remove_and_restart():
             assert re.search(r"^\* tiny ", model_cmd(bus, "list").out, re.M)
         finally:
             assert d2.stop() == 0, d2.text()
+
+
+def test_every_architecture_the_engine_runs_installs():
+    with setup() as (bus, d):
+        for arch in ARCHS:
+            r = install(bus, of_arch(arch), "--name", "tiny-" + arch)
+            assert r.rc == 0, (arch, r)
+        models = {name: {k: v["data"] for k, v in info.items()} for name, info in bus.props()["Models"]}
+        assert sorted(models) == sorted("tiny-" + a for a in ARCHS), models
+        for arch in ARCHS:
+            info = models["tiny-" + arch]
+            assert "error" not in info and info["architecture"] == arch, (arch, info)
+        r = model_cmd(bus, "list")
+        assert r.rc == 0, r
+        for arch in ARCHS:
+            assert re.search(rf"^  tiny-{arch} +{arch} ", r.out, re.M), (arch, r.out)
+        for arch in ARCHS:
+            r = model_cmd(bus, "use", "tiny-" + arch)
+            assert r.rc == 0, (arch, r)
+            still_serves(bus)
 
 
 def test_job_object_matches_the_interface_xml():
@@ -585,6 +619,7 @@ def test_the_path_changing_under_the_install_changes_nothing():
 if __name__ == "__main__":
     main([
         test_install_list_use_remove_and_restart,
+        test_every_architecture_the_engine_runs_installs,
         test_job_object_matches_the_interface_xml,
         test_install_from_an_ollama_store,
         test_install_from_a_hugging_face_cache,
