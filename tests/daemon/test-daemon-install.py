@@ -254,6 +254,55 @@ def test_every_architecture_the_engine_runs_installs():
             still_serves(bus)
 
 
+class Monitor:
+    """The engine's signals as `gdbus monitor` prints them, one a line, read as they come."""
+
+    def __init__(self, bus):
+        import threading
+        self.p = bus.spawn(["gdbus", "monitor", "--address", bus.address, "--dest", NAME],
+                           stdout=subprocess.PIPE, text=True)
+        self.p.stdout.readline()  # the name's owner: watching from here on
+        self.lines = []
+        self.thread = threading.Thread(target=lambda: self.lines.extend(iter(self.p.stdout.readline, "")),
+                                       daemon=True)
+        self.thread.start()
+
+    def models_changes(self):
+        """The values of Models in the PropertiesChanged signals seen so far."""
+        return [line for line in list(self.lines)
+                if "PropertiesChanged ('org.agentxpu.Engine'" in line and "'Models'" in line]
+
+    def after(self, action, *want, unwanted=()):
+        """Run action(); wait for a Models change after it that shows each of want and none of
+        unwanted (texts of the value as gdbus prints it)."""
+        seen = len(self.models_changes())
+        action()
+        return wait_for(lambda: [c for c in self.models_changes()[seen:]
+                                 if all(w in c for w in want) and not any(u in c for u in unwanted)],
+                        f"a change of Models showing {want}")
+
+    def close(self):
+        self.p.terminate()
+        self.p.wait(timeout=30)
+
+
+def test_models_property_changes_are_announced():
+    with setup() as (bus, d):
+        mon = Monitor(bus)
+
+        def ok(*args):
+            r = install(bus, *args[1:]) if args[0] == "install" else model_cmd(bus, *args)
+            assert r.rc == 0, (args, r)
+
+        try:
+            mon.after(lambda: ok("install", small(), "--name", "tiny"), "('tiny', {", "'loaded': <false>")
+            mon.after(lambda: ok("use", "tiny"), "('tiny', {", "'loaded': <true>", "'default': <true>")
+            mon.after(lambda: ok("install", other(), "--name", "other"), "('other', {", "('tiny', {")
+            mon.after(lambda: ok("remove", "other"), "('tiny', {", unwanted=["('other', {"])
+        finally:
+            mon.close()
+
+
 def test_job_object_matches_the_interface_xml():
     with setup(env=SLOW) as (bus, d):
         p = install_spawn(bus, big(), "--name", "big")
@@ -620,6 +669,7 @@ if __name__ == "__main__":
     main([
         test_install_list_use_remove_and_restart,
         test_every_architecture_the_engine_runs_installs,
+        test_models_property_changes_are_announced,
         test_job_object_matches_the_interface_xml,
         test_install_from_an_ollama_store,
         test_install_from_a_hugging_face_cache,
