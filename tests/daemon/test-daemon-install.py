@@ -445,6 +445,7 @@ class RawBus:
         path = re.match(r"unix:path=([^,]+)", address).group(1)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
+        self.sock.settimeout(120)  # a liveness bound only
         self.sock.sendall(b"\0AUTH EXTERNAL " + str(os.geteuid()).encode().hex().encode() + b"\r\n")
         assert self.sock.recv(4096).startswith(b"OK"), "authentication failed"
         self.sock.sendall(b"NEGOTIATE_UNIX_FD\r\n")
@@ -501,42 +502,62 @@ class RawBus:
         self.sock.sendmsg([bytes(m.b) + body], anc)
         return self.reply(self.serial)
 
+    def message(self):
+        """The next message: (type, header fields by code, body)."""
+        while len(self.buf) < 16:
+            self.buf += self.sock.recv(65536)
+        blen, _, flen = struct.unpack_from("<III", self.buf, 4)
+        total = 16 + flen + (-(16 + flen) % 8) + blen
+        while len(self.buf) < total:
+            self.buf += self.sock.recv(65536)
+        msg, self.buf = self.buf[:total], self.buf[total:]
+        fields, pos = {}, 16
+        while pos < 16 + flen:
+            pos += -pos % 8
+            code, slen = msg[pos], msg[pos + 1]
+            t = msg[pos + 2:pos + 2 + slen].decode()
+            pos += 3 + slen
+            if t == "u":
+                pos += -pos % 4
+                fields[code] = struct.unpack_from("<I", msg, pos)[0]
+                pos += 4
+            elif t == "g":
+                n = msg[pos]
+                fields[code] = msg[pos + 1:pos + 1 + n].decode()
+                pos += n + 2
+            else:
+                pos += -pos % 4
+                n = struct.unpack_from("<I", msg, pos)[0]
+                fields[code] = msg[pos + 4:pos + 4 + n].decode()
+                pos += n + 5
+        return msg[1], fields, msg[16 + flen + (-(16 + flen) % 8):]
+
+    @staticmethod
+    def strings(body, n):
+        """The first n strings of a body of strings."""
+        out, pos = [], 0
+        for _ in range(n):
+            pos += -pos % 4
+            k = struct.unpack_from("<I", body, pos)[0]
+            out.append(body[pos + 4:pos + 4 + k].decode())
+            pos += 5 + k
+        return out
+
     def reply(self, serial):
         while True:
-            while len(self.buf) < 16:
-                self.buf += self.sock.recv(65536)
-            blen, _, flen = struct.unpack_from("<III", self.buf, 4)
-            total = 16 + flen + (-(16 + flen) % 8) + blen
-            while len(self.buf) < total:
-                self.buf += self.sock.recv(65536)
-            msg, self.buf = self.buf[:total], self.buf[total:]
-            mtype = msg[1]
-            fields, pos = {}, 16
-            while pos < 16 + flen:
-                pos += -pos % 8
-                code, slen = msg[pos], msg[pos + 1]
-                t = msg[pos + 2:pos + 2 + slen].decode()
-                pos += 3 + slen
-                if t == "u":
-                    pos += -pos % 4
-                    fields[code] = struct.unpack_from("<I", msg, pos)[0]
-                    pos += 4
-                elif t == "g":
-                    n = msg[pos]
-                    fields[code] = msg[pos + 1:pos + 1 + n].decode()
-                    pos += n + 2
-                else:
-                    pos += -pos % 4
-                    n = struct.unpack_from("<I", msg, pos)[0]
-                    fields[code] = msg[pos + 4:pos + 4 + n].decode()
-                    pos += n + 5
-            body = msg[16 + flen + (-(16 + flen) % 8):]
+            mtype, fields, body = self.message()
             if mtype in (2, 3) and fields.get(5) == serial:
                 first = None
                 if body and fields.get(8, "")[:1] in ("s", "o"):
-                    n = struct.unpack_from("<I", body, 0)[0]
-                    first = body[4:4 + n].decode()
+                    first = self.strings(body, 1)[0]
                 return (fields.get(4) if mtype == 3 else None), first
+
+    def finished(self, job):
+        """The job's Finished signal, sent to this connection: (result, error name, message)."""
+        while True:
+            mtype, fields, body = self.message()
+            if mtype == 4 and fields.get(1) == job and fields.get(3) == "Finished":
+                return tuple(self.strings(body, 3))
 
     def install(self, fd, name, sha=None):
         o = self.Out()
@@ -568,6 +589,13 @@ def raw_install(bus, path, name, sha=None):
         os.close(fd)
 
 
+def raw_install_as_nobody(bus, path, name):
+    """raw_install from a client running as nobody (this file, run with --raw-install)."""
+    r = run(as_nobody([sys.executable, os.path.abspath(__file__), "--raw-install", bus.address, path, name]))
+    assert r.rc == 0, r
+    return tuple(json.loads(r.out))
+
+
 def test_bad_names_and_duplicates():
     with setup(model=other()) as (bus, d):
         for name in ("a/b", "..", "../etc", ".hidden", "-x", "", "x" * 101):
@@ -597,6 +625,8 @@ def test_two_installs_of_one_name_at_once():
         wait_for(lambda: temp_files(bus), "the first copy to start")
         r = install(bus, small(), "--name", "same")
         assert r.rc == 1 and "is being installed already" in r.err, r
+        error, msg = raw_install(bus, small(), "same")
+        assert error == "org.agentxpu.Error.Busy" and "is being installed already" in msg, (error, msg)
         assert p.wait(timeout=120) == 0, p.stderr.read()
         assert folder_files(bus) == ["same.gguf"]
         assert sha256(os.path.join(bus.models, "same.gguf")) == sha256(big())
@@ -608,6 +638,8 @@ def test_unauthorized_caller_is_refused():
     with setup(model=other()) as (bus, d):
         r = install(bus, small(), "--name", "mine", user="nobody")
         assert r.rc == 1 and "Not authorized" in r.err, r
+        error, msg = raw_install_as_nobody(bus, small(), "mine")
+        assert error == "org.agentxpu.Error.AccessDenied" and "Not authorized" in msg, (error, msg)
         assert folder_files(bus) == []
         assert run(as_nobody([CLI, "model", "use", "--address", bus.address, "x"])).rc == 1
         still_serves(bus)
@@ -666,6 +698,10 @@ def test_the_path_changing_under_the_install_changes_nothing():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--raw-install"]:  # raw_install_as_nobody()'s client
+        import types
+        print(json.dumps(raw_install(types.SimpleNamespace(address=sys.argv[2]), sys.argv[3], sys.argv[4])))
+        sys.exit(0)
     main([
         test_install_list_use_remove_and_restart,
         test_every_architecture_the_engine_runs_installs,
