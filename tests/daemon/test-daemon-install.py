@@ -6,10 +6,14 @@ folders (--models-dir, --state-dir), the polkit stand-in answering for uid 0 alo
 and a fake Hugging Face cache laid out as those tools lay them out, and every bad input the
 engine must refuse leaving nothing in the models folder and its model served.
 
-polkit itself (polkitd) is not started: it serves only the system bus (it has no option for
-another address), so the decision is tested against the stand-in, which sees the same
-CheckAuthorization call; the action and its defaults are checked by `meson test --suite data`.
-Needs root for `setpriv` (the unauthorized user). Run one test: test-daemon-install.py NAME."""
+polkit itself (polkitd) is not started here: it could serve this bus (it takes the bus
+DBUS_SYSTEM_BUS_ADDRESS names), but it decides from the actions installed in
+/usr/share/polkit-1/actions and the rules in /etc/polkit-1/rules.d, not from the build tree,
+and runs as its own user. So this test asks the stand-in, which sees the same
+CheckAuthorization call; tests/packaging/check-installed.sh runs the real polkitd on its test
+bus against the installed action and a rule of its own; the action and its defaults are
+checked by `meson test --suite data`. Needs root for `setpriv` (the unauthorized user) and to
+mount the small tmpfs of the full-disk tests. Run one test: test-daemon-install.py NAME."""
 
 import atexit
 import contextlib
@@ -128,14 +132,14 @@ class Engine:
 
 
 @contextlib.contextmanager
-def setup(model=None, env=None, wrapper=None):
+def setup(model=None, env=None, wrapper=None, models=None):
     """A bus, polkit saying yes to uid 0 alone, an engine with empty models and state folders
-    (serving `model` if given)."""
+    (serving `model` if given; the models folder is `models` if given, made here)."""
     bus = TestBus()
     try:
         p = bus.spawn([STANDIN, "--address", bus.address, "--allow-uid", "0"], stdout=subprocess.PIPE, text=True)
         assert p.stdout.readline().strip() == "ready"
-        models, state = bus.path("models"), bus.path("state")
+        models, state = models or bus.path("models"), bus.path("state")
         os.mkdir(models)
         os.mkdir(state)
         args = ["--model", model] if model else []
@@ -680,6 +684,92 @@ def test_a_full_disk_fails_the_copy_and_leaves_nothing():
         assert install(bus, small(), "--name", "small").rc == 0  # what fits still goes in
 
 
+_own_mounts = []
+
+
+@contextlib.contextmanager
+def small_tmpfs(size):
+    """A tmpfs of `size` on a temporary folder, in a mount namespace of this test's own where
+    it can have one (so that nothing mounted outlives it), unmounted after."""
+    if not is_root():
+        raise Skip("mounting a tmpfs needs root")
+    need_tools("mount", "umount")
+    if not _own_mounts:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x00020000) == 0:  # CLONE_NEWNS
+            _own_mounts.append(run(["mount", "--make-rprivate", "/"]).rc == 0)
+        else:
+            _own_mounts.append(False)
+    where = tempfile.mkdtemp(prefix="axp-test-tmpfs-")
+    r = run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "axp-test-tmpfs", where])
+    if r.rc != 0:
+        os.rmdir(where)
+        raise Skip(f"cannot mount a tmpfs here: {r.err.strip() or r.rc}")
+    try:
+        yield where
+    finally:
+        r = run(["umount", where])
+        if r.rc != 0:
+            run(["umount", "--lazy", where])
+        os.rmdir(where)
+
+
+def fill(path):
+    """Write `path` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for block in (1 << 16, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * block)
+    finally:
+        os.close(fd)
+
+
+def test_a_file_larger_than_the_free_space_is_refused_before_the_copy():
+    size = os.path.getsize(big())
+    with small_tmpfs(size // 2) as where:
+        with setup(model=other(), models=os.path.join(where, "models")) as (bus, d):
+            r = install(bus, big(), "--name", "big")
+            assert r.rc == 1 and "free some space" in r.err, r
+            error, msg = raw_install(bus, big(), "big")
+            assert error == "org.agentxpu.Error.NoSpace" and "bytes free" in msg, (error, msg)
+            assert folder_files(bus) == []
+            assert "Installing big" not in d.text(), d.text()  # no job, nothing written
+            still_serves(bus)
+            assert install(bus, small(), "--name", "small").rc == 0  # what fits still goes in
+
+
+def test_a_disk_that_fills_up_mid_copy_fails_the_job_and_leaves_nothing():
+    size = os.path.getsize(big())
+    # room for the model when the install starts; the test takes it while the job copies
+    with small_tmpfs(size + (8 << 20)) as where:
+        with setup(model=other(), env={"AGENTXPU_TEST_COPY_DELAY_MS": "1000"},
+                   models=os.path.join(where, "models")) as (bus, d):
+            fd = os.open(big(), os.O_RDONLY)
+            rb = RawBus(bus.address)
+            try:
+                error, job = rb.install(fd, "big")
+                assert error is None and job.startswith(PATH + "/job/"), (error, job)
+                # its first chunk written, the job waits a second before the next
+                wait_for(lambda: any(os.path.getsize(os.path.join(bus.models, f)) for f in temp_files(bus)),
+                         "the copy to start")
+                fill(os.path.join(where, "filler"))
+                result, error, msg = rb.finished(job)
+            finally:
+                rb.close()
+                os.close(fd)
+            assert (result, error) == ("failed", "org.agentxpu.Error.NoSpace"), (result, error, msg)
+            assert "has no room left for big" in msg and "free some space" in msg, msg
+            assert folder_files(bus) == []
+            os.unlink(os.path.join(where, "filler"))
+            still_serves(bus)
+            r = install(bus, big(), "--name", "big")  # with the room back it goes in
+            assert r.rc == 0, r
+            assert sha256(os.path.join(bus.models, "big.gguf")) == sha256(big())
+
+
 def test_the_path_changing_under_the_install_changes_nothing():
     """The engine copies the file the client opened: a link pointed elsewhere during the copy
     (or the file replaced) is not what gets installed."""
@@ -716,5 +806,7 @@ if __name__ == "__main__":
         test_cancel_mid_copy_leaves_nothing,
         test_a_client_that_leaves_cancels_its_install,
         test_a_full_disk_fails_the_copy_and_leaves_nothing,
+        test_a_file_larger_than_the_free_space_is_refused_before_the_copy,
+        test_a_disk_that_fills_up_mid_copy_fails_the_job_and_leaves_nothing,
         test_the_path_changing_under_the_install_changes_nothing,
     ])
