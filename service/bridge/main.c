@@ -200,32 +200,107 @@ static bool listen_unix(SoupServer *server, const char *path, GError **error) {
         return soup_server_listen_socket(server, sock, 0, error);
 }
 
-/* Sockets passed by systemd (socket activation); returns how many, -1 on error. Any of them
- * that is TCP needs the token, as --listen does. */
-static int listen_activated(SoupServer *server, bool *ret_tcp, GError **error) {
-        const char *pid = g_getenv("LISTEN_PID"), *fds = g_getenv("LISTEN_FDS");
-        int n;
+/* Is fd, passed by systemd, a socket that the bridge can serve on: a listening stream socket,
+ * Unix or loopback TCP, as agentxpu-http.socket makes? */
+static bool activated_fd_check(int fd, GError **error) {
+        struct stat st;
+        struct sockaddr_storage sa;
+        socklen_t sa_len = sizeof(sa), len;
+        int type = 0, listening = 0;
+        g_autoptr(GSocketAddress) addr = NULL;
 
-        *ret_tcp = false;
+        if (fstat(fd, &st) < 0) {
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT, "fd %d %s", fd,
+                            errno == EBADF ? "is not open" : g_strerror(errno));
+                return false;
+        }
+        if (!S_ISSOCK(st.st_mode)) {
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT, "fd %d is not a socket", fd);
+                return false;
+        }
+        len = sizeof(type);
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM) {
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                            "fd %d is not a stream socket (the socket unit needs ListenStream=)", fd);
+                return false;
+        }
+        len = sizeof(listening);
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening) {
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                            "fd %d is not a listening socket (the socket unit needs Accept=no)", fd);
+                return false;
+        }
+        if (getsockname(fd, (struct sockaddr *) &sa, &sa_len) < 0) {
+                g_set_error(error, G_IO_ERROR, g_io_error_from_errno(errno), "fd %d: %s", fd,
+                            g_strerror(errno));
+                return false;
+        }
+        if (sa.ss_family == AF_UNIX)
+                return true;
+        addr = g_socket_address_new_from_native(&sa, sa_len);
+        if (!addr || !G_IS_INET_SOCKET_ADDRESS(addr)) {
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                            "fd %d is neither a Unix nor a TCP socket", fd);
+                return false;
+        }
+        /* loopback only, as --listen: the token goes in the clear */
+        if (!is_loopback(g_inet_socket_address_get_address(G_INET_SOCKET_ADDRESS(addr)))) {
+                g_autofree char *host = g_inet_address_to_string(
+                        g_inet_socket_address_get_address(G_INET_SOCKET_ADDRESS(addr)));
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                            "fd %d listens on %s port %u, not on loopback (ListenStream=127.0.0.1:PORT "
+                            "or [::1]:PORT)", fd, host,
+                            g_inet_socket_address_get_port(G_INET_SOCKET_ADDRESS(addr)));
+                return false;
+        }
+        return true;
+}
+
+/* How many sockets systemd passed (socket activation; 0: none), each checked; -1 when they are
+ * not what the bridge can serve on. Runs before the bridge opens any file of its own, so that
+ * a LISTEN_FDS that counts more than were passed finds closed fds, not the bridge's. */
+static int activated_fds(GError **error) {
+        const char *pid = g_getenv("LISTEN_PID"), *fds = g_getenv("LISTEN_FDS");
+        guint64 n;
+
         if (!pid || !fds || g_ascii_strtoull(pid, NULL, 10) != (guint64) getpid())
                 return 0;
-        n = (int) g_ascii_strtoull(fds, NULL, 10);
+        if (!g_ascii_string_to_unsigned(fds, 10, 0, G_MAXINT - SD_LISTEN_FDS_START, &n, NULL)) {
+                g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                            "LISTEN_FDS=%s is not a number of sockets", fds);
+                return -1;
+        }
+        for (int i = 0; i < (int) n; i++)
+                if (!activated_fd_check(SD_LISTEN_FDS_START + i, error)) {
+                        g_prefix_error(error, "LISTEN_FDS=%d (fds %d to %d): ", (int) n,
+                                       SD_LISTEN_FDS_START, SD_LISTEN_FDS_START + (int) n - 1);
+                        return -1;
+                }
         g_unsetenv("LISTEN_PID");
         g_unsetenv("LISTEN_FDS");
         g_unsetenv("LISTEN_FDNAMES");
+        return (int) n;
+}
+
+/* Serve on the n sockets that activated_fds() checked. Any of them that is TCP needs the
+ * token, as --listen does. */
+static bool listen_activated(SoupServer *server, int n, bool *ret_tcp, GError **error) {
+        bool tcp = false;
+
         for (int i = 0; i < n; i++) {
                 int fd = SD_LISTEN_FDS_START + i;
                 g_autoptr(GSocket) sock = NULL;
                 (void) fcntl(fd, F_SETFD, FD_CLOEXEC);
                 sock = g_socket_new_from_fd(fd, error);
                 if (!sock)
-                        return -1;
+                        return false;
                 if (g_socket_get_family(sock) != G_SOCKET_FAMILY_UNIX)
-                        *ret_tcp = true;
+                        tcp = true;
                 if (!soup_server_listen_socket(server, sock, 0, error))
-                        return -1;
+                        return false;
         }
-        return n;
+        *ret_tcp = tcp;
+        return true;
 }
 
 static gboolean on_signal(gpointer data) {
@@ -267,6 +342,11 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "agentxpu serve: --flows must be from 0 to 64\n");
                 return 2;
         }
+        activated = activated_fds(&e);
+        if (activated < 0) {
+                fprintf(stderr, "agentxpu serve: the sockets from systemd: %s\n", e->message);
+                return 1;
+        }
         tpath = token_path();
         if (opt_print_token) {
                 g_autofree char *t = token_load(tpath, &e);
@@ -283,8 +363,7 @@ int main(int argc, char **argv) {
         b.server = soup_server_new("server-header", "agentxpu/" AXP_VERSION " ", NULL);
         soup_server_add_handler(b.server, NULL, http_handler, &b, NULL);
 
-        activated = listen_activated(b.server, &activated_tcp, &e);
-        if (activated < 0) {
+        if (activated > 0 && !listen_activated(b.server, activated, &activated_tcp, &e)) {
                 fprintf(stderr, "agentxpu serve: the sockets from systemd: %s\n", e->message);
                 return 1;
         }

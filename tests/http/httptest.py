@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -64,11 +65,22 @@ def model():
     return path
 
 
+def free_port():
+    """A loopback TCP port that nobody listens on now (systemd-socket-activate takes no port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Bridge:
     """agentxpu serve on the test's bus: a Unix socket in a private runtime folder, and
-    loopback TCP on a port of the kernel's choosing."""
+    loopback TCP on a port of the kernel's choosing. activated: started as systemd starts
+    agentxpu-http.service from agentxpu-http.socket, by systemd-socket-activate, which listens
+    on $XDG_RUNTIME_DIR/agentxpu/http.sock (and a free loopback port) and at the first
+    connection runs agentxpu-http on the sockets it hands over; activate_args are more of its
+    options, via a command that execs the bridge (keeping its pid, which LISTEN_PID names)."""
 
-    def __init__(self, bus, args=(), tcp=True):
+    def __init__(self, bus, args=(), tcp=True, activated=False, activate_args=(), via=()):
         self.bus = bus
         self.home = bus.path("home")
         self.runtime = bus.path("runtime")
@@ -77,25 +89,45 @@ class Bridge:
                         HOME=self.home)
         self.log_path = bus.path(f"bridge-{len(bus.children)}.log")
         self.log = open(self.log_path, "w")
-        cmd = [CLI, "serve", "--address", bus.address] + (["--listen", "127.0.0.1:0"] if tcp else []) + list(args)
-        self.proc = bus.spawn(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                              env=dict(self.env, AGENTXPU_HTTP=BRIDGE))
         self.socket = None
         self.port = None
-        want = 2 if tcp else 1
-        for _ in range(want):
+        if activated:
+            need_tools("systemd-socket-activate")
+            self.socket = os.path.join(self.runtime, "agentxpu", "http.sock")
+            os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
+            self.port = free_port() if tcp else None
+            listen = [self.socket] + ([f"127.0.0.1:{self.port}"] if tcp else [])
+            cmd = (["systemd-socket-activate"] + [f"--listen={a}" for a in listen] + list(activate_args) +
+                   list(via) + [BRIDGE, "--address", bus.address] + list(args))
+        else:
+            cmd = [CLI, "serve", "--address", bus.address] + (["--listen", "127.0.0.1:0"] if tcp else []) + list(args)
+        self.proc = bus.spawn(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                              env=dict(self.env, AGENTXPU_HTTP=BRIDGE))
+        if activated:
+            sockets = len(listen) + list(activate_args).count("-l")
+            wait_for(lambda: self.text().count("Listening on ") >= sockets or self.proc.poll() is not None,
+                     "systemd-socket-activate to listen")
+        else:
+            self.listening(2 if tcp else 1)
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.token = run([CLI, "serve", "--print-token"], env=dict(self.env, AGENTXPU_HTTP=BRIDGE)).out.strip() \
+            if tcp else None
+
+    def listening(self, n):
+        """The n lines where the bridge says it listens, which set socket and port."""
+        lines = []
+        for _ in range(n):
             line = self.proc.stdout.readline()
             if not line:
                 raise AssertionError(f"the bridge exited with {self.proc.wait()}:\n{self.text()}")
+            lines.append(line.strip())
             m = re.match(r"Listening on unix:(\S+)", line)
             if m:
                 self.socket = m.group(1)
             m = re.match(r"Listening on http://127\.0\.0\.1:(\d+)/", line)
             if m:
                 self.port = int(m.group(1))
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.token = run([CLI, "serve", "--print-token"], env=dict(self.env, AGENTXPU_HTTP=BRIDGE)).out.strip() \
-            if tcp else None
+        return lines
 
     def text(self):
         self.log.flush()
@@ -145,13 +177,13 @@ class Bridge:
 
 
 @contextlib.contextmanager
-def serving(config="", bridge_args=(), tcp=True):
+def serving(config="", bridge_args=(), tcp=True, activated=False):
     """The engine and the bridge on a private bus: (bus, daemon, bridge)."""
     m = model()
     bus = TestBus()
     try:
         d = Daemon(bus, DAEMON, config=config, args=["--model", m])
-        b = Bridge(bus, bridge_args, tcp=tcp)
+        b = Bridge(bus, bridge_args, tcp=tcp, activated=activated)
         yield bus, d, b
         assert b.proc.poll() is None, "the bridge died:\n" + b.text()
         assert b.stop() == 0, b.text()

@@ -10,12 +10,14 @@ Run one test: test-http.py test_openai_chat_sse_framing"""
 import json
 import os
 import re
+import socket
 import stat
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from httptest import WAIT, Skip, llama3, main, model_name, serving, sse_events, token_count, wait_for  # noqa: E402,F401
+from httptest import (WAIT, Bridge, Skip, TestBus, free_port, llama3, main, model, model_name, serving,  # noqa: E402,F401
+                      sse_events, token_count, wait_for)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 from bustest import NAME, PATH, REQ_IFACE, gvariant_first_string  # noqa: E402
@@ -153,25 +155,100 @@ def test_listings():
         assert status == 405, body
 
 
+def check_token_required_on_tcp(bus, b):
+    """Over TCP, no request without the token reaches the engine; with it, they are served."""
+    m = model_name(b)
+    chat = {"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]}
+    for token in (False, "0" * len(b.token), b.token[:-1]):
+        status, body = b.json("/v1/chat/completions", chat, tcp=True, token=token)
+        assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+        status, body = b.json("/api/generate", {"model": m, "prompt": "hi"}, tcp=True, token=token)
+        assert status == 401 and isinstance(body["error"], str), body
+        status, body = b.json("/v1/models", tcp=True, token=token)
+        assert status == 401, body
+    # nothing reached the engine
+    assert bus.request_nodes() == []
+    assert "A bearer token is required" in b.text()
+    status, body = b.json("/v1/chat/completions", chat, tcp=True)
+    assert status == 200, body
+    # the Unix socket needs none: it is the user's alone
+    status, body = b.json("/v1/chat/completions", chat)
+    assert status == 200, body
+
+
 def test_token_required_on_tcp():
     with serving() as (bus, d, b):
-        m = model_name(b)
-        chat = {"model": m, "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]}
-        for token in (False, "0" * len(b.token), b.token[:-1]):
-            status, body = b.json("/v1/chat/completions", chat, tcp=True, token=token)
-            assert status == 401 and body["error"]["code"] == "invalid_api_key", body
-            status, body = b.json("/api/generate", {"model": m, "prompt": "hi"}, tcp=True, token=token)
-            assert status == 401 and isinstance(body["error"], str), body
-            status, body = b.json("/v1/models", tcp=True, token=token)
-            assert status == 401, body
-        # nothing reached the engine
-        assert bus.request_nodes() == []
-        assert "A bearer token is required" in b.text()
-        status, body = b.json("/v1/chat/completions", chat, tcp=True)
-        assert status == 200, body
-        # the Unix socket needs none: it is the user's alone
-        status, body = b.json("/v1/chat/completions", chat)
-        assert status == 200, body
+        check_token_required_on_tcp(bus, b)
+
+
+def test_socket_activation_unix():
+    """Started as agentxpu-http.socket starts it: the first connection to the socket that
+    systemd listens on starts the bridge, which serves it and the ones after."""
+    with serving(tcp=False, activated=True) as (bus, d, b):
+        m = bus.props()["Model"]
+        want = complete(bus, "Hello", 10)
+        status, body = b.json("/v1/chat/completions", {"model": m, "max_tokens": 10, "temperature": 0,
+                                                       "messages": [{"role": "user", "content": "Hello"}]})
+        assert status == 200 and body["choices"][0]["message"]["content"] == want, (body, want)
+        # it serves on the socket handed over, and makes none of its own
+        assert b.listening(1) == [f"Listening on unix:{b.socket}"]
+        status, text = b.curl("/api/chat", {"model": m, "messages": [{"role": "user", "content": "Hello"}],
+                                            "options": {"num_predict": 10, "temperature": 0}})
+        lines = ndjson(text)
+        assert status == 200 and lines[-1]["done"], lines
+        assert "".join(x["message"]["content"] for x in lines) == want
+        status, body = b.json("/api/tags")
+        assert status == 200 and [x["name"] for x in body["models"]] == [m], body
+
+
+def test_socket_activation_tcp_needs_the_token():
+    with serving(activated=True) as (bus, d, b):
+        # the first connection, over TCP without the token, starts the bridge and gets 401
+        status, body = b.json("/v1/models", tcp=True, token=False)
+        assert status == 401 and body["error"]["code"] == "invalid_api_key", body
+        assert sorted(b.listening(2)) == [f"Listening on http://127.0.0.1:{b.port}/ (bearer token required)",
+                                          f"Listening on unix:{b.socket}"]
+        check_token_required_on_tcp(bus, b)
+
+
+def test_socket_activation_refuses_sockets_it_cannot_serve_on():
+    """A socket unit or a LISTEN_FDS that the bridge cannot serve on: one line that says
+    what is wrong, and exit status 1."""
+    model()
+    port = free_port()
+    cases = [
+        ("LISTEN_FDS counts more than were passed", {"via": ["sh", "-c", 'LISTEN_FDS=2 exec "$0" "$@"']},
+         "LISTEN_FDS=2 (fds 3 to 4): fd 4 is not open"),
+        ("LISTEN_FDS not a number", {"via": ["sh", "-c", 'LISTEN_FDS=two exec "$0" "$@"']},
+         "LISTEN_FDS=two is not a number of sockets"),
+        ("a file, not a socket", {"via": ["sh", "-c", 'exec 3</dev/null; exec "$0" "$@"']},
+         "LISTEN_FDS=1 (fds 3 to 3): fd 3 is not a socket"),
+        ("a datagram socket (ListenDatagram=)", {"activate_args": ["--datagram"]},
+         "LISTEN_FDS=1 (fds 3 to 3): fd 3 is not a stream socket (the socket unit needs ListenStream=)"),
+        ("a connection (Accept=yes)", {"activate_args": ["--accept"]},
+         "LISTEN_FDS=1 (fds 3 to 3): fd 3 is not a listening socket (the socket unit needs Accept=no)"),
+        ("TCP on every address", {"activate_args": ["-l", f"0.0.0.0:{port}"]},
+         f"LISTEN_FDS=2 (fds 3 to 4): fd 4 listens on 0.0.0.0 port {port}, not on loopback "
+         "(ListenStream=127.0.0.1:PORT or [::1]:PORT)"),
+    ]
+    for what, kw, want in cases:
+        bus = TestBus()
+        try:
+            b = Bridge(bus, tcp=False, activated=True, **kw)
+            datagram = "--datagram" in kw.get("activate_args", ())
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM if datagram else socket.SOCK_STREAM) as s:
+                if datagram:
+                    s.sendto(b"GET / HTTP/1.0\r\n\r\n", b.socket)
+                else:
+                    s.connect(b.socket)
+            wait_for(lambda: "agentxpu serve:" in b.text(), f"the bridge to refuse {what}")
+            errors = [line for line in b.text().splitlines() if line.startswith("agentxpu serve:")]
+            assert errors == [f"agentxpu serve: the sockets from systemd: {want}"], (what, b.text())
+            print(f"    {what}: {errors[0]}", flush=True)
+            if "--accept" not in kw.get("activate_args", ()):    # else the bridge ran in a child of its own
+                assert b.proc.wait(timeout=WAIT) == 1, (what, b.text())
+        finally:
+            bus.close()
 
 
 def test_client_leaving_cancels_its_request():
@@ -532,6 +609,9 @@ if __name__ == "__main__":
         test_ollama_ndjson_framing,
         test_listings,
         test_token_required_on_tcp,
+        test_socket_activation_unix,
+        test_socket_activation_tcp_needs_the_token,
+        test_socket_activation_refuses_sockets_it_cannot_serve_on,
         test_client_leaving_cancels_its_request,
         test_proactive_priority_and_a_reactive_request_overtakes,
         test_bad_inputs_and_the_bridge_keeps_serving,

@@ -29,6 +29,8 @@ NAME=org.agentxpu.Engine
 POLICY=/usr/share/dbus-1/system.d/$NAME.conf
 UNIT=/lib/systemd/system/agentxpu-engine.service
 ENGINE=/usr/libexec/agentxpu-engine
+HTTP=/usr/libexec/agentxpu-http
+USER_UNITS=/usr/lib/systemd/user
 MODEL=/var/lib/agentxpu/models/install-test.gguf
 POLKITD=/usr/lib/polkit-1/polkitd
 INSTALLER=axp-installer
@@ -130,7 +132,8 @@ apt-get install -y -q --no-install-recommends "$deb" >"$dir/apt-install.log" 2>&
 step "installed files"
 for f in /usr/bin/agentxpu /usr/bin/agentxpu-monitor "$ENGINE" "$POLICY" \
         /usr/share/dbus-1/system-services/$NAME.service /usr/share/dbus-1/interfaces/$NAME.xml \
-        "$UNIT" /usr/lib/systemd/user/agentxpu-monitor.service \
+        "$UNIT" "$USER_UNITS/agentxpu-monitor.service" \
+        "$HTTP" "$USER_UNITS/agentxpu-http.service" "$USER_UNITS/agentxpu-http.socket" \
         /etc/xdg/autostart/agentxpu-monitor.desktop /etc/xdg/agentxpu/monitor.conf \
         /etc/agentxpu/engine.conf /usr/lib/sysusers.d/agentxpu.conf \
         /lib/udev/rules.d/70-agentxpu-accel.rules \
@@ -143,6 +146,8 @@ done
 dpkg-query -W -f='${Conffiles}\n' agentxpu | grep -q " /etc/agentxpu/engine.conf " ||
         fail "/etc/agentxpu/engine.conf is not a conffile"
 grep -q "^ExecStart=$ENGINE\$" "$UNIT" || fail "the unit does not start $ENGINE"
+grep -q "^ExecStart=$HTTP\$" "$USER_UNITS/agentxpu-http.service" ||
+        fail "agentxpu-http.service does not start $HTTP"
 
 step "the service user (sysusers.d)"
 getent passwd agentxpu >/dev/null || fail "user agentxpu was not created"

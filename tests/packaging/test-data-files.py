@@ -25,6 +25,8 @@ ENGINE_EXEC = os.environ.get("AXP_ENGINE_EXEC", "")
 DAEMON = os.environ.get("AXP_ENGINE_DAEMON", os.path.join(BUILD, "service", "daemon", "agentxpu-engine"))
 CLI = os.environ.get("AXP_CLI", os.path.join(BUILD, "service", "cli", "agentxpu"))
 MONITOR = os.environ.get("AXP_MONITOR", os.path.join(BUILD, "service", "monitor", "agentxpu-monitor"))
+HTTP_EXEC = os.environ.get("AXP_HTTP_EXEC", "")
+HTTP_BRIDGE = os.environ.get("AXP_HTTP_BRIDGE", os.path.join(BUILD, "service", "bridge", "agentxpu-http"))
 
 NAME = "org.agentxpu.Engine"
 USER = "agentxpu"
@@ -110,6 +112,39 @@ def test_engine_slice_below_sessions():
     if shutil.which("systemd-analyze"):
         r = run(["systemd-analyze", "verify", "--man=no", data("agentxpu.slice")])
         assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+
+def test_http_user_units():
+    """agentxpu serve's user units: the socket is where the bridge listens by default, private,
+    and hands over one listening socket (Accept=no), as the bridge wants; the service runs the
+    installed bridge and is started by the socket only. systemd takes both as user units."""
+    if not os.path.exists(data("agentxpu-http.service")):
+        raise Skip("agentxpu-http is not built (it needs libsoup 3 and json-glib)")
+    sock = unit_entries(os.path.join(SRC, "data", "agentxpu-http.socket"))
+    assert [v for s, k, v in sock if s == "Socket" and k.startswith("Listen")] == ["%t/agentxpu/http.sock"], sock
+    assert unit_value(sock, "Socket", "SocketMode") == "0600"
+    assert unit_value(sock, "Socket", "DirectoryMode") == "0700"
+    assert not [v for s, k, v in sock if k == "Accept" and v != "no"], "the bridge serves a listening socket"
+    assert unit_value(sock, "Install", "WantedBy") == "sockets.target"
+    text = read(data("agentxpu-http.service"))
+    service = unit_entries(data("agentxpu-http.service"))
+    if HTTP_EXEC:
+        assert unit_value(service, "Service", "ExecStart") == HTTP_EXEC, "ExecStart is not where meson installs the bridge"
+    assert unit_value(service, "Unit", "Requires") == "agentxpu-http.socket"
+    assert unit_value(service, "Unit", "After") == "agentxpu-http.socket"
+    assert not [k for s, k, v in service if s == "Install"], "the socket starts the service; it has no [Install]"
+
+    if not shutil.which("systemd-analyze"):
+        raise Skip("systemd-analyze is missing (the units were only read)")
+    with tempfile.TemporaryDirectory() as d:
+        # systemd-analyze verify wants ExecStart= to exist, and a user manager's runtime folder
+        with open(os.path.join(d, "agentxpu-http.service"), "w") as f:
+            f.write(re.sub(r"^ExecStart=\S+", f"ExecStart={os.path.abspath(HTTP_BRIDGE)}", text, flags=re.M))
+        shutil.copy(os.path.join(SRC, "data", "agentxpu-http.socket"), d)
+        units = [os.path.join(d, "agentxpu-http.socket"), os.path.join(d, "agentxpu-http.service")]
+        r = run(["systemd-analyze", "--user", "verify", "--man=no"] + units,
+                env=dict(os.environ, XDG_RUNTIME_DIR=d))
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
 
 
 def test_sysusers_user():
