@@ -117,9 +117,13 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                                   src, gguf_find(f, "tokenizer.ggml.model") ? "a vocabulary only" : "no model");
         if (!gguf_get_str(f, "general.architecture", &arch))
                 return axp_errorf(err, -EBADMSG, "%s: metadata 'general.architecture' is missing", src);
-        if (!gguf_str_eq(arch, "llama") && !gguf_str_eq(arch, "qwen2") && !gguf_str_eq(arch, "qwen3"))
+        /* the loader's architectures, all of them */
+        char arch_name[32];
+        copy_str(arch_name, sizeof(arch_name), arch);
+        if (arch.len >= sizeof(arch_name) || axp_arch_from_name(arch_name) < 0)
                 return axp_errorf(err, -ENOTSUP,
-                                  "%s: architecture '%.*s' is not one the engine runs (llama, qwen2, qwen3)",
+                                  "%s: architecture '%.*s' is not one the engine runs (llama, qwen2, qwen3, "
+                                  "qwen3moe, phi3, gemma3)",
                                   src, (int) MIN(arch.len, 64), arch.ptr);
 
         *ret = (axp_model_info) { .size = (uint64_t) st.st_size };
