@@ -13,6 +13,10 @@ typedef struct axp_model_info {
         uint64_t parameters; /* elements of every tensor */
         uint64_t size;       /* bytes of the file */
         char types[128];     /* tensor types by count, most first: "Q8_0 28, F32 9" */
+        /* the family of chat template the file carries ("llama3", "chatml", "gemma"...,
+         * model/chat.h), "unrecognised" for one that none matches (prompts are used raw),
+         * "" for none (the vocabulary then decides) */
+        char chat_template[24];
 } axp_model_info;
 
 /* Check the GGUF file open at `fd` (a regular file, read with pread from offset 0, never
