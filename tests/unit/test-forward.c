@@ -344,6 +344,7 @@ static void test_batched_decode(void) {
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");
         batched_decode("qwen3moe", "q8_0");
+        batched_decode("phi3", "q8_0");
 }
 
 /* The logits of a prepared model's last position after a prompt of n tokens, malloc'd. */
