@@ -575,6 +575,13 @@ static void engine_call(axp_engine *e, void (*fn)(axp_engine *e, void *arg), voi
 
 /* Model, devices, scheduler ------------------------------------------------------------------ */
 
+/* A model whose chat template is not understood: its prompts are used raw. One line on
+ * stderr (the daemon's journal) per model load says so. */
+static void warn_chat_template(const char *path, const axp_model *m) {
+        if (axp_chat_template_unknown(m->chat_template))
+                fprintf(stderr, "agentxpu: warning: %s: " AXP_CHAT_UNKNOWN_WARNING "\n", path);
+}
+
 static int setup_devices(axp_engine *e, axp_error *err) {
         axp_role_binding b;
         int r;
@@ -837,6 +844,7 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
                         return r;
                 if ((r = setup_model(e, m, err)) < 0)
                         return r;
+                warn_chat_template(c->model_path, m);
                 TAKE_PTR(m); /* the engine's now */
         }
         r = pthread_create(&e->thread, NULL, engine_main, e);
@@ -1098,6 +1106,7 @@ int axp_engine_load_model(axp_engine *e, const char *path, axp_error *err) {
                 axp_model_free(m);
                 return r;
         }
+        warn_chat_template(path, m);
         engine_call(e, api_swap_begin, m, false);
         /* waits (as new requests do) until the requests in flight are done and m is in place */
         engine_call(e, api_swap_result, &a, true);

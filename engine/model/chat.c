@@ -113,6 +113,10 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
         return AXP_CHAT_RAW;
 }
 
+bool axp_chat_template_unknown(const char *tmpl) {
+        return tmpl && *tmpl && strcmp(tmpl, "raw") != 0 && axp_chat_detect(tmpl, NULL) == AXP_CHAT_RAW;
+}
+
 /* Python's str.isspace(), which Jinja's trim and str.strip() use. */
 static bool py_space(uint32_t c) {
         return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||

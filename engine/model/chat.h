@@ -39,6 +39,15 @@ typedef struct axp_chat_msg {
 } axp_chat_msg;
 
 axp_chat_family axp_chat_detect(const char *chat_template, const axp_tokenizer *tok);
+/* Does the file carry a template that none of the families matches? Its prompts are then
+ * used raw (axp_chat_detect says AXP_CHAT_RAW), which AXP_CHAT_UNKNOWN_WARNING tells the user:
+ * the command line on stderr, the engine in its log once per model load. A family's name
+ * ("raw" included) is understood; no template at all is not a warning. */
+bool axp_chat_template_unknown(const char *chat_template);
+#define AXP_CHAT_UNKNOWN_WARNING                                                                 \
+        "the model's chat template (tokenizer.chat_template) is not one agentxpu recognises "   \
+        "(Llama 3, ChatML, Gemma, Phi-3, Mistral, Llama 2); prompts are used raw, without a "   \
+        "template"
 const char *axp_chat_family_name(axp_chat_family f);
 
 /* Format messages; if add_generation_prompt, end with the assistant turn's opening. Returns

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "chat.h"
 #include "gguf.h"
 #include "model.h"
 #include "kernels/types.h"
@@ -143,6 +144,15 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
         if (gguf_get_str(f, "general.name", &name))
                 copy_str(ret->name, sizeof(ret->name), name);
         describe_types(f, ret);
+        gguf_str tmpl;
+        if (gguf_get_str(f, "tokenizer.chat_template", &tmpl) && tmpl.len > 0) {
+                _cleanup_free_ char *t = strndup(tmpl.ptr, (size_t) tmpl.len);
+                if (!t)
+                        return axp_errorf(err, -ENOMEM, "%s: out of memory for its header", src);
+                snprintf(ret->chat_template, sizeof(ret->chat_template), "%s",
+                         axp_chat_template_unknown(t) ? "unrecognised"
+                                                      : axp_chat_family_name(axp_chat_detect(t, NULL)));
+        }
         return 0;
 }
 

@@ -13,12 +13,17 @@ typedef struct axp_model_info {
         uint64_t parameters; /* elements of every tensor */
         uint64_t size;       /* bytes of the file */
         char types[128];     /* tensor types by count, most first: "Q8_0 28, F32 9" */
+        /* the family of chat template the file carries ("llama3", "chatml", "gemma"...,
+         * model/chat.h), "unrecognised" for one that none matches (prompts are used raw),
+         * "" for none (the vocabulary then decides) */
+        char chat_template[24];
 } axp_model_info;
 
 /* Check the GGUF file open at `fd` (a regular file, read with pread from offset 0, never
  * mapped: the file may change under us): its header (every count, key, tensor's type and
  * shape, and each tensor's extent against the file's size), an architecture the engine runs
- * (llama, qwen2, qwen3) and tensor types it computes with. `src` names the file in messages.
+ * (llama, qwen2, qwen3, qwen3moe, phi3, gemma3) and tensor types it computes with. `src` names
+ * the file in messages.
  * Returns 0, or a negative errno with a one-line message: -EBADMSG (not GGUF, truncated,
  * corrupt), -ENOTSUP (an architecture or type the engine cannot run), -EPROTONOSUPPORT (a
  * GGUF version it cannot read), or the error of reading. */

@@ -295,6 +295,10 @@ static int load_hparams(load_ctx *c) {
         if (ai->swa_period >= 0 && gguf_find(m->gguf, arch_key(c, "attention.sliding_window"))) {
                 if ((r = get_dim(c, "attention.sliding_window", true, 0, &hp->n_swa)) < 0)
                         return r;
+                /* a window past the context the file was trained for: its numbers disagree */
+                if (hp->n_swa > hp->n_ctx_train)
+                        return axp_errorf(c->err, -EINVAL, "%s: sliding window %d is longer than the context (%d)",
+                                          c->file, hp->n_swa, hp->n_ctx_train);
                 hp->swa_period = ai->swa_period;
                 if (gguf_find(m->gguf, arch_key(c, "attention.sliding_window_pattern"))) {
                         uint32_t period;

@@ -191,6 +191,8 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
         if (a->system)
                 msgs[n++] = (axp_chat_msg) { "system", a->system };
         msgs[n++] = (axp_chat_msg) { "user", text };
+        if (axp_chat_template_unknown(m->chat_template))
+                cli_warn("warning: " AXP_CHAT_UNKNOWN_WARNING);
         _cleanup_free_ char *formatted =
                 axp_chat_format(axp_chat_detect(m->chat_template, m->tok), msgs, n, true);
         if (!formatted)

@@ -522,7 +522,7 @@ static int list(const char *address) {
                 return call_fail("list", address, &e, r);
         r = sd_bus_message_enter_container(reply, 'a', "(sa{sv})");
         while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "sa{sv}")) > 0) {
-                const char *name, *arch = "", *types = "", *error = NULL, *s;
+                const char *name, *arch = "", *types = "", *chat = "", *error = NULL, *s;
                 uint64_t params = 0, size = 0;
                 int loaded = 0, is_default = 0;
                 char p[32], sz[32];
@@ -539,6 +539,9 @@ static int list(const char *address) {
                                 arch = s;
                         else if (strcmp(key, "types") == 0 && (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
                                 types = s;
+                        else if (strcmp(key, "chat_template") == 0 &&
+                                 (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
+                                chat = s;
                         else if (strcmp(key, "error") == 0 && (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
                                 error = s;
                         else if (strcmp(key, "parameters") == 0)
@@ -567,8 +570,9 @@ static int list(const char *address) {
                 if (error)
                         printf("%c %-32s unusable: %s\n", loaded ? '*' : ' ', name, error);
                 else
-                        printf("%c %-32s %-7s %8s %10s  %s%s\n", loaded ? '*' : ' ', name, arch, p, sz, types,
-                               is_default ? "  (default)" : "");
+                        printf("%c %-32s %-7s %8s %10s  %s%s%s\n", loaded ? '*' : ' ', name, arch, p, sz, types,
+                               is_default ? "  (default)" : "",
+                               strcmp(chat, "unrecognised") == 0 ? "  (chat template not recognised: prompts raw)" : "");
         }
         if (r < 0)
                 return cli_fail("unexpected reply from the engine: %s", strerror(-r));

@@ -62,6 +62,14 @@ int cli_fail(const char *fmt, ...) {
         return 1;
 }
 
+void cli_warn(const char *fmt, ...) {
+        va_list ap;
+        fflush(stdout);
+        va_start(ap, fmt);
+        vmessage(fmt, ap);
+        va_end(ap);
+}
+
 int cli_usage_error(const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);

@@ -33,6 +33,8 @@ int cli_model(int argc, char **argv);
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same for a usage error: returns 2. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A line on stderr, as cli_fail's, for what goes on despite it. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* getopt_long() for a subcommand. An option it does not know, or one without its value, gives
  * getopt's message naming the command ("agentxpu ask: unrecognized option '--colour'") and a

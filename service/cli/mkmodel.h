@@ -29,7 +29,7 @@ typedef struct axp_mkmodel_params {
                                  * many others, so generation runs to its token limit (for
                                  * benchmarks and tests) */
         float rope_base;        /* 0: 500000 for llama, 10000 for phi3, 1000000 for qwen2/qwen3/gemma3 */
-        int n_swa;              /* gemma3's sliding window; 0: 16 */
+        int n_swa;              /* the sliding window; 0: 16 for gemma3, none written for the others */
         int n_expert, n_expert_used; /* qwen3moe's experts per layer and per token; 0: 8 and 2
                                       * (each expert's FFN is n_ff long) */
         uint64_t seed;          /* same seed and shape: same weights, for every --type */

@@ -257,6 +257,8 @@ int property_get_models(sd_bus *bus, const char *path, const char *iface, const 
                                                   "parameters", "t", e->info.parameters,
                                                   "types", "s", e->info.types,
                                                   "size", "t", e->info.size);
+                if (r >= 0 && !e->error[0] && e->info.chat_template[0])
+                        r = sd_bus_message_append(reply, "{sv}", "chat_template", "s", e->info.chat_template);
                 if (r >= 0)
                         r = sd_bus_message_append(reply, "{sv}{sv}", "loaded", "b", loaded, "default", "b",
                                                   is_default);

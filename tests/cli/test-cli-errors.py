@@ -4,7 +4,8 @@
 it does not know names the command and points to its --help; a number option refuses
 garbage and numbers out of range in one line that gives the range (status 2); text that is
 not valid UTF-8 (a prompt, a prompt file, --stop, --system) is refused in one line that says
-where (status 1); without a bus, the bus commands say what to check. The bus commands'
+where (status 1); without a bus, the bus commands say what to check; a model whose chat
+template is not understood is said to be prompted raw (one warning line). The bus commands'
 behaviour against an engine, or a bus without one, is in tests/daemon/test-daemon-fake.py.
 Env: AXP_CLI."""
 import os
@@ -251,6 +252,31 @@ def check_kv_type(tmp):
     print("ok   --kv-type: q8_0 runs, an unknown type and heads not a multiple of 32 are refused")
 
 
+def check_unknown_chat_template(tmp):
+    """A chat template that none of the families matches: generate uses the prompt raw and
+    says so in one line on stderr; with --raw, or a template it understands, nothing is said."""
+    odd, known = os.path.join(tmp, "odd-template.gguf"), os.path.join(tmp, "known-template.gguf")
+    if (run("mkmodel", "-o", odd, "--chat-template", "{{ messages | tojson }}").returncode != 0 or
+            run("mkmodel", "-o", known).returncode != 0):
+        fail("mkmodel failed")
+        return
+    gen = ["-p", "hi", "-n", "2", "--temperature", "0", "--threads", "1"]
+    want = ("agentxpu generate: warning: the model's chat template (tokenizer.chat_template) is not one "
+            "agentxpu recognises (Llama 3, ChatML, Gemma, Phi-3, Mistral, Llama 2); prompts are used raw, "
+            "without a template")
+    p = run("generate", "-m", odd, *gen)
+    if p.returncode != 0 or lines(p.stderr) != [want]:
+        fail(f"generate on an unknown template: status {p.returncode}, stderr {lines(p.stderr)}")
+    raw = run("generate", "-m", odd, *gen, "--raw")
+    if raw.returncode != 0 or lines(raw.stderr) != [] or raw.stdout != p.stdout:
+        fail(f"generate --raw on an unknown template: status {raw.returncode}, stderr {lines(raw.stderr)}, "
+             f"{raw.stdout!r} vs {p.stdout!r}")
+    p = run("generate", "-m", known, *gen)
+    if p.returncode != 0 or lines(p.stderr) != []:
+        fail(f"generate on a known template: status {p.returncode}, stderr {lines(p.stderr)}")
+    print("ok   a chat template not understood: the prompt raw, with one warning line")
+
+
 check_unknown_options()
 check_numbers()
 check_no_bus()
@@ -258,5 +284,6 @@ with tempfile.TemporaryDirectory() as tmp:
     check_utf8(tmp)
     check_isa(tmp)
     check_kv_type(tmp)
+    check_unknown_chat_template(tmp)
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)

@@ -305,6 +305,30 @@ def test_models_property_changes_are_announced():
             mon.after(lambda: ok("remove", "other"), "('tiny', {", unwanted=["('other', {"])
         finally:
             mon.close()
+def test_a_template_not_understood_is_said():
+    """Every architecture the loader runs installs (gemma3 here); a chat template that none of
+    the families matches is said in Models (chat_template "unrecognised"), in `model list`,
+    and once in the engine's log when it loads the model: its prompts are used raw."""
+    odd = mkmodel("odd", "--arch", "gemma3", "--seed", "10", "--dim", "128", "--layers", "2", "--heads", "4",
+                  "--kv-heads", "2", "--ffn", "256", "--ctx", "256", "--chat-template", "{{ messages | tojson }}")
+    warning = "is not one agentxpu recognises"
+    with setup() as (bus, d):
+        assert install(bus, odd, "--name", "odd").rc == 0
+        assert install(bus, small(), "--name", "tiny").rc == 0
+        info = {m[0]: {k: v["data"] for k, v in m[1].items()} for m in bus.props()["Models"]}
+        assert info["odd"]["architecture"] == "gemma3", info
+        assert info["odd"]["chat_template"] == "unrecognised", info
+        assert info["tiny"]["chat_template"] == "llama3", info
+        r = model_cmd(bus, "list")
+        assert r.rc == 0 and re.search(r"^  odd +gemma3 .*  \(chat template not recognised: prompts raw\)$",
+                                       r.out, re.M), r
+        assert re.search(r"^  tiny +llama .*[^)]$", r.out, re.M), r
+        assert warning not in d.text()
+        r = model_cmd(bus, "use", "odd")
+        assert r.rc == 0, r
+        wait_for(lambda: warning in d.text(), "the warning in the log")
+        assert d.text().count(warning) == 1, d.text()
+        still_serves(bus)
 
 
 def test_job_object_matches_the_interface_xml():
@@ -796,6 +820,7 @@ if __name__ == "__main__":
         test_install_list_use_remove_and_restart,
         test_every_architecture_the_engine_runs_installs,
         test_models_property_changes_are_announced,
+        test_a_template_not_understood_is_said,
         test_job_object_matches_the_interface_xml,
         test_install_from_an_ollama_store,
         test_install_from_a_hugging_face_cache,

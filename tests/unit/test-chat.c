@@ -94,6 +94,14 @@ static void test_detect_template(void) {
         CHECK_EQ_INT(axp_chat_detect(tmpl_llama2, NULL), AXP_CHAT_LLAMA2);
         CHECK_EQ_INT(axp_chat_detect(tmpl_phi3, NULL), AXP_CHAT_PHI3);
         CHECK_EQ_INT(axp_chat_detect("{{ messages }}", NULL), AXP_CHAT_RAW); /* not understood */
+        /* a template not understood is used raw, with a warning; none, or "raw", without */
+        CHECK(axp_chat_template_unknown("{{ messages }}"));
+        CHECK(!axp_chat_template_unknown(tmpl_gemma3));
+        CHECK(!axp_chat_template_unknown(tmpl_phi3));
+        CHECK(!axp_chat_template_unknown("raw"));
+        CHECK(!axp_chat_template_unknown("chatml"));
+        CHECK(!axp_chat_template_unknown(""));
+        CHECK(!axp_chat_template_unknown(NULL));
         CHECK_EQ_INT(axp_chat_detect("chatml", NULL), AXP_CHAT_CHATML);
         CHECK_EQ_INT(axp_chat_detect("llama2", NULL), AXP_CHAT_LLAMA2);
         CHECK_EQ_INT(axp_chat_detect("raw", NULL), AXP_CHAT_RAW);

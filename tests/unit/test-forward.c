@@ -4,12 +4,14 @@
  * request, and a resume in the middle; single versus batched decode. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "devices/device.h"
 #include "devices/discovery.h"
 #include "devices/forward.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/reference.h"
 #include "test.h"
@@ -342,6 +344,53 @@ static void test_batched_decode(void) {
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");
         batched_decode("qwen3moe", "q8_0");
+        batched_decode("phi3", "q8_0");
+}
+
+/* The logits of a prepared model's last position after a prompt of n tokens, malloc'd. */
+static float *last_logits(axp_model *m, const int32_t *toks, int n) {
+        axp_seq s;
+        axp_error err = { 0 };
+        float *out = malloc((size_t) m->hp.n_vocab * sizeof(float));
+        CHECK_MSG(axp_seq_init(&s, m, AXP_TYPE_F32, 256, 64, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_forward_prefill(dev, &s, toks, n, 16, &err) == 0, "%s", err.msg);
+        memcpy(out, s.logits, (size_t) m->hp.n_vocab * sizeof(float));
+        axp_seq_free(&s);
+        return out;
+}
+
+/* A llama file with a sliding window (Mistral 7B v0.1's configuration has one of 4096):
+ * llama.cpp reads no window for the llama architecture and attends to the whole context, and
+ * so does agentxpu. The file, with a window of 4, shorter than the prompt, loads without local
+ * layers, matches the reference, and gives the bits of the same model without the key. */
+static void test_llama_window_ignored(void) {
+        axp_model *m = make_model("llama", "f32", 14, "--swa 4");
+        CHECK(m != NULL);
+        if (!m)
+                return;
+        CHECK(gguf_find(m->gguf, "llama.attention.sliding_window") != NULL);
+        CHECK_EQ_INT(m->hp.n_swa, 0);
+        for (int l = 0; l < m->hp.n_layer; l++)
+                CHECK(!axp_layer_is_swa(&m->hp, l));
+        check_model(m, "llama with a sliding window");
+        const int nv = m->hp.n_vocab;
+        int32_t toks[N_PROMPT];
+        prompt_tokens(m, toks, N_PROMPT, 14);
+        float *with = last_logits(m, toks, N_PROMPT);
+        model_done(m);
+
+        m = make_model("llama", "f32", 14, NULL); /* the same weights, no key */
+        CHECK(m != NULL);
+        if (!m) {
+                free(with);
+                return;
+        }
+        CHECK(gguf_find(m->gguf, "llama.attention.sliding_window") == NULL);
+        float *without = last_logits(m, toks, N_PROMPT);
+        CHECK(memcmp(with, without, (size_t) nv * sizeof(float)) == 0);
+        free(with);
+        free(without);
+        model_done(m);
 }
 
 /* An F16 KV cache stays close to the F32 one. */
@@ -573,6 +622,7 @@ int main(void) {
         RUN(test_scaled_rope);
         RUN(test_chunked_stop_resume);
         RUN(test_batched_decode);
+        RUN(test_llama_window_ignored);
         RUN(test_f16_kv);
         RUN(test_q8_0_kv);
         RUN(test_ring);

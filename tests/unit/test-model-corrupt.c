@@ -21,13 +21,16 @@ static const char *tmp_path(int which, const char *name) {
         return path_buf[which];
 }
 
-/* One change to a model: a key set to a u32 (or removed), a tensor's last dimension shrunk
- * by one (its data cut to match), a tensor dropped or zeroed, or an F32 tensor of n values
- * added. */
+/* One change to a model: a key set to a u32 (or a string, or removed; a second key too), a
+ * tensor's last dimension shrunk by one (its data cut to match), a tensor dropped or zeroed,
+ * or an F32 tensor of n values added. */
 typedef struct change {
         const char *key;
         bool remove_key;
         uint32_t value;
+        const char *str;
+        const char *key2;
+        uint32_t value2;
         const char *tensor;
         enum { T_KEEP, T_SHRINK, T_DROP, T_ZERO, T_ADD } op;
         int64_t add_n;
@@ -43,10 +46,15 @@ static int rewrite(const char *src, const char *dst, const change *ch) {
         }
         gguf_writer *w = gguf_writer_new();
         for (uint64_t i = 0; i < f->n_kv; i++)
-                if (!ch->key || !gguf_str_eq(f->kv[i].key, ch->key))
+                if ((!ch->key || !gguf_str_eq(f->kv[i].key, ch->key)) &&
+                    (!ch->key2 || !gguf_str_eq(f->kv[i].key, ch->key2)))
                         gguf_writer_copy_kv(w, &f->kv[i]);
-        if (ch->key && !ch->remove_key)
+        if (ch->key && !ch->remove_key && ch->str)
+                gguf_writer_set_str(w, ch->key, ch->str);
+        else if (ch->key && !ch->remove_key)
                 gguf_writer_set_u32(w, ch->key, ch->value);
+        if (ch->key2)
+                gguf_writer_set_u32(w, ch->key2, ch->value2);
         for (uint64_t i = 0; i < f->n_tensors; i++) {
                 const gguf_tensor *t = &f->tensors[i];
                 char name[128];
@@ -134,6 +142,10 @@ static void test_moe_keys(void) {
                 "metadata 'qwen3moe.expert_count' is missing");
         refused(src, &(change) { .key = "qwen3moe.expert_used_count", .remove_key = true },
                 "metadata 'qwen3moe.expert_used_count' is missing");
+        refused(src, &(change) { .key = "qwen3moe.expert_feed_forward_length", .remove_key = true },
+                "metadata 'qwen3moe.expert_feed_forward_length' is missing");
+        refused(src, &(change) { .key = "qwen3moe.expert_count", .str = "8" },
+                "metadata 'qwen3moe.expert_count' is not an unsigned integer");
         refused(src, &(change) { .key = "qwen3moe.expert_count", .value = 0 }, "= 0 is out of range");
         refused(src, &(change) { .key = "qwen3moe.expert_count", .value = UINT32_MAX },
                 "is out of range");
@@ -163,6 +175,81 @@ static void test_moe_keys(void) {
         unlink(src);
 }
 
+/* gemma3 (mkmodel: 2 layers, a window of 16, a context of 512): a window of 0, past the
+ * context or past any size, of the wrong type; a layer period past the layers or no number. */
+static void test_window_keys(void) {
+        const char *src = make(AXP_ARCH_GEMMA3, "gemma3-window.gguf");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window", .value = 0 }, "= 0 is out of range");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window", .value = 513 },
+                "sliding window 513 is longer than the context (512)");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window", .value = 1u << 24 },
+                "sliding window 16777216 is longer than the context (512)");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window", .value = UINT32_MAX },
+                "is out of range");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window", .str = "16" },
+                "metadata 'gemma3.attention.sliding_window' is not an unsigned integer");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window_pattern", .value = 3 },
+                "metadata 'gemma3.attention.sliding_window_pattern' is not a layer period agentxpu understands");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window_pattern", .value = UINT32_MAX },
+                "is not a layer period agentxpu understands");
+        refused(src, &(change) { .key = "gemma3.attention.sliding_window_pattern", .str = "6" },
+                "is not a layer period agentxpu understands");
+        unlink(src);
+}
+
+/* Head counts and sizes (mkmodel: 4 heads of 64, 2 KV heads, in 256) that overflow, disagree
+ * with each other, or disagree with the attention tensors: gemma3 and qwen3moe carry
+ * key_length and value_length, phi3 has one fused attn_qkv [256, 4*64 + 2*2*64]. */
+static void check_head_keys(enum axp_arch arch, const char *name) {
+        const char *src = make(arch, name);
+        char k_head[64], k_kv[64], k_key[64], k_value[64], k_rope[64];
+        const char *a = axp_arch_name(arch);
+        bool fused = arch == AXP_ARCH_PHI3;
+        snprintf(k_head, sizeof(k_head), "%s.attention.head_count", a);
+        snprintf(k_kv, sizeof(k_kv), "%s.attention.head_count_kv", a);
+        snprintf(k_key, sizeof(k_key), "%s.attention.key_length", a);
+        snprintf(k_value, sizeof(k_value), "%s.attention.value_length", a);
+        snprintf(k_rope, sizeof(k_rope), "%s.rope.dimension_count", a);
+        const char *q = fused ? "attn_qkv" : "attn_q", *k = fused ? "attn_qkv" : "attn_k";
+
+        refused(src, &(change) { .key = k_head, .value = 0 }, "= 0 is out of range");
+        refused(src, &(change) { .key = k_head, .value = UINT32_MAX }, "is out of range");
+        /* phi3's files give no head size: it is the embedding's share of a head */
+        refused(src, &(change) { .key = k_head, .value = 1u << 24 },
+                fused ? "embedding length 256 is not a multiple of 16777216 heads" : "has shape");
+        refused(src, &(change) { .key = k_head, .value = 8 }, fused ? "rope dimension 64 does not fit head size 32" : q);
+        refused(src, &(change) { .key = k_head, .value = 3 },
+                fused ? "embedding length 256 is not a multiple of 3 heads" : "3 heads cannot share 2 KV heads");
+        refused(src, &(change) { .key = k_head, .remove_key = true }, "is missing");
+        refused(src, &(change) { .key = k_kv, .value = 0 }, "= 0 is out of range");
+        refused(src, &(change) { .key = k_kv, .value = 8 }, "4 heads cannot share 8 KV heads");
+        refused(src, &(change) { .key = k_kv, .value = 4 }, k);
+        refused(src, &(change) { .key = k_kv, .value = 1 }, k);
+        /* sizes per head: both (they must agree), past any head, and one only */
+        refused(src, &(change) { .key = k_key, .value = 128, .key2 = k_value, .value2 = 128 }, q);
+        refused(src, &(change) { .key = k_key, .value = 32, .key2 = k_value, .value2 = 32 },
+                "rope dimension 64 does not fit head size 32");
+        refused(src, &(change) { .key = k_key, .value = 2048, .key2 = k_value, .value2 = 2048 },
+                "head size 2048 is not supported");
+        refused(src, &(change) { .key = k_key, .value = UINT32_MAX, .key2 = k_value, .value2 = UINT32_MAX },
+                "is out of range");
+        refused(src, &(change) { .key = k_key, .value = 32, .key2 = k_rope, .value2 = 32 },
+                fused ? q : "key length 32 differs from value length 64");
+        refused(src, &(change) { .key = k_value, .value = 128 }, "key length 64 differs from value length 128");
+        refused(src, &(change) { .key = k_rope, .value = 128 }, "rope dimension 128 does not fit head size 64");
+        if (!fused)
+                refused(src, &(change) { .tensor = "blk.1.attn_k_norm.weight", .op = T_SHRINK }, "attn_k_norm");
+        refused(src, &(change) { .tensor = fused ? "blk.0.attn_qkv.weight" : "blk.0.attn_v.weight", .op = T_SHRINK },
+                fused ? "attn_qkv" : "attn_v");
+        unlink(src);
+}
+
+static void test_head_keys(void) {
+        check_head_keys(AXP_ARCH_GEMMA3, "gemma3-heads.gguf");
+        check_head_keys(AXP_ARCH_PHI3, "phi3-heads.gguf");
+        check_head_keys(AXP_ARCH_QWEN3MOE, "qwen3moe-heads.gguf");
+}
+
 /* Phi-3.5-mini and Phi-4-mini carry LongRoPE factors (rope_factors_long/short, one per rotated
  * pair) and an attention factor: one set without the other, a set of the wrong length, a
  * zero divisor (every angle infinite), rope_freqs besides them, a factor that is no number. */
@@ -189,6 +276,8 @@ int main(void) {
         if (!mkdtemp(tmpdir))
                 TEST_SKIP("cannot make a temporary folder");
         RUN(test_moe_keys);
+        RUN(test_window_keys);
+        RUN(test_head_keys);
         RUN(test_longrope_keys);
         rmdir(tmpdir);
         TEST_EXIT();
