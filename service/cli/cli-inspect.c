@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* agentxpu inspect: dump a GGUF file's header (version, key/values, tensors), or say in one
- * line why it is rejected. */
+/* agentxpu inspect: dump a GGUF file's header (version, key/values, tensors) and say whether
+ * the engine runs it and why not, or say in one line why the file cannot be read. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/utf8.h"
 #include "cli.h"
 #include "model/gguf.h"
+#include "model/model-info.h"
 #include "kernels/types.h"
 
 #define ARRAY_PREVIEW 5
@@ -19,8 +23,13 @@ static int help(FILE *f) {
                 "usage: agentxpu inspect -m FILE [--json]\n"
                 "\n"
                 "Print a GGUF file's version, key/values (arrays summarized: element type, count,\n"
-                "first items) and tensors (name, type, shape, offset). A file that is rejected\n"
-                "gives a one-line reason and exit status 1.\n"
+                "first items) and tensors (name, type, shape, offset), and whether the engine runs\n"
+                "it: \"runs: ARCH, N parameters, types TYPE COUNT, ...\" or \"does not run: REASON\"\n"
+                "(the checks installing a model makes, then a load as the engine would).\n"
+                "\n"
+                "Exit status 0 for a file that is read, whether or not it runs; 1 for a file that\n"
+                "cannot be read as GGUF (truncated, corrupt, not GGUF), with a one-line reason\n"
+                "on stderr (with --json, also as the verdict); 2 for a usage error.\n"
                 "\n"
                 "  -m, --model FILE   the GGUF file\n"
                 "  --json             print JSON instead of text\n");
@@ -205,7 +214,45 @@ static const char *tensor_type_name(uint32_t type) {
         return tr ? tr->name : "?";
 }
 
-static void print_text_dump(const char *path, const gguf_file *f) {
+/* Whether the engine runs the file at `path`: the header checks that installing a model makes,
+ * then a load as the engine would. 0, or a negative errno with the one-line reason. */
+static int verdict(const char *path, axp_model_info *info, axp_error *err) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int r;
+
+        if (fd < 0)
+                return axp_errorf(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+        r = axp_model_probe_fd(fd, path, info, err);
+        close(fd);
+        if (r < 0)
+                return r;
+        return axp_model_check_file(path, err);
+}
+
+static void print_text_verdict(int r, const axp_model_info *info, const axp_error *err) {
+        if (r < 0) {
+                printf("does not run: %s\n", err->msg);
+                return;
+        }
+        printf("runs: %s, %" PRIu64 " parameters, types %s\n", info->arch, info->parameters, info->types);
+}
+
+static void print_json_verdict(int r, const axp_model_info *info, const axp_error *err) {
+        fputs("\"verdict\": {\"runs\": ", stdout);
+        if (r < 0) {
+                fputs("false, \"reason\": ", stdout);
+                print_json_cstr(err->msg);
+        } else {
+                fputs("true, \"architecture\": ", stdout);
+                print_json_cstr(info->arch);
+                printf(", \"parameters\": %" PRIu64 ", \"types\": ", info->parameters);
+                print_json_cstr(info->types);
+        }
+        putchar('}');
+}
+
+static void print_text_dump(const char *path, const gguf_file *f, int r, const axp_model_info *info,
+                            const axp_error *err) {
         uint64_t tensor_bytes = 0;
         for (uint64_t i = 0; i < f->n_tensors; i++)
                 tensor_bytes += f->tensors[i].nbytes;
@@ -213,6 +260,7 @@ static void print_text_dump(const char *path, const gguf_file *f) {
                " tensors (%" PRIu64 " bytes of data at offset %" PRIu64 ", alignment %" PRIu64 ")\n",
                path, f->version, f->size, f->n_kv, f->n_tensors, tensor_bytes, f->data_offset,
                f->alignment);
+        print_text_verdict(r, info, err);
         printf("\nkey/values:\n");
         for (uint64_t i = 0; i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
@@ -241,10 +289,13 @@ static void print_text_dump(const char *path, const gguf_file *f) {
         }
 }
 
-static void print_json_dump(const char *path, const gguf_file *f) {
+static void print_json_dump(const char *path, const gguf_file *f, int r, const axp_model_info *info,
+                            const axp_error *err) {
         fputs("{\"file\": ", stdout);
         print_json_cstr(path);
-        printf(", \"version\": %" PRIu32 ", \"size\": %zu, \"alignment\": %" PRIu64
+        fputs(", ", stdout);
+        print_json_verdict(r, info, err);
+        printf(",\n \"version\": %" PRIu32 ", \"size\": %zu, \"alignment\": %" PRIu64
                ", \"data_offset\": %" PRIu64 ",\n \"kv\": [",
                f->version, f->size, f->alignment, f->data_offset);
         for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -285,8 +336,9 @@ int cli_inspect(int argc, char **argv) {
         const char *path = NULL;
         bool json = false;
         gguf_file *f;
-        axp_error err = { 0 };
-        int c;
+        axp_model_info info = { 0 };
+        axp_error err = { 0 }, why = { 0 };
+        int c, r;
 
         optind = 1;
         while ((c = cli_getopt(argc, argv, "m:h", opts)) >= 0) {
@@ -307,12 +359,22 @@ int cli_inspect(int argc, char **argv) {
                 return cli_usage_error("unexpected argument '%s'", argv[optind]);
         if (!path)
                 return cli_usage_error("no file given (-m FILE)");
-        if (gguf_open(path, &f, &err) < 0)
+        if (gguf_open(path, &f, &err) < 0) {
+                if (json) {
+                        fputs("{\"file\": ", stdout);
+                        print_json_cstr(path);
+                        fputs(", ", stdout);
+                        print_json_verdict(-EBADMSG, NULL, &err);
+                        fputs("}\n", stdout);
+                        fflush(stdout);
+                }
                 return cli_fail("%s", err.msg);
+        }
+        r = verdict(path, &info, &why);
         if (json)
-                print_json_dump(path, f);
+                print_json_dump(path, f, r, &info, &why);
         else
-                print_text_dump(path, f);
+                print_text_dump(path, f, r, &info, &why);
         gguf_close(f);
         if (fflush(stdout) != 0 || ferror(stdout))
                 return cli_fail("cannot write the output");

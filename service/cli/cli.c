@@ -25,7 +25,7 @@ static const cli_command commands[] = {
         { "generate", cli_generate, "generate text from a model, in-process" },
         { "logits", cli_logits, "write the last prompt position's logits" },
         { "tokenize", cli_tokenize, "print the token ids of a text" },
-        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, or why it is rejected" },
+        { "inspect", cli_inspect, "print a GGUF file's key/values and tensors, and whether it runs and why not" },
         { "quantize", cli_quantize, "requantize a GGUF model into another tensor type or a llama-quantize mix" },
         { "mkmodel", cli_mkmodel, "write a synthetic model with seeded random weights" },
         { "sim", cli_sim, "replay a request trace on a simulated SoC under each scheduling policy" },

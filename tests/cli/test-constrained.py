@@ -15,6 +15,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+import bustest  # noqa: E402
+from bustest import BAD_CONSTRAINTS  # noqa: E402
+
 CLI = os.environ["AXP_CLI"]
 VOCAB = os.path.join(os.environ.get("AXP_CONFORMANCE_DIR", ""), "vocab", "ggml-vocab-llama-bpe.gguf")
 failures = 0
@@ -96,32 +100,8 @@ GRAMMARS = {
               None),
 }
 
-BAD = [
-    ("json_schema", "{not json", "not valid JSON"),
-    ("json_schema", json.dumps({"type": "string", "pattern": r"(a)\1"}), "backreference"),
-    ("json_schema", json.dumps({"type": "string", "pattern": "^a(?=b)"}), "lookaround"),
-    ("json_schema", json.dumps({"type": "string", "pattern": "(?<x>a)"}), "named group"),
-    ("json_schema", json.dumps({"type": "string", "pattern": r"\bword"}), "word boundary"),
-    ("json_schema", json.dumps({"type": "string", "pattern": r"\p{L}"}), "Unicode property"),
-    ("json_schema", json.dumps({"type": "string", "pattern": "a^b"}), "anchor"),
-    ("json_schema", json.dumps({"type": "string", "pattern": "(ab"}), "without its ')'"),
-    ("json_schema", json.dumps({"type": "string", "pattern": "a", "maxLength": 3}), "beside a pattern"),
-    ("json_schema", json.dumps({"pattern": "a"}), "'pattern' without"),
-    ("json_schema", json.dumps({"type": "number", "minimum": 3}), "for 'integer' only"),
-    ("json_schema", json.dumps({"type": "integer", "minimum": 3, "exclusiveMinimum": True}), "draft 4"),
-    ("json_schema", json.dumps({"type": "integer", "minimum": 5, "maximum": 4}), "no integer lies"),
-    ("json_schema", json.dumps({"type": "integer", "maximum": 1e20}), "beyond the 16 digits"),
-    ("json_schema", json.dumps({"$ref": "https://example.org/s.json"}), "only local $refs"),
-    ("json_schema", json.dumps({"$ref": "#/$defs/missing"}), "names nothing"),
-    ("json_schema", json.dumps({"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "maxLength": 2}),
-     "'$ref' beside 'maxLength'"),
-    ("json_schema", json.dumps({"type": "array", "minItems": 3, "maxItems": 1}), "minItems is greater"),
-    ("json_schema", json.dumps({"enum": []}), "non-empty"),
-    ("grammar", 'root ::= root "a" | "b"\n', "left-recursive"),
-    ("grammar", 'root ::= thing\n', "'thing' is used but not defined"),
-    ("grammar", "root ::= " + " ".join(f'"{c}"{{4000}}' for c in "abcdefghijklmnopq") + "\n", "too large"),
-    ("grammar", 'root ::= "' + "a" * 70000 + '"\n', "at most"),
-]
+# The bad schemas and grammars, shared with the daemon's tests (tests/daemon/bustest.py).
+BAD = BAD_CONSTRAINTS
 
 
 def arith_ok(s):
@@ -224,8 +204,6 @@ def daemon_part(model, tmp):
     if not daemon or not os.path.exists(daemon):
         print("skip: the daemon part (no daemon built)")
         return
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
-    import bustest
     bus = bustest.TestBus()
     try:
         bustest.Daemon(bus, daemon, args=["--model", model])

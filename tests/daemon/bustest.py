@@ -272,6 +272,41 @@ BAD_INPUTS = [
 ]
 
 
+# Bad JSON schemas and grammars: (option, value, part of the message). The engine refuses each
+# when it compiles it, in one line: tests/cli/test-constrained.py gives them to `generate`,
+# test-daemon-model.py to Complete, Reactive and Proactive over the bus. The last is over the
+# 64 KiB cap: the service refuses it before the engine sees it, with a message of its own.
+BAD_CONSTRAINTS = [
+    ("json_schema", "{not json", "not valid JSON"),
+    ("json_schema", json.dumps({"type": "string", "pattern": r"(a)\1"}), "backreference"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "^a(?=b)"}), "lookaround"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "(?<x>a)"}), "named group"),
+    ("json_schema", json.dumps({"type": "string", "pattern": r"\bword"}), "word boundary"),
+    ("json_schema", json.dumps({"type": "string", "pattern": r"\p{L}"}), "Unicode property"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "a^b"}), "anchor"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "(ab"}), "without its ')'"),
+    ("json_schema", json.dumps({"type": "string", "pattern": "a", "maxLength": 3}), "beside a pattern"),
+    ("json_schema", json.dumps({"pattern": "a"}), "'pattern' without"),
+    ("json_schema", json.dumps({"type": "number", "minimum": 3}), "for 'integer' only"),
+    ("json_schema", json.dumps({"type": "integer", "minimum": 3, "exclusiveMinimum": True}), "draft 4"),
+    ("json_schema", json.dumps({"type": "integer", "minimum": 5, "maximum": 4}), "no integer lies"),
+    ("json_schema", json.dumps({"type": "integer", "maximum": 1e20}), "beyond the 16 digits"),
+    ("json_schema", json.dumps({"$ref": "https://example.org/s.json"}), "only local $refs"),
+    ("json_schema", json.dumps({"$ref": "#/$defs/missing"}), "names nothing"),
+    ("json_schema", json.dumps({"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "maxLength": 2}),
+     "'$ref' beside 'maxLength'"),
+    ("json_schema", json.dumps({"type": "array", "minItems": 3, "maxItems": 1}), "minItems is greater"),
+    ("json_schema", json.dumps({"enum": []}), "non-empty"),
+    ("json_schema", json.dumps({"oneOf": [{"type": "integer"}, {"type": "string"}]}),
+     "the keyword 'oneOf' is not supported"),
+    ("json_schema", json.dumps({"allOf": [{"type": "integer"}]}), "the keyword 'allOf' is not supported"),
+    ("grammar", 'root ::= root "a" | "b"\n', "left-recursive"),
+    ("grammar", 'root ::= thing\n', "'thing' is used but not defined"),
+    ("grammar", "root ::= " + " ".join(f'"{c}"{{4000}}' for c in "abcdefghijklmnopq") + "\n", "too large"),
+    ("grammar", 'root ::= "' + "a" * 70000 + '"\n', "at most"),
+]
+
+
 def bad_input_answers(bus):
     """(row of BAD_INPUTS, the call as shown, error name, message) for each of BAD_INPUTS."""
     for row in BAD_INPUTS:

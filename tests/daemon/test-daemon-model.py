@@ -20,7 +20,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (NAME, PATH, REQ_IFACE, WAIT, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
+from bustest import (BAD_CONSTRAINTS, NAME, PATH, REQ_IFACE, WAIT, Daemon, Skip, TestBus,  # noqa: E402
+                     check_bad_inputs, drain,
                      gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
 
 DAEMON = os.environ.get("AXP_ENGINE_DAEMON", "")
@@ -437,6 +438,34 @@ def test_bad_inputs():
         assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
 
 
+def test_bad_constraints():
+    """Bad JSON schemas and grammars (the list the command line's test gives `generate`): left
+    recursion, undefined rules, oneOf and allOf named, an answer that cannot fit in max_tokens,
+    and the 64 KiB cap: on Complete, Reactive and Proactive each is an InvalidArgument saying
+    what is wrong, and nothing is queued."""
+    def gvariant(s):
+        return "'" + s.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    cap = 64 * 1024
+    cases = [(key, value, "", want) for key, value, want in BAD_CONSTRAINTS if len(value) <= cap]
+    cases += [
+        ("grammar", 'root ::= "a"{3000}\n', "'max_tokens': <uint32 2>, ",
+         "shortest text the grammar allows is 3000 bytes, more than 2 tokens"),
+        ("json_schema", json.dumps({"enum": ["x" * 3000]}), "'max_tokens': <uint32 2>, ",
+         "shortest text the JSON schema allows is 3002 bytes, more than 2 tokens"),
+    ]
+    for key, value in (("grammar", 'root ::= "' + "a" * cap + '"\n'),
+                       ("json_schema", json.dumps({"enum": ["a" * cap]}))):
+        cases.append((key, value, "", f"Option '{key}' is {len(value)} bytes; the limit is {cap}"))
+    with engine(TABLE_CONFIG) as (bus, d):
+        for key, value, more, want in cases:
+            for method in ("Complete", "Reactive", "Proactive"):
+                r = bus.call(method, "x", "{" + more + f"'{key}': <{gvariant(value)}>}}")
+                assert r.error_name == "org.agentxpu.Error.InvalidArgument" and want in r.error_message, \
+                    (method, key, value[:60], want, r)
+        assert engine_idle(bus) and bus.request_nodes() == []
+        assert bus.call("Complete", "still here", "{'max_tokens': <uint32 1>}").rc == 0
+
+
 def test_tool_turns_bad_input():
     """Earlier tool calls and results: the engine's checks, each a clear InvalidArgument."""
     tools = "'tools': <'[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]'>"
@@ -532,6 +561,7 @@ TESTS = [
     test_cli_ends_when_the_engine_dies_mid_stream,
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
     test_bad_inputs,
+    test_bad_constraints,
     test_earlier_turns_go_through_the_chat_template,
     test_tool_turns_bad_input,
     test_context_overflow_messages,
