@@ -204,15 +204,17 @@ def check_verdicts(tmp):
     print("ok   verdicts: runs, unknown architecture, IQ2_XXS, vocabulary only, no hyperparameters, cut")
 
 
-def check_type_files_run(conf):
-    """Every tensor type's conformance file (llama.cpp's llama-quantize wrote them) runs."""
-    folder = os.path.join(conf, "types")
-    names = sorted(n for n in os.listdir(folder) if n.endswith(".gguf")) if os.path.isdir(folder) else []
-    for name in names:
-        d = inspect_json(os.path.join(folder, name))
-        if d and d.get("verdict", {}).get("runs") is not True:
-            fail(f"types/{name}: verdict {d.get('verdict')}, want it to run")
-    print(f"ok   {len(names)} tensor-type files run" if names else "SKIP: no conformance types folder")
+def check_conformance_files_run(conf):
+    """Every tensor type's conformance file (llama.cpp's llama-quantize wrote them) and every
+    architecture's (phi3, gemma3, qwen3moe: written by llama.cpp's tools) runs."""
+    for sub, what in (("types", "tensor-type"), ("archs", "architecture")):
+        folder = os.path.join(conf, sub)
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".gguf")) if os.path.isdir(folder) else []
+        for name in names:
+            d = inspect_json(os.path.join(folder, name))
+            if d and d.get("verdict", {}).get("runs") is not True:
+                fail(f"{sub}/{name}: verdict {d.get('verdict')}, want it to run")
+        print(f"ok   {len(names)} {what} files run" if names else f"SKIP: no conformance {sub} folder")
 
 
 def check_usage():
@@ -236,7 +238,7 @@ def main():
     check_usage()
     if os.path.isfile(os.path.join(conf, "models.json")):
         check_against_models_json(conf)
-        check_type_files_run(conf)
+        check_conformance_files_run(conf)
     else:
         print("SKIP: models.json (no AXP_CONFORMANCE_DIR)")
     sys.exit(1 if failures else 0)
