@@ -115,8 +115,11 @@ int cli_mkmodel(int argc, char **argv) {
                 switch (c) {
                 case O_ARCH:
                         a = axp_arch_from_name(optarg);
-                        if (a < 0)
-                                return cli_usage_error("unknown --arch '%s' (llama, qwen2, qwen3, qwen3moe, phi3, gemma3)", optarg);
+                        if (a < 0) {
+                                char list[AXP_ARCH_LIST_MAX];
+                                return cli_usage_error("unknown --arch '%s' (%s)", optarg,
+                                                       axp_arch_list(list, sizeof(list)));
+                        }
                         p.arch = (enum axp_arch) a;
                         break;
                 case O_TYPE:
