@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "cli-model.h"
+#include "cli-trace.h"
 #include "cli.h"
 #include "engine.h"
 #include "base/rng.h"
@@ -365,18 +366,13 @@ static const char *num_or(char buf[32], double v, int decimals, const char *none
 
 int cli_bench(int argc, char **argv) {
         enum {
-                O_RRATE = 256, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY, O_THREADS,
+                O_POLICY = 256, O_THREADS,
                 O_STATIC, O_DYNAMIC, O_DRAIN, O_BCAP, O_SLACK, O_NOPIG, O_KVTYPE, O_JSON, O_HELP,
                 O_CPU_SHARE, O_NO_IDLE, O_AGING,
         };
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },
-                { "reactive-rate", required_argument, NULL, O_RRATE },
-                { "proactive-rate", required_argument, NULL, O_PRATE },
-                { "reactive-set", required_argument, NULL, O_RSET },
-                { "proactive-set", required_argument, NULL, O_PSET },
-                { "minutes", required_argument, NULL, O_MINUTES },
-                { "seed", required_argument, NULL, O_SEED },
+                CLI_TRACE_OPTIONS,
                 { "policy", required_argument, NULL, O_POLICY },
                 { "threads", required_argument, NULL, O_THREADS },
                 { "static", required_argument, NULL, O_STATIC },
@@ -393,10 +389,10 @@ int cli_bench(int argc, char **argv) {
                 { "help", no_argument, NULL, O_HELP },
                 {},
         };
-        const char *model = NULL, *policy = "all", *rset = "reactive-mixed", *pset = "proactive-mixed";
+        const char *model = NULL, *policy = "all";
         const char *names[3];
-        axp_trace_params tp = { .reactive_per_min = 6, .proactive_per_min = 12, .minutes = 2,
-                                .seed = 1 };
+        cli_trace tr = { .p = { .reactive_per_min = 6, .proactive_per_min = 12, .minutes = 2, .seed = 1 },
+                         .rset = "reactive-mixed", .pset = "proactive-mixed" };
         axp_engine_config ec;
         axp_error err = { 0 };
         double drain_s = 600;
@@ -407,31 +403,14 @@ int cli_bench(int argc, char **argv) {
         axp_engine_config_default(&ec);
         optind = 1;
         while ((c = cli_getopt(argc, argv, "m:", opts)) >= 0) {
+                if ((r = cli_trace_option(c, optarg, &tr)) != 0) {
+                        if (r < 0)
+                                return 2;
+                        continue;
+                }
                 switch (c) {
                 case 'm':
                         model = optarg;
-                        break;
-                case O_RRATE:
-                        if (!cli_double("--reactive-rate", optarg, 0, 10000, &tp.reactive_per_min))
-                                return 2;
-                        break;
-                case O_PRATE:
-                        if (!cli_double("--proactive-rate", optarg, 0, 10000, &tp.proactive_per_min))
-                                return 2;
-                        break;
-                case O_RSET:
-                        rset = optarg;
-                        break;
-                case O_PSET:
-                        pset = optarg;
-                        break;
-                case O_MINUTES:
-                        if (!cli_double("--minutes", optarg, 0.01, 10000, &tp.minutes))
-                                return 2;
-                        break;
-                case O_SEED:
-                        if (!cli_uint("--seed", optarg, 0, 0x7fffffff, &tp.seed))
-                                return 2;
                         break;
                 case O_POLICY:
                         policy = optarg;
@@ -504,8 +483,7 @@ int cli_bench(int argc, char **argv) {
                 return cli_usage_error("--policy: expected agentxpu, fcfs, serial or all, not '%s'",
                                        policy);
         }
-        if (axp_workload_set_find(rset, AXP_REACTIVE, &tp.reactive_set, &err) < 0 ||
-            axp_workload_set_find(pset, AXP_PROACTIVE, &tp.proactive_set, &err) < 0)
+        if (cli_trace_sets(&tr, &err) < 0)
                 return cli_usage_error("%s", err.msg);
 
         _cleanup_(axp_model_freep) axp_model *m = NULL;
@@ -514,10 +492,10 @@ int cli_bench(int argc, char **argv) {
         ec.model_path = model;
         /* the engine's per-request context: the model's, capped at 4096 */
         int ctx = m->hp.n_ctx_train > 0 ? MIN(m->hp.n_ctx_train, 4096) : 4096;
-        tp.max_ctx = ctx;
+        tr.p.max_ctx = ctx;
 
         axp_trace_req *trace = NULL;
-        if (axp_trace_generate(&tp, &trace, &n, &err) < 0)
+        if (axp_trace_generate(&tr.p, &trace, &n, &err) < 0)
                 return cli_fail("%s", err.msg);
         bench_req *reqs = calloc((size_t) MAX(n, 1), sizeof(*reqs));
         if (!reqs) {
@@ -528,7 +506,7 @@ int cli_bench(int argc, char **argv) {
         int count[2] = { 0 };
         for (int i = 0; i < n && r == 0; i++) {
                 reqs[i].t = trace[i];
-                r = make_prompt(m->tok, tp.seed * 1000003ULL + (uint64_t) i, MAX(2, trace[i].prompt),
+                r = make_prompt(m->tok, tr.p.seed * 1000003ULL + (uint64_t) i, MAX(2, trace[i].prompt),
                                 &reqs[i].prompt, &reqs[i].prompt_tokens);
                 int k = trace[i].kind == AXP_REACTIVE;
                 prompt_sum[k] += reqs[i].prompt_tokens;
@@ -541,10 +519,10 @@ int cli_bench(int argc, char **argv) {
         if (r == 0 && !json) {
                 printf("%s: %.3g reactive/min (%s, %d requests, mean %lld+%lld tokens) + %.3g proactive/min "
                        "(%s, %d requests, mean %lld+%lld tokens) over %.3g min, seed %llu\n\n",
-                       m->name, tp.reactive_per_min, rset, count[1],
+                       m->name, tr.p.reactive_per_min, tr.rset, count[1],
                        count[1] ? prompt_sum[1] / count[1] : 0, count[1] ? out_sum[1] / count[1] : 0,
-                       tp.proactive_per_min, pset, count[0], count[0] ? prompt_sum[0] / count[0] : 0,
-                       count[0] ? out_sum[0] / count[0] : 0, tp.minutes, (unsigned long long) tp.seed);
+                       tr.p.proactive_per_min, tr.pset, count[0], count[0] ? prompt_sum[0] / count[0] : 0,
+                       count[0] ? out_sum[0] / count[0] : 0, tr.p.minutes, (unsigned long long) tr.p.seed);
                 fflush(stdout);
         }
         for (int i = 0; i < n_names && r == 0; i++)
@@ -566,8 +544,8 @@ int cli_bench(int argc, char **argv) {
                 printf("{\n  \"model\": \"%s\",\n", m->name);
                 printf("  \"trace\": {\"reactive_per_min\": %g, \"proactive_per_min\": %g, \"minutes\": %g, "
                        "\"seed\": %llu, \"reactive_requests\": %d, \"proactive_requests\": %d},\n",
-                       tp.reactive_per_min, tp.proactive_per_min, tp.minutes,
-                       (unsigned long long) tp.seed, count[1], count[0]);
+                       tr.p.reactive_per_min, tr.p.proactive_per_min, tr.p.minutes,
+                       (unsigned long long) tr.p.seed, count[1], count[0]);
                 printf("  \"policies\": {\n");
                 for (int i = 0; i < n_names; i++)
                         print_json_policy(&res[i], i == n_names - 1);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/parse.h"
+#include "cli-trace.h"
 #include "cli.h"
 #include "sim/sim.h"
 
@@ -79,19 +80,14 @@ static void print_table_row(const char *name, const axp_sim_result *r) {
 
 int cli_sim(int argc, char **argv) {
         enum {
-                O_SOC = 256, O_MODEL, O_RRATE, O_PRATE, O_RSET, O_PSET, O_MINUTES, O_SEED, O_POLICY,
+                O_SOC = 256, O_MODEL, O_POLICY,
                 O_JSON, O_BOUND, O_SCHK, O_BCAP, O_MAXB, O_AGING, O_DUTY, O_GPUBUSY, O_DISABLE,
                 O_TRACE, O_WARMUP, O_HELP,
         };
         static const struct option opts[] = {
                 { "soc", required_argument, NULL, O_SOC },
                 { "model", required_argument, NULL, O_MODEL },
-                { "reactive-rate", required_argument, NULL, O_RRATE },
-                { "proactive-rate", required_argument, NULL, O_PRATE },
-                { "reactive-set", required_argument, NULL, O_RSET },
-                { "proactive-set", required_argument, NULL, O_PSET },
-                { "minutes", required_argument, NULL, O_MINUTES },
-                { "seed", required_argument, NULL, O_SEED },
+                CLI_TRACE_OPTIONS,
                 { "policy", required_argument, NULL, O_POLICY },
                 { "json", no_argument, NULL, O_JSON },
                 { "preempt-bound", required_argument, NULL, O_BOUND },
@@ -108,12 +104,11 @@ int cli_sim(int argc, char **argv) {
                 {},
         };
         const char *soc_name = "core-ultra-125h", *model = "llama-3b", *policy = "all";
-        const char *rset = "reactive-mixed", *pset = "proactive-mixed";
         axp_sim_replay_opts ro = { 0 };
         _cleanup_(fclosep) FILE *log = NULL;
         bool json = false;
-        axp_trace_params tp = { .reactive_per_min = 3, .proactive_per_min = 6, .minutes = 15,
-                                .seed = 1 };
+        cli_trace tr = { .p = { .reactive_per_min = 3, .proactive_per_min = 6, .minutes = 15, .seed = 1 },
+                         .rset = "reactive-mixed", .pset = "proactive-mixed" };
         axp_sched_config cfg;
         const axp_soc_profile *soc;
         axp_heg_shape shape;
@@ -127,34 +122,17 @@ int cli_sim(int argc, char **argv) {
         axp_sched_config_default(&cfg);
         optind = 1;
         while ((c = cli_getopt(argc, argv, "", opts)) >= 0) {
+                if ((r = cli_trace_option(c, optarg, &tr)) != 0) {
+                        if (r < 0)
+                                return 2;
+                        continue;
+                }
                 switch (c) {
                 case O_SOC:
                         soc_name = optarg;
                         break;
                 case O_MODEL:
                         model = optarg;
-                        break;
-                case O_RRATE:
-                        if (!cli_double("--reactive-rate", optarg, 0, 10000, &tp.reactive_per_min))
-                                return 2;
-                        break;
-                case O_PRATE:
-                        if (!cli_double("--proactive-rate", optarg, 0, 10000, &tp.proactive_per_min))
-                                return 2;
-                        break;
-                case O_RSET:
-                        rset = optarg;
-                        break;
-                case O_PSET:
-                        pset = optarg;
-                        break;
-                case O_MINUTES:
-                        if (!cli_double("--minutes", optarg, 0.01, 10000, &tp.minutes))
-                                return 2;
-                        break;
-                case O_SEED:
-                        if (!cli_uint("--seed", optarg, 0, 0x7fffffff, &tp.seed))
-                                return 2;
                         break;
                 case O_POLICY:
                         policy = optarg;
@@ -251,11 +229,10 @@ int cli_sim(int argc, char **argv) {
         }
         if (axp_soc_profile_find(soc_name, &soc, &err) < 0 ||
             axp_sim_model_shape(model, &shape, &err) < 0 ||
-            axp_workload_set_find(rset, AXP_REACTIVE, &tp.reactive_set, &err) < 0 ||
-            axp_workload_set_find(pset, AXP_PROACTIVE, &tp.proactive_set, &err) < 0)
+            cli_trace_sets(&tr, &err) < 0)
                 return cli_usage_error("%s", err.msg);
-        tp.max_ctx = cfg.max_ctx;
-        r = axp_trace_generate(&tp, &trace, &n, &err);
+        tr.p.max_ctx = cfg.max_ctx;
+        r = axp_trace_generate(&tr.p, &trace, &n, &err);
         if (r < 0)
                 return cli_fail("%s", err.msg);
 
@@ -285,12 +262,38 @@ int cli_sim(int argc, char **argv) {
         }
         printf("%s, %s, %.3g reactive/min (%s) + %.3g proactive/min (%s), %.3g min, seed %llu: "
                "%d requests\n\n",
-               soc->name, model, tp.reactive_per_min, rset, tp.proactive_per_min, pset, tp.minutes,
-               (unsigned long long) tp.seed, n);
+               soc->name, model, tr.p.reactive_per_min, tr.rset, tr.p.proactive_per_min, tr.pset, tr.p.minutes,
+               (unsigned long long) tr.p.seed, n);
         printf("%-9s %9s %9s %8s %11s %9s %8s %11s %7s %7s\n", "policy", "react.s", "p90 s",
                "wait s", "react.done", "pro.s/tok", "pro/min", "pro.done", "iGPU", "J/tok");
         for (int i = 0; i < AXP_POLICY__COUNT; i++)
                 if (run[i])
                         print_table_row(axp_policy_name(i), &res[i]);
         return 0;
+}
+
+int cli_trace_option(int c, const char *arg, cli_trace *t) {
+        switch (c) {
+        case CLI_TRACE_RRATE:
+                return cli_double("--reactive-rate", arg, 0, 10000, &t->p.reactive_per_min) ? 1 : -1;
+        case CLI_TRACE_PRATE:
+                return cli_double("--proactive-rate", arg, 0, 10000, &t->p.proactive_per_min) ? 1 : -1;
+        case CLI_TRACE_RSET:
+                t->rset = arg;
+                return 1;
+        case CLI_TRACE_PSET:
+                t->pset = arg;
+                return 1;
+        case CLI_TRACE_MINUTES:
+                return cli_double("--minutes", arg, 0.01, 10000, &t->p.minutes) ? 1 : -1;
+        case CLI_TRACE_SEED:
+                return cli_uint("--seed", arg, 0, 0x7fffffff, &t->p.seed) ? 1 : -1;
+        default:
+                return 0;
+        }
+}
+
+int cli_trace_sets(cli_trace *t, axp_error *err) {
+        int r = axp_workload_set_find(t->rset, AXP_REACTIVE, &t->p.reactive_set, err);
+        return r < 0 ? r : axp_workload_set_find(t->pset, AXP_PROACTIVE, &t->p.proactive_set, err);
 }
