@@ -189,8 +189,7 @@ int cli_suggestions(int argc, char **argv) {
                 if (nl)
                         *nl = 0;
                 if (l > 0 && (json_parse(p, l, &obj, &err) < 0 || obj->type != JSON_OBJECT)) {
-                        fprintf(stderr, "agentxpu suggestions: %s:%u: skipped: %s\n", o.store, lineno,
-                                err.msg[0] ? err.msg : "not a JSON object");
+                        cli_warn("%s:%u: skipped: %s", o.store, lineno, err.msg[0] ? err.msg : "not a JSON object");
                         json_free(obj);
                         obj = NULL;
                 }
@@ -205,7 +204,7 @@ int cli_suggestions(int argc, char **argv) {
                                 if (lv)
                                         lines = lv;
                                 if (!rv || !lv) {
-                                        fprintf(stderr, "agentxpu suggestions: out of memory\n");
+                                        cli_warn("out of memory");
                                         json_free(obj);
                                         break;
                                 }
