@@ -89,12 +89,14 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
         } while (0)
 
 /* Decode streams each group once; software prefetch keeps more lines in flight than the
- * hardware prefetcher does alone. */
+ * hardware prefetcher does alone. Into L2, not L1: a prefetch to L1 holds one of the core's
+ * few line-fill buffers until its line arrives, which left the Q4_K kernel streaming 12.4 GB/s
+ * on one Xeon core against 14.0 with the same prefetches into L2 (loads alone: 15.5). */
 #define PF_AHEAD 2 /* superblocks */
 
 AI void prefetch_lines(const uint8_t *p, int n) {
         for (int i = 0; i < n; i++)
-                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T0);
+                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
 }
 
 /* One or two tokens: both halves of the group at once (fn's last fixed arguments h0 = 0,
