@@ -120,6 +120,22 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                 }                                                                                  \
         } while (0)
 
+/* The file is compiled as three objects, which a build compiles at once on as many cores:
+ * by itself, everything but the K-quant products (a few seconds); with AXP_AVX512_KQUANTS 1
+ * (gemm-avx512-q4k-q6k.c) the Q4_K, Q5_K and Q6_K products, with 2 (gemm-avx512-q2k-q3k.c)
+ * Q2_K, Q3_K and IQ4_XS: the unrolled token tiles of these take a minute and more to compile
+ * at -O3, several under sanitizers. The first object's table names them all. */
+#define KQUANT_GEMM(type)                                                                          \
+        void axp_avx512_gemm_##type(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, \
+                                    long ldy, int n_rows)
+KQUANT_GEMM(q4_K);
+KQUANT_GEMM(q5_K);
+KQUANT_GEMM(q6_K);
+KQUANT_GEMM(q2_K);
+KQUANT_GEMM(q3_K);
+KQUANT_GEMM(iq4_xs);
+
+#ifndef AXP_AVX512_KQUANTS
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
         TILE_DISPATCH(float_tile, W_F32);
@@ -235,6 +251,9 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH(q8_0_tile, M_Q5_1);
 }
 
+#else /* AXP_AVX512_KQUANTS */
+
+#if AXP_AVX512_KQUANTS == 1
 /* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
  * the mins term is an integer dot of the mins with the activation sums. Q5_K (high) is the
  * same with each nibble's fifth bit moved in from the sub-block's bit vector: bit p (low
@@ -309,13 +328,11 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
-static void gemm_q4_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
+KQUANT_GEMM(q4_K) {
         TILE_DISPATCH(q4_K_tile, 0);
 }
 
-static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
+KQUANT_GEMM(q5_K) {
         TILE_DISPATCH(q4_K_tile, 1);
 }
 
@@ -388,10 +405,11 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
-static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
+KQUANT_GEMM(q6_K) {
         TILE_DISPATCH(q6_K_tile);
 }
+
+#else /* AXP_AVX512_KQUANTS == 2 */
 
 /* Q2_K: per sub-block of 16 one crumb vector (w in 0..3, four at a time by shift and mask),
  * its int32 dot times the 4-bit scale (exact in float); the mins term is an integer dot of the
@@ -453,8 +471,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
-static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
+KQUANT_GEMM(q2_K) {
         TILE_DISPATCH(q2_K_tile);
 }
 
@@ -519,8 +536,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
-static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
+KQUANT_GEMM(q3_K) {
         TILE_DISPATCH(q3_K_tile);
 }
 
@@ -575,11 +591,14 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 store_rows(y + t * ldy, acc[t], n_rows);
 }
 
-static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                        int n_rows) {
+KQUANT_GEMM(iq4_xs) {
         TILE_DISPATCH(iq4_xs_tile);
 }
 
+#endif /* AXP_AVX512_KQUANTS == 1 */
+#endif /* AXP_AVX512_KQUANTS */
+
+#ifndef AXP_AVX512_KQUANTS
 /* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
 
 static void quant_f16(const float *x, int64_t k, uint8_t *row) {
@@ -884,12 +903,13 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,
-                [AXP_TYPE_Q4_K] = gemm_q4_K,
-                [AXP_TYPE_Q5_K] = gemm_q5_K,
-                [AXP_TYPE_Q6_K] = gemm_q6_K,
-                [AXP_TYPE_Q2_K] = gemm_q2_K,
-                [AXP_TYPE_Q3_K] = gemm_q3_K,
-                [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
+                [AXP_TYPE_Q4_K] = axp_avx512_gemm_q4_K,
+                [AXP_TYPE_Q5_K] = axp_avx512_gemm_q5_K,
+                [AXP_TYPE_Q6_K] = axp_avx512_gemm_q6_K,
+                [AXP_TYPE_Q2_K] = axp_avx512_gemm_q2_K,
+                [AXP_TYPE_Q3_K] = axp_avx512_gemm_q3_K,
+                [AXP_TYPE_IQ4_XS] = axp_avx512_gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
 };
+#endif /* AXP_AVX512_KQUANTS */

@@ -116,8 +116,8 @@ else
         elapsed "building the package"
         # Without the tests (nocheck): test.sh ran them against the same tree already, and
         # building them again inside the package build doubled this test's time.
-        # parallel: debhelper builds with one job unless told (gemm-avx512.c alone takes about
-        # five minutes to compile, the rest of the tree about two more on one core).
+        # parallel: debhelper builds with one job unless told (the AVX-512 kernels alone take
+        # minutes to compile on one core; their three objects compile at once on three).
         DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:-nocheck parallel=$(nproc)}" "$src/packaging/build-deb" "$work/out" ||
                 fail "packaging/build-deb failed"
         deb=$(ls "$work"/out/agentxpu_*.deb)
