@@ -36,15 +36,17 @@ static uint64_t read_c(const uint8_t *p, size_t n) {
 #define AVX2 __attribute__((target("avx2")))
 
 /* acc accumulators of 64 bytes each per step; pf > 0: prefetch every line of the step pf bytes
- * ahead (past the end is harmless: a prefetch never faults); nt: vmovntdqa */
+ * ahead (past the end is harmless: a prefetch never faults) into L1, or into L2 with l2 (as
+ * the kernels' decode loops do); nt: vmovntdqa */
+#define PREFETCH(p, l2) _mm_prefetch((const char *) (p), (l2) ? _MM_HINT_T1 : _MM_HINT_T0)
 static inline __attribute__((always_inline)) AVX512 uint64_t read512(const uint8_t *p, size_t n, int acc,
-                                                                     size_t pf, int nt) {
+                                                                     size_t pf, int l2, int nt) {
         __m512i s[4] = { _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                          _mm512_setzero_si512() };
         for (size_t i = 0; i < n; i += 64 * (size_t) acc) {
                 if (pf)
                         for (int j = 0; j < acc; j++)
-                                _mm_prefetch((const char *) p + i + pf + 64 * j, _MM_HINT_T0);
+                                PREFETCH(p + i + pf + 64 * j, l2);
                 for (int j = 0; j < acc; j++) {
                         void *a = (void *) (p + i + 64 * j);
                         __m512i v = nt ? _mm512_stream_load_si512(a) : _mm512_load_si512(a);
@@ -58,13 +60,13 @@ static inline __attribute__((always_inline)) AVX512 uint64_t read512(const uint8
 
 /* the same with 32-byte loads: acc accumulators of 32 bytes per step */
 static inline __attribute__((always_inline)) AVX2 uint64_t read256(const uint8_t *p, size_t n, int acc,
-                                                                   size_t pf, int nt) {
+                                                                   size_t pf, int l2, int nt) {
         __m256i s[4] = { _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                          _mm256_setzero_si256() };
         for (size_t i = 0; i < n; i += 32 * (size_t) acc) {
                 if (pf)
                         for (int o = 0; o < 32 * acc; o += 64)
-                                _mm_prefetch((const char *) p + i + pf + o, _MM_HINT_T0);
+                                PREFETCH(p + i + pf + o, l2);
                 for (int j = 0; j < acc; j++) {
                         __m256i *a = (__m256i *) (p + i + 32 * j);
                         __m256i v = nt ? _mm256_stream_load_si256(a) : _mm256_load_si256(a);
@@ -79,18 +81,20 @@ static inline __attribute__((always_inline)) AVX2 uint64_t read256(const uint8_t
 
 #define TARGET_512 AVX512
 #define TARGET_256 AVX2
-#define METHOD(width, acc, pf, nt)                                                                 \
-        static TARGET_##width uint64_t read##width##_x##acc##_pf##pf##_nt##nt(const uint8_t *p, size_t n) { \
-                return read##width(p, n, acc, pf, nt);                                             \
+#define METHOD(width, acc, pf, l2, nt)                                                             \
+        static TARGET_##width uint64_t read##width##_x##acc##_pf##pf##_l##l2##_nt##nt(const uint8_t *p, size_t n) { \
+                return read##width(p, n, acc, pf, l2, nt);                                         \
         }
 #define METHODS(width)                 \
-        METHOD(width, 2, 0, 0)         \
-        METHOD(width, 2, 2048, 0)      \
-        METHOD(width, 4, 0, 0)         \
-        METHOD(width, 4, 512, 0)       \
-        METHOD(width, 4, 2048, 0)      \
-        METHOD(width, 4, 8192, 0)      \
-        METHOD(width, 4, 0, 1)
+        METHOD(width, 2, 0, 0, 0)      \
+        METHOD(width, 2, 2048, 0, 0)   \
+        METHOD(width, 4, 0, 0, 0)      \
+        METHOD(width, 4, 512, 0, 0)    \
+        METHOD(width, 4, 2048, 0, 0)   \
+        METHOD(width, 4, 8192, 0, 0)   \
+        METHOD(width, 4, 2048, 1, 0)   \
+        METHOD(width, 4, 8192, 1, 0)   \
+        METHOD(width, 4, 0, 0, 1)
 METHODS(512)
 METHODS(256)
 #endif
@@ -103,20 +107,24 @@ typedef struct method {
 
 static const method methods[] = {
 #ifdef ISA_PATHS
-        { "avx512", "avx512-x2", read512_x2_pf0_nt0 },
-        { "avx512", "avx512-x2-pf2048", read512_x2_pf2048_nt0 },
-        { "avx512", "avx512-x4", read512_x4_pf0_nt0 },
-        { "avx512", "avx512-x4-pf512", read512_x4_pf512_nt0 },
-        { "avx512", "avx512-x4-pf2048", read512_x4_pf2048_nt0 },
-        { "avx512", "avx512-x4-pf8192", read512_x4_pf8192_nt0 },
-        { "avx512", "avx512-x4-nt", read512_x4_pf0_nt1 },
-        { "avx2", "avx2-x2", read256_x2_pf0_nt0 },
-        { "avx2", "avx2-x2-pf2048", read256_x2_pf2048_nt0 },
-        { "avx2", "avx2-x4", read256_x4_pf0_nt0 },
-        { "avx2", "avx2-x4-pf512", read256_x4_pf512_nt0 },
-        { "avx2", "avx2-x4-pf2048", read256_x4_pf2048_nt0 },
-        { "avx2", "avx2-x4-pf8192", read256_x4_pf8192_nt0 },
-        { "avx2", "avx2-x4-nt", read256_x4_pf0_nt1 },
+        { "avx512", "avx512-x2", read512_x2_pf0_l0_nt0 },
+        { "avx512", "avx512-x2-pf2048", read512_x2_pf2048_l0_nt0 },
+        { "avx512", "avx512-x4", read512_x4_pf0_l0_nt0 },
+        { "avx512", "avx512-x4-pf512", read512_x4_pf512_l0_nt0 },
+        { "avx512", "avx512-x4-pf2048", read512_x4_pf2048_l0_nt0 },
+        { "avx512", "avx512-x4-pf8192", read512_x4_pf8192_l0_nt0 },
+        { "avx512", "avx512-x4-pf2048-l2", read512_x4_pf2048_l1_nt0 },
+        { "avx512", "avx512-x4-pf8192-l2", read512_x4_pf8192_l1_nt0 },
+        { "avx512", "avx512-x4-nt", read512_x4_pf0_l0_nt1 },
+        { "avx2", "avx2-x2", read256_x2_pf0_l0_nt0 },
+        { "avx2", "avx2-x2-pf2048", read256_x2_pf2048_l0_nt0 },
+        { "avx2", "avx2-x4", read256_x4_pf0_l0_nt0 },
+        { "avx2", "avx2-x4-pf512", read256_x4_pf512_l0_nt0 },
+        { "avx2", "avx2-x4-pf2048", read256_x4_pf2048_l0_nt0 },
+        { "avx2", "avx2-x4-pf8192", read256_x4_pf8192_l0_nt0 },
+        { "avx2", "avx2-x4-pf2048-l2", read256_x4_pf2048_l1_nt0 },
+        { "avx2", "avx2-x4-pf8192-l2", read256_x4_pf8192_l1_nt0 },
+        { "avx2", "avx2-x4-nt", read256_x4_pf0_l0_nt1 },
 #endif
         { "generic", "c-x8", read_c },
 };
