@@ -73,21 +73,6 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
         }
 }
 
-#define TILE_DISPATCH(fn, ...)                                                                     \
-        do {                                                                                       \
-                for (int h = 0; h < 2 && 8 * h < n_rows; h++) {                                    \
-                        int t = 0;                                                                 \
-                        for (; t + MAX_T <= n_tok; t += MAX_T)                                     \
-                                fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); \
-                        switch (n_tok - t) {                                                       \
-                        case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); break; \
-                        case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); break; \
-                        case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, h, ##__VA_ARGS__); break; \
-                        default: break;                                                            \
-                        }                                                                          \
-                }                                                                                  \
-        } while (0)
-
 /* Decode streams each group once; software prefetch keeps more lines in flight than the
  * hardware prefetcher does alone. Into L2, not L1: a prefetch to L1 holds one of the core's
  * few line-fill buffers until its line arrives, which left the Q4_K kernel streaming 12.4 GB/s
@@ -580,68 +565,88 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 /* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
 
 /* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
- * 16, times the 4-bit scale; the mins against the activation sums of 16. */
+ * 16, times the 4-bit scale; the mins against the activation sums of 16. Like Q4_K, Q2_K, Q3_K
+ * and IQ4_XS take both halves of a group in one pass for one or two tokens (NH = 2), with the
+ * stream prefetched: one half per pass read each 64-byte line twice and prefetched nothing,
+ * which left these three at a third to a half of the AVX-512 path's decode. */
 AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h) {
+                  int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
-                acc[t] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
         const __m256i m15 = _mm256_set1_epi32(15);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q2_K_SB;
-                __m256i msum[MAX_T];
-                __m256 sacc[MAX_T];
-                UNROLL for (int t = 0; t < T; t++) {
-                        msum[t] = _mm256_setzero_si256();
-                        sacc[t] = _mm256_setzero_ps();
-                }
+                __m256i msum[MAX_T][2];
+                __m256 sacc[MAX_T][2];
+                UNROLL for (int t = 0; t < T; t++)
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                msum[t][hh] = _mm256_setzero_si256();
+                                sacc[t][hh] = _mm256_setzero_ps();
+                        }
                 UNROLL for (int p = 0; p < 8; p++) {
-                        __m256i m16 = _mm256_srli_epi16(_mm256_cvtepu8_epi16(ld16(sb + 64 + 32 * p + 16 * h)), 4);
+                        __m256i m16[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                m16[hh] = _mm256_srli_epi16(_mm256_cvtepu8_epi16(ld16(sb + 64 + 32 * p + 16 * (h0 + hh))), 4);
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
-                                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(m16, bs));
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        msum[t][hh] = _mm256_add_epi32(msum[t][hh], _mm256_madd_epi16(m16[hh], bs));
                         }
                 }
                 for (int j = 0; j < 16; j++) {
-                        __m256i w32 = _mm256_cvtepu16_epi32(ld16(sb + 64 + 32 * (j / 2) + 16 * h));
-                        __m256i sci = _mm256_and_si256((j & 1) ? _mm256_srli_epi32(w32, 8) : w32, m15);
-                        __m256 scj = _mm256_cvtepi32_ps(sci);
-                        __m256i v = ld32(sb + PK_Q2_K_HEAD + 64 * j + 32 * h);
-                        __m256i w0 = _mm256_and_si256(v, m3);
-                        __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
-                        __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
-                        __m256i w3 = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2);
+                        __m256 scj[2];
+                        __m256i w[2][4];
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                __m256i w32 = _mm256_cvtepu16_epi32(ld16(sb + 64 + 32 * (j / 2) + 16 * (h0 + hh)));
+                                __m256i sci = _mm256_and_si256((j & 1) ? _mm256_srli_epi32(w32, 8) : w32, m15);
+                                scj[hh] = _mm256_cvtepi32_ps(sci);
+                                __m256i v = ld32(sb + PK_Q2_K_HEAD + 64 * j + 32 * (h0 + hh));
+                                w[hh][0] = _mm256_and_si256(v, m3);
+                                w[hh][1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
+                                w[hh][2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
+                                w[hh][3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
+                        }
                         UNROLL for (int t = 0; t < T; t++) {
                                 const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
-                                __m256i p16 = _mm256_add_epi16(
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a)),
-                                                         _mm256_maddubs_epi16(w1, bcast4(a + 4))),
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a + 8)),
-                                                         _mm256_maddubs_epi16(w3, bcast4(a + 12))));
-                                __m256i isum = _mm256_madd_epi16(p16, ones);
-                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
+                                __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256i p16 = _mm256_add_epi16(
+                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
+                                                                 _mm256_maddubs_epi16(w[hh][1], a1)),
+                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][2], a2),
+                                                                 _mm256_maddubs_epi16(w[hh][3], a3)));
+                                        __m256i isum = _mm256_madd_epi16(p16, ones);
+                                        sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
+                                }
                         }
                 }
-                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
-                __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * h));
-                UNROLL for (int t = 0; t < T; t++) {
-                        __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t]));
-                        __m256 v = _mm256_fmsub_ps(d, sacc[t], mins);
-                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * (h0 + hh)));
+                        __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * (h0 + hh)));
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t][hh]));
+                                __m256 v = _mm256_fmsub_ps(d, sacc[t][hh], mins);
+                                acc[t][hh] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t][hh]);
+                        }
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
 static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q2_K_tile);
+        TILE_DISPATCH_HALVES(q2_K_tile);
 }
 
 /* A 6-bit sub-block scale of 8 rows (half h), less 32, as Q3_K and IQ4_XS pack them. */
@@ -657,112 +662,144 @@ AI __m256 scale6(const uint8_t *lo, const uint8_t *hi, int j, int h) {
 /* Q3_K: w + 4 in 0..7 (pair sums of at most 2*7*127, four fit s16), each sub-block's dot less
  * 4 times its activation sum. */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h) {
+                  int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *qbase = g + pk_q3_K_qs_offset(k);
         const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
-                acc[t] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
-                __m256 sacc[MAX_T];
+                if (T <= 2)
+                        prefetch_lines(hd + PF_AHEAD * PK_Q3_K_HEAD, PK_Q3_K_HEAD / 64 + 1);
+                __m256 sacc[MAX_T][2];
                 UNROLL for (int t = 0; t < T; t++)
-                        sacc[t] = _mm256_setzero_ps();
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                sacc[t][hh] = _mm256_setzero_ps();
                 for (int j = 0; j < 16; j++) {
-                        __m256 scj = scale6(hd + 32, hd + 160, j, h);
-                        __m256i v = ld32(qs + 64 * j + 32 * h);
-                        __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * h);
-                        if (j & 1)
-                                hb = _mm256_srli_epi16(hb, 4);
-                        __m256i w0 = _mm256_or_si256(_mm256_and_si256(v, m3),
-                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 2), b2));
-                        __m256i w1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3),
-                                                     _mm256_and_si256(_mm256_slli_epi16(hb, 1), b2));
-                        __m256i w2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3),
-                                                     _mm256_and_si256(hb, b2));
-                        __m256i w3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3),
-                                                     _mm256_and_si256(_mm256_srli_epi16(hb, 1), b2));
+                        if (T <= 2)
+                                prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * (PK_Q3_K_QS / 16), 2);
+                        __m256 scj[2];
+                        __m256i w[2][4];
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                scj[hh] = scale6(hd + 32, hd + 160, j, h0 + hh);
+                                __m256i v = ld32(qs + 64 * j + 32 * (h0 + hh));
+                                __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * (h0 + hh));
+                                if (j & 1)
+                                        hb = _mm256_srli_epi16(hb, 4);
+                                w[hh][0] = _mm256_or_si256(_mm256_and_si256(v, m3),
+                                                           _mm256_and_si256(_mm256_slli_epi16(hb, 2), b2));
+                                w[hh][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3),
+                                                           _mm256_and_si256(_mm256_slli_epi16(hb, 1), b2));
+                                w[hh][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3),
+                                                           _mm256_and_si256(hb, b2));
+                                w[hh][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3),
+                                                           _mm256_and_si256(_mm256_srli_epi16(hb, 1), b2));
+                        }
                         UNROLL for (int t = 0; t < T; t++) {
                                 const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
-                                __m256i p16 = _mm256_add_epi16(
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a)),
-                                                         _mm256_maddubs_epi16(w1, bcast4(a + 4))),
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(w2, bcast4(a + 8)),
-                                                         _mm256_maddubs_epi16(w3, bcast4(a + 12))));
-                                __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p16, ones),
-                                                                _mm256_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]));
-                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj, sacc[t]);
+                                __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
+                                __m256i off = _mm256_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]);
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256i p16 = _mm256_add_epi16(
+                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
+                                                                 _mm256_maddubs_epi16(w[hh][1], a1)),
+                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][2], a2),
+                                                                 _mm256_maddubs_epi16(w[hh][3], a3)));
+                                        __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p16, ones), off);
+                                        sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
+                                }
                         }
                 }
-                __m256 d = _mm256_cvtph_ps(ldu16(hd + 16 * h));
-                UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))), sacc[t],
-                                                 acc[t]);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 d = _mm256_cvtph_ps(ldu16(hd + 16 * (h0 + hh)));
+                        UNROLL for (int t = 0; t < T; t++)
+                                acc[t][hh] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))),
+                                                             sacc[t][hh], acc[t][hh]);
+                }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
 static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(q3_K_tile);
+        TILE_DISPATCH_HALVES(q3_K_tile);
 }
 
 /* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign), per
  * sub-block of 32, times the signed 6-bit scale in float. */
 AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                    int n_rows, int h) {
+                    int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
-                acc[t] = _mm256_setzero_ps();
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_IQ4_XS_SB;
-                __m256 sacc[MAX_T];
+                __m256 sacc[MAX_T][2];
                 UNROLL for (int t = 0; t < T; t++)
-                        sacc[t] = _mm256_setzero_ps();
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                sacc[t][hh] = _mm256_setzero_ps();
                 for (int j = 0; j < 8; j++) {
-                        __m256 scj = scale6(sb + 32, sb + 96, j, h);
-                        const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256 + 32 * h;
-                        __m256i isum[MAX_T];
+                        if (T <= 2)
+                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * (PK_IQ4_XS_SB / 8), 5);
+                        __m256 scj[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                scj[hh] = scale6(sb + 32, sb + 96, j, h0 + hh);
+                        const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
+                        __m256i isum[MAX_T][2];
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm256_setzero_si256();
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        isum[t][hh] = _mm256_setzero_si256();
                         UNROLL for (int jj = 0; jj < 8; jj++) {
-                                __m256i v = ld32(q + (jj / 2) * 64);
-                                __m256i n = (jj & 1) ? _mm256_srli_epi16(v, 4) : v;
-                                __m256i ws = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
-                                __m256i aw = _mm256_sign_epi8(ws, ws);
+                                __m256i ws[2], aw[2];
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256i v = ld32(q + (jj / 2) * 64 + 32 * (h0 + hh));
+                                        __m256i n = (jj & 1) ? _mm256_srli_epi16(v, 4) : v;
+                                        ws[hh] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
+                                        aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
+                                }
                                 UNROLL for (int t = 0; t < T; t++) {
-                                        const int8_t *a = act_q8_K_qs(row[t], s) + 32 * j + 4 * jj;
-                                        __m256i sa = _mm256_sign_epi8(bcast4(a), ws);
-                                        __m256i p16 = _mm256_maddubs_epi16(aw, sa);
-                                        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p16, ones));
+                                        __m256i av = bcast4(act_q8_K_qs(row[t], s) + 32 * j + 4 * jj);
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                __m256i sa = _mm256_sign_epi8(av, ws[hh]);
+                                                __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
+                                                isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_madd_epi16(p16, ones));
+                                        }
                                 }
                         }
                         UNROLL for (int t = 0; t < T; t++)
-                                sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                        sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]), scj[hh], sacc[t][hh]);
                 }
-                __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * h));
-                UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), _mm256_mul_ps(d, sacc[t]),
-                                                 acc[t]);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * (h0 + hh)));
+                        UNROLL for (int t = 0; t < T; t++)
+                                acc[t][hh] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)),
+                                                             _mm256_mul_ps(d, sacc[t][hh]), acc[t][hh]);
+                }
         }
         UNROLL for (int t = 0; t < T; t++)
-                store_half(y + t * ldy, acc[t], h, n_rows);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
 static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                         int n_rows) {
-        TILE_DISPATCH(iq4_xs_tile);
+        TILE_DISPATCH_HALVES(iq4_xs_tile);
 }
 
 /* Activation quantizers (same bytes as quant-act.c) ---------------------------------------- */
