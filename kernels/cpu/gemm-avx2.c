@@ -564,6 +564,13 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 
 /* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
 
+/* Sixteen inputs of a sub-block of 16 (Q2_K, Q3_K): four u8 weight vectors of inputs 4i..4i+3
+ * times the activations' broadcast quads, summed in s16 (four pair sums of small weights fit). */
+AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+        return _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[1], a1)),
+                                _mm256_add_epi16(_mm256_maddubs_epi16(w[2], a2), _mm256_maddubs_epi16(w[3], a3)));
+}
+
 /* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
  * 16, times the 4-bit scale; the mins against the activation sums of 16. Like Q4_K, Q2_K, Q3_K
  * and IQ4_XS take both halves of a group in one pass for one or two tokens (NH = 2), with the
@@ -619,11 +626,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
                                 __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256i p16 = _mm256_add_epi16(
-                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
-                                                                 _mm256_maddubs_epi16(w[hh][1], a1)),
-                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][2], a2),
-                                                                 _mm256_maddubs_epi16(w[hh][3], a3)));
+                                        __m256i p16 = dot16x4(w[hh], a0, a1, a2, a3);
                                         __m256i isum = _mm256_madd_epi16(p16, ones);
                                         sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
                                 }
@@ -706,11 +709,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
                                 __m256i off = _mm256_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]);
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256i p16 = _mm256_add_epi16(
-                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
-                                                                 _mm256_maddubs_epi16(w[hh][1], a1)),
-                                                _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][2], a2),
-                                                                 _mm256_maddubs_epi16(w[hh][3], a3)));
+                                        __m256i p16 = dot16x4(w[hh], a0, a1, a2, a3);
                                         __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p16, ones), off);
                                         sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
                                 }
