@@ -2,7 +2,7 @@
 /* The options of a synthetic trace (sim/sim.h), which `agentxpu bench` and `agentxpu sim`
  * share: --reactive-rate, --proactive-rate, --reactive-set, --proactive-set, --minutes and
  * --seed. Each command lists CLI_TRACE_OPTIONS in its option table, sets its own defaults in a
- * cli_trace, and hands every option to cli_trace_option() before its own switch. */
+ * cli_trace, and hands every option to cli_trace_option() before its own switch (cli-trace.c). */
 #pragma once
 
 #include <getopt.h>
