@@ -572,10 +572,9 @@ AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i
 }
 
 /* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
- * 16, times the 4-bit scale; the mins against the activation sums of 16. Like Q4_K, Q2_K, Q3_K
- * and IQ4_XS take both halves of a group in one pass for one or two tokens (NH = 2), with the
- * stream prefetched: one half per pass read each 64-byte line twice and prefetched nothing,
- * which left these three at a third to a half of the AVX-512 path's decode. */
+ * 16, times the 4-bit scale; the mins against the activation sums of 16. As every product of
+ * this path, Q2_K, Q3_K and IQ4_XS take both 8-row halves of a group in one pass for one or
+ * two tokens (NH = 2), so each 64-byte line is read once, and prefetch the stream ahead. */
 AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
