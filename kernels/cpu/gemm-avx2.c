@@ -13,8 +13,9 @@
  * gemm-avxvnni.c compiles this file again with AVX-VNNI (VEX vpdpbusd on ymm: Alder Lake,
  * Meteor Lake, Zen 5): the 32-element block types then take their u8 weights (Q8_0's w + 128,
  * IQ4_NL's levels + 128, nibbles) as they are, with the activations' offset as the starting
- * sum, as the AVX-512 path does. Its integer sums are the ones computed here, so the two
- * builds give the same bits. */
+ * sum, as the AVX-512 path does; the K-quants sum each sub-block in int32 with vpdpbusd and
+ * multiply it by its scale with vpmulld (IQ4_XS as IQ4_NL). Its integer sums are the ones
+ * computed here, so the two builds give the same bits (test-kernels checks it). */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -119,6 +120,13 @@ AI __m256i scales_s8_pairs(const uint8_t *p, int odd) {
         const __m128i even = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
         const __m128i odds = _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
         return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(ld16(p), odd ? odds : even));
+}
+
+/* The same eight scales as int32 lanes, for vpmulld */
+AI __m256i scales_s8_i32(const uint8_t *p, int odd) {
+        const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+        const __m128i odds = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+        return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(ld16(p), odd ? odds : even));
 }
 
 /* Float weights ---------------------------------------------------------------------------- */
@@ -385,7 +393,8 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * (bit p or 4 + p of a byte to its bit 4). A sub-block's s16 pair sums (at most 8 of
  * 2 * 15 * 127 for Q4_K, 4 of 2 * 31 * 127 for Q5_K) are widened by vpmaddwd with the
  * sub-block's scale, so the superblock's dot sum_j sc_j dot_j (at most 8 * 63 * 32 * 31 * 127)
- * is exact in int32. */
+ * is exact in int32. With VNNI each sub-block's dot is an int32 vpdpbusd sum (low and high
+ * nibbles in two chains) times the scale. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int high) {
         int64_t k = act->k, ns = k / QK_K;
@@ -419,12 +428,20 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
-                        __m256i sc16[2], hb[2];
+                        __m256i sc16[2], hb[2]; /* scales as s16 pairs, or int32 with VNNI */
                         UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                sc16[hh] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * (h0 + hh))));
+#else
                                 sc16[hh] = scales_u8(sb + 64 + 16 * j + 8 * (h0 + hh));
+#endif
                                 hb[hh] = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * (h0 + hh)) : _mm256_setzero_si256();
                         }
+                        /* s16 pair sums, or with VNNI the sub-block's int32 dot */
                         __m256i s16[MAX_T][2];
+#ifdef AXP_AVX_VNNI
+                        __m256i s16b[MAX_T][2];
+#endif
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m256i lo[2], hi[2];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -441,12 +458,21 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         const int8_t *a = act_q8_K_qs(row[t], s) + off;
                                         __m256i al = bcast4(a), ah = bcast4(a + 4);
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                                /* two chains (low and high nibbles) */
+                                                s16[t][hh] = _mm256_dpbusd_avx_epi32(p ? s16[t][hh] : _mm256_setzero_si256(), lo[hh], al);
+                                                s16b[t][hh] = _mm256_dpbusd_avx_epi32(p ? s16b[t][hh] : _mm256_setzero_si256(), hi[hh], ah);
+                                                if (p == 3)
+                                                        isum[t][hh] = _mm256_add_epi32(
+                                                                isum[t][hh], _mm256_mullo_epi32(_mm256_add_epi32(s16[t][hh], s16b[t][hh]), sc16[hh]));
+#else
                                                 __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
                                                                                _mm256_maddubs_epi16(hi[hh], ah));
                                                 s16[t][hh] = (p == 0 || (high && p == 2)) ? p16 : _mm256_add_epi16(s16[t][hh], p16);
                                                 if (p == 3 || (high && p == 1))
                                                         isum[t][hh] = _mm256_add_epi32(
                                                                 isum[t][hh], _mm256_madd_epi16(s16[t][hh], sc16[hh]));
+#endif
                                         }
                                 }
                         }
@@ -480,7 +506,8 @@ static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 
 /* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; two of their pair sums fit s16
  * and are widened by vpmaddwd with the sub-block's signed scale, and the offset goes with the
- * activation sums: the superblock's sum_j sc_j (S_j - 32 A_j) is exact in int32. */
+ * activation sums: the superblock's sum_j sc_j (S_j - 32 A_j) is exact in int32. With VNNI
+ * S_j is a vpdpbusd sum, times sc_j by vpmulld. */
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
@@ -515,7 +542,11 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
                         __m256i w[2][4], scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                scj[hh] = scales_s8_i32(sb + 32 + 32 * (j / 2) + 16 * (h0 + hh), j & 1);
+#else
                                 scj[hh] = scales_s8_pairs(sb + 32 + 32 * (j / 2) + 16 * (h0 + hh), j & 1);
+#endif
                                 __m256i n0 = ld32(q + 32 * (h0 + hh));
                                 __m256i n1 = ld32(q + 64 + 32 * (h0 + hh));
                                 __m256i hb = ld32(q + 128 + 32 * (h0 + hh));
@@ -533,6 +564,14 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 const int8_t *a = act_q8_K_qs(row[t], s) + off;
                                 __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                        /* the sub-block's int32 dot times its scale */
+                                        __m256i d = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[hh][0], a0);
+                                        d = _mm256_dpbusd_avx_epi32(d, w[hh][1], a1);
+                                        d = _mm256_dpbusd_avx_epi32(d, w[hh][2], a2);
+                                        d = _mm256_dpbusd_avx_epi32(d, w[hh][3], a3);
+                                        isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_mullo_epi32(d, scj[hh]));
+#else
                                         __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
                                                                        _mm256_maddubs_epi16(w[hh][1], a1));
                                         __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][2], a2),
@@ -540,6 +579,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         isum[t][hh] = _mm256_add_epi32(
                                                 isum[t][hh], _mm256_add_epi32(_mm256_madd_epi16(p01, scj[hh]),
                                                                               _mm256_madd_epi16(p23, scj[hh])));
+#endif
                                 }
                         }
                 }
@@ -565,10 +605,19 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 /* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
 
 /* Sixteen inputs of a sub-block of 16 (Q2_K, Q3_K): four u8 weight vectors of inputs 4i..4i+3
- * times the activations' broadcast quads, summed in s16 (four pair sums of small weights fit). */
-AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3) {
-        return _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[1], a1)),
-                                _mm256_add_epi16(_mm256_maddubs_epi16(w[2], a2), _mm256_maddubs_epi16(w[3], a3)));
+ * times the activations' broadcast quads, summed in int32 from c: four vpdpbusd with VNNI,
+ * else vpmaddubsw pair sums added in s16 (four pair sums of small weights fit) and widened. */
+AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i c) {
+#ifdef AXP_AVX_VNNI
+        c = _mm256_dpbusd_avx_epi32(c, w[0], a0);
+        c = _mm256_dpbusd_avx_epi32(c, w[1], a1);
+        c = _mm256_dpbusd_avx_epi32(c, w[2], a2);
+        return _mm256_dpbusd_avx_epi32(c, w[3], a3);
+#else
+        __m256i p16 = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[1], a1)),
+                                       _mm256_add_epi16(_mm256_maddubs_epi16(w[2], a2), _mm256_maddubs_epi16(w[3], a3)));
+        return _mm256_add_epi32(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)), c);
+#endif
 }
 
 /* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
@@ -585,7 +634,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int hh = 0; hh < NH; hh++)
                         acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3);
+        const __m256i m3 = _mm256_set1_epi8(3);
         const __m256i m15 = _mm256_set1_epi32(15);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q2_K_SB;
@@ -625,8 +674,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
                                 __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256i p16 = dot16x4(w[hh], a0, a1, a2, a3);
-                                        __m256i isum = _mm256_madd_epi16(p16, ones);
+                                        __m256i isum = dot16x4(w[hh], a0, a1, a2, a3, _mm256_setzero_si256());
                                         sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
                                 }
                         }
@@ -674,7 +722,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int hh = 0; hh < NH; hh++)
                         acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1), m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+        const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
                 if (T <= 2)
@@ -708,8 +756,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
                                 __m256i off = _mm256_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]);
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256i p16 = dot16x4(w[hh], a0, a1, a2, a3);
-                                        __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(p16, ones), off);
+                                        __m256i isum = dot16x4(w[hh], a0, a1, a2, a3, off);
                                         sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
                                 }
                         }
@@ -743,8 +790,13 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 UNROLL for (int hh = 0; hh < NH; hh++)
                         acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
+#ifdef AXP_AVX_VNNI
+        const __m256i lut128 = _mm256_xor_si256(lut, _mm256_set1_epi8((char) 0x80));
+#else
+        const __m256i ones = _mm256_set1_epi16(1);
+#endif
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_IQ4_XS_SB;
                 __m256 sacc[MAX_T][2];
@@ -761,21 +813,35 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                         __m256i isum[MAX_T][2];
                         UNROLL for (int t = 0; t < T; t++)
                                 UNROLL for (int hh = 0; hh < NH; hh++)
+#ifdef AXP_AVX_VNNI
+                                        /* the levels + 128 as u8: less 128 times the activations' sum */
+                                        isum[t][hh] = _mm256_set1_epi32(-128 * act_q8_K_bs32(row[t], s)[j]);
+#else
                                         isum[t][hh] = _mm256_setzero_si256();
+#endif
                         UNROLL for (int jj = 0; jj < 8; jj++) {
                                 __m256i ws[2], aw[2];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                         __m256i v = ld32(q + (jj / 2) * 64 + 32 * (h0 + hh));
                                         __m256i n = (jj & 1) ? _mm256_srli_epi16(v, 4) : v;
+#ifdef AXP_AVX_VNNI
+                                        ws[hh] = _mm256_shuffle_epi8(lut128, _mm256_and_si256(n, m4));
+                                        aw[hh] = ws[hh];
+#else
                                         ws[hh] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
                                         aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
+#endif
                                 }
                                 UNROLL for (int t = 0; t < T; t++) {
                                         __m256i av = bcast4(act_q8_K_qs(row[t], s) + 32 * j + 4 * jj);
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                                isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], aw[hh], av);
+#else
                                                 __m256i sa = _mm256_sign_epi8(av, ws[hh]);
                                                 __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
                                                 isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_madd_epi16(p16, ones));
+#endif
                                         }
                                 }
                         }

@@ -327,6 +327,41 @@ static void test_matmul_types(void) {
         }
 }
 
+/* The AVX-VNNI build sums the same integers as the AVX2 build (vpdpbusd in place of
+ * vpmaddubsw and vpmaddwd, u8 weights with the offset as the starting sum), so every type
+ * gives the same bits on the two, in decode (one and two tokens) and in prefill tiles. */
+static void test_matmul_vnni_same_bits(void) {
+        if (!axp_cpu_isa_available("avx-vnni") || !axp_cpu_isa_available("avx2")) {
+                printf("  (no AVX-VNNI here: skipped)\n");
+                return;
+        }
+        static const struct { int n_in, n_out, n_tok; } cases[] = {
+                { 512, 40, 1 }, { 768, 33, 2 }, { 1024, 48, 9 }, { 256, 17, 5 }, { 576, 20, 3 },
+        };
+        for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                uint32_t type = all_types[ti];
+                for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
+                        int n_in = cases[ci].n_in, n_out = cases[ci].n_out, n_tok = cases[ci].n_tok;
+                        if (n_in % axp_type_traits_get(type)->blck != 0)
+                                continue;
+                        test_weight tw;
+                        weight_make(&tw, type, n_in, n_out);
+                        long ldx = n_in + 1, ldy = n_out;
+                        float *x = make_x(n_in, n_tok, ldx);
+                        CHECK(isa_use("avx2"));
+                        float *a = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                        CHECK(isa_use("avx-vnni"));
+                        float *b = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                        CHECK_MSG(bits_equal(a, b, n_tok, ldy, n_out), "%s %d x %d, %d tokens: avx2 and avx-vnni differ",
+                                  axp_type_traits_get(type)->name, n_out, n_in, n_tok);
+                        free(a);
+                        free(b);
+                        free(x);
+                        weight_free(&tw);
+                }
+        }
+}
+
 /* A token's result does not depend on which other tokens share the call. */
 static void test_matmul_batch_invariant(void) {
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
@@ -685,6 +720,7 @@ int main(void) {
         RUN(test_activation_quantization);
         RUN(test_matmul_types);
         RUN(test_matmul_batch_invariant);
+        RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_multi);
         RUN(test_attention);
         for (int p = 1; p <= 3; p++)
