@@ -10,10 +10,13 @@
  *            repetition): ms per token, the bytes each product streams
  *            and its GB/s against the machine's read bandwidth (kernels/cpu/membw.h) measured
  *            with the same thread count just before and after each type's runs (the larger)
- * Not a test: it prints numbers. Compare with llama.cpp's figures in the conformance README.
+ *   --micro: per core (CPU time), one decode and one prefill product per type, on each path
+ *            of a list in turn
+ * Not a test: it prints numbers.
  *
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
- *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile] */
+ *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile]
+ *   bench-kernels --micro q8_0,q4_k,... [--isa PATH[,PATH...]] */
 #include <getopt.h>
 #include <pthread.h>
 #include <math.h>
@@ -283,60 +286,80 @@ static double cpu_now(void) {
 
 /* One thread, CPU time (robust on a shared machine): a product's speed per core.
  * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3);
- * prefill: n_tok 128 with a 2048x2048 matrix. */
-static void micro(const char *types) {
+ * prefill: n_tok 128 with a 2048x2048 matrix. With a list of paths (--isa avx2,avx-vnni)
+ * each type is timed on every path, the paths taking turns, best of 5 rounds. */
+#define MICRO_MAX_ISAS 5
+
+static void micro(const char *types, const char *isas) {
         axp_pool *one = axp_pool_new(1);
         char *list = strdup(types), *save = NULL;
+        char *isa_list = strdup(isas ? isas : axp_cpu_isa()), *isa_save = NULL;
+        const char *isa[MICRO_MAX_ISAS];
+        int n_isa = 0;
+        for (char *s = strtok_r(isa_list, ",", &isa_save); s && n_isa < MICRO_MAX_ISAS;
+             s = strtok_r(NULL, ",", &isa_save))
+                isa[n_isa++] = s;
         float *x = calloc(128 * 8192, 4), *y = calloc(128 * 8192, 4);
         for (int i = 0; i < 128 * 8192; i++)
                 x[i] = (float) (((long) i * 7919) % 2001 - 1000) * 1e-3f;
-        printf("\nper core (1 thread, CPU time):\n");
+        printf("\nper core (1 thread, CPU time; best of 5, the paths taking turns):\n");
         for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {
                 int type = axp_type_from_name(ty);
                 if (type < 0 || !axp_type_traits_get(type)->supported)
                         continue;
-                axp_weight w[8];
-                for (int i = 0; i < 8; i++) {
-                        void *raw = random_rows(type, 2048, 8192);
-                        w[i] = (axp_weight) { .name = "m", .type = type, .n_in = 2048, .n_out = 8192,
-                                              .row_bytes = axp_type_row_size(type, 2048), .data = raw };
-                        axp_cpu_weight_prepare(&w[i]);
-                        free(raw);
-                        w[i].data = NULL;
-                }
-                long ld = 8192;
-                double best = 1e9;
-                for (int r = 0; r < 3; r++) {
-                        double t0 = cpu_now();
-                        for (int i = 0; i < 8; i++) {
-                                const axp_weight *ws[1] = { &w[i] };
-                                axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
-                        }
-                        best = fmin(best, cpu_now() - t0);
-                }
-                double bytes = 8.0 * w[0].row_bytes * 8192;
-                void *raw = random_rows(type, 2048, 2048);
-                axp_weight sq = { .name = "sq", .type = type, .n_in = 2048, .n_out = 2048,
-                                  .row_bytes = axp_type_row_size(type, 2048), .data = raw };
-                axp_cpu_weight_prepare(&sq);
-                double bestp = 1e9;
-                int n_tok = 128;
-                axp_weight *sqp = &sq;
-                for (int r = 0; r < 3; r++) {
-                        double t0 = cpu_now();
-                        axp_cpu_matmul(one, 1, (const axp_weight *const *) &sqp, x, 2048, &y, &ld, n_tok);
-                        bestp = fmin(bestp, cpu_now() - t0);
-                }
-                printf("  %-5s decode %5.1f GB/s   prefill (128 tokens) %6.1f GFLOP/s\n", ty, bytes / best / 1e9,
-                       2.0 * 2048 * 2048 * n_tok / bestp / 1e9);
+                /* each path prepares its own copies (AMX packs differently) */
+                axp_weight w[MICRO_MAX_ISAS][8], sq[MICRO_MAX_ISAS];
+                void *raw_sq = random_rows(type, 2048, 2048);
+                void *raw[8];
                 for (int i = 0; i < 8; i++)
-                        axp_cpu_weight_release(&w[i]);
-                axp_cpu_weight_release(&sq);
-                free(raw);
+                        raw[i] = random_rows(type, 2048, 8192);
+                for (int a = 0; a < n_isa; a++) {
+                        axp_cpu_set_isa(isa[a]);
+                        for (int i = 0; i < 8; i++) {
+                                w[a][i] = (axp_weight) { .name = "m", .type = type, .n_in = 2048, .n_out = 8192,
+                                                         .row_bytes = axp_type_row_size(type, 2048), .data = raw[i] };
+                                axp_cpu_weight_prepare(&w[a][i]);
+                                w[a][i].data = NULL;
+                        }
+                        sq[a] = (axp_weight) { .name = "sq", .type = type, .n_in = 2048, .n_out = 2048,
+                                               .row_bytes = axp_type_row_size(type, 2048), .data = raw_sq };
+                        axp_cpu_weight_prepare(&sq[a]);
+                }
+                for (int i = 0; i < 8; i++)
+                        free(raw[i]);
+                long ld = 8192;
+                int n_tok = 128;
+                double best[MICRO_MAX_ISAS], bestp[MICRO_MAX_ISAS];
+                for (int a = 0; a < n_isa; a++)
+                        best[a] = bestp[a] = 1e9;
+                for (int r = 0; r < 5; r++)
+                        for (int a = 0; a < n_isa; a++) {
+                                axp_cpu_set_isa(isa[a]);
+                                double t0 = cpu_now();
+                                for (int i = 0; i < 8; i++) {
+                                        const axp_weight *ws[1] = { &w[a][i] };
+                                        axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
+                                }
+                                best[a] = fmin(best[a], cpu_now() - t0);
+                                const axp_weight *sqp = &sq[a];
+                                t0 = cpu_now();
+                                axp_cpu_matmul(one, 1, &sqp, x, 2048, &y, &ld, n_tok);
+                                bestp[a] = fmin(bestp[a], cpu_now() - t0);
+                        }
+                double bytes = 8.0 * w[0][0].row_bytes * 8192;
+                for (int a = 0; a < n_isa; a++) {
+                        printf("  %-6s %-8s decode %5.1f GB/s   prefill (128 tokens) %6.1f GFLOP/s\n", ty, isa[a],
+                               bytes / best[a] / 1e9, 2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
+                        for (int i = 0; i < 8; i++)
+                                axp_cpu_weight_release(&w[a][i]);
+                        axp_cpu_weight_release(&sq[a]);
+                }
+                free(raw_sq);
         }
         free(x);
         free(y);
         free(list);
+        free(isa_list);
         axp_pool_free(one);
 }
 
@@ -369,14 +392,26 @@ int main(int argc, char **argv) {
         }
         if (threads < 1 || chunk < 1 || prompt < 1 || dec_tokens < 1 || reps < 1)
                 return 2;
+        if (micro_types) {
+                /* a list of paths, each checked */
+                char *l = strdup(isa ? isa : axp_cpu_isa()), *sv = NULL;
+                int n = 0;
+                for (char *s = strtok_r(l, ",", &sv); s; s = strtok_r(NULL, ",", &sv), n++)
+                        if (!axp_cpu_set_isa(s) || strcmp(axp_cpu_isa(), s) != 0) {
+                                fprintf(stderr, "path %s is not available here\n", s);
+                                return 1;
+                        }
+                free(l);
+                if (n > MICRO_MAX_ISAS) {
+                        fprintf(stderr, "at most %d paths\n", MICRO_MAX_ISAS);
+                        return 2;
+                }
+                micro(micro_types, isa);
+                return 0;
+        }
         if (isa && !axp_cpu_set_isa(isa)) {
                 fprintf(stderr, "path %s is not available here\n", isa);
                 return 1;
-        }
-        if (micro_types) {
-                printf("path %s\n", axp_cpu_isa());
-                micro(micro_types);
-                return 0;
         }
         axp_pool *pool = axp_pool_new(threads);
         printf("path %s, %d threads\n", axp_cpu_isa(), axp_pool_size(pool));
