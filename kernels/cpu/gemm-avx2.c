@@ -1014,8 +1014,12 @@ static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
  * decode attention's time (5.4 against 2.2 ms a token on AVX-512 at 512 positions). The rows
  * of one KV head are ld values apart, further than the hardware prefetcher follows: they are
  * fetched PF_ROWS rows ahead. */
-static void widen(const void *src, uint32_t type, long ld, int n, int hd, int hdp, float *dst) {
+static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
         int nc = (hd + 7) / 8;
+        if (type == AXP_TYPE_Q8_0)
+                src = (const block_q8_0 *) src + (long) t0 * (ld / QK8_0);
+        else
+                src = (const uint8_t *) src + (long) t0 * ld * (type == AXP_TYPE_F16 ? 2 : 4);
         if (type == AXP_TYPE_F16 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const uint16_t *r = (const uint16_t *) src + (long) t * ld;
@@ -1053,61 +1057,115 @@ static void widen(const void *src, uint32_t type, long ld, int n, int hd, int hd
         }
 }
 
-AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int hdp, float *acc,
-              int hd, int NC) {
-        __m256 a[2][8];
-        int lmax = 0;
-        for (int j = 0; j < nv_sub; j++) {
-                lmax = len[j] > lmax ? len[j] : lmax;
-                UNROLL for (int c = 0; c < NC; c++)
-                        a[j][c] = _mm256_setzero_ps();
+/* scores of one vector against 8 positions of widened K (rows hdp floats apart), n of them
+ * real; NC is nc when the head is 64 or 128 wide (the loops unroll), else 0. The query is
+ * read from memory (L1) per 8 values, so the 8 sums stay in registers. */
+AI __m256 scores8(const float *qj, int nc, int hd, const float *kf, int hdp, int n, int NC) {
+        __m256 p[8];
+        UNROLL for (int i = 0; i < 8; i++)
+                p[i] = _mm256_setzero_ps();
+        int ncl = NC ? NC : nc;
+        if (n == 8) {
+                UNROLL for (int c = 0; c < ncl; c++) {
+                        __m256 qc = NC ? _mm256_loadu_ps(qj + 8 * c) : _mm256_maskload_ps(qj + 8 * c, tail_mask8(hd - 8 * c));
+                        UNROLL for (int i = 0; i < 8; i++)
+                                p[i] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + i * hdp + 8 * c), p[i]);
+                }
+        } else {
+                for (int c = 0; c < ncl; c++) {
+                        __m256 qc = NC ? _mm256_loadu_ps(qj + 8 * c) : _mm256_maskload_ps(qj + 8 * c, tail_mask8(hd - 8 * c));
+                        UNROLL for (int i = 0; i < 8; i++)
+                                if (i < n)
+                                        p[i] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + i * hdp + 8 * c), p[i]);
+                }
         }
-        for (int t = 0; t < lmax; t++) {
-                __m256 vt[8];
-                UNROLL for (int c = 0; c < NC; c++)
-                        vt[c] = _mm256_load_ps(vf + t * hdp + 8 * c);
-                UNROLL for (int j = 0; j < 2; j++)
-                        if (j < nv_sub && t < len[j]) {
-                                __m256 pj = _mm256_set1_ps(s[j * ATT_CHUNK + t]);
-                                UNROLL for (int c = 0; c < NC; c++)
-                                        a[j][c] = _mm256_fmadd_ps(pj, vt[c], a[j][c]);
-                        }
-        }
-        for (int j = 0; j < nv_sub; j++)
-                UNROLL for (int c = 0; c < NC; c++)
-                        _mm256_maskstore_ps(acc + j * hd + 8 * c, tail_mask8(hd - 8 * c), a[j][c]);
+        return reduce8(p);
 }
 
+AI void scores_all(const float *const *q, int nv, const int *len, const float *kb, int t0, int hd, int nc,
+                   int hdp, float scale, float *s, int NC) {
+        __m256 vs = _mm256_set1_ps(scale);
+        for (int j = 0; j < nv; j++) {
+                if (t0 >= len[j])
+                        continue;
+                int n = len[j] - t0 < 8 ? len[j] - t0 : 8;
+                __m256 r = scores8(q[j], nc, hd, kb, hdp, n, NC);
+                _mm256_store_ps(s + j * ATT_CHUNK + t0, _mm256_mul_ps(r, vs));
+        }
+}
+
+/* acc_j += p_jt V_t for 4 vectors and 16 of their values at a time (8 accumulators in
+ * registers); the rows of vf are zero padded to hdp, a multiple of 16 */
+static void accum(const float *s, const int *len, int nv, const float *vf, int hdp, float *acc, int hd) {
+        for (int j0 = 0; j0 < nv; j0 += 4) {
+                int ns = nv - j0 < 4 ? nv - j0 : 4, lmax = 0, lmin = ATT_CHUNK;
+                for (int j = 0; j < ns; j++) {
+                        lmax = len[j0 + j] > lmax ? len[j0 + j] : lmax;
+                        lmin = len[j0 + j] < lmin ? len[j0 + j] : lmin;
+                }
+                for (int c = 0; 8 * c < hd; c += 2) {
+                        __m256 a[4][2];
+                        UNROLL for (int j = 0; j < 4; j++)
+                                a[j][0] = a[j][1] = _mm256_setzero_ps();
+                        int t = 0;
+                        if (ns == 4) /* positions all four see (a query's heads: all) */
+                                for (; t < lmin; t++) {
+                                        __m256 v0 = _mm256_load_ps(vf + t * hdp + 8 * c);
+                                        __m256 v1 = _mm256_load_ps(vf + t * hdp + 8 * c + 8);
+                                        UNROLL for (int j = 0; j < 4; j++) {
+                                                __m256 pj = _mm256_set1_ps(s[(j0 + j) * ATT_CHUNK + t]);
+                                                a[j][0] = _mm256_fmadd_ps(pj, v0, a[j][0]);
+                                                a[j][1] = _mm256_fmadd_ps(pj, v1, a[j][1]);
+                                        }
+                                }
+                        for (; t < lmax; t++) {
+                                __m256 v0 = _mm256_load_ps(vf + t * hdp + 8 * c);
+                                __m256 v1 = _mm256_load_ps(vf + t * hdp + 8 * c + 8);
+                                UNROLL for (int j = 0; j < 4; j++)
+                                        if (j < ns && t < len[j0 + j]) {
+                                                __m256 pj = _mm256_set1_ps(s[(j0 + j) * ATT_CHUNK + t]);
+                                                a[j][0] = _mm256_fmadd_ps(pj, v0, a[j][0]);
+                                                a[j][1] = _mm256_fmadd_ps(pj, v1, a[j][1]);
+                                        }
+                        }
+                        for (int j = 0; j < ns; j++) {
+                                float *o = acc + (size_t) (j0 + j) * hd + 8 * c;
+                                _mm256_maskstore_ps(o, tail_mask8(hd - 8 * c), a[j][0]);
+                                if (8 * c + 8 < hd)
+                                        _mm256_maskstore_ps(o + 8, tail_mask8(hd - 8 * c - 8), a[j][1]);
+                        }
+                }
+        }
+}
+
+/* As the AVX-512 path: the scores 8 positions at a time, their K rows widened once (in L1)
+ * for every vector, then each vector's softmax, then V widened once and accumulated for 4
+ * vectors at a time. A (vector, position) score and a vector's sums over positions take the
+ * same operations in the same order whatever the other vectors of the call. */
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
                       uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
                       float *l, float *acc, float *scratch) {
         int nc = (hd + 7) / 8, hdp = (hd + 15) / 16 * 16;
-        float *s = scratch, *kf = scratch + ATT_MAX_VECS * ATT_CHUNK;
-        float *vf = kf + ATT_CHUNK * ATT_MAX_HEAD_DIM;
+        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK;
+        float *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
 
-        widen(k, kv_type, ld, n_pos, hd, hdp, kf);
-        widen(v, kv_type, ld, n_pos, hd, hdp, vf);
+        for (int t0 = 0; t0 < n_pos; t0 += 8) {
+                int n = n_pos - t0 < 8 ? n_pos - t0 : 8;
+                widen(k, kv_type, ld, t0, n, hd, hdp, kb);
+                if (hd == 64)
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 8);
+                else if (hd == 128)
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 16);
+                else
+                        scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 0);
+        }
 
         for (int j = 0; j < nv; j++) {
-                __m256 qv[ATT_MAX_HEAD_DIM / 8];
-                for (int c = 0; c < nc; c++)
-                        qv[c] = _mm256_maskload_ps(q[j] + 8 * c, tail_mask8(hd - 8 * c));
                 float *sj = s + j * ATT_CHUNK;
-                __m256 vs = _mm256_set1_ps(scale), mx = _mm256_set1_ps(-INFINITY);
-                for (int t0 = 0; t0 < len[j]; t0 += 8) {
-                        __m256 p[8];
-                        UNROLL for (int i = 0; i < 8; i++) {
-                                p[i] = _mm256_setzero_ps();
-                                if (t0 + i < len[j])
-                                        for (int c = 0; c < nc; c++)
-                                                p[i] = _mm256_fmadd_ps(
-                                                        qv[c], _mm256_load_ps(kf + (t0 + i) * hdp + 8 * c), p[i]);
-                        }
-                        __m256 r = _mm256_mul_ps(reduce8(p), vs);
-                        _mm256_store_ps(sj + t0, r);
-                        mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), r,
+                __m256 mx = _mm256_set1_ps(-INFINITY);
+                for (int t0 = 0; t0 < len[j]; t0 += 8)
+                        mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(sj + t0),
                                                                 _mm256_castsi256_ps(tail_mask8(len[j] - t0))));
-                }
                 float mj = hmax8(mx);
                 __m256 vm = _mm256_set1_ps(mj), sum = _mm256_setzero_ps();
                 for (int t0 = 0; t0 < len[j]; t0 += 8) {
@@ -1120,23 +1178,8 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 l[j] = hsum8(sum);
         }
 
-        for (int j = 0; j < nv;) {
-                if (nc <= 8) {
-                        int sub = nv - j < 2 ? nv - j : 2;
-                        accum(s + j * ATT_CHUNK, len + j, sub, vf, hdp, acc + (size_t) j * hd, hd, 8);
-                        j += sub;
-                } else {
-                        float *a = acc + (size_t) j * hd;
-                        for (int c = 0; c < nc; c++) {
-                                __m256 ac = _mm256_setzero_ps();
-                                for (int t = 0; t < len[j]; t++)
-                                        ac = _mm256_fmadd_ps(_mm256_set1_ps(s[j * ATT_CHUNK + t]),
-                                                             _mm256_load_ps(vf + t * hdp + 8 * c), ac);
-                                _mm256_maskstore_ps(a + 8 * c, tail_mask8(hd - 8 * c), ac);
-                        }
-                        j++;
-                }
-        }
+        widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
+        accum(s, len, nv, vf, hdp, acc, hd);
 }
 
 #ifdef AXP_AVX_VNNI
