@@ -708,21 +708,27 @@ AI __mmask16 tail_mask(int n) {
         return n >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << n) - 1);
 }
 
-/* scores of one vector against 16 positions of widened K (rows hdp floats apart); NC is
- * nc when the head is 64 or 128 wide (the loops unroll), else 0 */
-AI __m512 scores16(const __m512 *qv, int nc, const float *kf, int hdp, int n, int NC) {
+/* scores of one vector against 16 positions of widened K (rows hdp floats apart), n of them
+ * real; NC is nc when the head is 64 or 128 wide (the loops unroll), else 0. The query is
+ * read from memory (L1) per 16 values, so the 16 sums stay in registers; a whole block takes
+ * no per-position test. */
+AI __m512 scores16(const float *qj, int nc, int hd, const float *kf, int hdp, int n, int NC) {
         __m512 p[16];
-        UNROLL for (int i = 0; i < 16; i++) {
+        UNROLL for (int i = 0; i < 16; i++)
                 p[i] = _mm512_setzero_ps();
-                if (i < n) {
-                        if (NC)
-                                UNROLL for (int c = 0; c < NC; c++)
-                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c),
-                                                               p[i]);
-                        else
-                                for (int c = 0; c < nc; c++)
-                                        p[i] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kf + i * hdp + 16 * c),
-                                                               p[i]);
+        int ncl = NC ? NC : nc;
+        if (n == 16) {
+                UNROLL for (int c = 0; c < ncl; c++) {
+                        __m512 qc = NC ? _mm512_loadu_ps(qj + 16 * c) : _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), qj + 16 * c);
+                        UNROLL for (int i = 0; i < 16; i++)
+                                p[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                }
+        } else {
+                for (int c = 0; c < ncl; c++) {
+                        __m512 qc = NC ? _mm512_loadu_ps(qj + 16 * c) : _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), qj + 16 * c);
+                        UNROLL for (int i = 0; i < 16; i++)
+                                if (i < n)
+                                        p[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
                 }
         }
         return reduce16(p);
@@ -734,14 +740,8 @@ AI void scores_all(const float *const *q, int nv, const int *len, const float *k
         for (int j = 0; j < nv; j++) {
                 if (t0 >= len[j])
                         continue;
-                __m512 qv[ATT_MAX_HEAD_DIM / 16];
-                if (NC)
-                        UNROLL for (int c = 0; c < NC; c++)
-                                qv[c] = _mm512_loadu_ps(q[j] + 16 * c);
-                else
-                        for (int c = 0; c < nc; c++)
-                                qv[c] = _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), q[j] + 16 * c);
-                __m512 r = scores16(qv, nc, kb, hdp, len[j] - t0, NC);
+                int n = len[j] - t0 < 16 ? len[j] - t0 : 16;
+                __m512 r = scores16(q[j], nc, hd, kb, hdp, n, NC);
                 _mm512_store_ps(s + j * ATT_CHUNK + t0, _mm512_mul_ps(r, vs));
         }
 }
@@ -799,13 +799,26 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
 AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const void *v, uint32_t kv_type,
               long ld, int hdp, float *acc, int hd, int NC, int SUB) {
         __m512 a[4][8];
-        int lmax = 0;
+        int lmax = 0, lmin = ATT_CHUNK;
         for (int j = 0; j < nv_sub; j++) {
                 lmax = len[j] > lmax ? len[j] : lmax;
+                lmin = len[j] < lmin ? len[j] : lmin;
                 UNROLL for (int c = 0; c < NC; c++)
                         a[j][c] = _mm512_setzero_ps();
         }
-        for (int t = 0; t < lmax; t++) {
+        int t = 0;
+        if (nv_sub == SUB && vf) /* positions every vector sees (a query's heads: all) */
+                for (; t < lmin; t++) {
+                        __m512 vt[8];
+                        UNROLL for (int c = 0; c < NC; c++)
+                                vt[c] = _mm512_load_ps(vf + t * hdp + 16 * c);
+                        UNROLL for (int j = 0; j < SUB; j++) {
+                                __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
+                                UNROLL for (int c = 0; c < NC; c++)
+                                        a[j][c] = _mm512_fmadd_ps(pj, vt[c], a[j][c]);
+                        }
+                }
+        for (; t < lmax; t++) {
                 __m512 vt[8];
                 UNROLL for (int c = 0; c < NC; c++)
                         vt[c] = vf ? _mm512_load_ps(vf + t * hdp + 16 * c)
