@@ -699,14 +699,35 @@ static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH_HALVES(q2_K_tile);
 }
 
-/* A 6-bit sub-block scale of 8 rows (half h), less 32, as Q3_K and IQ4_XS pack them. */
-AI __m256 scale6(const uint8_t *lo, const uint8_t *hi, int j, int h) {
-        __m256i l = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (lo + 16 * (j / 2) + 8 * h)));
-        __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (hi + 16 * (j / 4) + 8 * h)));
-        l = _mm256_and_si256(_mm256_srli_epi32(l, 4 * (j & 1)), _mm256_set1_epi32(15));
-        x = _mm256_and_si256(_mm256_srli_epi32(x, 2 * (j & 3)), _mm256_set1_epi32(3));
-        __m256i sc = _mm256_or_si256(l, _mm256_slli_epi32(x, 4));
-        return _mm256_cvtepi32_ps(_mm256_sub_epi32(sc, _mm256_set1_epi32(32)));
+/* The 6-bit sub-block scales of a superblock, less 32, as Q3_K (nj = 16) and IQ4_XS (nj = 8)
+ * pack them: the low nibble of sub-block j's row r of half h is nibble j & 1 of lo[16 (j / 2)
+ * + 8 h + r], its two high bits are bits 2 (j & 3) of hi[16 (j / 4) + 8 h + r]. All of them,
+ * four sub-blocks a step, as s8 in out[16 j + 8 h + r]: once per superblock instead of once
+ * per sub-block and half. */
+AI void scales6_all(const uint8_t *lo, const uint8_t *hi, int nj, int8_t *out) {
+        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), c32 = _mm256_set1_epi8(32);
+        /* lane 0 holds sub-blocks 4k and 4k + 1 (low and high nibbles), lane 1 4k + 2 and 4k + 3 */
+        const __m256i sh_e = _mm256_setr_epi64x(0, 0, 4, 4), sh_o = _mm256_setr_epi64x(2, 2, 6, 6);
+        for (int k = 0; k < nj / 4; k++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *) (lo + 32 * k));
+                __m256i h = _mm256_broadcastsi128_si256(ldu16(hi + 16 * k));
+                /* a byte's two bits moved to bits 4-5 stay in the byte */
+                __m256i e = _mm256_or_si256(_mm256_and_si256(v, m4),
+                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi64(h, sh_e), m2), 4));
+                __m256i o = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srlv_epi64(h, sh_o), m2), 4));
+                e = _mm256_sub_epi8(e, c32);
+                o = _mm256_sub_epi8(o, c32);
+                _mm_storeu_si128((__m128i *) (out + 16 * (4 * k)), _mm256_castsi256_si128(e));
+                _mm_storeu_si128((__m128i *) (out + 16 * (4 * k + 1)), _mm256_castsi256_si128(o));
+                _mm_storeu_si128((__m128i *) (out + 16 * (4 * k + 2)), _mm256_extracti128_si256(e, 1));
+                _mm_storeu_si128((__m128i *) (out + 16 * (4 * k + 3)), _mm256_extracti128_si256(o, 1));
+        }
+}
+
+/* Sub-block j's scales of half h from scales6_all, as floats */
+AI __m256 scale6(const int8_t *sc, int j, int h) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (sc + 16 * j + 8 * h))));
 }
 
 /* Q3_K: w + 4 in 0..7 (pair sums of at most 2*7*127, four fit s16), each sub-block's dot less
@@ -731,13 +752,15 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int t = 0; t < T; t++)
                         UNROLL for (int hh = 0; hh < NH; hh++)
                                 sacc[t][hh] = _mm256_setzero_ps();
+                int8_t sc6[16 * 16];
+                scales6_all(hd + 32, hd + 160, 16, sc6);
                 for (int j = 0; j < 16; j++) {
                         if (T <= 2)
                                 prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * (PK_Q3_K_QS / 16), 2);
                         __m256 scj[2];
                         __m256i w[2][4];
                         UNROLL for (int hh = 0; hh < NH; hh++) {
-                                scj[hh] = scale6(hd + 32, hd + 160, j, h0 + hh);
+                                scj[hh] = scale6(sc6, j, h0 + hh);
                                 __m256i v = ld32(qs + 64 * j + 32 * (h0 + hh));
                                 __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * (h0 + hh));
                                 if (j & 1)
@@ -803,12 +826,14 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 UNROLL for (int t = 0; t < T; t++)
                         UNROLL for (int hh = 0; hh < NH; hh++)
                                 sacc[t][hh] = _mm256_setzero_ps();
+                int8_t sc6[8 * 16];
+                scales6_all(sb + 32, sb + 96, 8, sc6);
                 for (int j = 0; j < 8; j++) {
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * (PK_IQ4_XS_SB / 8), 5);
                         __m256 scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++)
-                                scj[hh] = scale6(sb + 32, sb + 96, j, h0 + hh);
+                                scj[hh] = scale6(sc6, j, h0 + hh);
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
                         __m256i isum[MAX_T][2];
                         UNROLL for (int t = 0; t < T; t++)
