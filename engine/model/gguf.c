@@ -73,8 +73,7 @@ const char *gguf_type_name(enum gguf_type t) {
         return type_name(t);
 }
 
-/* A string from the file, made printable and short enough for a one-line message. */
-static const char *show(gguf_str s, char *buf, size_t bufsz) {
+const char *gguf_show(gguf_str s, char *buf, size_t bufsz) {
         size_t o = 0;
         for (uint64_t i = 0; i < s.len; i++) {
                 unsigned char c = (unsigned char) s.ptr[i];
@@ -90,7 +89,6 @@ static const char *show(gguf_str s, char *buf, size_t bufsz) {
         buf[o] = 0;
         return buf;
 }
-#define SHOW(s) show((s), (char[72]) { 0 }, 72)
 
 static bool need(reader *r, uint64_t n, const char *what) {
         if (n <= r->size - r->pos)
@@ -335,7 +333,7 @@ static int parse_kvs(reader *r, gguf_file *f, uint64_t n_kv) {
                 if (!rd_str(r, &kv->key, "a key"))
                         return kv_truncated(r, where, i, n_kv);
                 snprintf(where, sizeof(where), "key '%s' (key %" PRIu64 " of %" PRIu64 ")",
-                         SHOW(kv->key), i + 1, n_kv);
+                         GGUF_SHOW(kv->key), i + 1, n_kv);
                 if (!rd_u32(r, &t, "the value type"))
                         return kv_truncated(r, where, i, n_kv);
                 if (t >= GGUF_TYPE__COUNT)
@@ -391,7 +389,7 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
                 return axp_errorf(r->err, -EBADMSG,
                                   "%s: tensor '%s' has %" PRIu32 " dimensions (1 to %d allowed)", r->src,
-                                  SHOW(t->name), t->n_dims, GGUF_MAX_DIMS);
+                                  GGUF_SHOW(t->name), t->n_dims, GGUF_MAX_DIMS);
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
                 uint64_t ne = 1;
                 if (d < t->n_dims && !rd_u64(r, &ne, "a dimension"))
@@ -400,12 +398,12 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' dimension %" PRIu32 " has %" PRId64
                                           " elements (must be at least 1)",
-                                          r->src, SHOW(t->name), d, (int64_t) ne);
+                                          r->src, GGUF_SHOW(t->name), d, (int64_t) ne);
                 t->ne[d] = (int64_t) ne;
                 if (!axp_mul_ok(nel, ne, &nel) || nel > INT64_MAX)
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' has too many elements (overflow at dimension %" PRIu32 ")",
-                                          r->src, SHOW(t->name), d);
+                                          r->src, GGUF_SHOW(t->name), d);
                 if (d > 0)
                         rows *= ne; /* <= nel, cannot overflow */
         }
@@ -414,16 +412,16 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         tr = axp_type_traits_get(t->type);
         if (!tr)
                 return axp_errorf(r->err, -EBADMSG, "%s: tensor '%s' has unknown type id %" PRIu32,
-                                  r->src, SHOW(t->name), t->type);
+                                  r->src, GGUF_SHOW(t->name), t->type);
         if (t->ne[0] % tr->blck != 0)
                 return axp_errorf(r->err, -EBADMSG,
                                   "%s: tensor '%s' of type %s has rows of %" PRId64
                                   " elements, not a multiple of the block size %" PRIu32,
-                                  r->src, SHOW(t->name), tr->name, t->ne[0], tr->blck);
+                                  r->src, GGUF_SHOW(t->name), tr->name, t->ne[0], tr->blck);
         if (!axp_mul_ok((uint64_t) t->ne[0] / tr->blck, tr->bytes, &row_bytes) ||
             !axp_mul_ok(row_bytes, rows, &nbytes))
                 return axp_errorf(r->err, -EBADMSG, "%s: tensor '%s' size overflows", r->src,
-                                  SHOW(t->name));
+                                  GGUF_SHOW(t->name));
         t->nbytes = nbytes;
         return 0;
 }
@@ -440,18 +438,18 @@ static int check_tensor_data(reader *r, gguf_file_impl *fi) {
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' data offset %" PRIu64
                                           " is not a multiple of the alignment %" PRIu64,
-                                          r->src, SHOW(t->name), t->offset, f->alignment);
+                                          r->src, GGUF_SHOW(t->name), t->offset, f->alignment);
                 if (!axp_add_ok(f->data_offset, t->offset, &start) || start > f->size)
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' data offset %" PRIu64
                                           " (in the data section at %" PRIu64
                                           ") is past the end of the file (size %" PRIu64 ")",
-                                          r->src, SHOW(t->name), t->offset, f->data_offset, (uint64_t) f->size);
+                                          r->src, GGUF_SHOW(t->name), t->offset, f->data_offset, (uint64_t) f->size);
                 if (!axp_add_ok(start, t->nbytes, &end) || end > f->size)
                         return axp_errorf(r->err, -EBADMSG,
                                           "%s: tensor '%s' data [offset %" PRIu64 ", %" PRIu64
                                           " bytes] extends past the end of the file (size %" PRIu64 ")",
-                                          r->src, SHOW(t->name), start, t->nbytes, (uint64_t) f->size);
+                                          r->src, GGUF_SHOW(t->name), start, t->nbytes, (uint64_t) f->size);
                 /* a prefix holds the header only: the data is checked for its place */
                 t->data = f->size == r->size ? r->base + start : NULL;
         }
@@ -468,8 +466,8 @@ static int check_tensor_data(reader *r, gguf_file_impl *fi) {
                         int ret = axp_errorf(r->err, -EBADMSG,
                                              "%s: tensors '%s' [offset %" PRIu64 ", %" PRIu64
                                              " bytes] and '%s' [offset %" PRIu64 "] overlap",
-                                             r->src, SHOW(a->name), f->data_offset + a->offset,
-                                             a->nbytes, SHOW(b->name), f->data_offset + b->offset);
+                                             r->src, GGUF_SHOW(a->name), f->data_offset + a->offset,
+                                             a->nbytes, GGUF_SHOW(b->name), f->data_offset + b->offset);
                         free(by_off);
                         return ret;
                 }
@@ -565,7 +563,7 @@ static int parse_body(reader *r, gguf_file_impl **ret) {
                 const gguf_kv *a = &f->kv[fi->kv_by_key[i - 1]], *b = &f->kv[fi->kv_by_key[i]];
                 if (cmp_str(a->key, b->key) == 0)
                         return axp_errorf(err, -EBADMSG, "%s: duplicate key '%s' (keys %zu and %zu)",
-                                          src, SHOW(a->key), fi->kv_by_key[i - 1] + 1,
+                                          src, GGUF_SHOW(a->key), fi->kv_by_key[i - 1] + 1,
                                           fi->kv_by_key[i] + 1);
         }
         k = check_alignment(r, f);
@@ -593,7 +591,7 @@ static int parse_body(reader *r, gguf_file_impl **ret) {
                 if (cmp_str(a->name, b->name) == 0)
                         return axp_errorf(err, -EBADMSG,
                                           "%s: duplicate tensor name '%s' (tensors %zu and %zu)", src,
-                                          SHOW(a->name), fi->tensor_by_name[i - 1] + 1,
+                                          GGUF_SHOW(a->name), fi->tensor_by_name[i - 1] + 1,
                                           fi->tensor_by_name[i] + 1);
         }
 

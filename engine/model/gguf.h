@@ -125,6 +125,11 @@ static inline float gguf_arr_f32(const gguf_kv *kv, uint64_t i) {
 
 /* "uint32", "string", "array", ... ("unknown" past the enum). */
 const char *gguf_type_name(enum gguf_type t);
+
+/* A string from the file, made printable (other bytes as \xNN) and cut to fit a one-line
+ * message, in buf; GGUF_SHOW(s) with a buffer of its own, for a message's arguments. */
+const char *gguf_show(gguf_str s, char *buf, size_t bufsz);
+#define GGUF_SHOW(s) gguf_show((s), (char[72]) { 0 }, 72)
 /* Bytes of one value of a fixed-size type; 0 for string, array and unknown types. */
 size_t gguf_type_size(enum gguf_type t);
 

@@ -120,8 +120,8 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                 return axp_errorf(err, -EBADMSG, "%s: metadata 'general.architecture' is missing", src);
         if (axp_arch_from_gguf(arch) < 0) {
                 char list[AXP_ARCH_LIST_MAX];
-                return axp_errorf(err, -ENOTSUP, "%s: architecture '%.*s' is not one the engine runs (%s)",
-                                  src, (int) MIN(arch.len, 64), arch.ptr, axp_arch_list(list, sizeof(list)));
+                return axp_errorf(err, -ENOTSUP, "%s: architecture '%s' is not one the engine runs (%s)",
+                                  src, GGUF_SHOW(arch), axp_arch_list(list, sizeof(list)));
         }
 
         *ret = (axp_model_info) { .size = (uint64_t) st.st_size };
@@ -132,10 +132,10 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
 
                 if (!tt || !tt->supported)
                         return axp_errorf(err, -ENOTSUP,
-                                          "%s: tensor '%.*s' has type %s, which the engine cannot compute with "
+                                          "%s: tensor '%s' has type %s, which the engine cannot compute with "
                                           "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
                                           "IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
-                                          src, (int) MIN(t->name.len, 96), t->name.ptr, tt ? tt->name : "unknown");
+                                          src, GGUF_SHOW(t->name), tt ? tt->name : "unknown");
                 for (uint32_t d = 0; d < t->n_dims; d++)
                         n *= (uint64_t) t->ne[d]; /* the reader bounded the product by the file */
                 ret->parameters += n;

@@ -121,12 +121,12 @@ static int get_float(load_ctx *c, const char *suffix, float def, float *ret) {
 /* Vectors (norms, biases, rope factors) are converted to owned F32 arrays. */
 static int load_vector(load_ctx *c, const gguf_tensor *t, int64_t n, axp_weight *w) {
         if (t->n_dims != 1 || t->ne[0] != n)
-                return axp_errorf(c->err, -EINVAL, "%s: tensor '%.*s' has shape [%lld], expected [%lld]",
-                                  c->file, (int) t->name.len, t->name.ptr, (long long) t->ne[0],
+                return axp_errorf(c->err, -EINVAL, "%s: tensor '%s' has shape [%lld], expected [%lld]",
+                                  c->file, GGUF_SHOW(t->name), (long long) t->ne[0],
                                   (long long) n);
         if (t->type != AXP_TYPE_F32 && t->type != AXP_TYPE_F16 && t->type != AXP_TYPE_BF16)
-                return axp_errorf(c->err, -EINVAL, "%s: tensor '%.*s' has type %s, expected F32, F16 or BF16",
-                                  c->file, (int) t->name.len, t->name.ptr,
+                return axp_errorf(c->err, -EINVAL, "%s: tensor '%s' has type %s, expected F32, F16 or BF16",
+                                  c->file, GGUF_SHOW(t->name),
                                   axp_type_traits_get(t->type)->name);
         float *data = axp_alloc((size_t) n * sizeof(float));
         if (!data)
@@ -244,8 +244,8 @@ static int load_hparams(load_ctx *c) {
         int a = axp_arch_from_gguf(arch);
         if (a < 0) {
                 char list[AXP_ARCH_LIST_MAX];
-                return axp_errorf(c->err, -ENOTSUP, "%s: architecture '%.*s' is not supported (supported: %s)",
-                                  c->file, (int) MIN(arch.len, 64), arch.ptr, axp_arch_list(list, sizeof(list)));
+                return axp_errorf(c->err, -ENOTSUP, "%s: architecture '%s' is not supported (supported: %s)",
+                                  c->file, GGUF_SHOW(arch), axp_arch_list(list, sizeof(list)));
         }
         hp->arch = a;
         const arch_info *ai = &archs[a];
@@ -323,8 +323,8 @@ static int load_hparams(load_ctx *c) {
                     gguf_get_f32(m->gguf, arch_key(c, "rope.scaling.factor"), &factor) && factor >= 1.0f)
                         hp->rope_scale = 1.0f / factor;
                 else if (!gguf_str_eq(scaling, "linear"))
-                        return axp_errorf(c->err, -ENOTSUP, "%s: rope scaling '%.*s' is not supported",
-                                          c->file, (int) MIN(scaling.len, 32), scaling.ptr);
+                        return axp_errorf(c->err, -ENOTSUP, "%s: rope scaling '%s' is not supported",
+                                          c->file, GGUF_SHOW(scaling));
         }
         if (hp->rope_scale == 0)
                 hp->rope_scale = 1.0f;

@@ -242,8 +242,8 @@ int axp_quant_plan(const gguf_file *f, const axp_quant_target *t, uint32_t *type
                 nt = fallback(nt, ts->ne[0]);
                 const axp_type_traits *tr = axp_type_traits_get(ts->type);
                 if (nt != ts->type && (!tr || !tr->supported))
-                        return axp_errorf(err, -ENOTSUP, "tensor '%.*s' has type %s, which agentxpu cannot read",
-                                          (int) MIN(ts->name.len, 96), ts->name.ptr, tr ? tr->name : "unknown");
+                        return axp_errorf(err, -ENOTSUP, "tensor '%s' has type %s, which agentxpu cannot read",
+                                          GGUF_SHOW(ts->name), tr ? tr->name : "unknown");
                 types[i] = nt;
         }
         return 0;
@@ -315,7 +315,7 @@ static int fill(void *userdata, uint64_t row, uint64_t n_rows, void *dst, axp_er
                         ret = jobs[i].ret;
         }
         if (ret < 0)
-                return axp_errorf(err, ret, "out of memory converting '%.*s'", (int) MIN(t->name.len, 96), t->name.ptr);
+                return axp_errorf(err, ret, "out of memory converting '%s'", GGUF_SHOW(t->name));
         return 0;
 }
 

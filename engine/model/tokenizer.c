@@ -721,8 +721,8 @@ static int load_tokens(axp_tokenizer *t, const gguf_file *f, axp_error *err) {
                 uint32_t h = hash_bytes(s.ptr, s.len);
                 int32_t dup = strtab_find_h(&t->str, s.ptr, s.len, h);
                 if (dup >= 0)
-                        return axp_errorf(err, -EINVAL, "duplicate token in vocabulary: '%.*s' "
-                                          "has ids %d and %d", (int) MIN(s.len, 64), s.ptr, dup, i);
+                        return axp_errorf(err, -EINVAL, "duplicate token in vocabulary: '%s' "
+                                          "has ids %d and %d", GGUF_SHOW(s), dup, i);
                 int32_t id;
                 r = strtab_add_h(&t->str, s.ptr, s.len, h, &id);
                 if (r < 0)
@@ -804,9 +804,9 @@ int axp_tokenizer_load(const gguf_file *f, axp_tokenizer **ret, axp_error *err) 
                 t->bos = 11;
                 t->eos = 11;
         } else
-                return axp_errorf(err, -EOPNOTSUPP, "unsupported tokenizer '%.*s' "
+                return axp_errorf(err, -EOPNOTSUPP, "unsupported tokenizer '%s' "
                                   "(tokenizer.ggml.model); supported: gpt2 (byte-level BPE), "
-                                  "llama (SentencePiece)", (int) MIN(model.len, 64), model.ptr);
+                                  "llama (SentencePiece)", GGUF_SHOW(model));
 
         r = load_tokens(t, f, err);
         if (r < 0)
