@@ -1041,10 +1041,7 @@ static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
  * fetched PF_ROWS rows ahead. */
 static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
         int nc = (hd + 7) / 8;
-        if (type == AXP_TYPE_Q8_0)
-                src = (const block_q8_0 *) src + (long) t0 * (ld / QK8_0);
-        else
-                src = (const uint8_t *) src + (long) t0 * ld * (type == AXP_TYPE_F16 ? 2 : 4);
+        src = (const uint8_t *) src + axp_type_row_size(type, (int64_t) t0 * ld);
         if (type == AXP_TYPE_F16 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const uint16_t *r = (const uint16_t *) src + (long) t * ld;
