@@ -290,15 +290,9 @@ static double cpu_now(void) {
  * each type is timed on every path, the paths taking turns, best of 5 rounds. */
 #define MICRO_MAX_ISAS 5
 
-static void micro(const char *types, const char *isas) {
+static void micro(const char *types, const char *const *isa, int n_isa) {
         axp_pool *one = axp_pool_new(1);
         char *list = strdup(types), *save = NULL;
-        char *isa_list = strdup(isas ? isas : axp_cpu_isa()), *isa_save = NULL;
-        const char *isa[MICRO_MAX_ISAS];
-        int n_isa = 0;
-        for (char *s = strtok_r(isa_list, ",", &isa_save); s && n_isa < MICRO_MAX_ISAS;
-             s = strtok_r(NULL, ",", &isa_save))
-                isa[n_isa++] = s;
         float *x = calloc(128 * 8192, 4), *y = calloc(128 * 8192, 4);
         for (int i = 0; i < 128 * 8192; i++)
                 x[i] = (float) (((long) i * 7919) % 2001 - 1000) * 1e-3f;
@@ -359,7 +353,6 @@ static void micro(const char *types, const char *isas) {
         free(x);
         free(y);
         free(list);
-        free(isa_list);
         axp_pool_free(one);
 }
 
@@ -395,18 +388,21 @@ int main(int argc, char **argv) {
         if (micro_types) {
                 /* a list of paths, each checked */
                 char *l = strdup(isa ? isa : axp_cpu_isa()), *sv = NULL;
+                const char *paths[MICRO_MAX_ISAS];
                 int n = 0;
-                for (char *s = strtok_r(l, ",", &sv); s; s = strtok_r(NULL, ",", &sv), n++)
+                for (char *s = strtok_r(l, ",", &sv); s; s = strtok_r(NULL, ",", &sv)) {
+                        if (n == MICRO_MAX_ISAS) {
+                                fprintf(stderr, "at most %d paths\n", MICRO_MAX_ISAS);
+                                return 2;
+                        }
                         if (!axp_cpu_set_isa(s) || strcmp(axp_cpu_isa(), s) != 0) {
                                 fprintf(stderr, "path %s is not available here\n", s);
                                 return 1;
                         }
-                free(l);
-                if (n > MICRO_MAX_ISAS) {
-                        fprintf(stderr, "at most %d paths\n", MICRO_MAX_ISAS);
-                        return 2;
+                        paths[n++] = s;
                 }
-                micro(micro_types, isa);
+                micro(micro_types, paths, n);
+                free(l);
                 return 0;
         }
         if (isa && !axp_cpu_set_isa(isa)) {
