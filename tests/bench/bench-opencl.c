@@ -33,7 +33,9 @@ static double best_time(axp_device *d, const axp_weight *w, const float *x, int 
 }
 
 int main(int argc, char **argv) {
-        static const char *const all[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k" };
+        static const char *const all[] = { "f32",  "f16",  "bf16",   "q8_0",  "q4_0", "q4_1",
+                                           "q5_0", "q5_1", "q2_k",   "q3_k",  "q4_k", "q5_k",
+                                           "q6_k", "iq4_nl", "iq4_xs" };
         const char *const *types = argc > 1 ? (const char *const *) argv + 1 : all;
         const int n_types = argc > 1 ? argc - 1 : (int) (sizeof(all) / sizeof(all[0]));
         /* gate/up and down of Llama-3.2-1B */
@@ -74,7 +76,7 @@ int main(int argc, char **argv) {
                                          .data = data };
                         const double t1 = best_time(d, &w, x, 1, y),
                                      t64 = best_time(d, &w, x, 64, y);
-                        printf("%-5s %5d -> %5d: 1 token %8.1f us (%5.1f GB/s)   "
+                        printf("%-6s %5d -> %5d: 1 token %8.1f us (%5.1f GB/s)   "
                                "64 tokens %8.1f us (%6.1f GFLOP/s)\n",
                                types[ti], n_in, n_out, t1 * 1e6, (double) rb * n_out / t1 / 1e9,
                                t64 * 1e6, 2.0 * 64 * n_in * n_out / t64 / 1e9);
