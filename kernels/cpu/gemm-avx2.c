@@ -393,8 +393,10 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * (bit p or 4 + p of a byte to its bit 4). A sub-block's s16 pair sums (at most 8 of
  * 2 * 15 * 127 for Q4_K, 4 of 2 * 31 * 127 for Q5_K) are widened by vpmaddwd with the
  * sub-block's scale, so the superblock's dot sum_j sc_j dot_j (at most 8 * 63 * 32 * 31 * 127)
- * is exact in int32. With VNNI each sub-block's dot is an int32 vpdpbusd sum (low and high
- * nibbles in two chains) times the scale. */
+ * is exact in int32. With VNNI each sub-block's dot is summed by vpdpbusd in two chains (low
+ * and high nibbles); for Q4_K each chain (16 products of at most 15 * 127) fits s16, so the
+ * two go side by side into one vpdpwssd with the scale pair, for Q5_K their sum is multiplied
+ * by the scale with vpmulld. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int high) {
         int64_t k = act->k, ns = k / QK_K;
@@ -428,13 +430,14 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
-                        __m256i sc16[2], hb[2]; /* scales as s16 pairs, or int32 with VNNI */
+                        __m256i sc16[2], hb[2]; /* scales as s16 pairs (int32 for Q5_K with VNNI) */
                         UNROLL for (int hh = 0; hh < NH; hh++) {
 #ifdef AXP_AVX_VNNI
-                                sc16[hh] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * (h0 + hh))));
-#else
-                                sc16[hh] = scales_u8(sb + 64 + 16 * j + 8 * (h0 + hh));
+                                if (high)
+                                        sc16[hh] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (sb + 64 + 16 * j + 8 * (h0 + hh))));
+                                else
 #endif
+                                        sc16[hh] = scales_u8(sb + 64 + 16 * j + 8 * (h0 + hh));
                                 hb[hh] = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * (h0 + hh)) : _mm256_setzero_si256();
                         }
                         /* s16 pair sums, or with VNNI the sub-block's int32 dot */
@@ -462,9 +465,17 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 /* two chains (low and high nibbles) */
                                                 s16[t][hh] = _mm256_dpbusd_avx_epi32(p ? s16[t][hh] : _mm256_setzero_si256(), lo[hh], al);
                                                 s16b[t][hh] = _mm256_dpbusd_avx_epi32(p ? s16b[t][hh] : _mm256_setzero_si256(), hi[hh], ah);
-                                                if (p == 3)
+                                                if (p == 3 && high)
                                                         isum[t][hh] = _mm256_add_epi32(
                                                                 isum[t][hh], _mm256_mullo_epi32(_mm256_add_epi32(s16[t][hh], s16b[t][hh]), sc16[hh]));
+                                                else if (p == 3) {
+                                                        /* each chain's 16 products fit s16: the low one's
+                                                         * in the low half of each lane, the high one's
+                                                         * moved up beside it (byte shift and blend, off the
+                                                         * multiply ports), times the scale pair by vpdpwssd */
+                                                        __m256i pr = _mm256_blend_epi16(s16[t][hh], _mm256_bslli_epi128(s16b[t][hh], 2), 0xaa);
+                                                        isum[t][hh] = _mm256_dpwssd_avx_epi32(isum[t][hh], pr, sc16[hh]);
+                                                }
 #else
                                                 __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
                                                                                _mm256_maddubs_epi16(hi[hh], ah));

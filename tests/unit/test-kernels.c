@@ -10,6 +10,7 @@
  * Results must be bit-identical across thread counts, token batching, multi-weight calls and
  * prepared/unprepared weights. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,6 +326,89 @@ static void test_matmul_types(void) {
                 }
                 printf("\n");
         }
+}
+
+/* Weights whose quants are all at one byte pattern (0xff: every nibble 15, every Q5_K and Q6_K
+ * value 31 and 63, every 6-bit scale 63; 0x80 and 0x7f: Q8_0's extremes; 0x88, 0x11: sign mixes)
+ * against activations that all quantize to +-127: the largest integer sums any kernel forms,
+ * so an s16 partial sum that can overflow, or a saturating vpmaddubsw pair, shows here as a
+ * result far out of tolerance. Only the block's float fields are set apart (small scales). */
+static void weight_fill(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_out, uint8_t byte) {
+        memset(tw, 0, sizeof(*tw));
+        const axp_type_traits *tt = axp_type_traits_get(type);
+        uint64_t rb = axp_type_row_size(type, n_in), nb = rb * n_out / tt->bytes;
+        tw->raw = malloc(rb * n_out);
+        memset(tw->raw, byte, rb * n_out);
+        axp_f16 d = axp_f32_to_f16(0.01f), m = axp_f32_to_f16(0.003f);
+        for (uint64_t b = 0; b < nb; b++) {
+                uint8_t *blk = (uint8_t *) tw->raw + b * tt->bytes;
+#define SET(T, F, V) memcpy(blk + offsetof(T, F), &(V), sizeof(axp_f16))
+                switch (type) {
+                case AXP_TYPE_Q8_0: SET(block_q8_0, d, d); break;
+                case AXP_TYPE_Q4_0: SET(block_q4_0, d, d); break;
+                case AXP_TYPE_Q5_0: SET(block_q5_0, d, d); break;
+                case AXP_TYPE_IQ4_NL: SET(block_iq4_nl, d, d); break;
+                case AXP_TYPE_IQ4_XS: SET(block_iq4_xs, d, d); break;
+                case AXP_TYPE_Q3_K: SET(block_q3_K, d, d); break;
+                case AXP_TYPE_Q6_K: SET(block_q6_K, d, d); break;
+                case AXP_TYPE_Q4_1: SET(block_q4_1, d, d); SET(block_q4_1, m, m); break;
+                case AXP_TYPE_Q5_1: SET(block_q5_1, d, d); SET(block_q5_1, m, m); break;
+                case AXP_TYPE_Q2_K: SET(block_q2_K, d, d); SET(block_q2_K, dmin, m); break;
+                case AXP_TYPE_Q4_K: SET(block_q4_K, d, d); SET(block_q4_K, dmin, m); break;
+                case AXP_TYPE_Q5_K: SET(block_q5_K, d, d); SET(block_q5_K, dmin, m); break;
+                default: break;
+                }
+#undef SET
+        }
+        tw->deq = malloc(sizeof(float) * n_in * n_out);
+        for (int64_t r = 0; r < n_out; r++)
+                axp_dequantize_row(type, (uint8_t *) tw->raw + r * rb, tw->deq + r * n_in, n_in);
+        tw->w = (axp_weight) {
+                .name = "test",
+                .type = type,
+                .n_in = n_in,
+                .n_out = n_out,
+                .row_bytes = rb,
+                .data = tw->raw,
+        };
+}
+
+static void test_matmul_extremes(void) {
+        static const uint8_t patterns[] = { 0xff, 0x80, 0x7f, 0x88, 0x11 };
+        /* decode (1, 2 tokens: both halves at once) and prefill tiles (6 tokens: a tile of 4 and a rest of 2) */
+        const int n_in = 512, n_out = 24, n_tok_max = 7;
+        const long ldx = n_in, ldy = n_out;
+        float *x = malloc(sizeof(float) * ldx * n_tok_max);
+        for (int t = 0; t < n_tok_max; t++)
+                for (int i = 0; i < n_in; i++)
+                        x[t * ldx + i] = (t & 1 ? -1.0f : 1.0f) * (float) (1 + t);
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                        uint32_t type = all_types[ti];
+                        if (axp_type_traits_get(type)->blck == 1)
+                                continue; /* float weights: no integer sums */
+                        for (size_t pi = 0; pi < ELEMENTSOF(patterns); pi++)
+                                for (int n_tok = 1; n_tok <= n_tok_max; n_tok += 1 + (n_tok >= 2)) {
+                                        test_weight tw;
+                                        weight_fill(&tw, type, n_in, n_out, patterns[pi]);
+                                        float *y = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                                        int before = test_case_failed_;
+                                        test_case_failed_ = 0;
+                                        check_product(&tw, x, ldx, n_tok, y, ldy);
+                                        if (test_case_failed_)
+                                                printf("    (%s %s, bytes 0x%02x, %d tokens)\n", all_isas[ii],
+                                                       axp_type_traits_get(type)->name, patterns[pi], n_tok);
+                                        test_case_failed_ |= before;
+                                        free(y);
+                                        weight_free(&tw);
+                                }
+                }
+        }
+        free(x);
+        for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++)
+                memset(&type_err[all_types[ti]], 0, sizeof(type_err[0]));
 }
 
 /* The AVX-VNNI build sums the same integers as the AVX2 build (vpdpbusd in place of
@@ -719,6 +803,7 @@ int main(void) {
         RUN(test_dispatch);
         RUN(test_activation_quantization);
         RUN(test_matmul_types);
+        RUN(test_matmul_extremes);
         RUN(test_matmul_batch_invariant);
         RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_multi);
