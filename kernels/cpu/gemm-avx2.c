@@ -3,7 +3,7 @@
  * 32-byte half of a group vector holds 4 inputs of 8 rows. Decode (one or two tokens) takes
  * both halves in one pass over k, so each 64-byte line is used whole when it arrives and the
  * stream is prefetched ahead as on the AVX-512 path; prefill tiles take one half and up to
- * MAX_T tokens. Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16)
+ * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers). Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16)
  * and vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
  * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
  * ones, so a superblock's dot is summed exactly in int32 before it meets a float. Integer
@@ -87,7 +87,13 @@ AI void prefetch_lines(const uint8_t *p, int n) {
 
 /* One or two tokens: both halves of the group at once (fn's last fixed arguments h0 = 0,
  * nh = 2); otherwise tiles of MAX_T tokens over one half at a time (nh = 1). */
-#define TILE_DISPATCH_HALVES(fn, ...)                                                              \
+#define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
+
+/* The same with tiles of tmax tokens (MAX_T, or WIDE_T for the types whose weights cost many
+ * instructions to unpack and whose tiles need few registers per token), then one of MAX_T
+ * where WIDE_T's rest allows, then the last 3, 2 or 1. */
+#define WIDE_T 8
+#define TILE_DISPATCH_HALVES_T(tmax, fn, ...)                                                      \
         do {                                                                                       \
                 if (n_tok <= 2 && n_rows > 8) {                                                    \
                         if (n_tok == 2)                                                            \
@@ -98,8 +104,12 @@ AI void prefetch_lines(const uint8_t *p, int n) {
                 }                                                                                  \
                 for (int h = 0; h < 2 && 8 * h < n_rows; h++) {                                    \
                         int t = 0;                                                                 \
-                        for (; t + MAX_T <= n_tok; t += MAX_T)                                     \
+                        for (; t + (tmax) <= n_tok; t += (tmax))                                   \
+                                fn(g, act, t0 + t, (tmax), y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); \
+                        if ((tmax) > MAX_T && t + MAX_T <= n_tok) {                                \
                                 fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); \
+                                t += MAX_T;                                                        \
+                        }                                                                          \
                         switch (n_tok - t) {                                                       \
                         case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
                         case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
@@ -522,8 +532,8 @@ static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
-        const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T][2];
+        const uint8_t *row[WIDE_T];
+        __m256 acc[WIDE_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
                 UNROLL for (int hh = 0; hh < NH; hh++)
@@ -533,7 +543,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const __m256i m30 = _mm256_set1_epi8(0x30);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
-                __m256i corr[MAX_T][2], isum[MAX_T][2];
+                __m256i corr[WIDE_T][2], isum[WIDE_T][2];
                 UNROLL for (int t = 0; t < T; t++)
                         UNROLL for (int hh = 0; hh < NH; hh++)
                                 corr[t][hh] = isum[t][hh] = _mm256_setzero_si256();
@@ -610,7 +620,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q6_K_tile);
+        TILE_DISPATCH_HALVES_T(WIDE_T, q6_K_tile);
 }
 
 /* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
