@@ -59,6 +59,18 @@ typedef struct test_weight {
         float *deq; /* [n_out][n_in] */
 } test_weight;
 
+/* tw->w over tw->raw: rows of n_in inputs in type, as a GGUF file holds them */
+static void weight_wrap(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_out) {
+        tw->w = (axp_weight) {
+                .name = "test",
+                .type = type,
+                .n_in = n_in,
+                .n_out = n_out,
+                .row_bytes = axp_type_row_size(type, n_in),
+                .data = tw->raw,
+        };
+}
+
 static void weight_make(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_out) {
         memset(tw, 0, sizeof(*tw));
         uint64_t rb = axp_type_row_size(type, n_in);
@@ -78,14 +90,7 @@ static void weight_make(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_
                 axp_dequantize_row(type, (uint8_t *) tw->raw + r * rb, tw->deq + r * n_in, n_in);
         }
         free(row);
-        tw->w = (axp_weight) {
-                .name = "test",
-                .type = type,
-                .n_in = n_in,
-                .n_out = n_out,
-                .row_bytes = rb,
-                .data = tw->raw,
-        };
+        weight_wrap(tw, type, n_in, n_out);
 }
 
 static void weight_free(test_weight *tw) {
@@ -363,14 +368,7 @@ static void weight_fill(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_
         tw->deq = malloc(sizeof(float) * n_in * n_out);
         for (int64_t r = 0; r < n_out; r++)
                 axp_dequantize_row(type, (uint8_t *) tw->raw + r * rb, tw->deq + r * n_in, n_in);
-        tw->w = (axp_weight) {
-                .name = "test",
-                .type = type,
-                .n_in = n_in,
-                .n_out = n_out,
-                .row_bytes = rb,
-                .data = tw->raw,
-        };
+        weight_wrap(tw, type, n_in, n_out);
 }
 
 static void test_matmul_extremes(void) {
