@@ -139,6 +139,16 @@ AI __m256i scales_s8_i32(const uint8_t *p, int odd) {
         return _mm256_cvtepi8_epi32(_mm_shuffle_epi8(ld16(p), odd ? odds : even));
 }
 
+/* acc + the int32 pair sums of a * b (s16): one vpdpwssd with VNNI. Neither form saturates,
+ * so the two builds sum the same integers. */
+AI __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
+#ifdef AXP_AVX_VNNI
+        return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
 /* Float weights ---------------------------------------------------------------------------- */
 
 enum { W_F32, W_F16, W_BF16 };
@@ -348,7 +358,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
                                                 __m256i sa = _mm256_sign_epi8(av, ws[hh]);
                                                 __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
-                                                isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_madd_epi16(p16, ones));
+                                                isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
                                         }
                                 }
                         }
@@ -433,7 +443,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs32(row[t], s) + 2 * p);
                                 UNROLL for (int hh = 0; hh < NH; hh++)
-                                        msum[t][hh] = _mm256_add_epi32(msum[t][hh], _mm256_madd_epi16(m16[hh], bs));
+                                        msum[t][hh] = madd_acc(msum[t][hh], m16[hh], bs);
                         }
                 }
                 for (int j = 0; j < 8; j++) {
@@ -484,15 +494,14 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                          * moved up beside it (byte shift and blend, off the
                                                          * multiply ports), times the scale pair by vpdpwssd */
                                                         __m256i pr = _mm256_blend_epi16(s16[t][hh], _mm256_bslli_epi128(s16b[t][hh], 2), 0xaa);
-                                                        isum[t][hh] = _mm256_dpwssd_avx_epi32(isum[t][hh], pr, sc16[hh]);
+                                                        isum[t][hh] = madd_acc(isum[t][hh], pr, sc16[hh]);
                                                 }
 #else
                                                 __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
                                                                                _mm256_maddubs_epi16(hi[hh], ah));
                                                 s16[t][hh] = (p == 0 || (high && p == 2)) ? p16 : _mm256_add_epi16(s16[t][hh], p16);
                                                 if (p == 3 || (high && p == 1))
-                                                        isum[t][hh] = _mm256_add_epi32(
-                                                                isum[t][hh], _mm256_madd_epi16(s16[t][hh], sc16[hh]));
+                                                        isum[t][hh] = madd_acc(isum[t][hh], s16[t][hh], sc16[hh]);
 #endif
                                         }
                                 }
@@ -554,7 +563,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
                                 UNROLL for (int hh = 0; hh < NH; hh++)
-                                        corr[t][hh] = _mm256_add_epi32(corr[t][hh], _mm256_madd_epi16(sc16[hh], bs));
+                                        corr[t][hh] = madd_acc(corr[t][hh], sc16[hh], bs);
                         }
                 }
                 for (int j = 0; j < 16; j++) {
@@ -673,7 +682,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
                                 UNROLL for (int hh = 0; hh < NH; hh++)
-                                        msum[t][hh] = _mm256_add_epi32(msum[t][hh], _mm256_madd_epi16(m16[hh], bs));
+                                        msum[t][hh] = madd_acc(msum[t][hh], m16[hh], bs);
                         }
                 }
                 for (int j = 0; j < 16; j++) {
@@ -886,7 +895,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
 #else
                                                 __m256i sa = _mm256_sign_epi8(av, ws[hh]);
                                                 __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
-                                                isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_madd_epi16(p16, ones));
+                                                isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
 #endif
                                         }
                                 }
@@ -1225,6 +1234,40 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         accum(s, len, nv, vf, hdp, acc, hd);
 }
 
+/* Feed-forward activation ------------------------------------------------------------------ */
+
+/* act(g) u for 8 values: g sigmoid(x), x = g for SiLU and x = 2 sqrt(2/pi) (g + 0.044715 g^3)
+ * for GELU (1/2 (1 + tanh(z)) = sigmoid(2z)), the sigmoid from e = exp(-|x|) <= 1 as 1 / (1 + e)
+ * for x >= 0 and e / (1 + e) below, so it keeps its relative precision on both sides. */
+AI __m256 glu8(int act, __m256 g, __m256 u) {
+        const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+        __m256 x = g;
+        if (act == AXP_GLU_GELU_TANH)
+                x = _mm256_mul_ps(_mm256_set1_ps(1.5957691216f),
+                                  _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), _mm256_mul_ps(_mm256_mul_ps(g, g), g), g));
+        __m256 e = exp_neg(_mm256_or_ps(x, neg));
+        __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        __m256 sg = _mm256_blendv_ps(r, _mm256_mul_ps(e, r), x); /* by x's sign bit */
+        return _mm256_mul_ps(_mm256_mul_ps(g, sg), u);
+}
+
+AI void glu_row(int act, float *g, const float *u, long n) {
+        long i = 0;
+        for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(g + i, glu8(act, _mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+        if (i < n) {
+                __m256i m = tail_mask8((int) (n - i));
+                _mm256_maskstore_ps(g + i, m, glu8(act, _mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m)));
+        }
+}
+
+static void glu(int act, float *g, const float *u, long n) {
+        if (act == AXP_GLU_GELU_TANH)
+                glu_row(AXP_GLU_GELU_TANH, g, u, n);
+        else
+                glu_row(AXP_GLU_SILU, g, u, n);
+}
+
 #ifdef AXP_AVX_VNNI
 const bool axp_avx_vnni_built = true;
 const axp_cpu_ops axp_cpu_ops_avx_vnni = {
@@ -1257,4 +1300,5 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
+        .glu = glu,
 };
