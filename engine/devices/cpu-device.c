@@ -272,13 +272,8 @@ static void k3_residual_norm_row(cpu_dev *c, const axp_task *t, int base, int i,
 static void k3_swiglu_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
         k3_ctx *k = ctx;
         const int ff = c->model->hp.n_ff;
-        float *g = k->g + (size_t) i * ff, *u = k->u + (size_t) i * ff;
-        if (c->model->hp.ffn_act == AXP_FFN_GELU_TANH)
-                for (int j = 0; j < ff; j++)
-                        g[j] = 0.5f * g[j] * (1.0f + tanhf(0.7978845608f * (g[j] + 0.044715f * g[j] * g[j] * g[j]))) * u[j];
-        else
-                for (int j = 0; j < ff; j++)
-                        g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        axp_cpu_glu(c->model->hp.ffn_act == AXP_FFN_GELU_TANH ? AXP_GLU_GELU_TANH : AXP_GLU_SILU,
+                    k->g + (size_t) i * ff, k->u + (size_t) i * ff, ff);
 }
 
 static void k3_residual_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
@@ -365,10 +360,6 @@ static void moe_route_row(cpu_dev *c, const axp_task *t, int base, int i, void *
         }
 }
 
-static void moe_swiglu_rows(float *g, const float *u, long n) {
-        for (long j = 0; j < n; j++)
-                g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-}
 
 static int run_k3_moe(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
@@ -419,7 +410,7 @@ static int run_k3_moe(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
                         float *ys[2] = { mc.k.g, mc.k.u };
                         long ldy[2] = { ff, ff };
                         axp_cpu_matmul(c->pool, 2, gu, mc.hx, d, ys, ldy, m);
-                        moe_swiglu_rows(mc.k.g, mc.k.u, (long) m * ff);
+                        axp_cpu_glu(AXP_GLU_SILU, mc.k.g, mc.k.u, (long) m * ff);
                         const axp_weight *wd = &l->exp_down[e];
                         axp_cpu_matmul(c->pool, 1, &wd, mc.k.g, ff, &mc.eo, &d, m);
                         for (int j = 0; j < m; j++) {

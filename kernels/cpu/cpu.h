@@ -208,6 +208,8 @@ typedef struct axp_cpu_ops {
         void (*att_chunk)(const float *const *q, int nv, const int *len, const void *k,
                           const void *v, uint32_t kv_type, long ld, int n_pos, int head_dim,
                           float scale, float *m, float *l, float *acc, float *scratch);
+        /* axp_cpu_glu (kernels.h) on one row */
+        void (*glu)(int act, float *g, const float *u, long n);
 } axp_cpu_ops;
 
 #define ATT_MAX_HEAD_DIM 512

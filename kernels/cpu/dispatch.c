@@ -178,3 +178,7 @@ bool axp_cpu_isa_available(const char *name) {
                         return true;
         return false;
 }
+
+void axp_cpu_glu(int act, float *g, const float *u, long n) {
+        axp_cpu_ops_get()->glu(act, g, u, n);
+}

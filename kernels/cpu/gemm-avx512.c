@@ -898,6 +898,39 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         }
 }
 
+/* Feed-forward activation ------------------------------------------------------------------ */
+
+/* act(g) u for 16 values, as the AVX2 path's glu8 (see there) */
+AI __m512 glu16(int act, __m512 g, __m512 u) {
+        const __m512 one = _mm512_set1_ps(1.0f), neg = _mm512_set1_ps(-0.0f);
+        __m512 x = g;
+        if (act == AXP_GLU_GELU_TANH)
+                x = _mm512_mul_ps(_mm512_set1_ps(1.5957691216f),
+                                  _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), _mm512_mul_ps(_mm512_mul_ps(g, g), g), g));
+        __m512 e = exp_neg(_mm512_or_ps(x, neg));
+        __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
+        __mmask16 below = _mm512_movepi32_mask(_mm512_castps_si512(x)); /* x's sign bit */
+        __m512 sg = _mm512_mask_mul_ps(r, below, e, r);
+        return _mm512_mul_ps(_mm512_mul_ps(g, sg), u);
+}
+
+AI void glu_row(int act, float *g, const float *u, long n) {
+        long i = 0;
+        for (; i + 16 <= n; i += 16)
+                _mm512_storeu_ps(g + i, glu16(act, _mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+        if (i < n) {
+                __mmask16 m = tail_mask((int) (n - i));
+                _mm512_mask_storeu_ps(g + i, m, glu16(act, _mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+        }
+}
+
+static void glu(int act, float *g, const float *u, long n) {
+        if (act == AXP_GLU_GELU_TANH)
+                glu_row(AXP_GLU_GELU_TANH, g, u, n);
+        else
+                glu_row(AXP_GLU_SILU, g, u, n);
+}
+
 const axp_cpu_ops axp_cpu_ops_avx512 = {
         .name = "avx512",
         .quant = {
@@ -924,5 +957,6 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_IQ4_XS] = axp_avx512_gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
+        .glu = glu,
 };
 #endif /* AXP_AVX512_KQUANTS */

@@ -361,6 +361,15 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         }
 }
 
+/* g sigmoid(x) u, x = g (SiLU) or 2 sqrt(2/pi) (g + 0.044715 g^3) (GELU: 1/2 (1 + tanh(z)) is
+ * sigmoid(2z), which keeps its relative precision where tanh(z) nears -1) */
+static void glu(int act, float *g, const float *u, long n) {
+        for (long i = 0; i < n; i++) {
+                float x = act == AXP_GLU_GELU_TANH ? 1.5957691216f * (g[i] + 0.044715f * g[i] * g[i] * g[i]) : g[i];
+                g[i] = g[i] / (1.0f + expf(-x)) * u[i];
+        }
+}
+
 const axp_cpu_ops axp_cpu_ops_generic = {
         .name = "generic",
         .quant = {
@@ -387,4 +396,5 @@ const axp_cpu_ops axp_cpu_ops_generic = {
                 [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
         },
         .att_chunk = att_chunk,
+        .glu = glu,
 };

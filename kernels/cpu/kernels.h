@@ -54,6 +54,14 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim,
                        int window, int ring, float scale);
 
+/* The gated feed-forward activation in place: g[i] = act(g[i]) * u[i] for i < n, act SiLU
+ * (g / (1 + e^-g): llama, qwen, phi3) or GELU's tanh form (g/2 (1 + tanh(sqrt(2/pi) (g +
+ * 0.044715 g^3))): gemma3), each as g sigmoid(x) so that it keeps its relative precision for
+ * negative g. The SIMD paths take e^x from the polynomial their softmax uses (a few ulps from
+ * expf); a value's result depends only on g[i] and u[i], not on n or i. */
+enum { AXP_GLU_SILU, AXP_GLU_GELU_TANH };
+void axp_cpu_glu(int act, float *g, const float *u, long n);
+
 /* Write n values (one position's K or V) as a row of a KV cache of kv_type: F32 as they are,
  * F16 rounded to nearest even, Q8_0 (n a multiple of 32) in blocks of 32 as llama.cpp's CPU
  * writes its q8_0 cache (d = f16(amax / 127), q = round-half-even(x * (127 / amax))). */

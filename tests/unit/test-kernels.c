@@ -409,6 +409,61 @@ static void test_matmul_extremes(void) {
                 memset(&type_err[all_types[ti]], 0, sizeof(type_err[0]));
 }
 
+/* The feed-forward activation on every path: within a few float ulps of the exact value (in
+ * double), over the range activations take and past where e^x leaves the float range, and a
+ * value's result the same wherever it sits in the row (vector body or masked tail). */
+static void test_glu(void) {
+        enum { N = 4099 };
+        float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+        float *y2 = malloc(sizeof(float) * N);
+        for (int i = 0; i < N; i++) {
+                /* -120..120, denser near 0, and a few exact zeros */
+                double t = (double) (i - N / 2) / (N / 2);
+                g[i] = (float) (120.0 * t * t * t + 3.0 * t);
+                u[i] = (float) (1.0 + 0.5 * sin(0.1 * i));
+        }
+        g[N / 2] = 0.0f;
+        g[N / 2 + 1] = -0.0f;
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                for (int act = AXP_GLU_SILU; act <= AXP_GLU_GELU_TANH; act++) {
+                        memcpy(y, g, sizeof(float) * N);
+                        axp_cpu_glu(act, y, u, N);
+                        double worst = 0;
+                        for (int i = 0; i < N; i++) {
+                                /* the sigmoid's argument a: GELU's 1/2 (1 + tanh z) = 1 / (1 + e^-2z),
+                                 * without tanh's cancellation; float's rounding of a moves e^-a by
+                                 * |a| ulps, hence the tolerance */
+                                double x = g[i];
+                                double a = act == AXP_GLU_SILU ? x : 2.0 * 0.7978845608 * (x + 0.044715 * x * x * x);
+                                double want = x / (1.0 + exp(-a)) * u[i];
+                                double tol = act == AXP_GLU_SILU ? 2e-6 : 2e-6 + 2.4e-7 * fabs(a);
+                                double err = fabs(y[i] - want) / fmax(fabs(want), 1e-30);
+                                if (fabs(want) > 1e-30)
+                                        worst = fmax(worst, err / tol);
+                                CHECK_MSG(err <= tol || fabs(y[i] - want) <= 1e-33, "%s %s g=%g: %.9g vs %.9g",
+                                          all_isas[ii], act == AXP_GLU_SILU ? "silu" : "gelu", (double) g[i],
+                                          (double) y[i], want);
+                        }
+                        /* the same values from other offsets and lengths: bit for bit */
+                        for (int off = 1; off < 20; off += 3) {
+                                int n = N - off - 7 * off;
+                                memcpy(y2, g + off, sizeof(float) * n);
+                                axp_cpu_glu(act, y2, u + off, n);
+                                CHECK_MSG(memcmp(y2, y + off, sizeof(float) * n) == 0,
+                                          "%s: a value's result depends on where it sits", all_isas[ii]);
+                        }
+                        printf("  %s %s: worst error %.2g of the tolerance\n", all_isas[ii],
+                               act == AXP_GLU_SILU ? "silu" : "gelu", worst);
+                }
+        }
+        free(g);
+        free(u);
+        free(y);
+        free(y2);
+}
+
 /* The AVX-VNNI build sums the same integers as the AVX2 build (vpdpbusd in place of
  * vpmaddubsw and vpmaddwd, u8 weights with the offset as the starting sum), so every type
  * gives the same bits on the two, in decode (one and two tokens) and in prefill tiles. */
@@ -806,6 +861,7 @@ int main(void) {
         RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_multi);
         RUN(test_attention);
+        RUN(test_glu);
         for (int p = 1; p <= 3; p++)
                 axp_pool_free(pools[p]);
         TEST_EXIT();
