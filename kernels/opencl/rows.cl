@@ -55,12 +55,13 @@ __kernel void swiglu(__global float *G, __global const float *U, int n) {
         }
 }
 
-/* G = GELU(G) * U over n elements, GELU's tanh form (gemma3) */
+/* G = GELU(G) * U over n elements, GELU's tanh form (gemma3) as the CPU's axp_cpu_glu
+ * computes it: 1/2 (1 + tanh z) = 1 / (1 + e^-2z), without tanh's cancellation near -1 */
 __kernel void geglu(__global float *G, __global const float *U, int n) {
         const int i = get_global_id(0);
         if (i < n) {
                 const float g = G[i];
-                G[i] = 0.5f * g * (1.0f + tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * U[i];
+                G[i] = g / (1.0f + exp(-1.5957691216f * (g + 0.044715f * g * g * g))) * U[i];
         }
 }
 
