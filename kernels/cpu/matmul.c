@@ -7,10 +7,16 @@
  *
  * Decode (few tokens): each group is streamed from memory once for all tokens. Prefill: the
  * tokens are cut into blocks whose activations stay in L2 while the chunk's groups (also
- * L2-sized) are run over them. */
+ * L2-sized) are run over them.
+ *
+ * Each thread (pool share) owns a contiguous run of chunks and takes them in order, so its
+ * stream of weights, and the decode loops' prefetch ahead of it, runs on from one chunk into
+ * the next; a thread whose run is done takes chunks from the end of another's, so one slowed
+ * by another process does not hold the others up. */
 #include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +24,8 @@
 #include "kernels/macros.h"
 
 #define MAX_WEIGHTS 8
+/* shares with a run of their own; a larger pool's shares past this take from the others */
+#define MAX_RUNS 64
 /* target bytes of a chunk's weights and of a token block's activations (each stays in L2) */
 #define CHUNK_BYTES (384 * 1024)
 #define TOKEN_BLOCK_BYTES (512 * 1024)
@@ -78,8 +86,28 @@ typedef struct matmul_job {
         const float *x;
         long ldx;
 
-        _Alignas(64) _Atomic int64_t next;
+        int n_runs;
+        /* share i's run of chunks: the next to take from the front (low 32 bits) and the end
+         * (high 32 bits), changed together so a chunk is taken once */
+        struct {
+                _Alignas(64) _Atomic uint64_t front_end;
+        } run[MAX_RUNS];
 } matmul_job;
+
+/* The next chunk of run r: from its front (its owner) or from its end (another share); -1
+ * when the run is empty. */
+static int64_t take_chunk(matmul_job *j, int r, bool owner) {
+        uint64_t v = atomic_load_explicit(&j->run[r].front_end, memory_order_relaxed);
+        for (;;) {
+                uint32_t front = (uint32_t) v, end = (uint32_t) (v >> 32);
+                if (front >= end)
+                        return -1;
+                uint64_t nv = owner ? v + 1 : (uint64_t) (end - 1) << 32 | front;
+                if (atomic_compare_exchange_weak_explicit(&j->run[r].front_end, &v, nv, memory_order_relaxed,
+                                                          memory_order_relaxed))
+                        return owner ? front : end - 1;
+        }
+}
 
 static void quantize_fn(void *arg, int ith, int nth) {
         matmul_job *j = arg;
@@ -129,19 +157,27 @@ static void run_chunk(matmul_job *j, int i, int64_t g0, int64_t g1) {
         }
 }
 
+static void run_chunk_index(matmul_job *j, int64_t c) {
+        int i = 0;
+        while (c >= j->chunk_first[i + 1])
+                i++;
+        int64_t g0 = (c - j->chunk_first[i]) * j->chunk_groups[i];
+        int64_t g1 = MIN(g0 + j->chunk_groups[i], j->n_groups[i]);
+        run_chunk(j, i, g0, g1);
+}
+
 static void matmul_fn(void *arg, int ith, int nth) {
         matmul_job *j = arg;
-        int64_t total = j->chunk_first[j->n_w];
-        int i = 0;
-        for (;;) {
-                int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-                if (c >= total)
-                        break;
-                while (c >= j->chunk_first[i + 1])
-                        i++;
-                int64_t g0 = (c - j->chunk_first[i]) * j->chunk_groups[i];
-                int64_t g1 = MIN(g0 + j->chunk_groups[i], j->n_groups[i]);
-                run_chunk(j, i, g0, g1);
+        int64_t c;
+        (void) nth;
+        if (ith < j->n_runs)
+                while ((c = take_chunk(j, ith, true)) >= 0)
+                        run_chunk_index(j, c);
+        /* then the others' runs, from their ends, the next share's first */
+        for (int k = 1; k <= j->n_runs; k++) {
+                int r = (ith + k) % j->n_runs;
+                while ((c = take_chunk(j, r, false)) >= 0)
+                        run_chunk_index(j, c);
         }
 }
 
@@ -214,9 +250,16 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                 j.chunk_first[i + 1] = j.chunk_first[i] + DIV_ROUND_UP(j.n_groups[i], j.chunk_groups[i]);
         }
         j.token_block = (int) MIN(n_tok, MAX(64, (int64_t) (TOKEN_BLOCK_BYTES / max_stride) / 16 * 16));
-        atomic_store_explicit(&j.next, 0, memory_order_relaxed);
 
-        if (j.chunk_first[n_w] == 1 || nth == 1)
+        int64_t total = j.chunk_first[n_w];
+        bool one = total == 1 || nth == 1;
+        j.n_runs = one ? 1 : MIN(nth, MAX_RUNS);
+        for (int r = 0; r < j.n_runs; r++) {
+                long lo, hi;
+                axp_split((long) total, r, j.n_runs, 1, &lo, &hi);
+                atomic_store_explicit(&j.run[r].front_end, (uint64_t) hi << 32 | (uint64_t) lo, memory_order_relaxed);
+        }
+        if (one)
                 matmul_fn(&j, 0, 1);
         else
                 axp_pool_run(pool, matmul_fn, &j);
