@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* CPU compute kernels: matrix products for every weight type and attention. Each entry point
- * spreads its work over the pool; the best path for the machine (AMX, AVX-512 VNNI, AVX2,
+/* CPU compute kernels: matrix products for every weight type, attention and the feed-forward
+ * activation. The products and attention spread their work over the pool (the activation
+ * works on the rows it is given); the best path for the machine (AMX, AVX-512 VNNI, AVX2,
  * portable C) is chosen at run time. */
 #pragma once
 
