@@ -526,6 +526,34 @@ static void test_matmul_batch_invariant(void) {
         }
 }
 
+/* The chunk runs of a product (kernels/cpu/matmul.c): with more threads than CPUs, and with
+ * fewer chunks than threads (empty runs), shares take chunks from each other's runs at every
+ * point of their own; each chunk is computed once, by whichever share, to the same bits. */
+static void test_matmul_runs(void) {
+        static const struct { int n_out, n_tok; } cases[] = {
+                { 16, 1 }, { 40, 1 }, { 100, 2 }, { 333, 1 }, { 1000, 2 }, { 2000, 1 }, { 200, 9 }, { 700, 33 },
+        };
+        axp_pool *many = axp_pool_new(7);
+        for (int rep = 0; rep < 3; rep++)
+                for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
+                        test_weight tw;
+                        weight_make(&tw, rep == 1 ? AXP_TYPE_Q4_K : AXP_TYPE_Q8_0, 256, cases[ci].n_out);
+                        axp_cpu_weight_prepare(&tw.w);
+                        int n_tok = cases[ci].n_tok;
+                        long ldy = cases[ci].n_out;
+                        float *x = make_x(256, n_tok, 256);
+                        float *a = run_matmul(pools[1], &tw.w, x, 256, n_tok, ldy);
+                        float *b = run_matmul(many, &tw.w, x, 256, n_tok, ldy);
+                        CHECK_MSG(bits_equal(a, b, n_tok, ldy, cases[ci].n_out), "%d x 256, %d tokens: 7 threads differ",
+                                  cases[ci].n_out, n_tok);
+                        free(a);
+                        free(b);
+                        free(x);
+                        weight_free(&tw);
+                }
+        axp_pool_free(many);
+}
+
 /* Q/K/V-style calls: several weights of different types and sizes in one call give what
  * separate calls give. */
 static void test_matmul_multi(void) {
@@ -860,6 +888,7 @@ int main(void) {
         RUN(test_matmul_batch_invariant);
         RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_multi);
+        RUN(test_matmul_runs);
         RUN(test_attention);
         RUN(test_glu);
         for (int p = 1; p <= 3; p++)
