@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Y_i = X W_i^T for weights that share their input. The activations are converted once per
  * call (quantized to 8 bits per block for integer weights, as llama.cpp does), then the
- * threads claim chunks of 16-row groups from a shared counter. Every output element is
+ * threads take chunks of 16-row groups (below). Every output element is
  * computed by one thread with one fixed sequence of operations, whatever the chunking, the
  * thread count or the number of tokens, so results are reproducible bit for bit.
  *
