@@ -360,7 +360,6 @@ static void moe_route_row(cpu_dev *c, const axp_task *t, int base, int i, void *
         }
 }
 
-
 static int run_k3_moe(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
         const long d = hp->n_embd, qd = (long) hp->n_head * hp->head_dim, ff = hp->n_ff_exp;

@@ -3,8 +3,9 @@
  * 32-byte half of a group vector holds 4 inputs of 8 rows. Decode (one or two tokens) takes
  * both halves in one pass over k, so each 64-byte line is used whole when it arrives and the
  * stream is prefetched ahead as on the AVX-512 path; prefill tiles take one half and up to
- * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers). Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16)
- * and vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
+ * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers).
+ * Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16) and
+ * vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
  * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
  * ones, so a superblock's dot is summed exactly in int32 before it meets a float. Integer
  * sums are exact in any order and the float operations of a (row, token) are the same
