@@ -373,8 +373,9 @@ static void weight_fill(test_weight *tw, uint32_t type, int64_t n_in, int64_t n_
 
 static void test_matmul_extremes(void) {
         static const uint8_t patterns[] = { 0xff, 0x80, 0x7f, 0x88, 0x11 };
-        /* decode (1, 2 tokens: both halves at once) and prefill tiles (6 tokens: a tile of 4 and a rest of 2) */
-        const int n_in = 512, n_out = 24, n_tok_max = 7;
+        /* decode (1, 2 tokens: both halves at once) and prefill tiles (4; 6: a tile of 4 and a
+         * rest of 2; 8: Q6_K's wide tile) */
+        const int n_in = 512, n_out = 24, n_tok_max = 8;
         const long ldx = n_in, ldy = n_out;
         float *x = malloc(sizeof(float) * ldx * n_tok_max);
         for (int t = 0; t < n_tok_max; t++)
