@@ -25,9 +25,9 @@
  *              [8 sub][16][4]: byte (j, r, i) bit p = hi(q[r][32j+8p+i]) and bit 4+p =
  *              hi(q[r][32j+8p+4+i]), p < 4, beside nibble byte (j, p, r, i)
  *   Q6_K       per superblock: d[16] f16, sc[8][16][2] s8 (pairs of sub-blocks), padding to
- *              320 B, then per sub-block of 16: two nibble vectors [16][4] (k 0-3|4-7,
- *              8-11|12-15 of the sub-block) and one vector of high bits: byte (r, i) =
- *              hi(q[r][i]) | hi(q[r][4+i]) << 2 | hi(q[r][8+i]) << 4 | hi(q[r][12+i]) << 6
+ *              320 B, then per sub-block of 16 three vectors [16][4]: byte (v, r, i) =
+ *              q[r][4v+i] | ((q[r][12+i] >> 2v) & 3) << 6, v < 3 (q = w + 32, six bits): three
+ *              quads are one AND from their vector, the fourth is gathered from the top bits
  *   Q2_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16][2] u8 (the file's scale |
  *              min << 4 bytes, pairs of sub-blocks), then per sub-block of 16 one vector of
  *              crumbs [16][4]: byte (r, i) = q[r][i] | q[r][4+i] << 2 | q[r][8+i] << 4 |

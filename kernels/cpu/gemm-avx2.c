@@ -549,8 +549,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int hh = 0; hh < NH; hh++)
                         acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i m4 = _mm256_set1_epi8(0x0f);
-        const __m256i m30 = _mm256_set1_epi8(0x30);
+        const __m256i m3f = _mm256_set1_epi8(0x3f);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
                 __m256i corr[WIDE_T][2], isum[WIDE_T][2];
@@ -578,16 +577,17 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #else
                                 scj[hh] = scales_s8_pairs(sb + 32 + 32 * (j / 2) + 16 * (h0 + hh), j & 1);
 #endif
-                                __m256i n0 = ld32(q + 32 * (h0 + hh));
-                                __m256i n1 = ld32(q + 64 + 32 * (h0 + hh));
-                                __m256i hb = ld32(q + 128 + 32 * (h0 + hh));
-                                /* (low nibble) | (two high bits << 4) */
-#define Q6(lo, hi) _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30))
-                                w[hh][0] = Q6(n0, _mm256_slli_epi16(hb, 4));
-                                w[hh][1] = Q6(_mm256_srli_epi16(n0, 4), _mm256_slli_epi16(hb, 2));
-                                w[hh][2] = Q6(n1, hb);
-                                w[hh][3] = Q6(_mm256_srli_epi16(n1, 4), _mm256_srli_epi16(hb, 2));
-#undef Q6
+                                /* three quads in the low six bits of their vectors, the
+                                 * fourth from their top bits (cpu.h): eleven operations */
+                                __m256i v0 = ld32(q + 32 * (h0 + hh));
+                                __m256i v1 = ld32(q + 64 + 32 * (h0 + hh));
+                                __m256i v2 = ld32(q + 128 + 32 * (h0 + hh));
+                                w[hh][0] = _mm256_and_si256(v0, m3f);
+                                w[hh][1] = _mm256_and_si256(v1, m3f);
+                                w[hh][2] = _mm256_and_si256(v2, m3f);
+                                __m256i e01 = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m3f, v0), 4),
+                                                              _mm256_srli_epi16(_mm256_andnot_si256(m3f, v1), 2));
+                                w[hh][3] = _mm256_srli_epi16(_mm256_or_si256(e01, _mm256_andnot_si256(m3f, v2)), 2);
                         }
                         long off = j * 16;
                         UNROLL for (int t = 0; t < T; t++) {

@@ -347,7 +347,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
-        const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m03 = _mm512_set1_epi8(0x03), m3f = _mm512_set1_epi8(0x3f);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q6_K_SB;
                 __m512i corr[MAX_T];
@@ -373,16 +373,19 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                               : _mm512_srai_epi32(_mm512_slli_epi32(w32, 24), 24);
                         __m512 scj = _mm512_cvtepi32_ps(sci);
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
-                        __m512i n0 = _mm512_load_si512(q), n1 = _mm512_load_si512(q + 64);
-                        __m512i h = _mm512_load_si512(q + 128);
+                        __m512i v0 = _mm512_load_si512(q), v1 = _mm512_load_si512(q + 64);
+                        __m512i v2 = _mm512_load_si512(q + 128);
                         __m512i w[4];
-                        /* (lo & 0x0f) | (hi2 << 4): ternlog 0xE4 selects A where C is set, else B */
-#define Q6(lo, hi) _mm512_ternarylogic_epi32(lo, _mm512_and_si512(hi, m30), m4, 0xE4)
-                        w[0] = Q6(n0, _mm512_slli_epi16(h, 4));
-                        w[1] = Q6(_mm512_srli_epi16(n0, 4), _mm512_slli_epi16(h, 2));
-                        w[2] = Q6(n1, h);
-                        w[3] = Q6(_mm512_srli_epi16(n1, 4), _mm512_srli_epi16(h, 2));
-#undef Q6
+                        /* three quads in the low six bits of their vectors, the fourth from
+                         * their top bits (cpu.h); ternlog 0xE4 takes A's bits where C is set,
+                         * else B's */
+                        w[0] = _mm512_and_si512(v0, m3f);
+                        w[1] = _mm512_and_si512(v1, m3f);
+                        w[2] = _mm512_and_si512(v2, m3f);
+                        __m512i e = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 6), _mm512_srli_epi16(v1, 4), m03,
+                                                              0xE4);
+                        e = _mm512_ternarylogic_epi32(e, _mm512_srli_epi16(v2, 2), m4, 0xE4);
+                        w[3] = _mm512_and_si512(e, m3f);
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();

@@ -205,10 +205,8 @@ static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                                         const int8_t *aj = a + 16 * j;
                                         int32_t isum = 0;
                                         for (int i = 0; i < 4; i++) {
-                                                int q0 = (q[i] & 15) | (q[128 + i] & 3) << 4;
-                                                int q1 = (q[i] >> 4) | ((q[128 + i] >> 2) & 3) << 4;
-                                                int q2 = (q[64 + i] & 15) | ((q[128 + i] >> 4) & 3) << 4;
-                                                int q3 = (q[64 + i] >> 4) | ((q[128 + i] >> 6) & 3) << 4;
+                                                int q0 = q[i] & 63, q1 = q[64 + i] & 63, q2 = q[128 + i] & 63;
+                                                int q3 = q[i] >> 6 | (q[64 + i] >> 6) << 2 | (q[128 + i] >> 6) << 4;
                                                 isum += q0 * aj[i] + q1 * aj[4 + i] + q2 * aj[8 + i] +
                                                         q3 * aj[12 + i];
                                         }

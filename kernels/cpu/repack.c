@@ -263,16 +263,16 @@ static void pack_q6_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                                         q[n + l + 64] = (uint8_t) ((ql[l] >> 4) | ((h >> 4) & 3) << 4);
                                         q[n + l + 96] = (uint8_t) ((ql[l + 32] >> 4) | ((h >> 6) & 3) << 4);
                                 }
+                        /* sub-block j: three vectors of 16 rows x 4 inputs, inputs 0..3,
+                         * 4..7 and 8..11 in the low six bits of their bytes, the top two bits
+                         * holding two bits of inputs 12..15 (cpu.h) */
                         uint8_t *qs = sb + PK_Q6_K_HEAD;
                         for (int j = 0; j < 16; j++) {
                                 const uint8_t *v = q + 16 * j;
                                 uint8_t *o = qs + j * 192 + r * 4;
-                                for (int l = 0; l < 4; l++) {
-                                        o[l] = (uint8_t) ((v[l] & 15) | (v[4 + l] & 15) << 4);
-                                        o[64 + l] = (uint8_t) ((v[8 + l] & 15) | (v[12 + l] & 15) << 4);
-                                        o[128 + l] = (uint8_t) ((v[l] >> 4) | (v[4 + l] >> 4) << 2 |
-                                                                (v[8 + l] >> 4) << 4 | (v[12 + l] >> 4) << 6);
-                                }
+                                for (int l = 0; l < 4; l++)
+                                        for (int i = 0; i < 3; i++)
+                                                o[64 * i + l] = (uint8_t) (v[4 * i + l] | ((v[12 + l] >> (2 * i)) & 3) << 6);
                         }
                 }
         }
