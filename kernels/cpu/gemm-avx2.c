@@ -416,8 +416,9 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * sub-block's scale, so the superblock's dot sum_j sc_j dot_j (at most 8 * 63 * 32 * 31 * 127)
  * is exact in int32. With VNNI each sub-block's dot is summed by vpdpbusd in two chains (low
  * and high nibbles); for Q4_K each chain (16 products of at most 15 * 127) fits s16, so the
- * two go side by side into one vpdpwssd with the scale pair, for Q5_K their sum is multiplied
- * by the scale with vpmulld. */
+ * two go side by side into one vpdpwssd with the scale pair (the high nibbles are taken in
+ * place, 16 times their value, one AND-NOT; the shift that moves that chain beside the other
+ * divides by 16), for Q5_K their sum is multiplied by the scale with vpmulld. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int high) {
         int64_t k = act->k, ns = k / QK_K;
@@ -471,7 +472,13 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                         __m256i v = ld32(q + p * 64 + 32 * (h0 + hh));
                                         lo[hh] = _mm256_and_si256(v, m4);
-                                        hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#ifdef AXP_AVX_VNNI
+                                        /* Q4_K: the high nibbles in place, 16 times their value */
+                                        if (!high)
+                                                hi[hh] = _mm256_andnot_si256(m4, v);
+                                        else
+#endif
+                                                hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                                         if (high) {
                                                 lo[hh] = _mm256_or_si256(lo[hh], _mm256_and_si256(_mm256_slli_epi16(hb[hh], 4 - p), b4));
                                                 hi[hh] = _mm256_or_si256(hi[hh], _mm256_and_si256(_mm256_srli_epi16(hb[hh], p), b4));
@@ -491,10 +498,10 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                                 isum[t][hh], _mm256_mullo_epi32(_mm256_add_epi32(s16[t][hh], s16b[t][hh]), sc16[hh]));
                                                 else if (p == 3) {
                                                         /* each chain's 16 products fit s16: the low one's
-                                                         * in the low half of each lane, the high one's
-                                                         * moved up beside it (byte shift and blend, off the
-                                                         * multiply ports), times the scale pair by vpdpwssd */
-                                                        __m256i pr = _mm256_blend_epi16(s16[t][hh], _mm256_bslli_epi128(s16b[t][hh], 2), 0xaa);
+                                                         * in the low half of each lane, the high one's (16
+                                                         * times it, from the nibbles in place) shifted up
+                                                         * beside it, times the scale pair by vpdpwssd */
+                                                        __m256i pr = _mm256_blend_epi16(s16[t][hh], _mm256_slli_epi32(s16b[t][hh], 12), 0xaa);
                                                         isum[t][hh] = madd_acc(isum[t][hh], pr, sc16[hh]);
                                                 }
 #else
