@@ -257,10 +257,16 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 /* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
  * the mins term is an integer dot of the mins with the activation sums. Q5_K (high) is the
  * same with each nibble's fifth bit moved in from the sub-block's bit vector: bit p (low
- * nibbles of vector p) or 4 + p (high nibbles) of a byte to its bit 4. */
+ * nibbles of vector p) or 4 + p (high nibbles) of a byte to its bit 4.
+ * One or two tokens of Q4_K (in_place) take the high nibbles in place, 16 times their value
+ * (one AND-NOT where a shift and an AND were), after the low nibbles' sum times 16, and the
+ * scale over 16: 16 dot is exact in float (below 2^24) and 16 dot x sc / 16 = dot x sc, so the
+ * FMA gives the same bits. Wider tiles would spend more on the extra shift per token than the
+ * unpacking saves. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int high) {
         int64_t k = act->k, ns = k / QK_K;
+        const int in_place = !high && T <= 2;
         const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
@@ -290,13 +296,16 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
+                        if (in_place)
+                                scj = _mm512_mul_ps(scj, _mm512_set1_ps(1.0f / 16));
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
                         __m512i w[8];
                         __m512i hb = high ? _mm512_load_si512(sb + PK_Q4_K_SB + j * 64) : _mm512_setzero_si512();
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
-                                w[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                                w[2 * p + 1] = in_place ? _mm512_andnot_si512(m4, v)
+                                                        : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                                 if (high) {
                                         /* the shifted bit stays in its byte; others are masked */
                                         __m512i h0 = _mm512_and_si512(_mm512_slli_epi16(hb, 4 - p), b4);
@@ -309,10 +318,24 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
-                        UNROLL for (int jj = 0; jj < 8; jj++)
+                        if (in_place) {
+                                /* the low nibbles' sum times 16, then the high ones' */
+                                UNROLL for (int jj = 0; jj < 8; jj += 2)
+                                        UNROLL for (int t = 0; t < T; t++)
+                                                isum[t] = _mm512_dpbusd_epi32(
+                                                        isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
                                 UNROLL for (int t = 0; t < T; t++)
-                                        isum[t] = _mm512_dpbusd_epi32(
-                                                isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                                        isum[t] = _mm512_slli_epi32(isum[t], 4);
+                                UNROLL for (int jj = 1; jj < 8; jj += 2)
+                                        UNROLL for (int t = 0; t < T; t++)
+                                                isum[t] = _mm512_dpbusd_epi32(
+                                                        isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                        } else {
+                                UNROLL for (int jj = 0; jj < 8; jj++)
+                                        UNROLL for (int t = 0; t < T; t++)
+                                                isum[t] = _mm512_dpbusd_epi32(
+                                                        isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                        }
                         UNROLL for (int t = 0; t < T; t++)
                                 sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
                 }
