@@ -83,6 +83,9 @@ typedef struct axp_packed {
         int64_t n_in, n_out, n_groups;
         size_t group_bytes;
         uint8_t *data; /* n_groups * group_bytes, 64-aligned */
+        /* Q8_0 and Q5_0: no quant is -128 (llama.cpp's quantizer never writes it), so a
+         * weight's sign can move onto the activation and the ops' gemm_sym may run */
+        bool no_min8;
 } axp_packed;
 #define AXP_PACKED_MAGIC 0x4b434150u /* "PACK" */
 
@@ -199,6 +202,8 @@ typedef struct axp_cpu_ops {
         const char *name;
         axp_quant_fn quant[AXP_ACT__MAX];
         axp_gemm_fn gemm[AXP_TYPE__MAX];
+        /* where set, the same product for prepared weights whose packed no_min8 is set */
+        axp_gemm_fn gemm_sym[AXP_TYPE__MAX];
         /* Attention of nv query vectors (head_dim floats each, q[j]) over n_pos <= ATT_CHUNK
          * positions of one KV head (rows ld elements apart, F32 or F16). Vector j sees
          * positions t < len[j]: s = scale q.K_t, m[j] = max s, p_t = exp(s - m), l[j] = sum p,

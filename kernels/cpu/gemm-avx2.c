@@ -223,7 +223,7 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * signed bytes and take the sign trick; Q4_0 and Q4_1 nibbles and Q5_1's bytes 0..31 are
  * unsigned operands of vpmaddubsw as they are. Q4_0 adds the activations' offset, Q4_1 and
  * Q5_1 their minimum times the activations' sum s. */
-enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
+enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int mode) {
@@ -339,7 +339,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                                                _mm256_madd_epi16(s16[t][hh], ones));
                         }
                 } else {
-                        /* signed bytes: |w| times a with w's sign */
+                        /* signed bytes: |w| times a with w's sign; one token whose weights are
+                         * never -128 (IQ4_NL's levels, Q8_0 with no_min8) takes |a| times w
+                         * with a's sign, one operation fewer for both halves */
+                        const int sym = T == 1 && (mode == M_Q8_0_SYM || mode == M_IQ4_NL);
                         UNROLL for (int t = 0; t < T; t++)
                                 UNROLL for (int hh = 0; hh < NH; hh++)
                                         isum[t][hh] = _mm256_setzero_si256();
@@ -352,10 +355,19 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 ws[hh] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
                                         } else
                                                 ws[hh] = _mm256_xor_si256(ld32(q + j * 64 + 32 * (h0 + hh)), flip);
-                                        aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
+                                        if (!sym)
+                                                aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
                                 }
                                 UNROLL for (int t = 0; t < T; t++) {
                                         __m256i av = bcast4(act_q8_0_qs(row[t], b) + 4 * j);
+                                        if (sym) {
+                                                __m256i aa = _mm256_sign_epi8(av, av);
+                                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                        __m256i p16 = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(ws[hh], av));
+                                                        isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
+                                                }
+                                                continue;
+                                        }
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
                                                 __m256i sa = _mm256_sign_epi8(av, ws[hh]);
                                                 __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
@@ -387,6 +399,14 @@ static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                       int n_rows) {
         TILE_DISPATCH_HALVES(q8_0_tile, M_Q8_0);
 }
+
+#ifndef AXP_AVX_VNNI
+/* Prepared Q8_0 and Q5_0 with no quant of -128 (axp_packed.no_min8) */
+static void gemm_q8_0_sym(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                          int n_rows) {
+        TILE_DISPATCH_HALVES(q8_0_tile, M_Q8_0_SYM);
+}
+#endif
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
@@ -1307,6 +1327,12 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_Q3_K] = gemm_q3_K,
                 [AXP_TYPE_IQ4_XS] = gemm_iq4_xs,
         },
+#ifndef AXP_AVX_VNNI
+        .gemm_sym = {
+                [AXP_TYPE_Q8_0] = gemm_q8_0_sym,
+                [AXP_TYPE_Q5_0] = gemm_q8_0_sym,
+        },
+#endif
         .att_chunk = att_chunk,
         .glu = glu,
 };

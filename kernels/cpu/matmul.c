@@ -74,6 +74,7 @@ typedef struct matmul_job {
         int n_w;
         const axp_weight *w[MAX_WEIGHTS];
         const axp_packed *pk[MAX_WEIGHTS]; /* NULL: pack on the fly */
+        axp_gemm_fn gemm[MAX_WEIGHTS];
         size_t group_bytes[MAX_WEIGHTS];
         int64_t n_groups[MAX_WEIGHTS];
         int64_t chunk_groups[MAX_WEIGHTS]; /* groups per chunk */
@@ -131,7 +132,7 @@ static void quantize_fn(void *arg, int ith, int nth) {
 static void run_chunk(matmul_job *j, int i, int64_t g0, int64_t g1) {
         const axp_weight *w = j->w[i];
         const axp_act *act = &j->act[axp_act_kind_of(w->type)];
-        axp_gemm_fn gemm = j->ops->gemm[w->type];
+        axp_gemm_fn gemm = j->gemm[i];
         size_t gb = j->group_bytes[i];
         const uint8_t *groups;
 
@@ -208,6 +209,8 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                 if (p && p->magic == AXP_PACKED_MAGIC && p->type == w[i]->type && p->n_in == k &&
                     p->n_out == w[i]->n_out)
                         j.pk[i] = p;
+                j.gemm[i] = j.pk[i] && j.pk[i]->no_min8 && j.ops->gemm_sym[w[i]->type] ? j.ops->gemm_sym[w[i]->type]
+                                                                                      : j.ops->gemm[w[i]->type];
                 j.group_bytes[i] = axp_pack_group_bytes(w[i]->type, k);
                 j.n_groups[i] = DIV_ROUND_UP(w[i]->n_out, AXP_GROUP);
                 total_groups += j.n_groups[i];

@@ -445,10 +445,16 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         p->n_out = w->n_out;
         p->n_groups = n_groups;
         p->group_bytes = gb;
+        /* Q5_0's quants are -16..15; a Q8_0 quant of -128 is 0 after the sign flip (padding
+         * rows are 0x80), looked for while the group is still in cache */
+        p->no_min8 = w->type == AXP_TYPE_Q5_0 || w->type == AXP_TYPE_Q8_0;
+        size_t qs0 = pk_q8_0_scales_bytes(w->n_in);
         for (int64_t g = 0; g < n_groups; g++) {
                 int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
                 axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
                                w->row_bytes, w->n_in, n_rows, p->data + g * gb);
+                if (w->type == AXP_TYPE_Q8_0 && p->no_min8 && memchr(p->data + g * gb + qs0, 0, gb - qs0))
+                        p->no_min8 = false;
         }
         w->priv = p;
         return 0;

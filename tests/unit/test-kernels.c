@@ -410,6 +410,61 @@ static void test_matmul_extremes(void) {
                 memset(&type_err[all_types[ti]], 0, sizeof(type_err[0]));
 }
 
+/* A Q8_0 quant of -128 (which llama.cpp's quantizer never writes, but a file may hold) among
+ * others: preparing the weight notices it (no_min8 false, so the product that moves the
+ * weight's sign onto the activation is not used), and every path's product is exact for it,
+ * prepared and not, one token and more, against activations of both signs. A weight without
+ * one is marked no_min8, as are Q5_0's. */
+static void test_matmul_q8_0_min(void) {
+        const int n_in = 256, n_out = 40, n_tok_max = 3;
+        const long ldx = n_in, ldy = n_out;
+        float *x = malloc(sizeof(float) * ldx * n_tok_max);
+        for (int t = 0; t < n_tok_max; t++)
+                for (int i = 0; i < n_in; i++)
+                        x[t * ldx + i] = (i + t) % 3 == 0 ? 0.5f : -1.0f - 0.01f * (float) (i % 7);
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                for (int min8 = 0; min8 < 2; min8++) {
+                        test_weight tw;
+                        weight_make(&tw, AXP_TYPE_Q8_0, n_in, n_out);
+                        if (min8) {
+                                /* row 37 (the last group, partly padding), input 70, and its
+                                 * dequantized copy */
+                                block_q8_0 *b = (block_q8_0 *) ((uint8_t *) tw.raw + 37 * tw.w.row_bytes) + 70 / 32;
+                                b->qs[70 % 32] = -128;
+                                axp_dequantize_row(AXP_TYPE_Q8_0, (uint8_t *) tw.raw + 37 * tw.w.row_bytes,
+                                                   tw.deq + 37 * n_in, n_in);
+                        }
+                        for (int prep = 0; prep < 2; prep++) {
+                                if (prep) {
+                                        CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
+                                        CHECK(((const axp_packed *) tw.w.priv)->no_min8 == !min8);
+                                }
+                                for (int n_tok = 1; n_tok <= n_tok_max; n_tok++) {
+                                        float *y = run_matmul(pools[1], &tw.w, x, ldx, n_tok, ldy);
+                                        int before = test_case_failed_;
+                                        test_case_failed_ = 0;
+                                        check_product(&tw, x, ldx, n_tok, y, ldy);
+                                        if (test_case_failed_)
+                                                printf("    (%s, %s-128, %s, %d tokens)\n", all_isas[ii],
+                                                       min8 ? "one " : "no ", prep ? "prepared" : "unprepared", n_tok);
+                                        test_case_failed_ |= before;
+                                        free(y);
+                                }
+                        }
+                        weight_free(&tw);
+                }
+        }
+        test_weight tw;
+        weight_make(&tw, AXP_TYPE_Q5_0, n_in, n_out);
+        CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
+        CHECK(((const axp_packed *) tw.w.priv)->no_min8);
+        weight_free(&tw);
+        free(x);
+        memset(&type_err[AXP_TYPE_Q8_0], 0, sizeof(type_err[0]));
+}
+
 /* The feed-forward activation on every path: within a few float ulps of the exact value (in
  * double), over the range activations take and past where e^x leaves the float range, and a
  * value's result the same wherever it sits in the row (vector body or masked tail). */
@@ -886,6 +941,7 @@ int main(void) {
         RUN(test_activation_quantization);
         RUN(test_matmul_types);
         RUN(test_matmul_extremes);
+        RUN(test_matmul_q8_0_min);
         RUN(test_matmul_batch_invariant);
         RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_multi);
