@@ -859,8 +859,9 @@ static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH_HALVES(q3_K_tile);
 }
 
-/* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign), per
- * sub-block of 32, times the signed 6-bit scale in float. */
+/* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign; for one
+ * token |a| times w with a's sign, the levels never being -128), per sub-block of 32, times the
+ * signed 6-bit scale in float. */
 AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                     int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
@@ -912,17 +913,21 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                                         aw[hh] = ws[hh];
 #else
                                         ws[hh] = _mm256_shuffle_epi8(lut, _mm256_and_si256(n, m4));
-                                        aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
+                                        if (T > 1)
+                                                aw[hh] = _mm256_sign_epi8(ws[hh], ws[hh]);
 #endif
                                 }
                                 UNROLL for (int t = 0; t < T; t++) {
                                         __m256i av = bcast4(act_q8_K_qs(row[t], s) + 32 * j + 4 * jj);
+#ifndef AXP_AVX_VNNI
+                                        __m256i aa = T == 1 ? _mm256_sign_epi8(av, av) : av;
+#endif
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
 #ifdef AXP_AVX_VNNI
                                                 isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], aw[hh], av);
 #else
-                                                __m256i sa = _mm256_sign_epi8(av, ws[hh]);
-                                                __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
+                                                __m256i p16 = T == 1 ? _mm256_maddubs_epi16(aa, _mm256_sign_epi8(ws[hh], av))
+                                                                     : _mm256_maddubs_epi16(aw[hh], _mm256_sign_epi8(av, ws[hh]));
                                                 isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
 #endif
                                         }
