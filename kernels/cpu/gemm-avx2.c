@@ -678,6 +678,19 @@ AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i
 #endif
 }
 
+#ifndef AXP_AVX_VNNI
+/* The same as s16 pair sums, not yet widened */
+AI __m256i sum16x4_s16(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+        return _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[1], a1)),
+                                _mm256_add_epi16(_mm256_maddubs_epi16(w[2], a2), _mm256_maddubs_epi16(w[3], a3)));
+}
+#endif
+
+/* Q2_K, Q3_K: a superblock's sum_j sc_j dot_j over its sub-blocks of 16 is exact in int32 and
+ * meets a float once. Each dot_j fits s16, so without VNNI the s16 pair sums go into vpmaddwd
+ * with the scale in place of ones; with VNNI the int32 dots of sub-blocks 2p and 2p + 1 go side
+ * by side into one vpdpwssd with the scale pair. The two builds sum the same integers. */
+
 /* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
  * 16, times the 4-bit scale; the mins against the activation sums of 16. As every product of
  * this path, Q2_K, Q3_K and IQ4_XS take both 8-row halves of a group in one pass for one or
@@ -693,16 +706,13 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i m3 = _mm256_set1_epi8(3);
-        const __m256i m15 = _mm256_set1_epi32(15);
+        const __m256i m15 = _mm256_set1_epi16(15);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q2_K_SB;
-                __m256i msum[MAX_T][2];
-                __m256 sacc[MAX_T][2];
+                __m256i msum[MAX_T][2], isum[MAX_T][2];
                 UNROLL for (int t = 0; t < T; t++)
-                        UNROLL for (int hh = 0; hh < NH; hh++) {
-                                msum[t][hh] = _mm256_setzero_si256();
-                                sacc[t][hh] = _mm256_setzero_ps();
-                        }
+                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                msum[t][hh] = isum[t][hh] = _mm256_setzero_si256();
                 UNROLL for (int p = 0; p < 8; p++) {
                         __m256i m16[2];
                         UNROLL for (int hh = 0; hh < NH; hh++)
@@ -713,27 +723,46 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         msum[t][hh] = madd_acc(msum[t][hh], m16[hh], bs);
                         }
                 }
-                for (int j = 0; j < 16; j++) {
-                        if (T <= 2)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2);
-                        __m256 scj[2];
-                        __m256i w[2][4];
-                        UNROLL for (int hh = 0; hh < NH; hh++) {
-                                __m256i w32 = _mm256_cvtepu16_epi32(ld16(sb + 64 + 32 * (j / 2) + 16 * (h0 + hh)));
-                                __m256i sci = _mm256_and_si256((j & 1) ? _mm256_srli_epi32(w32, 8) : w32, m15);
-                                scj[hh] = _mm256_cvtepi32_ps(sci);
-                                __m256i v = ld32(sb + PK_Q2_K_HEAD + 64 * j + 32 * (h0 + hh));
-                                w[hh][0] = _mm256_and_si256(v, m3);
-                                w[hh][1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
-                                w[hh][2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
-                                w[hh][3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
-                        }
-                        UNROLL for (int t = 0; t < T; t++) {
-                                const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
-                                __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
+                for (int jp = 0; jp < 16; jp += 2) {
+#ifdef AXP_AVX_VNNI
+                        __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
+#endif
+                        UNROLL for (int e = 0; e < 2; e++) {
+                                const int j = jp + e;
+                                if (T <= 2)
+                                        prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2);
+                                __m256i scj[2], w[2][4];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256i isum = dot16x4(w[hh], a0, a1, a2, a3, _mm256_setzero_si256());
-                                        sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
+                                        /* 8 rows' (scale | min << 4) bytes of sub-blocks 2p, 2p + 1 */
+                                        const uint8_t *sp = sb + 64 + 32 * (j / 2) + 16 * (h0 + hh);
+#ifdef AXP_AVX_VNNI
+                                        if (e)
+                                                scj[hh] = _mm256_and_si256(_mm256_cvtepu8_epi16(ld16(sp)), m15);
+#else
+                                        scj[hh] = _mm256_and_si256(scales_s8_pairs(sp, e), m15);
+#endif
+                                        __m256i v = ld32(sb + PK_Q2_K_HEAD + 64 * j + 32 * (h0 + hh));
+                                        w[hh][0] = _mm256_and_si256(v, m3);
+                                        w[hh][1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
+                                        w[hh][2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
+                                        w[hh][3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
+                                }
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
+                                        __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                                __m256i dj = dot16x4(w[hh], a0, a1, a2, a3, _mm256_setzero_si256());
+                                                if (!e)
+                                                        dprev[t][hh] = dj;
+                                                else
+                                                        isum[t][hh] = madd_acc(isum[t][hh],
+                                                                               _mm256_blend_epi16(dprev[t][hh], _mm256_slli_epi32(dj, 16), 0xaa),
+                                                                               scj[hh]);
+#else
+                                                isum[t][hh] = madd_acc(isum[t][hh], sum16x4_s16(w[hh], a0, a1, a2, a3), scj[hh]);
+#endif
+                                        }
                                 }
                         }
                 }
@@ -742,7 +771,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m256 dmin = _mm256_cvtph_ps(ldu16(sb + 32 + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256 mins = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(msum[t][hh]));
-                                __m256 v = _mm256_fmsub_ps(d, sacc[t][hh], mins);
+                                __m256 v = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(isum[t][hh]), mins);
                                 acc[t][hh] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)), v, acc[t][hh]);
                         }
                 }
