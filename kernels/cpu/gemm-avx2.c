@@ -817,8 +817,10 @@ AI __m256 scale6(const int8_t *sc, int j, int h) {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (sc + 16 * j + 8 * h))));
 }
 
-/* Q3_K: w + 4 in 0..7 (pair sums of at most 2*7*127, four fit s16), each sub-block's dot less
- * 4 times its activation sum. */
+/* Q3_K: w + 4 in 0..7 (pair sums of at most 2*7*127, four fit s16); each sub-block's dot
+ * less 4 times its activation sum (at most 16*4*127) fits s16 and is multiplied by the signed
+ * 6-bit scale in int32 as Q2_K's. Without VNNI the offset goes into the low half of each lane
+ * of the s16 pair sums (eight products and the offset: at most 8*7*127 + 4*16*127). */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
@@ -831,43 +833,71 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+#ifndef AXP_AVX_VNNI
+        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+#endif
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
                 if (T <= 2)
                         prefetch_lines(hd + PF_AHEAD * PK_Q3_K_HEAD, PK_Q3_K_HEAD / 64 + 1);
-                __m256 sacc[MAX_T][2];
+                __m256i isum[MAX_T][2];
                 UNROLL for (int t = 0; t < T; t++)
                         UNROLL for (int hh = 0; hh < NH; hh++)
-                                sacc[t][hh] = _mm256_setzero_ps();
+                                isum[t][hh] = _mm256_setzero_si256();
                 int8_t sc6[16 * 16];
                 scales6_all(hd + 32, hd + 160, 16, sc6);
-                for (int j = 0; j < 16; j++) {
-                        if (T <= 2)
-                                prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * (PK_Q3_K_QS / 16), 2);
-                        __m256 scj[2];
-                        __m256i w[2][4];
-                        UNROLL for (int hh = 0; hh < NH; hh++) {
-                                scj[hh] = scale6(sc6, j, h0 + hh);
-                                __m256i v = ld32(qs + 64 * j + 32 * (h0 + hh));
-                                __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * (h0 + hh));
-                                if (j & 1)
-                                        hb = _mm256_srli_epi16(hb, 4);
-                                w[hh][0] = _mm256_or_si256(_mm256_and_si256(v, m3),
-                                                           _mm256_and_si256(_mm256_slli_epi16(hb, 2), b2));
-                                w[hh][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3),
-                                                           _mm256_and_si256(_mm256_slli_epi16(hb, 1), b2));
-                                w[hh][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3),
-                                                           _mm256_and_si256(hb, b2));
-                                w[hh][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3),
-                                                           _mm256_and_si256(_mm256_srli_epi16(hb, 1), b2));
-                        }
-                        UNROLL for (int t = 0; t < T; t++) {
-                                const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
-                                __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
-                                __m256i off = _mm256_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]);
+                for (int jp = 0; jp < 16; jp += 2) {
+#ifdef AXP_AVX_VNNI
+                        __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
+#endif
+                        UNROLL for (int e = 0; e < 2; e++) {
+                                const int j = jp + e;
+                                if (T <= 2)
+                                        prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * (PK_Q3_K_QS / 16), 2);
+                                __m256i scj[2], w[2][4];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256i isum = dot16x4(w[hh], a0, a1, a2, a3, off);
-                                        sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scj[hh], sacc[t][hh]);
+                                        const int8_t *sp = sc6 + 16 * j + 8 * (h0 + hh);
+#ifdef AXP_AVX_VNNI
+                                        /* lane r: the scales of sub-blocks jp and jp + 1 */
+                                        if (e)
+                                                scj[hh] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(
+                                                        _mm_loadl_epi64((const __m128i *) (sp - 16)),
+                                                        _mm_loadl_epi64((const __m128i *) sp)));
+#else
+                                        scj[hh] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *) sp), dup));
+#endif
+                                        __m256i v = ld32(qs + 64 * j + 32 * (h0 + hh));
+                                        __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * (h0 + hh));
+                                        if (j & 1)
+                                                hb = _mm256_srli_epi16(hb, 4);
+                                        w[hh][0] = _mm256_or_si256(_mm256_and_si256(v, m3),
+                                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), b2));
+                                        w[hh][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3),
+                                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 1), b2));
+                                        w[hh][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3),
+                                                                   _mm256_and_si256(hb, b2));
+                                        w[hh][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3),
+                                                                   _mm256_and_si256(_mm256_srli_epi16(hb, 1), b2));
+                                }
+                                UNROLL for (int t = 0; t < T; t++) {
+                                        const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
+                                        __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
+                                        int off = -4 * act_q8_K_bs16(row[t], s)[j];
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+#ifdef AXP_AVX_VNNI
+                                                __m256i dj = dot16x4(w[hh], a0, a1, a2, a3, _mm256_set1_epi32(off));
+                                                if (!e)
+                                                        dprev[t][hh] = dj;
+                                                else
+                                                        isum[t][hh] = madd_acc(isum[t][hh],
+                                                                               _mm256_blend_epi16(dprev[t][hh], _mm256_slli_epi32(dj, 16), 0xaa),
+                                                                               scj[hh]);
+#else
+                                                __m256i p16 = _mm256_add_epi16(sum16x4_s16(w[hh], a0, a1, a2, a3),
+                                                                               _mm256_set1_epi32(off & 0xffff));
+                                                isum[t][hh] = madd_acc(isum[t][hh], p16, scj[hh]);
+#endif
+                                        }
                                 }
                         }
                 }
@@ -875,7 +905,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m256 d = _mm256_cvtph_ps(ldu16(hd + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++)
                                 acc[t][hh] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))),
-                                                             sacc[t][hh], acc[t][hh]);
+                                                             _mm256_cvtepi32_ps(isum[t][hh]), acc[t][hh]);
                 }
         }
         UNROLL for (int t = 0; t < T; t++)
