@@ -438,8 +438,10 @@ KQUANT_GEMM(q6_K) {
 #else /* AXP_AVX512_KQUANTS == 2 */
 
 /* Q2_K: per sub-block of 16 one crumb vector (w in 0..3, four at a time by shift and mask),
- * its int32 dot times the 4-bit scale (exact in float); the mins term is an integer dot of the
- * 4-bit mins with the activation sums of 16. */
+ * its int32 dot times the 4-bit scale; the mins term is an integer dot of the 4-bit mins with
+ * the activation sums of 16. A sub-block's dot fits s16, so vpdpwssd multiplies it by its
+ * scale (the lane's high halves: the dot's sign, and 0) into the superblock's int32 sum, which
+ * meets a float once. Q3_K does the same with its signed 6-bit scales. */
 AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows) {
         int64_t k = act->k, ns = k / QK_K;
@@ -452,12 +454,9 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi32(15);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q2_K_SB;
-                __m512i msum[MAX_T];
-                __m512 sacc[MAX_T];
-                UNROLL for (int t = 0; t < T; t++) {
-                        msum[t] = _mm512_setzero_si512();
-                        sacc[t] = _mm512_setzero_ps();
-                }
+                __m512i msum[MAX_T], isb[MAX_T];
+                UNROLL for (int t = 0; t < T; t++)
+                        msum[t] = isb[t] = _mm512_setzero_si512();
                 UNROLL for (int p = 0; p < 8; p++) {
                         __m512i m16 = _mm512_srli_epi16(_mm512_cvtepu8_epi16(ld32(sb + 64 + 32 * p)), 4);
                         UNROLL for (int t = 0; t < T; t++) {
@@ -469,8 +468,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2);
                         __m512i w32 = _mm512_cvtepu16_epi32(ld32(sb + 64 + 32 * (j / 2)));
-                        __m512i sci = _mm512_and_si512((j & 1) ? _mm512_srli_epi32(w32, 8) : w32, m15);
-                        __m512 scj = _mm512_cvtepi32_ps(sci);
+                        __m512i scj = _mm512_and_si512((j & 1) ? _mm512_srli_epi32(w32, 8) : w32, m15);
                         __m512i v = _mm512_load_si512(sb + PK_Q2_K_HEAD + 64 * j);
                         __m512i w[4];
                         UNROLL for (int p = 0; p < 4; p++)
@@ -483,13 +481,13 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         isum[t] = _mm512_dpbusd_epi32(
                                                 isum[t], w[p], bcast4(act_q8_K_qs(row[t], s) + 16 * j + 4 * p));
                         UNROLL for (int t = 0; t < T; t++)
-                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                                isb[t] = _mm512_dpwssd_epi32(isb[t], isum[t], scj);
                 }
                 __m512 d = f16x16(sb);
                 __m512 dmin = f16x16(sb + 32);
                 UNROLL for (int t = 0; t < T; t++) {
                         __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(msum[t]));
-                        __m512 v = _mm512_fmsub_ps(d, sacc[t], mins);
+                        __m512 v = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(isb[t]), mins);
                         acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act_q8_K_d(row[t], s)), v, acc[t]);
                 }
         }
@@ -501,19 +499,25 @@ KQUANT_GEMM(q2_K) {
         TILE_DISPATCH(q2_K_tile);
 }
 
-/* A 6-bit sub-block scale of 16 rows, less 32: low nibbles [.][16] (two sub-blocks a byte) at
- * lo, top bits [.][16] (four a byte) at hi, as Q3_K and IQ4_XS pack them. */
-AI __m512 scale6(const uint8_t *lo, const uint8_t *hi, int j) {
+/* A 6-bit sub-block scale of 16 rows, less 32, in int32 lanes: low nibbles [.][16] (two
+ * sub-blocks a byte) at lo, top bits [.][16] (four a byte) at hi, as Q3_K and IQ4_XS pack them. */
+AI __m512i scale6_i32(const uint8_t *lo, const uint8_t *hi, int j) {
         __m512i l = _mm512_cvtepu8_epi32(ld16(lo + 16 * (j / 2)));
         __m512i h = _mm512_cvtepu8_epi32(ld16(hi + 16 * (j / 4)));
         l = _mm512_and_si512(_mm512_srli_epi32(l, 4 * (j & 1)), _mm512_set1_epi32(15));
         h = _mm512_and_si512(_mm512_srli_epi32(h, 2 * (j & 3)), _mm512_set1_epi32(3));
         __m512i sc = _mm512_or_si512(l, _mm512_slli_epi32(h, 4));
-        return _mm512_cvtepi32_ps(_mm512_sub_epi32(sc, _mm512_set1_epi32(32)));
+        return _mm512_sub_epi32(sc, _mm512_set1_epi32(32));
+}
+
+/* The same as floats */
+AI __m512 scale6(const uint8_t *lo, const uint8_t *hi, int j) {
+        return _mm512_cvtepi32_ps(scale6_i32(lo, hi, j));
 }
 
 /* Q3_K: w + 4 in 0..7 from a crumb vector and the pair's third-bit vector (bit 4(j & 1) + p
- * of a byte to its bit 2); each sub-block's dot starts from -4 times its activation sum. */
+ * of a byte to its bit 2); each sub-block's dot starts from -4 times its activation sum, and
+ * fits s16 (at most 16 * 4 * 127), times the scale as Q2_K's. */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows) {
         int64_t k = act->k, ns = k / QK_K;
@@ -527,13 +531,14 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *h = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
-                __m512 sacc[MAX_T];
+                __m512i isb[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
-                        sacc[t] = _mm512_setzero_ps();
+                        isb[t] = _mm512_setzero_si512();
                 UNROLL for (int j = 0; j < 16; j++) {
                         if (T <= 2)
                                 prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * 96, 2);
-                        __m512 scj = scale6(h + 32, h + 160, j);
+                        /* the lanes' high halves 0, so that vpdpwssd adds no product of signs */
+                        __m512i scj = _mm512_and_si512(scale6_i32(h + 32, h + 160, j), _mm512_set1_epi32(0xffff));
                         __m512i v = _mm512_load_si512(qs + 64 * j);
                         __m512i hb = _mm512_load_si512(qs + 1024 + 64 * (j / 2));
                         __m512i w[4];
@@ -551,12 +556,12 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         isum[t] = _mm512_dpbusd_epi32(
                                                 isum[t], w[p], bcast4(act_q8_K_qs(row[t], s) + 16 * j + 4 * p));
                         UNROLL for (int t = 0; t < T; t++)
-                                sacc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scj, sacc[t]);
+                                isb[t] = _mm512_dpwssd_epi32(isb[t], isum[t], scj);
                 }
                 __m512 d = f16x16(h);
                 UNROLL for (int t = 0; t < T; t++)
-                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s))), sacc[t],
-                                                 acc[t]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(act_q8_K_d(row[t], s))),
+                                                 _mm512_cvtepi32_ps(isb[t]), acc[t]);
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, acc[t], n_rows);
