@@ -21,9 +21,11 @@
  *   Q5_1       scales and mins as Q4_1, then quants as Q8_0 but the raw 0..31 (no sign flip)
  *   Q4_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16] u8, mins[4][16][2] u8
  *              (pairs of sub-blocks), then quants [8 sub][4][16][4] nibble bytes as Q4_0
- *   Q5_K       as Q4_K (the low four bits), then per sub-block one vector of fifth bits
- *              [8 sub][16][4]: byte (j, r, i) bit p = hi(q[r][32j+8p+i]) and bit 4+p =
- *              hi(q[r][32j+8p+4+i]), p < 4, beside nibble byte (j, p, r, i)
+ *   Q5_K       the head of Q4_K, then per sub-block five vectors [16][4], byte (j, v, r, i)
+ *              = q[r][32j+4v+i] (five bits) | the top three bits: quad 5 (bits 0-2 in v = 0,
+ *              3-4 in v = 1), quad 6 (bits 0-2 in v = 2, 3-4 in v = 3), quad 7 (bits 0-2 in
+ *              v = 4, bit 3 as bit 7 of v = 1, bit 4 as bit 7 of v = 3): five quads are one
+ *              AND each, the other three a few shifts (2560 bytes, as the file's 176 a row)
  *   Q6_K       per superblock: d[16] f16, sc[8][16][2] s8 (pairs of sub-blocks), padding to
  *              320 B, then per sub-block of 16 three vectors [16][4]: byte (v, r, i) =
  *              q[r][4v+i] | ((q[r][12+i] >> 2v) & 3) << 6, v < 3 (q = w + 32, six bits): three

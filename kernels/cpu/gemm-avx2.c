@@ -430,8 +430,27 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 
 /* Q4_K --------------------------------------------------------------------------------------- */
 
-/* Q5_K (high) as Q4_K with each nibble's fifth bit moved in from the sub-block's bit vector
- * (bit p or 4 + p of a byte to its bit 4). A sub-block's s16 pair sums (at most 8 of
+/* Quads 2p and 2p + 1 of a Q5_K sub-block's half (cpu.h): five are one AND, quads 5 and 6
+ * five operations, quad 7 eight */
+AI void q5_quads(const uint8_t *q, int p, __m256i *lo, __m256i *hi) {
+        const __m256i m1f = _mm256_set1_epi8(0x1f), m60 = _mm256_set1_epi8(0x60), m80 = _mm256_set1_epi8((char) 0x80);
+        if (p < 2) {
+                *lo = _mm256_and_si256(ld32(q + 128 * p), m1f);
+                *hi = _mm256_and_si256(ld32(q + 128 * p + 64), m1f);
+        } else if (p == 2) {
+                *lo = _mm256_and_si256(ld32(q + 256), m1f);
+                *hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q)), 5),
+                                      _mm256_srli_epi16(_mm256_and_si256(ld32(q + 64), m60), 2));
+        } else {
+                *lo = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q + 128)), 5),
+                                      _mm256_srli_epi16(_mm256_and_si256(ld32(q + 192), m60), 2));
+                __m256i b34 = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(ld32(q + 64), m80), 4),
+                                              _mm256_srli_epi16(_mm256_and_si256(ld32(q + 192), m80), 3));
+                *hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q + 256)), 5), b34);
+        }
+}
+
+/* Q5_K (high) as Q4_K with five-bit quads (q5_quads). A sub-block's s16 pair sums (at most 8 of
  * 2 * 15 * 127 for Q4_K, 4 of 2 * 31 * 127 for Q5_K) are widened by vpmaddwd with the
  * sub-block's scale, so the superblock's dot sum_j sc_j dot_j (at most 8 * 63 * 32 * 31 * 127)
  * is exact in int32. With VNNI each sub-block's dot is summed by vpdpbusd in two chains (low
@@ -451,7 +470,6 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i m4 = _mm256_set1_epi8(0x0f);
-        const __m256i b4 = _mm256_set1_epi8(0x10);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * sb_bytes;
                 __m256i msum[MAX_T][2], isum[MAX_T][2];
@@ -471,8 +489,8 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 for (int j = 0; j < 8; j++) {
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
-                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
-                        __m256i sc16[2], hb[2]; /* scales as s16 pairs (int32 for Q5_K with VNNI) */
+                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
+                        __m256i sc16[2]; /* scales as s16 pairs (int32 for Q5_K with VNNI) */
                         UNROLL for (int hh = 0; hh < NH; hh++) {
 #ifdef AXP_AVX_VNNI
                                 if (high)
@@ -480,7 +498,6 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 else
 #endif
                                         sc16[hh] = scales_u8(sb + 64 + 16 * j + 8 * (h0 + hh));
-                                hb[hh] = high ? ld32(sb + PK_Q4_K_SB + j * 64 + 32 * (h0 + hh)) : _mm256_setzero_si256();
                         }
                         /* s16 pair sums, or with VNNI the sub-block's int32 dot */
                         __m256i s16[MAX_T][2];
@@ -490,19 +507,18 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m256i lo[2], hi[2];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        if (high) {
+                                                q5_quads(q + 32 * (h0 + hh), p, &lo[hh], &hi[hh]);
+                                                continue;
+                                        }
                                         __m256i v = ld32(q + p * 64 + 32 * (h0 + hh));
                                         lo[hh] = _mm256_and_si256(v, m4);
 #ifdef AXP_AVX_VNNI
-                                        /* Q4_K: the high nibbles in place, 16 times their value */
-                                        if (!high)
-                                                hi[hh] = _mm256_andnot_si256(m4, v);
-                                        else
+                                        /* the high nibbles in place, 16 times their value */
+                                        hi[hh] = _mm256_andnot_si256(m4, v);
+#else
+                                        hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #endif
-                                                hi[hh] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                                        if (high) {
-                                                lo[hh] = _mm256_or_si256(lo[hh], _mm256_and_si256(_mm256_slli_epi16(hb[hh], 4 - p), b4));
-                                                hi[hh] = _mm256_or_si256(hi[hh], _mm256_and_si256(_mm256_srli_epi16(hb[hh], p), b4));
-                                        }
                                 }
                                 long off = j * 32 + 8 * p;
                                 UNROLL for (int t = 0; t < T; t++) {

@@ -256,8 +256,7 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 #if AXP_AVX512_KQUANTS == 1
 /* Q4_K: per sub-block of 32 an exact int32 dot, times the sub-block scale (exact in float);
  * the mins term is an integer dot of the mins with the activation sums. Q5_K (high) is the
- * same with each nibble's fifth bit moved in from the sub-block's bit vector: bit p (low
- * nibbles of vector p) or 4 + p (high nibbles) of a byte to its bit 4.
+ * same with five-bit quads (cpu.h).
  * One or two tokens of Q4_K (in_place) take the high nibbles in place, 16 times their value
  * (one AND-NOT where a shift and an AND were), after the low nibbles' sum times 16, and the
  * scale over 16: 16 dot is exact in float (below 2^24) and 16 dot x sc / 16 = dot x sc, so the
@@ -274,7 +273,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
-        const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m1f = _mm512_set1_epi8(0x1f), m07 = _mm512_set1_epi8(0x07);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * sb_bytes;
                 __m512i msum[MAX_T];
@@ -298,23 +297,34 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         if (in_place)
                                 scj = _mm512_mul_ps(scj, _mm512_set1_ps(1.0f / 16));
-                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256;
+                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
                         __m512i w[8];
-                        __m512i hb = high ? _mm512_load_si512(sb + PK_Q4_K_SB + j * 64) : _mm512_setzero_si512();
-                        UNROLL for (int p = 0; p < 4; p++) {
-                                __m512i v = _mm512_load_si512(q + p * 64);
-                                w[2 * p] = _mm512_and_si512(v, m4);
-                                w[2 * p + 1] = in_place ? _mm512_andnot_si512(m4, v)
-                                                        : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                                if (high) {
-                                        /* the shifted bit stays in its byte; others are masked */
-                                        __m512i h0 = _mm512_and_si512(_mm512_slli_epi16(hb, 4 - p), b4);
-                                        __m512i h1 = p ? _mm512_and_si512(_mm512_srli_epi16(hb, p), b4)
-                                                       : _mm512_and_si512(hb, b4);
-                                        w[2 * p] = _mm512_or_si512(w[2 * p], h0);
-                                        w[2 * p + 1] = _mm512_or_si512(w[2 * p + 1], h1);
+                        if (high) {
+                                /* five quads in the low five bits of their vectors, three from
+                                 * the top bits (cpu.h); ternlog 0xE4 takes A's bits where C is
+                                 * set, else B's */
+                                __m512i v[5];
+                                UNROLL for (int m = 0; m < 5; m++) {
+                                        v[m] = _mm512_load_si512(q + 64 * m);
+                                        w[m] = _mm512_and_si512(v[m], m1f);
                                 }
-                        }
+                                w[5] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[0], 5),
+                                                                                  _mm512_srli_epi16(v[1], 2), m07, 0xE4),
+                                                        m1f);
+                                w[6] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[2], 5),
+                                                                                  _mm512_srli_epi16(v[3], 2), m07, 0xE4),
+                                                        m1f);
+                                __m512i e = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v[4], 5), _mm512_srli_epi16(v[1], 4),
+                                                                      m07, 0xE4);
+                                e = _mm512_ternarylogic_epi32(e, _mm512_srli_epi16(v[3], 3), m4, 0xE4);
+                                w[7] = _mm512_and_si512(e, m1f);
+                        } else
+                                UNROLL for (int p = 0; p < 4; p++) {
+                                        __m512i v = _mm512_load_si512(q + p * 64);
+                                        w[2 * p] = _mm512_and_si512(v, m4);
+                                        w[2 * p + 1] = in_place ? _mm512_andnot_si512(m4, v)
+                                                                : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                                }
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();

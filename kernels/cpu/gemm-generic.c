@@ -152,20 +152,26 @@ static void gemm_k_affine(const uint8_t *g, const axp_act *act, int t0, int n_to
                         for (int r = 0; r < AXP_GROUP; r++) {
                                 int32_t sum = 0, msum = 0;
                                 for (int j = 0; j < 8; j++) {
-                                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + r * 4;
-                                        const uint8_t *hb = sb + PK_Q4_K_SB + j * 64 + r * 4;
                                         int32_t isum = 0;
-                                        for (int p = 0; p < 4; p++)
-                                                for (int i = 0; i < 4; i++) {
-                                                        uint8_t v = q[p * 64 + i];
-                                                        int lo = v & 15, hi = v >> 4;
-                                                        if (high) {
-                                                                lo |= ((hb[i] >> p) & 1) << 4;
-                                                                hi |= ((hb[i] >> (4 + p)) & 1) << 4;
+                                        for (int i = 0; i < 4; i++) {
+                                                int w[8]; /* quad m's weight i */
+                                                if (high) {
+                                                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 320 + r * 4 + i;
+                                                        for (int m = 0; m < 5; m++)
+                                                                w[m] = q[64 * m] & 31;
+                                                        w[5] = q[0] >> 5 | (q[64] >> 5 & 3) << 3;
+                                                        w[6] = q[128] >> 5 | (q[192] >> 5 & 3) << 3;
+                                                        w[7] = q[256] >> 5 | (q[64] >> 7) << 3 | (q[192] >> 7) << 4;
+                                                } else {
+                                                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + r * 4 + i;
+                                                        for (int p = 0; p < 4; p++) {
+                                                                w[2 * p] = q[64 * p] & 15;
+                                                                w[2 * p + 1] = q[64 * p] >> 4;
                                                         }
-                                                        isum += lo * a[32 * j + 8 * p + i] +
-                                                                hi * a[32 * j + 8 * p + 4 + i];
                                                 }
+                                                for (int m = 0; m < 8; m++)
+                                                        isum += w[m] * a[32 * j + 4 * m + i];
+                                        }
                                         sum += isum * sb[64 + j * 16 + r];
                                         msum += sb[192 + (j / 2) * 32 + r * 2 + (j & 1)] * bs32[j];
                                 }

@@ -195,7 +195,7 @@ static void q4k_get_scale_min(int j, const uint8_t *q, uint8_t *ret_sc, uint8_t 
         }
 }
 
-/* Q4_K, and Q5_K (high: its fifth bits; the superblock is PK_Q5_K_SB bytes) */
+/* Q4_K, and Q5_K (high: five-bit quads as cpu.h says; the superblock is PK_Q5_K_SB bytes) */
 static void pack_k_affine(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, bool high,
                           uint8_t *out) {
         int64_t ns = k / QK_K;
@@ -229,16 +229,25 @@ static void pack_k_affine(const void *raw, uint64_t row_bytes, int64_t k, int n_
                                                 q[64 * i + 32 + l] |= ((b5->qh[l] >> (2 * i + 1)) & 1) << 4;
                                         }
                                 }
-                        uint8_t *oq = sb + PK_Q4_K_HEAD, *oh = sb + PK_Q4_K_SB;
+                        uint8_t *oq = sb + PK_Q4_K_HEAD;
                         for (int j = 0; j < 8; j++)
-                                for (int p = 0; p < 4; p++)
-                                        for (int l = 0; l < 4; l++) {
-                                                uint8_t lo = q[32 * j + 8 * p + l], hi = q[32 * j + 8 * p + 4 + l];
-                                                oq[j * 256 + p * 64 + r * 4 + l] = (uint8_t) ((lo & 15) | (hi & 15) << 4);
-                                                if (high)
-                                                        oh[j * 64 + r * 4 + l] |=
-                                                                (uint8_t) ((lo >> 4) << p | (hi >> 4) << (4 + p));
+                                for (int l = 0; l < 4; l++) {
+                                        const uint8_t *v = q + 32 * j + l; /* v[4m]: quad m */
+                                        if (!high) {
+                                                for (int p = 0; p < 4; p++)
+                                                        oq[j * 256 + p * 64 + r * 4 + l] =
+                                                                (uint8_t) (v[8 * p] | v[8 * p + 4] << 4);
+                                                continue;
                                         }
+                                        /* Q5_K: quads 0..4 in the low five bits of five vectors,
+                                         * quads 5..7 in their top three (cpu.h) */
+                                        uint8_t *o = oq + j * 320 + r * 4 + l;
+                                        o[0] = (uint8_t) (v[0] | (v[20] & 7) << 5);
+                                        o[64] = (uint8_t) (v[4] | (v[20] >> 3) << 5 | (v[28] >> 3 & 1) << 7);
+                                        o[128] = (uint8_t) (v[8] | (v[24] & 7) << 5);
+                                        o[192] = (uint8_t) (v[12] | (v[24] >> 3) << 5 | (v[28] >> 4) << 7);
+                                        o[256] = (uint8_t) (v[16] | (v[28] & 7) << 5);
+                                }
                 }
         }
 }
