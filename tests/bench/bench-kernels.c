@@ -10,8 +10,8 @@
  *            repetition): ms per token, the bytes each product streams
  *            and its GB/s against the machine's read bandwidth (kernels/cpu/membw.h) measured
  *            with the same thread count just before and after each type's runs (the larger)
- *   --micro: per core (CPU time), one decode and one prefill product per type, on each path
- *            of a list in turn
+ *   --micro: per core (CPU time), one decode product (from memory and from L2) and one
+ *            prefill product per type, on each path of a list in turn
  * Not a test: it prints numbers.
  *
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
@@ -72,6 +72,12 @@ static void *random_rows(uint32_t type, int64_t n_in, int64_t n_out) {
                         memset(blk, 0x3c, bs);
                         break;
                 case AXP_TYPE_Q8_0:
+                        /* quants in -127..127, as llama.cpp's quantizer writes them */
+                        for (uint64_t i = 2; i < bs; i++)
+                                if (blk[i] == 0x80)
+                                        blk[i] = 0x81;
+                        memcpy(blk, &h, 2);
+                        break;
                 case AXP_TYPE_Q4_0:
                         memcpy(blk, &h, 2);
                         break;
@@ -285,7 +291,9 @@ static double cpu_now(void) {
 }
 
 /* One thread, CPU time (robust on a shared machine): a product's speed per core.
- * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3);
+ * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3), and 64 times over
+ * 2048x512 (a megabyte or less, read from L2: what the loop can take in when memory is not
+ * the limit; a decode product reaches the memory's rate only if this is well above it);
  * prefill: n_tok 128 with a 2048x2048 matrix. With a list of paths (--isa avx2,avx-vnni)
  * each type is timed on every path, the paths taking turns, best of 5 rounds. */
 #define MICRO_MAX_ISAS 5
@@ -302,7 +310,7 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 if (type < 0 || !axp_type_traits_get(type)->supported)
                         continue;
                 /* each path prepares its own copies (AMX packs differently) */
-                axp_weight w[MICRO_MAX_ISAS][8], sq[MICRO_MAX_ISAS];
+                axp_weight w[MICRO_MAX_ISAS][8], sq[MICRO_MAX_ISAS], l2[MICRO_MAX_ISAS];
                 void *raw_sq = random_rows(type, 2048, 2048);
                 void *raw[8];
                 for (int i = 0; i < 8; i++)
@@ -318,14 +326,18 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                         sq[a] = (axp_weight) { .name = "sq", .type = type, .n_in = 2048, .n_out = 2048,
                                                .row_bytes = axp_type_row_size(type, 2048), .data = raw_sq };
                         axp_cpu_weight_prepare(&sq[a]);
+                        l2[a] = sq[a];
+                        l2[a].n_out = 512;
+                        l2[a].priv = NULL;
+                        axp_cpu_weight_prepare(&l2[a]);
                 }
                 for (int i = 0; i < 8; i++)
                         free(raw[i]);
                 long ld = 8192;
                 int n_tok = 128;
-                double best[MICRO_MAX_ISAS], bestp[MICRO_MAX_ISAS];
+                double best[MICRO_MAX_ISAS], bestp[MICRO_MAX_ISAS], bestl[MICRO_MAX_ISAS];
                 for (int a = 0; a < n_isa; a++)
-                        best[a] = bestp[a] = 1e9;
+                        best[a] = bestp[a] = bestl[a] = 1e9;
                 for (int r = 0; r < 5; r++)
                         for (int a = 0; a < n_isa; a++) {
                                 axp_cpu_set_isa(isa[a]);
@@ -335,18 +347,26 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                         axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
                                 }
                                 best[a] = fmin(best[a], cpu_now() - t0);
+                                const axp_weight *l2p = &l2[a];
+                                axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 1);
+                                t0 = cpu_now();
+                                for (int i = 0; i < 64; i++)
+                                        axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 1);
+                                bestl[a] = fmin(bestl[a], cpu_now() - t0);
                                 const axp_weight *sqp = &sq[a];
                                 t0 = cpu_now();
                                 axp_cpu_matmul(one, 1, &sqp, x, 2048, &y, &ld, n_tok);
                                 bestp[a] = fmin(bestp[a], cpu_now() - t0);
                         }
-                double bytes = 8.0 * w[0][0].row_bytes * 8192;
+                double bytes = 8.0 * w[0][0].row_bytes * 8192, bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
                 for (int a = 0; a < n_isa; a++) {
-                        printf("  %-6s %-8s decode %5.1f GB/s   prefill (128 tokens) %6.1f GFLOP/s\n", ty, isa[a],
-                               bytes / best[a] / 1e9, 2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
+                        printf("  %-6s %-8s decode %5.1f GB/s (from L2 %5.1f)   prefill (128 tokens) %6.1f GFLOP/s\n", ty,
+                               isa[a], bytes / best[a] / 1e9, bytes_l2 / bestl[a] / 1e9,
+                               2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
                         for (int i = 0; i < 8; i++)
                                 axp_cpu_weight_release(&w[a][i]);
                         axp_cpu_weight_release(&sq[a]);
+                        axp_cpu_weight_release(&l2[a]);
                 }
                 free(raw_sq);
         }
