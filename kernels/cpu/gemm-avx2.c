@@ -694,7 +694,13 @@ AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i
 #endif
 }
 
-#ifndef AXP_AVX_VNNI
+#ifdef AXP_AVX_VNNI
+/* acc + the dots of sub-blocks 2p and 2p + 1 (int32 lanes whose values fit s16) side by side
+ * times their scale pair sc (lane r: the two rows' scales as s16) */
+AI __m256i dot_pair_acc(__m256i acc, __m256i d0, __m256i d1, __m256i sc) {
+        return madd_acc(acc, _mm256_blend_epi16(d0, _mm256_slli_epi32(d1, 16), 0xaa), sc);
+}
+#else
 /* The same as s16 pair sums, not yet widened */
 AI __m256i sum16x4_s16(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3) {
         return _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[1], a1)),
@@ -772,9 +778,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 if (!e)
                                                         dprev[t][hh] = dj;
                                                 else
-                                                        isum[t][hh] = madd_acc(isum[t][hh],
-                                                                               _mm256_blend_epi16(dprev[t][hh], _mm256_slli_epi32(dj, 16), 0xaa),
-                                                                               scj[hh]);
+                                                        isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh]);
 #else
                                                 isum[t][hh] = madd_acc(isum[t][hh], sum16x4_s16(w[hh], a0, a1, a2, a3), scj[hh]);
 #endif
@@ -905,9 +909,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 if (!e)
                                                         dprev[t][hh] = dj;
                                                 else
-                                                        isum[t][hh] = madd_acc(isum[t][hh],
-                                                                               _mm256_blend_epi16(dprev[t][hh], _mm256_slli_epi32(dj, 16), 0xaa),
-                                                                               scj[hh]);
+                                                        isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh]);
 #else
                                                 __m256i p16 = _mm256_add_epi16(sum16x4_s16(w[hh], a0, a1, a2, a3),
                                                                                _mm256_set1_epi32(off & 0xffff));

@@ -255,6 +255,16 @@ static bool bits_equal(const float *a, const float *b, int n_tok, long ld, int64
         return true;
 }
 
+/* check_product, saying whether this product failed (a failure still fails the test) */
+static bool product_fails(const test_weight *tw, const float *x, long ldx, int n_tok, const float *y, long ldy) {
+        int before = test_case_failed_;
+        test_case_failed_ = 0;
+        check_product(tw, x, ldx, n_tok, y, ldy);
+        bool failed = test_case_failed_;
+        test_case_failed_ |= before;
+        return failed;
+}
+
 static float *run_matmul(axp_pool *pool, const axp_weight *w, const float *x, long ldx, int n_tok,
                          long ldy) {
         float *y = malloc(sizeof(float) * ldy * n_tok);
@@ -393,13 +403,9 @@ static void test_matmul_extremes(void) {
                                         test_weight tw;
                                         weight_fill(&tw, type, n_in, n_out, patterns[pi]);
                                         float *y = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
-                                        int before = test_case_failed_;
-                                        test_case_failed_ = 0;
-                                        check_product(&tw, x, ldx, n_tok, y, ldy);
-                                        if (test_case_failed_)
+                                        if (product_fails(&tw, x, ldx, n_tok, y, ldy))
                                                 printf("    (%s %s, bytes 0x%02x, %d tokens)\n", all_isas[ii],
                                                        axp_type_traits_get(type)->name, patterns[pi], n_tok);
-                                        test_case_failed_ |= before;
                                         free(y);
                                         weight_free(&tw);
                                 }
@@ -443,13 +449,9 @@ static void test_matmul_q8_0_min(void) {
                                 }
                                 for (int n_tok = 1; n_tok <= n_tok_max; n_tok++) {
                                         float *y = run_matmul(pools[1], &tw.w, x, ldx, n_tok, ldy);
-                                        int before = test_case_failed_;
-                                        test_case_failed_ = 0;
-                                        check_product(&tw, x, ldx, n_tok, y, ldy);
-                                        if (test_case_failed_)
+                                        if (product_fails(&tw, x, ldx, n_tok, y, ldy))
                                                 printf("    (%s, %s-128, %s, %d tokens)\n", all_isas[ii],
                                                        min8 ? "one " : "no ", prep ? "prepared" : "unprepared", n_tok);
-                                        test_case_failed_ |= before;
                                         free(y);
                                 }
                         }
