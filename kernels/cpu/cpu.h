@@ -25,7 +25,8 @@
  *              = q[r][32j+4v+i] (five bits) | the top three bits: quad 5 (bits 0-2 in v = 0,
  *              3-4 in v = 1), quad 6 (bits 0-2 in v = 2, 3-4 in v = 3), quad 7 (bits 0-2 in
  *              v = 4, bit 3 as bit 7 of v = 1, bit 4 as bit 7 of v = 3): five quads are one
- *              AND each, the other three a few shifts (2560 bytes, as the file's 176 a row)
+ *              AND each, the other three a few shifts (160 bytes of quants a row, as in
+ *              the file)
  *   Q6_K       per superblock: d[16] f16, sc[8][16][2] s8 (pairs of sub-blocks), padding to
  *              320 B, then per sub-block of 16 three vectors [16][4]: byte (v, r, i) =
  *              q[r][4v+i] | ((q[r][12+i] >> 2v) & 3) << 6, v < 3 (q = w + 32, six bits): three
