@@ -509,20 +509,32 @@ KQUANT_GEMM(q2_K) {
         TILE_DISPATCH(q2_K_tile);
 }
 
-/* A 6-bit sub-block scale of 16 rows, less 32, in int32 lanes: low nibbles [.][16] (two
- * sub-blocks a byte) at lo, top bits [.][16] (four a byte) at hi, as Q3_K and IQ4_XS pack them. */
-AI __m512i scale6_i32(const uint8_t *lo, const uint8_t *hi, int j) {
-        __m512i l = _mm512_cvtepu8_epi32(ld16(lo + 16 * (j / 2)));
-        __m512i h = _mm512_cvtepu8_epi32(ld16(hi + 16 * (j / 4)));
-        l = _mm512_and_si512(_mm512_srli_epi32(l, 4 * (j & 1)), _mm512_set1_epi32(15));
-        h = _mm512_and_si512(_mm512_srli_epi32(h, 2 * (j & 3)), _mm512_set1_epi32(3));
-        __m512i sc = _mm512_or_si512(l, _mm512_slli_epi32(h, 4));
-        return _mm512_sub_epi32(sc, _mm512_set1_epi32(32));
+/* The 6-bit sub-block scales of a superblock, less 32, as Q3_K (np = 8 pairs of sub-blocks) and
+ * IQ4_XS (np = 4) pack them: low nibbles [np][16] at lo (sub-blocks 2p | 2p + 1 << 4), top
+ * bits [np / 2][16] at hi (sub-blocks 4q..4q + 3, two bits each). All of them as s8, four
+ * pairs a step: sub-block 2p's 16 rows at ev[16 p], 2p + 1's at od[16 p]. */
+AI void scales6_split(const uint8_t *lo, const uint8_t *hi, int np, int8_t *ev, int8_t *od) {
+        const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3), c32 = _mm512_set1_epi8(32);
+        /* 16-byte lane i holds pair 4k + i: top bits from hi block 2k + i / 2, shifted by 4 (i & 1) */
+        const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+        const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+        for (int k = 0; k < np / 4; k++) {
+                __m512i l = _mm512_loadu_si512(lo + 64 * k);
+                __m512i h = _mm512_srlv_epi64(
+                        _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *) (hi + 32 * k)))),
+                        sh);
+                /* a byte's two bits moved to bits 4-5 stay in the byte */
+                __m512i e = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(h, m2), 4));
+                __m512i o = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m2), 4));
+                _mm512_store_si512(ev + 64 * k, _mm512_sub_epi8(e, c32));
+                _mm512_store_si512(od + 64 * k, _mm512_sub_epi8(o, c32));
+        }
 }
 
-/* The same as floats */
-AI __m512 scale6(const uint8_t *lo, const uint8_t *hi, int j) {
-        return _mm512_cvtepi32_ps(scale6_i32(lo, hi, j));
+/* Sub-block j's 16 scales from scales6_split, in int32 lanes */
+AI __m512i scale6_i32(const int8_t *ev, const int8_t *od, int j) {
+        return _mm512_cvtepi8_epi32(ld16(((j & 1) ? od : ev) + 16 * (j / 2)));
 }
 
 /* Q3_K: w + 4 in 0..7 from a crumb vector and the pair's third-bit vector (bit 4(j & 1) + p
@@ -544,11 +556,13 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i isb[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
                         isb[t] = _mm512_setzero_si512();
+                _Alignas(64) int8_t ev[8 * 16], od[8 * 16];
+                scales6_split(h + 32, h + 160, 8, ev, od);
                 UNROLL for (int j = 0; j < 16; j++) {
                         if (T <= 2)
                                 prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * 96, 2);
                         /* the lanes' high halves 0, so that vpdpwssd adds no product of signs */
-                        __m512i scj = _mm512_and_si512(scale6_i32(h + 32, h + 160, j), _mm512_set1_epi32(0xffff));
+                        __m512i scj = _mm512_and_si512(scale6_i32(ev, od, j), _mm512_set1_epi32(0xffff));
                         __m512i v = _mm512_load_si512(qs + 64 * j);
                         __m512i hb = _mm512_load_si512(qs + 1024 + 64 * (j / 2));
                         __m512i w[4];
@@ -602,10 +616,12 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 __m512 sacc[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
                         sacc[t] = _mm512_setzero_ps();
+                _Alignas(64) int8_t ev[4 * 16], od[4 * 16];
+                scales6_split(sb + 32, sb + 96, 4, ev, od);
                 UNROLL for (int j = 0; j < 8; j++) {
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4);
-                        __m512 scj = scale6(sb + 32, sb + 96, j);
+                        __m512 scj = _mm512_cvtepi32_ps(scale6_i32(ev, od, j));
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
                         __m512i w[8];
                         UNROLL for (int p = 0; p < 4; p++) {
