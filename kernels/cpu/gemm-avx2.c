@@ -120,11 +120,17 @@ AI void prefetch_lines(const uint8_t *p, int n) {
                 }                                                                                  \
         } while (0)
 
-/* Eight u8 or s8 scales (one per row of a half) as the 16-bit pairs vpmaddwd multiplies:
- * lane r of the result holds scale r in both of its 16-bit halves. */
-AI __m256i scales_u8(const uint8_t *p) {
+/* Eight u8 (scales_u8) or s8 (scales_s8) scales, one per row of a half, as the 16-bit pairs
+ * vpmaddwd multiplies: lane r of the result holds scale r in both of its 16-bit halves. */
+AI __m128i dup8(const void *p) {
         const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-        return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *) p), dup));
+        return _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *) p), dup);
+}
+AI __m256i scales_u8(const uint8_t *p) {
+        return _mm256_cvtepu8_epi16(dup8(p));
+}
+AI __m256i scales_s8(const int8_t *p) {
+        return _mm256_cvtepi8_epi16(dup8(p));
 }
 /* The even (odd = 0) or odd (odd = 1) bytes of 16 s8, as above */
 AI __m256i scales_s8_pairs(const uint8_t *p, int odd) {
@@ -853,9 +859,6 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
-#ifndef AXP_AVX_VNNI
-        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-#endif
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
                 if (T <= 2)
@@ -884,7 +887,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                         _mm_loadl_epi64((const __m128i *) (sp - 16)),
                                                         _mm_loadl_epi64((const __m128i *) sp)));
 #else
-                                        scj[hh] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *) sp), dup));
+                                        scj[hh] = scales_s8(sp);
 #endif
                                         __m256i v = ld32(qs + 64 * j + 32 * (h0 + hh));
                                         __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * (h0 + hh));
