@@ -38,10 +38,13 @@
  *   Q3_K       heads of every superblock first: d[16] f16, low nibbles of the 6-bit scales
  *              [8][16] (sub-blocks 2p | 2p+1 << 4), their top two bits [4][16] (sub-blocks
  *              4p..4p+3, two bits each): 224 bytes; then, from the next 64-byte boundary, per
- *              superblock the low two bits of q = w + 4 as Q2_K's crumbs (1024 bytes) and per
- *              pair of sub-blocks one vector of third bits [16][4]: byte (j, r, i) bit p =
- *              hi(q[r][32j+4p+i]), bit 4+p = hi(q[r][32j+16+4p+i]) (the file's 110 a row, and
- *              at most 63 bytes of padding a group)
+ *              superblock and pair p of sub-blocks three vectors [16][4] of q = w + 4 (three
+ *              bits): with e_v = q[r][32p+4v+i] (sub-block 2p's quad v) and o_v =
+ *              q[r][32p+16+4v+i] (2p+1's), byte (p, v, r, i) = e_v | o_v << 3 for v < 3, and in
+ *              bits 6-7 the fourth quads: e_3's bits 0-1 (v = 0), e_3's bit 2 and o_3's bit 2
+ *              (v = 1), o_3's bits 0-1 (v = 2). Six quads are one AND (in place, 8 times their
+ *              value) or a shift and an AND, the fourth ones five operations (1536 bytes: the
+ *              file's 110 a row, and at most 63 bytes of padding a group)
  *   IQ4_XS     per superblock: d[16] f16, the 6-bit scales' low nibbles [4][16] (sub-blocks
  *              2p | 2p+1 << 4) and top bits [2][16] (sub-blocks 4p..4p+3), then the level
  *              indices [8 sub][4][16][4] as Q4_0's nibbles (2176 bytes: the file's 136 a row)

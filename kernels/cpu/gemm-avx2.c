@@ -701,10 +701,11 @@ AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i
 }
 
 #ifdef AXP_AVX_VNNI
-/* acc + the dots of sub-blocks 2p and 2p + 1 (int32 lanes whose values fit s16) side by side
- * times their scale pair sc (lane r: the two rows' scales as s16) */
-AI __m256i dot_pair_acc(__m256i acc, __m256i d0, __m256i d1, __m256i sc) {
-        return madd_acc(acc, _mm256_blend_epi16(d0, _mm256_slli_epi32(d1, 16), 0xaa), sc);
+/* acc + the dots of sub-blocks 2p and 2p + 1 (int32 lanes whose values fit s16; the second
+ * 2^(16 - sh) times its value, its low bits 0) side by side times their scale pair sc (lane
+ * r: the two rows' scales as s16) */
+AI __m256i dot_pair_acc(__m256i acc, __m256i d0, __m256i d1, __m256i sc, int sh) {
+        return madd_acc(acc, _mm256_blend_epi16(d0, _mm256_slli_epi32(d1, sh), 0xaa), sc);
 }
 #else
 /* The same as s16 pair sums, not yet widened */
@@ -784,7 +785,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 if (!e)
                                                         dprev[t][hh] = dj;
                                                 else
-                                                        isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh]);
+                                                        isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh], 16);
 #else
                                                 isum[t][hh] = madd_acc(isum[t][hh], sum16x4_s16(w[hh], a0, a1, a2, a3), scj[hh]);
 #endif
@@ -843,10 +844,42 @@ AI __m256 scale6(const int8_t *sc, int j, int h) {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (sc + 16 * j + 8 * h))));
 }
 
+/* Q3_K: the four quads of a pair's sub-block 2p (odd = 0) or 2p + 1 (odd = 1) from its three
+ * vectors at v (one half's 32 bytes of each, cpu.h); with VNNI sub-block 2p + 1's in place, 8
+ * times their value. Eight or eleven operations. */
+AI void q3_quads(const uint8_t *v, int odd, __m256i *w) {
+        const __m256i m7 = _mm256_set1_epi8(7), m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+        const __m256i v0 = ld32(v), v1 = ld32(v + 64), v2 = ld32(v + 128);
+        if (!odd) {
+                w[0] = _mm256_and_si256(v0, m7);
+                w[1] = _mm256_and_si256(v1, m7);
+                w[2] = _mm256_and_si256(v2, m7);
+                w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 6), m3),
+                                       _mm256_and_si256(_mm256_srli_epi16(v1, 4), b2));
+                return;
+        }
+#ifdef AXP_AVX_VNNI
+        const __m256i m38 = _mm256_set1_epi8(0x38);
+        w[0] = _mm256_and_si256(v0, m38);
+        w[1] = _mm256_and_si256(v1, m38);
+        w[2] = _mm256_and_si256(v2, m38);
+        w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v2, 3), _mm256_set1_epi8(0x18)),
+                               _mm256_and_si256(_mm256_srli_epi16(v1, 2), _mm256_set1_epi8(0x20)));
+#else
+        w[0] = _mm256_and_si256(_mm256_srli_epi16(v0, 3), m7);
+        w[1] = _mm256_and_si256(_mm256_srli_epi16(v1, 3), m7);
+        w[2] = _mm256_and_si256(_mm256_srli_epi16(v2, 3), m7);
+        w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v2, 6), m3),
+                               _mm256_and_si256(_mm256_srli_epi16(v1, 5), b2));
+#endif
+}
+
 /* Q3_K: w + 4 in 0..7 (pair sums of at most 2*7*127, four fit s16); each sub-block's dot
  * less 4 times its activation sum (at most 16*4*127) fits s16 and is multiplied by the signed
- * 6-bit scale in int32 as Q2_K's. Without VNNI the offset goes into the low half of each lane
- * of the s16 pair sums (eight products and the offset: at most 8*7*127 + 4*16*127). */
+ * 6-bit scale in int32 as Q2_K's (with VNNI sub-block 2p + 1's dot, from weights in place, is
+ * 8 times its value, the offset too, and the shift beside 2p's divides by 8). Without VNNI
+ * the offset goes into the low half of each lane of the s16 pair sums (eight products and the
+ * offset: at most 8*7*127 + 4*16*127). */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
@@ -858,7 +891,6 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int hh = 0; hh < NH; hh++)
                         acc[t][hh] = _mm256_setzero_ps();
         }
-        const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
                 if (T <= 2)
@@ -870,13 +902,14 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 int8_t sc6[16 * 16];
                 scales6_all(hd + 32, hd + 160, 16, sc6);
                 for (int jp = 0; jp < 16; jp += 2) {
+                        const uint8_t *vp = qs + 96 * jp; /* the pair's three vectors */
+                        if (T <= 2)
+                                prefetch_lines(vp + PF_AHEAD * PK_Q3_K_QS, 3);
 #ifdef AXP_AVX_VNNI
                         __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
 #endif
                         UNROLL for (int e = 0; e < 2; e++) {
                                 const int j = jp + e;
-                                if (T <= 2)
-                                        prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * (PK_Q3_K_QS / 16), 2);
                                 __m256i scj[2], w[2][4];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                         const int8_t *sp = sc6 + 16 * j + 8 * (h0 + hh);
@@ -889,18 +922,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #else
                                         scj[hh] = scales_s8(sp);
 #endif
-                                        __m256i v = ld32(qs + 64 * j + 32 * (h0 + hh));
-                                        __m256i hb = ld32(qs + 1024 + 64 * (j / 2) + 32 * (h0 + hh));
-                                        if (j & 1)
-                                                hb = _mm256_srli_epi16(hb, 4);
-                                        w[hh][0] = _mm256_or_si256(_mm256_and_si256(v, m3),
-                                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 2), b2));
-                                        w[hh][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 2), m3),
-                                                                   _mm256_and_si256(_mm256_slli_epi16(hb, 1), b2));
-                                        w[hh][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m3),
-                                                                   _mm256_and_si256(hb, b2));
-                                        w[hh][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 6), m3),
-                                                                   _mm256_and_si256(_mm256_srli_epi16(hb, 1), b2));
+                                        q3_quads(vp + 32 * (h0 + hh), e, w[hh]);
                                 }
                                 UNROLL for (int t = 0; t < T; t++) {
                                         const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
@@ -908,11 +930,11 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         int off = -4 * act_q8_K_bs16(row[t], s)[j];
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
 #ifdef AXP_AVX_VNNI
-                                                __m256i dj = dot16x4(w[hh], a0, a1, a2, a3, _mm256_set1_epi32(off));
+                                                __m256i dj = dot16x4(w[hh], a0, a1, a2, a3, _mm256_set1_epi32(e ? 8 * off : off));
                                                 if (!e)
                                                         dprev[t][hh] = dj;
                                                 else
-                                                        isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh]);
+                                                        isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh], 13);
 #else
                                                 __m256i p16 = _mm256_add_epi16(sum16x4_s16(w[hh], a0, a1, a2, a3),
                                                                                _mm256_set1_epi32(off & 0xffff));

@@ -537,9 +537,11 @@ AI __m512i scale6_i32(const int8_t *ev, const int8_t *od, int j) {
         return _mm512_cvtepi8_epi32(ld16(((j & 1) ? od : ev) + 16 * (j / 2)));
 }
 
-/* Q3_K: w + 4 in 0..7 from a crumb vector and the pair's third-bit vector (bit 4(j & 1) + p
- * of a byte to its bit 2); each sub-block's dot starts from -4 times its activation sum, and
- * fits s16 (at most 16 * 4 * 127), times the scale as Q2_K's. */
+/* Q3_K: w + 4 in 0..7 from the pair's three vectors (cpu.h; ternlog 0xE4 takes A's bits where
+ * C is set, else B's): sub-block 2p's quads in their low three bits, 2p + 1's in bits 3-5,
+ * taken in place (8 times their value) for one or two tokens, where the dot's shift back costs
+ * less than unpacking. Each sub-block's dot starts from -4 times its activation sum (8 times
+ * that in place), and fits s16 (at most 16 * 4 * 127), times the scale as Q2_K's. */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows) {
         int64_t k = act->k, ns = k / QK_K;
@@ -550,7 +552,8 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
-        const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
+        const bool in_place = T <= 2;
+        const __m512i m7 = _mm512_set1_epi8(7), m3 = _mm512_set1_epi8(3);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *h = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
                 __m512i isb[MAX_T];
@@ -559,28 +562,48 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 _Alignas(64) int8_t ev[8 * 16], od[8 * 16];
                 scales6_split(h + 32, h + 160, 8, ev, od);
                 UNROLL for (int j = 0; j < 16; j++) {
-                        if (T <= 2)
-                                prefetch_lines(qs + PF_AHEAD * PK_Q3_K_QS + j * 96, 2);
+                        const uint8_t *vp = qs + 192 * (j / 2);
+                        if (T <= 2 && !(j & 1))
+                                prefetch_lines(vp + PF_AHEAD * PK_Q3_K_QS, 3);
                         /* the lanes' high halves 0, so that vpdpwssd adds no product of signs */
                         __m512i scj = _mm512_and_si512(scale6_i32(ev, od, j), _mm512_set1_epi32(0xffff));
-                        __m512i v = _mm512_load_si512(qs + 64 * j);
-                        __m512i hb = _mm512_load_si512(qs + 1024 + 64 * (j / 2));
+                        __m512i v0 = _mm512_load_si512(vp), v1 = _mm512_load_si512(vp + 64);
+                        __m512i v2 = _mm512_load_si512(vp + 128);
                         __m512i w[4];
-                        UNROLL for (int p = 0; p < 4; p++) {
-                                int sh = 4 * (j & 1) + p - 2; /* the third bit's move to bit 2 */
-                                __m512i hp = sh > 0 ? _mm512_srli_epi16(hb, sh) : sh < 0 ? _mm512_slli_epi16(hb, -sh) : hb;
-                                w[p] = _mm512_or_si512(_mm512_and_si512(p ? _mm512_srli_epi16(v, 2 * p) : v, m3),
-                                                       _mm512_and_si512(hp, b2));
+                        int in = (j & 1) && in_place;
+                        if (!(j & 1)) {
+                                w[0] = _mm512_and_si512(v0, m7);
+                                w[1] = _mm512_and_si512(v1, m7);
+                                w[2] = _mm512_and_si512(v2, m7);
+                                w[3] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 6),
+                                                                                  _mm512_srli_epi16(v1, 4), m3, 0xE4),
+                                                        m7);
+                        } else if (in) {
+                                const __m512i m38 = _mm512_set1_epi8(0x38);
+                                w[0] = _mm512_and_si512(v0, m38);
+                                w[1] = _mm512_and_si512(v1, m38);
+                                w[2] = _mm512_and_si512(v2, m38);
+                                w[3] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v2, 3),
+                                                                                  _mm512_srli_epi16(v1, 2),
+                                                                                  _mm512_set1_epi8(0x18), 0xE4),
+                                                        m38);
+                        } else {
+                                w[0] = _mm512_and_si512(_mm512_srli_epi16(v0, 3), m7);
+                                w[1] = _mm512_and_si512(_mm512_srli_epi16(v1, 3), m7);
+                                w[2] = _mm512_and_si512(_mm512_srli_epi16(v2, 3), m7);
+                                w[3] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v2, 6),
+                                                                                  _mm512_srli_epi16(v1, 5), m3, 0xE4),
+                                                        m7);
                         }
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
-                                isum[t] = _mm512_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j]);
+                                isum[t] = _mm512_set1_epi32(-4 * act_q8_K_bs16(row[t], s)[j] * (in ? 8 : 1));
                         UNROLL for (int p = 0; p < 4; p++)
                                 UNROLL for (int t = 0; t < T; t++)
                                         isum[t] = _mm512_dpbusd_epi32(
                                                 isum[t], w[p], bcast4(act_q8_K_qs(row[t], s) + 16 * j + 4 * p));
                         UNROLL for (int t = 0; t < T; t++)
-                                isb[t] = _mm512_dpwssd_epi32(isb[t], isum[t], scj);
+                                isb[t] = _mm512_dpwssd_epi32(isb[t], in ? _mm512_srai_epi32(isum[t], 3) : isum[t], scj);
                 }
                 __m512 d = f16x16(h);
                 UNROLL for (int t = 0; t < T; t++)

@@ -259,7 +259,7 @@ static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         }
 }
 
-/* Q3_K: q = w + 4 in 0..7 from the crumbs and the third bits; per sub-block of 16 the dot less
+/* Q3_K: q = w + 4 in 0..7 from the pair's three vectors; per sub-block of 16 the dot less
  * 4 times the activation sum, times the signed 6-bit scale. */
 static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
@@ -276,13 +276,18 @@ static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                         for (int r = 0; r < AXP_GROUP; r++) {
                                 int32_t sum = 0;
                                 for (int j = 0; j < 16; j++) {
-                                        const uint8_t *q = qs + j * 64 + r * 4;
-                                        const uint8_t *hb = qs + 1024 + (j / 2) * 64 + r * 4;
+                                        /* the pair's three vectors, row r (cpu.h) */
+                                        const uint8_t *v = qs + (j / 2) * 192 + r * 4;
                                         int32_t isum = -4 * bs16[j];
                                         for (int p = 0; p < 4; p++)
                                                 for (int i = 0; i < 4; i++) {
-                                                        int w = ((q[i] >> (2 * p)) & 3) |
-                                                                ((hb[i] >> (4 * (j & 1) + p)) & 1) << 2;
+                                                        int w;
+                                                        if (p < 3)
+                                                                w = (v[64 * p + i] >> (3 * (j & 1))) & 7;
+                                                        else if (j & 1)
+                                                                w = v[128 + i] >> 6 | (v[64 + i] >> 7) << 2;
+                                                        else
+                                                                w = v[i] >> 6 | ((v[64 + i] >> 6) & 1) << 2;
                                                         isum += w * a[16 * j + 4 * p + i];
                                                 }
                                         int sc = ((h[32 + (j / 2) * 16 + r] >> (4 * (j & 1))) & 15) |

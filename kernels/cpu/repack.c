@@ -287,8 +287,8 @@ static void pack_q6_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
         }
 }
 
-/* Q2_K and Q3_K: the low two bits of a superblock's quants of row r (element order) into
- * crumb vectors, 64 bytes per sub-block of 16 */
+/* Q2_K: the two-bit quants of a superblock's row r (element order) into crumb vectors, 64
+ * bytes per sub-block of 16 */
 static void put_crumbs(const uint8_t *q, int r, uint8_t *out) {
         for (int j = 0; j < 16; j++)
                 for (int i = 0; i < 4; i++) {
@@ -337,14 +337,13 @@ static void pack_q3_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                                                   ((b[s].hmask[l] >> (4 * n + j)) & 1) << 2);
                         }
                         uint8_t *qs = qbase + s * PK_Q3_K_QS;
-                        put_crumbs(q, r, qs);
-                        for (int j = 0; j < 8; j++)
+                        for (int p = 0; p < 8; p++)
                                 for (int i = 0; i < 4; i++) {
-                                        uint8_t v = 0;
-                                        for (int p = 0; p < 4; p++)
-                                                v |= (uint8_t) ((q[32 * j + 4 * p + i] >> 2) << p |
-                                                                (q[32 * j + 16 + 4 * p + i] >> 2) << (4 + p));
-                                        qs[1024 + j * 64 + r * 4 + i] = v;
+                                        const uint8_t *e = q + 32 * p + i, *o = e + 16;
+                                        uint8_t *v = qs + 192 * p + r * 4 + i;
+                                        v[0] = (uint8_t) (e[0] | o[0] << 3 | (e[12] & 3) << 6);
+                                        v[64] = (uint8_t) (e[4] | o[4] << 3 | (e[12] >> 2) << 6 | (o[12] >> 2) << 7);
+                                        v[128] = (uint8_t) (e[8] | o[8] << 3 | (o[12] & 3) << 6);
                                 }
                 }
         }
