@@ -1142,9 +1142,10 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
 /* Attention ------------------------------------------------------------------------------- */
 
 /* exp for x <= 0: see the AVX-512 path; 2^n is built in the exponent field, so x is clamped
- * where 2^n stays normal (the result there is below 1e-37 of the maximum anyway) */
+ * where 2^n p stays normal (the result there is below 1e-37 of the maximum anyway, and a
+ * subnormal one would cost a microcode assist, cpu.h) */
 AI __m256 exp_neg(__m256 x) {
-        x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+        x = _mm256_max_ps(x, _mm256_set1_ps(-86.0f));
         __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -1356,8 +1357,10 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 float mj = hmax8(mx);
                 __m256 vm = _mm256_set1_ps(mj), sum = _mm256_setzero_ps();
                 for (int t0 = 0; t0 < len[j]; t0 += 8) {
-                        __m256 e = _mm256_and_ps(exp_neg(_mm256_sub_ps(_mm256_load_ps(sj + t0), vm)),
-                                                 _mm256_castsi256_ps(tail_mask8(len[j] - t0)));
+                        __m256 d = _mm256_sub_ps(_mm256_load_ps(sj + t0), vm);
+                        __m256 keep = _mm256_and_ps(_mm256_cmp_ps(d, _mm256_set1_ps(ATT_P_CUT), _CMP_GE_OQ),
+                                                    _mm256_castsi256_ps(tail_mask8(len[j] - t0)));
+                        __m256 e = _mm256_and_ps(exp_neg(d), keep);
                         _mm256_store_ps(sj + t0, e);
                         sum = _mm256_add_ps(sum, e);
                 }

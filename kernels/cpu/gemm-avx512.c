@@ -748,10 +748,11 @@ static void quant_q8_K(const float *x, int64_t k, uint8_t *row) {
 
 /* Attention ------------------------------------------------------------------------------- */
 
-/* exp for x <= 0 (softmax): 2^n * p(r), r = x - n ln2, Cephes' minimax polynomial; results
- * below the float range flush to 0 */
+/* exp for x <= 0 (softmax): 2^n * p(r), r = x - n ln2, Cephes' minimax polynomial; x is
+ * clamped where the result stays a normal float (a subnormal one costs a microcode assist,
+ * cpu.h) */
 AI __m512 exp_neg(__m512 x) {
-        x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+        x = _mm512_max_ps(x, _mm512_set1_ps(-86.0f));
         __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -943,7 +944,9 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 __m512 vm = _mm512_set1_ps(mj), sum = _mm512_setzero_ps();
                 for (int t0 = 0; t0 < len[j]; t0 += 16) {
                         __mmask16 mk = tail_mask(len[j] - t0);
-                        __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(_mm512_sub_ps(_mm512_load_ps(sj + t0), vm)));
+                        __m512 d = _mm512_sub_ps(_mm512_load_ps(sj + t0), vm);
+                        mk &= _mm512_cmp_ps_mask(d, _mm512_set1_ps(ATT_P_CUT), _CMP_GE_OQ);
+                        __m512 e = _mm512_maskz_mov_ps(mk, exp_neg(d));
                         _mm512_store_ps(sj + t0, e);
                         sum = _mm512_add_ps(sum, e);
                 }

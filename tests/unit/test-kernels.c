@@ -18,6 +18,7 @@
 #include <dirent.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <xmmintrin.h>
 #endif
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -850,6 +851,66 @@ static void test_attention(void) {
         }
 }
 
+#if defined(__x86_64__)
+/* Decode attention whose scores spread over hundreds (a weight exp(s - max) far below the
+ * float range) makes no subnormal float on any path: the MXCSR's underflow and denormal
+ * flags stay clear (one thread: the caller's flags), and the output still matches the
+ * reference. A subnormal product costs a microcode assist each (cpu.h, ATT_P_CUT). */
+static void test_attention_no_subnormals(void) {
+        enum { N_POS = 600, N_HEAD = 32, N_KV = 8, HD = 64 };
+        const long ld = (long) N_KV * HD;
+        const size_t rb = axp_type_row_size(AXP_TYPE_F16, ld);
+        float *kf = malloc(sizeof(float) * N_POS * ld), *vf = malloc(sizeof(float) * N_POS * ld);
+        char *k = malloc(rb * N_POS), *v = malloc(rb * N_POS);
+        for (long i = 0; i < N_POS * ld; i++) {
+                kf[i] = gauss() * 40.0f;
+                vf[i] = gauss();
+        }
+        for (int t = 0; t < N_POS; t++) {
+                axp_cpu_kv_store(AXP_TYPE_F16, kf + t * ld, k + t * rb, (int) ld);
+                axp_cpu_kv_store(AXP_TYPE_F16, vf + t * ld, v + t * rb, (int) ld);
+                axp_dequantize_row(AXP_TYPE_F16, k + t * rb, kf + t * ld, ld);
+                axp_dequantize_row(AXP_TYPE_F16, v + t * rb, vf + t * ld, ld);
+        }
+        float q[N_HEAD * HD], out[N_HEAD * HD];
+        for (int i = 0; i < N_HEAD * HD; i++)
+                q[i] = gauss();
+        int32_t pos = N_POS - 1;
+        float scale = 0.125f;
+        double *ref = malloc(sizeof(double) * N_HEAD * HD);
+        ref_attention(q, N_HEAD * HD, ref, kf, vf, 1, &pos, N_HEAD, N_KV, HD, 0, scale);
+        /* head 0's scores do spread that far */
+        double smin = INFINITY, smax = -INFINITY;
+        for (int t = 0; t < N_POS; t++) {
+                double d = 0;
+                for (int c = 0; c < HD; c++)
+                        d += (double) q[c] * kf[t * ld + c];
+                smin = fmin(smin, d * scale);
+                smax = fmax(smax, d * scale);
+        }
+        CHECK_MSG(smax - smin > 150, "scores spread only %.1f", smax - smin);
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                const unsigned flags = 0x12; /* underflow (UE) and denormal operand (DE) */
+                _mm_setcsr(_mm_getcsr() & ~0x3fu);
+                axp_cpu_attention(pools[1], q, N_HEAD * HD, out, N_HEAD * HD, k, v, AXP_TYPE_F16, 1, &pos, N_HEAD,
+                                  N_KV, HD, 0, 0, scale);
+                unsigned csr = _mm_getcsr();
+                CHECK_MSG(!(csr & flags), "%s: MXCSR flags 0x%x after attention", all_isas[ii], csr & 0x3f);
+                double maxe = 0;
+                for (int i = 0; i < N_HEAD * HD; i++)
+                        maxe = fmax(maxe, fabs(out[i] - ref[i]));
+                CHECK_MSG(maxe < 2e-5, "%s: max error %.3g", all_isas[ii], maxe);
+        }
+        free(ref);
+        free(kf);
+        free(vf);
+        free(k);
+        free(v);
+}
+#endif
+
 /* Pool ---------------------------------------------------------------------------------------- */
 
 typedef struct pool_count {
@@ -949,6 +1010,9 @@ int main(void) {
         RUN(test_matmul_multi);
         RUN(test_matmul_runs);
         RUN(test_attention);
+#if defined(__x86_64__)
+        RUN(test_attention_no_subnormals);
+#endif
         RUN(test_glu);
         for (int p = 1; p <= 3; p++)
                 axp_pool_free(pools[p]);
