@@ -734,6 +734,24 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
         free(s);
 }
 
+/* n_pos rows of ld random K (gauss times k_scale) and V (gauss) into a cache of kv_type at k
+ * and v; kf and vf become what the cache holds */
+static void kv_fill(uint32_t kv_type, int n_pos, long ld, float k_scale, float *kf, float *vf, char *k, char *v) {
+        size_t rb = (size_t) axp_type_row_size(kv_type, ld);
+        for (long i = 0; i < n_pos * ld; i++) {
+                kf[i] = gauss() * k_scale;
+                vf[i] = gauss();
+        }
+        for (int t = 0; t < n_pos; t++) {
+                axp_cpu_kv_store(kv_type, kf + t * ld, k + t * rb, (int) ld);
+                axp_cpu_kv_store(kv_type, vf + t * ld, v + t * rb, (int) ld);
+                if (kv_type != AXP_TYPE_F32) {
+                        axp_dequantize_row(kv_type, k + t * rb, kf + t * ld, ld);
+                        axp_dequantize_row(kv_type, v + t * rb, vf + t * ld, ld);
+                }
+        }
+}
+
 typedef struct att_case {
         int n_q, first_pos, n_head, n_head_kv, hd;
         int window; /* sliding window, 0: none */
@@ -769,18 +787,7 @@ static void test_attention(void) {
                         size_t rb = (size_t) axp_type_row_size(kv_type, ld);
                         float *kf = malloc(sizeof(float) * n_pos * ld), *vf = malloc(sizeof(float) * n_pos * ld);
                         char *k = malloc(rb * n_pos), *v = malloc(rb * n_pos);
-                        for (long i = 0; i < n_pos * ld; i++) {
-                                kf[i] = gauss() * 1.5f;
-                                vf[i] = gauss();
-                        }
-                        for (int t = 0; t < n_pos; t++) {
-                                axp_cpu_kv_store(kv_type, kf + t * ld, k + t * rb, (int) ld);
-                                axp_cpu_kv_store(kv_type, vf + t * ld, v + t * rb, (int) ld);
-                                if (kv_type != AXP_TYPE_F32) {
-                                        axp_dequantize_row(kv_type, k + t * rb, kf + t * ld, ld);
-                                        axp_dequantize_row(kv_type, v + t * rb, vf + t * ld, ld);
-                                }
-                        }
+                        kv_fill(kv_type, n_pos, ld, 1.5f, kf, vf, k, v);
                         float *q = malloc(sizeof(float) * c.n_q * ldq);
                         for (long i = 0; i < c.n_q * ldq; i++)
                                 q[i] = gauss();
@@ -862,16 +869,7 @@ static void test_attention_no_subnormals(void) {
         const size_t rb = axp_type_row_size(AXP_TYPE_F16, ld);
         float *kf = malloc(sizeof(float) * N_POS * ld), *vf = malloc(sizeof(float) * N_POS * ld);
         char *k = malloc(rb * N_POS), *v = malloc(rb * N_POS);
-        for (long i = 0; i < N_POS * ld; i++) {
-                kf[i] = gauss() * 40.0f;
-                vf[i] = gauss();
-        }
-        for (int t = 0; t < N_POS; t++) {
-                axp_cpu_kv_store(AXP_TYPE_F16, kf + t * ld, k + t * rb, (int) ld);
-                axp_cpu_kv_store(AXP_TYPE_F16, vf + t * ld, v + t * rb, (int) ld);
-                axp_dequantize_row(AXP_TYPE_F16, k + t * rb, kf + t * ld, ld);
-                axp_dequantize_row(AXP_TYPE_F16, v + t * rb, vf + t * ld, ld);
-        }
+        kv_fill(AXP_TYPE_F16, N_POS, ld, 40.0f, kf, vf, k, v);
         float q[N_HEAD * HD], out[N_HEAD * HD];
         for (int i = 0; i < N_HEAD * HD; i++)
                 q[i] = gauss();
