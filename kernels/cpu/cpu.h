@@ -82,13 +82,16 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k);
 void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
                     uint8_t *out);
 
+typedef struct axp_pk_slab axp_pk_slab; /* repack.c */
+
 /* What a prepared weight's priv points to. */
 typedef struct axp_packed {
         uint32_t magic;
         uint32_t type;
         int64_t n_in, n_out, n_groups;
         size_t group_bytes;
-        uint8_t *data; /* n_groups * group_bytes, 64-aligned */
+        uint8_t *data; /* n_groups * group_bytes, 64-aligned, in slab */
+        axp_pk_slab *slab;
         /* Q8_0 and Q5_0: no quant is -128 (llama.cpp's quantizer never writes it), so a
          * weight's sign can move onto the activation and the ops' gemm_sym may run */
         bool no_min8;

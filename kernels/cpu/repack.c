@@ -3,6 +3,7 @@
  * in cpu.h). Used once per weight by axp_cpu_weight_prepare, and per group on the fly when a
  * product meets a weight that was not prepared. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -423,6 +424,90 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
         }
 }
 
+/* Packed weights live in slabs of anonymous memory that start on a 2 MiB boundary and are
+ * advised for transparent huge pages: a small matrix (a 1B model's K and V are half a
+ * megabyte, its Q and O 2.4 MB) shares a slab with the next ones instead of lying on 4 KiB
+ * pages, each of them a TLB miss and a stop for the hardware prefetcher. A matrix of more than
+ * a quarter slab gets a slab of its own. A slab is unmapped when its last weight is released;
+ * the unused end of one that is full is unmapped when the next slab starts. */
+#define HUGE_PAGE ((size_t) 2 << 20)
+#define SLAB_BYTES ((size_t) 32 << 20)
+#define PAGE_BYTES ((size_t) 4096)
+
+struct axp_pk_slab {
+        uint8_t *base;
+        size_t size, used;
+        unsigned refs;
+};
+
+static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
+static axp_pk_slab *slab_cur; /* where small weights go next */
+
+/* size (a multiple of PAGE_BYTES) bytes from a 2 MiB boundary */
+static axp_pk_slab *slab_new(size_t size) {
+        axp_pk_slab *s = calloc(1, sizeof(*s));
+        if (!s)
+                return NULL;
+        size_t n = size + HUGE_PAGE;
+        uint8_t *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+                free(s);
+                return NULL;
+        }
+        uint8_t *a = (uint8_t *) axp_align_up((uintptr_t) p, HUGE_PAGE);
+        if (a > p)
+                munmap(p, (size_t) (a - p));
+        if (p + n > a + size)
+                munmap(a + size, (size_t) (p + n - (a + size)));
+        axp_cpu_advise_huge(a, size);
+        s->base = a;
+        s->size = size;
+        return s;
+}
+
+/* n bytes (64-aligned) for a packed weight, and the slab to give them back to */
+static uint8_t *pk_alloc(size_t n, axp_pk_slab **ret) {
+        n = axp_align_up(n, AXP_ALIGN);
+        uint8_t *p = NULL;
+        pthread_mutex_lock(&slab_lock);
+        axp_pk_slab *s;
+        if (n > SLAB_BYTES / 4) {
+                s = slab_new(axp_align_up(n, PAGE_BYTES));
+        } else {
+                if (slab_cur && slab_cur->used + n > slab_cur->size) {
+                        /* full: its unused end goes back; its weights keep the rest */
+                        axp_pk_slab *old = slab_cur;
+                        size_t keep = axp_align_up(old->used, PAGE_BYTES);
+                        if (keep < old->size)
+                                munmap(old->base + keep, old->size - keep);
+                        old->size = keep;
+                        slab_cur = NULL;
+                }
+                if (!slab_cur)
+                        slab_cur = slab_new(SLAB_BYTES);
+                s = slab_cur;
+        }
+        if (s) {
+                p = s->base + s->used;
+                s->used += n;
+                s->refs++;
+        }
+        pthread_mutex_unlock(&slab_lock);
+        *ret = s;
+        return p;
+}
+
+static void pk_free(axp_pk_slab *s) {
+        pthread_mutex_lock(&slab_lock);
+        if (--s->refs == 0) {
+                if (s == slab_cur)
+                        slab_cur = NULL;
+                munmap(s->base, s->size);
+                free(s);
+        }
+        pthread_mutex_unlock(&slab_lock);
+}
+
 int axp_cpu_weight_prepare(axp_weight *w) {
         if (!w || !w->data || w->n_in <= 0 || w->n_out <= 0)
                 return -EINVAL;
@@ -441,12 +526,11 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         axp_packed *p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;
-        p->data = aligned_alloc(AXP_ALIGN, total);
+        p->data = total <= SIZE_MAX / 2 ? pk_alloc((size_t) total, &p->slab) : NULL;
         if (!p->data) {
                 free(p);
                 return -ENOMEM;
         }
-        axp_cpu_advise_huge(p->data, total);
         p->magic = AXP_PACKED_MAGIC;
         p->type = w->type;
         p->n_in = w->n_in;
@@ -473,7 +557,7 @@ void axp_cpu_weight_release(axp_weight *w) {
                 return;
         axp_packed *p = w->priv;
         if (p->magic == AXP_PACKED_MAGIC) {
-                free(p->data);
+                pk_free(p->slab);
                 free(p);
         }
         w->priv = NULL;

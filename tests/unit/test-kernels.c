@@ -700,6 +700,74 @@ static void test_activation_quantization(void) {
         free(x);
 }
 
+/* Prepared weights share 2 MiB-aligned slabs (repack.c): small ones lie end to end, a slab
+ * that is full is followed by a new one on a 2 MiB boundary, a large weight gets its own, and
+ * a slab stays mapped while any of its weights is prepared (products still right after others
+ * are released, in any order). */
+static void test_weight_slabs(void) {
+        enum { N_SMALL = 40 };
+        const uintptr_t huge = 2u << 20;
+        test_weight base, big;
+        weight_make(&base, AXP_TYPE_Q8_0, 2048, 512); /* 1.1 MB packed */
+        weight_make(&big, AXP_TYPE_Q8_0, 2048, 4096); /* 8.9 MB: a slab of its own */
+        test_weight ws[N_SMALL];
+        const uint8_t *data[N_SMALL];
+        size_t bytes = 0;
+        int new_slabs = 0;
+        for (int i = 0; i < N_SMALL; i++) {
+                ws[i] = base;
+                ws[i].w.priv = NULL;
+                CHECK_EQ_INT(axp_cpu_weight_prepare(&ws[i].w), 0);
+                const axp_packed *p = ws[i].w.priv;
+                data[i] = p->data;
+                bytes = (size_t) p->n_groups * p->group_bytes;
+                CHECK(((uintptr_t) data[i] & 63) == 0);
+                if (i > 0 && data[i] != data[i - 1] + bytes) {
+                        CHECK_MSG(((uintptr_t) data[i] & (huge - 1)) == 0, "weight %d: %p neither follows nor starts a slab", i,
+                                  (const void *) data[i]);
+                        new_slabs++;
+                }
+                if (i == N_SMALL / 2) {
+                        CHECK_EQ_INT(axp_cpu_weight_prepare(&big.w), 0);
+                        CHECK(((uintptr_t) ((const axp_packed *) big.w.priv)->data & (huge - 1)) == 0);
+                }
+        }
+        /* 44 MB of small weights: at least one new slab, and the large one did not break the run */
+        CHECK(new_slabs >= 1 && new_slabs <= 2);
+        float *x = make_x(2048, 5, 2048);
+        int order[N_SMALL];
+        for (int i = 0; i < N_SMALL; i++)
+                order[i] = (i * 7) % N_SMALL; /* 7 is prime to 40: every weight once */
+        for (int n = 0; n < N_SMALL; n++) {
+                if (n % 8 == 0) {
+                        /* the remaining ones, the large one and a slab's neighbours still right */
+                        for (int i = 0; i < N_SMALL; i += 9)
+                                if (ws[i].w.priv) {
+                                        float *y = run_matmul(pools[2], &ws[i].w, x, 2048, 5, 512);
+                                        CHECK_MSG(!product_fails(&ws[i], x, 2048, 5, y, 512), "weight %d after %d released", i, n);
+                                        free(y);
+                                }
+                        float *y = run_matmul(pools[2], &big.w, x, 2048, 1, 4096);
+                        check_product(&big, x, 2048, 1, y, 4096);
+                        free(y);
+                }
+                axp_cpu_weight_release(&ws[order[n]].w);
+                CHECK(ws[order[n]].w.priv == NULL);
+        }
+        /* all small ones released: the next starts a slab */
+        test_weight again = base;
+        again.w.priv = NULL;
+        CHECK_EQ_INT(axp_cpu_weight_prepare(&again.w), 0);
+        CHECK(((uintptr_t) ((const axp_packed *) again.w.priv)->data & (huge - 1)) == 0);
+        float *y = run_matmul(pools[1], &again.w, x, 2048, 3, 512);
+        check_product(&again, x, 2048, 3, y, 512);
+        free(y);
+        axp_cpu_weight_release(&again.w);
+        free(x);
+        weight_free(&big);
+        weight_free(&base);
+}
+
 /* Attention ---------------------------------------------------------------------------------- */
 
 static void ref_attention(const float *q, long ldq, double *out, const float *kf, const float *vf,
@@ -1007,6 +1075,7 @@ int main(void) {
         RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_multi);
         RUN(test_matmul_runs);
+        RUN(test_weight_slabs);
         RUN(test_attention);
 #if defined(__x86_64__)
         RUN(test_attention_no_subnormals);
