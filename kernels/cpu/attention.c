@@ -141,8 +141,7 @@ static void merge(float *state, int head_dim, bool first, float m, float l, cons
         }
         float mn = fmaxf(state[0], m);
         /* the chunk kernels' cut (cpu.h): no subnormal weights here either */
-        float a = state[0] - mn >= ATT_P_CUT ? expf(state[0] - mn) : 0.0f;
-        float b = m - mn >= ATT_P_CUT ? expf(m - mn) : 0.0f;
+        float a = att_weight(state[0] - mn), b = att_weight(m - mn);
         state[0] = mn;
         state[1] = state[1] * a + l * b;
         for (int i = 0; i < head_dim; i++)

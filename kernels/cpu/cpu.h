@@ -61,6 +61,7 @@
  *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
 #pragma once
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -233,6 +234,11 @@ typedef struct axp_cpu_ops {
  * positions: 11 ms a token on AVX2 against 3.7 with the cut); the weights cut would add at most
  * ATT_CHUNK e^-70 to a sum of at least 1. */
 #define ATT_P_CUT (-70.0f)
+
+/* exp(d) for d = s - max <= 0 with that cut, in scalar code */
+static inline float att_weight(float d) {
+        return d >= ATT_P_CUT ? expf(d) : 0.0f;
+}
 
 #define ATT_MAX_HEAD_DIM 512
 #define ATT_CHUNK 256

@@ -360,7 +360,7 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 float *a = acc + (size_t) j * head_dim;
                 memset(a, 0, (size_t) head_dim * sizeof(float));
                 for (int t = 0; t < len[j]; t++) {
-                        float p = s[t] - mx >= ATT_P_CUT ? expf(s[t] - mx) : 0.0f;
+                        float p = att_weight(s[t] - mx);
                         sum += p;
                         for (int c = 0; c < head_dim; c++)
                                 a[c] += p * kv_get(v, kv_type, t * ld + c);

@@ -711,22 +711,20 @@ static void test_weight_slabs(void) {
         weight_make(&base, AXP_TYPE_Q8_0, 2048, 512); /* 1.1 MB packed */
         weight_make(&big, AXP_TYPE_Q8_0, 2048, 4096); /* 8.9 MB: a slab of its own */
         test_weight ws[N_SMALL];
-        const uint8_t *data[N_SMALL];
-        size_t bytes = 0;
+        const uint8_t *prev = NULL;
         int new_slabs = 0;
         for (int i = 0; i < N_SMALL; i++) {
                 ws[i] = base;
                 ws[i].w.priv = NULL;
                 CHECK_EQ_INT(axp_cpu_weight_prepare(&ws[i].w), 0);
                 const axp_packed *p = ws[i].w.priv;
-                data[i] = p->data;
-                bytes = (size_t) p->n_groups * p->group_bytes;
-                CHECK(((uintptr_t) data[i] & 63) == 0);
-                if (i > 0 && data[i] != data[i - 1] + bytes) {
-                        CHECK_MSG(((uintptr_t) data[i] & (huge - 1)) == 0, "weight %d: %p neither follows nor starts a slab", i,
-                                  (const void *) data[i]);
+                CHECK(((uintptr_t) p->data & 63) == 0);
+                if (prev && p->data != prev) {
+                        CHECK_MSG(((uintptr_t) p->data & (huge - 1)) == 0, "weight %d: %p neither follows nor starts a slab",
+                                  i, (const void *) p->data);
                         new_slabs++;
                 }
+                prev = p->data + (size_t) p->n_groups * p->group_bytes;
                 if (i == N_SMALL / 2) {
                         CHECK_EQ_INT(axp_cpu_weight_prepare(&big.w), 0);
                         CHECK(((uintptr_t) ((const axp_packed *) big.w.priv)->data & (huge - 1)) == 0);
