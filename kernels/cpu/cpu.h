@@ -240,6 +240,14 @@ static inline float att_weight(float d) {
         return d >= ATT_P_CUT ? expf(d) : 0.0f;
 }
 
+/* Position t's row of a K or V cache (F16, F32 or Q8_0) whose rows are ld values apart: for
+ * the paths' prefetches, a line's address without a call */
+static inline const char *att_kv_row(const void *kv, uint32_t type, long ld, long t) {
+        if (type == AXP_TYPE_Q8_0)
+                return (const char *) kv + t * (ld / QK8_0) * (long) sizeof(block_q8_0);
+        return (const char *) kv + t * ld * (type == AXP_TYPE_F16 ? 2 : 4);
+}
+
 #define ATT_MAX_HEAD_DIM 512
 #define ATT_CHUNK 256
 #define ATT_MAX_VECS 128

@@ -1178,19 +1178,23 @@ AI __m256i tail_mask8(int n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* 8 values of a K or V row from element i on, n of them real (the rest zero); Q8_0: i is a
- * multiple of 8 and n >= 8 (heads are whole blocks of 32) */
-static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
+/* 8 values of a K or V row from element i on, all real, for a type known where it is inlined;
+ * Q8_0: i is a multiple of 8 (heads are whole blocks of 32) */
+AI __m256 kv8(const void *p, long i, uint32_t type) {
         if (type == AXP_TYPE_Q8_0) {
                 const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
                 __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + i % QK8_0))));
                 return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), q);
         }
-        if (n >= 8) {
-                if (type == AXP_TYPE_F16)
-                        return _mm256_cvtph_ps(ldu16((const uint16_t *) p + i));
-                return _mm256_loadu_ps((const float *) p + i);
-        }
+        if (type == AXP_TYPE_F16)
+                return _mm256_cvtph_ps(ldu16((const uint16_t *) p + i));
+        return _mm256_loadu_ps((const float *) p + i);
+}
+
+/* the same with n of them real (the rest zero) */
+static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
+        if (type == AXP_TYPE_Q8_0 || n >= 8)
+                return kv8(p, i, type);
         float tmp[8] = { 0 };
         for (int c = 0; c < n; c++)
                 tmp[c] = type == AXP_TYPE_F16 ? _cvtsh_ss(((const uint16_t *) p)[i + c])
@@ -1252,19 +1256,21 @@ AI __m256 scores8(const float *qj, int nc, int hd, const float *kf, int hdp, int
         __m256 p[8];
         UNROLL for (int i = 0; i < 8; i++)
                 p[i] = _mm256_setzero_ps();
-        int ncl = NC ? NC : nc;
+        /* with NC the row stride is a constant too (hdp = 8 NC): given as a variable, the
+         * compiler kept the 64 row addresses on the stack and loaded one per FMA */
+        int ncl = NC ? NC : nc, rs = NC ? 8 * NC : hdp;
         if (n == 8) {
                 UNROLL for (int c = 0; c < ncl; c++) {
                         __m256 qc = NC ? _mm256_loadu_ps(qj + 8 * c) : _mm256_maskload_ps(qj + 8 * c, tail_mask8(hd - 8 * c));
                         UNROLL for (int i = 0; i < 8; i++)
-                                p[i] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + i * hdp + 8 * c), p[i]);
+                                p[i] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + i * rs + 8 * c), p[i]);
                 }
         } else {
                 for (int c = 0; c < ncl; c++) {
                         __m256 qc = NC ? _mm256_loadu_ps(qj + 8 * c) : _mm256_maskload_ps(qj + 8 * c, tail_mask8(hd - 8 * c));
                         UNROLL for (int i = 0; i < 8; i++)
                                 if (i < n)
-                                        p[i] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + i * hdp + 8 * c), p[i]);
+                                        p[i] = _mm256_fmadd_ps(qc, _mm256_load_ps(kf + i * rs + 8 * c), p[i]);
                 }
         }
         return reduce8(p);
@@ -1282,9 +1288,28 @@ AI void scores_all(const float *const *q, int nv, const int *len, const float *k
         }
 }
 
+/* 16 values of V's row t from element o on: widened already (kvt < 0: vf, rows hdp apart) or
+ * read and widened here (kvt: the cache's type, a constant where this is inlined; rows ld
+ * apart in v) */
+AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, int o, __m256 *v0, __m256 *v1) {
+        if (kvt < 0) {
+                *v0 = _mm256_load_ps(vf + t * hdp + o);
+                *v1 = _mm256_load_ps(vf + t * hdp + o + 8);
+        } else {
+                *v0 = kv8(v, t * ld + o, (uint32_t) kvt);
+                *v1 = kv8(v, t * ld + o + 8, (uint32_t) kvt);
+        }
+}
+
 /* acc_j += p_jt V_t for 4 vectors and 16 of their values at a time (8 accumulators in
- * registers); the rows of vf are zero padded to hdp, a multiple of 16 */
-static void accum(const float *s, const int *len, int nv, const float *vf, int hdp, float *acc, int hd) {
+ * registers). V widened (kvt < 0: vf, rows zero padded to hdp, a multiple of 16), or read in
+ * place (kvt >= 0, the head a multiple of 16 wide): each value is converted once either way,
+ * but in place saves widening's store and the load back, and keeps V's chunk out of the
+ * scratch (64 KB for 256 positions of a 64-wide head, more than L1). Row t's lines are
+ * fetched PF_ROWS rows ahead in the first pass over the row. */
+AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hdp, const void *v, long ld,
+                 int kvt, float *acc, int hd) {
+        int row_bytes = kvt >= 0 ? (int) axp_type_row_size((uint32_t) kvt, hd) : 0;
         for (int j0 = 0; j0 < nv; j0 += 4) {
                 int ns = nv - j0 < 4 ? nv - j0 : 4, lmax = 0, lmin = ATT_CHUNK;
                 for (int j = 0; j < ns; j++) {
@@ -1292,14 +1317,18 @@ static void accum(const float *s, const int *len, int nv, const float *vf, int h
                         lmin = len[j0 + j] < lmin ? len[j0 + j] : lmin;
                 }
                 for (int c = 0; 8 * c < hd; c += 2) {
+                        int pf = kvt >= 0 && j0 == 0 && c == 0;
                         __m256 a[4][2];
                         UNROLL for (int j = 0; j < 4; j++)
                                 a[j][0] = a[j][1] = _mm256_setzero_ps();
                         int t = 0;
                         if (ns == 4) /* positions all four see (a query's heads: all) */
                                 for (; t < lmin; t++) {
-                                        __m256 v0 = _mm256_load_ps(vf + t * hdp + 8 * c);
-                                        __m256 v1 = _mm256_load_ps(vf + t * hdp + 8 * c + 8);
+                                        if (pf)
+                                                for (int o = 0; o < row_bytes; o += 64)
+                                                        _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
+                                        __m256 v0, v1;
+                                        v16(vf, hdp, v, ld, kvt, t, 8 * c, &v0, &v1);
                                         UNROLL for (int j = 0; j < 4; j++) {
                                                 __m256 pj = _mm256_set1_ps(s[(j0 + j) * ATT_CHUNK + t]);
                                                 a[j][0] = _mm256_fmadd_ps(pj, v0, a[j][0]);
@@ -1307,8 +1336,8 @@ static void accum(const float *s, const int *len, int nv, const float *vf, int h
                                         }
                                 }
                         for (; t < lmax; t++) {
-                                __m256 v0 = _mm256_load_ps(vf + t * hdp + 8 * c);
-                                __m256 v1 = _mm256_load_ps(vf + t * hdp + 8 * c + 8);
+                                __m256 v0, v1;
+                                v16(vf, hdp, v, ld, kvt, t, 8 * c, &v0, &v1);
                                 UNROLL for (int j = 0; j < 4; j++)
                                         if (j < ns && t < len[j0 + j]) {
                                                 __m256 pj = _mm256_set1_ps(s[(j0 + j) * ATT_CHUNK + t]);
@@ -1368,8 +1397,16 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 l[j] = hsum8(sum);
         }
 
-        widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
-        accum(s, len, nv, vf, hdp, acc, hd);
+        if (hd % 16 == 0 && kv_type == AXP_TYPE_F16)
+                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F16, acc, hd);
+        else if (hd % 16 == 0 && kv_type == AXP_TYPE_Q8_0)
+                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_Q8_0, acc, hd);
+        else if (hd % 16 == 0 && kv_type == AXP_TYPE_F32)
+                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F32, acc, hd);
+        else {
+                widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
+                accum_kv(s, len, nv, vf, hdp, NULL, 0, -1, acc, hd);
+        }
 }
 
 /* Feed-forward activation ------------------------------------------------------------------ */

@@ -797,19 +797,21 @@ AI __m512 scores16(const float *qj, int nc, int hd, const float *kf, int hdp, in
         __m512 p[16];
         UNROLL for (int i = 0; i < 16; i++)
                 p[i] = _mm512_setzero_ps();
-        int ncl = NC ? NC : nc;
+        /* with NC the row stride is a constant too (hdp = 16 NC): given as a variable, the
+         * compiler kept the row addresses on the stack and loaded one per FMA */
+        int ncl = NC ? NC : nc, rs = NC ? 16 * NC : hdp;
         if (n == 16) {
                 UNROLL for (int c = 0; c < ncl; c++) {
                         __m512 qc = NC ? _mm512_loadu_ps(qj + 16 * c) : _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), qj + 16 * c);
                         UNROLL for (int i = 0; i < 16; i++)
-                                p[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                                p[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + i * rs + 16 * c), p[i]);
                 }
         } else {
                 for (int c = 0; c < ncl; c++) {
                         __m512 qc = NC ? _mm512_loadu_ps(qj + 16 * c) : _mm512_maskz_loadu_ps(tail_mask(hd - 16 * c), qj + 16 * c);
                         UNROLL for (int i = 0; i < 16; i++)
                                 if (i < n)
-                                        p[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + i * hdp + 16 * c), p[i]);
+                                        p[i] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + i * rs + 16 * c), p[i]);
                 }
         }
         return reduce16(p);
@@ -875,12 +877,17 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                                                                        tail_mask(hd - 16 * c)));
 }
 
-/* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers); V
- * either widened already (vf) or read and widened here */
-AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const void *v, uint32_t kv_type,
-              long ld, int hdp, float *acc, int hd, int NC, int SUB) {
+/* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers), V
+ * read and widened here, each row once for all of them, its type a constant where this is
+ * inlined (widening the chunk first, as K is, cost a store and a load back per 16 values and
+ * 64 KB of scratch for 256 positions of a 64-wide head). Rows are fetched PF_ROWS ahead. */
+AI void accum(const float *s, const int *len, int nv_sub, const void *v, uint32_t kv_type, long ld,
+              float *acc, int hd, int NC, int SUB) {
         __m512 a[4][8];
-        int lmax = 0, lmin = ATT_CHUNK;
+        __mmask16 mk[8];
+        int lmax = 0, lmin = ATT_CHUNK, row_bytes = (int) axp_type_row_size(kv_type, hd);
+        UNROLL for (int c = 0; c < NC; c++)
+                mk[c] = 16 * c < hd ? tail_mask(hd - 16 * c) : 0;
         for (int j = 0; j < nv_sub; j++) {
                 lmax = len[j] > lmax ? len[j] : lmax;
                 lmin = len[j] < lmin ? len[j] : lmin;
@@ -888,11 +895,13 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const
                         a[j][c] = _mm512_setzero_ps();
         }
         int t = 0;
-        if (nv_sub == SUB && vf) /* positions every vector sees (a query's heads: all) */
+        if (nv_sub == SUB) /* positions every vector sees (a query's heads: all) */
                 for (; t < lmin; t++) {
+                        for (int o = 0; o < row_bytes; o += 64)
+                                _mm_prefetch(att_kv_row(v, kv_type, ld, t + PF_ROWS) + o, _MM_HINT_T0);
                         __m512 vt[8];
                         UNROLL for (int c = 0; c < NC; c++)
-                                vt[c] = _mm512_load_ps(vf + t * hdp + 16 * c);
+                                vt[c] = 16 * c < hd ? kv_row(v, (long) t * ld + 16 * c, kv_type, mk[c]) : _mm512_setzero_ps();
                         UNROLL for (int j = 0; j < SUB; j++) {
                                 __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
                                 UNROLL for (int c = 0; c < NC; c++)
@@ -902,8 +911,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const
         for (; t < lmax; t++) {
                 __m512 vt[8];
                 UNROLL for (int c = 0; c < NC; c++)
-                        vt[c] = vf ? _mm512_load_ps(vf + t * hdp + 16 * c)
-                                   : kv_row(v, (long) t * ld + 16 * c, kv_type, tail_mask(hd - 16 * c));
+                        vt[c] = 16 * c < hd ? kv_row(v, (long) t * ld + 16 * c, kv_type, mk[c]) : _mm512_setzero_ps();
                 UNROLL for (int j = 0; j < SUB; j++)
                         if (j < nv_sub && t < len[j]) {
                                 __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
@@ -917,11 +925,22 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, const
                                 _mm512_mask_storeu_ps(acc + j * hd + 16 * c, tail_mask(hd - 16 * c), a[j][c]);
 }
 
+/* accum for the cache's type, a constant in each call */
+AI void accum_kv(const float *s, const int *len, int nv_sub, const void *v, uint32_t kv_type, long ld,
+                 float *acc, int hd, int NC, int SUB) {
+        if (kv_type == AXP_TYPE_F16)
+                accum(s, len, nv_sub, v, AXP_TYPE_F16, ld, acc, hd, NC, SUB);
+        else if (kv_type == AXP_TYPE_Q8_0)
+                accum(s, len, nv_sub, v, AXP_TYPE_Q8_0, ld, acc, hd, NC, SUB);
+        else
+                accum(s, len, nv_sub, v, AXP_TYPE_F32, ld, acc, hd, NC, SUB);
+}
+
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
                       uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
                       float *l, float *acc, float *scratch) {
         int nc = (hd + 15) / 16, hdp = nc * 16;
-        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
+        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK;
 
         /* scores, 16 positions at a time: their K rows widened once for every vector */
         for (int t0 = 0; t0 < n_pos; t0 += 16) {
@@ -955,27 +974,22 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         }
 
         int sub = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
-        widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
-        const float *vw = vf;
         for (int j = 0; j < nv; j += sub) {
                 int ns = nv - j < sub ? nv - j : sub;
                 float *aj = acc + (size_t) j * hd;
                 if (nc <= 4)
-                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, aj, hd, 4, 4);
+                        accum_kv(s + j * ATT_CHUNK, len + j, ns, v, kv_type, ld, aj, hd, 4, 4);
                 else if (nc <= 8)
-                        accum(s + j * ATT_CHUNK, len + j, ns, vw, v, kv_type, ld, hdp, aj, hd, 8, 2);
+                        accum_kv(s + j * ATT_CHUNK, len + j, ns, v, kv_type, ld, aj, hd, 8, 2);
                 else {
                         /* wide heads: in memory, same operations per element */
-                        float *a = acc + (size_t) j * hd;
                         for (int c = 0; c < nc; c++) {
                                 __m512 ac = _mm512_setzero_ps();
                                 for (int t = 0; t < len[j]; t++)
                                         ac = _mm512_fmadd_ps(_mm512_set1_ps(s[j * ATT_CHUNK + t]),
-                                                             vw ? _mm512_load_ps(vw + t * hdp + 16 * c)
-                                                                : kv_row(v, (long) t * ld + 16 * c, kv_type,
-                                                                         tail_mask(hd - 16 * c)),
+                                                             kv_row(v, (long) t * ld + 16 * c, kv_type, tail_mask(hd - 16 * c)),
                                                              ac);
-                                _mm512_mask_storeu_ps(a + 16 * c, tail_mask(hd - 16 * c), ac);
+                                _mm512_mask_storeu_ps(aj + 16 * c, tail_mask(hd - 16 * c), ac);
                         }
                 }
         }
