@@ -1397,11 +1397,14 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 l[j] = hsum8(sum);
         }
 
-        if (hd % 16 == 0 && kv_type == AXP_TYPE_F16)
+        /* V in place when each row serves at most two groups of 4 vectors (decode: a query's
+         * heads), else widened once (prefill: converting a row for every group costs more
+         * than the store and loads back) */
+        if (hd % 16 == 0 && nv <= 8 && kv_type == AXP_TYPE_F16)
                 accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F16, acc, hd);
-        else if (hd % 16 == 0 && kv_type == AXP_TYPE_Q8_0)
+        else if (hd % 16 == 0 && nv <= 8 && kv_type == AXP_TYPE_Q8_0)
                 accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_Q8_0, acc, hd);
-        else if (hd % 16 == 0 && kv_type == AXP_TYPE_F32)
+        else if (hd % 16 == 0 && nv <= 8 && kv_type == AXP_TYPE_F32)
                 accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F32, acc, hd);
         else {
                 widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);

@@ -877,15 +877,22 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                                                                        tail_mask(hd - 16 * c)));
 }
 
+/* 16 values of V's row t from element 16 c on: widened already (kvt < 0: vf, rows hdp apart)
+ * or read and widened here (kvt: the cache's type, a constant where this is inlined) */
+AI __m512 v_row(const float *vf, int hdp, const void *v, long ld, int kvt, int t, int c, int hd, __mmask16 mk) {
+        if (kvt < 0)
+                return _mm512_load_ps(vf + t * hdp + 16 * c);
+        return 16 * c < hd ? kv_row(v, (long) t * ld + 16 * c, (uint32_t) kvt, mk) : _mm512_setzero_ps();
+}
+
 /* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers), V
- * read and widened here, each row once for all of them, its type a constant where this is
- * inlined (widening the chunk first, as K is, cost a store and a load back per 16 values and
- * 64 KB of scratch for 256 positions of a 64-wide head). Rows are fetched PF_ROWS ahead. */
-AI void accum(const float *s, const int *len, int nv_sub, const void *v, uint32_t kv_type, long ld,
-              float *acc, int hd, int NC, int SUB) {
+ * widened (kvt < 0) or read in place (as the AVX2 path's accum_kv; rows fetched PF_ROWS
+ * ahead) */
+AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int hdp, const void *v, int kvt,
+              long ld, float *acc, int hd, int NC, int SUB) {
         __m512 a[4][8];
         __mmask16 mk[8];
-        int lmax = 0, lmin = ATT_CHUNK, row_bytes = (int) axp_type_row_size(kv_type, hd);
+        int lmax = 0, lmin = ATT_CHUNK, row_bytes = kvt >= 0 ? (int) axp_type_row_size((uint32_t) kvt, hd) : 0;
         UNROLL for (int c = 0; c < NC; c++)
                 mk[c] = 16 * c < hd ? tail_mask(hd - 16 * c) : 0;
         for (int j = 0; j < nv_sub; j++) {
@@ -898,10 +905,10 @@ AI void accum(const float *s, const int *len, int nv_sub, const void *v, uint32_
         if (nv_sub == SUB) /* positions every vector sees (a query's heads: all) */
                 for (; t < lmin; t++) {
                         for (int o = 0; o < row_bytes; o += 64)
-                                _mm_prefetch(att_kv_row(v, kv_type, ld, t + PF_ROWS) + o, _MM_HINT_T0);
+                                _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
                         __m512 vt[8];
                         UNROLL for (int c = 0; c < NC; c++)
-                                vt[c] = 16 * c < hd ? kv_row(v, (long) t * ld + 16 * c, kv_type, mk[c]) : _mm512_setzero_ps();
+                                vt[c] = v_row(vf, hdp, v, ld, kvt, t, c, hd, mk[c]);
                         UNROLL for (int j = 0; j < SUB; j++) {
                                 __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
                                 UNROLL for (int c = 0; c < NC; c++)
@@ -911,7 +918,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const void *v, uint32_
         for (; t < lmax; t++) {
                 __m512 vt[8];
                 UNROLL for (int c = 0; c < NC; c++)
-                        vt[c] = 16 * c < hd ? kv_row(v, (long) t * ld + 16 * c, kv_type, mk[c]) : _mm512_setzero_ps();
+                        vt[c] = v_row(vf, hdp, v, ld, kvt, t, c, hd, mk[c]);
                 UNROLL for (int j = 0; j < SUB; j++)
                         if (j < nv_sub && t < len[j]) {
                                 __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
@@ -925,22 +932,24 @@ AI void accum(const float *s, const int *len, int nv_sub, const void *v, uint32_
                                 _mm512_mask_storeu_ps(acc + j * hd + 16 * c, tail_mask(hd - 16 * c), a[j][c]);
 }
 
-/* accum for the cache's type, a constant in each call */
-AI void accum_kv(const float *s, const int *len, int nv_sub, const void *v, uint32_t kv_type, long ld,
-                 float *acc, int hd, int NC, int SUB) {
-        if (kv_type == AXP_TYPE_F16)
-                accum(s, len, nv_sub, v, AXP_TYPE_F16, ld, acc, hd, NC, SUB);
+/* accum with V widened (vf) or for the cache's type, a constant in each call */
+AI void accum_kv(const float *s, const int *len, int nv_sub, const float *vf, int hdp, const void *v,
+                 uint32_t kv_type, long ld, float *acc, int hd, int NC, int SUB) {
+        if (vf)
+                accum(s, len, nv_sub, vf, hdp, NULL, -1, 0, acc, hd, NC, SUB);
+        else if (kv_type == AXP_TYPE_F16)
+                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_F16, ld, acc, hd, NC, SUB);
         else if (kv_type == AXP_TYPE_Q8_0)
-                accum(s, len, nv_sub, v, AXP_TYPE_Q8_0, ld, acc, hd, NC, SUB);
+                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_Q8_0, ld, acc, hd, NC, SUB);
         else
-                accum(s, len, nv_sub, v, AXP_TYPE_F32, ld, acc, hd, NC, SUB);
+                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_F32, ld, acc, hd, NC, SUB);
 }
 
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
                       uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
                       float *l, float *acc, float *scratch) {
         int nc = (hd + 15) / 16, hdp = nc * 16;
-        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK;
+        float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
 
         /* scores, 16 positions at a time: their K rows widened once for every vector */
         for (int t0 = 0; t0 < n_pos; t0 += 16) {
@@ -973,21 +982,31 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 l[j] = _mm512_reduce_add_ps(sum);
         }
 
+        /* V in place when each row serves at most two groups of vectors (decode: a query's
+         * heads), else widened once (prefill: converting a row for every group costs more
+         * than the store and loads back) */
         int sub = nc <= 4 ? 4 : nc <= 8 ? 2 : 1;
+        const float *vw = NULL;
+        if (nv > 2 * sub) {
+                widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
+                vw = vf;
+        }
         for (int j = 0; j < nv; j += sub) {
                 int ns = nv - j < sub ? nv - j : sub;
                 float *aj = acc + (size_t) j * hd;
                 if (nc <= 4)
-                        accum_kv(s + j * ATT_CHUNK, len + j, ns, v, kv_type, ld, aj, hd, 4, 4);
+                        accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, hd, 4, 4);
                 else if (nc <= 8)
-                        accum_kv(s + j * ATT_CHUNK, len + j, ns, v, kv_type, ld, aj, hd, 8, 2);
+                        accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, hd, 8, 2);
                 else {
                         /* wide heads: in memory, same operations per element */
                         for (int c = 0; c < nc; c++) {
                                 __m512 ac = _mm512_setzero_ps();
                                 for (int t = 0; t < len[j]; t++)
                                         ac = _mm512_fmadd_ps(_mm512_set1_ps(s[j * ATT_CHUNK + t]),
-                                                             kv_row(v, (long) t * ld + 16 * c, kv_type, tail_mask(hd - 16 * c)),
+                                                             vw ? _mm512_load_ps(vw + t * hdp + 16 * c)
+                                                                : kv_row(v, (long) t * ld + 16 * c, kv_type,
+                                                                         tail_mask(hd - 16 * c)),
                                                              ac);
                                 _mm512_mask_storeu_ps(aj + 16 * c, tail_mask(hd - 16 * c), ac);
                         }
