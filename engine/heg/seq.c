@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "seq.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/types.h"
 
 #define RING_ALIGN 256 /* ATT_CHUNK: the CPU attention's blocks never wrap */
@@ -82,11 +83,18 @@ size_t axp_seq_kv_bytes(const axp_seq *s) {
         return 2 * rows * kv_row_bytes(s);
 }
 
+/* One layer's K or V buffer: page aligned, and from 2 MiB on aligned to 2 MiB and advised
+ * for huge pages. Attention reads each KV head's slice of every row (128 bytes of a 1 KB row
+ * for a 1B model), a stride that on 4 KiB pages took a TLB miss every few rows. The 2 MiB
+ * extents of a buffer are committed whole when first written, the tail short of one in 4 KiB
+ * pages. */
+#define KV_HUGE ((size_t) 2 << 20)
 static void *page_alloc(size_t size) {
         void *p = NULL;
         size = (size + 4095) & ~(size_t) 4095;
-        if (posix_memalign(&p, 4096, size ? size : 4096) != 0)
+        if (posix_memalign(&p, size >= KV_HUGE ? KV_HUGE : 4096, size ? size : 4096) != 0)
                 return NULL;
+        axp_cpu_advise_huge(p, size);
         return p;
 }
 

@@ -290,8 +290,3 @@ enum {
 };
 void *axp_cpu_scratch(int slot, size_t n);
 
-/* Ask for transparent huge pages under a large buffer not yet touched (its whole 2 MiB
- * extents): a stream over 4 KiB pages takes a TLB miss every 4 KiB, and where the kernel's
- * THP defrag setting is "madvise" only advised memory gets huge pages. Advice only: a kernel
- * without THP just says no. */
-void axp_cpu_advise_huge(void *p, size_t n);

@@ -415,6 +415,36 @@ static void test_f16_kv(void) {
         model_done(m);
 }
 
+/* A layer's K or V buffer of 2 MiB or more starts on a 2 MiB boundary (engine/heg/seq.c asks
+ * for huge pages under it: attention reads each KV head's slice of every row, a stride that
+ * took a TLB miss every few rows on 4 KiB pages), a smaller one on a page; both give the same
+ * logits. */
+static void test_kv_buffers(void) {
+        axp_model *m = make_model("llama", "f32", 31, "--ctx 4096");
+        CHECK(m != NULL);
+        if (!m)
+                return;
+        int32_t p[N_PROMPT];
+        prompt_tokens(m, p, N_PROMPT, 31);
+        axp_seq big, small;
+        axp_error err = { 0 };
+        /* 4096 rows of 2 KV heads of 64 floats: 2 MiB per layer and tensor */
+        CHECK(axp_seq_init(&big, m, AXP_TYPE_F32, 4096, 4096, &err) == 0);
+        CHECK(axp_seq_init(&small, m, AXP_TYPE_F32, 4096, 16, &err) == 0);
+        CHECK_EQ_INT(big.kv_cap, 4096);
+        CHECK(small.kv_cap < 2048);
+        for (int l = 0; l < m->hp.n_layer; l++) {
+                CHECK((uintptr_t) big.k[l] % (2u << 20) == 0 && (uintptr_t) big.v[l] % (2u << 20) == 0);
+                CHECK((uintptr_t) small.k[l] % 4096 == 0 && (uintptr_t) small.v[l] % 4096 == 0);
+        }
+        CHECK(axp_forward_prefill(dev, &big, p, N_PROMPT, 0, &err) == 0);
+        CHECK(axp_forward_prefill(dev, &small, p, N_PROMPT, 0, &err) == 0);
+        CHECK(memcmp(big.logits, small.logits, sizeof(float) * m->hp.n_vocab) == 0);
+        axp_seq_free(&big);
+        axp_seq_free(&small);
+        model_done(m);
+}
+
 /* A Q8_0 cache (llama.cpp's -ctk q8_0 -ctv q8_0) against an F32 one: the prompt whole and in
  * chunks (the same bits: each row is quantized as written), then decode alone and batched; and
  * a head size that is not whole blocks of 32 is refused. */
@@ -625,6 +655,7 @@ int main(void) {
         RUN(test_llama_window_ignored);
         RUN(test_f16_kv);
         RUN(test_q8_0_kv);
+        RUN(test_kv_buffers);
         RUN(test_ring);
         RUN(test_context_overflow);
         axp_device_free(dev);
