@@ -328,18 +328,21 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m512i isum[MAX_T];
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_setzero_si512();
-                        if (in_place) {
-                                /* the low nibbles' sum times 16, then the high ones' */
-                                UNROLL for (int jj = 0; jj < 8; jj += 2)
-                                        UNROLL for (int t = 0; t < T; t++)
-                                                isum[t] = _mm512_dpbusd_epi32(
-                                                        isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                        if (T <= 2) {
+                                /* two chains of four vpdpbusd (5 cycles each) rather than one
+                                 * of eight: one or two tokens are bound by that latency. In
+                                 * place, the low nibbles' sum times 16 plus the high ones'. */
+                                __m512i hsum[MAX_T];
                                 UNROLL for (int t = 0; t < T; t++)
-                                        isum[t] = _mm512_slli_epi32(isum[t], 4);
-                                UNROLL for (int jj = 1; jj < 8; jj += 2)
-                                        UNROLL for (int t = 0; t < T; t++)
-                                                isum[t] = _mm512_dpbusd_epi32(
-                                                        isum[t], w[jj], bcast4(act_q8_K_qs(row[t], s) + j * 32 + jj * 4));
+                                        hsum[t] = _mm512_setzero_si512();
+                                UNROLL for (int jj = 0; jj < 8; jj += 2)
+                                        UNROLL for (int t = 0; t < T; t++) {
+                                                const int8_t *a = act_q8_K_qs(row[t], s) + j * 32 + jj * 4;
+                                                isum[t] = _mm512_dpbusd_epi32(isum[t], w[jj], bcast4(a));
+                                                hsum[t] = _mm512_dpbusd_epi32(hsum[t], w[jj + 1], bcast4(a + 4));
+                                        }
+                                UNROLL for (int t = 0; t < T; t++)
+                                        isum[t] = _mm512_add_epi32(in_place ? _mm512_slli_epi32(isum[t], 4) : isum[t], hsum[t]);
                         } else {
                                 UNROLL for (int jj = 0; jj < 8; jj++)
                                         UNROLL for (int t = 0; t < T; t++)
