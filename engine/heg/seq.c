@@ -83,20 +83,6 @@ size_t axp_seq_kv_bytes(const axp_seq *s) {
         return 2 * rows * kv_row_bytes(s);
 }
 
-/* One layer's K or V buffer: page aligned, and from 2 MiB on aligned to 2 MiB and advised
- * for huge pages. Attention reads each KV head's slice of every row (128 bytes of a 1 KB row
- * for a 1B model), a stride that on 4 KiB pages took a TLB miss every few rows. The 2 MiB
- * extents of a buffer are committed whole when first written, the tail short of one in 4 KiB
- * pages. */
-#define KV_HUGE ((size_t) 2 << 20)
-static void *page_alloc(size_t size) {
-        void *p = NULL;
-        size = (size + 4095) & ~(size_t) 4095;
-        if (posix_memalign(&p, size >= KV_HUGE ? KV_HUGE : 4096, size ? size : 4096) != 0)
-                return NULL;
-        axp_cpu_advise_huge(p, size);
-        return p;
-}
 
 /* Rows for n more positions (n_past + n on a full-attention layer, the ring on a sliding-
  * window one), grown geometrically so a long generation reallocates a few times, not per
@@ -133,8 +119,8 @@ static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
                 const int rows = swa ? swa_cap : cap;
                 if (rows == (swa ? s->swa_cap : s->kv_cap))
                         continue;
-                nk[l] = page_alloc((size_t) rows * row);
-                nv[l] = page_alloc((size_t) rows * row);
+                nk[l] = axp_cpu_huge_alloc((size_t) rows * row);
+                nv[l] = axp_cpu_huge_alloc((size_t) rows * row);
                 ok = nk[l] && nv[l];
         }
         if (!ok) {
@@ -238,8 +224,8 @@ int axp_seq_begin(axp_seq *s, const int32_t *tokens, int n, axp_error *err) {
         if (n > s->act_cap) {
                 axp_seq_release_activations(s);
                 s->tokens = malloc((size_t) n * sizeof(int32_t));
-                s->x = page_alloc((size_t) n * hp->n_embd * sizeof(float));
-                s->qa = page_alloc((size_t) n * hp->n_head * hp->head_dim * sizeof(float));
+                s->x = axp_cpu_huge_alloc((size_t) n * hp->n_embd * sizeof(float));
+                s->qa = axp_cpu_huge_alloc((size_t) n * hp->n_head * hp->head_dim * sizeof(float));
                 if (!s->tokens || !s->x || !s->qa) {
                         axp_seq_release_activations(s);
                         return axp_errorf(err, -ENOMEM, "out of memory for the activations of %d tokens", n);

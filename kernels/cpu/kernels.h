@@ -68,8 +68,17 @@ void axp_cpu_glu(int act, float *g, const float *u, long n);
  * writes its q8_0 cache (d = f16(amax / 127), q = round-half-even(x * (127 / amax))). */
 void axp_cpu_kv_store(uint32_t kv_type, const float *x, void *dst, int n);
 
+
 /* Ask for transparent huge pages under a large buffer not yet touched (its whole 2 MiB
  * extents): a stream over 4 KiB pages takes a TLB miss every 4 KiB, and where the kernel's
  * THP defrag setting is "madvise" only advised memory gets huge pages. Advice only: a kernel
  * without THP just says no. For packed weights, the probe's buffer and the KV cache. */
 void axp_cpu_advise_huge(void *p, size_t n);
+
+/* n bytes (free with free()) for a large buffer the kernels stream through, a request's KV
+ * cache above all: page aligned, and from 2 MiB on aligned to 2 MiB and advised for huge
+ * pages. Attention reads each KV head's slice of every row (128 bytes of a 1 KB row for a 1B
+ * model), a stride that on 4 KiB pages took a TLB miss every few rows. A 2 MiB extent is
+ * committed whole when first written, the tail short of one in 4 KiB pages. NULL when out of
+ * memory; not zeroed. */
+void *axp_cpu_huge_alloc(size_t n);

@@ -456,16 +456,11 @@ int main(int argc, char **argv) {
         b.ff2 = calloc((size_t) maxt * N_FF, 4);
         b.logits = calloc(N_VOCAB, 4);
         b.pos = calloc(maxt, 4);
-        /* the cache in huge pages where the kernel gives them, as the engine's (engine/heg/seq.c) */
-        size_t huge = (size_t) 2 << 20, kv_bytes = ((size_t) N_LAYER * b.ctx * kv_ld * 2 + huge - 1) / huge * huge;
-        b.kc = aligned_alloc(huge, kv_bytes);
-        b.vc = aligned_alloc(huge, kv_bytes);
+        /* the cache as the engine allocates it (huge pages where the kernel gives them) */
+        b.kc = axp_cpu_huge_alloc((size_t) N_LAYER * b.ctx * kv_ld * 2);
+        b.vc = axp_cpu_huge_alloc((size_t) N_LAYER * b.ctx * kv_ld * 2);
         if (!b.kc || !b.vc)
                 return 1;
-        axp_cpu_advise_huge(b.kc, kv_bytes);
-        axp_cpu_advise_huge(b.vc, kv_bytes);
-        memset(b.kc, 0, kv_bytes);
-        memset(b.vc, 0, kv_bytes);
 
         char *list = strdup(types), *save = NULL;
         for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {

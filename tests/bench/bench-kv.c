@@ -43,8 +43,8 @@ int main(int argc, char **argv) {
         for (int y = 0; y < N_TYPES; y++)
                 for (int l = 0; l < L; l++) {
                         size_t rb = axp_type_row_size(types[y], kvd);
-                        k[y][l] = malloc(ctx * rb);
-                        v[y][l] = malloc(ctx * rb);
+                        k[y][l] = axp_cpu_huge_alloc(ctx * rb); /* as the engine allocates them */
+                        v[y][l] = axp_cpu_huge_alloc(ctx * rb);
                 }
         for (int l = 0; l < L; l++)
                 for (int t = 0; t < ctx; t++) {

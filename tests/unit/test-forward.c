@@ -415,7 +415,7 @@ static void test_f16_kv(void) {
         model_done(m);
 }
 
-/* A layer's K or V buffer of 2 MiB or more starts on a 2 MiB boundary (engine/heg/seq.c asks
+/* A layer's K or V buffer of 2 MiB or more starts on a 2 MiB boundary (axp_cpu_huge_alloc asks
  * for huge pages under it: attention reads each KV head's slice of every row, a stride that
  * took a TLB miss every few rows on 4 KiB pages), a smaller one on a page; both give the same
  * logits. */
