@@ -83,7 +83,6 @@ size_t axp_seq_kv_bytes(const axp_seq *s) {
         return 2 * rows * kv_row_bytes(s);
 }
 
-
 /* Rows for n more positions (n_past + n on a full-attention layer, the ring on a sliding-
  * window one), grown geometrically so a long generation reallocates a few times, not per
  * token. A ring shorter than the context is a multiple of RING_ALIGN. */

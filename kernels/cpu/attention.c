@@ -49,15 +49,9 @@ static size_t kv_row(const att_job *j, int p) {
         return (size_t) (j->ring > 0 ? p % j->ring : p);
 }
 
-/* Bytes of n values of the KV cache (n a multiple of 32 for Q8_0) */
-static size_t kv_bytes(uint32_t kv_type, size_t n) {
-        return kv_type == AXP_TYPE_Q8_0 ? n / QK8_0 * sizeof(block_q8_0)
-                                        : n * (kv_type == AXP_TYPE_F16 ? 2 : 4);
-}
-
 /* Where K (or V) of head kvh at position p starts */
 static size_t kv_off(const att_job *j, int p, int kvh) {
-        return kv_bytes(j->kv_type, kv_row(j, p) * j->ld_kv + (size_t) kvh * j->head_dim);
+        return att_kv_bytes(j->kv_type, kv_row(j, p) * j->ld_kv + (size_t) kvh * j->head_dim);
 }
 
 void axp_cpu_kv_store(uint32_t kv_type, const float *x, void *dst, int n) {

@@ -240,12 +240,15 @@ static inline float att_weight(float d) {
         return d >= ATT_P_CUT ? expf(d) : 0.0f;
 }
 
-/* Position t's row of a K or V cache (F16, F32 or Q8_0) whose rows are ld values apart: for
- * the paths' prefetches, a line's address without a call */
+/* Bytes of n values of a K or V cache (F16, F32 or Q8_0; n a multiple of 32 for Q8_0) */
+static inline size_t att_kv_bytes(uint32_t type, size_t n) {
+        return type == AXP_TYPE_Q8_0 ? n / QK8_0 * sizeof(block_q8_0) : n * (type == AXP_TYPE_F16 ? 2 : 4);
+}
+
+/* Position t's row of such a cache whose rows are ld values apart: for the paths'
+ * prefetches, a line's address without a call */
 static inline const char *att_kv_row(const void *kv, uint32_t type, long ld, long t) {
-        if (type == AXP_TYPE_Q8_0)
-                return (const char *) kv + t * (ld / QK8_0) * (long) sizeof(block_q8_0);
-        return (const char *) kv + t * ld * (type == AXP_TYPE_F16 ? 2 : 4);
+        return (const char *) kv + att_kv_bytes(type, (size_t) t * (size_t) ld);
 }
 
 #define ATT_MAX_HEAD_DIM 512

@@ -1211,7 +1211,7 @@ static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
  * fetched PF_ROWS rows ahead. */
 static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
         int nc = (hd + 7) / 8;
-        src = (const uint8_t *) src + axp_type_row_size(type, (int64_t) t0 * ld);
+        src = att_kv_row(src, type, ld, t0);
         if (type == AXP_TYPE_F16 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const uint16_t *r = (const uint16_t *) src + (long) t * ld;
@@ -1309,7 +1309,7 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
  * fetched PF_ROWS rows ahead in the first pass over the row. */
 AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hdp, const void *v, long ld,
                  int kvt, float *acc, int hd) {
-        int row_bytes = kvt >= 0 ? (int) axp_type_row_size((uint32_t) kvt, hd) : 0;
+        int row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
         for (int j0 = 0; j0 < nv; j0 += 4) {
                 int ns = nv - j0 < 4 ? nv - j0 : 4, lmax = 0, lmin = ATT_CHUNK;
                 for (int j = 0; j < ns; j++) {
@@ -1400,16 +1400,15 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
         /* V in place when each row serves at most two groups of 4 vectors (decode: a query's
          * heads), else widened once (prefill: converting a row for every group costs more
          * than the store and loads back) */
-        if (hd % 16 == 0 && nv <= 8 && kv_type == AXP_TYPE_F16)
-                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F16, acc, hd);
-        else if (hd % 16 == 0 && nv <= 8 && kv_type == AXP_TYPE_Q8_0)
-                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_Q8_0, acc, hd);
-        else if (hd % 16 == 0 && nv <= 8 && kv_type == AXP_TYPE_F32)
-                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F32, acc, hd);
-        else {
+        if (hd % 16 != 0 || nv > 8) {
                 widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
                 accum_kv(s, len, nv, vf, hdp, NULL, 0, -1, acc, hd);
-        }
+        } else if (kv_type == AXP_TYPE_F16)
+                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F16, acc, hd);
+        else if (kv_type == AXP_TYPE_Q8_0)
+                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_Q8_0, acc, hd);
+        else
+                accum_kv(s, len, nv, NULL, hdp, v, ld, AXP_TYPE_F32, acc, hd);
 }
 
 /* Feed-forward activation ------------------------------------------------------------------ */

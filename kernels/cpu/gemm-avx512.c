@@ -895,7 +895,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
               long ld, float *acc, int hd, int NC, int SUB) {
         __m512 a[4][8];
         __mmask16 mk[8];
-        int lmax = 0, lmin = ATT_CHUNK, row_bytes = kvt >= 0 ? (int) axp_type_row_size((uint32_t) kvt, hd) : 0;
+        int lmax = 0, lmin = ATT_CHUNK, row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
         UNROLL for (int c = 0; c < NC; c++)
                 mk[c] = 16 * c < hd ? tail_mask(hd - 16 * c) : 0;
         for (int j = 0; j < nv_sub; j++) {

@@ -68,7 +68,6 @@ void axp_cpu_glu(int act, float *g, const float *u, long n);
  * writes its q8_0 cache (d = f16(amax / 127), q = round-half-even(x * (127 / amax))). */
 void axp_cpu_kv_store(uint32_t kv_type, const float *x, void *dst, int n);
 
-
 /* Ask for transparent huge pages under a large buffer not yet touched (its whole 2 MiB
  * extents): a stream over 4 KiB pages takes a TLB miss every 4 KiB, and where the kernel's
  * THP defrag setting is "madvise" only advised memory gets huge pages. Advice only: a kernel

@@ -576,8 +576,8 @@ void axp_cpu_advise_huge(void *p, size_t n) {
 
 void *axp_cpu_huge_alloc(size_t n) {
         void *p = NULL;
-        n = n ? axp_align_up(n, 4096) : 4096;
-        if (posix_memalign(&p, n >= HUGE_PAGE ? HUGE_PAGE : 4096, n) != 0)
+        n = n ? axp_align_up(n, PAGE_BYTES) : PAGE_BYTES;
+        if (posix_memalign(&p, n >= HUGE_PAGE ? HUGE_PAGE : PAGE_BYTES, n) != 0)
                 return NULL;
         axp_cpu_advise_huge(p, n);
         return p;
