@@ -10,6 +10,17 @@ import os
 from harness import NOTIFYD, TEST_TEMPLATES, check, read_jsonl, run, suggestion_problem, wait_for
 
 
+def complete_lines(path):
+    """Whether path exists and holds whole lines (its writer may have created it but not yet
+    written to it)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return False
+    return text.endswith("\n")
+
+
 def body(s):
     # The user's default application for text: a script that notes what it was asked to open.
     opened = os.path.join(s.tmp, "opened.txt")
@@ -40,7 +51,8 @@ def body(s):
     first = os.path.join(s.watched, "todo.txt")
     with open(first, "w") as f:
         f.write("buy milk\ncall the plumber\n")
-    wait_for(lambda: os.path.exists(opened), "the file to be opened from the notification")
+    # the opener's shell creates the file before printf writes its line: wait for the line
+    wait_for(lambda: complete_lines(opened), "the file to be opened from the notification")
     notes = [n for n in read_jsonl(shown) if n["op"] == "notify"]
     check(len(notes) == 1, f"expected one notification, got {notes}")
     # The notification is the stored suggestion: its title as the summary, its body and
