@@ -1180,11 +1180,19 @@ AI __m256i tail_mask8(int n) {
 
 /* 8 values of a K or V row from element i on, all real, for a type known where it is inlined;
  * Q8_0: i is a multiple of 8 (heads are whole blocks of 32) */
+/* A Q8_0 cache block's scale in every lane, and its 8 values from element o on times it */
+AI __m256 q8_scale(const block_q8_0 *b) {
+        return _mm256_cvtph_ps(_mm_set1_epi16((short) b->d));
+}
+
+AI __m256 q8_8(const block_q8_0 *b, int o, __m256 d) {
+        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + o)))));
+}
+
 AI __m256 kv8(const void *p, long i, uint32_t type) {
         if (type == AXP_TYPE_Q8_0) {
                 const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
-                __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + i % QK8_0))));
-                return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), q);
+                return q8_8(b, (int) (i % QK8_0), q8_scale(b));
         }
         if (type == AXP_TYPE_F16)
                 return _mm256_cvtph_ps(ldu16((const uint16_t *) p + i));
@@ -1235,11 +1243,12 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                         const block_q8_0 *r = (const block_q8_0 *) src + (long) t * bld;
                         for (int o = 0; o < hd / QK8_0 * (int) sizeof(block_q8_0); o += 64)
                                 _mm_prefetch((const char *) (r + PF_ROWS * bld) + o, _MM_HINT_T0);
-                        for (int c = 0; c < nc; c++) {
+                        /* each block's scale once */
+                        for (int c = 0; c < nc; c += 4) {
                                 const block_q8_0 *b = r + c / 4;
-                                __m256 q = _mm256_cvtepi32_ps(
-                                        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + 8 * (c % 4)))));
-                                _mm256_store_ps(dst + t * hdp + 8 * c, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), q));
+                                __m256 d = q8_scale(b);
+                                UNROLL for (int i = 0; i < 4; i++)
+                                        _mm256_store_ps(dst + t * hdp + 8 * (c + i), q8_8(b, 8 * i, d));
                         }
                 }
         } else {
@@ -1295,6 +1304,12 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
         if (kvt < 0) {
                 *v0 = _mm256_load_ps(vf + t * hdp + o);
                 *v1 = _mm256_load_ps(vf + t * hdp + o + 8);
+        } else if (kvt == AXP_TYPE_Q8_0) {
+                /* o is a multiple of 16: both halves in one block, its scale converted once */
+                const block_q8_0 *b = (const block_q8_0 *) v + (t * ld + o) / QK8_0;
+                __m256 d = q8_scale(b);
+                *v0 = q8_8(b, o % QK8_0, d);
+                *v1 = q8_8(b, o % QK8_0 + 8, d);
         } else {
                 *v0 = kv8(v, t * ld + o, (uint32_t) kvt);
                 *v1 = kv8(v, t * ld + o + 8, (uint32_t) kvt);

@@ -834,11 +834,19 @@ AI void scores_all(const float *const *q, int nv, const int *len, const float *k
 
 /* 16 values of a K or V row from element i on (mk: which are real); Q8_0: i is a multiple of
  * 16 and all are real (heads are whole blocks of 32) */
+/* A Q8_0 cache block's scale in every lane, and its 16 values from element o on times it */
+AI __m512 q8_scale16(const block_q8_0 *b) {
+        return _mm512_cvtph_ps(_mm256_set1_epi16((short) b->d));
+}
+
+AI __m512 q8_16(const block_q8_0 *b, int o, __m512 d) {
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (b->qs + o)))));
+}
+
 AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
         if (type == AXP_TYPE_Q8_0) {
                 const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
-                __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (b->qs + i % QK8_0))));
-                return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b->d)), q);
+                return q8_16(b, (int) (i % QK8_0), q8_scale16(b));
         }
         if (type == AXP_TYPE_F16)
                 return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *) p + i));
@@ -869,8 +877,13 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                         const block_q8_0 *r = (const block_q8_0 *) src + (long) (t0 + t) * bld;
                         _mm_prefetch((const char *) (r + PF_ROWS * bld), _MM_HINT_T0);
                         _mm_prefetch((const char *) (r + PF_ROWS * bld) + 64, _MM_HINT_T0);
-                        for (int c = 0; c < nc; c++)
-                                _mm512_store_ps(dst + t * hdp + 16 * c, kv_row(r, 16 * c, type, 0xffff));
+                        /* each block's scale once */
+                        for (int c = 0; c < nc; c += 2) {
+                                const block_q8_0 *b = r + c / 2;
+                                __m512 d = q8_scale16(b);
+                                _mm512_store_ps(dst + t * hdp + 16 * c, q8_16(b, 0, d));
+                                _mm512_store_ps(dst + t * hdp + 16 * c + 16, q8_16(b, 16, d));
+                        }
                 }
                 return;
         }
@@ -886,6 +899,27 @@ AI __m512 v_row(const float *vf, int hdp, const void *v, long ld, int kvt, int t
         if (kvt < 0)
                 return _mm512_load_ps(vf + t * hdp + 16 * c);
         return 16 * c < hd ? kv_row(v, (long) t * ld + 16 * c, (uint32_t) kvt, mk) : _mm512_setzero_ps();
+}
+
+/* the NC vectors of V's row t (v_row for c < NC); a Q8_0 block's scale converted once for its
+ * two vectors */
+AI void v_rows(const float *vf, int hdp, const void *v, long ld, int kvt, int t, int hd, const __mmask16 *mk,
+               __m512 *vt, int NC) {
+        if (kvt == AXP_TYPE_Q8_0) {
+                const block_q8_0 *r = (const block_q8_0 *) v + t * (ld / QK8_0);
+                UNROLL for (int c = 0; c < NC; c += 2) {
+                        if (16 * c >= hd) {
+                                vt[c] = vt[c + 1] = _mm512_setzero_ps();
+                                continue;
+                        }
+                        __m512 d = q8_scale16(r + c / 2);
+                        vt[c] = q8_16(r + c / 2, 0, d);
+                        vt[c + 1] = q8_16(r + c / 2, 16, d);
+                }
+                return;
+        }
+        UNROLL for (int c = 0; c < NC; c++)
+                vt[c] = v_row(vf, hdp, v, ld, kvt, t, c, hd, mk[c]);
 }
 
 /* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers), V
@@ -910,8 +944,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
                         for (int o = 0; o < row_bytes; o += 64)
                                 _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
                         __m512 vt[8];
-                        UNROLL for (int c = 0; c < NC; c++)
-                                vt[c] = v_row(vf, hdp, v, ld, kvt, t, c, hd, mk[c]);
+                        v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
                         UNROLL for (int j = 0; j < SUB; j++) {
                                 __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
                                 UNROLL for (int c = 0; c < NC; c++)
@@ -920,8 +953,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
                 }
         for (; t < lmax; t++) {
                 __m512 vt[8];
-                UNROLL for (int c = 0; c < NC; c++)
-                        vt[c] = v_row(vf, hdp, v, ld, kvt, t, c, hd, mk[c]);
+                v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
                 UNROLL for (int j = 0; j < SUB; j++)
                         if (j < nv_sub && t < len[j]) {
                                 __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
