@@ -832,8 +832,6 @@ AI void scores_all(const float *const *q, int nv, const int *len, const float *k
         }
 }
 
-/* 16 values of a K or V row from element i on (mk: which are real); Q8_0: i is a multiple of
- * 16 and all are real (heads are whole blocks of 32) */
 /* A Q8_0 cache block's scale in every lane, and its 16 values from element o on times it */
 AI __m512 q8_scale16(const block_q8_0 *b) {
         return _mm512_cvtph_ps(_mm256_set1_epi16((short) b->d));
@@ -843,6 +841,8 @@ AI __m512 q8_16(const block_q8_0 *b, int o, __m512 d) {
         return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (b->qs + o)))));
 }
 
+/* 16 values of a K or V row from element i on (mk: which are real); Q8_0: i is a multiple of
+ * 16 and all are real (heads are whole blocks of 32) */
 AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
         if (type == AXP_TYPE_Q8_0) {
                 const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
