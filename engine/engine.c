@@ -89,7 +89,9 @@ struct axp_engine {
         axp_model *model;
         axp_device *devs[MAX_DEVS];
         bool role_static[MAX_DEVS], role_dynamic[MAX_DEVS];
-        int n_devs, static_dev_i, dynamic_dev_i;
+        /* dynamic_dev_i: the dynamic role's device for the model in place; dynamic_bound_i:
+         * the one bound at start (they differ where setup_model gives the role to the CPU) */
+        int n_devs, static_dev_i, dynamic_dev_i, dynamic_bound_i;
         axp_executor *ex[MAX_DEVS];
         axp_sched *sched;
         axp_gpu_telemetry *telemetry;
@@ -598,7 +600,7 @@ static int setup_devices(axp_engine *e, axp_error *err) {
         }
         e->n_devs = b.n_devs;
         e->static_dev_i = b.static_dev;
-        e->dynamic_dev_i = b.dynamic_dev;
+        e->dynamic_dev_i = e->dynamic_bound_i = b.dynamic_dev;
         for (int i = 0; i < e->n_devs; i++)
                 if ((r = axp_executor_new(e->devs[i], i, e->mb, &e->ex[i], err)) < 0)
                         return r;
@@ -653,6 +655,38 @@ static void telemetry_tick(axp_engine *e) {
         }
 }
 
+/* The dynamic role for the model just calibrated. Bound by "auto" to a discrete GPU, it stays
+ * there only where the GPU streams the model at least as fast as the CPU: decode runs on the
+ * dynamic role, and the OpenCL kernels, written for a GPU that shares memory with the CPU,
+ * move each task's buffers across the bus (on an NVIDIA H200 decode ran slower than on that
+ * machine's CPU). The measure is the calibration's memory anchor, one token through every
+ * layer's FFN with each task's overheads. Otherwise the CPU takes the role for this model,
+ * the GPU gives back its copy of the weights, and stderr (the journal) says so. */
+static void pick_dynamic(axp_engine *e) {
+        int cpu = -1;
+        axp_device *g = e->devs[e->dynamic_bound_i];
+
+        e->dynamic_dev_i = e->dynamic_bound_i;
+        for (int i = 0; i < e->n_devs; i++)
+                if (axp_device_kind(e->devs[i]) == AXP_DEV_CPU)
+                        cpu = i;
+        if (cpu >= 0 && strcmp(e->dynamic_dev, "auto") == 0 && axp_device_kind(g) == AXP_DEV_DGPU) {
+                double bg = axp_calib_B_eff(axp_device_calib(g));
+                double bc = axp_calib_B_eff(axp_device_calib(e->devs[cpu]));
+                if (!(bg >= bc)) {
+                        fprintf(stderr,
+                                "agentxpu: dynamic role (auto): %s streams this model at %.2f GB/s, "
+                                "the CPU at %.2f: the CPU takes the role for it "
+                                "(DynamicDevice=opencl keeps the GPU)\n",
+                                axp_device_name(g), bg / 1e9, bc / 1e9);
+                        e->dynamic_dev_i = cpu;
+                        (void) axp_device_prepare(g, NULL, NULL);
+                }
+        }
+        for (int i = 0; i < e->n_devs; i++)
+                e->role_dynamic[i] = i == e->dynamic_dev_i;
+}
+
 /* Prepare the devices for m, calibrate them and start a scheduler. */
 static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         axp_sched_device sd[MAX_DEVS];
@@ -683,6 +717,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                         .cpu = axp_device_kind(d) == AXP_DEV_CPU,
                 };
         }
+        pick_dynamic(e);
         axp_sched_config_default(&sc);
         sc.policy = e->pol;
         sc.preempt_bound_s = e->cfg.preempt_bound_s;

@@ -249,6 +249,12 @@ static void describe(cl_platform_id p, cl_device_id d, int index, axp_opencl_inf
                 ret->kind = AXP_DEV_CPU;
         else
                 ret->kind = AXP_DEV_OTHER;
+        /* for tests: AXP_OPENCL_KIND=igpu|dgpu, every device taken for that kind of GPU */
+        const char *kind = getenv("AXP_OPENCL_KIND");
+        if (kind && strcmp(kind, "igpu") == 0)
+                ret->kind = AXP_DEV_IGPU;
+        else if (kind && strcmp(kind, "dgpu") == 0)
+                ret->kind = AXP_DEV_DGPU;
 }
 
 /* Calls fn for every (platform, device) in order until it returns non-zero. */

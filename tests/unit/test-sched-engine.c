@@ -263,6 +263,56 @@ static void test_roles_on_two_devices(void) {
         small_chunks = false;
 }
 
+/* "auto" with a discrete GPU that streams the model slower than the CPU (PoCL, taken for one
+ * with AXP_OPENCL_KIND=dgpu): the CPU takes the dynamic role for the model and the requests
+ * generate what the CPU alone generates; named explicitly, the GPU keeps the role (and sums
+ * its rows in a GPU's order, so its texts are not compared). */
+static void test_auto_leaves_a_slower_discrete_gpu(void) {
+        static char want[4][8192];
+        static result res[4];
+        axp_device *probe = NULL;
+        axp_error err = { 0 };
+        if (axp_device_open("opencl", 1, &probe, NULL) < 0) {
+                printf("  no OpenCL device here: nothing to take for a discrete GPU\n");
+                return;
+        }
+        axp_device_free(probe);
+        reference_texts(want);
+        setenv("AXP_OPENCL_KIND", "dgpu", 1);
+        for (int named = 0; named < 2; named++) {
+                axp_engine *e = new_engine_on("agentxpu", "auto", named ? "opencl" : "auto");
+                CHECK(e != NULL);
+                if (!e)
+                        continue;
+                axp_device_info info[4];
+                int n = axp_engine_devices(e, info, 4);
+                CHECK_EQ_INT(n, 2);
+                for (int i = 0; i < n && i < 4; i++) {
+                        bool gpu = strcmp(info[i].kind, "dgpu") == 0;
+                        CHECK_MSG(info[i].role_dynamic == (gpu == (named == 1)),
+                                  "dynamic role %s: %s (%s) has it: %d", named ? "opencl" : "auto",
+                                  info[i].name, info[i].kind, info[i].role_dynamic);
+                        CHECK(info[i].role_static == !gpu);
+                }
+                for (int i = 0; i < 2 && !named; i++) {
+                        axp_request_opts o;
+                        axp_request_cbs cb = cbs_for(&res[i]);
+                        uint64_t id;
+                        result_init(&res[i]);
+                        greedy_opts(&o, 24);
+                        CHECK(axp_engine_submit(e, i ? AXP_PROACTIVE : AXP_REACTIVE, prompts[i], &o,
+                                                &cb, &id, &err) == 0);
+                }
+                for (int i = 0; i < 2 && !named; i++) {
+                        result_wait(&res[i]);
+                        CHECK_MSG(res[i].len == want_len[i] && memcmp(res[i].text, want[i], res[i].len) == 0,
+                                  "request %d: '%.*s' vs '%s'", i, (int) res[i].len, res[i].text, want[i]);
+                }
+                axp_engine_free(e);
+        }
+        unsetenv("AXP_OPENCL_KIND");
+}
+
 static void test_cancel_and_errors(void) {
         axp_engine *e = new_engine("agentxpu");
         axp_request_opts o;
@@ -606,6 +656,7 @@ int main(void) {
         }
         RUN(test_concurrent_requests_match_reference);
         RUN(test_roles_on_two_devices);
+        RUN(test_auto_leaves_a_slower_discrete_gpu);
         RUN(test_cancel_and_errors);
         RUN(test_unknown_kv_type);
         RUN(test_free_with_requests_in_flight);
