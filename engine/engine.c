@@ -655,13 +655,9 @@ static void telemetry_tick(axp_engine *e) {
         }
 }
 
-/* The dynamic role for the model just calibrated. Bound by "auto" to a discrete GPU, it stays
- * there only where the GPU streams the model at least as fast as the CPU: decode runs on the
- * dynamic role, and the OpenCL kernels, written for a GPU that shares memory with the CPU,
- * move each task's buffers across the bus (on an NVIDIA H200 decode ran slower than on that
- * machine's CPU). The measure is the calibration's memory anchor, one token through every
- * layer's FFN with each task's overheads. Otherwise the CPU takes the role for this model,
- * the GPU gives back its copy of the weights, and stderr (the journal) says so. */
+/* The dynamic role for the model just calibrated: bound by "auto" to a discrete GPU, it stays
+ * there only where axp_calib_gpu_keeps_dynamic says so; otherwise the CPU takes the role for
+ * this model, the GPU gives back its copy of the weights, and stderr (the journal) says so. */
 static void pick_dynamic(axp_engine *e) {
         int cpu = -1;
         axp_device *g = e->devs[e->dynamic_bound_i];
@@ -671,14 +667,14 @@ static void pick_dynamic(axp_engine *e) {
                 if (axp_device_kind(e->devs[i]) == AXP_DEV_CPU)
                         cpu = i;
         if (cpu >= 0 && strcmp(e->dynamic_dev, "auto") == 0 && axp_device_kind(g) == AXP_DEV_DGPU) {
-                double bg = axp_calib_B_eff(axp_device_calib(g));
-                double bc = axp_calib_B_eff(axp_device_calib(e->devs[cpu]));
-                if (!(bg >= bc)) {
+                const axp_calib *cg = axp_device_calib(g), *cc = axp_device_calib(e->devs[cpu]);
+                if (!axp_calib_gpu_keeps_dynamic(cg, cc)) {
                         fprintf(stderr,
                                 "agentxpu: dynamic role (auto): %s streams this model at %.2f GB/s, "
                                 "the CPU at %.2f: the CPU takes the role for it "
                                 "(DynamicDevice=opencl keeps the GPU)\n",
-                                axp_device_name(g), bg / 1e9, bc / 1e9);
+                                axp_device_name(g), axp_calib_B_eff(cg) / 1e9,
+                                axp_calib_B_eff(cc) / 1e9);
                         e->dynamic_dev_i = cpu;
                         (void) axp_device_prepare(g, NULL, NULL);
                 }

@@ -203,3 +203,7 @@ int axp_calib_get(axp_device *d, const axp_model *m, const char *path, axp_calib
                 (void) axp_calib_cache_store(path, key, ret, NULL);
         return 0;
 }
+
+bool axp_calib_gpu_keeps_dynamic(const axp_calib *gpu, const axp_calib *cpu) {
+        return axp_calib_B_eff(gpu) >= axp_calib_B_eff(cpu);
+}

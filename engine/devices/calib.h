@@ -6,6 +6,7 @@
  * weight type, so that start-up measures once. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "device.h"
@@ -29,3 +30,11 @@ int axp_calib_cache_store(const char *path, const char *key, const axp_calib *c,
  * an error). path may be NULL: always measure. */
 int axp_calib_get(axp_device *d, const axp_model *m, const char *path, axp_calib *ret,
                   axp_error *err);
+
+/* Whether a discrete GPU that "auto" bound to the dynamic role keeps it for a model, given
+ * both devices' calibrations for it: where it streams the model at least as fast as the CPU
+ * (the memory anchor, one token through every layer's FFN with each task's overheads). Decode
+ * runs on the dynamic role, and the OpenCL kernels, written for a GPU that shares memory with
+ * the CPU, move each task's buffers across the bus: on an NVIDIA H200 decode ran slower than
+ * on that machine's CPU. The engine and `agentxpu devices -m` both ask. */
+bool axp_calib_gpu_keeps_dynamic(const axp_calib *gpu, const axp_calib *cpu);

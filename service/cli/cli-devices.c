@@ -83,6 +83,25 @@ typedef struct role_view {
         char why[200];
 } role_view;
 
+/* As the engine does when it loads the model: a discrete GPU bound by "auto" to the dynamic
+ * role keeps it only where axp_calib_gpu_keeps_dynamic says so, else the CPU takes it. */
+static void dynamic_for_model(const axp_discovery *d, const calib_view *cal, role_view *dyn) {
+        const axp_dev_entry *g = &d->devs[dyn->entry];
+        int cpu = -1;
+        for (int i = 0; i < d->n; i++)
+                if (d->devs[i].kind == AXP_DEV_CPU && strcmp(d->devs[i].backend, "cpu") == 0)
+                        cpu = i;
+        if (cpu < 0 || strcmp(dyn->spec, "auto") != 0 || g->kind != AXP_DEV_DGPU ||
+            !cal[dyn->entry].done || !cal[cpu].done ||
+            axp_calib_gpu_keeps_dynamic(&cal[dyn->entry].c, &cal[cpu].c))
+                return;
+        snprintf(dyn->why, sizeof(dyn->why),
+                 "for this model: %.100s streams it at %.2f GB/s, the CPU at %.2f "
+                 "(DynamicDevice=opencl keeps the GPU)",
+                 g->name, axp_calib_B_eff(&cal[dyn->entry].c) / 1e9, axp_calib_B_eff(&cal[cpu].c) / 1e9);
+        dyn->entry = cpu;
+}
+
 static void roles_of(const role_view *roles, int entry, char *buf, size_t size) {
         snprintf(buf, size, "%s%s%s", roles[0].entry == entry ? "static" : "",
                  roles[0].entry == entry && roles[1].entry == entry ? "," : "",
@@ -247,6 +266,7 @@ int cli_devices(int argc, char **argv) {
                         return cli_fail("out of memory");
                 if ((r = calibrate(&d, model, cache, cal)) != 0)
                         return r;
+                dynamic_for_model(&d, cal, &roles[1]);
         }
 
         _cleanup_(axp_gpu_telemetry_freep) axp_gpu_telemetry *t = NULL;

@@ -5,9 +5,11 @@ it does not know names the command and points to its --help; a number option ref
 garbage and numbers out of range in one line that gives the range (status 2); text that is
 not valid UTF-8 (a prompt, a prompt file, --stop, --system) is refused in one line that says
 where (status 1); without a bus, the bus commands say what to check; a model whose chat
-template is not understood is said to be prompted raw (one warning line). The bus commands'
+template is not understood is said to be prompted raw (one warning line); `devices -m` gives
+the dynamic role to the CPU for a model a discrete GPU streams slower. The bus commands'
 behaviour against an engine, or a bus without one, is in tests/daemon/test-daemon-fake.py.
 Env: AXP_CLI."""
+import json
 import os
 import subprocess
 import sys
@@ -227,6 +229,48 @@ def check_isa(tmp):
     print("ok   an AXP_CPU_ISA this CPU cannot run is said, and the best path runs")
 
 
+def check_devices_discrete_gpu(tmp):
+    """devices -m, as the engine does when it loads a model: a discrete GPU that DynamicDevice
+    auto bound (PoCL taken for one with the test hook AXP_OPENCL_KIND=dgpu) keeps the dynamic
+    role only where its calibration streams the model at least as fast as the CPU's, else the
+    CPU takes it and says why; named with --dynamic opencl it keeps it. The calibrations are
+    set in the --calib-cache file, so the outcome does not hang on how busy the machine is."""
+    env = dict(os.environ, AXP_OPENCL_KIND="dgpu")
+    p = run("devices", "--json", env=env)
+    if p.returncode != 0:
+        fail(f"devices --json: status {p.returncode}, stderr {lines(p.stderr)}")
+        return
+    if not any(d["kind"] == "dgpu" for d in json.loads(p.stdout)["devices"]):
+        print("ok   devices -m and a discrete GPU: no OpenCL device here, skipped")
+        return
+    model, cache = os.path.join(tmp, "dgpu.gguf"), os.path.join(tmp, "calib")
+    if run("mkmodel", "-o", model).returncode != 0:
+        fail("mkmodel failed")
+        return
+    run("devices", "-m", model, "--calib-cache", cache, env=env)
+
+    def set_bandwidth(backend, gbps):
+        with open(cache) as f:
+            rows = f.read().splitlines()
+        for i, row in enumerate(rows):
+            if row.startswith(backend + ":"):
+                fields = row.split()
+                fields[2] = repr(gbps * 1e9)
+                rows[i] = " ".join(fields)
+        with open(cache, "w") as f:
+            f.write("\n".join(rows) + "\n")
+
+    set_bandwidth("cpu", 10)
+    for gpu, dynamic, want in ((1, "auto", "cpu"), (100, "auto", "opencl:0"), (1, "opencl", "opencl:0")):
+        set_bandwidth("opencl", gpu)
+        p = run("devices", "-m", model, "--calib-cache", cache, "--dynamic", dynamic, "--json", env=env)
+        role = json.loads(p.stdout)["roles"]["dynamic"] if p.returncode == 0 else {}
+        why = role.get("fallback") or ""
+        if role.get("device") != want or (want == "cpu") != ("streams it at 1.00 GB/s, the CPU at 10.00" in why):
+            fail(f"devices -m, GPU at {gpu} GB/s, --dynamic {dynamic}: {role}")
+    print("ok   devices -m: auto leaves a discrete GPU slower than the CPU for the model, and says why")
+
+
 def check_kv_type(tmp):
     """--kv-type: an unknown type is a usage error that lists the three; q8_0 runs on heads of
     64 and is refused in one line on heads of 48 (Q8_0 blocks are 32 wide)."""
@@ -283,6 +327,7 @@ check_no_bus()
 with tempfile.TemporaryDirectory() as tmp:
     check_utf8(tmp)
     check_isa(tmp)
+    check_devices_discrete_gpu(tmp)
     check_kv_type(tmp)
     check_unknown_chat_template(tmp)
 print("ok" if not failures else f"{failures} failures")
