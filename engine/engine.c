@@ -666,7 +666,7 @@ static void pick_dynamic(axp_engine *e) {
         for (int i = 0; i < e->n_devs; i++)
                 if (axp_device_kind(e->devs[i]) == AXP_DEV_CPU)
                         cpu = i;
-        if (cpu >= 0 && strcmp(e->dynamic_dev, "auto") == 0 && axp_device_kind(g) == AXP_DEV_DGPU) {
+        if (cpu >= 0 && axp_device_spec_auto(e->dynamic_dev) && axp_device_kind(g) == AXP_DEV_DGPU) {
                 const axp_calib *cg = axp_device_calib(g), *cc = axp_device_calib(e->devs[cpu]);
                 if (!axp_calib_gpu_keeps_dynamic(cg, cc)) {
                         fprintf(stderr,

@@ -180,6 +180,12 @@ int axp_device_spec_check(const char *spec, axp_error *err) {
         return spec_parse(spec, &k, &i, err);
 }
 
+bool axp_device_spec_auto(const char *spec) {
+        spec_kind k = SPEC_CPU;
+        int i;
+        return spec_parse(spec, &k, &i, NULL) == 0 && k == SPEC_AUTO;
+}
+
 /* The entry of a GPU-like OpenCL device, by preference; -1 if none. */
 static int find_opencl(const axp_dev_entry *l, int n, bool gpu_only) {
         static const axp_dev_kind order[] = { AXP_DEV_IGPU, AXP_DEV_DGPU };

@@ -41,6 +41,8 @@ void axp_discovery_clear(axp_discovery *d);
 
 /* -EINVAL with a message if spec is none of the forms above. */
 int axp_device_spec_check(const char *spec, axp_error *err);
+/* Whether spec is "auto" (NULL and "" are too). */
+bool axp_device_spec_auto(const char *spec);
 
 /* Open the device a spec names, for running every kernel of a model there (the command
  * line's --device). auto: as for the dynamic role. -ENODEV with a message if the spec names

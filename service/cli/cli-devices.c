@@ -91,7 +91,7 @@ static void dynamic_for_model(const axp_discovery *d, const calib_view *cal, rol
         for (int i = 0; i < d->n; i++)
                 if (d->devs[i].kind == AXP_DEV_CPU && strcmp(d->devs[i].backend, "cpu") == 0)
                         cpu = i;
-        if (cpu < 0 || strcmp(dyn->spec, "auto") != 0 || g->kind != AXP_DEV_DGPU ||
+        if (cpu < 0 || !axp_device_spec_auto(dyn->spec) || g->kind != AXP_DEV_DGPU ||
             !cal[dyn->entry].done || !cal[cpu].done ||
             axp_calib_gpu_keeps_dynamic(&cal[dyn->entry].c, &cal[cpu].c))
                 return;
