@@ -7,6 +7,7 @@
 
 #include "calib.h"
 #include "kernels/types.h"
+#include "model/quantize.h"
 
 #define CACHE_HEADER "# agentxpu device calibration v1: key P_pk B_pk u_m u_c I_c e_attn"
 
@@ -109,11 +110,11 @@ int axp_calib_measure(axp_device *d, const axp_model *m, axp_calib *ret, axp_err
 }
 
 void axp_calib_key(const axp_device *d, const axp_model *m, char *buf, size_t size) {
-        const axp_type_traits *tt = axp_type_traits_get(m->file_type);
-        char *p;
+        const char *ft = axp_file_type_name(m->file_type);
+        char num[24], *p;
 
-        snprintf(buf, size, "%s:%s:%s", axp_device_backend(d),
-                 axp_device_name(d), tt && tt->name ? tt->name : "?");
+        snprintf(num, sizeof(num), "ftype%d", m->file_type);
+        snprintf(buf, size, "%s:%s:%s", axp_device_backend(d), axp_device_name(d), ft ? ft : num);
         /* one whitespace-free word per key */
         for (p = buf; *p; p++)
                 if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')

@@ -3,6 +3,7 @@
  * checked for presence, type and shape before the engine touches it. */
 #include "model.h"
 #include "grammar.h"
+#include "quantize.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -589,9 +590,9 @@ int axp_model_load(const char *path, axp_model **ret, axp_error *err) {
         if (!m->name)
                 return axp_errorf(err, -ENOMEM, "out of memory");
         uint32_t ft;
-        m->file_type = m->layers[0].wq.type;
-        if (gguf_get_u32(m->gguf, "general.file_type", &ft))
-                m->file_type = ft;
+        m->file_type = axp_file_type_of(m->layers[0].wq.type);
+        if (gguf_get_u32(m->gguf, "general.file_type", &ft) && ft <= INT32_MAX)
+                m->file_type = (int) ft;
 
         *ret = TAKE_PTR(m);
         return 0;

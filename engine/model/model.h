@@ -127,7 +127,8 @@ typedef struct axp_model {
         axp_layer *layers;
         axp_tokenizer *tok;
         char *chat_template;   /* tokenizer.chat_template, or NULL */
-        uint32_t file_type;    /* dominant weight type, for display */
+        int file_type;         /* llama.cpp's general.file_type (llama_ftype), else that of the
+                                * first layer's query matrix's type; -1 if neither */
         /* the vocabulary's byte strings as a trie for constrained decoding (grammar.h): built
          * on the first constrained request by the thread that generates */
         struct axp_vocab_trie *vocab_trie;

@@ -62,6 +62,21 @@ int axp_file_type_of(uint32_t type) {
         }
 }
 
+const char *axp_file_type_name(int ftype) {
+        static const struct {
+                int ftype;
+                const char *name;
+        } names[] = { { 0, "F32" },     { 1, "F16" },     { 2, "Q4_0" },    { 3, "Q4_1" },
+                      { 7, "Q8_0" },    { 8, "Q5_0" },    { 9, "Q5_1" },    { 10, "Q2_K" },
+                      { 11, "Q3_K_S" }, { 12, "Q3_K_M" }, { 13, "Q3_K_L" }, { 14, "Q4_K_S" },
+                      { 15, "Q4_K_M" }, { 16, "Q5_K_S" }, { 17, "Q5_K_M" }, { 18, "Q6_K" },
+                      { 25, "IQ4_NL" }, { 30, "IQ4_XS" }, { 32, "BF16" } };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (names[i].ftype == ftype)
+                        return names[i].name;
+        return NULL;
+}
+
 #define TARGETS "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32, Q3_K_M, Q4_K_M, Q5_K_M"
 
 int axp_quant_target_parse(const char *name, axp_quant_target *ret, axp_error *err) {

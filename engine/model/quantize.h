@@ -11,6 +11,8 @@
 /* llama.cpp's general.file_type (llama_ftype) of a file whose matrices are mostly `type`
  * (every matrix, for the K-quants the _S variant); -1 for types without one. */
 int axp_file_type_of(uint32_t type);
+/* The name llama.cpp gives a llama_ftype ("Q4_K_M"), NULL for one this table lacks. */
+const char *axp_file_type_name(int ftype);
 
 /* A target: a tensor type's name (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k,
  * q4_k, q5_k, q6_k, f16, bf16, f32: every matrix in that type, as llama-quantize --pure) or a

@@ -106,6 +106,17 @@ static void test_moe_cost(void) {
         unlink(path);
 }
 
+/* The cache key names the file's type as llama.cpp does (mkmodel's default file is Q8_0,
+ * general.file_type 7, which as a tensor type would read Q5_1). */
+static void test_key(void) {
+        char key[512];
+        axp_calib_key(cpu, model, key, sizeof(key));
+        size_t n = strlen(key);
+        CHECK_MSG(n > 5 && strcmp(key + n - 5, ":Q8_0") == 0, "key %s", key);
+        CHECK(strncmp(key, "cpu:CPU_(", 9) == 0 && !strchr(key, ' '));
+        CHECK_EQ_INT(model->file_type, 7);
+}
+
 static void test_cache(void) {
         axp_calib a = { 1e12, 5e10, 0.9, 0.05, 512, 0.2 }, b = { 2e12, 6e10, 0.8, 0.04, 256, 0.3 };
         axp_calib got;
@@ -172,6 +183,7 @@ int main(void) {
                 return 1;
         }
         RUN(test_measure);
+        RUN(test_key);
         RUN(test_cache);
         RUN(test_moe_cost);
         axp_device_free(cpu);
