@@ -1178,8 +1178,6 @@ AI __m256i tail_mask8(int n) {
         return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* 8 values of a K or V row from element i on, all real, for a type known where it is inlined;
- * Q8_0: i is a multiple of 8 (heads are whole blocks of 32) */
 /* A Q8_0 cache block's scale in every lane, and its 8 values from element o on times it */
 AI __m256 q8_scale(const block_q8_0 *b) {
         return _mm256_cvtph_ps(_mm_set1_epi16((short) b->d));
@@ -1189,6 +1187,8 @@ AI __m256 q8_8(const block_q8_0 *b, int o, __m256 d) {
         return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + o)))));
 }
 
+/* 8 values of a K or V row from element i on, all real, for a type known where it is inlined;
+ * Q8_0: i is a multiple of 8 (heads are whole blocks of 32) */
 AI __m256 kv8(const void *p, long i, uint32_t type) {
         if (type == AXP_TYPE_Q8_0) {
                 const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
