@@ -1187,13 +1187,9 @@ AI __m256 q8_8(const block_q8_0 *b, int o, __m256 d) {
         return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (b->qs + o)))));
 }
 
-/* 8 values of a K or V row from element i on, all real, for a type known where it is inlined;
- * Q8_0: i is a multiple of 8 (heads are whole blocks of 32) */
+/* 8 values of an F16 or F32 K or V row from element i on, all real, for a type known where it
+ * is inlined (a Q8_0 cache goes through q8_8 with its block's scale: widen, v16) */
 AI __m256 kv8(const void *p, long i, uint32_t type) {
-        if (type == AXP_TYPE_Q8_0) {
-                const block_q8_0 *b = (const block_q8_0 *) p + i / QK8_0;
-                return q8_8(b, (int) (i % QK8_0), q8_scale(b));
-        }
         if (type == AXP_TYPE_F16)
                 return _mm256_cvtph_ps(ldu16((const uint16_t *) p + i));
         return _mm256_loadu_ps((const float *) p + i);
@@ -1201,7 +1197,7 @@ AI __m256 kv8(const void *p, long i, uint32_t type) {
 
 /* the same with n of them real (the rest zero) */
 static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
-        if (type == AXP_TYPE_Q8_0 || n >= 8)
+        if (n >= 8)
                 return kv8(p, i, type);
         float tmp[8] = { 0 };
         for (int c = 0; c < n; c++)
