@@ -3,7 +3,8 @@
  * 32-byte half of a group vector holds 4 inputs of 8 rows. Decode (one or two tokens) takes
  * both halves in one pass over k, so each 64-byte line is used whole when it arrives and the
  * stream is prefetched ahead as on the AVX-512 path; prefill tiles take one half and up to
- * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers).
+ * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers,
+ * and with VNNI for the 32-element block types, BLOCK_T).
  * Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16) and
  * vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
  * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
@@ -119,6 +120,17 @@ AI void prefetch_lines(const uint8_t *p, int n) {
                         }                                                                          \
                 }                                                                                  \
         } while (0)
+
+/* The 32-element block types' prefill tile. With VNNI a token costs one broadcast and one
+ * vpdpbusd per weight vector, and the weight's load (and unpacking) is shared by the tile's
+ * tokens: 8 tokens over 4 took Q8_0 from 251-255 to 262-270 GFLOP/s and Q4_0 from 239-249 to
+ * 275-276 on one Zen 5 core (bench-kernels --micro). Without VNNI, whose vpmaddubsw sequence
+ * needs more registers per token, 8 tokens were no faster. */
+#ifdef AXP_AVX_VNNI
+#define BLOCK_T WIDE_T
+#else
+#define BLOCK_T MAX_T
+#endif
 
 /* Eight u8 (scales_u8) or s8 (scales_s8) scales, one per row of a half, as the 16-bit pairs
  * vpmaddwd multiplies: lane r of the result holds scale r in both of its 16-bit halves. */
@@ -240,8 +252,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const uint16_t *sc = (const uint16_t *) g;
         const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
         const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
-        const uint8_t *row[MAX_T];
-        __m256 acc[MAX_T][2];
+        const uint8_t *row[BLOCK_T];
+        __m256 acc[BLOCK_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
                 UNROLL for (int hh = 0; hh < NH; hh++)
@@ -257,7 +269,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 const uint8_t *q = qs + b * qb;
                 if (T <= 2)
                         prefetch_lines(q + 8 * qb, (int) (qb / 64));
-                __m256i isum[MAX_T][2];
+                __m256i isum[BLOCK_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {
                         /* u8 x s8 summed in int32 by vpdpbusd: the offset of the unsigned
@@ -292,7 +304,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #endif
                 if (mode == M_Q4_0 || mode == M_Q4_1) {
                         /* u8 nibbles x s8: 8 pair sums of at most 2*15*127 fit s16 */
-                        __m256i s16[MAX_T][2];
+                        __m256i s16[BLOCK_T][2];
                         UNROLL for (int t = 0; t < T; t++)
                                 UNROLL for (int hh = 0; hh < NH; hh++)
                                         s16[t][hh] = _mm256_setzero_si256();
@@ -326,7 +338,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 UNROLL for (int hh = 0; hh < NH; hh++)
                                         isum[t][hh] = _mm256_setzero_si256();
                         UNROLL for (int j0 = 0; j0 < 8; j0 += 4) {
-                                __m256i s16[MAX_T][2];
+                                __m256i s16[BLOCK_T][2];
                                 UNROLL for (int j = j0; j < j0 + 4; j++) {
                                         __m256i w[2];
                                         UNROLL for (int hh = 0; hh < NH; hh++)
@@ -403,35 +415,35 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q8_0_tile, M_Q8_0);
+        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q8_0);
 }
 
 #ifndef AXP_AVX_VNNI
 /* Prepared Q8_0 and Q5_0 with no quant of -128 (axp_packed.no_min8) */
 static void gemm_q8_0_sym(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                           int n_rows) {
-        TILE_DISPATCH_HALVES(q8_0_tile, M_Q8_0_SYM);
+        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q8_0_SYM);
 }
 #endif
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q8_0_tile, M_Q4_0);
+        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q4_0);
 }
 
 static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                         int n_rows) {
-        TILE_DISPATCH_HALVES(q8_0_tile, M_IQ4_NL);
+        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_IQ4_NL);
 }
 
 static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q8_0_tile, M_Q4_1);
+        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q4_1);
 }
 
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q8_0_tile, M_Q5_1);
+        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q5_1);
 }
 
 /* Q4_K --------------------------------------------------------------------------------------- */
