@@ -123,7 +123,7 @@ AI void prefetch_lines(const uint8_t *p, int n) {
 
 /* The 32-element block types' prefill tile. With VNNI a token costs one broadcast and one
  * vpdpbusd per weight vector, and the weight's load (and unpacking) is shared by the tile's
- * tokens: 8 tokens over 4 took Q8_0 from 251-255 to 262-270 GFLOP/s and Q4_0 from 239-249 to
+ * tokens: 8 tokens over 4 took Q8_0 from 250-255 to 262-270 GFLOP/s and Q4_0 from 239-249 to
  * 275-276 on one Zen 5 core (bench-kernels --micro). Without VNNI, whose vpmaddubsw sequence
  * needs more registers per token, 8 tokens were no faster. */
 #ifdef AXP_AVX_VNNI
