@@ -161,16 +161,75 @@ static double now(void) {
         return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
+/* the methods this CPU runs, in table order */
+static int usable(const method **use) {
+        int n = 0;
+        for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]) && n < AXP_MEMBW_MAX_METHODS; i++)
+                if (axp_cpu_isa_available(methods[i].isa))
+                        use[n++] = &methods[i];
+        return n;
+}
+
+int axp_membw_methods(const char **names) {
+        const method *use[AXP_MEMBW_MAX_METHODS];
+        int n = usable(use);
+        for (int m = 0; m < n; m++)
+                names[m] = use[m]->name;
+        return n;
+}
+
+typedef struct region_arg {
+        const uint8_t *p;
+        size_t n;
+        read_fn fn;
+        share sum[AXP_MEMBW_MAX_THREADS];
+} region_arg;
+
+/* A thread's pages of a region: the method over whole steps of 256 bytes (every method's
+ * step divides it), the portable loop over the rest (whole 64-byte lines). */
+static void region_share(void *arg, int ith, int nth) {
+        region_arg *a = arg;
+        long lo, hi;
+        axp_split((long) a->n, ith, nth, 4096, &lo, &hi);
+        size_t n = (size_t) (hi - lo), body = n & ~(size_t) 255;
+        uint64_t s = 0;
+        if (body)
+                s = a->fn(a->p + lo, body);
+        if (n > body)
+                s += read_c(a->p + lo + body, n - body);
+        a->sum[ith].sum += s;
+}
+
+double axp_membw_read_regions(axp_pool *pool, int m, int n, const void *const *p, const size_t *bytes,
+                              uint64_t *ret_sum) {
+        const method *use[AXP_MEMBW_MAX_METHODS];
+        int n_use = usable(use), nth = axp_pool_size(pool);
+        if (m < 0 || m >= n_use || n < 0 || nth > AXP_MEMBW_MAX_THREADS || !ret_sum)
+                return -EINVAL;
+        for (int i = 0; i < n; i++)
+                if (((uintptr_t) p[i] | bytes[i]) & 63)
+                        return -EINVAL;
+        region_arg a = { .fn = use[m]->fn };
+        double t0 = now();
+        for (int i = 0; i < n; i++) {
+                a.p = p[i];
+                a.n = bytes[i];
+                axp_pool_run(pool, region_share, &a);
+        }
+        double t = now() - t0;
+        *ret_sum = 0;
+        for (int i = 0; i < nth; i++)
+                *ret_sum += a.sum[i].sum;
+        return t;
+}
+
 int axp_membw_read(size_t bytes, int max_threads, int reps, axp_membw *ret) {
         const method *use[AXP_MEMBW_MAX_METHODS];
-        int n_use = 0;
 
         if (!ret || bytes < (1u << 20) || max_threads < 1 || max_threads > AXP_MEMBW_MAX_THREADS || reps < 1)
                 return -EINVAL;
         bytes &= ~(size_t) 4095;
-        for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]) && n_use < AXP_MEMBW_MAX_METHODS; i++)
-                if (axp_cpu_isa_available(methods[i].isa))
-                        use[n_use++] = &methods[i];
+        int n_use = usable(use);
 
         uint8_t *buf = aligned_alloc(2u << 20, (bytes + (2u << 20) - 1) & ~(size_t) ((2u << 20) - 1));
         if (!buf)

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
+
+typedef struct axp_pool axp_pool;
 
 #define AXP_MEMBW_MAX_METHODS 24
 #define AXP_MEMBW_MAX_THREADS 16
@@ -30,3 +33,17 @@ typedef struct axp_membw {
  * at least 128 MiB, each timed on its own (the best window counts). 0, -EINVAL for bad arguments, -ENOMEM, -EIO if a
  * method's sum of the buffer came out wrong (a load it skipped). */
 int axp_membw_read(size_t bytes, int max_threads, int reps, axp_membw *ret);
+
+/* The same methods on memory the caller already holds, the very bytes a product streams (its
+ * weights), so that a product is compared with reads of its own pages timed beside it rather
+ * than with another buffer read at another moment. The methods this CPU runs, in the order
+ * axp_membw_read uses them: their count, and their names in names[AXP_MEMBW_MAX_METHODS]. */
+int axp_membw_methods(const char **names);
+
+/* Read n regions in turn with method m of axp_membw_methods, each region split among the
+ * pool's threads in pages as the probe's buffer is. Each region must start on a 64-byte
+ * boundary and be a multiple of 64 bytes long. Returns the seconds taken and sets *ret_sum to
+ * the sum of every 64-bit word read, the same for every method (a caller compares them to
+ * catch a method that skipped a load); -EINVAL for a bad method or region. */
+double axp_membw_read_regions(axp_pool *pool, int m, int n, const void *const *p, const size_t *bytes,
+                              uint64_t *ret_sum);
