@@ -61,6 +61,8 @@
  *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
 #pragma once
 
+#include <stdatomic.h>
+
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -176,6 +178,12 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
         memcpy(blk + 292, bs32, 16);
         memset(blk + 308, 0, ACT_Q8_K_BLOCK - 308);
 }
+
+/* The prefetch plan (axp_cpu_prefetch): nonzero for sparse. Set before any product runs
+ * (axp_cpu_ops_get decides it); a kernel reads it once a call. */
+extern _Atomic int axp_cpu_pf_sparse;
+#define PF_SPARSE_EVERY 1024    /* bytes of the stream between two sparse prefetches */
+#define PF_SPARSE_AHEAD 32768   /* and how far ahead each reaches */
 
 /* Packed layout offsets. */
 static inline size_t pk_q8_0_scales_bytes(int64_t k) {

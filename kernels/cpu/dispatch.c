@@ -125,7 +125,61 @@ static const isa_entry isas[] = {
 
 static _Atomic(const axp_cpu_ops *) active;
 
+_Atomic int axp_cpu_pf_sparse;
+
+/* AMD's CPUs (and Hygon's, the same cores) stream the 32-element block types faster with
+ * sparse prefetches: on a Zen 5 core Q8_0 decode took 11-21% more GB/s with them (AVX-512,
+ * one and two threads) and 12-30% on the AVX-VNNI path. */
+static bool vendor_amd(void) {
+#if defined(__x86_64__)
+        unsigned a, b, c, d;
+        char v[13] = "";
+        if (__get_cpuid(0, &a, &b, &c, &d)) {
+                memcpy(v, &b, 4);
+                memcpy(v + 4, &d, 4);
+                memcpy(v + 8, &c, 4);
+        }
+        return strcmp(v, "AuthenticAMD") == 0 || strcmp(v, "HygonGenuine") == 0;
+#else
+        return false;
+#endif
+}
+
+/* 1 sparse, 0 dense, -1 neither */
+static int plan_of(const char *name) {
+        return strcmp(name, "sparse") == 0 ? 1 : strcmp(name, "dense") == 0 ? 0 : -1;
+}
+
+static pthread_once_t pf_once = PTHREAD_ONCE_INIT;
+
+static void prefetch_init(void) {
+        const char *want = secure_getenv("AXP_CPU_PREFETCH");
+        int plan = want ? plan_of(want) : -1;
+        if (plan < 0) {
+                plan = vendor_amd();
+                if (want)
+                        fprintf(stderr, "agentxpu: AXP_CPU_PREFETCH=%s is neither dense nor sparse; using %s\n",
+                                want, plan ? "sparse" : "dense");
+        }
+        atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
+}
+
+const char *axp_cpu_prefetch(void) {
+        pthread_once(&pf_once, prefetch_init);
+        return atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed) ? "sparse" : "dense";
+}
+
+bool axp_cpu_set_prefetch(const char *name) {
+        int plan = plan_of(name);
+        pthread_once(&pf_once, prefetch_init);
+        if (plan >= 0)
+                atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
+        return plan >= 0;
+}
+
 const axp_cpu_ops *axp_cpu_ops_get(void) {
+        /* the prefetch plan is decided before any product can run */
+        pthread_once(&pf_once, prefetch_init);
         const axp_cpu_ops *o = atomic_load_explicit(&active, memory_order_acquire);
         if (o)
                 return o;

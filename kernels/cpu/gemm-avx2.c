@@ -87,6 +87,16 @@ AI void prefetch_lines(const uint8_t *p, int n) {
                 _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
 }
 
+/* Decode's prefetch for block b (qb bytes of quants, q its start) of a 32-element block type,
+ * by the plan (kernels.h): every line of the block 8 blocks ahead, or one line a kilobyte far
+ * ahead */
+AI void prefetch_block(const uint8_t *q, int64_t b, size_t qb, int sparse) {
+        if (!sparse)
+                prefetch_lines(q + 8 * qb, (int) (qb / 64));
+        else if ((b & (int64_t) (PF_SPARSE_EVERY / qb - 1)) == 0)
+                _mm_prefetch((const char *) q + PF_SPARSE_AHEAD, _MM_HINT_T1);
+}
+
 /* One or two tokens: both halves of the group at once (fn's last fixed arguments h0 = 0,
  * nh = 2); otherwise tiles of MAX_T tokens over one half at a time (nh = 1). */
 #define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
@@ -252,6 +262,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const uint16_t *sc = (const uint16_t *) g;
         const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
         const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
+        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         const uint8_t *row[BLOCK_T];
         __m256 acc[BLOCK_T][2];
         UNROLL for (int t = 0; t < T; t++) {
@@ -268,7 +279,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = qs + b * qb;
                 if (T <= 2)
-                        prefetch_lines(q + 8 * qb, (int) (qb / 64));
+                        prefetch_block(q, b, qb, sparse);
                 __m256i isum[BLOCK_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {

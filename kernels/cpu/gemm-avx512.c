@@ -60,6 +60,16 @@ AI void prefetch_lines(const uint8_t *p, int n) {
                 _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
 }
 
+/* Decode's prefetch for block b (qb bytes of quants, q its start) of a 32-element block type,
+ * by the plan (kernels.h): every line of the block 8 blocks ahead, or one line a kilobyte far
+ * ahead */
+AI void prefetch_block(const uint8_t *q, int64_t b, size_t qb, int sparse) {
+        if (!sparse)
+                prefetch_lines(q + 8 * qb, (int) (qb / 64));
+        else if ((b & (int64_t) (PF_SPARSE_EVERY / qb - 1)) == 0)
+                _mm_prefetch((const char *) q + PF_SPARSE_AHEAD, _MM_HINT_T1);
+}
+
 /* Float weights ---------------------------------------------------------------------------- */
 
 enum { W_F32, W_F16, W_BF16 };
@@ -166,6 +176,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const uint16_t *sc = (const uint16_t *) g;
         const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
         const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
+        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
@@ -185,7 +196,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 if (nibbles) {
                         const uint8_t *q = qs + b * 256;
                         if (T <= 2)
-                                prefetch_lines(q + 8 * 256, 4);
+                                prefetch_block(q, b, 256, sparse);
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
@@ -198,7 +209,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 } else {
                         const uint8_t *q = qs + b * 512;
                         if (T <= 2)
-                                prefetch_lines(q + 8 * 512, 8);
+                                prefetch_block(q, b, 512, sparse);
                         UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }

@@ -20,6 +20,15 @@ bool axp_cpu_set_isa(const char *name);
 /* Whether this machine can run the path of that name (whatever path is in use). */
 bool axp_cpu_isa_available(const char *name);
 
+/* How decode's products of the 32-element block types (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1,
+ * IQ4_NL) prefetch the weights they stream: "dense" (every line, 4 KB ahead) or "sparse" (one
+ * line a kilobyte, 32 KB ahead, so that the hardware prefetcher runs further ahead and the
+ * loop issues fewer requests of its own). Sparse where the CPU is AMD's (measured on Zen 5),
+ * dense elsewhere (measured on a Xeon); AXP_CPU_PREFETCH=dense|sparse picks. */
+const char *axp_cpu_prefetch(void);
+/* Force a plan (benchmarks); false for a name that is neither. Process-wide. */
+bool axp_cpu_set_prefetch(const char *name);
+
 /* Prepare a weight for fast products: a repacked copy (16-row interleaved groups, at most
  * ~3% larger than the original) in w->priv; products then never read w->data, so the caller
  * may madvise it away. Optional: products work on unprepared weights (repacking on the fly,

@@ -10,12 +10,15 @@
  *            repetition): ms per token, the bytes each product streams
  *            and its GB/s against the machine's read bandwidth (kernels/cpu/membw.h) measured
  *            with the same thread count just before and after each type's runs (the larger)
+ *   --prefetch dense,sparse: decode's prefetch plan (kernels.h); with two, the plans take
+ *            turns token by token and each plan's best token is printed (the per-operation
+ *            profile then mixes them)
  *   --micro: per core (CPU time), one decode product (from memory and from L2) and one
  *            prefill product per type, on each path of a list in turn
  * Not a test: it prints numbers.
  *
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
- *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile]
+ *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile] [--prefetch P[,P]]
  *   bench-kernels --micro q8_0,q4_k,... [--isa PATH[,PATH...]] */
 #include <getopt.h>
 #include <pthread.h>
@@ -26,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/membw.h"
 #include "kernels/cpu/pool.h"
@@ -260,6 +264,58 @@ static void op_bytes(const bench_model *m, double *ret) {
         ret[OP_HEAD] = (double) m->w[N_LAYER * 7].row_bytes * m->w[N_LAYER * 7].n_out;
 }
 
+/* Each operation's own weight pages (every layer's matrices, in the forward's order), read
+ * under --profile after every decoded token with every read method: the best time over the
+ * methods and tokens is what a product could take at most on those very bytes, timed beside
+ * it, where the probe reads another buffer at another moment. The same pages read twice in
+ * a row would come partly from the last-level cache. */
+#define OP_MAX_REGIONS (N_LAYER * 3)
+typedef struct op_pages {
+        int n[OP__MAX];
+        const void *p[OP__MAX][OP_MAX_REGIONS];
+        size_t bytes[OP__MAX][OP_MAX_REGIONS];
+        int n_methods;
+        const char *method[AXP_MEMBW_MAX_METHODS];
+        double best[OP__MAX];     /* seconds, over methods and tokens */
+        int best_method[OP__MAX];
+        uint64_t sum[OP__MAX];    /* the words' sum, which every method must give */
+        bool misread;
+} op_pages;
+
+static void op_pages_init(op_pages *r, const bench_model *m) {
+        static const int op_of[7] = { OP_QKV, OP_QKV, OP_QKV, OP_O, OP_GATEUP, OP_GATEUP, OP_DOWN };
+        memset(r, 0, sizeof(*r));
+        for (int i = 0; i <= N_LAYER * 7; i++) {
+                const axp_packed *pk = m->w[i].priv;
+                int o = i == N_LAYER * 7 ? OP_HEAD : op_of[i % 7];
+                r->p[o][r->n[o]] = pk->data;
+                r->bytes[o][r->n[o]++] = pk->n_groups * pk->group_bytes;
+        }
+        r->n_methods = axp_membw_methods(r->method);
+        for (int o = 0; o < OP__MAX; o++)
+                r->best[o] = 1e9;
+}
+
+static void op_pages_read(op_pages *r, axp_pool *pool) {
+        /* each method reads every operation's pages in turn, so that between two reads of the
+         * same pages the whole model passes through the caches, as between two tokens */
+        for (int k = 0; k < r->n_methods; k++) {
+                for (int o = 0; o < OP__MAX; o++) {
+                        if (!r->n[o])
+                                continue;
+                        uint64_t sum;
+                        double t = axp_membw_read_regions(pool, k, r->n[o], r->p[o], r->bytes[o], &sum);
+                        if (t < 0 || (r->sum[o] && sum != r->sum[o]))
+                                r->misread = true;
+                        r->sum[o] = sum;
+                        if (t > 0 && t < r->best[o]) {
+                                r->best[o] = t;
+                                r->best_method[o] = k;
+                        }
+                }
+        }
+}
+
 /* The machine's read bandwidth with this many threads (GB/s), best over every read method. */
 static double read_bandwidth(int threads, const char **ret_method) {
         static axp_membw bw;
@@ -380,13 +436,14 @@ int main(int argc, char **argv) {
         int threads = 2, chunk = 256, prompt = 512, dec_tokens = 16, reps = 2;
         const char *micro_types = NULL;
         bool profile = false;
-        const char *isa = NULL, *types = "q8_0,q4_k_m";
+        const char *isa = NULL, *types = "q8_0,q4_k_m", *prefetch = NULL;
         static const struct option opts[] = {
                 { "threads", required_argument, NULL, 't' }, { "isa", required_argument, NULL, 'i' },
                 { "types", required_argument, NULL, 'T' },   { "chunk", required_argument, NULL, 'c' },
                 { "prompt", required_argument, NULL, 'p' },  { "decode-tokens", required_argument, NULL, 'd' },
                 { "reps", required_argument, NULL, 'r' },    { "micro", required_argument, NULL, 'm' },
-                { "profile", no_argument, NULL, 'P' },       {},
+                { "profile", no_argument, NULL, 'P' },       { "prefetch", required_argument, NULL, 'f' },
+                {},
         };
         int c;
         while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
@@ -400,6 +457,7 @@ int main(int argc, char **argv) {
                 case 'r': reps = atoi(optarg); break;
                 case 'm': micro_types = optarg; break;
                 case 'P': profile = true; break;
+                case 'f': prefetch = optarg; break;
                 default: return 2;
                 }
         }
@@ -429,8 +487,25 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "path %s is not available here\n", isa);
                 return 1;
         }
+        /* one plan, or two taking turns */
+        char plan_buf[32] = "";
+        const char *plans[2] = { NULL, NULL };
+        int n_plans = 0;
+        if (prefetch) {
+                snprintf(plan_buf, sizeof(plan_buf), "%s", prefetch);
+                char *sv = NULL;
+                for (char *p = strtok_r(plan_buf, ",", &sv); p; p = strtok_r(NULL, ",", &sv)) {
+                        if (n_plans == 2 || !axp_cpu_set_prefetch(p)) {
+                                fprintf(stderr, "--prefetch takes dense, sparse or both\n");
+                                return 2;
+                        }
+                        plans[n_plans++] = p;
+                }
+                axp_cpu_set_prefetch(plans[0]);
+        }
         axp_pool *pool = axp_pool_new(threads);
-        printf("path %s, %d threads\n", axp_cpu_isa(), axp_pool_size(pool));
+        printf("path %s, %d threads, decode prefetch %s\n", axp_cpu_isa(), axp_pool_size(pool),
+               n_plans == 2 ? "dense and sparse taking turns" : axp_cpu_prefetch());
 
         /* pool dispatch: each of the ~100 runs per decoded token costs this over its work */
         pool_probe probe = { .caller = pthread_self() };
@@ -473,10 +548,13 @@ int main(int argc, char **argv) {
                 for (long i = 0; i < (long) maxt * N_EMBD; i++)
                         b.x[i] = (float) ((i * 7919L) % 2001 - 1000) * 1e-3f;
 
-                double op_best[OP__MAX], op_tok[OP__MAX], bw = 0;
+                double op_best[OP__MAX], op_tok[OP__MAX], bw = 0, plan_best[2] = { 1e9, 1e9 };
                 const char *bw_method = "";
-                if (profile)
+                static op_pages pages;
+                if (profile) {
                         bw = read_bandwidth(axp_pool_size(pool), &bw_method);
+                        op_pages_init(&pages, &m);
+                }
                 for (int o = 0; o < OP__MAX; o++)
                         op_best[o] = 1e9;
                 for (int r = 0; r < reps; r++) {
@@ -493,9 +571,15 @@ int main(int argc, char **argv) {
                         op_time = profile ? op_tok : NULL;
                         for (int d = 0; d < dec_tokens; d++) {
                                 memset(op_tok, 0, sizeof(op_tok));
+                                if (n_plans == 2)
+                                        axp_cpu_set_prefetch(plans[d % 2]);
                                 double td = now();
                                 forward(pool, &m, &b, 1, prompt + d, true);
                                 td = now() - td;
+                                if (n_plans == 2)
+                                        plan_best[d % 2] = fmin(plan_best[d % 2], td);
+                                if (profile)
+                                        op_pages_read(&pages, pool);
                                 for (int o = 0; o < OP__MAX; o++)
                                         op_best[o] = fmin(op_best[o], op_tok[o]);
                                 best = fmin(best, td);
@@ -508,6 +592,10 @@ int main(int argc, char **argv) {
                                prompt, mean * 1e3, best * 1e3, 1 / mean, m.bytes / mean / 1e9);
                         op_time = NULL;
                 }
+                if (n_plans == 2)
+                        for (int p = 0; p < 2; p++)
+                                printf("  decode, prefetch %s: %.1f ms best token, %.1f GB/s\n", plans[p],
+                                       plan_best[p] * 1e3, m.bytes / plan_best[p] / 1e9);
                 if (profile) {
                         double bytes[OP__MAX], total = 0, total_bytes = 0;
                         const char *after_method = "";
@@ -516,21 +604,33 @@ int main(int argc, char **argv) {
                                axp_pool_size(pool), bw, bw_method, after, after_method);
                         bw = fmax(bw, after);
                         op_bytes(&m, bytes);
-                        printf("  decode per operation, each the best of its %d timings (%d reps of %d tokens):\n",
+                        printf("  decode per operation, each the best of its %d timings (%d reps of %d tokens);\n"
+                               "  \"of read\": its GB/s against the probe's; \"own pages\": the best read of its own\n"
+                               "  weight pages after each token, with every method (the best named), and the product's\n"
+                               "  share of that read's speed:\n",
                                reps * dec_tokens, reps, dec_tokens);
-                        printf("  %-10s %9s %9s %8s %9s\n", "operation", "ms/token", "MB/token", "GB/s", "of read");
+                        printf("  %-10s %9s %9s %8s %9s %10s %9s  %s\n", "operation", "ms/token", "MB/token", "GB/s",
+                               "of read", "own pages", "share", "method");
+                        double read_total = 0;
                         for (int o = 0; o < OP__MAX; o++) {
                                 total += op_best[o];
                                 total_bytes += bytes[o];
-                                if (bytes[o] > 0)
-                                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%%\n", op_names[o], op_best[o] * 1e3,
-                                               bytes[o] / 1e6, bytes[o] / op_best[o] / 1e9,
-                                               100 * bytes[o] / op_best[o] / 1e9 / bw);
-                                else
+                                if (bytes[o] > 0) {
+                                        read_total += pages.best[o];
+                                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%% %5.1f GB/s %8.0f%%  %s\n", op_names[o],
+                                               op_best[o] * 1e3, bytes[o] / 1e6, bytes[o] / op_best[o] / 1e9,
+                                               100 * bytes[o] / op_best[o] / 1e9 / bw, bytes[o] / pages.best[o] / 1e9,
+                                               100 * pages.best[o] / op_best[o], pages.method[pages.best_method[o]]);
+                                } else
                                         printf("  %-10s %9.2f\n", op_names[o], op_best[o] * 1e3);
                         }
-                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%%\n", "sum", total * 1e3, total_bytes / 1e6,
-                               total_bytes / total / 1e9, 100 * total_bytes / total / 1e9 / bw);
+                        printf("  %-10s %9.2f %9.1f %8.1f %8.0f%% %5.1f GB/s %8.0f%%\n", "sum", total * 1e3,
+                               total_bytes / 1e6, total_bytes / total / 1e9, 100 * total_bytes / total / 1e9 / bw,
+                               total_bytes / read_total / 1e9, 100 * read_total / total);
+                        if (pages.misread) {
+                                fprintf(stderr, "a read method's sum of the weight pages came out wrong\n");
+                                return 1;
+                        }
                 }
                 model_free(&m);
         }

@@ -558,6 +558,44 @@ static void test_matmul_vnni_same_bits(void) {
         }
 }
 
+/* Decode's prefetch plans (kernels.h) are named, chosen and give the same bits: a prefetch
+ * moves no data a product reads. Rows of 2048 inputs span several sparse-prefetch steps. */
+static void test_matmul_prefetch_plans(void) {
+        char was[16];
+        snprintf(was, sizeof(was), "%s", axp_cpu_prefetch());
+        CHECK(strcmp(was, "dense") == 0 || strcmp(was, "sparse") == 0);
+        CHECK(!axp_cpu_set_prefetch("sparse-ish"));
+        CHECK(!axp_cpu_set_prefetch(""));
+        CHECK(strcmp(axp_cpu_prefetch(), was) == 0);
+        CHECK(axp_cpu_set_prefetch("dense"));
+        CHECK(strcmp(axp_cpu_prefetch(), "dense") == 0);
+        CHECK(axp_cpu_set_prefetch("sparse"));
+        CHECK(strcmp(axp_cpu_prefetch(), "sparse") == 0);
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                        test_weight tw;
+                        weight_make(&tw, all_types[ti], 2048, 40);
+                        axp_cpu_weight_prepare(&tw.w);
+                        float *x = make_x(2048, 2, 2048);
+                        for (int n_tok = 1; n_tok <= 2; n_tok++) {
+                                CHECK(axp_cpu_set_prefetch("dense"));
+                                float *a = run_matmul(pools[2], &tw.w, x, 2048, n_tok, 40);
+                                CHECK(axp_cpu_set_prefetch("sparse"));
+                                float *b = run_matmul(pools[2], &tw.w, x, 2048, n_tok, 40);
+                                CHECK_MSG(bits_equal(a, b, n_tok, 40, 40), "%s %s, %d tokens: the prefetch plans differ",
+                                          all_isas[ii], axp_type_traits_get(all_types[ti])->name, n_tok);
+                                free(a);
+                                free(b);
+                        }
+                        free(x);
+                        weight_free(&tw);
+                }
+        }
+        CHECK(axp_cpu_set_prefetch(was));
+}
+
 /* A token's result does not depend on which other tokens share the call. */
 static void test_matmul_batch_invariant(void) {
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
@@ -1079,6 +1117,8 @@ int main(void) {
         RUN(test_attention_no_subnormals);
 #endif
         RUN(test_glu);
+        /* last: it draws from the random stream the tests above were written against */
+        RUN(test_matmul_prefetch_plans);
         for (int p = 1; p <= 3; p++)
                 axp_pool_free(pools[p]);
         TEST_EXIT();
