@@ -61,9 +61,8 @@
  *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
 #pragma once
 
-#include <stdatomic.h>
-
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -128,8 +128,9 @@ static _Atomic(const axp_cpu_ops *) active;
 _Atomic int axp_cpu_pf_sparse;
 
 /* AMD's CPUs (and Hygon's, the same cores) stream the 32-element block types faster with
- * sparse prefetches: on a Zen 5 core Q8_0 decode took 11-21% more GB/s with them (AVX-512,
- * one and two threads) and 12-30% on the AVX-VNNI path. */
+ * sparse prefetches: on a Zen 5 machine decode of Q8_0, Q4_0 and IQ4_NL took 6-47% more
+ * GB/s with them on every path and thread count but one (AVX-VNNI IQ4_NL, one thread: 8%
+ * less); README, Performance. */
 static bool vendor_amd(void) {
 #if defined(__x86_64__)
         unsigned a, b, c, d;
