@@ -5,6 +5,7 @@
  * fits in the cache and the machine may be busy. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/kernels.h"
@@ -58,6 +59,47 @@ static void test_small_buffer(void) {
         CHECK(bw.best[2] == 0 && bw.gbps[0][2] == 0);
 }
 
+/* Regions the caller holds: every method gives the sum of every 64-bit word read (each region
+ * split among the pool's threads, the tails of whole lines included), and misaligned regions
+ * or methods past the list are refused. */
+static void test_regions(void) {
+        const char *names[AXP_MEMBW_MAX_METHODS];
+        int n = axp_membw_methods(names);
+        CHECK(n >= 1 && n <= AXP_MEMBW_MAX_METHODS);
+        /* three regions: 1 MiB, 4096 + 320 bytes (tails of 64-byte lines past the 256-byte
+         * steps) and 64 bytes */
+        static const size_t off[3] = { 0, (1u << 20) + 4096, (1u << 20) + 16384 };
+        static const size_t len[3] = { 1u << 20, 4096 + 320, 64 };
+        uint64_t *buf = aligned_alloc(64, (1u << 20) + 32768);
+        for (size_t i = 0; i < ((1u << 20) + 32768) / 8; i++)
+                buf[i] = i * 0x9e3779b97f4a7c15ull;
+        const void *p[3];
+        uint64_t want = 0;
+        for (int r = 0; r < 3; r++) {
+                p[r] = (const uint8_t *) buf + off[r];
+                for (size_t i = 0; i < len[r] / 8; i++)
+                        want += buf[off[r] / 8 + i];
+        }
+        for (int th = 1; th <= 3; th++) {
+                axp_pool *pool = axp_pool_new(th);
+                for (int m = 0; m < n; m++) {
+                        uint64_t sum = 0;
+                        double t = axp_membw_read_regions(pool, m, 3, p, len, &sum);
+                        CHECK_MSG(t >= 0 && sum == want, "%s, %d threads: sum %llx, want %llx", names[m], th,
+                                  (unsigned long long) sum, (unsigned long long) want);
+                }
+                uint64_t sum;
+                const void *odd[1] = { (const uint8_t *) buf + 8 };
+                size_t odd_len[1] = { 64 }, short_len[1] = { 100 };
+                CHECK(axp_membw_read_regions(pool, n, 3, p, len, &sum) == -EINVAL);
+                CHECK(axp_membw_read_regions(pool, -1, 3, p, len, &sum) == -EINVAL);
+                CHECK(axp_membw_read_regions(pool, 0, 1, odd, odd_len, &sum) == -EINVAL);
+                CHECK(axp_membw_read_regions(pool, 0, 1, p, short_len, &sum) == -EINVAL);
+                axp_pool_free(pool);
+        }
+        free(buf);
+}
+
 static void test_bad_arguments(void) {
         axp_membw bw;
         CHECK_EQ_INT(axp_membw_read(1u << 20, 1, 1, NULL), -EINVAL);
@@ -69,6 +111,7 @@ static void test_bad_arguments(void) {
 
 int main(void) {
         RUN(test_small_buffer);
+        RUN(test_regions);
         RUN(test_bad_arguments);
         TEST_EXIT();
 }
