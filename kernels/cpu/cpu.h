@@ -67,6 +67,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "kernels.h"
 #include "kernels/types.h"
@@ -183,6 +186,31 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
 extern _Atomic int axp_cpu_pf_sparse;
 #define PF_SPARSE_EVERY 1024    /* bytes of the stream between two sparse prefetches */
 #define PF_SPARSE_AHEAD 32768   /* and how far ahead each reaches */
+
+#if defined(__x86_64__)
+/* Decode streams each group once; software prefetch keeps more lines in flight than the
+ * hardware prefetcher does alone. Into L2, not L1: a prefetch to L1 holds one of the core's
+ * few line-fill buffers until its line arrives, which left the Q4_K kernel streaming 12.4 GB/s
+ * on one Xeon core against 14.0 with the same prefetches into L2 (loads alone: 15.5). The
+ * x86 paths' kernels share these. */
+#define PF_AHEAD 2 /* superblocks */
+
+static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, int n) {
+        for (int i = 0; i < n; i++)
+                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
+}
+
+/* Decode's prefetch for block b (qb bytes of quants, q its start) of a 32-element block type,
+ * by the plan (kernels.h): every line of the block 8 blocks ahead, or one line a kilobyte far
+ * ahead */
+static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *q, int64_t b, size_t qb,
+                                                                 int sparse) {
+        if (!sparse)
+                prefetch_lines(q + 8 * qb, (int) (qb / 64));
+        else if ((b & (int64_t) (PF_SPARSE_EVERY / qb - 1)) == 0)
+                _mm_prefetch((const char *) q + PF_SPARSE_AHEAD, _MM_HINT_T1);
+}
+#endif
 
 /* Packed layout offsets. */
 static inline size_t pk_q8_0_scales_bytes(int64_t k) {

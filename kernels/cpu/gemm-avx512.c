@@ -49,27 +49,6 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
                 _mm512_mask_storeu_ps(y, (__mmask16) ((1u << n_rows) - 1), v);
 }
 
-/* Decode streams each group once; software prefetch keeps more lines in flight than the
- * hardware prefetcher does alone. Into L2, not L1: a prefetch to L1 holds one of the core's
- * few line-fill buffers until its line arrives, which left the Q4_K kernel streaming 12.4 GB/s
- * on one Xeon core against 14.0 with the same prefetches into L2 (loads alone: 15.5). */
-#define PF_AHEAD 2 /* superblocks */
-
-AI void prefetch_lines(const uint8_t *p, int n) {
-        for (int i = 0; i < n; i++)
-                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
-}
-
-/* Decode's prefetch for block b (qb bytes of quants, q its start) of a 32-element block type,
- * by the plan (kernels.h): every line of the block 8 blocks ahead, or one line a kilobyte far
- * ahead */
-AI void prefetch_block(const uint8_t *q, int64_t b, size_t qb, int sparse) {
-        if (!sparse)
-                prefetch_lines(q + 8 * qb, (int) (qb / 64));
-        else if ((b & (int64_t) (PF_SPARSE_EVERY / qb - 1)) == 0)
-                _mm_prefetch((const char *) q + PF_SPARSE_AHEAD, _MM_HINT_T1);
-}
-
 /* Float weights ---------------------------------------------------------------------------- */
 
 enum { W_F32, W_F16, W_BF16 };
