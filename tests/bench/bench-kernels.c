@@ -179,6 +179,8 @@ static void model_free(bench_model *m) {
 /* decode's operations, each timed on its own under --profile */
 enum { OP_QKV, OP_ATTN, OP_O, OP_GATEUP, OP_DOWN, OP_HEAD, OP_REST, OP__MAX };
 static const char *const op_names[OP__MAX] = { "qkv", "attention", "o", "gate+up", "down", "head", "rest" };
+/* the operation of each of a layer's seven matrices (q k v o gate up down) */
+static const int op_of[7] = { OP_QKV, OP_QKV, OP_QKV, OP_O, OP_GATEUP, OP_GATEUP, OP_DOWN };
 static double *op_time; /* seconds per operation, summed, while profiling */
 static double op_t0;
 
@@ -257,7 +259,6 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
 
 /* The weight bytes each product streams per decoded token. */
 static void op_bytes(const bench_model *m, double *ret) {
-        static const int op_of[7] = { OP_QKV, OP_QKV, OP_QKV, OP_O, OP_GATEUP, OP_GATEUP, OP_DOWN };
         memset(ret, 0, sizeof(double) * OP__MAX);
         for (int i = 0; i < N_LAYER * 7; i++)
                 ret[op_of[i % 7]] += (double) m->w[i].row_bytes * m->w[i].n_out;
@@ -283,7 +284,6 @@ typedef struct op_pages {
 } op_pages;
 
 static void op_pages_init(op_pages *r, const bench_model *m) {
-        static const int op_of[7] = { OP_QKV, OP_QKV, OP_QKV, OP_O, OP_GATEUP, OP_GATEUP, OP_DOWN };
         memset(r, 0, sizeof(*r));
         for (int i = 0; i <= N_LAYER * 7; i++) {
                 const axp_packed *pk = m->w[i].priv;
