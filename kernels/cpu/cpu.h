@@ -192,7 +192,15 @@ extern _Atomic int axp_cpu_pf_sparse;
  * hardware prefetcher does alone. Into L2, not L1: a prefetch to L1 holds one of the core's
  * few line-fill buffers until its line arrives, which left the Q4_K kernel streaming 12.4 GB/s
  * on one Xeon core against 14.0 with the same prefetches into L2 (loads alone: 15.5). The
- * x86 paths' kernels share these. */
+ * x86 paths' kernels share these.
+ * The K-quants prefetch a sub-block's lines in its own step of the sub-block loop, which is
+ * not unrolled: unrolled, GCC hoisted all of a superblock's prefetches (40 for Q4_K) to the
+ * superblock's start, and the burst (it seems) filled the miss buffers the loads then waited
+ * for. As a loop, the AVX-512 products on one Zen 5 core went from 28-31 to 33-36 GB/s (Q4_K),
+ * 28-31 to 34-43 (Q5_K), 29-31 to 30-41 (Q6_K), 31-33 to 35-38 (Q2_K) and 30-31 to 38-43
+ * (IQ4_XS), the two forms taking turns (bench-kernels --micro); prefill the same or up to 12%
+ * faster. Q3_K's loop stays unrolled: its odd and even sub-blocks unpack differently, and as a
+ * loop it streamed 20-21 against 23-25 GB/s. */
 #define PF_AHEAD 2 /* superblocks */
 
 static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, int n) {

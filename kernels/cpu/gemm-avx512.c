@@ -279,7 +279,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
                         }
                 }
-                UNROLL for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         /* one token is memory bound: keep more of the stream in flight */
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
@@ -389,7 +389,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 corr[t] = _mm512_dpwssd_epi32(corr[t], sc16, bs);
                         }
                 }
-                UNROLL for (int j = 0; j < 16; j++) {
+                for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
@@ -467,7 +467,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
                         }
                 }
-                UNROLL for (int j = 0; j < 16; j++) {
+                for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2);
                         __m512i w32 = _mm512_cvtepu16_epi32(ld32(sb + 64 + 32 * (j / 2)));
@@ -554,7 +554,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         isb[t] = _mm512_setzero_si512();
                 _Alignas(64) int8_t ev[8 * 16], od[8 * 16];
                 scales6_split(h + 32, h + 160, 8, ev, od);
-                UNROLL for (int j = 0; j < 16; j++) {
+                UNROLL for (int j = 0; j < 16; j++) { /* unrolled (PF_AHEAD, cpu.h) */
                         const uint8_t *vp = qs + 192 * (j / 2);
                         if (T <= 2 && !(j & 1))
                                 prefetch_lines(vp + PF_AHEAD * PK_Q3_K_QS, 3);
@@ -634,7 +634,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                         sacc[t] = _mm512_setzero_ps();
                 _Alignas(64) int8_t ev[4 * 16], od[4 * 16];
                 scales6_split(sb + 32, sb + 96, 4, ev, od);
-                UNROLL for (int j = 0; j < 8; j++) {
+                for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         if (T <= 2)
                                 prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4);
                         __m512 scj = _mm512_cvtepi32_ps(scale6_i32(ev, od, j));
