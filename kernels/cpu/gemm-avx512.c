@@ -556,8 +556,11 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 scales6_split(h + 32, h + 160, 8, ev, od);
                 UNROLL for (int j = 0; j < 16; j++) { /* unrolled (PF_AHEAD, cpu.h) */
                         const uint8_t *vp = qs + 192 * (j / 2);
-                        if (T <= 2 && !(j & 1))
+                        if (T <= 2 && !(j & 1)) {
                                 prefetch_lines(vp + PF_AHEAD * PK_Q3_K_QS, 3);
+                                /* keeps the prefetch in its step, where GCC hoisted them all */
+                                __asm__ volatile("" ::: "memory");
+                        }
                         /* the lanes' high halves 0, so that vpdpwssd adds no product of signs */
                         __m512i scj = _mm512_and_si512(scale6_i32(ev, od, j), _mm512_set1_epi32(0xffff));
                         __m512i v0 = _mm512_load_si512(vp), v1 = _mm512_load_si512(vp + 64);
