@@ -258,7 +258,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = qs + b * qb;
                 if (T <= 2)
-                        prefetch_block(q, b, qb, sparse);
+                        prefetch_block(q, b, qb, sparse, PF_SPARSE_EVERY_YMM);
                 __m256i isum[BLOCK_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {

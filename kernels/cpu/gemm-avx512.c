@@ -175,7 +175,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 if (nibbles) {
                         const uint8_t *q = qs + b * 256;
                         if (T <= 2)
-                                prefetch_block(q, b, 256, sparse);
+                                prefetch_block(q, b, 256, sparse, PF_SPARSE_EVERY_ZMM);
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
@@ -188,7 +188,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 } else {
                         const uint8_t *q = qs + b * 512;
                         if (T <= 2)
-                                prefetch_block(q, b, 512, sparse);
+                                prefetch_block(q, b, 512, sparse, PF_SPARSE_EVERY_ZMM);
                         UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }
