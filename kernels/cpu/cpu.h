@@ -206,12 +206,13 @@ extern _Atomic int axp_cpu_pf_sparse;
  * (IQ4_XS), the two forms taking turns (bench-kernels --micro); prefill the same or up to 12%
  * faster. Q3_K's loop stays unrolled (its odd and even sub-blocks unpack differently, and as a
  * loop it streamed 20-21 against 23-25 GB/s), each prefetch held in its step by a compiler
- * barrier: 15-17 -> 17-19 GB/s, ahead in 7 pairs of 7; and its quants are fetched 8
- * superblocks (12 KB) ahead, not 2 (3 KB): 20-22% more with one and two threads, where 8 or
- * 12 KB ahead cost the other K-quants 1-14% (bench-kernels --prefetch, the distances in the
- * plans' places). */
-#define PF_AHEAD 2 /* superblocks */
-#define PF_AHEAD_Q3_K 8
+ * barrier: 15-17 -> 17-19 GB/s, ahead in 7 pairs of 7; and on that path its quants are
+ * fetched 8 superblocks (12 KB) ahead, not 2 (3 KB): 20-22% more with one and two threads,
+ * where 8 or 12 KB ahead cost the other K-quants 1-14% (bench-kernels --prefetch, the
+ * distances in the plans' places). The AVX2 paths' Q3_K keeps 2: its loops are bound by their
+ * arithmetic (26-30 GB/s from L2), not measured with more. */
+#define PF_AHEAD 2      /* superblocks */
+#define PF_AHEAD_Q3_K 8 /* superblocks of Q3_K's quants, AVX-512 (above) */
 
 static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, int n) {
         for (int i = 0; i < n; i++)

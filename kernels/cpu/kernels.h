@@ -21,10 +21,11 @@ bool axp_cpu_set_isa(const char *name);
 bool axp_cpu_isa_available(const char *name);
 
 /* How decode's products of the 32-element block types (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1,
- * IQ4_NL) prefetch the weights they stream: "dense" (every line, 8 blocks ahead) or "sparse" (one
- * line in 2 KB on the AVX-512 path, in 1 KB on the AVX2 ones, 32 KB ahead, so that the
- * hardware prefetcher runs further ahead and the loop issues fewer requests of its own). Sparse where the CPU is AMD's (measured on Zen 5),
- * dense elsewhere (measured on a Xeon); AXP_CPU_PREFETCH=dense|sparse picks. */
+ * IQ4_NL) prefetch the weights they stream: "dense" (every line, 8 blocks ahead) or "sparse"
+ * (one line in 2 KB on the AVX-512 path, in 1 KB on the AVX2 ones, 32 KB ahead, so that the
+ * hardware prefetcher runs further ahead and the loop issues fewer requests of its own).
+ * Sparse where the CPU is AMD's (measured on Zen 5), dense elsewhere (measured on a Xeon);
+ * AXP_CPU_PREFETCH=dense|sparse picks. */
 const char *axp_cpu_prefetch(void);
 /* Force a plan (benchmarks); false for a name that is neither. Process-wide. */
 bool axp_cpu_set_prefetch(const char *name);
