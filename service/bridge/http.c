@@ -223,6 +223,34 @@ bool field_stop(JsonObject *o, const char *key, GVariantBuilder *opts, Fail *f) 
         return true;
 }
 
+/* json-glib's parser recurses once per level of nesting, so a few megabytes of '[' (under the
+ * body cap) would overflow the stack. A JSON text's depth (its open arrays and objects, the
+ * outermost counted) is measured before it parses: whether it is within JSON_MAX_NESTING. The
+ * engine takes schemas 32 deep, and a request wraps them in a few levels of its own. */
+#define JSON_MAX_NESTING 128
+
+static bool json_nesting_ok(const char *s, gsize len) {
+        int depth = 0;
+        bool in_string = false;
+
+        for (gsize i = 0; i < len && s[i]; i++) {
+                char c = s[i];
+                if (in_string) {
+                        if (c == '\\')
+                                i++;
+                        else if (c == '"')
+                                in_string = false;
+                } else if (c == '"')
+                        in_string = true;
+                else if (c == '[' || c == '{') {
+                        if (++depth > JSON_MAX_NESTING)
+                                return false;
+                } else if (c == ']' || c == '}')
+                        depth--;
+        }
+        return true;
+}
+
 JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_parser, Fail *f) {
         SoupMessageBody *body = soup_server_message_get_request_body(msg);
         g_autoptr(GBytes) bytes = NULL;
@@ -247,6 +275,10 @@ JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_pars
         }
         if (!g_utf8_validate(data, len, NULL)) {
                 fail_bad(f, "The request body is not valid UTF-8");
+                return NULL;
+        }
+        if (!json_nesting_ok(data, len)) {
+                fail_bad(f, "The request body is nested more than %d levels deep", JSON_MAX_NESTING);
                 return NULL;
         }
         if (!json_parser_load_from_data(p, data, len, &e)) {
@@ -465,7 +497,7 @@ bool tool_call_read(const char *call, char **ret_name, JsonNode **ret_arguments)
         JsonNode *root, *args;
         JsonObject *o;
 
-        if (!call || !json_parser_load_from_data(p, call, -1, NULL))
+        if (!call || !json_nesting_ok(call, strlen(call)) || !json_parser_load_from_data(p, call, -1, NULL))
                 return false;
         root = json_parser_get_root(p);
         if (!root || !JSON_NODE_HOLDS_OBJECT(root))

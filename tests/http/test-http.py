@@ -335,6 +335,10 @@ def bad_inputs(m):
         ("malformed JSON", "/v1/chat/completions", '{"model": ', (), 400, "not valid JSON"),
         ("malformed JSON", "/api/generate", '{"model": ', (), 400, "not valid JSON"),
         ("not an object", "/v1/chat/completions", "[1, 2]", (), 400, "must be a JSON object"),
+        ("nested too deeply", "/v1/chat/completions", '{"model": "%s", "x": %s}' % (m, "[" * 129 + "]" * 129), (), 400,
+         "nested more than 128 levels deep"),
+        ("nested too deeply", "/api/chat", '{"model": "%s", "x": %s}' % (m, "{\"a\": " * 129 + "1" + "}" * 129), (), 400,
+         "nested more than 128 levels deep"),
         ("body over the cap", "/v1/chat/completions", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("body over the cap", "/api/chat", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("prompt over the engine's cap", "/v1/chat/completions",
@@ -445,6 +449,26 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
                                                        "messages": [{"role": "user", "content": "hi"}]})
         assert status == 200, body
         assert d2.stop() == 0
+
+
+def test_deep_nesting_is_refused_not_a_crash():
+    """json-glib's parser recurses once per level: a body of a few megabytes of '[' (under the
+    default 8 MiB cap) overflowed the bridge's stack; it is refused before it parses."""
+    import tempfile
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        with tempfile.TemporaryDirectory() as tmp:
+            deep = os.path.join(tmp, "deep.json")
+            with open(deep, "w") as f:
+                f.write('{"model": "%s", "x": ' % m + "[" * 3_000_000 + "]" * 3_000_000 + "}")
+            for path in ("/v1/chat/completions", "/api/generate"):
+                status, answer = b.json(path, "@" + deep)
+                check_error(path.startswith("/v1/"), status, answer, 400, "nested more than 128 levels deep",
+                            "deep nesting")
+        # a body nested 128 levels deep is still read (and this one is answered)
+        status, answer = b.json("/api/generate", '{"model": "%s", "prompt": "hi", "stream": false, "x": %s}'
+                                % (m, "[" * 127 + "]" * 127))
+        assert status == 200, answer
 
 
 def chat(b, messages, n=8, path="/v1/chat/completions", **kw):
@@ -615,6 +639,7 @@ if __name__ == "__main__":
         test_client_leaving_cancels_its_request,
         test_proactive_priority_and_a_reactive_request_overtakes,
         test_bad_inputs_and_the_bridge_keeps_serving,
+        test_deep_nesting_is_refused_not_a_crash,
         test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
         test_conversation_reuses_its_flow,
         test_structured_output_with_curl,
