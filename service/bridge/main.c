@@ -5,9 +5,11 @@
 #include <glib-unix.h>
 #include <gio/gunixsocketaddress.h>
 #include <glib/gstdio.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -111,6 +113,19 @@ static char *token_load(const char *path, GError **error) {
         return g_steal_pointer(&text);
 }
 
+/* Each connection is a file: the soft limit on open files up to the hard one, as a program
+ * that polls rather than selects may (systemd's defaults: 1024 and 524288). libsoup's listener
+ * stops accepting for good after an accept() fails, which running out of files did at a
+ * thousand idle connections. */
+static void raise_file_limit(void) {
+        struct rlimit r;
+
+        if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+                r.rlim_cur = r.rlim_max;
+                (void) setrlimit(RLIMIT_NOFILE, &r);
+        }
+}
+
 static bool is_loopback(GInetAddress *a) {
         return g_inet_address_get_is_loopback(a);
 }
@@ -119,6 +134,7 @@ static bool listen_tcp(SoupServer *server, const char *spec, GError **error) {
         g_autoptr(GSocketConnectable) c = NULL;
         g_autoptr(GSocketAddressEnumerator) en = NULL;
         g_autoptr(GSocketAddress) addr = NULL;
+        g_autoptr(GSocket) sock = NULL;
 
         c = g_network_address_parse(spec, 0, error);
         if (!c)
@@ -140,7 +156,17 @@ static bool listen_tcp(SoupServer *server, const char *spec, GError **error) {
                             "--listen takes a loopback address, got '%s'", spec);
                 return false;
         }
-        return soup_server_listen(server, addr, 0, error);
+        sock = g_socket_new(g_socket_address_get_family(addr), G_SOCKET_TYPE_STREAM,
+                            G_SOCKET_PROTOCOL_DEFAULT, error);
+        if (!sock)
+                return false;
+        if (g_socket_address_get_family(addr) == G_SOCKET_FAMILY_IPV6)
+                (void) g_socket_set_option(sock, IPPROTO_IPV6, IPV6_V6ONLY, TRUE, NULL);
+        /* GLib's default backlog of 10 refuses a burst of clients that connect at once */
+        g_socket_set_listen_backlog(sock, SOMAXCONN);
+        if (!g_socket_bind(sock, addr, TRUE, error) || !g_socket_listen(sock, error))
+                return false;
+        return soup_server_listen_socket(server, sock, 0, error);
 }
 
 /* Is someone listening on `path` already? */
@@ -195,6 +221,7 @@ static bool listen_unix(SoupServer *server, const char *path, GError **error) {
                             g_strerror(errno));
                 return false;
         }
+        g_socket_set_listen_backlog(sock, SOMAXCONN);
         if (!g_socket_listen(sock, error))
                 return false;
         return soup_server_listen_socket(server, sock, 0, error);
@@ -358,6 +385,7 @@ int main(int argc, char **argv) {
                 return 0;
         }
 
+        raise_file_limit();
         b.max_body = (gsize) opt_max_body;
         b.max_flows = (guint) opt_flows;
         b.server = soup_server_new("server-header", "agentxpu/" AXP_VERSION " ", NULL);

@@ -471,6 +471,33 @@ def test_deep_nesting_is_refused_not_a_crash():
         assert status == 200, answer
 
 
+def test_a_burst_of_connections_is_queued_not_refused():
+    """Many agents connecting at once: GLib's default listen backlog of 10 refused the
+    eleventh connection not yet accepted; the bridge listens with the system's maximum. Each
+    connection is a file: the bridge raises its soft limit on open files to the hard one."""
+    import resource
+    with serving() as (bus, d, b):
+        held = []
+        try:
+            for _ in range(200):
+                s = socket.socket(socket.AF_UNIX)
+                s.setblocking(False)
+                s.connect(b.socket)     # BlockingIOError where the queue is full
+                held.append(s)
+            for s in held[:5]:
+                s.setblocking(True)
+                s.settimeout(WAIT)
+                s.sendall(b"GET /api/version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                assert s.recv(64).startswith(b"HTTP/1.1 200"), "a queued connection served"
+        finally:
+            for s in held:
+                s.close()
+        soft, hard = resource.prlimit(b.proc.pid, resource.RLIMIT_NOFILE)
+        assert soft == hard, (soft, hard)
+        status, answer = b.json("/v1/models", tcp=True)
+        assert status == 200, answer
+
+
 def chat(b, messages, n=8, path="/v1/chat/completions", **kw):
     body = dict(model=model_name(b), max_tokens=n, temperature=0, messages=messages, **kw)
     if path == "/api/chat":
@@ -640,6 +667,7 @@ if __name__ == "__main__":
         test_proactive_priority_and_a_reactive_request_overtakes,
         test_bad_inputs_and_the_bridge_keeps_serving,
         test_deep_nesting_is_refused_not_a_crash,
+        test_a_burst_of_connections_is_queued_not_refused,
         test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
         test_conversation_reuses_its_flow,
         test_structured_output_with_curl,
