@@ -77,6 +77,7 @@ typedef struct parser {
         uint32_t *ranges;
         size_t n_ranges, cap_ranges;
         size_t n_elems;
+        unsigned depth;         /* groups open */
         axp_error *err;
 } parser;
 
@@ -412,11 +413,16 @@ static int parse_sequence(parser *ps, uint32_t rule, size_t alt_index, bool nest
                         if ((r = seq_push(ps, SEQ, (pelem) { .type = E_REF, .a = (uint32_t) id })) < 0)
                                 return r;
                 } else if (c == '(') {
+                        if (ps->depth >= AXP_GRAMMAR_MAX_NESTING)
+                                return FAIL(ps, at, "groups nested more than %d deep", AXP_GRAMMAR_MAX_NESTING);
                         ps->p++;
                         int id = rule_generated(ps, rule, line_of(ps, at));
                         if (id < 0)
                                 return id;
-                        if ((r = parse_alternates(ps, (uint32_t) id, true)) < 0)
+                        ps->depth++;
+                        r = parse_alternates(ps, (uint32_t) id, true);
+                        ps->depth--;
+                        if (r < 0)
                                 return r;
                         skip_space(ps, true);
                         if (ps->p >= ps->end || *ps->p != ')')

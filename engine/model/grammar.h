@@ -23,6 +23,9 @@
 
 /* Limits on what a request may bring. */
 #define AXP_GRAMMAR_MAX_BYTES (64 * 1024)
+/* groups in groups: the parser recurses into each, and 30000 of them (60 KB) overflowed the
+ * stack of whoever parsed them, the engine included */
+#define AXP_GRAMMAR_MAX_NESTING 256
 #define AXP_JSON_SCHEMA_MAX_BYTES (64 * 1024)
 
 typedef struct axp_grammar axp_grammar;

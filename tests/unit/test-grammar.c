@@ -42,6 +42,27 @@ static void test_refused(void) {
         memset(big + 10, 'a', AXP_GRAMMAR_MAX_BYTES);
         strcpy(big + 10 + AXP_GRAMMAR_MAX_BYTES, "\"\n");
         refuse(big, "at most");
+        /* groups nested deeper than the bound (the parser recursed until the stack overflowed:
+         * 30000 crashed a process with an 8 MiB stack), and the bound itself accepted */
+        static const int depths[] = { AXP_GRAMMAR_MAX_NESTING, AXP_GRAMMAR_MAX_NESTING + 1, 30000 };
+        for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
+                int depth = depths[i];
+                int n = sprintf(big, "root ::= ");
+                memset(big + n, '(', (size_t) depth);
+                n += depth;
+                n += sprintf(big + n, "\"a\"");
+                memset(big + n, ')', (size_t) depth);
+                strcpy(big + n + depth, "\n");
+                if (depth > AXP_GRAMMAR_MAX_NESTING)
+                        refuse(big, "nested more than");
+                else {
+                        axp_grammar *gr = NULL;
+                        axp_error err = {};
+                        CHECK_MSG(axp_grammar_parse(big, strlen(big), &gr, &err) == 0, "%d groups deep: %s", depth,
+                                  err.msg);
+                        axp_grammar_free(gr);
+                }
+        }
         free(big);
         refuse("root ::= \"a\"{4000} \"b\"{4000} \"c\"{4000} \"d\"{4000} \"e\"{4000} \"f\"{4000} "
                "\"g\"{4000} \"h\"{4000} \"i\"{4000} \"j\"{4000} \"k\"{4000} \"l\"{4000} \"m\"{4000} "
