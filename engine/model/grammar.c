@@ -386,6 +386,8 @@ static int parse_sequence(parser *ps, uint32_t rule, size_t alt_index, bool nest
                         }
                         if (ps->p >= ps->end)
                                 return FAIL(ps, at, "a character class without its closing ']'");
+                        if (n == 0 && !neg)
+                                return FAIL(ps, at, "an empty character class '[]', which matches nothing");
                         ps->p++;
                         last = SEQ->n;
                         if ((r = seq_push(ps, SEQ, (pelem) { .type = E_CHARS, .neg = neg, .a = ri, .n = n })) < 0)
@@ -539,6 +541,32 @@ static size_t add_len(size_t a, size_t b) {
         return a == INF_LEN || b == INF_LEN || a + b > INF_LEN / 2 ? INF_LEN : a + b;
 }
 
+/* The fewest bytes a character class's match takes: 1 where an ASCII character matches, else
+ * the UTF-8 length of the smallest code point it takes (INF_LEN if none). */
+static size_t chars_min_len(const axp_grammar *g, const gelem *e) {
+        if (e->ascii[0] | e->ascii[1])
+                return 1;
+        uint32_t c = 128;
+        if (!e->neg) {
+                size_t m = INF_LEN;
+                for (uint32_t i = 0; i < e->n_ranges; i++) {
+                        uint32_t lo = g->ranges[2 * (e->range + i)], hi = g->ranges[2 * (e->range + i) + 1];
+                        if (hi >= c)
+                                m = MIN(m, utf8_len(MAX(lo, c)));
+                }
+                return m;
+        }
+        for (bool moved = true; moved && c <= 0x10FFFF;) {
+                moved = false;
+                for (uint32_t i = 0; i < e->n_ranges; i++)
+                        if (g->ranges[2 * (e->range + i)] <= c && c <= g->ranges[2 * (e->range + i) + 1]) {
+                                c = g->ranges[2 * (e->range + i) + 1] + 1;
+                                moved = true;
+                        }
+        }
+        return c > 0x10FFFF ? INF_LEN : utf8_len(c);
+}
+
 /* Left recursion: a rule reachable from itself without consuming anything. */
 static int left_dfs(const axp_grammar *g, const size_t *min, uint32_t r, uint8_t *color, uint32_t *path,
                     size_t depth, axp_error *err) {
@@ -577,7 +605,7 @@ static int left_dfs(const axp_grammar *g, const size_t *min, uint32_t r, uint8_t
 
 static int check(axp_grammar *g, axp_error *err) {
         size_t n = g->n_rules;
-        _cleanup_free_ size_t *min = malloc(n * sizeof(size_t));
+        _cleanup_free_ size_t *min = calloc(n, sizeof(size_t));
         _cleanup_free_ uint8_t *color = calloc(n, 1);
         _cleanup_free_ uint32_t *path = malloc(n * sizeof(uint32_t));
         if (!min || !color || !path)
@@ -590,8 +618,7 @@ static int check(axp_grammar *g, axp_error *err) {
                         for (uint32_t a = 0; a < g->rule_n_alts[r]; a++) {
                                 size_t len = 0;
                                 for (const gelem *e = &g->elems[g->alts[g->rule_alt[r] + a]]; e->type != E_END; e++)
-                                        len = add_len(len, e->type == E_REF ? min[e->rule]
-                                                                            : utf8_len(g->ranges[2 * e->range]));
+                                        len = add_len(len, e->type == E_REF ? min[e->rule] : chars_min_len(g, e));
                                 if (len < min[r]) {
                                         min[r] = len;
                                         changed = true;

@@ -23,7 +23,30 @@ static void refuse(const char *g, const char *want) {
         axp_grammar_free(gr);
 }
 
+static size_t min_bytes(const char *g) {
+        axp_grammar *gr = NULL;
+        axp_error err = {};
+        CHECK_MSG(axp_grammar_parse(g, strlen(g), &gr, &err) == 0, "%s: %s", g, err.msg);
+        size_t n = gr ? axp_grammar_min_bytes(gr) : 0;
+        axp_grammar_free(gr);
+        return n;
+}
+
+/* The shortest text of a grammar (a request whose max_tokens cannot hold it is refused): a
+ * character class takes the UTF-8 length of the smallest character it matches, not of its
+ * first range's start (which made [\u00e9a]{3} six bytes and read past the ranges of []). */
+static void test_min_bytes(void) {
+        CHECK_EQ_INT((long) min_bytes("root ::= [\\u00e9a]{3}\n"), 3);
+        CHECK_EQ_INT((long) min_bytes("root ::= [\\u4e00-\\u9fff] \"x\"\n"), 4);
+        CHECK_EQ_INT((long) min_bytes("root ::= [^\\x00-\\x7f]\n"), 2);
+        CHECK_EQ_INT((long) min_bytes("root ::= [^\\x00-\\x7f\\u0080-\\u07ff]\n"), 3);
+        CHECK_EQ_INT((long) min_bytes("root ::= [^a]\n"), 1);
+        CHECK_EQ_INT((long) min_bytes("root ::= [^]\n"), 1);
+        CHECK_EQ_INT((long) min_bytes("root ::= [\\u00e9-\\u00ff0-9]{2} | \"\\u00e9\\u00e9\\u00e9\"\n"), 2);
+}
+
 static void test_refused(void) {
+        refuse("root ::= []\n", "empty character class");
         refuse("root ::= item\n", "'item' is used but not defined");
         refuse("item ::= \"a\"\n", "no rule 'root'");
         refuse("root ::= root \"a\" | \"b\"\n", "left-recursive");
@@ -363,6 +386,8 @@ static void test_bounded_strings(void) {
 }
 
 int main(void) {
+        /* these need no vocabulary */
+        RUN(test_min_bytes);
         _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
         if (!path || vocab_open(path, &vocab) < 0)
                 TEST_SKIP("no conformance vocabulary");
