@@ -185,3 +185,6 @@ bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
 bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
 void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
                   gpointer data);
+/* After a request's headers: answers what it can before the body, keeps the body up to the cap */
+void http_early_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+                        gpointer data);

@@ -251,23 +251,56 @@ static bool json_nesting_ok(const char *s, gsize len) {
         return true;
 }
 
+/* A request's body as it arrives (http_early_handler): its bytes up to the cap (NULL once
+ * past it), and how many came. libsoup would keep all of it, however large, before the
+ * handler could see that it is over the cap. */
+#define BODY_KEY "agentxpu-body"
+
+typedef struct Body {
+        GByteArray *data;
+        guint64 length;
+} Body;
+
+static void body_free(gpointer p) {
+        Body *body = p;
+        if (body->data)
+                g_byte_array_unref(body->data);
+        g_free(body);
+}
+
+static void on_got_chunk(SoupServerMessage *msg, GBytes *chunk, gpointer data) {
+        Bridge *b = data;
+        Body *body = g_object_get_data(G_OBJECT(msg), BODY_KEY);
+        gsize n;
+        const guint8 *bytes = g_bytes_get_data(chunk, &n);
+
+        body->length += n;
+        if (body->length > b->max_body)
+                g_clear_pointer(&body->data, g_byte_array_unref);
+        else
+                g_byte_array_append(body->data, bytes, (guint) n);
+}
+
+static void fail_too_large(Bridge *b, guint64 length, Fail *f) {
+        fail_set(f, 413, "invalid_request_error", "request_too_large",
+                 "The request body is %" G_GUINT64_FORMAT " bytes; the limit is %" G_GSIZE_FORMAT, length,
+                 b->max_body);
+}
+
 JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_parser, Fail *f) {
-        SoupMessageBody *body = soup_server_message_get_request_body(msg);
-        g_autoptr(GBytes) bytes = NULL;
+        Body *body = g_object_get_data(G_OBJECT(msg), BODY_KEY);
         g_autoptr(JsonParser) p = NULL;
         g_autoptr(GError) e = NULL;
         JsonNode *root;
         gsize len;
         const char *data;
 
-        if ((gsize) body->length > b->max_body) {
-                fail_set(f, 413, "invalid_request_error", "request_too_large",
-                         "The request body is %" G_GINT64_FORMAT " bytes; the limit is %" G_GSIZE_FORMAT,
-                         body->length, b->max_body);
+        if (!body || body->length > b->max_body) {
+                fail_too_large(b, body ? body->length : 0, f);
                 return NULL;
         }
-        bytes = soup_message_body_flatten(body);
-        data = g_bytes_get_data(bytes, &len);
+        data = (const char *) body->data->data;
+        len = body->data->len;
         p = json_parser_new_immutable();
         if (len == 0) {
                 fail_bad(f, "The request body is empty; a JSON object is expected");
@@ -911,6 +944,45 @@ static bool authorized(Bridge *b, SoupServerMessage *msg) {
         return diff == 0;
 }
 
+static void respond_unauthorized(SoupServerMessage *msg, Api api) {
+        g_auto(Fail) f = {};
+        fail_set(&f, 401, "invalid_request_error", "invalid_api_key",
+                 "A bearer token is required on TCP: send 'Authorization: Bearer TOKEN' "
+                 "with the token that 'agentxpu serve --print-token' prints");
+        respond_error(msg, api, &f);
+}
+
+/* Before the body is read: a client without the token on TCP, or a body declared over the
+ * cap, is answered now and its body dropped as it comes; any other body is kept as it
+ * arrives, up to the cap (Body). */
+void http_early_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
+                        gpointer data) {
+        Bridge *b = data;
+        SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
+        Api api = g_str_has_prefix(path, "/api/") ? API_OLLAMA : API_OPENAI;
+        g_auto(Fail) f = {};
+        Body *body;
+
+        (void) server;
+        (void) query;
+        /* libsoup reads a body even after the status is set: here it reads and drops it */
+        soup_message_body_set_accumulate(soup_server_message_get_request_body(msg), FALSE);
+        if (!authorized(b, msg)) {
+                respond_unauthorized(msg, api);
+                return;
+        }
+        if (soup_message_headers_get_encoding(h) == SOUP_ENCODING_CONTENT_LENGTH &&
+            (guint64) soup_message_headers_get_content_length(h) > b->max_body) {
+                fail_too_large(b, (guint64) soup_message_headers_get_content_length(h), &f);
+                respond_error(msg, api, &f);
+                return;
+        }
+        body = g_new0(Body, 1);
+        body->data = g_byte_array_new();
+        g_object_set_data_full(G_OBJECT(msg), BODY_KEY, body, body_free);
+        g_signal_connect(msg, "got-chunk", G_CALLBACK(on_got_chunk), b);
+}
+
 void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
                   gpointer data) {
         Bridge *b = data;
@@ -918,11 +990,9 @@ void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, 
         Api api = g_str_has_prefix(path, "/api/") ? API_OLLAMA : API_OPENAI;
         g_auto(Fail) f = {};
 
+        /* (a request refused before its body was read never comes here) */
         if (!authorized(b, msg)) {
-                fail_set(&f, 401, "invalid_request_error", "invalid_api_key",
-                         "A bearer token is required on TCP: send 'Authorization: Bearer TOKEN' "
-                         "with the token that 'agentxpu serve --print-token' prints");
-                respond_error(msg, api, &f);
+                respond_unauthorized(msg, api);
                 return;
         }
         if (openai_route(b, msg, method, path) || ollama_route(b, msg, method, path))

@@ -389,6 +389,7 @@ int main(int argc, char **argv) {
         b.max_body = (gsize) opt_max_body;
         b.max_flows = (guint) opt_flows;
         b.server = soup_server_new("server-header", "agentxpu/" AXP_VERSION " ", NULL);
+        soup_server_add_early_handler(b.server, NULL, http_early_handler, &b, NULL);
         soup_server_add_handler(b.server, NULL, http_handler, &b, NULL);
 
         if (activated > 0 && !listen_activated(b.server, activated, &activated_tcp, &e)) {

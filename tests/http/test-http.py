@@ -471,6 +471,40 @@ def test_deep_nesting_is_refused_not_a_crash():
         assert status == 200, answer
 
 
+def test_bodies_over_the_cap_are_not_kept():
+    """libsoup keeps a request's whole body before the handler runs: a client could make the
+    bridge hold any amount of memory whatever --max-body said (300 MB sent, 300 MB more). The
+    bridge keeps a body up to the cap as it arrives and drops the rest."""
+    def rss(pid):
+        return int([line for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS")][0].split()[1]) * 1024
+
+    with serving(bridge_args=["--max-body", "65536"]) as (bus, d, b):
+        before = rss(b.proc.pid)
+        block = b"a" * (1 << 20)
+        for chunked in (True, False):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(b.socket)
+            s.settimeout(WAIT)
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            s.sendall(head + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else
+                              b"Content-Length: %d\r\n\r\n" % (64 << 20)))
+            for _ in range(64):
+                s.sendall(b"%x\r\n" % len(block) + block + b"\r\n" if chunked else block)
+            if chunked:
+                s.sendall(b"0\r\n\r\n")
+            answer = b""
+            while b"the limit is 65536" not in answer:
+                got = s.recv(4096)
+                assert got, answer
+                answer += got
+            assert answer.startswith(b"HTTP/1.1 413"), answer
+            s.close()
+            grown = rss(b.proc.pid) - before
+            assert grown < (16 << 20), f"the bridge grew {grown >> 20} MB holding a 64 MB body (chunked: {chunked})"
+        status, answer = b.json("/v1/models")
+        assert status == 200, answer
+
+
 def test_a_burst_of_connections_is_queued_not_refused():
     """Many agents connecting at once: GLib's default listen backlog of 10 refused the
     eleventh connection not yet accepted; the bridge listens with the system's maximum. Each
@@ -668,6 +702,7 @@ if __name__ == "__main__":
         test_bad_inputs_and_the_bridge_keeps_serving,
         test_deep_nesting_is_refused_not_a_crash,
         test_a_burst_of_connections_is_queued_not_refused,
+        test_bodies_over_the_cap_are_not_kept,
         test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
         test_conversation_reuses_its_flow,
         test_structured_output_with_curl,
