@@ -66,10 +66,31 @@ void fail_from_engine(Fail *f, const char *error_name, const char *message) {
                 fail_set(f, 500, "server_error", NULL, "%s", message);
 }
 
+/* json-glib before 1.8 writes U+001F in a string as the raw byte, which JSON forbids (a
+ * strict client, OpenAI's among them, fails on the whole answer; a model's text may hold it).
+ * The byte is nowhere else in a JSON text, nor inside a UTF-8 sequence: it is escaped here. */
 char *node_to_json(JsonNode *node, gsize *ret_len) {
         g_autoptr(JsonGenerator) gen = json_generator_new();
+        gsize len;
+        char *out;
+
         json_generator_set_root(gen, node);
-        return json_generator_to_data(gen, ret_len);
+        out = json_generator_to_data(gen, &len);
+        if (memchr(out, 0x1f, len)) {
+                GString *s = g_string_sized_new(len + 16);
+                for (gsize i = 0; i < len; i++) {
+                        if (out[i] == 0x1f)
+                                g_string_append(s, "\\u001f");
+                        else
+                                g_string_append_c(s, out[i]);
+                }
+                g_free(out);
+                len = s->len;
+                out = g_string_free(s, FALSE);
+        }
+        if (ret_len)
+                *ret_len = len;
+        return out;
 }
 
 void respond_json(SoupServerMessage *msg, guint status, JsonNode *node) {

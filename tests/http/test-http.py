@@ -359,6 +359,9 @@ def bad_inputs(m):
         ("no model", "/v1/chat/completions", {"messages": chat["messages"]}, (), 400, "'model' is required"),
         ("unknown model", "/v1/chat/completions", dict(chat, model="gpt-4o"), (), 404, "does not exist"),
         ("unknown model", "/api/generate", dict(gen, model="llama3"), (), 404, "not found"),
+        # named back in the answer: U+001F must come out escaped (json-glib before 1.8 wrote it raw)
+        ("unknown model with U+001F", "/v1/chat/completions", dict(chat, model="gpt\u001f4"), (), 404, "gpt\u001f4"),
+        ("unknown model with U+001F", "/api/generate", dict(gen, model="llama\u001f3"), (), 404, "llama\u001f3"),
         ("last message not the user's", "/v1/chat/completions",
          dict(chat, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]), (), 400,
          "The last message must be the user's"),
