@@ -71,6 +71,9 @@ static void test_regions(void) {
         static const size_t off[3] = { 0, (1u << 20) + 4096, (1u << 20) + 16384 };
         static const size_t len[3] = { 1u << 20, 4096 + 320, 64 };
         uint64_t *buf = aligned_alloc(64, (1u << 20) + 32768);
+        CHECK_MSG(buf != NULL, "out of memory for the regions' buffer");
+        if (!buf)
+                return;
         for (size_t i = 0; i < ((1u << 20) + 32768) / 8; i++)
                 buf[i] = i * 0x9e3779b97f4a7c15ull;
         const void *p[3];
