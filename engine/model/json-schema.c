@@ -249,7 +249,7 @@ static int rx_fail(rx *x, const char *what) {
         return fail(x->g, x->path, "the pattern's %s (at offset %zu) is not supported", what, x->i);
 }
 
-static int rx_alt(rx *x);
+static int rx_alt(rx *x, bool *nullable);
 
 /* The ranges of \d, \w, \s (negated: \D, \W, \S is `neg`). */
 static int class_escape(char c, cprange *r, size_t *n, bool *neg) {
@@ -408,11 +408,15 @@ static int rx_class(rx *x) {
         return put_ranges(x, r, n, neg);
 }
 
-/* An atom, then its quantifier. */
-static int rx_atom(rx *x) {
+/* An atom, then its quantifier; *nullable: whether it may match nothing. A part that may
+ * match nothing repeated without bound (`(a*)*`, `(a|)+`, `(b?){2,}`) is refused: its grammar
+ * rule would reach itself without reading a character. */
+static int rx_atom(rx *x, bool *nullable) {
         gen *g = x->g;
         char c = x->s[x->i];
+        size_t at = x->i;
         int r;
+        *nullable = false;
         if (c == '(') {
                 if (++x->depth > 32)
                         return rx_fail(x, "nesting, which is too deep,");
@@ -426,7 +430,7 @@ static int rx_atom(rx *x) {
                         x->i += 2;
                 }
                 put(g, "(");
-                if ((r = rx_alt(x)) < 0)
+                if ((r = rx_alt(x, nullable)) < 0)
                         return r;
                 if (x->i >= x->n || x->s[x->i] != ')')
                         return fail(g, x->path, "the pattern has a '(' without its ')'");
@@ -480,7 +484,11 @@ static int rx_atom(rx *x) {
         c = x->s[x->i];
         if (c == '*' || c == '+' || c == '?') {
                 char q[2] = { c, 0 };
+                if (*nullable && c != '?')
+                        return fail(g, x->path, "the pattern repeats without bound a part that may match nothing "
+                                                "(at offset %zu); make it match at least one character", at);
                 put(g, q);
+                *nullable = *nullable || c != '+';
                 x->i++;
         } else if (c == '{') {
                 unsigned long lo, hi;
@@ -504,6 +512,10 @@ static int rx_atom(rx *x) {
                         return fail(g, x->path, "the pattern repeats something more than %d times", MAX_COUNT);
                 if (hi < lo)
                         return fail(g, x->path, "the pattern has a quantifier {%lu,%lu} with its bounds backward", lo, hi);
+                if (*nullable && hi == ULONG_MAX)
+                        return fail(g, x->path, "the pattern repeats without bound a part that may match nothing "
+                                                "(at offset %zu); make it match at least one character", at);
+                *nullable = *nullable || lo == 0;
                 if (hi == ULONG_MAX)
                         putf(g, "{%lu,}", lo);
                 else
@@ -519,18 +531,23 @@ static int rx_atom(rx *x) {
         return 0;
 }
 
-static int rx_alt(rx *x) {
+/* Alternatives; *nullable: whether one of them may match nothing. */
+static int rx_alt(rx *x, bool *nullable) {
         int r;
+        *nullable = false;
         for (bool first = true;; first = false) {
+                bool all = true, one;
                 if (!first)
                         put(x->g, " | ");
                 put(x->g, "(\"\"");
                 while (x->i < x->n && x->s[x->i] != '|' && x->s[x->i] != ')') {
                         put(x->g, " ");
-                        if ((r = rx_atom(x)) < 0)
+                        if ((r = rx_atom(x, &one)) < 0)
                                 return r;
+                        all = all && one;
                 }
                 put(x->g, ")");
+                *nullable = *nullable || all;
                 if (x->i < x->n && x->s[x->i] == '|') {
                         x->i++;
                         continue;
@@ -559,7 +576,8 @@ static int pattern_body(gen *g, const char *pattern, const char *path) {
         if (!start)
                 put(g, "char* ");
         put(g, "(");
-        if ((r = rx_alt(&x)) < 0)
+        bool nullable;
+        if ((r = rx_alt(&x, &nullable)) < 0)
                 return r;
         if (x.i < x.n)
                 return fail(g, path, "the pattern has a ')' without its '(' (at offset %zu)", x.i);
