@@ -558,11 +558,13 @@ static size_t chars_min_len(const axp_grammar *g, const gelem *e) {
         }
         for (bool moved = true; moved && c <= 0x10FFFF;) {
                 moved = false;
-                for (uint32_t i = 0; i < e->n_ranges; i++)
-                        if (g->ranges[2 * (e->range + i)] <= c && c <= g->ranges[2 * (e->range + i) + 1]) {
-                                c = g->ranges[2 * (e->range + i) + 1] + 1;
+                for (uint32_t i = 0; i < e->n_ranges; i++) {
+                        uint32_t lo = g->ranges[2 * (e->range + i)], hi = g->ranges[2 * (e->range + i) + 1];
+                        if (lo <= c && c <= hi) {
+                                c = hi + 1;
                                 moved = true;
                         }
+                }
         }
         return c > 0x10FFFF ? INF_LEN : utf8_len(c);
 }

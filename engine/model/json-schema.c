@@ -482,13 +482,12 @@ static int rx_atom(rx *x, bool *nullable) {
         if (x->i >= x->n)
                 return 0;
         c = x->s[x->i];
+        bool unbounded, optional; /* the quantifier's */
         if (c == '*' || c == '+' || c == '?') {
                 char q[2] = { c, 0 };
-                if (*nullable && c != '?')
-                        return fail(g, x->path, "the pattern repeats without bound a part that may match nothing "
-                                                "(at offset %zu); make it match at least one character", at);
                 put(g, q);
-                *nullable = *nullable || c != '+';
+                unbounded = c != '?';
+                optional = c != '+';
                 x->i++;
         } else if (c == '{') {
                 unsigned long lo, hi;
@@ -512,10 +511,8 @@ static int rx_atom(rx *x, bool *nullable) {
                         return fail(g, x->path, "the pattern repeats something more than %d times", MAX_COUNT);
                 if (hi < lo)
                         return fail(g, x->path, "the pattern has a quantifier {%lu,%lu} with its bounds backward", lo, hi);
-                if (*nullable && hi == ULONG_MAX)
-                        return fail(g, x->path, "the pattern repeats without bound a part that may match nothing "
-                                                "(at offset %zu); make it match at least one character", at);
-                *nullable = *nullable || lo == 0;
+                unbounded = hi == ULONG_MAX;
+                optional = lo == 0;
                 if (hi == ULONG_MAX)
                         putf(g, "{%lu,}", lo);
                 else
@@ -523,6 +520,10 @@ static int rx_atom(rx *x, bool *nullable) {
                 x->i = (size_t) (end + 1 - x->s);
         } else
                 return 0;
+        if (*nullable && unbounded)
+                return fail(g, x->path, "the pattern repeats without bound a part that may match nothing "
+                                        "(at offset %zu); make it match at least one character", at);
+        *nullable = *nullable || optional;
         /* Lazy and possessive forms match the same strings. */
         if (x->i < x->n && (x->s[x->i] == '?' || x->s[x->i] == '+'))
                 x->i++;
