@@ -965,6 +965,11 @@ static bool authorized(Bridge *b, SoupServerMessage *msg) {
         return diff == 0;
 }
 
+/* Which API's error form a path's answers take */
+static Api api_of(const char *path) {
+        return g_str_has_prefix(path, "/api/") ? API_OLLAMA : API_OPENAI;
+}
+
 static void respond_unauthorized(SoupServerMessage *msg, Api api) {
         g_auto(Fail) f = {};
         fail_set(&f, 401, "invalid_request_error", "invalid_api_key",
@@ -980,7 +985,7 @@ void http_early_handler(SoupServer *server, SoupServerMessage *msg, const char *
                         gpointer data) {
         Bridge *b = data;
         SoupMessageHeaders *h = soup_server_message_get_request_headers(msg);
-        Api api = g_str_has_prefix(path, "/api/") ? API_OLLAMA : API_OPENAI;
+        Api api = api_of(path);
         g_auto(Fail) f = {};
         Body *body;
 
@@ -1008,7 +1013,7 @@ void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, 
                   gpointer data) {
         Bridge *b = data;
         const char *method = soup_server_message_get_method(msg);
-        Api api = g_str_has_prefix(path, "/api/") ? API_OLLAMA : API_OPENAI;
+        Api api = api_of(path);
         g_auto(Fail) f = {};
 
         /* (a request refused before its body was read never comes here) */

@@ -130,6 +130,13 @@ static bool is_loopback(GInetAddress *a) {
         return g_inet_address_get_is_loopback(a);
 }
 
+/* Listen on a bound socket the bridge made and serve on it: with the system's backlog, as
+ * GLib's default of 10 refuses a burst of clients that connect at once. */
+static bool serve_on(SoupServer *server, GSocket *sock, GError **error) {
+        g_socket_set_listen_backlog(sock, SOMAXCONN);
+        return g_socket_listen(sock, error) && soup_server_listen_socket(server, sock, 0, error);
+}
+
 static bool listen_tcp(SoupServer *server, const char *spec, GError **error) {
         g_autoptr(GSocketConnectable) c = NULL;
         g_autoptr(GSocketAddressEnumerator) en = NULL;
@@ -162,11 +169,7 @@ static bool listen_tcp(SoupServer *server, const char *spec, GError **error) {
                 return false;
         if (g_socket_address_get_family(addr) == G_SOCKET_FAMILY_IPV6)
                 (void) g_socket_set_option(sock, IPPROTO_IPV6, IPV6_V6ONLY, TRUE, NULL);
-        /* GLib's default backlog of 10 refuses a burst of clients that connect at once */
-        g_socket_set_listen_backlog(sock, SOMAXCONN);
-        if (!g_socket_bind(sock, addr, TRUE, error) || !g_socket_listen(sock, error))
-                return false;
-        return soup_server_listen_socket(server, sock, 0, error);
+        return g_socket_bind(sock, addr, TRUE, error) && serve_on(server, sock, error);
 }
 
 /* Is someone listening on `path` already? */
@@ -221,10 +224,7 @@ static bool listen_unix(SoupServer *server, const char *path, GError **error) {
                             g_strerror(errno));
                 return false;
         }
-        g_socket_set_listen_backlog(sock, SOMAXCONN);
-        if (!g_socket_listen(sock, error))
-                return false;
-        return soup_server_listen_socket(server, sock, 0, error);
+        return serve_on(server, sock, error);
 }
 
 /* Is fd, passed by systemd, a socket that the bridge can serve on: a listening stream socket,
