@@ -53,35 +53,47 @@ void *axp_alloc(size_t size) {
         return p;
 }
 
-void axp_json_string(FILE *f, const char *s, size_t len) {
-        const unsigned char *p = (const unsigned char *) s;
-        fputc('"', f);
+void axp_json_quote(const char *s, size_t len, axp_put_fn put, void *ctx) {
+        static const char fffd[] = "\xef\xbf\xbd";
+        size_t run = 0; /* start of the bytes that go out as they are */
+
+        put(ctx, "\"", 1);
         for (size_t i = 0; i < len;) {
-                unsigned char c = p[i];
-                if (c == '"' || c == '\\') {
-                        fputc('\\', f);
-                        fputc(c, f);
-                        i++;
-                } else if (c < 0x20) {
-                        switch (c) {
-                        case '\n': fputs("\\n", f); break;
-                        case '\t': fputs("\\t", f); break;
-                        case '\r': fputs("\\r", f); break;
-                        default: fprintf(f, "\\u%04x", c); break;
-                        }
-                        i++;
-                } else {
-                        size_t n = axp_utf8_char_len(s + i, len - i);
-                        if (n == 0) {
-                                fputs("\xef\xbf\xbd", f);
-                                i++;
-                        } else {
-                                fwrite(p + i, 1, n, f);
-                                i += n;
-                        }
+                unsigned char c = (unsigned char) s[i];
+                size_t n = c < 0x80 ? 1 : axp_utf8_char_len(s + i, len - i);
+                char esc[8];
+                const char *e = NULL;
+                if (n == 0)
+                        e = fffd, n = 1;
+                else if (c == '"' || c == '\\')
+                        esc[0] = '\\', esc[1] = (char) c, esc[2] = 0, e = esc;
+                else if (c == '\n')
+                        e = "\\n";
+                else if (c == '\t')
+                        e = "\\t";
+                else if (c == '\r')
+                        e = "\\r";
+                else if (c < 0x20 || c == 0x7f)
+                        snprintf(esc, sizeof esc, "\\u%04x", c), e = esc;
+                if (e) {
+                        if (i > run)
+                                put(ctx, s + run, i - run);
+                        put(ctx, e, strlen(e));
+                        run = i + n;
                 }
+                i += n;
         }
-        fputc('"', f);
+        if (len > run)
+                put(ctx, s + run, len - run);
+        put(ctx, "\"", 1);
+}
+
+static void put_file(void *ctx, const char *p, size_t n) {
+        fwrite(p, 1, n, ctx);
+}
+
+void axp_json_string(FILE *f, const char *s, size_t len) {
+        axp_json_quote(s, len, put_file, f);
 }
 
 void axp_write_visible(FILE *f, const char *s, size_t len) {

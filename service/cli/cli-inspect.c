@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/utf8.h"
+#include "base/util.h"
 #include "cli.h"
 #include "model/gguf.h"
 #include "model/model-info.h"
@@ -65,32 +66,8 @@ static void print_text(gguf_str s, size_t max) {
         print_text_q(s, max, true);
 }
 
-/* A JSON string: escapes as JSON requires; bytes that are not valid UTF-8 become U+FFFD. */
 static void print_json_str(gguf_str s) {
-        const unsigned char *p = (const unsigned char *) s.ptr;
-        uint64_t i = 0;
-        putchar('"');
-        while (i < s.len) {
-                unsigned char c = p[i];
-                size_t n = axp_utf8_char_len(s.ptr + i, s.len - i);
-                if (n == 0) {
-                        fputs("\\ufffd", stdout);
-                        i++;
-                        continue;
-                }
-                if (c == '"' || c == '\\')
-                        printf("\\%c", c);
-                else if (c == '\n')
-                        fputs("\\n", stdout);
-                else if (c == '\t')
-                        fputs("\\t", stdout);
-                else if (c < 0x20 || c == 0x7f)
-                        printf("\\u%04x", c);
-                else
-                        fwrite(p + i, 1, n, stdout);
-                i += n;
-        }
-        putchar('"');
+        axp_json_string(stdout, s.ptr, s.len);
 }
 
 static void print_json_cstr(const char *s) {

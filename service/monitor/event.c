@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
+#include "base/util.h"
 
 Event *event_new(EventSource source, const char *path, char *prompt) {
         Event *ev = g_new0(Event, 1);
@@ -49,33 +50,12 @@ guint64 event_next_id(guint64 *last) {
         return *last;
 }
 
-void json_append_string(GString *out, const char *s) {
-        size_t len = strlen(s);
+static void put_gstring(void *ctx, const char *p, size_t n) {
+        g_string_append_len(ctx, p, (gssize) n);
+}
 
-        g_string_append_c(out, '"');
-        for (size_t i = 0, n; i < len; i += n) {
-                unsigned char c = (unsigned char) s[i];
-                n = axp_utf8_char_len(s + i, len - i);
-                if (n == 0) {
-                        /* not UTF-8: U+FFFD in its place, byte by byte */
-                        g_string_append(out, "\xef\xbf\xbd");
-                        n = 1;
-                        continue;
-                }
-                switch (c) {
-                case '"': g_string_append(out, "\\\""); break;
-                case '\\': g_string_append(out, "\\\\"); break;
-                case '\n': g_string_append(out, "\\n"); break;
-                case '\r': g_string_append(out, "\\r"); break;
-                case '\t': g_string_append(out, "\\t"); break;
-                default:
-                        if (c < 0x20)
-                                g_string_append_printf(out, "\\u%04x", c);
-                        else
-                                g_string_append_len(out, s + i, (gssize) n);
-                }
-        }
-        g_string_append_c(out, '"');
+void json_append_string(GString *out, const char *s) {
+        axp_json_quote(s, strlen(s), put_gstring, out);
 }
 
 void event_append_json(const Event *ev, GString *out) {

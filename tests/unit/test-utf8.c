@@ -244,6 +244,13 @@ static void test_json_uses_it(void) {
         CHECK_MSG(strcmp(out, "\"a\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"") == 0,
                   "%s", out);
         free(out);
+
+        /* escapes between plain runs, DEL and NUL included */
+        f = open_memstream(&out, &len);
+        axp_json_string(f, "x\x7f\"\\\x01y\n\r\tz\0\xc3\xa9", 13);
+        fclose(f);
+        CHECK_MSG(strcmp(out, "\"x\\u007f\\\"\\\\\\u0001y\\n\\r\\tz\\u0000\xc3\xa9\"") == 0, "%s", out);
+        free(out);
 }
 
 /* Feed the pieces one by one into a stream; return what came out, flushed or not. */
