@@ -79,13 +79,23 @@ typedef struct parser {
         size_t n_elems;
         unsigned depth;         /* groups open */
         axp_error *err;
+        const char *line_at;    /* line_of's last answer: line_no is the line of line_at */
+        int line_no;
 } parser;
 
-static int line_of(const parser *ps, const char *at) {
-        int line = 1;
-        for (const char *c = ps->text; c < at && c < ps->end; c++)
-                line += *c == '\n';
-        return line;
+/* The line of `at`, counted on from the last one asked (the parser asks in order, mostly),
+ * so that a grammar's lines are counted once, not once per rule. */
+static int line_of(parser *ps, const char *at) {
+        if (at > ps->end)
+                at = ps->end;
+        if (!ps->line_at || at < ps->line_at) {
+                ps->line_at = ps->text;
+                ps->line_no = 1;
+        }
+        for (const char *c = ps->line_at; c < at; c++)
+                ps->line_no += *c == '\n';
+        ps->line_at = at;
+        return ps->line_no;
 }
 
 #define FAIL(ps, at, ...)                                                                       \
