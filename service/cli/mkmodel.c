@@ -257,7 +257,10 @@ static int byte_to_utf8(uint8_t b, char *out) {
                                 n++;
                 cp = 256 + n;
         }
-        return (int) axp_utf8_encode(cp, (uint8_t *) out);
+        uint8_t u[4]; /* at most 2 bytes: cp < 0x800 */
+        size_t n = axp_utf8_encode(cp, u);
+        memcpy(out, u, n);
+        return (int) n;
 }
 
 static char *encode_bytes(const uint8_t *p, size_t n) {

@@ -120,6 +120,8 @@ static int read_double(sd_bus_message *m, const char *key, double lo, double hi,
         r = sd_bus_message_read_basic(m, 'd', &d);
         if (r < 0)
                 return r;
+        if (r == 0) /* no value where the variant's type said one is */
+                return -EBADMSG;
         if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
                 snprintf(why, sizeof(why), "must be %s %g and at most %g, got %g",
                          lo_open ? "above" : "at least", lo, hi, d);
@@ -218,7 +220,7 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
         const char *key = spec->key, *s;
         char why[128];
         uint32_t u;
-        double d;
+        double d = 0; /* read_double sets it where it returns 0 */
         int b, r;
 
         if (strcmp(key, "max_tokens") == 0) {
