@@ -115,6 +115,7 @@ struct axp_engine {
         bool swapping;
         deferred *deferred;
 
+        uint64_t next_req_id;      /* past every request id handed out, schedulers before included */
         unsigned model_serial;     /* models put in place so far */
         axp_engine_status told;    /* what status_changed was last told */
         bool told_once;
@@ -483,6 +484,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 return r;
         }
         a->id = q->id;
+        /* ids stay unique across model swaps: the next scheduler starts past this one */
+        e->next_req_id = MAX(e->next_req_id, q->id + 1);
         if (q->finished)
                 return 0; /* accepted and already finished: its callbacks ran; the cleanup frees it */
         TAKE_PTR(q); /* the engine's table holds it until it finishes */
@@ -726,6 +729,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         if (sc.piggyback)
                 sc.piggyback_slack = e->cfg.piggyback_slack;
         sc.max_ctx = MIN(e->n_ctx, PREFILL_MAX_CTX);
+        sc.first_id = e->next_req_id;
         axp_heg_shape_from_model(m, e->kv_type, &shape);
         r = axp_sched_new(&sc, &shape, &env, sd, e->n_devs, e->static_dev_i, e->dynamic_dev_i,
                           &e->sched, err);

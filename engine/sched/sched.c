@@ -870,7 +870,7 @@ int axp_sched_new(const axp_sched_config *c, const axp_heg_shape *shape, const a
         }
         s->role_dev[AXP_ROLE_STATIC] = static_dev;
         s->role_dev[AXP_ROLE_DYNAMIC] = dynamic_dev;
-        s->next_id = 1;
+        s->next_id = c->first_id ? c->first_id : 1;
         s->timer_armed = INFINITY;
         s->last_lane = -1;
         s->use_t = sched_now(s);

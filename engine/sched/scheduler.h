@@ -54,6 +54,9 @@ typedef struct axp_sched_config {
                                  * CPU fully busy (0 < share <= 1; 1: no guard). With the
                                  * pressure p it may take 1 - p x (1 - share). */
         int max_ctx;            /* prefill buffer: most tokens one prefill stages (4096) */
+        uint64_t first_id;      /* the first request's id (0: 1); an engine that replaces its
+                                 * scheduler (a model swap) goes on from the last one's ids, so
+                                 * that an id never names two requests */
         int fcfs_tokens;        /* tokens per continuous-batching iteration (256): fcfs's, and
                                  * agentxpu's proactive-only ones on one device (there at most
                                  * as many as the preemption bound allows) */

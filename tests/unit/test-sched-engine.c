@@ -3,6 +3,7 @@
  * each stream exactly the text the synchronous reference driver generates for them alone;
  * cancel, flows, errors, policies, stats, devices, model reloading and the status told to
  * status_changed behave as engine.h says. No timing is asserted. */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -420,6 +421,14 @@ static void test_cancel_and_errors(void) {
         CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb, &id, &err) == 0);
         result_wait(&r);
         CHECK(r.st.generated_tokens >= 1);
+        /* a new model, a new scheduler: its ids go on from the last one's, so that an id
+         * never stands for two requests of one engine (they used to start again at 1) */
+        uint64_t before = id;
+        CHECK(axp_engine_load_model(e, model_path, &err) == 0);
+        result_init(&r);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb, &id, &err) == 0);
+        result_wait(&r);
+        CHECK_MSG(id > before, "%" PRIu64 " after %" PRIu64, id, before);
         CHECK(axp_engine_load_model(e, "/nonexistent/model.gguf", &err) < 0);
         axp_engine_free(e);
 }
