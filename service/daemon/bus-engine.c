@@ -178,6 +178,12 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
                 kind = o.priority;
         if (c->stopping || !c->engine)
                 return sd_bus_error_setf(error, AXP_ERROR_BUSY, "The engine is shutting down");
+        /* The engine defers a submission while it swaps models, until the requests in flight
+         * have finished: waiting for that here would stop this thread, and with it every
+         * client's calls (and the bus connection, once sd-bus's calls time out). */
+        if (c->loader_running)
+                return sd_bus_error_setf(error, AXP_ERROR_BUSY,
+                                         "A model is being loaded; submit again once it is in place");
 
         r = client_get(c, m, &cl);
         if (r < 0)

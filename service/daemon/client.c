@@ -31,7 +31,6 @@ void client_free(Client *cl) {
                 flow_orphan(f);
 
         LIST_REMOVE(clients, c->clients, cl);
-        sd_bus_track_unref(cl->track);
         sd_bus_slot_unref(cl->check_slot);
         free(cl->name);
         free(cl);
@@ -43,8 +42,31 @@ void client_maybe_free(Client *cl) {
                 client_free(cl);
 }
 
-static int on_track(sd_bus_track *t, void *userdata) {
-        client_free(userdata);
+/* One match for every client, installed once at start: a match rule per client (what
+ * sd_bus_track adds) counts against the bus's max_match_rules_per_connection (512 on the system
+ * bus), and sd-bus closes the whole connection when an asynchronous AddMatch fails. */
+static int on_name_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        const char *name, *old_owner, *new_owner;
+        Context *c = userdata;
+        Client *cl;
+
+        if (sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner) < 0)
+                return 0;
+        if (name[0] != ':' || new_owner[0])
+                return 0;
+        cl = client_find(c, name);
+        if (cl)
+                client_free(cl);
+        return 0;
+}
+
+int clients_watch(Context *c) {
+        int r;
+
+        r = sd_bus_match_signal(c->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                "org.freedesktop.DBus", "NameOwnerChanged", on_name_owner_changed, c);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch bus clients leaving");
         return 0;
 }
 
@@ -52,9 +74,13 @@ static int on_name_owner(sd_bus_message *reply, void *userdata, sd_bus_error *re
         Client *cl = userdata;
 
         cl->check_slot = sd_bus_slot_unref(cl->check_slot);
-        /* NameHasNoOwner: it left before the tracking match was in place. */
-        if (sd_bus_message_is_method_error(reply, NULL))
+        /* NameHasNoOwner: it left before we knew it (its NameOwnerChanged came first). Any
+         * other error (a timeout) says nothing about the client: keep it. */
+        if (sd_bus_message_is_method_error(reply, "org.freedesktop.DBus.Error.NameHasNoOwner"))
                 client_free(cl);
+        else if (sd_bus_message_is_method_error(reply, NULL))
+                log_warning("Cannot check that client %s is still on the bus: %s", cl->name,
+                            sd_bus_message_get_error(reply)->message ?: "unknown error");
         return 0;
 }
 
@@ -90,11 +116,7 @@ int client_get(Context *c, sd_bus_message *m, Client **ret) {
         }
         LIST_PREPEND(clients, c->clients, cl);
 
-        r = sd_bus_track_new(c->bus, &cl->track, on_track, cl);
-        if (r >= 0)
-                r = sd_bus_track_add_name(cl->track, sender);
-        if (r >= 0)
-                r = sd_bus_call_method_async(c->bus, &cl->check_slot, "org.freedesktop.DBus",
+        r = sd_bus_call_method_async(c->bus, &cl->check_slot, "org.freedesktop.DBus",
                                              "/org/freedesktop/DBus", "org.freedesktop.DBus",
                                              "GetNameOwner", on_name_owner, cl, "s", sender);
         if (r < 0) {

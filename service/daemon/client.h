@@ -4,7 +4,10 @@
 
 #include "context.h"
 
-/* The sender's Client, created (with its uid and bus tracking) on first use. */
+/* Watch NameOwnerChanged for every client (once, before taking the bus name). */
+int clients_watch(Context *c);
+
+/* The sender's Client, created (with its uid) on first use. */
 int client_get(Context *c, sd_bus_message *m, Client **ret);
 Client *client_find(Context *c, const char *name);
 

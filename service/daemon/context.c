@@ -205,6 +205,16 @@ void context_stop(Context *c) {
         if (c->idle_timer)
                 (void) sd_event_source_set_enabled(c->idle_timer, SD_EVENT_OFF);
 
+        /* A model load in progress waits for the requests in flight to be done, and
+         * admin_cancel_all() waits for the load: cancel them first, or stopping waits for each
+         * to run to its end (max_tokens and all). */
+        if (c->loader_running) {
+                size_t i = 0;
+                Request *r;
+
+                while (idmap_next(&c->requests_by_id, &i, NULL, (void **) &r))
+                        (void) request_cancel(r);
+        }
         admin_cancel_all(c);
         install_cancel_all(c);
         bridge_dispatch(&c->bridge); /* a model load that just ended is answered with the engine alive */

@@ -32,12 +32,11 @@ typedef struct ModelEntry {
 } ModelEntry;
 
 /* A connection that submitted requests or opened flows; it lives while it has either, and
- * goes when the connection leaves the bus (sd_bus_track). */
+ * goes when the connection leaves the bus (NameOwnerChanged, clients_watch). */
 struct Client {
         Context *context;
         char *name;              /* unique bus name */
         uid_t uid;
-        sd_bus_track *track;
         sd_bus_slot *check_slot; /* GetNameOwner: did it leave before we tracked it? */
         Request *requests;       /* LIST of its requests, finished ones too */
         Flow *flows;             /* LIST */

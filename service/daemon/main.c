@@ -11,6 +11,7 @@
 #include "base/parse.h"
 #include "common/bus-common.h"
 #include "bus-engine.h"
+#include "client.h"
 #include "config.h"
 #include "context.h"
 #include "flow.h"
@@ -180,6 +181,9 @@ static int connect_bus(Context *c, const Args *args) {
         /* If the bus goes away there is nobody left to serve. */
         (void) sd_bus_set_exit_on_disconnect(c->bus, true);
 
+        r = clients_watch(c);
+        if (r < 0)
+                return r;
         r = engine_object_register(c);
         if (r < 0)
                 return r;

@@ -81,14 +81,16 @@ def run(cmd, timeout=WAIT, **kw):
 class TestBus:
     """A private dbus-daemon in a temporary folder readable by everyone."""
 
-    def __init__(self):
+    def __init__(self, limits=None):
+        """limits: {name: value} of dbus-daemon's <limit>s, over the test configuration's"""
         need_tools("dbus-daemon", "gdbus", "busctl")
         self.dir = tempfile.mkdtemp(prefix="axp-test-bus-")
         os.chmod(self.dir, 0o755)
         os.mkdir(os.path.join(self.dir, "services"))
         conf = os.path.join(self.dir, "bus.conf")
         with open(BUS_CONF) as f, open(conf, "w") as g:
-            g.write(f.read().replace("@DIR@", self.dir))
+            extra = "".join(f'  <limit name="{k}">{v}</limit>\n' for k, v in (limits or {}).items())
+            g.write(f.read().replace("@DIR@", self.dir).replace("</busconfig>", extra + "</busconfig>"))
         self.bus_log = open(os.path.join(self.dir, "dbus-daemon.log"), "w")
         self.proc = subprocess.Popen(["dbus-daemon", "--config-file", conf, "--nofork", "--nopidfile",
                                       "--print-address"], stdout=subprocess.PIPE, stderr=self.bus_log, text=True)

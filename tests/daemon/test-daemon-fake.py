@@ -41,11 +41,11 @@ LONG = "1000000"
 
 
 @contextlib.contextmanager
-def engine(config="", step_ms=5, env=None, valgrind=False, args=()):
+def engine(config="", step_ms=5, env=None, valgrind=False, args=(), bus_limits=None):
     """A private bus with agentxpu-engine-fake on it, serving a model file."""
     if not FAKE:
         raise Skip("AXP_ENGINE_FAKE is not set (run through meson test)")
-    bus = TestBus()
+    bus = TestBus(bus_limits)
     try:
         model = bus.path("tiny.gguf")
         with open(model, "w") as f:
@@ -465,6 +465,25 @@ def test_fifty_clients_a_third_leaving():
         assert after_second <= idle + 2048, (idle, after_first, after_second)
 
 
+def test_more_clients_than_the_bus_allows_match_rules():
+    """The bus limits the match rules of a connection (512 on the system bus). The engine used
+    to add one for each client it tracked, and sd-bus drops the connection when adding one
+    fails: two users' connections took the engine off the bus. It watches clients leave with
+    one rule now; here 48 clients hold requests where the bus allows 32 rules, then leave."""
+    with engine("[Limits]\nRequestsPerUser=64\n", step_ms=20,
+                bus_limits={"max_match_rules_per_connection": 32}) as (bus, d):
+        clients = [submit_bg(bus, "-n", LONG, f"client {i}")[0] for i in range(48)]
+        for p in clients:
+            first_token(p)
+        assert bus.name_has_owner() and d.proc.poll() is None, d.text()
+        assert bus.props()["Running"] + bus.props()["QueuedReactive"] == 48
+        for p in clients:
+            p.kill()
+            p.wait(timeout=10)
+        wait_for(lambda: engine_idle(bus) and bus.request_nodes() == [], "the clients' requests to go")
+        assert bus.name_has_owner() and d.proc.poll() is None, d.text()
+
+
 # --- polkit ------------------------------------------------------------------------------------------
 
 def polkit_standin(bus, *args):
@@ -754,6 +773,7 @@ TESTS = [
     test_context_overflow,
     test_bad_inputs,
     test_fifty_clients_a_third_leaving,
+    test_more_clients_than_the_bus_allows_match_rules,
     test_administration_asks_polkit,
     test_without_polkit_only_root_administers,
     test_sigterm_answers_everything_and_exits_0,

@@ -546,6 +546,35 @@ def test_load_model_changes_the_model_property():
     assert all("'Devices'" in c for c in changed if "'Model'" in c), changed
 
 
+def test_a_load_waiting_on_requests_holds_no_one_up():
+    """LoadModel waits for the requests in flight to end. Meanwhile a submission is answered
+    Busy at once (it used to wait inside the daemon's one thread: no other call was answered,
+    and past 25 s the engine lost the bus), a bystander's property read is answered, and
+    SIGTERM cancels the requests rather than waiting for each to run to its end."""
+    if not is_root():
+        raise Skip("needs root (administrative call without polkit)")
+    second = second_model()
+    with engine() as (bus, d):
+        p, _ = submit_bg(bus, "-n", "4000", "A long story")
+        p.stdout.read(1)
+        load = bus.spawn(["gdbus", "call", "--address", bus.address, "--dest", NAME, "--object-path", PATH,
+                          "--method", "org.agentxpu.Engine.LoadModel", second],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert load.poll() is None, load.communicate()
+        t = time.monotonic()
+        r = bus.call("Reactive", "hi", "{'max_tokens': <uint32 1>}", user="nobody")
+        assert r.error_name == "org.agentxpu.Error.Busy" and "being loaded" in r.error_message, r
+        assert bus.props()["Running"] == 1
+        assert time.monotonic() - t < 5, time.monotonic() - t
+        t = time.monotonic()
+        assert d.stop() == 0, d.text()
+        assert time.monotonic() - t < 10, time.monotonic() - t
+        rc, out, err = drain(p)
+        assert rc == 1 and "cancelled" in err, (rc, err)
+        load.wait(timeout=10)
+
+
 TESTS = [
     test_complete_matches_generate,
     test_longrope_follows_the_engine_context,
@@ -558,6 +587,7 @@ TESTS = [
     test_gdbus_example_client,
     test_flow_turn_prefills_only_new_tokens,
     test_sigterm_cancels_running_requests_and_exits_0,
+    test_a_load_waiting_on_requests_holds_no_one_up,
     test_cli_ends_when_the_engine_dies_mid_stream,
     test_load_model_refuses_a_corrupt_file_and_keeps_serving,
     test_bad_inputs,
