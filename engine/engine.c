@@ -272,8 +272,9 @@ static int check_sampling(const axp_sampler_params *p, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "temperature must be between 0 and 100");
         if (p->top_k < 0)
                 return axp_errorf(err, -EINVAL, "top_k must not be negative");
-        if (!isfinite(p->top_p) || p->top_p <= 0 || p->top_p > 1)
-                return axp_errorf(err, -EINVAL, "top_p must be in (0, 1]");
+        /* 0 keeps the best candidate alone, as llama.cpp's top-p (which keeps at least one) */
+        if (!isfinite(p->top_p) || p->top_p < 0 || p->top_p > 1)
+                return axp_errorf(err, -EINVAL, "top_p must be in [0, 1]");
         if (!isfinite(p->min_p) || p->min_p < 0 || p->min_p > 1)
                 return axp_errorf(err, -EINVAL, "min_p must be in [0, 1]");
         if (!isfinite(p->repeat_penalty) || p->repeat_penalty <= 0 || p->repeat_penalty > 100)

@@ -143,6 +143,13 @@ static void test_top_p_min_p(void) {
         CHECK_NEAR(counts[0] / 4000.0, 0.5 / 0.8, 0.03);
         axp_sampler_free(s);
 
+        /* top-p 0: the best alone */
+        p = params(1, 0, 0, 0, 5);
+        s = axp_sampler_new(&p, 4);
+        draw(s, l, 400, counts, 4);
+        CHECK_EQ_INT(counts[0], 400);
+        axp_sampler_free(s);
+
         /* min-p 0.2: keeps p >= 0.1 (ids 0..2) */
         p = params(1, 0, 1, 0.2f, 5);
         s = axp_sampler_new(&p, 4);

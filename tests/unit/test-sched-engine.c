@@ -361,6 +361,16 @@ static void test_cancel_and_errors(void) {
 
         o.sampling.temperature = -1;
         CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL);
+        /* top_p 0, which the bus, the bridge and the command line let through: the best alone */
+        greedy_opts(&o, 4);
+        o.sampling.temperature = 1;
+        o.sampling.top_p = 0;
+        result_init(&r);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[2], &o, &cb, &id, &err) == 0);
+        result_wait(&r);
+        CHECK(r.reason == AXP_FINISH_LENGTH);
+        o.sampling.top_p = 1.5f;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL);
         greedy_opts(&o, 4);
         o.flow = 999;
         CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -ENOENT);
