@@ -111,6 +111,8 @@ static int bad_value(sd_bus_error *error, const char *key, const char *why) {
         return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "Option '%s' %s", key, why);
 }
 
+/* The options are kept as floats: a value above lo that rounds to it (1e-300) is refused here,
+ * where the message names the option, not by the engine. */
 static int read_double(sd_bus_message *m, const char *key, double lo, double hi, bool lo_open,
                        double *ret, sd_bus_error *error) {
         char why[96];
@@ -122,7 +124,7 @@ static int read_double(sd_bus_message *m, const char *key, double lo, double hi,
                 return r;
         if (r == 0) /* no value where the variant's type said one is */
                 return -EBADMSG;
-        if (!isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+        if (!isfinite(d) || d < lo || d > hi || (lo_open && (float) d <= (float) lo)) {
                 snprintf(why, sizeof(why), "must be %s %g and at most %g, got %g",
                          lo_open ? "above" : "at least", lo, hi, d);
                 return bad_value(error, key, why);

@@ -161,6 +161,7 @@ static void test_bad_options_are_refused_by_name(void) {
                 { { { "top_p", "d", 1.01 } }, 1, OPTIONS_SUBMIT, "'top_p' must be at least 0 and at most 1" },
                 { { { "min_p", "d", -0.01 } }, 1, OPTIONS_SUBMIT, "'min_p'" },
                 { { { "repeat_penalty", "d", 0 } }, 1, OPTIONS_SUBMIT, "'repeat_penalty' must be above 0" },
+                { { { "repeat_penalty", "d", 1e-300 } }, 1, OPTIONS_SUBMIT, "'repeat_penalty' must be above 0 and at most 10, got 1e-300" },
                 { { { "repeat_penalty", "d", 11 } }, 1, OPTIONS_SUBMIT, "at most 10" },
                 { { { "top_k", "u", 3000000000.0 } }, 1, OPTIONS_SUBMIT, "'top_k' is too large" },
                 { { { "stop", "as", .strv = { "", NULL } } }, 1, OPTIONS_SUBMIT, "'stop' contains an empty string" },
