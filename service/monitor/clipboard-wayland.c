@@ -131,7 +131,19 @@ static void on_types(GObject *src, GAsyncResult *res, gpointer data) {
                 done_query(w);
                 return;
         }
+        /* The --list-types step is over: its timer must not outlive it, or it fires during
+         * the text fetch (or a later query) and kills that instead. */
+        if (w->fetch_timeout) {
+                g_source_remove(w->fetch_timeout);
+                w->fetch_timeout = 0;
+        }
         g_clear_object(&w->fetch);
+        if (w->fetch_timed_out) {
+                /* Killed by its timer: what it printed may be cut short. */
+                clipboard_skipped(w->cb, "the clipboard owner did not answer");
+                done_query(w);
+                return;
+        }
         types = g_strsplit(out ? out : "", "\n", -1);
         for (size_t i = 0; types[i]; i++)
                 g_strstrip(types[i]);

@@ -94,11 +94,14 @@ static void got_targets(ClipboardX11 *x) {
         unsigned long n = 0, after = 0;
         g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func(g_free);
 
+        /* A list longer than we read may hold the password-manager hint further on: without
+         * the whole list, a secret cannot be ruled out. */
         if (XGetWindowProperty(x->dpy, x->win, x->prop, 0, 1024, True, XA_ATOM, &type, &format, &n,
                                &after, (unsigned char **) &atoms) != Success ||
-            type != XA_ATOM || format != 32) {
+            type != XA_ATOM || format != 32 || after > 0) {
                 if (atoms)
                         XFree(atoms);
+                XDeleteProperty(x->dpy, x->win, x->prop);
                 clipboard_skipped(x->cb, "the owner's TARGETS are unreadable");
                 idle(x);
                 return;

@@ -108,8 +108,10 @@ static gboolean dispatch_cb(gpointer data) {
                 }
                 /* requests_per_minute=0 means no limit. */
                 if (d->cfg->requests_per_minute > 0 && d->tokens < 1.0) {
-                        wait_us = (gint64) ((1.0 - d->tokens) * 60.0 / d->cfg->requests_per_minute *
-                                            G_USEC_PER_SEC) + 1000;
+                        /* at most an hour: a rate the configuration allows (1e-12 a minute)
+                         * would not fit a gint64, nor a timeout's milliseconds */
+                        double w = (1.0 - d->tokens) * 60.0 / d->cfg->requests_per_minute * G_USEC_PER_SEC;
+                        wait_us = (gint64) MIN(w, 3600.0 * G_USEC_PER_SEC) + 1000;
                         break;
                 }
                 ev = g_queue_pop_head(&d->queue);

@@ -148,7 +148,9 @@ int event_from_json(const json_value *obj, Event **ret, axp_error *err) {
 
         ev = event_new(s, s == EVENT_CLIPBOARD ? NULL : path, g_strdup(prompt));
         ev->id = id;
-        if (created && created->type == JSON_NUMBER)
+        /* Only a number a gint64 holds: converting any other is undefined behaviour. */
+        if (created && created->type == JSON_NUMBER && created->number >= -9.2e18 &&
+            created->number <= 9.2e18)
                 ev->created_us = (gint64) created->number;
         if (s == EVENT_BATCH) {
                 r = batch_from_json(obj, &ev->batch, err);

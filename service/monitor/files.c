@@ -354,6 +354,16 @@ static void on_watch(void *userdata, GPtrArray *msgs) {
         journal_seen(f->journal, fresh);
 }
 
+/* Whether `path` lies below one of the watched folders. */
+static bool watched(const MonitorConfig *cfg, const char *path) {
+        for (size_t i = 0; cfg->watch[i]; i++) {
+                size_t n = strlen(cfg->watch[i]);
+                if (strncmp(path, cfg->watch[i], n) == 0 && path[n] == '/')
+                        return true;
+        }
+        return false;
+}
+
 Files *files_new(const MonitorConfig *cfg, Journal *journal, Dispatcher *dispatcher,
                  GPtrArray *restored) {
         Files *f = g_new0(Files, 1);
@@ -365,10 +375,20 @@ Files *files_new(const MonitorConfig *cfg, Journal *journal, Dispatcher *dispatc
         f->snapshots = g_hash_table_new_full(g_str_hash, g_str_equal, NULL,
                                              (GDestroyNotify) snapshot_free);
         g_queue_init(&f->lru);
-        for (guint i = 0; restored && i < restored->len; i++)
-                add_pending(f, restored->pdata[i], NULL);
-        if (restored && restored->len > 0)
-                g_message("files: %u changed paths from before the restart wait again", restored->len);
+        guint again = 0;
+        for (guint i = 0; restored && i < restored->len; i++) {
+                const char *path = restored->pdata[i];
+                /* The configuration may have changed since (a folder no longer watched, a new
+                 * ignore glob), and the journal is only a file: the same checks as a live event. */
+                if (!watched(cfg, path) || monitor_config_ignored(cfg, path, false)) {
+                        journal_settle(journal, path);
+                        continue;
+                }
+                add_pending(f, path, NULL);
+                again++;
+        }
+        if (again > 0)
+                g_message("files: %u changed paths from before the restart wait again", again);
         if (cfg->watch[0])
                 f->watcher = watcher_start(cfg, on_watch, f);
         else

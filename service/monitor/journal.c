@@ -14,6 +14,7 @@ struct Journal {
         char *path;
         int fd;
         goffset size;
+        goffset compacted;      /* the size right after the last rewrite */
         bool warned;
         guint sync_source;
 };
@@ -41,6 +42,10 @@ void journal_free(Journal *j) {
 
 goffset journal_size(Journal *j) {
         return j->size;
+}
+
+goffset journal_growth(Journal *j) {
+        return j->size - j->compacted;
 }
 
 /* Replays one record into the state. Ordered containers: a GPtrArray for the output and a
@@ -360,6 +365,6 @@ int journal_rewrite(Journal *j, GPtrArray *events, GPtrArray *seen, guint64 last
                 return axp_errorf(err, -errno, "cannot reopen %s: %s", j->path, g_strerror(errno));
         close(j->fd);
         j->fd = newfd;
-        j->size = (goffset) out->len;
+        j->size = j->compacted = (goffset) out->len;
         return 0;
 }

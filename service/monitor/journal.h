@@ -38,6 +38,8 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC(Journal, journal_free)
 /* Replaces the file with exactly this state (write, fsync, rename). */
 int journal_rewrite(Journal *j, GPtrArray *events, GPtrArray *seen, guint64 last_id, axp_error *err);
 goffset journal_size(Journal *j);
+/* What was appended since the last rewrite. */
+goffset journal_growth(Journal *j);
 
 void journal_seen(Journal *j, GPtrArray *paths);
 /* `path` NULL: every path seen so far. */

@@ -103,6 +103,7 @@ static char *expand_path(const char *p) {
         real = realpath(path, NULL);
         if (!real)
                 return g_steal_pointer(&path);
+        g_free(path);
         path = g_strdup(real);
         free(real);
         return g_steal_pointer(&path);

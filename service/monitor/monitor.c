@@ -98,7 +98,9 @@ static gboolean housekeeping_cb(gpointer data) {
                 malloc_trim(0);
         } else
                 c->shedding = false;
-        if (journal_size(c->journal) > JOURNAL_COMPACT_BYTES)
+        /* Compact what was appended, not what is pending: pending events larger than the
+         * threshold would otherwise rewrite (and fsync) the whole file every time. */
+        if (journal_growth(c->journal) > JOURNAL_COMPACT_BYTES)
                 compact_journal(c);
         return G_SOURCE_CONTINUE;
 }

@@ -206,7 +206,7 @@ void notifier_show(Notifier *n, const Event *ev, const Suggestion *sug) {
                 about = g_strdup_printf("%" G_GUINT64_FORMAT " changed files",
                                         ev->batch ? ev->batch->total : 0);
         else
-                about = g_path_get_basename(ev->path);
+                about = g_filename_display_basename(ev->path);  /* UTF-8 whatever the name */
         clipped = g_utf8_substring(sug->body, 0, MIN(g_utf8_strlen(sug->body, -1), NOTIFY_BODY_MAX));
         text = g_strdup_printf("%s\n(%s: %s)", clipped, sug->kind, about);
         body = n->markup ? g_markup_escape_text(text, -1) : g_strdup(text);

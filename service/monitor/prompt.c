@@ -17,7 +17,15 @@ char *prompt_render(const char *tpl, const char *const *vars) {
                         size_t n = (size_t) (close - p - 1);
                         for (size_t i = 0; vars && vars[i] && !done; i += 2)
                                 if (strlen(vars[i]) == n && strncmp(p + 1, vars[i], n) == 0) {
-                                        g_string_append(out, vars[i + 1] ? vars[i + 1] : "");
+                                        const char *v = vars[i + 1] ? vars[i + 1] : "";
+                                        /* A file name need not be UTF-8, but the prompt goes
+                                         * out as a D-Bus string, which must be. */
+                                        if (g_utf8_validate(v, -1, NULL))
+                                                g_string_append(out, v);
+                                        else {
+                                                g_autofree char *valid = g_utf8_make_valid(v, -1);
+                                                g_string_append(out, valid);
+                                        }
                                         p = close + 1;
                                         done = true;
                                 }

@@ -37,6 +37,9 @@ struct Watcher {
         bool told_limit;
         guint32 move_cookie;    /* a folder moved out, waiting for its MOVED_TO */
         char *move_from;
+        GHashTable *lost_roots; /* watched folders deleted or moved away: watched again
+                                 * once they are back */
+        gint64 lost_check_us;
 };
 
 void watch_msg_free(WatchMsg *m) {
@@ -245,9 +248,14 @@ static void handle_event(Watcher *w, struct inotify_event *ev) {
         }
         if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
                 for (size_t i = 0; w->cfg->watch[i]; i++)
-                        if (strcmp(w->cfg->watch[i], path) == 0)
-                                postf(w, WATCH_ERROR, "files: the watched folder %s was %s", path,
+                        if (strcmp(w->cfg->watch[i], path) == 0) {
+                                postf(w, WATCH_ERROR, "files: the watched folder %s was %s; it is "
+                                      "watched again if it comes back", path,
                                       ev->mask & IN_DELETE_SELF ? "deleted" : "moved");
+                                /* A moved tree keeps its watches under names no longer true. */
+                                forget_tree(w, path, true);
+                                g_hash_table_add(w->lost_roots, g_strdup(path));
+                        }
                 return;
         }
         if (is_dir) {
@@ -264,6 +272,32 @@ static void handle_event(Watcher *w, struct inotify_event *ev) {
         }
         if ((ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) && !monitor_config_ignored(w->cfg, path, false))
                 post(w, WATCH_CHANGED, g_steal_pointer(&path));
+}
+
+/* A watched folder that was deleted or moved away and exists again (a restore, a sync
+ * client, a fresh clone) is watched again, its files reported as new. */
+static void check_lost_roots(Watcher *w) {
+        g_autoptr(GPtrArray) back = g_ptr_array_new_with_free_func(g_free);
+        GHashTableIter it;
+        gpointer k;
+        gint64 now = g_get_monotonic_time();
+
+        if (g_hash_table_size(w->lost_roots) == 0 || now - w->lost_check_us < G_USEC_PER_SEC)
+                return;
+        w->lost_check_us = now;
+        g_hash_table_iter_init(&it, w->lost_roots);
+        while (g_hash_table_iter_next(&it, &k, NULL)) {
+                struct stat st;
+                if (stat(k, &st) == 0 && S_ISDIR(st.st_mode)) {
+                        g_ptr_array_add(back, g_strdup(k));
+                        g_hash_table_iter_remove(&it);
+                }
+        }
+        for (guint i = 0; i < back->len; i++) {
+                postf(w, WATCH_READY, "files: the watched folder %s is back; watching it again",
+                      (char *) back->pdata[i]);
+                add_tree(w, back->pdata[i], 0);
+        }
 }
 
 static gpointer thread_main(gpointer data) {
@@ -292,6 +326,7 @@ static gpointer thread_main(gpointer data) {
         while (!g_atomic_int_get(&w->stop)) {
                 /* A timeout of a second lets the thread notice the stop request. */
                 struct inotify_event *ev = inotifytools_next_event(1);
+                check_lost_roots(w);
                 if (!ev) {
                         int e = inotifytools_error();
                         if (e == 0)
@@ -320,6 +355,7 @@ Watcher *watcher_start(const MonitorConfig *cfg, WatcherFn fn, void *userdata) {
         g_cond_init(&w->drained);
         w->outbox = g_ptr_array_new_with_free_func((GDestroyNotify) watch_msg_free);
         w->dirs = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+        w->lost_roots = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
         w->thread = g_thread_new("inotify", thread_main, w);
         return w;
 }
@@ -338,6 +374,7 @@ void watcher_stop(Watcher *w) {
         }
         g_ptr_array_unref(w->outbox);
         g_hash_table_unref(w->dirs);
+        g_hash_table_unref(w->lost_roots);
         g_free(w->move_from);
         g_mutex_clear(&w->lock);
         g_cond_clear(&w->drained);

@@ -3,9 +3,10 @@
 """Wayland through a data-control protocol (`wl-paste --watch`, here a stand-in driven by the
 test): plain text gives a suggestion; content offered with x-kde-passwordManagerHint, or that
 wl-paste itself reports as sensitive, is never fetched and appears nowhere, the engine's log
-and state included; a compositor without data-control (and no X11) gives one clear log
-line."""
+and state included; a slow owner's copies are each read; a compositor without data-control
+(and no X11) gives one clear log line."""
 import os
+import time
 
 from harness import FAKE_WL_PASTE, check, run, wait_for
 
@@ -69,6 +70,19 @@ def body(s):
     check(any("calibration" in name for name, _ in places), "the engine kept no state to check")
     for name, data in places:
         check(SECRET not in data, f"the secret appears in {name}")
+
+    # An owner that takes a second to answer each step, and a second copy 2.5 s after the
+    # first: both are read (the first query's 3 s timer used to outlive it, kill the second
+    # copy's fetch, and could fire after the backend was freed).
+    with open(os.path.join(wl, "delay"), "w") as f:
+        f.write("1\n")
+    offer(text, "df -h /home")
+    time.sleep(2.5)
+    offer(text, "du -sh ~/Downloads")
+    wait_for(lambda: len(clip()) == 4, "suggestions for both copies of the slow owner")
+    check(s.prompts()[2:] == ["CLIP\ndf -h /home", "CLIP\ndu -sh ~/Downloads"],
+          f"unexpected requests: {s.prompts()[2:]}")
+    os.unlink(os.path.join(wl, "delay"))
 
     # A compositor without data-control, and no X11 to fall back on: say so, once, clearly.
     s.stop("monitor")

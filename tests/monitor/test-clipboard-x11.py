@@ -54,6 +54,11 @@ def body(s):
     log = os.path.join(s.tmp, "owner-requests.log")
     s._ready_line("secret-owner", [SECRET_OWNER, SECRET, log], "owned")
     s.wait_log("a password manager marked it sensitive")
+    # The same with the hint after 1100 other formats, past what one read of TARGETS takes:
+    # a list not read whole cannot rule a secret out (its content used to be fetched).
+    log_long = os.path.join(s.tmp, "owner-long-requests.log")
+    s._ready_line("secret-owner-long", [SECRET_OWNER, SECRET, log_long, "1100"], "owned")
+    s.wait_log("the owner's TARGETS are unreadable")
     # Oversized: over max_size, skipped before it is fetched whole.
     xclip(s, "OVERSIZE-" + "x" * 6000)
     s.wait_log("over [clipboard] max_size")
@@ -70,6 +75,10 @@ def body(s):
     check("TARGETS" in asked, "the monitor never asked the secret owner for its TARGETS")
     check("UTF8_STRING" not in asked and "x-kde-passwordManagerHint" not in asked,
           f"the monitor fetched the password manager's content: {asked}")
+    with open(log_long) as f:
+        asked = f.read().split()
+    check("TARGETS" in asked and "UTF8_STRING" not in asked,
+          f"the monitor fetched the content of the long list's owner: {asked}")
     places = s.everywhere()
     check(any("calibration" in name for name, _ in places), "the engine kept no state to check")
     check("finished: stop" in s.log("engine") or "finished: length" in s.log("engine"),

@@ -158,6 +158,26 @@ static char *temp_dir(void) {
         return g_dir_make_tmp("axp-unit-XXXXXX", NULL);
 }
 
+/* An event as a damaged or hostile journal may hold it: a "created" no gint64 holds keeps the
+ * time of reading (converting it was undefined, INT64_MIN on x86-64) */
+static void test_event_created_out_of_range(void) {
+        const char *lines[] = {
+                "{\"id\":1,\"source\":\"clipboard\",\"prompt\":\"x\",\"created\":1e300}",
+                "{\"id\":2,\"source\":\"clipboard\",\"prompt\":\"x\",\"created\":-1e300}",
+        };
+        for (size_t i = 0; i < G_N_ELEMENTS(lines); i++) {
+                json_value *v = NULL;
+                Event *ev = NULL;
+                axp_error err = { 0 };
+                gint64 now = g_get_real_time();
+                CHECK_EQ_INT(parse(lines[i], &v), 0);
+                CHECK_EQ_INT(event_from_json(v, &ev, &err), 0);
+                CHECK(ev && ev->created_us >= now && ev->created_us <= now + 60 * G_USEC_PER_SEC);
+                event_free(ev);
+                json_free(v);
+        }
+}
+
 static void test_journal(void) {
         g_autofree char *dir = temp_dir();
         g_autofree char *path = g_build_filename(dir, "journal.jsonl", NULL);
@@ -326,6 +346,7 @@ int main(void) {
         RUN(test_change);
         RUN(test_batch);
         RUN(test_ignore);
+        RUN(test_event_created_out_of_range);
         RUN(test_journal);
         RUN(test_store);
         RUN(test_suggestion);

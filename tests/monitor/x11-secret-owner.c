@@ -2,11 +2,14 @@
 /* TEST TOOL: a password manager's clipboard owner. Takes CLIPBOARD and offers TARGETS,
  * UTF8_STRING (the secret) and x-kde-passwordManagerHint ("secret"); logs each target a
  * client asks for, so a test can tell that the secret was never fetched.
- *   x11-secret-owner SECRET LOGFILE      (prints "owned" once it owns CLIPBOARD; exits when
- *                                          another client takes it) */
+ *   x11-secret-owner SECRET LOGFILE [PAD]   (prints "owned" once it owns CLIPBOARD; exits
+ *                                           when another client takes it)
+ * PAD: that many more targets (made-up formats) before the hint, so that it comes late in a
+ * long list. */
 #include <X11/Xatom.h>
 #include <X11/Xlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int main(int argc, char **argv) {
@@ -14,11 +17,14 @@ int main(int argc, char **argv) {
         Window win;
         Atom clipboard, targets, utf8, hint, timestamp;
         FILE *log;
+        Atom *list;
+        int pad, n = 0;
 
-        if (argc != 3) {
-                fprintf(stderr, "usage: x11-secret-owner SECRET LOGFILE\n");
+        if (argc != 3 && argc != 4) {
+                fprintf(stderr, "usage: x11-secret-owner SECRET LOGFILE [PAD]\n");
                 return 2;
         }
+        pad = argc == 4 ? atoi(argv[3]) : 0;
         dpy = XOpenDisplay(NULL);
         log = fopen(argv[2], "a");
         if (!dpy || !log) {
@@ -30,6 +36,18 @@ int main(int argc, char **argv) {
         utf8 = XInternAtom(dpy, "UTF8_STRING", False);
         hint = XInternAtom(dpy, "x-kde-passwordManagerHint", False);
         timestamp = XInternAtom(dpy, "TIMESTAMP", False);
+        list = calloc((size_t) pad + 4, sizeof(Atom));
+        if (!list)
+                return 1;
+        list[n++] = targets;
+        list[n++] = timestamp;
+        list[n++] = utf8;
+        for (int i = 0; i < pad; i++) {
+                char name[64];
+                snprintf(name, sizeof(name), "application/x-made-up-format-%d", i);
+                list[n++] = XInternAtom(dpy, name, False);
+        }
+        list[n++] = hint;
         win = XCreateSimpleWindow(dpy, DefaultRootWindow(dpy), 0, 0, 1, 1, 0, 0, 0);
         XSetSelectionOwner(dpy, clipboard, win, CurrentTime);
         if (XGetSelectionOwner(dpy, clipboard) != win) {
@@ -61,9 +79,8 @@ int main(int argc, char **argv) {
                 reply.xselection.time = rq->time;
                 reply.xselection.property = rq->property ? rq->property : rq->target;
                 if (rq->target == targets) {
-                        Atom list[] = { targets, timestamp, utf8, hint };
                         XChangeProperty(dpy, rq->requestor, reply.xselection.property, XA_ATOM, 32,
-                                        PropModeReplace, (unsigned char *) list, 4);
+                                        PropModeReplace, (unsigned char *) list, n);
                 } else if (rq->target == utf8) {
                         XChangeProperty(dpy, rq->requestor, reply.xselection.property, utf8, 8,
                                         PropModeReplace, (unsigned char *) argv[1],
