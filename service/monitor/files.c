@@ -354,16 +354,6 @@ static void on_watch(void *userdata, GPtrArray *msgs) {
         journal_seen(f->journal, fresh);
 }
 
-/* Whether `path` lies below one of the watched folders. */
-static bool watched(const MonitorConfig *cfg, const char *path) {
-        for (size_t i = 0; cfg->watch[i]; i++) {
-                size_t n = strlen(cfg->watch[i]);
-                if (strncmp(path, cfg->watch[i], n) == 0 && path[n] == '/')
-                        return true;
-        }
-        return false;
-}
-
 Files *files_new(const MonitorConfig *cfg, Journal *journal, Dispatcher *dispatcher,
                  GPtrArray *restored) {
         Files *f = g_new0(Files, 1);
@@ -380,7 +370,7 @@ Files *files_new(const MonitorConfig *cfg, Journal *journal, Dispatcher *dispatc
                 const char *path = restored->pdata[i];
                 /* The configuration may have changed since (a folder no longer watched, a new
                  * ignore glob), and the journal is only a file: the same checks as a live event. */
-                if (!watched(cfg, path) || monitor_config_ignored(cfg, path, false)) {
+                if (!monitor_config_watched(cfg, path) || monitor_config_ignored(cfg, path, false)) {
                         journal_settle(journal, path);
                         continue;
                 }

@@ -405,6 +405,15 @@ static bool under(const char *path, const char *dir) {
         return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == 0);
 }
 
+bool monitor_config_watched(const MonitorConfig *cfg, const char *path) {
+        for (size_t i = 0; cfg->watch[i]; i++) {
+                size_t n = strlen(cfg->watch[i]);
+                if (strncmp(path, cfg->watch[i], n) == 0 && (path[n] == '/' || path[n] == 0))
+                        return true;
+        }
+        return false;
+}
+
 bool monitor_config_ignored(const MonitorConfig *cfg, const char *path, bool is_dir) {
         const char *rel = path;
         size_t best = 0;

@@ -70,3 +70,6 @@ char *monitor_config_dump(const MonitorConfig *cfg);
  * glob matches one of its folders or its name, or it lies in an excluded folder. `is_dir`
  * says the path itself is a folder. */
 bool monitor_config_ignored(const MonitorConfig *cfg, const char *path, bool is_dir);
+
+/* Whether `path` is one of the watched folders or lies below one. */
+bool monitor_config_watched(const MonitorConfig *cfg, const char *path);

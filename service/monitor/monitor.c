@@ -150,6 +150,21 @@ static int open_state(Context *c, JournalState **ret_state, axp_error *err) {
                                   "restart", ((Event *) st->events->pdata[i - 1])->id);
                         g_ptr_array_remove_index(st->events, i - 1);
                 }
+        /* Made under the configuration of before the restart: what it no longer allows (a
+         * folder no longer watched, a glob since added, the clipboard turned off) is dropped,
+         * not sent. */
+        for (guint i = st->events->len; i > 0; i--) {
+                const Event *ev = st->events->pdata[i - 1];
+                bool allowed = ev->source == EVENT_CLIPBOARD
+                                       ? c->cfg->clipboard
+                                       : monitor_config_watched(c->cfg, ev->path) &&
+                                                 !monitor_config_ignored(c->cfg, ev->path, ev->source == EVENT_BATCH);
+                if (!allowed) {
+                        g_message("journal: event %" G_GUINT64_FORMAT " from before the restart is "
+                                  "not sent: the configuration no longer allows it", ev->id);
+                        g_ptr_array_remove_index(st->events, i - 1);
+                }
+        }
         r = journal_rewrite(c->journal, st->events, st->seen, st->last_id, err);
         if (r < 0)
                 return r;

@@ -97,6 +97,13 @@ def check(cond, message):
         raise Fail(message)
 
 
+def write(path, data, mode="w"):
+    """Write a file, making its folders first (text, or bytes with mode "wb")."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, mode) as f:
+        f.write(data)
+
+
 def read_jsonl(path):
     out = []
     try:

@@ -5,13 +5,7 @@ under ignored globs, binary files, symlinks and unchanged rewrites give none."""
 import json
 import os
 
-from harness import TEST_TEMPLATES, check, run, suggestion_problem, wait_for
-
-
-def write(path, data, mode="w"):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, mode) as f:
-        f.write(data)
+from harness import TEST_TEMPLATES, check, run, suggestion_problem, wait_for, write
 
 
 def body(s):

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """What a desktop's files do that a plain edit does not:
-- a journal from before the restart names paths that the configuration now ignores or no
-  longer watches: they are settled, never read (they used to be read and sent);
+- a journal from before the restart names paths, and holds events, that the configuration
+  now ignores, no longer watches or has turned off: the paths are settled, never read, and
+  the events dropped (they used to be read and sent);
 - a file whose name is not UTF-8: its text reaches the engine (the prompt, a D-Bus string,
   used to be replaced whole by GLib's "[Invalid UTF-8]", with a GLib-CRITICAL);
 - the watched folder itself deleted and made again (a sync client, a restored backup): it is
@@ -14,13 +15,7 @@ import os
 import shutil
 import time
 
-from harness import TEST_TEMPLATES, check, run, wait_for
-
-
-def write(path, data, mode="w"):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, mode) as f:
-        f.write(data)
+from harness import TEST_TEMPLATES, check, run, wait_for, write
 
 
 def body(s):
@@ -33,6 +28,12 @@ def body(s):
     with open(s.journal_path, "w") as f:
         for p in ignored:
             f.write(json.dumps({"op": "seen", "path": p}) + "\n")
+        # events made before the restart, their prompts written: sent only where still allowed
+        for i, p in enumerate(ignored, 1):
+            f.write(json.dumps({"op": "event", "id": i, "source": "file", "path": p,
+                                "prompt": f"FILE {p}\nSECRET-CONTENT"}) + "\n")
+        f.write(json.dumps({"op": "event", "id": 9, "source": "clipboard",
+                            "prompt": "CLIP\nSECRET-CONTENT copied before the clipboard was turned off"}) + "\n")
 
     s.start_recorder()
     s.start_engine()
