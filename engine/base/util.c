@@ -75,6 +75,9 @@ void axp_json_quote(const char *s, size_t len, axp_put_fn put, void *ctx) {
                         e = "\\r";
                 else if (c < 0x20 || c == 0x7f)
                         snprintf(esc, sizeof esc, "\\u%04x", c), e = esc;
+                else if (c == 0xc2 && n == 2 && (unsigned char) s[i + 1] <= 0x9f)
+                        /* C1 (U+0080..U+009F: CSI, OSC, ...), which a terminal may obey too */
+                        snprintf(esc, sizeof esc, "\\u%04x", (unsigned char) s[i + 1]), e = esc;
                 if (e) {
                         if (i > run)
                                 put(ctx, s + run, i - run);
@@ -122,11 +125,15 @@ int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err)
                 return axp_errorf(err, -errno, "%s: %s", path, strerror(errno));
         size_t cap = 4096, len = 0;
         char *buf = malloc(cap);
+        int read_errno = 0;
         while (buf) {
+                errno = 0;
                 size_t n = fread(buf + len, 1, cap - len - 1, f);
                 len += n;
-                if (n == 0)
+                if (n == 0) {
+                        read_errno = errno; /* EISDIR for a directory, EIO ... */
                         break;
+                }
                 if (cap - len - 1 == 0) {
                         char *nb = realloc(buf, cap * 2);
                         if (!nb) {
@@ -144,7 +151,8 @@ int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err)
                 return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
         if (bad) {
                 free(buf);
-                return axp_errorf(err, -EIO, "%s: read error", path);
+                read_errno = read_errno > 0 ? read_errno : EIO;
+                return axp_errorf(err, -read_errno, "%s: cannot read: %s", path, strerror(read_errno));
         }
         buf[len] = 0;
         *ret = buf;

@@ -59,9 +59,10 @@ void *axp_alloc(size_t size);
 
 #include <stdio.h>
 /* s (len bytes) as a JSON string literal, quotes included, handed to put piece by piece:
- * quotes, backslashes and control characters (DEL too, which JSON allows raw but a terminal
- * may obey) escaped, each byte that is not UTF-8 as U+FFFD, so the output is always valid
- * JSON. The one JSON string writer of the project; axp_json_string writes to a stream. */
+ * quotes, backslashes and control characters (DEL and C1 too, which JSON allows raw but a
+ * terminal may obey) escaped, each byte that is not UTF-8 as U+FFFD, so the output is
+ * always valid JSON. The one JSON string writer of the project; axp_json_string writes to
+ * a stream. */
 typedef void (*axp_put_fn)(void *ctx, const char *p, size_t n);
 void axp_json_quote(const char *s, size_t len, axp_put_fn put, void *ctx);
 void axp_json_string(FILE *f, const char *s, size_t len);

@@ -5,9 +5,11 @@
 #include "gguf.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -500,11 +502,61 @@ static int write_body(gguf_writer *w, out *o, uint64_t alignment) {
         return flush(o);
 }
 
+/* An unnamed file in path's folder (O_TMPFILE): a write cut short (Ctrl-C, SIGTERM, a crash)
+ * leaves nothing behind. -EOPNOTSUPP where the file system has no unnamed files, or there is
+ * no /proc to name one through. */
+static int open_unnamed(const char *path) {
+        _cleanup_free_ char *dir = strdup(path);
+        char *slash;
+        int fd;
+
+        if (access("/proc/self/fd", F_OK) < 0)
+                return -EOPNOTSUPP;
+        if (!dir)
+                return -ENOMEM;
+        slash = strrchr(dir, '/');
+        if (!slash)
+                strcpy(dir, ".");
+        else if (slash == dir)
+                dir[1] = 0;
+        else
+                *slash = 0;
+        fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return errno == EISDIR || errno == EOPNOTSUPP || errno == EINVAL ? -EOPNOTSUPP : -errno;
+        return fd;
+}
+
+/* Give the unnamed file fd a name beside path (path.tmp-PID-N), in *tmp. */
+static int name_unnamed(int fd, const char *path, char **tmp) {
+        char proc[64];
+        int k;
+
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+        for (unsigned i = 0; i < 100; i++) {
+                free(*tmp);
+                if (asprintf(tmp, "%s.tmp-%ld-%u", path, (long) getpid(), i) < 0) {
+                        *tmp = NULL;
+                        return -ENOMEM;
+                }
+                if (linkat(AT_FDCWD, proc, AT_FDCWD, *tmp, AT_SYMLINK_FOLLOW) == 0)
+                        return 0;
+                if (errno != EEXIST)
+                        break;
+        }
+        k = errno == EEXIST || errno == 0 ? -EEXIST : -errno;
+        free(*tmp);
+        *tmp = NULL; /* not ours: never unlinked */
+        return k;
+}
+
 int gguf_writer_write(gguf_writer *w, const char *path, axp_error *err) {
         _cleanup_free_ char *tmp = NULL;
         _cleanup_free_ uint8_t *buf = NULL;
         uint64_t alignment;
         out o = { .fd = -1, .path = path, .err = err };
+        bool unnamed;
+        struct stat st;
         int k;
 
         if (w->first_err.code != 0)
@@ -512,28 +564,42 @@ int gguf_writer_write(gguf_writer *w, const char *path, axp_error *err) {
         k = alignment_of(w, &alignment, err);
         if (k < 0)
                 return k;
-        if (asprintf(&tmp, "%s.tmp-XXXXXX", path) < 0) {
-                tmp = NULL;
-                return axp_errorf(err, -ENOMEM, "out of memory");
-        }
+        /* The file is renamed over path: a device, FIFO or socket there (/dev/null, as root)
+         * would be replaced by a regular file rather than written to. */
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+                return axp_errorf(err, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL,
+                                  "%s: is %s, not a regular file; give a file's path", path,
+                                  S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
         buf = malloc(OUT_BUF_BYTES);
         if (!buf)
                 return axp_errorf(err, -ENOMEM, "out of memory");
         o.buf = buf;
-        o.fd = mkostemp(tmp, O_CLOEXEC);
-        if (o.fd < 0)
-                return axp_errorf(err, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+        o.fd = open_unnamed(path);
+        unnamed = o.fd >= 0;
+        if (o.fd == -ENOMEM)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        if (!unnamed) {
+                if (asprintf(&tmp, "%s.tmp-XXXXXX", path) < 0) {
+                        tmp = NULL;
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                }
+                o.fd = mkostemp(tmp, O_CLOEXEC);
+                if (o.fd < 0)
+                        return axp_errorf(err, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+        }
 
         k = write_body(w, &o, alignment);
-        /* mkostemp makes the file private (0600); a model is an ordinary readable file */
+        /* a private file (0600) until now; a model is an ordinary readable file */
         if (k >= 0 && fchmod(o.fd, 0644) < 0)
-                k = axp_errorf(err, -errno, "%s: cannot set permissions: %s", tmp, strerror(errno));
+                k = axp_errorf(err, -errno, "%s: cannot set permissions: %s", path, strerror(errno));
+        if (k >= 0 && unnamed && (k = name_unnamed(o.fd, path, &tmp)) < 0)
+                k = axp_errorf(err, k, "%s: cannot name the file written: %s", path, strerror(-k));
         if (close(o.fd) < 0 && k >= 0)
                 k = axp_errorf(err, -errno, "%s: cannot write: %s", path, strerror(errno));
         if (k >= 0 && rename(tmp, path) < 0)
                 k = axp_errorf(err, -errno, "%s: cannot rename the temporary file into place: %s",
                                path, strerror(errno));
-        if (k < 0)
+        if (k < 0 && tmp)
                 unlink(tmp);
         return k < 0 ? k : 0;
 }

@@ -108,6 +108,14 @@ static const char gen_options_help[] =
         "characters in the answer (all but newline and tab) are shown as \\xNN escapes of their\n"
         "bytes, such as \\x07 for BEL; into a pipe or a file the answer passes unchanged.\n";
 
+/* The files' text parse_gen_args read (--json-schema, --grammar, --tools). */
+static void gen_args_done(GenArgs *a) {
+        free(a->json_schema);
+        free(a->grammar);
+        free(a->tools);
+        a->json_schema = a->grammar = a->tools = NULL;
+}
+
 /* Parses the shared options; returns -1 to go on, or an exit status. --flow and --wait are
  * allowed where allow_flow and allow_wait say. Text must be valid UTF-8, numbers fit their
  * D-Bus types; the engine judges their ranges. */
@@ -179,6 +187,9 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                 case ARG_FLOW:
                         if (!allow_flow)
                                 return cli_usage_error("--flow does not apply here");
+                        if (!sd_bus_object_path_is_valid(optarg))
+                                return cli_usage_error("--flow '%s' is not a flow path (/org/agentxpu/Engine/flow/N)",
+                                                       optarg);
                         a->flow = optarg;
                         break;
                 case ARG_TOOL_CHOICE:
@@ -195,7 +206,7 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         *dst = NULL;
                         if (axp_read_file(optarg, dst, &len, &err) < 0)
                                 return cli_fail("%s", err.msg);
-                        if (!cli_utf8(flag, *dst, len))
+                        if (!cli_utf8(flag, *dst, len) || !cli_no_nul(flag, *dst, len))
                                 return 1;
                         break;
                 }
@@ -420,6 +431,8 @@ typedef struct Stream {
         size_t len, cap;
         bool ends_in_newline;
         bool engine_lost;       /* the engine left the bus before Finished */
+        bool refused;           /* the engine refused this request's text or options */
+        int write_error;        /* standard output refused the answer (errno) */
         sd_bus_slot *owner_slot;
 } Stream;
 
@@ -459,7 +472,9 @@ static int on_request_signal(sd_bus_message *m, void *userdata, sd_bus_error *re
                 if (r < 0 || !*text)
                         return 0;
                 if (s->print) {
-                        cli_write_text(text, strlen(text));
+                        r = cli_write_text(text, strlen(text));
+                        if (r < 0 && !s->write_error)
+                                s->write_error = -r;
                         s->ends_in_newline = text[strlen(text) - 1] == '\n';
                 } else if (stream_append(s, text) < 0)
                         return -ENOMEM;
@@ -510,6 +525,12 @@ static int stream_wait(sd_bus *bus, Stream *s) {
                         return -ECONNRESET;
                 if (interrupted >= 2)
                         return -EINTR;
+                if (s->write_error) {
+                        /* nobody reads the answer: stop the engine making it */
+                        (void) sd_bus_call_method_async(bus, NULL, AXP_BUS_NAME, s->path, AXP_BUS_REQUEST_IFACE,
+                                                        "Cancel", NULL, NULL, NULL);
+                        return -EPIPE;
+                }
                 if (interrupted && !cancel_sent) {
                         r = sd_bus_call_method_async(bus, NULL, AXP_BUS_NAME, s->path, AXP_BUS_REQUEST_IFACE,
                                                      "Cancel", NULL, NULL, NULL);
@@ -556,8 +577,11 @@ static int run_request(sd_bus *bus, const char *method, const char *prompt, cons
         if (r < 0)
                 return cli_fail("cannot build the %s call: %s", method, strerror(-r));
         r = sd_bus_call(bus, m, 0, &e, &reply);
-        if (r < 0)
+        if (r < 0) {
+                s->refused = sd_bus_error_has_name(&e, AXP_ERROR_INVALID_ARGUMENT) ||
+                             sd_bus_error_has_name(&e, AXP_ERROR_CONTEXT_OVERFLOW);
                 return call_fail(method, a->address, &e, r);
+        }
         r = sd_bus_message_read(reply, "o", &path);
         if (r < 0)
                 return cli_fail("unexpected reply to %s: %s", method, strerror(-r));
@@ -577,6 +601,8 @@ static int run_request(sd_bus *bus, const char *method, const char *prompt, cons
                 return cli_fail("interrupted");
         if (r == -ECONNRESET)
                 return cli_fail("the engine left the bus before %s finished", path);
+        if (r == -EPIPE && s->write_error)
+                return cli_fail("cannot write the answer: %s; %s cancelled", strerror(s->write_error), path);
         if (r < 0)
                 return cli_fail("lost the engine while waiting for %s: %s", path, strerror(-r));
         return -1; /* go on: the caller reports the result */
@@ -586,7 +612,7 @@ static int gen_command(int argc, char **argv, bool reactive) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
         Stream s = {};
-        GenArgs a;
+        _cleanup_(gen_args_done) GenArgs a = {};
         int r;
 
         r = parse_gen_args(argc, argv,
@@ -645,7 +671,7 @@ int cli_chat(int argc, char **argv) {
         size_t cap = 0;
         unsigned lineno = 0;
         const char *p;
-        GenArgs a;
+        _cleanup_(gen_args_done) GenArgs a = {};
         int r, status = 0;
 
         r = parse_gen_args(argc, argv,
@@ -699,7 +725,7 @@ int cli_chat(int argc, char **argv) {
                 /* a line that cannot be sent is refused; the conversation goes on */
                 char what[32];
                 snprintf(what, sizeof(what), "line %u", lineno);
-                if (!cli_utf8(what, line, (size_t) n)) {
+                if (!cli_utf8(what, line, (size_t) n) || !cli_no_nul(what, line, (size_t) n)) {
                         status = 1;
                         continue;
                 }
@@ -710,6 +736,11 @@ int cli_chat(int argc, char **argv) {
                         break;
                 }
                 r = run_request(bus, "Reactive", line, &a, flow, false, true, &s);
+                if (r >= 0 && s.refused) {
+                        /* that line only (too long for the context, ...): the flow is as it was */
+                        status = 1;
+                        continue;
+                }
                 if (r >= 0) {
                         status = r;
                         break;
@@ -953,11 +984,14 @@ int cli_status(int argc, char **argv) {
                         break;
                 if (strcmp(contents, "s") == 0) {
                         r = sd_bus_message_read(reply, "v", "s", &s);
-                        if (r >= 0)
-                                printf("%-9s %s\n", strcmp(key, "Version") == 0 ? "Version:" :
-                                                    strcmp(key, "Model") == 0 ? "Model:" :
-                                                    strcmp(key, "Policy") == 0 ? "Policy:" : key,
-                                       *s ? s : "(none)");
+                        if (r >= 0) {
+                                /* Model is the GGUF's general.name: text from the file */
+                                printf("%-9s ", strcmp(key, "Version") == 0 ? "Version:" :
+                                                strcmp(key, "Model") == 0 ? "Model:" :
+                                                strcmp(key, "Policy") == 0 ? "Policy:" : key);
+                                cli_put_visible(*s ? s : "(none)");
+                                putchar('\n');
+                        }
                 } else if (strcmp(key, "Devices") == 0 || strcmp(key, "CpuGuard") == 0) {
                         r = sd_bus_message_enter_container(reply, 'v', contents);
                         if (r >= 0)

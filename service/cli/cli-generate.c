@@ -178,6 +178,8 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
                         int *ret_n) {
         if (tools) {
                 axp_error err = { 0 };
+                if (!cli_no_nul(a->file ? a->file : "the prompt", text, len))
+                        return 1;
                 _cleanup_free_ char *formatted = NULL;
                 if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, NULL, 0, text,
                                       &formatted, ret_grammar, ret_family, &err) < 0)
@@ -186,6 +188,9 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
         }
         if (a->raw)
                 return cli_tokenize_raw(m, text, len, ret, ret_n);
+        /* the chat template takes the prompt as a C string: a NUL would cut it short */
+        if (!cli_no_nul(a->file ? a->file : "the prompt", text, len))
+                return 1;
         axp_chat_msg msgs[2];
         size_t n = 0;
         if (a->system)
@@ -228,9 +233,11 @@ static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks,
 static int take_text(axp_gen *g, bool json, char **all, size_t *len, size_t *cap) {
         if (g->out_len == 0)
                 return 0;
-        if (!json)
-                cli_write_text(g->out, g->out_len);
-        else {
+        if (!json) {
+                int k = cli_write_text(g->out, g->out_len);
+                if (k < 0)
+                        return cli_fail("cannot write the output: %s", strerror(-k));
+        } else {
                 if (*len + g->out_len + 1 > *cap) {
                         size_t ncap = (*len + g->out_len + 1) * 2;
                         char *n = realloc(*all, ncap);

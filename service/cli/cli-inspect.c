@@ -37,7 +37,8 @@ static int help(FILE *f) {
         return f == stderr ? 2 : 0;
 }
 
-/* A string as text: control bytes escaped, long values cut (with their length noted);
+/* A string as text: control bytes escaped (C0, DEL, and C1 as the UTF-8 bytes C2 80..C2 9F,
+ * which a terminal may obey as CSI, OSC ...), long values cut (with their length noted);
  * names (keys, tensors) are printed without quotes. */
 static void print_text_q(gguf_str s, size_t max, bool quote) {
         size_t n = MIN(s.len, max);
@@ -53,7 +54,11 @@ static void print_text_q(gguf_str s, size_t max, bool quote) {
                         printf("\\%c", c);
                 else if (c < 0x20 || c == 0x7f || (c == ' ' && !quote))
                         printf("\\x%02x", c);
-                else
+                else if (c == 0xc2 && i + 1 < s.len && (unsigned char) s.ptr[i + 1] >= 0x80 &&
+                         (unsigned char) s.ptr[i + 1] <= 0x9f) {
+                        printf("\\x%02x\\x%02x", c, (unsigned char) s.ptr[i + 1]);
+                        i++;
+                } else
                         putchar(c);
         }
         if (quote)

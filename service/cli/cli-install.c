@@ -567,12 +567,19 @@ static int list(const char *address) {
                         printf("  %-32s %-7s %8s %10s  %s\n", "NAME", "ARCH", "PARAMS", "SIZE", "TYPES");
                 human_count(params, p, sizeof(p));
                 human_size(size, sz, sizeof(sz));
-                if (error)
-                        printf("%c %-32s unusable: %s\n", loaded ? '*' : ' ', name, error);
-                else
-                        printf("%c %-32s %-7s %8s %10s  %s%s%s\n", loaded ? '*' : ' ', name, arch, p, sz, types,
-                               is_default ? "  (default)" : "",
+                /* arch and error come from the file: shown, never obeyed, by a terminal */
+                if (error) {
+                        printf("%c %-32s unusable: ", loaded ? '*' : ' ', name);
+                        cli_put_visible(error);
+                        putchar('\n');
+                } else {
+                        printf("%c %-32s ", loaded ? '*' : ' ', name);
+                        cli_put_visible(arch);
+                        printf("%*s %8s %10s  ", strlen(arch) < 7 ? (int) (7 - strlen(arch)) : 0, "", p, sz);
+                        cli_put_visible(types);
+                        printf("%s%s\n", is_default ? "  (default)" : "",
                                strcmp(chat, "unrecognised") == 0 ? "  (chat template not recognised: prompts raw)" : "");
+                }
         }
         if (r < 0)
                 return cli_fail("unexpected reply from the engine: %s", strerror(-r));

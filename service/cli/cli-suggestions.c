@@ -59,13 +59,14 @@ static int read_all(FILE *f, char **ret, size_t *ret_len) {
                                 return -ENOMEM;
                         buf = b;
                 }
+                errno = 0;
                 size_t n = fread(buf + len, 1, cap - len, f);
                 len += n;
                 if (n == 0)
                         break;
         }
         if (ferror(f))
-                return -EIO;
+                return errno > 0 ? -errno : -EIO;
         buf[len] = 0;
         *ret = TAKE_PTR(buf);
         *ret_len = len;
@@ -168,7 +169,9 @@ int cli_suggestions(int argc, char **argv) {
         f = fopen(o.store, "re");
         if (!f) {
                 if (errno == ENOENT) {
-                        printf("No suggestions yet (%s does not exist).\n", o.store);
+                        /* --json prints JSON lines only: none, as for an empty store */
+                        if (!o.json)
+                                printf("No suggestions yet (%s does not exist).\n", o.store);
                         return 0;
                 }
                 return cli_fail("cannot read %s: %s", o.store, strerror(errno));

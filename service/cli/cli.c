@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* agentxpu: the command line. Each subcommand lives in its own file (cli.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -125,8 +126,20 @@ bool cli_utf8(const char *what, const char *s, size_t len) {
         cli_fail("%s is not valid UTF-8 (byte 0x%02x at offset %zu)", what, (unsigned char) s[at], at);
         return false;
 }
+bool cli_no_nul(const char *what, const char *s, size_t len) {
+        const char *z = memchr(s, 0, len);
 
-void cli_write_text(const char *s, size_t len) {
+        if (!z)
+                return true;
+        cli_fail("%s holds a NUL byte at offset %zu, which text cannot carry", what, (size_t) (z - s));
+        return false;
+}
+
+
+/* The error of the last write to standard output that failed, for finish_output. */
+static int stdout_errno;
+
+int cli_write_text(const char *s, size_t len) {
         static int tty = -1;
 
         if (tty < 0)
@@ -135,7 +148,28 @@ void cli_write_text(const char *s, size_t len) {
                 axp_write_visible(stdout, s, len);
         else
                 fwrite(s, 1, len, stdout);
-        fflush(stdout);
+        errno = 0;
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+                stdout_errno = errno > 0 ? errno : EIO;
+                return -stdout_errno;
+        }
+        return 0;
+}
+
+/* Whatever a command printed must have reached standard output: a write that failed (a full
+ * disk, a closed pipe with SIGPIPE ignored) is a failure, not a success with output lost. */
+static int finish_output(int status) {
+        errno = 0;
+        if (fflush(stdout) == 0 && !ferror(stdout))
+                return status;
+        if (status != 0)
+                return status;
+        return cli_fail("cannot write the output: %s",
+                        strerror(errno > 0 ? errno : stdout_errno > 0 ? stdout_errno : EIO));
+}
+
+void cli_put_visible(const char *s) {
+        axp_write_visible(stdout, s, strlen(s));
 }
 
 static int usage(FILE *f) {
@@ -152,14 +186,14 @@ int main(int argc, char **argv) {
                 return usage(stderr);
         if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
                 printf("agentxpu %s\n", AXP_VERSION);
-                return 0;
+                return finish_output(0);
         }
         if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
-                return usage(stdout);
+                return finish_output(usage(stdout));
         for (const cli_command *c = commands; c->name; c++)
                 if (strcmp(argv[1], c->name) == 0) {
                         command_name = c->name;
-                        return c->fn(argc - 1, argv + 1);
+                        return finish_output(c->fn(argc - 1, argv + 1));
                 }
         fprintf(stderr, "agentxpu: unknown command '%s'\n", argv[1]);
         return usage(stderr);

@@ -53,9 +53,19 @@ bool cli_kv_type(const char *s, uint32_t *ret);
 /* Generated text to standard output, flushed. On a terminal, control characters other than
  * \n and \t are shown as \xNN escapes (axp_write_visible), so a model cannot ring the bell,
  * move the cursor or recolour the terminal; elsewhere (a pipe, a file) the bytes pass
- * unchanged. */
-void cli_write_text(const char *s, size_t len);
+ * unchanged. Returns 0, or -errno when standard output cannot take it (a closed pipe with
+ * SIGPIPE ignored, a full disk): the caller stops and fails rather than going on unheard. */
+int cli_write_text(const char *s, size_t len);
+
+/* A string the engine reports (a model's name from its GGUF, an error naming what the file
+ * holds) in a line of text: with control characters as \xNN escapes, always, since the file
+ * it comes from may hold escape sequences. */
+void cli_put_visible(const char *s);
 
 /* Text the user gives (a prompt, --stop, --system, a file, a line of chat) must be valid
  * UTF-8: false after a one-line message naming `what` and the first bad byte. */
 bool cli_utf8(const char *what, const char *s, size_t len);
+/* Text that goes on as a C string (a D-Bus string, a chat template's message) cannot hold a
+ * NUL byte: false after a one-line message naming `what` and where the NUL is, rather than
+ * the text being cut there without a word. */
+bool cli_no_nul(const char *what, const char *s, size_t len);

@@ -11,6 +11,7 @@ behaviour against an engine, or a bus without one, is in tests/daemon/test-daemo
 Env: AXP_CLI."""
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -321,6 +322,54 @@ def check_unknown_chat_template(tmp):
     print("ok   a chat template not understood: the prompt raw, with one warning line")
 
 
+def check_odd_outputs_and_files(tmp):
+    """Output that cannot be written fails (it used to exit 0 with the text lost); a NUL byte
+    in a prompt file is refused where the text goes on as a C string (the chat template),
+    not cut off there; a folder as a file says so; an output path that is a FIFO or a device
+    is refused, not replaced by a regular file (as root, /dev/null)."""
+    model = os.path.join(tmp, "odd-io.gguf")
+    if run("mkmodel", "-o", model, "--dim", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+           "--ffn", "128", "--ctx", "512").returncode != 0:
+        fail("mkmodel failed")
+        return
+    gen = ["-m", model, "-n", "4", "--temperature", "0", "--threads", "1"]
+    with open("/dev/full", "w") as full:
+        for args, what in ((["generate", *gen, "-p", "hi"], "agentxpu generate"),
+                           (["tokenize", "-m", model, "-p", "hi"], "agentxpu tokenize"),
+                           (["version"], "agentxpu")):
+            p = subprocess.run([CLI, *args], stdout=full, stderr=subprocess.PIPE, timeout=120)
+            want = f"{what}: cannot write the output: No space left on device"
+            if p.returncode != 1 or lines(p.stderr) != [want]:
+                fail(f"{args} > /dev/full: status {p.returncode}, stderr {lines(p.stderr)}")
+    nul = os.path.join(tmp, "nul.txt")
+    with open(nul, "wb") as f:
+        f.write(b"hi\0and the rest")
+    p = run("generate", *gen, "-f", nul)
+    if p.returncode != 1 or lines(p.stderr) != [f"agentxpu generate: {nul} holds a NUL byte at offset 2, "
+                                                "which text cannot carry"]:
+        fail(f"generate -f with a NUL: status {p.returncode}, stderr {lines(p.stderr)}")
+    if run("generate", *gen, "-f", nul, "--raw").returncode != 0:
+        fail("generate --raw -f with a NUL byte: the raw tokens carry it")
+    p = run("generate", *gen, "-f", tmp)
+    if p.returncode != 1 or lines(p.stderr) != [f"agentxpu generate: {tmp}: cannot read: Is a directory"]:
+        fail(f"generate -f on a folder: status {p.returncode}, stderr {lines(p.stderr)}")
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    for args in (["mkmodel", "-o", fifo], ["quantize", model, fifo, "q8_0"]):
+        p = run(*args)
+        want = f"agentxpu {args[0]}: {fifo}: is a device, FIFO or socket, not a regular file; give a file's path"
+        if p.returncode != 1 or lines(p.stderr) != [want] or not stat.S_ISFIFO(os.stat(fifo).st_mode):
+            fail(f"{args}: status {p.returncode}, stderr {lines(p.stderr)}")
+    p = run("submit", "--flow", "foo", "hi")
+    if p.returncode != 2 or lines(p.stderr) != ["agentxpu submit: --flow 'foo' is not a flow path "
+                                                "(/org/agentxpu/Engine/flow/N)"]:
+        fail(f"submit --flow foo: status {p.returncode}, stderr {lines(p.stderr)}")
+    p = run("suggestions", "--json", "--store", os.path.join(tmp, "none.jsonl"))
+    if p.returncode != 0 or p.stdout != b"":
+        fail(f"suggestions --json without a store: status {p.returncode}, stdout {p.stdout!r}")
+    print("ok   unwritable output fails; NUL bytes, folders and FIFOs are named, not mistaken")
+
+
 check_unknown_options()
 check_numbers()
 check_no_bus()
@@ -330,5 +379,6 @@ with tempfile.TemporaryDirectory() as tmp:
     check_devices_discrete_gpu(tmp)
     check_kv_type(tmp)
     check_unknown_chat_template(tmp)
+    check_odd_outputs_and_files(tmp)
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)

@@ -50,5 +50,19 @@ def main():
             sys.exit(1)
         print(f"ok   generate: {len(controls)} control bytes escaped on a terminal, unchanged in a pipe")
 
+        # --json escapes them too, C1 (CSI, U+009B) as well as C0 (it used to pass C1 raw)
+        grammar = os.path.join(tmp, "c1.gbnf")
+        with open(grammar, "w") as f:
+            f.write('root ::= "ok\\u009b31mRED\\u001b[0m"\n')
+        cmd = [CLI, "generate", "-m", model, "-p", "hi", "--raw", "-n", "30", "--temperature", "0",
+               "--grammar", grammar, "--json"]
+        tty = subprocess.run(["script", "-qec", shlex.join(cmd), "/dev/null"], stdin=subprocess.DEVNULL,
+                             capture_output=True, timeout=120)
+        if tty.returncode != 0 or b"\xc2\x9b" in tty.stdout or b"\x1b" in tty.stdout or \
+                b"ok\\u009b31mRED\\u001b[0m" not in tty.stdout:
+            print(f"FAIL: generate --json on a terminal (status {tty.returncode}): {tty.stdout[:400]!r}")
+            sys.exit(1)
+        print("ok   generate --json: C0 and C1 controls escaped as \\u00XX")
+
 
 main()

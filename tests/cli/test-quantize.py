@@ -17,9 +17,11 @@ import array
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 CLI = os.environ["AXP_CLI"]
 CONF = os.environ.get("AXP_CONFORMANCE_DIR", "")
@@ -223,6 +225,21 @@ def main():
         left = [f for f in os.listdir(d) if ".tmp-" in f]
         if left:
             fail(f"temporary files left behind: {left}")
+
+        # Interrupted midway (Ctrl-C): nothing of the output is left (the file is written
+        # unnamed and named when complete; a named temporary file used to stay behind).
+        big = os.path.join(d, "big-f32.gguf")
+        run("mkmodel", "--type", "f32", "--dim", "512", "--layers", "4", "--heads", "8", "--kv-heads", "4",
+            "--ffn", "1536", "--ctx", "4096", "--seed", "7", "-o", big)
+        cut = os.path.join(d, "cut.gguf")
+        p = subprocess.Popen([CLI, "quantize", "--threads", "1", big, cut, "q3_k"],  # a few seconds
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        left = [f for f in os.listdir(d) if f.startswith("cut.gguf")]
+        if p.returncode == 0 or left:
+            fail(f"quantize interrupted: status {p.returncode}, left behind {left}")
     return 1 if failures else 0
 
 

@@ -344,6 +344,33 @@ def test_other_user_cannot_use_or_close_a_flow():
         assert chat.wait(timeout=60) == 0
 
 
+def test_chat_goes_on_after_a_refused_line():
+    """A line the engine refuses (longer than the context) is said and skipped; the
+    conversation goes on (it used to end there, its later lines never sent), and chat exits 1."""
+    with engine() as (bus, d):
+        long_line = " ".join(["word"] * 100)
+        p = subprocess.run([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-n", "2"],
+                           input=f"first\n{long_line}\nthird\n", capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+        assert p.stdout.count(" t1 t2") == 2, (p.stdout, p.stderr)
+        assert "context" in p.stderr, p.stderr
+
+
+def test_ask_whose_output_is_gone_cancels():
+    """`ask` whose standard output closes (a pipe to `head`, SIGPIPE ignored as some shells and
+    programs run it) cancels its request and fails, rather than listening to the end."""
+    with engine() as (bus, d):
+        p = subprocess.Popen([os.environ["AXP_CLI"], "ask", "--address", bus.address, "-n", LONG, "hi"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGPIPE, signal.SIG_IGN))
+        first_token(p)
+        p.stdout.close()
+        assert p.wait(timeout=30) == 1
+        err = p.stderr.read()
+        assert "cannot write the answer: Broken pipe" in err and "cancelled" in err, err
+        wait_for(lambda: engine_idle(bus) and bus.request_nodes() == [], "the request to be cancelled")
+
+
 # --- flows ----------------------------------------------------------------------------------------
 
 def read_stats_line(f):
@@ -768,6 +795,8 @@ TESTS = [
     test_calls_to_missing_paths_answer_not_found,
     test_other_user_cannot_read_or_cancel,
     test_other_user_cannot_use_or_close_a_flow,
+    test_chat_goes_on_after_a_refused_line,
+    test_ask_whose_output_is_gone_cancels,
     test_flows,
     test_per_user_limit_answers_busy,
     test_context_overflow,
