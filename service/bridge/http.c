@@ -272,6 +272,56 @@ static bool json_nesting_ok(const char *s, gsize len) {
         return true;
 }
 
+static int hex4(const char *s) {
+        int v = 0;
+        for (int k = 0; k < 4; k++) {
+                int d = g_ascii_xdigit_value(s[k]);
+                if (d < 0)
+                        return -1;
+                v = v * 16 + d;
+        }
+        return v;
+}
+
+/* What json-glib cannot turn into a C string of UTF-8: the escape \u0000, whose NUL would end
+ * the string there (the rest of a message dropped without a word), and a UTF-16 surrogate
+ * without its other half (JavaScript writes one for a string cut inside an emoji), which
+ * json-glib decodes to bytes that are not UTF-8, and which GLib then sends to the engine as
+ * the text "[Invalid UTF-8]" instead of the message. NULL: none. */
+static const char *json_bad_escape(const char *s, gsize len) {
+        bool in_string = false;
+
+        for (gsize i = 0; i < len; i++) {
+                char c = s[i];
+                if (!in_string) {
+                        in_string = c == '"';
+                        continue;
+                }
+                if (c == '"') {
+                        in_string = false;
+                        continue;
+                }
+                if (c != '\\')
+                        continue;
+                if (i + 5 < len && s[i + 1] == 'u') {
+                        int u = hex4(s + i + 2);
+                        if (u == 0)
+                                return "a NUL character (\\u0000)";
+                        if (u >= 0xdc00 && u <= 0xdfff)
+                                return "a UTF-16 low surrogate without its high surrogate";
+                        if (u >= 0xd800 && u <= 0xdbff) {
+                                int low = i + 11 < len && s[i + 6] == '\\' && s[i + 7] == 'u' ? hex4(s + i + 8) : -1;
+                                if (low < 0xdc00 || low > 0xdfff)
+                                        return "a UTF-16 high surrogate without its low surrogate";
+                                i += 6;         /* the pair */
+                        }
+                        i += 5;
+                } else
+                        i++;
+        }
+        return NULL;
+}
+
 /* A request's body as it arrives (http_early_handler): its bytes up to the cap (NULL once
  * past it), and how many came. libsoup would keep all of it, however large, before the
  * handler could see that it is over the cap. */
@@ -314,7 +364,7 @@ JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_pars
         g_autoptr(GError) e = NULL;
         JsonNode *root;
         gsize len;
-        const char *data;
+        const char *data, *bad;
 
         if (!body || body->length > b->max_body) {
                 fail_too_large(b, body ? body->length : 0, f);
@@ -333,6 +383,11 @@ JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_pars
         }
         if (!json_nesting_ok(data, len)) {
                 fail_bad(f, "The request body is nested more than %d levels deep", JSON_MAX_NESTING);
+                return NULL;
+        }
+        if ((bad = json_bad_escape(data, len))) {
+                fail_bad(f, "The request body holds %s in a string, which is no text the model can read",
+                         bad);
                 return NULL;
         }
         if (!json_parser_load_from_data(p, data, len, &e)) {

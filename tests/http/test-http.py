@@ -339,6 +339,15 @@ def bad_inputs(m):
          "nested more than 128 levels deep"),
         ("nested too deeply", "/api/chat", '{"model": "%s", "x": %s}' % (m, "{\"a\": " * 129 + "1" + "}" * 129), (), 400,
          "nested more than 128 levels deep"),
+        # json-glib would cut the string at the NUL, or hand GLib bytes that are not UTF-8 (the
+        # model then read "[Invalid UTF-8]"): the message was silently not the one sent
+        ("a NUL in a string", "/v1/chat/completions",
+         '{"model": "%s", "messages": [{"role": "user", "content": "Say\\u0000 and the rest"}]}' % m, (), 400,
+         "a NUL character"),
+        ("a lone surrogate", "/api/generate", '{"model": "%s", "prompt": "ab\\ud83dcd"}' % m, (), 400,
+         "high surrogate without its low surrogate"),
+        ("a lone surrogate", "/v1/completions", '{"model": "%s", "prompt": "ab\\ude00"}' % m, (), 400,
+         "low surrogate without its high surrogate"),
         ("body over the cap", "/v1/chat/completions", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("body over the cap", "/api/chat", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("prompt over the engine's cap", "/v1/chat/completions",
@@ -437,6 +446,10 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
         log = b.text()
         lines = [line for line in log.splitlines() if re.search(r"POST /(v1|api)/\S+: (400|404|413) ", line)]
         assert len(lines) == len(table), (len(lines), len(table), log)
+        # a surrogate pair (an emoji, as JavaScript writes it) is text
+        status, body = b.json("/api/generate", '{"model": "%s", "prompt": "ab\\ud83d\\ude00", '
+                                               '"stream": false, "options": {"num_predict": 2}}' % m)
+        assert status == 200, body
         # the engine gone: 503 in each API's form; back: served again
         d.stop()
         wait_for(lambda: not bus.name_has_owner(), "the engine to leave")
