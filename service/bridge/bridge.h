@@ -140,7 +140,12 @@ struct Call {
         gint64 t0;              /* monotonic µs, when it came */
         char *prompt;
         GArray *turns;          /* Turn: the conversation before the prompt */
-        GVariant *options;      /* a{sv} for the engine, without messages and flow */
+        GVariant *options;      /* a{sv} for the engine, without messages, flow and max_tokens */
+        /* the client's bound on the answer's tokens; 0: none (OpenAI's max_tokens absent,
+         * Ollama's num_predict absent, -1 or -2), which asks for the engine's MaxTokens;
+         * clamp: a bound over MaxTokens asks for MaxTokens (Ollama never refuses one) */
+        guint32 max_tokens;
+        bool max_tokens_clamp;
         bool cacheable;         /* its answer can continue on a flow (no stop strings, tools) */
         bool tools;             /* tools were given: a call may come instead of text */
         Conversation *conv;     /* the flow its turn runs on; NULL: none */

@@ -22,6 +22,8 @@ struct EngineLink {
         char *owner;            /* the engine's unique name, while it is on the bus */
         EngineRequests *jobs;   /* request path → EngineJob*, answered and not finished */
         guint generation;
+        guint max_tokens;       /* the engine's MaxTokens; 0: not known */
+        bool max_tokens_asked;
 };
 
 static void job_free(EngineJob *j) {
@@ -93,6 +95,8 @@ static void on_name_vanished(GDBusConnection *conn, const char *name, gpointer d
         EngineLink *l = data;
         g_autofree char *old = g_steal_pointer(&l->owner);
         l->generation++;
+        l->max_tokens = 0;
+        l->max_tokens_asked = false;
         if (old) {
                 g_message("The engine (%s) left the bus; its requests in flight fail", old);
                 lose_jobs(l, old, "The engine left the bus (it stopped or is restarting)");
@@ -120,6 +124,8 @@ static void on_closed(GDBusConnection *conn, gboolean remote, GError *error, gpo
                   error ? error->message : "closed");
         drop_connection(l);
         l->generation++;
+        l->max_tokens = 0;
+        l->max_tokens_asked = false;
         lose_jobs(l, NULL, "The bus connection was lost");
 }
 
@@ -312,6 +318,22 @@ static gboolean model_failure_cb(gpointer data) {
         return G_SOURCE_REMOVE;
 }
 
+guint engine_link_max_tokens(EngineLink *l) {
+        return l->max_tokens;
+}
+
+static void on_max_tokens(GObject *src, GAsyncResult *res, gpointer data) {
+        EngineLink *l = data;
+        g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, NULL);
+        g_autoptr(GVariant) v = NULL;
+
+        if (!r)
+                return;         /* an older engine: its default stays */
+        g_variant_get(r, "(v)", &v);
+        if (g_variant_is_of_type(v, G_VARIANT_TYPE_UINT32))
+                l->max_tokens = g_variant_get_uint32(v);
+}
+
 void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata) {
         g_autoptr(GError) e = NULL;
         ModelCall *c = g_new0(ModelCall, 1);
@@ -325,6 +347,15 @@ void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata
                                              l->address ? l->address : "the system bus", e->message);
                 g_idle_add(model_failure_cb, f);
                 return;
+        }
+        if (!l->max_tokens_asked) {
+                /* asked first: its answer comes before the model's, which the request waits for */
+                l->max_tokens_asked = true;
+                g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
+                                       "org.freedesktop.DBus.Properties", "Get",
+                                       g_variant_new("(ss)", ENGINE_INTERFACE, "MaxTokens"),
+                                       G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
+                                       NULL, on_max_tokens, l);
         }
         g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
                                "org.freedesktop.DBus.Properties", "Get",

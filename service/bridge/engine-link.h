@@ -33,6 +33,10 @@ typedef struct EngineJobCallbacks {
                          const EngineStats *stats);
 } EngineJobCallbacks;
 
+/* The engine's MaxTokens property (the most max_tokens a request may ask for), read before the
+ * first engine_link_get_model of each engine that comes on the bus; 0: not known. */
+guint engine_link_max_tokens(EngineLink *l);
+
 /* `address` NULL: the system bus. Connects on first use. */
 EngineLink *engine_link_new(const char *address);
 void engine_link_free(EngineLink *l);

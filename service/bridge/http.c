@@ -880,6 +880,13 @@ static GVariant *submission_options(Call *c, guint first) {
         }
         if (c->conv)
                 g_variant_builder_add(&opts, "{sv}", "flow", g_variant_new_object_path(c->conv->flow));
+        {
+                guint32 limit = engine_link_max_tokens(c->b->link), max = c->max_tokens;
+                if (max == 0 || (c->max_tokens_clamp && limit > 0 && max > limit))
+                        max = limit;    /* 0 (not known): the engine's default */
+                if (max > 0)
+                        g_variant_builder_add(&opts, "{sv}", "max_tokens", g_variant_new_uint32(max));
+        }
         return g_variant_builder_end(&opts);
 }
 

@@ -159,7 +159,7 @@ static const CallOps ollama_ops = {
 
 /* Ollama's "options" into the engine's; options the engine has no use for (num_ctx,
  * mirostat, ...) are accepted and left alone, as Ollama does with unknown ones. */
-static bool ollama_options(JsonObject *o, GVariantBuilder *opts, Fail *f) {
+static bool ollama_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_max, Fail *f) {
         static const char *const doubles[] = { "temperature", "top_p", "min_p", "repeat_penalty" };
         gint64 n = 0, k = 0, seed = 0;
         bool has_n = false, has_k = false, has_seed = false;
@@ -167,11 +167,11 @@ static bool ollama_options(JsonObject *o, GVariantBuilder *opts, Fail *f) {
         if (!field_int(o, "num_predict", &n, &has_n, f) || !field_int(o, "top_k", &k, &has_k, f) ||
             !field_int(o, "seed", &seed, &has_seed, f) || !field_stop(o, "stop", opts, f))
                 return false;
-        /* num_predict -1 (no limit) and -2 (fill the context): the engine's limit */
-        if (has_n && n > G_MAXUINT32)
-                return fail_bad(f, "'num_predict' is too large: %" G_GINT64_FORMAT, n);
-        if (has_n && n >= 0)
-                g_variant_builder_add(opts, "{sv}", "max_tokens", g_variant_new_uint32(n));
+        /* num_predict -1 (no limit) and -2 (fill the context): the engine's limit (*ret_max 0) */
+        if (has_n && n == 0)
+                return fail_bad(f, "'num_predict' must be positive, or -1 for no limit");
+        if (has_n && n > 0)
+                *ret_max = n > G_MAXUINT32 ? G_MAXUINT32 : (guint32) n;
         if (has_k) {
                 if (k < 0 || k > G_MAXUINT32)
                         return fail_bad(f, "'top_k' must be from 0, got %" G_GINT64_FORMAT, k);
@@ -271,12 +271,13 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         JsonObject *o, *options = NULL;
         const char *model = NULL, *system = NULL;
         bool stream = true, raw = false, raw_set = false, proactive, tools = false;
+        guint32 max_tokens = 0;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "options", &options, &f) || !structured_options(o, &opts, &tools, &f) ||
-            (options && !ollama_options(options, &opts, &f)) || !parse_priority(msg, o, &proactive, &f))
+            (options && !ollama_options(options, &opts, &max_tokens, &f)) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model || !*model) {
                 fail_bad(&f, "model is required");
@@ -315,6 +316,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->api_data = g_new0(OllamaData, 1);
         ((OllamaData *) c->api_data)->chat = chat;
         c->stream = stream;
+        c->max_tokens = max_tokens;
+        c->max_tokens_clamp = true;
         c->proactive = proactive;
         c->model = g_strdup(model);
         c->prompt = g_steal_pointer(&prompt);

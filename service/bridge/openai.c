@@ -353,7 +353,7 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
 }
 
 /* Sampling fields into the engine's options. */
-static bool sampling_options(JsonObject *o, GVariantBuilder *opts, Fail *f) {
+static bool sampling_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_max, Fail *f) {
         gint64 max = 0, seed = 0;
         double t = 0, p = 0;
         bool has_max = false, has_seed = false, has_t = false, has_p = false;
@@ -368,7 +368,7 @@ static bool sampling_options(JsonObject *o, GVariantBuilder *opts, Fail *f) {
                 if (max < 1 || max > G_MAXUINT32)
                         return fail_bad(f, "'max_tokens' must be a positive integer, got %" G_GINT64_FORMAT,
                                         max);
-                g_variant_builder_add(opts, "{sv}", "max_tokens", g_variant_new_uint32(max));
+                *ret_max = (guint32) max;
         }
         if (has_t)
                 g_variant_builder_add(opts, "{sv}", "temperature", g_variant_new_double(t));
@@ -388,6 +388,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         JsonObject *o, *so = NULL;
         const char *model = NULL;
         bool stream = false, usage = false, proactive, tools = false;
+        guint32 max_tokens = 0;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
@@ -395,7 +396,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
             !structured_options(o, &opts, &tools, &f) ||
-            !sampling_options(o, &opts, &f) || !parse_priority(msg, o, &proactive, &f))
+            !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model) {
                 fail_bad(&f, "'model' is required; GET /v1/models lists it");
@@ -431,6 +432,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->api_data = g_new0(OpenAIData, 1);
         ((OpenAIData *) c->api_data)->chat = chat;
         c->stream = stream;
+        c->max_tokens = max_tokens;
         c->include_usage = stream && usage;
         c->proactive = proactive;
         c->model = g_strdup(model);

@@ -38,6 +38,14 @@ static int property_get_policy(sd_bus *bus, const char *path, const char *iface,
         return sd_bus_message_append(reply, "s", c->engine ? c->status.policy : "");
 }
 
+/* MaxTokens=: the most options.max_tokens may ask for. */
+static int property_get_max_tokens(sd_bus *bus, const char *path, const char *iface, const char *property,
+                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Context *c = userdata;
+
+        return sd_bus_message_append(reply, "u", c->config.max_tokens);
+}
+
 static int property_get_status(sd_bus *bus, const char *path, const char *iface, const char *property,
                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
@@ -345,6 +353,7 @@ const sd_bus_vtable engine_vtable[] = {
         SD_BUS_PROPERTY("Running", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Models", "a(sa{sv})", property_get_models, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("CpuGuard", "a{sv}", property_get_cpu_guard, 0, 0),
+        SD_BUS_PROPERTY("MaxTokens", "u", property_get_max_tokens, 0, 0),
 
         SD_BUS_METHOD_WITH_ARGS("Reactive",
                                 SD_BUS_ARGS("s", prompt, "a{sv}", options),

@@ -467,6 +467,27 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
         assert d2.stop() == 0
 
 
+def test_no_bound_asks_for_the_engines_limit():
+    """A request with no bound on its answer (OpenAI's max_tokens absent; Ollama's num_predict
+    absent, -1 or -2) runs to the engine's MaxTokens, as those APIs do to the context: it used
+    to stop at the engine's default of 256. Ollama's larger bounds are clamped, not refused."""
+    with serving(config="[Limits]\nMaxTokens=300\n") as (bus, d, b):
+        m = model_name(b)
+        msgs = [{"role": "user", "content": "Tell me a long story."}]
+        status, body = b.json("/v1/chat/completions", {"model": m, "messages": msgs})
+        assert status == 200 and body["usage"]["completion_tokens"] == 300, body["usage"]
+        assert body["choices"][0]["finish_reason"] == "length", body
+        for options in ({}, {"num_predict": -1}, {"num_predict": -2}, {"num_predict": 5000}):
+            status, body = b.json("/api/chat", {"model": m, "messages": msgs, "stream": False,
+                                                 "options": options})
+            assert status == 200 and body["eval_count"] == 300, (options, status, body)
+        status, body = b.json("/api/generate", {"model": m, "prompt": "x", "stream": False,
+                                                "options": {"num_predict": 7}})
+        assert status == 200 and body["eval_count"] == 7, body
+        status, body = b.json("/v1/chat/completions", {"model": m, "messages": msgs, "max_tokens": 301})
+        assert status == 400, body
+
+
 def test_deep_nesting_is_refused_not_a_crash():
     """json-glib's parser recurses once per level: a body of a few megabytes of '[' (under the
     default 8 MiB cap) overflowed the bridge's stack; it is refused before it parses."""
@@ -717,6 +738,7 @@ if __name__ == "__main__":
         test_proactive_priority_and_a_reactive_request_overtakes,
         test_bad_inputs_and_the_bridge_keeps_serving,
         test_deep_nesting_is_refused_not_a_crash,
+        test_no_bound_asks_for_the_engines_limit,
         test_a_burst_of_connections_is_queued_not_refused,
         test_bodies_over_the_cap_are_not_kept,
         test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
