@@ -229,6 +229,29 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
         if (tmpl && *tmpl)
                 return fail_bad(f, "'template' is not supported: the engine applies the model's own "
                                 "chat template");
+        /* what would change the answer, refused rather than dropped: thinking (Ollama answers a
+         * model without it so too), a suffix to fill up to, and an earlier answer's context */
+        {
+                bool think = false;
+                const char *suffix = NULL;
+                JsonArray *context = NULL;
+                JsonNode *t = json_object_get_member(o, "think");
+                if (t && JSON_NODE_HOLDS_VALUE(t) && json_node_get_value_type(t) == G_TYPE_STRING)
+                        think = strcmp(json_node_get_string(t), "") != 0 &&
+                                strcmp(json_node_get_string(t), "false") != 0;
+                else if (!field_bool(o, "think", &think, NULL, f))
+                        return false;
+                if (think)
+                        return fail_bad(f, "'think' is not supported: the engine's answers hold no "
+                                        "separate thinking");
+                if (!field_string(o, "suffix", &suffix, f) || !field_array(o, "context", &context, f))
+                        return false;
+                if (suffix && *suffix)
+                        return fail_bad(f, "'suffix' (fill in the middle) is not supported");
+                if (context && json_array_get_length(context) > 0)
+                        return fail_bad(f, "'context' is not supported: send the conversation's "
+                                        "messages to /api/chat");
+        }
         return true;
 }
 

@@ -352,6 +352,40 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
         return true;
 }
 
+/* Fields whose meaning the engine cannot honour: refused, never silently dropped (a client that
+ * asked for token probabilities, its prompt echoed or a suffix to fill up to would take the
+ * answer for what it asked). false, null, 0 and "" are what clients send when they ask for
+ * none of it. */
+static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
+        bool on = false, set = false;
+        gint64 k = 0, top = 0, best = 1;
+        const char *suffix = NULL;
+
+        if (chat ? !field_bool(o, "logprobs", &on, NULL, f) : !field_int(o, "logprobs", &k, &set, f))
+                return false;
+        if (!field_int(o, "top_logprobs", &top, &set, f))
+                return false;
+        if (on || k > 0 || top > 0)
+                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
+                                "'logprobs' and 'top_logprobs' are not supported: the engine reports no "
+                                "token probabilities");
+        if (chat)
+                return true;
+        if (!field_bool(o, "echo", &on, NULL, f) || !field_string(o, "suffix", &suffix, f) ||
+            !field_int(o, "best_of", &best, &set, f))
+                return false;
+        if (on)
+                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
+                                "'echo' is not supported");
+        if (suffix && *suffix)
+                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
+                                "'suffix' (fill in the middle) is not supported");
+        if (best != 1)
+                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
+                                "'best_of' must be 1");
+        return true;
+}
+
 /* Sampling fields into the engine's options. */
 static bool sampling_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_max, Fail *f) {
         gint64 max = 0, seed = 0;
@@ -395,7 +429,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
-            !structured_options(o, &opts, &tools, &f) ||
+            !structured_options(o, &opts, &tools, &f) || !refuse_unsupported(o, chat, &f) ||
             !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model) {

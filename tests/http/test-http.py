@@ -348,6 +348,14 @@ def bad_inputs(m):
          "high surrogate without its low surrogate"),
         ("a lone surrogate", "/v1/completions", '{"model": "%s", "prompt": "ab\\ude00"}' % m, (), 400,
          "low surrogate without its high surrogate"),
+        # fields that change what the answer means: refused, not dropped
+        ("logprobs asked for", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=2), (), 400,
+         "'logprobs' and 'top_logprobs' are not supported"),
+        ("echo asked for", "/v1/completions", dict(gen, echo=True), (), 400, "'echo' is not supported"),
+        ("a suffix to fill up to", "/v1/completions", dict(gen, suffix="end"), (), 400, "'suffix'"),
+        ("a suffix to fill up to", "/api/generate", dict(gen, suffix="end"), (), 400, "'suffix'"),
+        ("an earlier answer's context", "/api/generate", dict(gen, context=[1, 2, 3]), (), 400, "'context'"),
+        ("thinking asked for", "/api/chat", dict(chat, think=True), (), 400, "'think' is not supported"),
         ("body over the cap", "/v1/chat/completions", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("body over the cap", "/api/chat", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("prompt over the engine's cap", "/v1/chat/completions",
@@ -446,6 +454,16 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
         log = b.text()
         lines = [line for line in log.splitlines() if re.search(r"POST /(v1|api)/\S+: (400|404|413) ", line)]
         assert len(lines) == len(table), (len(lines), len(table), log)
+        # what clients send when they ask for none of those
+        for path, body in (("/v1/chat/completions", {"model": m, "max_tokens": 2, "logprobs": False,
+                                                     "top_logprobs": None,
+                                                     "messages": [{"role": "user", "content": "hi"}]}),
+                           ("/v1/completions", {"model": m, "max_tokens": 2, "prompt": "hi", "echo": False,
+                                                "suffix": None, "best_of": 1, "logprobs": None}),
+                           ("/api/chat", {"model": m, "stream": False, "think": False, "options": {"num_predict": 2},
+                                          "messages": [{"role": "user", "content": "hi"}]})):
+            status, answer = b.json(path, body)
+            assert status == 200, (path, answer)
         # a surrogate pair (an emoji, as JavaScript writes it) is text
         status, body = b.json("/api/generate", '{"model": "%s", "prompt": "ab\\ud83d\\ude00", '
                                                '"stream": false, "options": {"num_predict": 2}}' % m)
