@@ -126,6 +126,7 @@ bool cli_utf8(const char *what, const char *s, size_t len) {
         cli_fail("%s is not valid UTF-8 (byte 0x%02x at offset %zu)", what, (unsigned char) s[at], at);
         return false;
 }
+
 bool cli_no_nul(const char *what, const char *s, size_t len) {
         const char *z = memchr(s, 0, len);
 
@@ -134,7 +135,6 @@ bool cli_no_nul(const char *what, const char *s, size_t len) {
         cli_fail("%s holds a NUL byte at offset %zu, which text cannot carry", what, (size_t) (z - s));
         return false;
 }
-
 
 /* The error of the last write to standard output that failed, for finish_output. */
 static int stdout_errno;
