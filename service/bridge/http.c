@@ -250,28 +250,6 @@ bool field_stop(JsonObject *o, const char *key, GVariantBuilder *opts, Fail *f) 
  * engine takes schemas 32 deep, and a request wraps them in a few levels of its own. */
 #define JSON_MAX_NESTING 128
 
-static bool json_nesting_ok(const char *s, gsize len) {
-        int depth = 0;
-        bool in_string = false;
-
-        for (gsize i = 0; i < len && s[i]; i++) {
-                char c = s[i];
-                if (in_string) {
-                        if (c == '\\')
-                                i++;
-                        else if (c == '"')
-                                in_string = false;
-                } else if (c == '"')
-                        in_string = true;
-                else if (c == '[' || c == '{') {
-                        if (++depth > JSON_MAX_NESTING)
-                                return false;
-                } else if (c == ']' || c == '}')
-                        depth--;
-        }
-        return true;
-}
-
 static int hex4(const char *s) {
         int v = 0;
         for (int k = 0; k < 4; k++) {
@@ -283,18 +261,28 @@ static int hex4(const char *s) {
         return v;
 }
 
-/* What json-glib cannot turn into a C string of UTF-8: the escape \u0000, whose NUL would end
- * the string there (the rest of a message dropped without a word), and a UTF-16 surrogate
- * without its other half (JavaScript writes one for a string cut inside an emoji), which
- * json-glib decodes to bytes that are not UTF-8, and which GLib then sends to the engine as
- * the text "[Invalid UTF-8]" instead of the message. NULL: none. */
-static const char *json_bad_escape(const char *s, gsize len) {
+/* One walk over a JSON text before json-glib parses it. Returns whether it nests at most
+ * JSON_MAX_NESTING deep (the walk stops where it goes deeper). *ret_bad: the first thing in its
+ * strings that json-glib cannot turn into a C string of UTF-8, NULL for none: the escape
+ * \u0000, whose NUL would end the string there (the rest of a message dropped without a
+ * word), and a UTF-16 surrogate without its other half (JavaScript writes one for a string
+ * cut inside an emoji), which json-glib decodes to bytes that are not UTF-8, and which GLib
+ * then sends to the engine as the text "[Invalid UTF-8]" instead of the message. */
+static bool json_scan(const char *s, gsize len, const char **ret_bad) {
+        int depth = 0;
         bool in_string = false;
 
-        for (gsize i = 0; i < len; i++) {
+        *ret_bad = NULL;
+        for (gsize i = 0; i < len && s[i]; i++) {
                 char c = s[i];
                 if (!in_string) {
-                        in_string = c == '"';
+                        if (c == '"')
+                                in_string = true;
+                        else if (c == '[' || c == '{') {
+                                if (++depth > JSON_MAX_NESTING)
+                                        return false;
+                        } else if (c == ']' || c == '}')
+                                depth--;
                         continue;
                 }
                 if (c == '"') {
@@ -304,22 +292,26 @@ static const char *json_bad_escape(const char *s, gsize len) {
                 if (c != '\\')
                         continue;
                 if (i + 5 < len && s[i + 1] == 'u') {
+                        const char *bad = NULL;
                         int u = hex4(s + i + 2);
                         if (u == 0)
-                                return "a NUL character (\\u0000)";
-                        if (u >= 0xdc00 && u <= 0xdfff)
-                                return "a UTF-16 low surrogate without its high surrogate";
-                        if (u >= 0xd800 && u <= 0xdbff) {
+                                bad = "a NUL character (\\u0000)";
+                        else if (u >= 0xdc00 && u <= 0xdfff)
+                                bad = "a UTF-16 low surrogate without its high surrogate";
+                        else if (u >= 0xd800 && u <= 0xdbff) {
                                 int low = i + 11 < len && s[i + 6] == '\\' && s[i + 7] == 'u' ? hex4(s + i + 8) : -1;
                                 if (low < 0xdc00 || low > 0xdfff)
-                                        return "a UTF-16 high surrogate without its low surrogate";
-                                i += 6;         /* the pair */
+                                        bad = "a UTF-16 high surrogate without its low surrogate";
+                                else
+                                        i += 6; /* the pair */
                         }
+                        if (bad && !*ret_bad)
+                                *ret_bad = bad;
                         i += 5;
                 } else
                         i++;
         }
-        return NULL;
+        return true;
 }
 
 /* A request's body as it arrives (http_early_handler): its bytes up to the cap (NULL once
@@ -381,11 +373,11 @@ JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_pars
                 fail_bad(f, "The request body is not valid UTF-8");
                 return NULL;
         }
-        if (!json_nesting_ok(data, len)) {
+        if (!json_scan(data, len, &bad)) {
                 fail_bad(f, "The request body is nested more than %d levels deep", JSON_MAX_NESTING);
                 return NULL;
         }
-        if ((bad = json_bad_escape(data, len))) {
+        if (bad) {
                 fail_bad(f, "The request body holds %s in a string, which is no text the model can read",
                          bad);
                 return NULL;
@@ -605,8 +597,9 @@ bool tool_call_read(const char *call, char **ret_name, JsonNode **ret_arguments)
         g_autoptr(JsonParser) p = json_parser_new();
         JsonNode *root, *args;
         JsonObject *o;
+        const char *bad; /* the engine's own JSON: only its depth is in question */
 
-        if (!call || !json_nesting_ok(call, strlen(call)) || !json_parser_load_from_data(p, call, -1, NULL))
+        if (!call || !json_scan(call, strlen(call), &bad) || !json_parser_load_from_data(p, call, -1, NULL))
                 return false;
         root = json_parser_get_root(p);
         if (!root || !JSON_NODE_HOLDS_OBJECT(root))
