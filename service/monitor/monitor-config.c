@@ -406,11 +406,9 @@ static bool under(const char *path, const char *dir) {
 }
 
 bool monitor_config_watched(const MonitorConfig *cfg, const char *path) {
-        for (size_t i = 0; cfg->watch[i]; i++) {
-                size_t n = strlen(cfg->watch[i]);
-                if (strncmp(path, cfg->watch[i], n) == 0 && (path[n] == '/' || path[n] == 0))
+        for (size_t i = 0; cfg->watch[i]; i++)
+                if (under(path, cfg->watch[i]))
                         return true;
-        }
         return false;
 }
 

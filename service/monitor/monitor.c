@@ -144,26 +144,23 @@ static int open_state(Context *c, JournalState **ret_state, axp_error *err) {
         for (guint i = 0; i < st->events->len; i++)
                 g_hash_table_add(ids, &((Event *) st->events->pdata[i])->id);
         store_forget_answered(c->store, ids);
-        for (guint i = st->events->len; i > 0; i--)
-                if (!g_hash_table_contains(ids, &((Event *) st->events->pdata[i - 1])->id)) {
-                        g_message("journal: event %" G_GUINT64_FORMAT " was answered before the "
-                                  "restart", ((Event *) st->events->pdata[i - 1])->id);
-                        g_ptr_array_remove_index(st->events, i - 1);
-                }
-        /* Made under the configuration of before the restart: what it no longer allows (a
-         * folder no longer watched, a glob since added, the clipboard turned off) is dropped,
-         * not sent. */
+        /* ... and what the configuration no longer allows (a folder no longer watched, a glob
+         * since added, the clipboard turned off: the events were made under the configuration
+         * of before the restart) is dropped, not sent. */
         for (guint i = st->events->len; i > 0; i--) {
                 const Event *ev = st->events->pdata[i - 1];
                 bool allowed = ev->source == EVENT_CLIPBOARD
                                        ? c->cfg->clipboard
                                        : monitor_config_watched(c->cfg, ev->path) &&
                                                  !monitor_config_ignored(c->cfg, ev->path, ev->source == EVENT_BATCH);
-                if (!allowed) {
+                if (!g_hash_table_contains(ids, &ev->id))
+                        g_message("journal: event %" G_GUINT64_FORMAT " was answered before the restart", ev->id);
+                else if (!allowed)
                         g_message("journal: event %" G_GUINT64_FORMAT " from before the restart is "
                                   "not sent: the configuration no longer allows it", ev->id);
-                        g_ptr_array_remove_index(st->events, i - 1);
-                }
+                else
+                        continue;
+                g_ptr_array_remove_index(st->events, i - 1);
         }
         r = journal_rewrite(c->journal, st->events, st->seen, st->last_id, err);
         if (r < 0)
