@@ -47,32 +47,6 @@ static char *default_store(void) {
         return path;
 }
 
-static int read_all(FILE *f, char **ret, size_t *ret_len) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len = 0, cap = 0;
-
-        for (;;) {
-                if (cap - len < 65536) {
-                        cap = cap ? cap * 2 : 65536;
-                        char *b = realloc(buf, cap + 1);
-                        if (!b)
-                                return -ENOMEM;
-                        buf = b;
-                }
-                errno = 0;
-                size_t n = fread(buf + len, 1, cap - len, f);
-                len += n;
-                if (n == 0)
-                        break;
-        }
-        if (ferror(f))
-                return errno > 0 ? -errno : -EIO;
-        buf[len] = 0;
-        *ret = TAKE_PTR(buf);
-        *ret_len = len;
-        return 0;
-}
-
 /* Model output and file names reach a terminal: keep line breaks and tabs, drop other
  * control characters (C0, DEL and C1) so no escape sequence gets through. */
 static void put_clean(const char *s, const char *indent) {
@@ -136,7 +110,7 @@ int cli_suggestions(int argc, char **argv) {
         json_value **records = NULL;
         size_t len = 0, n = 0, cap = 0, first;
         unsigned lineno = 0;
-        FILE *f;
+        axp_error read_err = { 0 };
         int c, r;
 
         optind = 1;
@@ -166,18 +140,13 @@ int cli_suggestions(int argc, char **argv) {
                 o.store = store;
         }
 
-        f = fopen(o.store, "re");
-        if (!f) {
-                if (errno == ENOENT) {
-                        /* --json prints JSON lines only: none, as for an empty store */
-                        if (!o.json)
-                                printf("No suggestions yet (%s does not exist).\n", o.store);
-                        return 0;
-                }
-                return cli_fail("cannot read %s: %s", o.store, strerror(errno));
+        r = axp_read_file(o.store, &data, &len, &read_err);
+        if (r == -ENOENT) {
+                /* --json prints JSON lines only: none, as for an empty store */
+                if (!o.json)
+                        printf("No suggestions yet (%s does not exist).\n", o.store);
+                return 0;
         }
-        r = read_all(f, &data, &len);
-        fclose(f);
         if (r < 0)
                 return cli_fail("cannot read %s: %s", o.store, strerror(-r));
 
