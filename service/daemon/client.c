@@ -116,9 +116,8 @@ int client_get(Context *c, sd_bus_message *m, Client **ret) {
         }
         LIST_PREPEND(clients, c->clients, cl);
 
-        r = sd_bus_call_method_async(c->bus, &cl->check_slot, "org.freedesktop.DBus",
-                                             "/org/freedesktop/DBus", "org.freedesktop.DBus",
-                                             "GetNameOwner", on_name_owner, cl, "s", sender);
+        r = sd_bus_call_method_async(c->bus, &cl->check_slot, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                     "org.freedesktop.DBus", "GetNameOwner", on_name_owner, cl, "s", sender);
         if (r < 0) {
                 client_free(cl);
                 return log_error_errno(r, "Failed to track bus client %s", sender);
