@@ -61,6 +61,11 @@ bool fail_set(Fail *f, guint status, const char *type, const char *code, const c
 bool fail_bad(Fail *f, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 /* A D-Bus error of the engine (or of the bus: error_name NULL or a freedesktop error). */
 void fail_from_engine(Fail *f, const char *error_name, const char *message);
+/* Whether the engine's answer to "which model" (model, or NULL with the error) serves the
+ * client's `want`: the same name, or with Ollama's ":latest" tag. Fills `f` (404 in the API's
+ * words, 503 with no model, the engine's error) and returns false otherwise. */
+bool model_check(int api, const char *want, const char *model, const char *error_name,
+                 const char *message, Fail *f);
 
 /* Answers `msg` with the error as the API's clients expect it, and logs one line. */
 void respond_error(SoupServerMessage *msg, Api api, const Fail *f);

@@ -787,8 +787,14 @@ static void job_started(void *userdata, const char *error_name, const char *mess
         h = soup_server_message_get_response_headers(c->msg);
         soup_server_message_set_status(c->msg, 200, NULL);
         soup_message_headers_set_content_type(h, c->ops->stream_type, NULL);
-        soup_message_headers_set_encoding(h, SOUP_ENCODING_CHUNKED);
+        /* HTTP/1.0 has no chunks (RFC 9112, 7.1): its stream ends when the connection closes */
+        if (soup_server_message_get_http_version(c->msg) == SOUP_HTTP_1_0)
+                soup_message_headers_set_encoding(h, SOUP_ENCODING_EOF);
+        else
+                soup_message_headers_set_encoding(h, SOUP_ENCODING_CHUNKED);
         soup_message_headers_replace(h, "Cache-Control", "no-cache");
+        /* each piece is dropped once written, not kept until the answer ends */
+        soup_message_body_set_accumulate(soup_server_message_get_response_body(c->msg), FALSE);
         c->headers_sent = true;
         c->ops->begin(c);
         soup_server_message_unpause(c->msg);
@@ -941,6 +947,25 @@ static bool model_matches(const char *have, const char *want) {
                (strncmp(have, want, n) == 0 && strcmp(want + n, ":latest") == 0);
 }
 
+bool model_check(int api, const char *want, const char *model, const char *error_name,
+                 const char *message, Fail *f) {
+        if (!model)
+                fail_from_engine(f, error_name, message);
+        else if (!*model)
+                fail_set(f, 503, "server_error", "no_model",
+                         "The engine has no model loaded; an administrator can load one");
+        else if (!model_matches(model, want)) {
+                if (api == API_OLLAMA)
+                        fail_set(f, 404, NULL, NULL, "model '%s' not found; this engine serves '%s'",
+                                 want, model);
+                else
+                        fail_set(f, 404, "invalid_request_error", "model_not_found",
+                                 "The model '%s' does not exist; this engine serves '%s'", want,
+                                 model);
+        }
+        return !f->message;
+}
+
 static void call_got_model(void *userdata, const char *model, const char *error_name,
                            const char *message) {
         Call *c = userdata;
@@ -950,21 +975,7 @@ static void call_got_model(void *userdata, const char *model, const char *error_
                 call_unref(c);
                 return;
         }
-        if (!model)
-                fail_from_engine(&f, error_name, message);
-        else if (!*model)
-                fail_set(&f, 503, "server_error", "no_model",
-                         "The engine has no model loaded; an administrator can load one");
-        else if (!model_matches(model, c->model)) {
-                if (c->ops->api == API_OLLAMA)
-                        fail_set(&f, 404, NULL, NULL, "model '%s' not found; this engine serves '%s'",
-                                 c->model, model);
-                else
-                        fail_set(&f, 404, "invalid_request_error", "model_not_found",
-                                 "The model '%s' does not exist; this engine serves '%s'", c->model,
-                                 model);
-        }
-        if (f.message) {
+        if (!model_check(c->ops->api, c->model, model, error_name, message, &f)) {
                 call_fail(c, &f);
                 call_unref(c);
                 return;

@@ -255,17 +255,32 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
         return true;
 }
 
-/* An empty prompt (or no messages) is how Ollama's clients load a model: answered done. */
-static void answer_loaded(SoupServerMessage *msg, const char *model, bool chat) {
+/* An empty prompt (or no messages) is how Ollama's clients load a model (and, with
+ * "keep_alive": 0, unload it): answered done once the engine is seen to serve that model, as
+ * Ollama answers 404 for a model it does not have. */
+typedef struct LoadCall {
+        SoupServerMessage *msg;
+        char *model;
+        bool chat, unload;
+} LoadCall;
+
+static void load_got_model(void *userdata, const char *have, const char *error_name,
+                           const char *message) {
+        LoadCall *l = userdata;
         g_autofree char *now = timestamp_rfc3339();
         g_autoptr(JsonBuilder) jb = json_builder_new();
+        g_auto(Fail) f = {};
 
+        if (!model_check(API_OLLAMA, l->model, have, error_name, message, &f)) {
+                respond_error(l->msg, API_OLLAMA, &f);
+                goto out;
+        }
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "model");
-        json_builder_add_string_value(jb, model);
+        json_builder_add_string_value(jb, l->model);
         json_builder_set_member_name(jb, "created_at");
         json_builder_add_string_value(jb, now);
-        if (chat) {
+        if (l->chat) {
                 json_builder_set_member_name(jb, "message");
                 json_builder_begin_object(jb);
                 json_builder_set_member_name(jb, "role");
@@ -280,9 +295,36 @@ static void answer_loaded(SoupServerMessage *msg, const char *model, bool chat) 
         json_builder_set_member_name(jb, "done");
         json_builder_add_boolean_value(jb, TRUE);
         json_builder_set_member_name(jb, "done_reason");
-        json_builder_add_string_value(jb, "load");
+        json_builder_add_string_value(jb, l->unload ? "unload" : "load");
         json_builder_end_object(jb);
-        respond_json(msg, 200, json_builder_get_root(jb));
+        respond_json(l->msg, 200, json_builder_get_root(jb));
+out:
+        soup_server_message_unpause(l->msg);
+        g_object_unref(l->msg);
+        g_free(l->model);
+        g_free(l);
+}
+
+static void answer_loaded(Bridge *b, SoupServerMessage *msg, JsonObject *o, const char *model,
+                          bool chat) {
+        LoadCall *l = g_new0(LoadCall, 1);
+        JsonNode *keep = json_object_get_member(o, "keep_alive");
+
+        l->msg = g_object_ref(msg);
+        l->model = g_strdup(model);
+        l->chat = chat;
+        /* 0 or "0" (any unit): the client asks for the model to be unloaded; the engine's
+         * model stays (it serves everyone), but the answer is the one Ollama gives */
+        if (keep && JSON_NODE_HOLDS_VALUE(keep)) {
+                GType t = json_node_get_value_type(keep);
+                if (t == G_TYPE_INT64 || t == G_TYPE_DOUBLE)
+                        l->unload = json_node_get_double(keep) == 0;
+                else if (t == G_TYPE_STRING)
+                        l->unload = strtod(json_node_get_string(keep), NULL) == 0 &&
+                                    g_ascii_isdigit(json_node_get_string(keep)[0]);
+        }
+        soup_server_message_pause(msg);
+        engine_link_get_model(b->link, load_got_model, l);
 }
 
 static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
@@ -311,7 +353,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 if (!field_array(o, "messages", &msgs, &f))
                         goto fail;
                 if (!msgs || json_array_get_length(msgs) == 0) {
-                        answer_loaded(msg, model, chat);
+                        answer_loaded(b, msg, o, model, chat);
                         return;
                 }
                 turns = turns_new();
@@ -325,7 +367,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                     !field_bool(o, "raw", &raw, &raw_set, &f))
                         goto fail;
                 if (!p || !*p) {
-                        answer_loaded(msg, model, chat);
+                        answer_loaded(b, msg, o, model, chat);
                         return;
                 }
                 prompt = g_strdup(p);

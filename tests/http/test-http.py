@@ -134,9 +134,21 @@ def test_ollama_ndjson_framing():
         status, body = b.json("/api/chat", {"model": m, "stream": False, "messages": [{"role": "user", "content": "Hello"}],
                                             "options": {"num_predict": 10, "temperature": 0}})
         assert status == 200 and body["message"]["content"] == want, body
-        # An empty prompt loads the model, as Ollama's clients expect
+        # An empty prompt loads the model, as Ollama's clients expect; "keep_alive": 0 asks
+        # for it to be unloaded (the engine keeps it for everyone; the answer is Ollama's)
         status, body = b.json("/api/generate", {"model": m})
-        assert status == 200 and body["done"] and body["done_reason"] == "load", body
+        assert status == 200 and body["done"] and body["done_reason"] == "load" and body["model"] == m, body
+        status, body = b.json("/api/chat", {"model": m + ":latest", "messages": []})
+        assert status == 200 and body["done_reason"] == "load" and body["message"]["content"] == "", body
+        for keep in (0, "0", "0s"):
+            status, body = b.json("/api/generate", {"model": m, "keep_alive": keep})
+            assert status == 200 and body["done_reason"] == "unload", (keep, body)
+        status, body = b.json("/api/generate", {"model": m, "keep_alive": "5m"})
+        assert status == 200 and body["done_reason"] == "load", body
+        # a model the engine does not serve is not "loaded": 404, as Ollama answers
+        for path, body in (("/api/generate", {"model": "llama3.2"}), ("/api/chat", {"model": "llama3.2", "messages": []})):
+            status, body = b.json(path, body)
+            assert status == 404 and body == {"error": f"model 'llama3.2' not found; this engine serves '{m}'"}, body
 
 
 def test_listings():
@@ -727,6 +739,46 @@ def test_structured_output_with_curl():
         assert json.loads(text.strip().split("\n")[-1])["prompt_eval_count"] > lines[-1]["prompt_eval_count"], text
 
 
+def test_http_1_0_streams_are_not_chunked():
+    """An HTTP/1.0 client cannot read chunks (RFC 9112 forbids sending them): its stream is
+    the bare events, ended by closing the connection."""
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        want = complete(bus, "Hello", 12)
+        for path, body in (("/v1/chat/completions", {"model": m, "max_tokens": 12, "temperature": 0, "stream": True,
+                                                     "messages": [{"role": "user", "content": "Hello"}]}),
+                           ("/api/chat", {"model": m, "messages": [{"role": "user", "content": "Hello"}],
+                                          "options": {"num_predict": 12, "temperature": 0}})):
+            data = json.dumps(body).encode()
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(b.socket)
+            s.settimeout(WAIT)
+            s.sendall(b"POST %s HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                      % (path.encode(), len(data)) + data)
+            answer = b""
+            while True:
+                got = s.recv(65536)
+                if not got:
+                    break
+                answer += got
+            s.close()
+            head, _, text = answer.decode().partition("\r\n\r\n")
+            assert head.startswith("HTTP/1.0 200") or head.startswith("HTTP/1.1 200"), head
+            assert "chunked" not in head.lower() and "content-length" not in head.lower(), head
+            if path.startswith("/v1/"):
+                events = sse_events(text)
+                assert events[-1] == "[DONE]", text
+                got = "".join(json.loads(e)["choices"][0]["delta"].get("content", "")
+                              for e in events[:-1] if json.loads(e)["choices"])
+            else:
+                lines = ndjson(text)
+                assert lines[-1]["done"], lines
+                got = "".join(x["message"]["content"] for x in lines)
+            assert got == want, (path, got, want)
+        status, body = b.json("/v1/models")
+        assert status == 200, body
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -760,6 +812,7 @@ if __name__ == "__main__":
         test_a_burst_of_connections_is_queued_not_refused,
         test_bodies_over_the_cap_are_not_kept,
         test_engine_leaving_mid_stream_ends_the_stream_with_an_error,
+        test_http_1_0_streams_are_not_chunked,
         test_conversation_reuses_its_flow,
         test_structured_output_with_curl,
     ])
