@@ -19,6 +19,7 @@
 #include "model/generate.h"
 #include "devices/gpu-telemetry.h"
 #include "model/model.h"
+#include "model/quantize.h"
 #include "heg/seq.h"
 #include "sched/scheduler.h"
 #include "model/tokenizer.h"
@@ -117,6 +118,7 @@ struct axp_engine {
 
         uint64_t next_req_id;      /* past every request id handed out, schedulers before included */
         unsigned model_serial;     /* models put in place so far */
+        uint64_t model_params;     /* elements of every tensor of the model in place */
         axp_engine_status told;    /* what status_changed was last told */
         bool told_once;
 };
@@ -534,6 +536,18 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
         ret->model[n] = 0;
         snprintf(ret->policy, sizeof(ret->policy), "%s",
                  axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol));
+        if (e->model) {
+                const axp_model *m = e->model;
+                const char *ft = axp_file_type_name(m->file_type);
+                axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
+
+                snprintf(ret->arch, sizeof(ret->arch), "%s", axp_arch_name(m->hp.arch));
+                ret->parameters = e->model_params;
+                ret->n_ctx = e->n_ctx;
+                snprintf(ret->file_type, sizeof(ret->file_type), "%s", ft ? ft : "");
+                snprintf(ret->chat, sizeof(ret->chat), "%s", axp_chat_family_name(f));
+                ret->tools = axp_chat_takes_tools(f, m->chat_template, m->tok);
+        }
 }
 
 static bool status_equal(const axp_engine_status *a, const axp_engine_status *b) {
@@ -738,6 +752,13 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                 return r;
         e->model = m;
         e->model_serial++;
+        e->model_params = 0;
+        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+                uint64_t n = 1;
+                for (uint32_t d = 0; d < m->gguf->tensors[i].n_dims; d++)
+                        n *= (uint64_t) m->gguf->tensors[i].ne[d];
+                e->model_params += n;
+        }
         return 0;
 }
 

@@ -28,6 +28,14 @@ typedef struct axp_engine_status {
         unsigned model_serial;   /* counts the models put in place: a reload of the same file
                                   * changes it, though not the name */
         char policy[16];         /* "agentxpu", "fcfs" or "serial" */
+        /* The model in place (zero and "" while none), for clients that describe it (Ollama's
+         * /api/show): these change only with model_serial. */
+        char arch[32];           /* general.architecture */
+        uint64_t parameters;     /* elements of every tensor */
+        int n_ctx;               /* positions a request may use (ContextSize= or the model's) */
+        char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
+        char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
+        bool tools;              /* the template takes tools (options tools, tool_choice) */
 } axp_engine_status;
 
 typedef struct axp_engine_config {

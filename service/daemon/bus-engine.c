@@ -38,6 +38,25 @@ static int property_get_policy(sd_bus *bus, const char *path, const char *iface,
         return sd_bus_message_append(reply, "s", c->engine ? c->status.policy : "");
 }
 
+/* ModelInfo: the model of the Model property, described; empty while there is none. */
+static int property_get_model_info(sd_bus *bus, const char *path, const char *iface, const char *property,
+                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Context *c = userdata;
+        const axp_engine_status *st = &c->status;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "{sv}");
+        if (r >= 0 && c->engine && st->model[0])
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", st->model,
+                                          "architecture", "s", st->arch, "parameters", "t", st->parameters,
+                                          "context_length", "u", (uint32_t) st->n_ctx, "file_type", "s",
+                                          st->file_type, "chat_template", "s", st->chat, "tools", "b",
+                                          st->tools);
+        if (r >= 0)
+                r = sd_bus_message_close_container(reply);
+        return r;
+}
+
 /* MaxTokens=: the most options.max_tokens may ask for. */
 static int property_get_max_tokens(sd_bus *bus, const char *path, const char *iface, const char *property,
                                    sd_bus_message *reply, void *userdata, sd_bus_error *error) {
@@ -346,6 +365,7 @@ const sd_bus_vtable engine_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("Model", "s", property_get_model, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ModelInfo", "a{sv}", property_get_model_info, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Devices", "a(ssa{sv})", property_get_devices, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("Policy", "s", property_get_policy, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("QueuedReactive", "u", property_get_status, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),

@@ -113,7 +113,7 @@ static void context_update_idle(Context *c) {
 void context_emit_status(Context *c) {
         const axp_engine_status *st = &c->status;
         axp_engine_status *sent = &c->status_sent;
-        const char *changed[7];
+        const char *changed[8];
         bool model_news, model_waits;
         size_t n = 0;
 
@@ -131,8 +131,10 @@ void context_emit_status(Context *c) {
                 changed[n++] = "Running";
         if (strcmp(st->policy, sent->policy) != 0)
                 changed[n++] = "Policy";
-        if (model_news && !model_waits)
+        if (model_news && !model_waits) {
                 changed[n++] = "Model";
+                changed[n++] = "ModelInfo";
+        }
         if (c->devices_changed)
                 changed[n++] = "Devices";
         if (model_waits) {

@@ -543,7 +543,35 @@ def test_load_model_changes_the_model_property():
     changed = re.findall(r"PropertiesChanged \('org\.agentxpu\.Engine', \{'[^\n]*", signals)
     models = [m for c in changed for m in re.findall(r"'Model': <'([^']*)'>", c)]
     assert models == ["second-model", first_name, first_name], (models, signals)
-    assert all("'Devices'" in c for c in changed if "'Model'" in c), changed
+    assert all("'Devices'" in c and "'ModelInfo'" in c for c in changed if "'Model'" in c), changed
+
+
+def test_model_info_describes_the_model():
+    """ModelInfo describes the loaded model as the file says (the parameters as `agentxpu
+    inspect` counts them) and the context a request gets (ContextSize=), for clients such as
+    the HTTP bridge's /api/show."""
+    with engine(config="[Engine]\nContextSize=1000\n") as (bus, d):
+        p = bus.props()
+        r = run([CLI, "inspect", "-m", model()])
+        m = re.search(r"^runs: llama, (\d+) parameters", r.out, re.M)
+        assert r.rc == 0 and m, r
+        info = {k: v["data"] for k, v in p["ModelInfo"].items()}
+        assert info == {"name": p["Model"], "architecture": "llama", "parameters": int(m.group(1)),
+                        "context_length": 1000, "file_type": "Q8_0", "chat_template": "llama3",
+                        "tools": False}, info
+    # another type, a template that takes tools, the model's own context
+    path = os.path.join(os.path.dirname(model()), "tools-q4_k.gguf")
+    template = ("{% if tools %}{{ tools | tojson }}{% endif %}{% for message in messages %}"
+                "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}"
+                "{% endfor %}")
+    r = run([CLI, "mkmodel", "-o", path, "--seed", "9", "--dim", "512", "--layers", "2", "--heads", "8",
+             "--kv-heads", "4", "--ffn", "1536", "--ctx", "2048", "--type", "q4_k", "--name", "tools-model",
+             "--chat-template", template])
+    assert r.rc == 0, r
+    with engine(model_path=path) as (bus, d):
+        info = {k: v["data"] for k, v in bus.props()["ModelInfo"].items()}
+        assert (info["name"], info["context_length"], info["file_type"], info["chat_template"], info["tools"]) == \
+            ("tools-model", 2048, "Q4_K_S", "llama3", True), info
 
 
 def test_a_load_waiting_on_requests_holds_no_one_up():
@@ -598,6 +626,7 @@ TESTS = [
     test_devices_carry_their_memory,
     test_second_engine_leaves_before_loading_its_model,
     test_load_model_changes_the_model_property,
+    test_model_info_describes_the_model,
 ]
 
 if __name__ == "__main__":
