@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Ollama's API: POST /api/chat and /api/generate (whole, or streamed as one JSON object per
- * line, which is Ollama's default), GET /api/tags, /api/ps, /api/version. */
+ * line, which is Ollama's default), POST /api/show, GET /api/tags, /api/ps, /api/version. */
 #include "bridge.h"
 
 #include <string.h>
@@ -396,12 +396,63 @@ fail:
         respond_error(msg, API_OLLAMA, &f);
 }
 
+/* Ollama's short form of a parameter count: "8.0B", "494.03M", "135M" */
+static char *human_count(guint64 n) {
+        if (n >= 1000000000)
+                return n % 1000000000 == 0 ? g_strdup_printf("%" G_GUINT64_FORMAT "B", n / 1000000000)
+                                           : g_strdup_printf("%.1fB", n / 1e9);
+        if (n >= 1000000)
+                return n % 1000000 == 0 ? g_strdup_printf("%" G_GUINT64_FORMAT "M", n / 1000000)
+                                        : g_strdup_printf("%.2fM", n / 1e6);
+        if (n >= 1000)
+                return g_strdup_printf("%.0fK", n / 1e3);
+        return g_strdup_printf("%" G_GUINT64_FORMAT, n);
+}
+
+static const char *info_str(GVariant *info, const char *key) {
+        const char *v = "";
+        (void) g_variant_lookup(info, key, "&s", &v);
+        return v;
+}
+
+static guint64 info_u64(GVariant *info, const char *key) {
+        guint64 t = 0;
+        guint32 u = 0;
+        if (g_variant_lookup(info, key, "t", &t))
+                return t;
+        return g_variant_lookup(info, key, "u", &u) ? u : 0;
+}
+
+/* Ollama's "details" of a model from the engine's ModelInfo */
+static void add_details(JsonBuilder *jb, GVariant *info) {
+        const char *arch = info_str(info, "architecture"), *ft = info_str(info, "file_type");
+        g_autofree char *size = human_count(info_u64(info, "parameters"));
+
+        json_builder_set_member_name(jb, "details");
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "parent_model");
+        json_builder_add_string_value(jb, "");
+        json_builder_set_member_name(jb, "format");
+        json_builder_add_string_value(jb, "gguf");
+        json_builder_set_member_name(jb, "family");
+        json_builder_add_string_value(jb, arch);
+        json_builder_set_member_name(jb, "families");
+        json_builder_begin_array(jb);
+        json_builder_add_string_value(jb, arch);
+        json_builder_end_array(jb);
+        json_builder_set_member_name(jb, "parameter_size");
+        json_builder_add_string_value(jb, size);
+        json_builder_set_member_name(jb, "quantization_level");
+        json_builder_add_string_value(jb, *ft ? ft : "unknown");
+        json_builder_end_object(jb);
+}
+
 typedef struct ListCall {
         SoupServerMessage *msg;
         bool ps;
 } ListCall;
 
-static void models_got(void *userdata, const char *model, const char *error_name,
+static void models_got(void *userdata, const char *model, GVariant *info, const char *error_name,
                        const char *message) {
         g_autofree ListCall *l = userdata;
         g_autoptr(JsonBuilder) jb = json_builder_new();
@@ -428,15 +479,12 @@ static void models_got(void *userdata, const char *model, const char *error_name
                 add_int(jb, "size", 0);
                 json_builder_set_member_name(jb, "digest");
                 json_builder_add_string_value(jb, "");
-                json_builder_set_member_name(jb, "details");
-                json_builder_begin_object(jb);
-                json_builder_set_member_name(jb, "format");
-                json_builder_add_string_value(jb, "gguf");
-                json_builder_end_object(jb);
+                add_details(jb, info);
                 if (l->ps) {
                         json_builder_set_member_name(jb, "expires_at");
                         json_builder_add_string_value(jb, "9999-12-31T23:59:59Z");
                         add_int(jb, "size_vram", 0);
+                        add_int(jb, "context_length", (gint64) info_u64(info, "context_length"));
                 }
                 json_builder_end_object(jb);
         }
@@ -453,12 +501,101 @@ static void list_models(Bridge *b, SoupServerMessage *msg, bool ps) {
         l->msg = g_object_ref(msg);
         l->ps = ps;
         soup_server_message_pause(msg);
-        engine_link_get_model(b->link, models_got, l);
+        engine_link_get_model_info(b->link, models_got, l);
+}
+
+/* POST /api/show {"model": NAME} (older clients: "name"): what editors ask before they use
+ * a model: its details, its context ("<arch>.context_length" in model_info, the positions a
+ * request gets here) and its capabilities ("tools" where the chat template takes them). */
+typedef struct ShowCall {
+        SoupServerMessage *msg;
+        char *model;
+} ShowCall;
+
+static void show_answer(SoupServerMessage *msg, const char *model, GVariant *info) {
+        const char *arch = info_str(info, "architecture"), *ft = info_str(info, "file_type");
+        guint64 n_ctx = info_u64(info, "context_length");
+        gboolean tools = FALSE;
+        g_autofree char *ctx_key = g_strdup_printf("%s.context_length", arch);
+        g_autofree char *params = g_strdup_printf("num_ctx %" G_GUINT64_FORMAT, n_ctx);
+        g_autoptr(JsonBuilder) jb = json_builder_new();
+
+        (void) g_variant_lookup(info, "tools", "b", &tools);
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "modelfile");
+        json_builder_add_string_value(jb, "");
+        json_builder_set_member_name(jb, "parameters");
+        json_builder_add_string_value(jb, params);
+        json_builder_set_member_name(jb, "template");
+        json_builder_add_string_value(jb, "");
+        add_details(jb, info);
+        json_builder_set_member_name(jb, "model_info");
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "general.architecture");
+        json_builder_add_string_value(jb, arch);
+        json_builder_set_member_name(jb, "general.basename");
+        json_builder_add_string_value(jb, model);
+        add_int(jb, "general.parameter_count", (gint64) info_u64(info, "parameters"));
+        if (*ft) {
+                json_builder_set_member_name(jb, "general.file_type_name");
+                json_builder_add_string_value(jb, ft);
+        }
+        add_int(jb, ctx_key, (gint64) n_ctx);
+        json_builder_end_object(jb);
+        json_builder_set_member_name(jb, "capabilities");
+        json_builder_begin_array(jb);
+        json_builder_add_string_value(jb, "completion");
+        if (tools)
+                json_builder_add_string_value(jb, "tools");
+        json_builder_end_array(jb);
+        json_builder_set_member_name(jb, "modified_at");
+        json_builder_add_string_value(jb, "1970-01-01T00:00:00Z");
+        json_builder_end_object(jb);
+        respond_json(msg, 200, json_builder_get_root(jb));
+}
+
+static void show_got(void *userdata, const char *model, GVariant *info, const char *error_name,
+                     const char *message) {
+        ShowCall *sc = userdata;
+        g_auto(Fail) f = {};
+
+        if (model_check(API_OLLAMA, sc->model, model, error_name, message, &f))
+                show_answer(sc->msg, model, info);
+        else
+                respond_error(sc->msg, API_OLLAMA, &f);
+        soup_server_message_unpause(sc->msg);
+        g_object_unref(sc->msg);
+        g_free(sc->model);
+        g_free(sc);
+}
+
+static void show_model(Bridge *b, SoupServerMessage *msg) {
+        g_autoptr(JsonParser) parser = NULL;
+        g_auto(Fail) f = {};
+        const char *model = NULL, *name = NULL;
+        JsonObject *o = body_object(b, msg, &parser, &f);
+
+        if (!o || !field_string(o, "model", &model, &f) || !field_string(o, "name", &name, &f)) {
+                respond_error(msg, API_OLLAMA, &f);
+                return;
+        }
+        if (!model || !*model)
+                model = name;
+        if (!model || !*model) {
+                fail_bad(&f, "model is required");
+                respond_error(msg, API_OLLAMA, &f);
+                return;
+        }
+        ShowCall *sc = g_new0(ShowCall, 1);
+        sc->msg = g_object_ref(msg);
+        sc->model = g_strdup(model);
+        soup_server_message_pause(msg);
+        engine_link_get_model_info(b->link, show_got, sc);
 }
 
 bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path) {
-        static const char *const known[] = { "/api/chat", "/api/generate", "/api/tags", "/api/ps",
-                                             "/api/version" };
+        static const char *const known[] = { "/api/chat", "/api/generate", "/api/show", "/api/tags",
+                                             "/api/ps", "/api/version" };
         bool post = strcmp(method, "POST") == 0;
         bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
         g_auto(Fail) f = {};
@@ -467,6 +604,8 @@ bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
                 generate(b, msg, true);
         else if (strcmp(path, "/api/generate") == 0 && post)
                 generate(b, msg, false);
+        else if (strcmp(path, "/api/show") == 0 && post)
+                show_model(b, msg);
         else if (strcmp(path, "/api/tags") == 0 && get)
                 list_models(b, msg, false);
         else if (strcmp(path, "/api/ps") == 0 && get)

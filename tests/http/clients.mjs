@@ -117,6 +117,11 @@ for await (const part of await ollama.chat({ model, messages, options, stream: t
 out.ollama_chat_stream = chtext;
 out.ollama_list = (await ollama.list()).models.map((m) => m.name);
 out.ollama_ps = (await ollama.ps()).models.map((m) => m.name);
+{
+  const show = await ollama.show({ model });
+  out.ollama_show = { family: show.details.family, capabilities: show.capabilities,
+                      context: show.model_info["llama.context_length"] };
+}
 try {
   await ollama.generate({ model: "llama3", prompt: "Hello" });
   out.ollama_unknown_model = null;

@@ -110,6 +110,8 @@ def test_official_openai_and_ollama_clients():
         assert got["ollama_generate_stream"] == {"response": chat10, "done_reason": "length"}
         assert got["ollama_chat"] == chat10 and got["ollama_chat_stream"] == chat10
         assert got["ollama_list"] == [m] and got["ollama_ps"] == [m]
+        assert got["ollama_show"]["family"] == "llama" and "tools" in got["ollama_show"]["capabilities"], got
+        assert got["ollama_show"]["context"] > 0, got
         assert got["ollama_unknown_model"]["status"] == 404, got["ollama_unknown_model"]
         assert "not found" in got["ollama_unknown_model"]["message"]
         assert isinstance(json.loads(got["ollama_format_json"]), dict), got["ollama_format_json"]

@@ -152,13 +152,34 @@ def test_ollama_ndjson_framing():
 
 
 def test_listings():
-    with serving() as (bus, d, b):
+    from httptest import CLI, run
+    r = run([CLI, "inspect", "-m", model()])
+    n_params = int(re.search(r"^runs: llama, (\d+) parameters", r.out, re.M).group(1))
+    size = f"{n_params / 1e6:.2f}M"
+    with serving(config="[Engine]\nContextSize=2048\n") as (bus, d, b):
         m = model_name(b)
         assert bus.props()["Model"] == m
+        details = {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+                   "parameter_size": size, "quantization_level": "Q8_0"}
         status, body = b.json("/api/tags")
         assert status == 200 and [x["name"] for x in body["models"]] == [m], body
+        assert body["models"][0]["details"] == details, body
         status, body = b.json("/api/ps")
         assert status == 200 and [x["name"] for x in body["models"]] == [m], body
+        assert body["models"][0]["details"] == details and body["models"][0]["context_length"] == 2048, body
+        # what editors ask before they use a model: its context and whether it takes tools
+        for ask in ({"model": m}, {"name": m + ":latest"}, {"model": m, "verbose": True}):
+            status, body = b.json("/api/show", ask)
+            assert status == 200 and body["details"] == details, (ask, body)
+            assert body["model_info"]["llama.context_length"] == 2048, body
+            assert body["model_info"]["general.parameter_count"] == n_params, body
+            assert body["capabilities"] == ["completion", "tools"] and "num_ctx 2048" in body["parameters"], body
+        status, body = b.json("/api/show", {"model": "llama3.2"})
+        assert status == 404 and body == {"error": f"model 'llama3.2' not found; this engine serves '{m}'"}, body
+        status, body = b.json("/api/show", {})
+        assert status == 400 and body == {"error": "model is required"}, body
+        status, body = b.json("/api/show", method="GET")
+        assert status == 405, body
         status, body = b.json("/api/version")
         assert status == 200 and re.match(r"\d+\.\d+\.\d+$", body["version"]), body
         status, body = b.json("/v1/nothing")
