@@ -482,39 +482,68 @@ fail:
         respond_error(msg, API_OPENAI, &f);
 }
 
+static void add_model_object(JsonBuilder *jb, const char *model) {
+        json_builder_begin_object(jb);
+        json_builder_set_member_name(jb, "id");
+        json_builder_add_string_value(jb, model);
+        json_builder_set_member_name(jb, "object");
+        json_builder_add_string_value(jb, "model");
+        json_builder_set_member_name(jb, "created");
+        json_builder_add_int_value(jb, 0);
+        json_builder_set_member_name(jb, "owned_by");
+        json_builder_add_string_value(jb, "agentxpu");
+        json_builder_end_object(jb);
+}
+
+/* GET /v1/models (want NULL) or /v1/models/ID */
+typedef struct ModelsCall {
+        SoupServerMessage *msg;
+        char *want;
+} ModelsCall;
+
 static void models_got(void *userdata, const char *model, const char *error_name,
                        const char *message) {
-        SoupServerMessage *msg = userdata;
+        ModelsCall *l = userdata;
         g_autoptr(JsonBuilder) jb = json_builder_new();
+        g_auto(Fail) f = {};
 
-        if (!model) {
-                g_auto(Fail) f = {};
+        bool ok;
+
+        if (l->want)
+                ok = model_check(API_OPENAI, l->want, model, error_name, message, &f);
+        else if (!(ok = model != NULL))
                 fail_from_engine(&f, error_name, message);
-                respond_error(msg, API_OPENAI, &f);
+        if (!ok)
+                respond_error(l->msg, API_OPENAI, &f);
+        else if (l->want) {
+                add_model_object(jb, model);
+                respond_json(l->msg, 200, json_builder_get_root(jb));
         } else {
                 json_builder_begin_object(jb);
                 json_builder_set_member_name(jb, "object");
                 json_builder_add_string_value(jb, "list");
                 json_builder_set_member_name(jb, "data");
                 json_builder_begin_array(jb);
-                if (*model) {
-                        json_builder_begin_object(jb);
-                        json_builder_set_member_name(jb, "id");
-                        json_builder_add_string_value(jb, model);
-                        json_builder_set_member_name(jb, "object");
-                        json_builder_add_string_value(jb, "model");
-                        json_builder_set_member_name(jb, "created");
-                        json_builder_add_int_value(jb, 0);
-                        json_builder_set_member_name(jb, "owned_by");
-                        json_builder_add_string_value(jb, "agentxpu");
-                        json_builder_end_object(jb);
-                }
+                if (*model)
+                        add_model_object(jb, model);
                 json_builder_end_array(jb);
                 json_builder_end_object(jb);
-                respond_json(msg, 200, json_builder_get_root(jb));
+                respond_json(l->msg, 200, json_builder_get_root(jb));
         }
-        soup_server_message_unpause(msg);
-        g_object_unref(msg);
+        soup_server_message_unpause(l->msg);
+        g_object_unref(l->msg);
+        g_free(l->want);
+        g_free(l);
+}
+
+static void list_models(Bridge *b, SoupServerMessage *msg, const char *want) {
+        ModelsCall *l = g_new0(ModelsCall, 1);
+        l->msg = g_object_ref(msg);
+        l->want = want ? g_uri_unescape_string(want, NULL) : NULL;
+        if (want && !l->want)
+                l->want = g_strdup(want);
+        soup_server_message_pause(msg);
+        engine_link_get_model(b->link, models_got, l);
 }
 
 bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path) {
@@ -525,11 +554,12 @@ bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
                 generate(b, msg, true);
         else if (strcmp(path, "/v1/completions") == 0 && post)
                 generate(b, msg, false);
-        else if (strcmp(path, "/v1/models") == 0 && get) {
-                soup_server_message_pause(msg);
-                engine_link_get_model(b->link, models_got, g_object_ref(msg));
-        } else if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0 ||
-                   strcmp(path, "/v1/models") == 0) {
+        else if (strcmp(path, "/v1/models") == 0 && get)
+                list_models(b, msg, NULL);
+        else if (g_str_has_prefix(path, "/v1/models/") && path[11] && !strchr(path + 11, '/') && get)
+                list_models(b, msg, path + 11);
+        else if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0 ||
+                 strcmp(path, "/v1/models") == 0 || g_str_has_prefix(path, "/v1/models/")) {
                 fail_set(&f, 405, "invalid_request_error", "method_not_allowed",
                          "%s is not allowed on %s", method, path);
                 respond_error(msg, API_OPENAI, &f);

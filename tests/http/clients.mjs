@@ -38,6 +38,7 @@ for await (const chunk of await openai.completions.create({ model, prompt: "Once
 out.openai_completion_stream = ctext;
 
 out.openai_models = (await openai.models.list()).data.map((m) => m.id);
+out.openai_retrieve = (await openai.models.retrieve(out.openai_models[0])).id;
 
 async function apiError(p) {
   try {

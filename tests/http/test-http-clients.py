@@ -79,7 +79,7 @@ def test_official_openai_and_ollama_clients():
         assert got["openai_chat_stream"]["finish"] == "length"
         assert got["openai_chat_stream"]["usage"]["completion_tokens"] == 16
         assert got["openai_completion"] == comp12 and got["openai_completion_stream"] == comp12
-        assert got["openai_models"] == [m]
+        assert got["openai_models"] == [m] and got["openai_retrieve"] == m
         assert got["openai_unknown_model"]["name"] == "NotFoundError", got["openai_unknown_model"]
         assert got["openai_unknown_model"]["status"] == 404 and got["openai_unknown_model"]["code"] == "model_not_found"
         assert isinstance(json.loads(got["openai_json_object"]), dict), got["openai_json_object"]

@@ -186,6 +186,13 @@ def test_listings():
         assert status == 404 and body["error"]["code"] == "unknown_url", body
         status, body = b.json("/v1/models", method="DELETE")
         assert status == 405, body
+        # OpenAI's retrieve: the engine's model, or 404 in OpenAI's words
+        status, body = b.json(f"/v1/models/{m}")
+        assert status == 200 and body == {"id": m, "object": "model", "created": 0, "owned_by": "agentxpu"}, body
+        status, body = b.json("/v1/models/gpt-4o")
+        assert status == 404 and body["error"]["code"] == "model_not_found", body
+        status, body = b.json(f"/v1/models/{m}", method="DELETE")
+        assert status == 405, body
 
 
 def check_token_required_on_tcp(bus, b):
