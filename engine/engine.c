@@ -281,6 +281,10 @@ static int check_sampling(const axp_sampler_params *p, axp_error *err) {
                 return axp_errorf(err, -EINVAL, "min_p must be in [0, 1]");
         if (!isfinite(p->repeat_penalty) || p->repeat_penalty <= 0 || p->repeat_penalty > 100)
                 return axp_errorf(err, -EINVAL, "repeat_penalty must be in (0, 100]");
+        if (!isfinite(p->frequency_penalty) || fabsf(p->frequency_penalty) > 2)
+                return axp_errorf(err, -EINVAL, "frequency_penalty must be in [-2, 2]");
+        if (!isfinite(p->presence_penalty) || fabsf(p->presence_penalty) > 2)
+                return axp_errorf(err, -EINVAL, "presence_penalty must be in [-2, 2]");
         if (p->repeat_last_n < 0)
                 return axp_errorf(err, -EINVAL, "repeat_last_n must not be negative");
         return 0;

@@ -28,7 +28,7 @@ struct axp_sampler {
         int32_t *hist; /* the last repeat_last_n accepted tokens, a ring */
         int n_hist, hist_pos;
         float *logits;     /* penalized copy */
-        uint8_t *penalized;
+        uint16_t *count;   /* a token's count in hist while the penalties are applied, else 0 */
         cand *cand;
 };
 
@@ -52,7 +52,7 @@ void axp_sampler_free(axp_sampler *s) {
                 return;
         free(s->hist);
         free(s->logits);
-        free(s->penalized);
+        free(s->count);
         free(s->cand);
         free(s);
 }
@@ -65,13 +65,13 @@ axp_sampler *axp_sampler_new(const axp_sampler_params *p, int n_vocab) {
                 return NULL;
         s->p = *p;
         s->n_vocab = n_vocab;
-        s->p.repeat_last_n = MAX(s->p.repeat_last_n, 0);
+        s->p.repeat_last_n = MIN(MAX(s->p.repeat_last_n, 0), UINT16_MAX);
         axp_rng_seed(&s->rng, p->seed);
         s->hist = malloc(MAX(s->p.repeat_last_n, 1) * sizeof(int32_t));
         s->logits = malloc(n_vocab * sizeof(float));
-        s->penalized = calloc(n_vocab, 1);
+        s->count = calloc(n_vocab, sizeof(*s->count));
         s->cand = malloc(n_vocab * sizeof(cand));
-        if (!s->hist || !s->logits || !s->penalized || !s->cand) {
+        if (!s->hist || !s->logits || !s->count || !s->cand) {
                 axp_sampler_free(s);
                 return NULL;
         }
@@ -86,23 +86,29 @@ void axp_sampler_accept(axp_sampler *s, int32_t token) {
         s->n_hist = MIN(s->n_hist + 1, s->p.repeat_last_n);
 }
 
-/* The logits with the penalty applied once per distinct recent token (a copy; the caller's
+/* The logits with the penalties applied once per distinct recent token (a copy; the caller's
  * stay as they are). NaN logits are never chosen: every comparison below is false for them,
  * and where a value is taken as is, NaN becomes -inf. */
 static const float *prepare(axp_sampler *s, const float *logits) {
-        if (s->p.repeat_penalty == 1.0f || !(s->p.repeat_penalty > 0) || s->n_hist == 0)
+        const bool repeat = s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0;
+        const float freq = s->p.frequency_penalty, presence = s->p.presence_penalty;
+
+        if ((!repeat && freq == 0 && presence == 0) || s->n_hist == 0)
                 return logits;
         memcpy(s->logits, logits, s->n_vocab * sizeof(float));
+        for (int i = 0; i < s->n_hist; i++)
+                s->count[s->hist[i]]++;
         for (int i = 0; i < s->n_hist; i++) {
                 int32_t id = s->hist[i];
-                if (s->penalized[id])
+                unsigned c = s->count[id];
+                if (c == 0) /* done already */
                         continue;
-                s->penalized[id] = 1;
+                s->count[id] = 0;
                 float *l = &s->logits[id];
-                *l = *l <= 0 ? *l * s->p.repeat_penalty : *l / s->p.repeat_penalty;
+                if (repeat)
+                        *l = *l <= 0 ? *l * s->p.repeat_penalty : *l / s->p.repeat_penalty;
+                *l -= (float) c * freq + presence;
         }
-        for (int i = 0; i < s->n_hist; i++)
-                s->penalized[s->hist[i]] = 0;
         return s->logits;
 }
 

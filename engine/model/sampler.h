@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Sampling on the host: greedy, temperature, top-k, top-p, min-p, repetition penalty, seed;
+/* Sampling on the host: greedy, temperature, top-k, top-p, min-p, repetition, frequency and
+ * presence penalties, seed;
  * and stop strings over the streamed text. */
 #pragma once
 
@@ -13,7 +14,11 @@ typedef struct axp_sampler_params {
         float top_p;          /* >= 1: off */
         float min_p;          /* <= 0: off */
         float repeat_penalty; /* 1: off */
-        int repeat_last_n;    /* tokens looked back for the penalty (64 by default) */
+        /* OpenAI's penalties: a recent token's logit less frequency_penalty times its count
+         * and presence_penalty once (after repeat_penalty, as llama.cpp); 0: off */
+        float frequency_penalty;
+        float presence_penalty;
+        int repeat_last_n;    /* tokens looked back for the penalties (64 by default) */
         uint64_t seed;
 } axp_sampler_params;
 

@@ -160,7 +160,8 @@ static const CallOps ollama_ops = {
 /* Ollama's "options" into the engine's; options the engine has no use for (num_ctx,
  * mirostat, ...) are accepted and left alone, as Ollama does with unknown ones. */
 static bool ollama_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_max, Fail *f) {
-        static const char *const doubles[] = { "temperature", "top_p", "min_p", "repeat_penalty" };
+        static const char *const doubles[] = { "temperature", "top_p", "min_p", "repeat_penalty",
+                                               "frequency_penalty", "presence_penalty" };
         gint64 n = 0, k = 0, seed = 0;
         bool has_n = false, has_k = false, has_seed = false;
 

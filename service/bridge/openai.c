@@ -360,7 +360,14 @@ static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
         bool on = false, set = false;
         gint64 k = 0, top = 0, best = 1;
         const char *suffix = NULL;
+        JsonObject *bias = NULL;
 
+        if (!field_object(o, "logit_bias", &bias, f))
+                return false;
+        if (bias && json_object_get_size(bias) > 0)
+                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
+                                "'logit_bias' is not supported: its token ids are those of OpenAI's "
+                                "tokenizer, not this model's");
         if (chat ? !field_bool(o, "logprobs", &on, NULL, f) : !field_int(o, "logprobs", &k, &set, f))
                 return false;
         if (!field_int(o, "top_logprobs", &top, &set, f))
@@ -388,6 +395,7 @@ static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
 
 /* Sampling fields into the engine's options. */
 static bool sampling_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_max, Fail *f) {
+        static const char *const penalties[] = { "frequency_penalty", "presence_penalty" };
         gint64 max = 0, seed = 0;
         double t = 0, p = 0;
         bool has_max = false, has_seed = false, has_t = false, has_p = false;
@@ -398,6 +406,14 @@ static bool sampling_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_
             !field_number(o, "top_p", &p, &has_p, f) || !field_int(o, "seed", &seed, &has_seed, f) ||
             !field_stop(o, "stop", opts, f))
                 return false;
+        for (size_t i = 0; i < G_N_ELEMENTS(penalties); i++) {
+                double v = 0;
+                bool set = false;
+                if (!field_number(o, penalties[i], &v, &set, f))
+                        return false;
+                if (set && v != 0)
+                        g_variant_builder_add(opts, "{sv}", penalties[i], g_variant_new_double(v));
+        }
         if (has_max) {
                 if (max < 1 || max > G_MAXUINT32)
                         return fail_bad(f, "'max_tokens' must be a positive integer, got %" G_GINT64_FORMAT,

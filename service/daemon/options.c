@@ -19,23 +19,25 @@ typedef struct OptionSpec {
 } OptionSpec;
 
 static const OptionSpec option_specs[] = {
-        { "max_tokens",     "u",  "uint32" },
-        { "temperature",    "d",  "double" },
-        { "top_k",          "u",  "uint32" },
-        { "top_p",          "d",  "double" },
-        { "min_p",          "d",  "double" },
-        { "repeat_penalty", "d",  "double" },
-        { "seed",           "t",  "uint64" },
-        { "stop",           "as", "array of strings" },
-        { "system",         "s",  "string", .flow_ok = true },
-        { "messages",       "a(ss)", "array of (role, content)" },
-        { "flow",           "o",  "object path" },
-        { "raw",            "b",  "boolean", .flow_ok = true },
-        { "priority",       "s",  "string", .complete_only = true },
-        { "json_schema",    "s",  "string" },
-        { "grammar",        "s",  "string" },
-        { "tools",          "s",  "string" },
-        { "tool_choice",    "s",  "string" },
+        { "max_tokens",        "u",  "uint32" },
+        { "temperature",       "d",  "double" },
+        { "top_k",             "u",  "uint32" },
+        { "top_p",             "d",  "double" },
+        { "min_p",             "d",  "double" },
+        { "repeat_penalty",    "d",  "double" },
+        { "frequency_penalty", "d",  "double" },
+        { "presence_penalty",  "d",  "double" },
+        { "seed",              "t",  "uint64" },
+        { "stop",              "as", "array of strings" },
+        { "system",            "s",  "string", .flow_ok = true },
+        { "messages",          "a(ss)", "array of (role, content)" },
+        { "flow",              "o",  "object path" },
+        { "raw",               "b",  "boolean", .flow_ok = true },
+        { "priority",          "s",  "string", .complete_only = true },
+        { "json_schema",       "s",  "string" },
+        { "grammar",           "s",  "string" },
+        { "tools",             "s",  "string" },
+        { "tool_choice",       "s",  "string" },
 };
 
 static bool spec_allowed(const OptionSpec *s, OptionSet set) {
@@ -259,6 +261,14 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 if (r < 0)
                         return r;
                 o->opts.sampling.repeat_penalty = (float) d;
+        } else if (strcmp(key, "frequency_penalty") == 0 || strcmp(key, "presence_penalty") == 0) {
+                r = read_double(m, key, -2, 2, false, &d, error);
+                if (r < 0)
+                        return r;
+                if (key[0] == 'f')
+                        o->opts.sampling.frequency_penalty = (float) d;
+                else
+                        o->opts.sampling.presence_penalty = (float) d;
         } else if (strcmp(key, "seed") == 0) {
                 r = sd_bus_message_read_basic(m, 't', &o->opts.sampling.seed);
                 if (r < 0)

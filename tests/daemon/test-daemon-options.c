@@ -106,6 +106,8 @@ static void test_every_option_lands(void) {
                 { "top_p", "d", 0.5 },
                 { "min_p", "d", 0.1 },
                 { "repeat_penalty", "d", 1.3 },
+                { "frequency_penalty", "d", 0.5 },
+                { "presence_penalty", "d", -1.5 },
                 { "seed", "t", 12345 },
                 { "stop", "as", .strv = { "END", "\n\n", NULL } },
                 { "system", "s", .str = "Be brief." },
@@ -127,6 +129,8 @@ static void test_every_option_lands(void) {
         CHECK_NEAR(o.opts.sampling.top_p, 0.5, 1e-6);
         CHECK_NEAR(o.opts.sampling.min_p, 0.1, 1e-6);
         CHECK_NEAR(o.opts.sampling.repeat_penalty, 1.3, 1e-6);
+        CHECK_NEAR(o.opts.sampling.frequency_penalty, 0.5, 1e-6);
+        CHECK_NEAR(o.opts.sampling.presence_penalty, -1.5, 1e-6);
         CHECK_EQ_INT(o.opts.sampling.seed, 12345);
         CHECK_EQ_INT(o.opts.n_stop, 2);
         CHECK(o.opts.n_stop == 2 && strcmp(o.opts.stop[0], "END") == 0 && strcmp(o.opts.stop[1], "\n\n") == 0);
@@ -163,6 +167,9 @@ static void test_bad_options_are_refused_by_name(void) {
                 { { { "repeat_penalty", "d", 0 } }, 1, OPTIONS_SUBMIT, "'repeat_penalty' must be above 0" },
                 { { { "repeat_penalty", "d", 1e-300 } }, 1, OPTIONS_SUBMIT, "'repeat_penalty' must be above 0 and at most 10, got 1e-300" },
                 { { { "repeat_penalty", "d", 11 } }, 1, OPTIONS_SUBMIT, "at most 10" },
+                { { { "frequency_penalty", "d", 2.5 } }, 1, OPTIONS_SUBMIT, "'frequency_penalty' must be at least -2 and at most 2, got 2.5" },
+                { { { "presence_penalty", "d", -3 } }, 1, OPTIONS_SUBMIT, "'presence_penalty' must be at least -2 and at most 2, got -3" },
+                { { { "presence_penalty", "d", NAN } }, 1, OPTIONS_SUBMIT, "'presence_penalty'" },
                 { { { "top_k", "u", 3000000000.0 } }, 1, OPTIONS_SUBMIT, "'top_k' is too large" },
                 { { { "stop", "as", .strv = { "", NULL } } }, 1, OPTIONS_SUBMIT, "'stop' contains an empty string" },
                 { { { "stop", "as", .strv = { "a", "b", "c", "d", "e", "f", "g", "h", "i", NULL } } }, 1,

@@ -82,6 +82,27 @@ def test_openai_chat_sse_framing():
         assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 16, chunks[-1]
 
 
+def test_penalties_reach_the_engine():
+    """OpenAI's frequency_penalty and presence_penalty (and Ollama's options of those names)
+    are the engine's options of those names: the answer is the engine's with them, and not
+    the one without (the tiny model repeats itself when greedy)."""
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        plain = complete(bus, "Once upon a time", 24, raw=True)
+        r = bus.call("Complete", "Once upon a time", "{'max_tokens': <uint32 24>, 'temperature': <0.0>, 'raw': <true>, "
+                     "'frequency_penalty': <1.5>, 'presence_penalty': <0.5>}")
+        assert r.rc == 0, r
+        want = gvariant_first_string(r.out)
+        assert want != plain, (want, plain)
+        status, body = b.json("/v1/completions", {"model": m, "prompt": "Once upon a time", "max_tokens": 24,
+                                                  "temperature": 0, "frequency_penalty": 1.5, "presence_penalty": 0.5})
+        assert status == 200 and body["choices"][0]["text"] == want, (body, want)
+        status, body = b.json("/api/generate", {"model": m, "prompt": "Once upon a time", "raw": True, "stream": False,
+                                                "options": {"num_predict": 24, "temperature": 0,
+                                                            "frequency_penalty": 1.5, "presence_penalty": 0.5}})
+        assert status == 200 and body["response"] == want, (body, want)
+
+
 def test_openai_completions_raw():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -396,6 +417,12 @@ def bad_inputs(m):
         ("a suffix to fill up to", "/api/generate", dict(gen, suffix="end"), (), 400, "'suffix'"),
         ("an earlier answer's context", "/api/generate", dict(gen, context=[1, 2, 3]), (), 400, "'context'"),
         ("thinking asked for", "/api/chat", dict(chat, think=True), (), 400, "'think' is not supported"),
+        ("a logit bias in OpenAI's token ids", "/v1/chat/completions", dict(chat, logit_bias={"50256": -100}), (),
+         400, "'logit_bias' is not supported"),
+        ("a penalty out of range", "/v1/chat/completions", dict(chat, frequency_penalty=2.5), (), 400,
+         "'frequency_penalty' must be at least -2 and at most 2, got 2.5"),
+        ("a penalty out of range", "/api/chat", dict(chat, options={"presence_penalty": -3}), (), 400,
+         "'presence_penalty' must be at least -2 and at most 2, got -3"),
         ("body over the cap", "/v1/chat/completions", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("body over the cap", "/api/chat", dict(chat, pad="x" * 70000), (), 413, "the limit is 65536"),
         ("prompt over the engine's cap", "/v1/chat/completions",
@@ -496,7 +523,7 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
         assert len(lines) == len(table), (len(lines), len(table), log)
         # what clients send when they ask for none of those
         for path, body in (("/v1/chat/completions", {"model": m, "max_tokens": 2, "logprobs": False,
-                                                     "top_logprobs": None,
+                                                     "top_logprobs": None, "logit_bias": {},
                                                      "messages": [{"role": "user", "content": "hi"}]}),
                            ("/v1/completions", {"model": m, "max_tokens": 2, "prompt": "hi", "echo": False,
                                                 "suffix": None, "best_of": 1, "logprobs": None}),
@@ -826,6 +853,7 @@ if __name__ == "__main__":
         test_socket_mode_and_token_file,
         test_openai_chat_sse_framing,
         test_openai_completions_raw,
+        test_penalties_reach_the_engine,
         test_ollama_ndjson_framing,
         test_listings,
         test_token_required_on_tcp,

@@ -184,6 +184,38 @@ static void test_top_p_min_p(void) {
         axp_sampler_free(s);
 }
 
+/* OpenAI's penalties, as llama.cpp applies them: a recent token's logit less its count times
+ * frequency_penalty and presence_penalty once, after repeat_penalty; negative values favour
+ * what was said. */
+static void test_frequency_and_presence_penalties(void) {
+        float l[8] = { 0, 0, 0, 1.45f, 0, 2.0f, 0, 1.9f };
+        const struct {
+                float repeat, freq, presence;
+                int want;
+        } cases[] = {
+                { 1, 0, 0, 5 },        /* off: 2.0 */
+                { 1, 0.3f, 0.1f, 7 },  /* 5: 2.0 - 0.6 - 0.1 = 1.3; 7: 1.9 - 0.3 - 0.1 = 1.5; 3: 1.45 */
+                { 1, 0, 0.6f, 3 },     /* 5: 1.4, 7: 1.3, 3: 1.45 */
+                { 1, 0.3f, 0, 7 },     /* 5: 1.4, 7: 1.6 */
+                { 1, -0.1f, 0, 5 },    /* 5: 2.2, 7: 2.0 */
+                { 1.25f, 0.1f, 0, 3 }, /* 5: 1.6 - 0.2 = 1.4, 7: 1.52 - 0.1 = 1.42, 3: 1.45 */
+        };
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+                axp_sampler_params p = params(0, 0, 1, 0, 1);
+                p.repeat_penalty = cases[c].repeat;
+                p.frequency_penalty = cases[c].freq;
+                p.presence_penalty = cases[c].presence;
+                axp_sampler *s = axp_sampler_new(&p, 8);
+                axp_sampler_accept(s, 5);
+                axp_sampler_accept(s, 7);
+                axp_sampler_accept(s, 5);
+                CHECK_EQ_INT(axp_sampler_sample(s, l), cases[c].want);
+                /* twice: the counts are gone after each draw */
+                CHECK_EQ_INT(axp_sampler_sample(s, l), cases[c].want);
+                axp_sampler_free(s);
+        }
+}
+
 static void test_repeat_penalty(void) {
         axp_sampler_params p = params(0, 0, 1, 0, 1);
         p.repeat_penalty = 1.5f;
@@ -369,6 +401,7 @@ int main(void) {
         RUN(test_seed);
         RUN(test_top_p_min_p);
         RUN(test_repeat_penalty);
+        RUN(test_frequency_and_presence_penalties);
         RUN(test_large_vocab);
         RUN(test_stopper);
         TEST_EXIT();
