@@ -28,8 +28,9 @@ typedef struct GenArgs {
         bool wait;
         uint32_t max_tokens;
         bool has_max_tokens;
-        double temperature, top_p, min_p, repeat_penalty;
-        bool has_temperature, has_top_p, has_min_p, has_repeat_penalty;
+        double temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty;
+        bool has_temperature, has_top_p, has_min_p, has_repeat_penalty, has_frequency_penalty,
+                has_presence_penalty;
         uint32_t top_k;
         bool has_top_k;
         uint64_t seed;
@@ -50,6 +51,8 @@ enum {
         ARG_TOP_P,
         ARG_MIN_P,
         ARG_REPEAT_PENALTY,
+        ARG_FREQUENCY_PENALTY,
+        ARG_PRESENCE_PENALTY,
         ARG_SEED,
         ARG_STOP,
         ARG_SYSTEM,
@@ -70,6 +73,8 @@ static const struct option gen_options[] = {
         { "top-p", required_argument, NULL, ARG_TOP_P },
         { "min-p", required_argument, NULL, ARG_MIN_P },
         { "repeat-penalty", required_argument, NULL, ARG_REPEAT_PENALTY },
+        { "frequency-penalty", required_argument, NULL, ARG_FREQUENCY_PENALTY },
+        { "presence-penalty", required_argument, NULL, ARG_PRESENCE_PENALTY },
         { "seed", required_argument, NULL, ARG_SEED },
         { "stop", required_argument, NULL, ARG_STOP },
         { "system", required_argument, NULL, ARG_SYSTEM },
@@ -92,6 +97,8 @@ static const char gen_options_help[] =
         "      --top-p P           1 disables\n"
         "      --min-p P           0 disables\n"
         "      --repeat-penalty R  1 disables\n"
+        "      --frequency-penalty F  -2 to 2: less F per time a token is among the last 64\n"
+        "      --presence-penalty P   -2 to 2: less P once for such a token\n"
         "      --seed S            sampling seed\n"
         "      --stop STRING       stop before STRING (repeatable)\n"
         "      --system TEXT       system prompt\n"
@@ -162,6 +169,16 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         if (!cli_double("--repeat-penalty", optarg, -HUGE_VAL, HUGE_VAL, &a->repeat_penalty))
                                 return 2;
                         a->has_repeat_penalty = true;
+                        break;
+                case ARG_FREQUENCY_PENALTY:
+                        if (!cli_double("--frequency-penalty", optarg, -HUGE_VAL, HUGE_VAL, &a->frequency_penalty))
+                                return 2;
+                        a->has_frequency_penalty = true;
+                        break;
+                case ARG_PRESENCE_PENALTY:
+                        if (!cli_double("--presence-penalty", optarg, -HUGE_VAL, HUGE_VAL, &a->presence_penalty))
+                                return 2;
+                        a->has_presence_penalty = true;
                         break;
                 case ARG_SEED:
                         if (!cli_uint("--seed", optarg, 0, UINT64_MAX, &a->seed))
@@ -244,6 +261,10 @@ static int append_options(sd_bus_message *m, const GenArgs *a, const char *flow)
                 r = sd_bus_message_append(m, "{sv}", "min_p", "d", a->min_p);
         if (r >= 0 && a->has_repeat_penalty)
                 r = sd_bus_message_append(m, "{sv}", "repeat_penalty", "d", a->repeat_penalty);
+        if (r >= 0 && a->has_frequency_penalty)
+                r = sd_bus_message_append(m, "{sv}", "frequency_penalty", "d", a->frequency_penalty);
+        if (r >= 0 && a->has_presence_penalty)
+                r = sd_bus_message_append(m, "{sv}", "presence_penalty", "d", a->presence_penalty);
         if (r >= 0 && a->has_seed)
                 r = sd_bus_message_append(m, "{sv}", "seed", "t", a->seed);
         if (r >= 0 && a->n_stop > 0) {

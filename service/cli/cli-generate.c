@@ -22,6 +22,9 @@ static int usage(FILE *f) {
                    "  --top-p P          (default 0.95, 1 disables)\n"
                    "  --min-p P          (default 0.05, 0 disables)\n"
                    "  --repeat-penalty R (default 1, disabled)\n"
+                   "  --frequency-penalty F, --presence-penalty P\n"
+                   "                     -2 to 2: a token among the last 64 loses F per time it is\n"
+                   "                     there and P once (default 0, disabled)\n"
                    "  --seed S           sampling seed (default: random)\n"
                    "  --stop TEXT        stop before TEXT (repeatable)\n"
                    "  --system TEXT      system prompt for the chat template\n"
@@ -45,7 +48,7 @@ static int usage(FILE *f) {
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
        OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
-       OPT_TOOL_CHOICE, OPT_KV_TYPE };
+       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -53,6 +56,8 @@ static const struct option options[] = {
         { "temperature", required_argument, NULL, OPT_TEMP }, { "top-k", required_argument, NULL, OPT_TOPK },
         { "top-p", required_argument, NULL, OPT_TOPP }, { "min-p", required_argument, NULL, OPT_MINP },
         { "repeat-penalty", required_argument, NULL, OPT_REPEAT },
+        { "frequency-penalty", required_argument, NULL, OPT_FREQ },
+        { "presence-penalty", required_argument, NULL, OPT_PRESENCE },
         { "seed", required_argument, NULL, OPT_SEED },  { "stop", required_argument, NULL, OPT_STOP },
         { "system", required_argument, NULL, OPT_SYSTEM }, { "raw", no_argument, NULL, OPT_RAW },
         { "threads", required_argument, NULL, OPT_THREADS }, { "chunk", required_argument, NULL, OPT_CHUNK },
@@ -117,6 +122,12 @@ static int parse(int argc, char **argv, gen_args *a) {
                         if (!cli_double("--repeat-penalty", optarg, 0.01, 100, &d))
                                 return 2;
                         a->sp.repeat_penalty = (float) d;
+                        break;
+                case OPT_FREQ:
+                case OPT_PRESENCE:
+                        if (!cli_double(c == OPT_FREQ ? "--frequency-penalty" : "--presence-penalty", optarg, -2, 2, &d))
+                                return 2;
+                        *(c == OPT_FREQ ? &a->sp.frequency_penalty : &a->sp.presence_penalty) = (float) d;
                         break;
                 case OPT_SEED:
                         if (!cli_uint("--seed", optarg, 0, UINT64_MAX, &a->sp.seed))

@@ -546,6 +546,31 @@ def test_load_model_changes_the_model_property():
     assert all("'Devices'" in c and "'ModelInfo'" in c for c in changed if "'Model'" in c), changed
 
 
+def test_penalties_from_the_command_line():
+    """--frequency-penalty and --presence-penalty reach the engine (ask) and the in-process
+    generator (generate): both answer as the engine does with those options, which is not the
+    answer without them (the tiny model repeats itself when greedy)."""
+    opts = "'max_tokens': <uint32 24>, 'temperature': <0.0>, 'raw': <true>"
+    with engine() as (bus, d):
+        r = bus.call("Complete", "Once upon a time", "{%s}" % opts)
+        plain = gvariant_first_string(r.out)
+        r = bus.call("Complete", "Once upon a time",
+                     "{%s, 'frequency_penalty': <1.5>, 'presence_penalty': <0.5>}" % opts)
+        assert r.rc == 0, r
+        want = gvariant_first_string(r.out)
+        assert want != plain, (want, plain)
+        r = bus.cli("ask", "--raw", "-n", "24", "--temperature", "0", "--frequency-penalty", "1.5",
+                    "--presence-penalty", "0.5", "Once upon a time")
+        assert r.rc == 0 and r.out == want + "\n", (r, want)
+        r = bus.cli("ask", "--frequency-penalty", "2.5", "hi")
+        assert r.rc != 0 and "'frequency_penalty' must be at least -2 and at most 2, got 2.5" in r.err, r
+    r = run([CLI, "generate", "-m", model(), "--raw", "-n", "24", "--temperature", "0", "--frequency-penalty", "1.5",
+             "--presence-penalty", "0.5", "-p", "Once upon a time"])
+    assert r.rc == 0 and r.out == want + "\n", (r, want)
+    r = run([CLI, "generate", "-m", model(), "--presence-penalty", "-3", "-p", "hi"])
+    assert r.rc == 2 and "--presence-penalty" in r.err, r
+
+
 def test_model_info_describes_the_model():
     """ModelInfo describes the loaded model as the file says (the parameters as `agentxpu
     inspect` counts them) and the context a request gets (ContextSize=), for clients such as
@@ -627,6 +652,7 @@ TESTS = [
     test_second_engine_leaves_before_loading_its_model,
     test_load_model_changes_the_model_property,
     test_model_info_describes_the_model,
+    test_penalties_from_the_command_line,
 ]
 
 if __name__ == "__main__":
