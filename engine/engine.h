@@ -98,8 +98,9 @@ typedef struct axp_request_opts {
         const char *json_schema;      /* JSON Schema, as text */
         /* tool calls (model/tools.h): OpenAI's function list as JSON text, rendered into the
          * chat template; the answer is free text or one call (neither grammar nor json_schema
-         * with it). tool_choice: NULL or "auto" (text or a call), "required" (a call). The
-         * finished callback's stats say which (finish_reason, tool_call). */
+         * with it). tool_choice: NULL or "auto" (text or a call), "required" (a call), or
+         * "none" (the same prompt, text that cannot be a call). The finished callback's
+         * stats say which (finish_reason, tool_call). */
         const char *tools;
         const char *tool_choice;
 } axp_request_opts;
