@@ -406,12 +406,14 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 /* Llama 3.1's template with tools_in_user_message (its default): the tools in
                  * the first user turn, a call as the assistant's JSON, a result in an ipython turn */
                 puts_(&o, "<|start_header_id|>system<|end_header_id|>\n\n");
-                puts_(&o, "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+                if (t)
+                        puts_(&o, "Environment: ipython\n");
+                puts_(&o, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
                 if (sys)
                         put_trimmed(&o, system);
                 puts_(&o, "<|eot_id|>");
                 for (size_t i = 0; i < n; i++) {
-                        if (i == first_user) {
+                        if (i == first_user && t) {
                                 puts_(&o, "<|start_header_id|>user<|end_header_id|>\n\n");
                                 puts_(&o, "Given the following functions, please respond with a JSON for a function "
                                           "call with its proper arguments that best answers the given prompt.\n\n");
@@ -438,21 +440,28 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
         case AXP_CHAT_CHATML:
                 /* Qwen2.5/3: the tools after the system prompt (Qwen2.5's default system prompt,
                  * when none is given, is left to the caller as without tools); a call in
-                 * <tool_call>, the results of a run of tool turns in one user turn */
-                puts_(&o, "<|im_start|>system\n");
-                if (sys) {
-                        puts_(&o, system);
-                        puts_(&o, "\n\n");
+                 * <tool_call>, the results of a run of tool turns in one user turn; without
+                 * tools the system prompt alone */
+                if (!t) {
+                        if (sys)
+                                put_turn(&o, f, &(axp_chat_msg) { "system", system });
+                } else {
+                        puts_(&o, "<|im_start|>system\n");
+                        if (sys) {
+                                puts_(&o, system);
+                                puts_(&o, "\n\n");
+                        }
+                        puts_(&o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                                  "You are provided with function signatures within <tools></tools> XML tags:\n"
+                                  "<tools>");
+                        for (size_t k = 0; k < t->n; k++) {
+                                puts_(&o, "\n");
+                                dump(&o, t->list->items[k], 0, 0, false);
+                        }
+                        puts_(&o, "\n</tools>\n\nFor each function call, return a json object with function name "
+                                  "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                                  "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
                 }
-                puts_(&o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                          "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-                for (size_t k = 0; k < t->n; k++) {
-                        puts_(&o, "\n");
-                        dump(&o, t->list->items[k], 0, 0, false);
-                }
-                puts_(&o, "\n</tools>\n\nFor each function call, return a json object with function name and "
-                          "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-                          "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
                 for (size_t i = 0; i < n; i++) {
                         if (is(&msgs[i], AXP_ROLE_TOOL_CALL))
                                 put_call(&o, f, CALLS_LIST, msgs[i].content, NULL);
@@ -491,7 +500,7 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 if (v7 && sys)
                         put_turn(&o, f, &(axp_chat_msg) { "system", system });
                 for (size_t i = 0; i < n; i++) {
-                        if (i == last_user) {
+                        if (i == last_user && t) {
                                 puts_(&o, tekken ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
                                 dump(&o, t->list, 0, 0, false);
                                 puts_(&o, "[/AVAILABLE_TOOLS]");
@@ -849,15 +858,17 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
 
         if ((r = axp_tool_choice_from_string(tool_choice, &choice, err)) < 0)
                 return r;
-        if ((r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
+        if (!tools_json && choice != AXP_TOOL_CHOICE_NONE)
+                return axp_errorf(err, -EINVAL, "tool_choice needs tools");
+        if (tools_json && (r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
                 return r;
         if ((r = axp_tools_check_turns(earlier, n_earlier, err)) < 0)
                 return r;
         if (!axp_chat_takes_tools(f, chat_template, tok))
                 return axp_errorf(err, -EINVAL,
-                                  "the model's chat template (%s) does not take tools; tools work with Llama 3.1+, "
+                                  "the model's chat template (%s) does not take tools%s; tools work with Llama 3.1+, "
                                   "Qwen2.5/3 and Mistral templates",
-                                  axp_chat_family_name(f));
+                                  axp_chat_family_name(f), t ? "" : " (the earlier turns hold tool calls)");
         if ((r = axp_tools_grammar(f, chat_template, t, choice, ret_grammar, err)) < 0)
                 return r;
         msgs = calloc(n_earlier + 1, sizeof(*msgs));

@@ -62,7 +62,8 @@ int axp_tools_check_turns(const axp_chat_msg *msgs, size_t n, axp_error *err);
 
 /* The conversation (the system prompt, then msgs: system, user, assistant, tool_call and tool
  * turns) with the tools, as the family's template renders it with add_generation_prompt. The
- * template's text (NULL: none) tells the forms of Mistral's v7 family apart. */
+ * template's text (NULL: none) tells the forms of Mistral's v7 family apart. t NULL: as the
+ * template renders it without tools (no tool list; the calls and results all the same). */
 int axp_tools_format_chat(axp_chat_family f, const char *chat_template, const axp_tools *t, const char *system,
                           const axp_chat_msg *msgs, size_t n, char **ret, axp_error *err);
 
@@ -87,7 +88,8 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
 /* Everything a request with tools needs: checks the family takes tools, parses the tools,
  * formats the conversation (the earlier turns, then the user's text; an empty text after a
  * tool result adds no user turn) and writes the grammar. tool_choice: NULL or "auto",
- * "required" or "none". *ret_family: the family to read the answer's call in
+ * "required" or "none". tools_json NULL (with "none" only): earlier calls and results without
+ * a tool list, the answer text. *ret_family: the family to read the answer's call in
  * (axp_tools_read_call); AXP_CHAT_RAW with "none", whose answer holds no call. */
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
                       const char *tool_choice, const char *system, const axp_chat_msg *earlier,

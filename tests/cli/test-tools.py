@@ -290,7 +290,8 @@ def daemon_part(model, tools, tmp):
 
 def agent_last_step(bus, t, tools):
     """An agent's last step: the earlier call and its result, tool_choice none: the prompt holds
-    them and the tools as with auto, the answer is text."""
+    them and the tools as with auto, the answer is text; without tools, the call and result
+    are written all the same, the tool list left out."""
     loop = ("[('user', 'What is on today?'), ('tool_call', '{\"name\": \"get_weather\", \"arguments\": "
             "{\"city\": \"Paris\", \"unit\": \"celsius\"}}'), ('tool', '{\"temp\": 22}')]")
 
@@ -306,6 +307,12 @@ def agent_last_step(bus, t, tools):
         if (r.rc != 0 or not re.search(r"'finish_reason': <'(stop|length)'>", r.out) or "'tool_call'" in r.out
                 or r.out[2:3] == "{" or n is None or n != auto_tokens):
             fail(f"none after a tool result, seed {seed} ({n} prompt tokens, auto's {auto_tokens}): {r}")
+    r, n = complete("'seed': <uint64 1>")
+    if r.rc != 0 or "'tool_call'" in r.out or n is None or auto_tokens is None or not n < auto_tokens:
+        fail(f"a tool result without tools ({n} prompt tokens, with tools {auto_tokens}): {r}")
+    r, _ = complete("'tool_choice': <'required'>")
+    if r.rc == 0 or "ool_choice needs tools" not in r.err:
+        fail(f"required without tools after a tool result: {r}")
     r = bus.cli("ask", "-v", "--tools", tools, "--tool-choice", "none", "-n", "40", "--temperature", "1",
                 "--seed", "2", "What is on today?")
     if r.rc != 0 or not re.search(r"^finish_reason: (stop|length)$", r.err, re.M) or "tool_call:" in r.err:

@@ -549,7 +549,8 @@ static void test_tools_mistral_v7(void) {
 }
 
 /* tool_choice none: the prompt as with tools, earlier calls and results included; the answer
- * text that cannot be a call, in each family's form; nothing read back. */
+ * text that cannot be a call, in each family's form; nothing read back. Without tools, the
+ * calls and results as the template writes them without a tool list. */
 static const char tmpl_qwen_tools[] = "{{ '<|im_start|>' }}{% if tools %}<tools>{% endif %}";
 
 static char *none_grammar(axp_chat_family f, const char *tmpl) {
@@ -616,6 +617,39 @@ static void test_tool_choice_none(void) {
         CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, "sometimes", NULL, tool_loop, 3, "", &text_none,
                                 &g_none, &fn, &err) == -EINVAL && !text_none && !g_none);
         CHECK_MSG(strstr(err.msg, "'auto', 'required' or 'none'"), "%s", err.msg);
+
+        /* no tools: the calls and results without a tool list, none only */
+        CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "auto", NULL, tool_loop, 3, "", &text_none, &g_none, &fn,
+                                &err) == -EINVAL && !text_none && !g_none);
+        CHECK_MSG(strcmp(err.msg, "tool_choice needs tools") == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "none", "Be brief.", tool_loop, 3, "", &text_none,
+                                    &g_none, &fn, &err) == 0, "%s", err.msg);
+        const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+                           "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                           "\"Paris\"}}\n</tool_call><|im_end|>\n"
+                           "<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response><|im_end|>\n"
+                           "<|im_start|>assistant\n";
+        CHECK_MSG(text_none && strcmp(text_none, want) == 0, "got  '%s'\nwant '%s'", text_none, want);
+        CHECK(g_none && strncmp(g_none, "root ::= text\n", 14) == 0);
+        free(text_none);
+        free(g_none);
+        char *got = NULL;
+        CHECK_MSG(axp_tools_format_chat(AXP_CHAT_LLAMA3, NULL, NULL, NULL, tool_loop, 3, &got, &err) == 0, "%s",
+                  err.msg);
+        want = "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 "
+               "Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": "
+               "{\"city\": \"Paris\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{\"temp\": 22}"
+               "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+        CHECK_MSG(got && strcmp(got, want) == 0, "got  '%s'\nwant '%s'", got, want);
+        free(got);
+        got = NULL;
+        CHECK_MSG(axp_tools_format_chat(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, NULL, NULL, tool_loop, 3, &got,
+                                        &err) == 0, "%s", err.msg);
+        want = "[INST]Weather in Paris?[/INST][TOOL_CALLS]get_weather[CALL_ID]call00001[ARGS]{\"city\": \"Paris\"}</s>"
+               "[TOOL_RESULTS]call00001[TOOL_CONTENT]{\"temp\": 22}[/TOOL_RESULTS]";
+        CHECK_MSG(got && strcmp(got, want) == 0, "got  '%s'\nwant '%s'", got, want);
+        free(got);
 
         /* the grammars, token by token on the Llama 3 vocabulary */
         _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
