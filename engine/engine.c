@@ -327,15 +327,24 @@ static int check_messages(const axp_request_opts *o, bool raw, axp_error *err) {
         for (size_t i = 0; i < o->n_messages; i++) {
                 const char *role = o->messages[i].role;
                 if (!role || (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 &&
-                              strcmp(role, "assistant") != 0 &&
-                              (!o->tools || (strcmp(role, AXP_ROLE_TOOL_CALL) != 0 && strcmp(role, AXP_ROLE_TOOL) != 0))))
-                        return axp_errorf(err, -EINVAL, o->tools ? "turn %zu: the role must be system, user, assistant, tool_call or tool"
-                                                                 : "turn %zu: the role must be system, user or assistant (tool_call and tool need tools)",
-                                          i + 1);
+                              strcmp(role, "assistant") != 0 && strcmp(role, AXP_ROLE_TOOL_CALL) != 0 &&
+                              strcmp(role, AXP_ROLE_TOOL) != 0))
+                        return axp_errorf(err, -EINVAL, "turn %zu: the role must be system, user, assistant, "
+                                                        "tool_call or tool", i + 1);
                 if (!o->messages[i].content)
                         return axp_errorf(err, -EINVAL, "turn %zu has no content", i + 1);
         }
         return 0;
+}
+
+/* Earlier tool calls or results (which only the tools' formatting writes). */
+static bool has_tool_turns(const axp_request_opts *o) {
+        for (size_t i = 0; i < o->n_messages; i++) {
+                const char *role = o->messages[i].role;
+                if (strcmp(role, AXP_ROLE_TOOL_CALL) == 0 || strcmp(role, AXP_ROLE_TOOL) == 0)
+                        return true;
+        }
+        return false;
 }
 
 typedef struct submit_args {
@@ -385,26 +394,35 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 return r;
         _cleanup_free_ char *tools_grammar = NULL;
         axp_chat_family tools_family = AXP_CHAT_RAW;
-        if (o->tools) {
-                if (o->grammar || o->json_schema)
+        if (!o->tools && o->tool_choice && strcmp(o->tool_choice, "none") != 0)
+                return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
+        if (o->tools || has_tool_turns(o)) {
+                /* without tools, earlier calls and results are written as the template writes
+                 * them without a tool list, and the answer is text, as with tool_choice none
+                 * (or follows the grammar or schema given) */
+                if (o->tools && (o->grammar || o->json_schema))
                         return axp_errorf(a->err, -EINVAL, "tools cannot be combined with a grammar or a JSON schema");
                 if (o->raw || (f && f->raw))
                         return axp_errorf(a->err, -EINVAL, "tools need the chat template (not raw)");
                 if (!first_turn)
-                        return axp_errorf(a->err, -EINVAL, "tools are given on a flow's first turn only");
+                        return axp_errorf(a->err, -EINVAL, o->tools ? "tools are given on a flow's first turn only"
+                                                                    : "tool calls and results are given on a flow's "
+                                                                      "first turn only");
                 _cleanup_free_ axp_chat_msg *earlier = calloc(o->n_messages + 1, sizeof(*earlier));
                 if (!earlier)
                         return axp_errorf(a->err, -ENOMEM, "out of memory");
                 for (size_t i = 0; i < o->n_messages; i++)
                         earlier[i] = (axp_chat_msg) { o->messages[i].role, o->messages[i].content };
-                r = axp_tools_prepare(e->model->chat_template, e->model->tok, o->tools, o->tool_choice, system,
-                                      earlier, o->n_messages, a->prompt, &text, &tools_grammar, &tools_family,
-                                      a->err);
+                r = axp_tools_prepare(e->model->chat_template, e->model->tok, o->tools,
+                                      o->tools ? o->tool_choice : "none", system, earlier, o->n_messages, a->prompt,
+                                      &text, &tools_grammar, &tools_family, a->err);
                 if (r < 0)
                         return r;
+                if (!o->tools && (o->grammar || o->json_schema)) {
+                        free(tools_grammar);
+                        tools_grammar = NULL;
+                }
         } else {
-                if (o->tool_choice)
-                        return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
                 text = format_turn(e, a->prompt, system, o, o->raw || (f && f->raw), first_turn,
                                    f ? f->pending : -1);
         }
@@ -467,7 +485,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if ((r = axp_gen_constrain(&q->gen, tools_grammar ? tools_grammar : o->grammar, o->json_schema,
                                    a->err)) < 0)
                 return r;
-        q->tools = tools_grammar != NULL;
+        q->tools = o->tools != NULL;
         q->tools_family = tools_family;
         q->next = e->reqs;
         e->reqs = q;

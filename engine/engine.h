@@ -94,8 +94,10 @@ typedef struct axp_request_opts {
         /* the conversation's earlier turns, before the prompt (which is the user's new turn),
          * rendered with the chat template in their roles (system, user, assistant; copied at
          * submission). On a flow's first turn they follow the system prompt; on a later turn
-         * they follow the flow's last answer. Not with raw. With tools, also tool_call and
-         * tool turns (model/tools.h); the prompt may then be "" after a tool result. */
+         * they follow the flow's last answer. Not with raw. Also tool_call and tool turns
+         * (model/tools.h), on a first turn only; the prompt may then be "" after a tool
+         * result. Without tools they are written as the template writes them with none, and
+         * the answer is text as with tool_choice "none" (or follows grammar or json_schema). */
         const axp_turn *messages;
         size_t n_messages;
         bool raw;                     /* no chat template */
@@ -106,7 +108,8 @@ typedef struct axp_request_opts {
         const char *json_schema;      /* JSON Schema, as text */
         /* tool calls (model/tools.h): OpenAI's function list as JSON text, rendered into the
          * chat template; the answer is free text or one call (neither grammar nor json_schema
-         * with it). tool_choice: NULL or "auto" (text or a call), "required" (a call). The
+         * with it). tool_choice: NULL or "auto" (text or a call), "required" (a call), or
+         * "none" (the same prompt, text that cannot be a call; also without tools). The
          * finished callback's stats say which (finish_reason, tool_call). */
         const char *tools;
         const char *tool_choice;

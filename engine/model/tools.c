@@ -2,6 +2,7 @@
 /* Tool calls (tools.h explains the formats and the grammar). */
 #include "tools.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -405,12 +406,14 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 /* Llama 3.1's template with tools_in_user_message (its default): the tools in
                  * the first user turn, a call as the assistant's JSON, a result in an ipython turn */
                 puts_(&o, "<|start_header_id|>system<|end_header_id|>\n\n");
-                puts_(&o, "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+                if (t)
+                        puts_(&o, "Environment: ipython\n");
+                puts_(&o, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
                 if (sys)
                         put_trimmed(&o, system);
                 puts_(&o, "<|eot_id|>");
                 for (size_t i = 0; i < n; i++) {
-                        if (i == first_user) {
+                        if (i == first_user && t) {
                                 puts_(&o, "<|start_header_id|>user<|end_header_id|>\n\n");
                                 puts_(&o, "Given the following functions, please respond with a JSON for a function "
                                           "call with its proper arguments that best answers the given prompt.\n\n");
@@ -437,21 +440,28 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
         case AXP_CHAT_CHATML:
                 /* Qwen2.5/3: the tools after the system prompt (Qwen2.5's default system prompt,
                  * when none is given, is left to the caller as without tools); a call in
-                 * <tool_call>, the results of a run of tool turns in one user turn */
-                puts_(&o, "<|im_start|>system\n");
-                if (sys) {
-                        puts_(&o, system);
-                        puts_(&o, "\n\n");
+                 * <tool_call>, the results of a run of tool turns in one user turn; without
+                 * tools the system prompt alone */
+                if (!t) {
+                        if (sys)
+                                put_turn(&o, f, &(axp_chat_msg) { "system", system });
+                } else {
+                        puts_(&o, "<|im_start|>system\n");
+                        if (sys) {
+                                puts_(&o, system);
+                                puts_(&o, "\n\n");
+                        }
+                        puts_(&o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                                  "You are provided with function signatures within <tools></tools> XML tags:\n"
+                                  "<tools>");
+                        for (size_t k = 0; k < t->n; k++) {
+                                puts_(&o, "\n");
+                                dump(&o, t->list->items[k], 0, 0, false);
+                        }
+                        puts_(&o, "\n</tools>\n\nFor each function call, return a json object with function name "
+                                  "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                                  "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
                 }
-                puts_(&o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                          "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-                for (size_t k = 0; k < t->n; k++) {
-                        puts_(&o, "\n");
-                        dump(&o, t->list->items[k], 0, 0, false);
-                }
-                puts_(&o, "\n</tools>\n\nFor each function call, return a json object with function name and "
-                          "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-                          "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
                 for (size_t i = 0; i < n; i++) {
                         if (is(&msgs[i], AXP_ROLE_TOOL_CALL))
                                 put_call(&o, f, CALLS_LIST, msgs[i].content, NULL);
@@ -490,7 +500,7 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 if (v7 && sys)
                         put_turn(&o, f, &(axp_chat_msg) { "system", system });
                 for (size_t i = 0; i < n; i++) {
-                        if (i == last_user) {
+                        if (i == last_user && t) {
                                 puts_(&o, tekken ? "[AVAILABLE_TOOLS]" : "[AVAILABLE_TOOLS] ");
                                 dump(&o, t->list, 0, 0, false);
                                 puts_(&o, "[/AVAILABLE_TOOLS]");
@@ -565,34 +575,125 @@ static void put_literal(out *o, const char *s) {
         puts_(o, "\"");
 }
 
-int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, bool required, char **ret,
+/* One character in a GBNF character class. */
+static void put_class_char(out *o, char c) {
+        if (strchr("\\[]^-", c)) {
+                char e[3] = { '\\', c, 0 };
+                puts_(o, e);
+        } else
+                put(o, &c, 1);
+}
+
+/* The text the first character of the call does not begin. */
+static void put_text(out *o, const char *first) {
+        puts_(o, "text ::= [^");
+        put_class_char(o, first[0]);
+        puts_(o, "] [^\\x00]*\n");
+}
+
+/* Text without `marker` anywhere: a rule for each state of reading it, text-N when the text
+ * ends with N of its first bytes (text: none), each taking a byte to the state that follows
+ * (the longest of the marker's beginnings the text then ends with; any byte that begins none
+ * back to text), the marker's last byte nowhere. The references are last in their
+ * alternatives: the matcher's stacks do not grow. */
+static void put_text_without(out *o, const char *marker) {
+        size_t k = strlen(marker);
+        char name[32];
+
+        assert(k > 0 && k < 32);
+        for (size_t q = 0; q < k; q++) {
+                char special[32] = ""; /* the bytes that go elsewhere than back to text */
+                size_t n = 0;
+                if (q == 0)
+                        puts_(o, "text ::= \"\"");
+                else {
+                        snprintf(name, sizeof(name), "text-%zu ::= \"\"", q);
+                        puts_(o, name);
+                }
+                for (size_t i = 0; i < k; i++) {
+                        char c = marker[i];
+                        if (memchr(special, c, n))
+                                continue;
+                        /* marker[0..q) then c: the longest beginning of the marker it ends with */
+                        size_t to = q + 1;
+                        while (to > 0 && !(marker[to - 1] == c && memcmp(marker, marker + q + 1 - to, to - 1) == 0))
+                                to--;
+                        if (to == 0)
+                                continue;
+                        special[n++] = c;
+                        if (to == k)
+                                continue;
+                        char lit[2] = { c, 0 };
+                        puts_(o, " | ");
+                        put_literal(o, lit);
+                        snprintf(name, sizeof(name), " text-%zu", to);
+                        puts_(o, name);
+                }
+                puts_(o, " | [^");
+                for (size_t i = 0; i < n; i++)
+                        put_class_char(o, special[i]);
+                puts_(o, "\\x00] text\n");
+        }
+}
+
+int axp_tool_choice_from_string(const char *s, axp_tool_choice *ret, axp_error *err) {
+        if (!s || strcmp(s, "auto") == 0)
+                *ret = AXP_TOOL_CHOICE_AUTO;
+        else if (strcmp(s, "required") == 0)
+                *ret = AXP_TOOL_CHOICE_REQUIRED;
+        else if (strcmp(s, "none") == 0)
+                *ret = AXP_TOOL_CHOICE_NONE;
+        else
+                return axp_errorf(err, -EINVAL, "tool_choice must be 'auto', 'required' or 'none', got '%s'", s);
+        return 0;
+}
+
+int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, axp_tool_choice choice, char **ret,
                       axp_error *err) {
-        const char *open, *args_key, *close, *first;
+        const char *open, *args_key, *close, *first, *marker;
         call_form cf = CALLS_LIST;
         out o = {};
         _cleanup_free_ char *rules = NULL;
-        _cleanup_free_ char **names = calloc(t->n, sizeof(char *));
+        _cleanup_free_ char **names = NULL;
         int r;
 
         switch (f) {
         case AXP_CHAT_LLAMA3:
-                open = "{\"name\": ", args_key = "parameters", close = "}", first = "{";
+                open = "{\"name\": ", args_key = "parameters", close = "}", first = "{", marker = NULL;
                 break;
         case AXP_CHAT_CHATML:
                 open = "<tool_call>\n{\"name\": ", args_key = "arguments", close = "}\n</tool_call>", first = "<";
+                marker = "<tool_call>";
                 break;
         case AXP_CHAT_MISTRAL:
         case AXP_CHAT_MISTRAL_V3:
         case AXP_CHAT_MISTRAL_V7:
                 open = "[TOOL_CALLS] [{\"name\": ", args_key = "arguments", close = "}]", first = "[";
+                marker = "[TOOL_CALLS]";
                 break;
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
         case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 open = "[TOOL_CALLS][{\"name\": ", args_key = "arguments", close = "}]", first = "[";
+                marker = "[TOOL_CALLS]";
                 break;
         default:
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
         }
+        if (choice == AXP_TOOL_CHOICE_NONE) {
+                /* text only: the tools' schemas play no part */
+                puts_(&o, "root ::= text\n");
+                if (marker)
+                        put_text_without(&o, marker);
+                else
+                        put_text(&o, first);
+                if (o.r < 0) {
+                        free(o.buf);
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                }
+                *ret = o.buf;
+                return 0;
+        }
+        names = calloc(t->n, sizeof(char *));
         if (f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN)
                 cf = v7_call_form(tmpl);
         if (cf != CALLS_LIST) /* [TOOL_CALLS]name[ARGS]{...}: the name bare, the arguments whole */
@@ -618,7 +719,7 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, b
         if ((r = axp_json_schemas_to_gbnf((const json_value *const *) t->params, (const char *const *) names, t->n, &rules, err)) < 0)
                 goto out;
 
-        puts_(&o, required ? "root ::= call\n" : "root ::= call | text\n");
+        puts_(&o, choice == AXP_TOOL_CHOICE_REQUIRED ? "root ::= call\n" : "root ::= call | text\n");
         puts_(&o, "call ::= ");
         put_literal(&o, open);
         puts_(&o, " (");
@@ -643,11 +744,8 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, b
         puts_(&o, ") ");
         put_literal(&o, close);
         puts_(&o, "\n");
-        if (!required) {
-                puts_(&o, "text ::= [^");
-                puts_(&o, strcmp(first, "[") == 0 ? "\\[" : first);
-                puts_(&o, "] [^\\x00]*\n");
-        }
+        if (choice != AXP_TOOL_CHOICE_REQUIRED)
+                put_text(&o, first);
         puts_(&o, rules);
         if (o.r < 0) {
                 r = axp_errorf(err, -ENOMEM, "out of memory");
@@ -755,23 +853,23 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
         _cleanup_free_ axp_chat_msg *msgs = NULL;
         size_t n = 0;
         axp_chat_family f = axp_chat_detect(chat_template, tok);
-        bool required = false;
+        axp_tool_choice choice;
         int r;
 
-        if (tool_choice && strcmp(tool_choice, "required") == 0)
-                required = true;
-        else if (tool_choice && strcmp(tool_choice, "auto") != 0)
-                return axp_errorf(err, -EINVAL, "tool_choice must be 'auto' or 'required', got '%s'", tool_choice);
-        if ((r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
+        if ((r = axp_tool_choice_from_string(tool_choice, &choice, err)) < 0)
+                return r;
+        if (!tools_json && choice != AXP_TOOL_CHOICE_NONE)
+                return axp_errorf(err, -EINVAL, "tool_choice needs tools");
+        if (tools_json && (r = axp_tools_parse(tools_json, strlen(tools_json), &t, err)) < 0)
                 return r;
         if ((r = axp_tools_check_turns(earlier, n_earlier, err)) < 0)
                 return r;
         if (!axp_chat_takes_tools(f, chat_template, tok))
                 return axp_errorf(err, -EINVAL,
-                                  "the model's chat template (%s) does not take tools; tools work with Llama 3.1+, "
+                                  "the model's chat template (%s) does not take tools%s; tools work with Llama 3.1+, "
                                   "Qwen2.5/3 and Mistral templates",
-                                  axp_chat_family_name(f));
-        if ((r = axp_tools_grammar(f, chat_template, t, required, ret_grammar, err)) < 0)
+                                  axp_chat_family_name(f), t ? "" : " (the earlier turns hold tool calls)");
+        if ((r = axp_tools_grammar(f, chat_template, t, choice, ret_grammar, err)) < 0)
                 return r;
         msgs = calloc(n_earlier + 1, sizeof(*msgs));
         if (!msgs)
@@ -789,6 +887,6 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                 *ret_grammar = NULL;
                 return r;
         }
-        *ret_family = f;
+        *ret_family = choice == AXP_TOOL_CHOICE_NONE ? AXP_CHAT_RAW : f;
         return 0;
 }

@@ -16,7 +16,12 @@
  * The grammar (tool_choice "auto"): root ::= call | text, where text is any text that does not
  * begin with the call's first character ('{', '<', '['), so an answer is one or the other from
  * its first byte; text ends with the end of generation token (or max_tokens), a call when its
- * last byte is written. tool_choice "required": root ::= call. Only one call per answer. */
+ * last byte is written. tool_choice "required": root ::= call. Only one call per answer.
+ * tool_choice "none": the prompt as with "auto", root ::= text, and no call is read back; where
+ * the call opens with a marker (chatml's <tool_call>, Mistral's [TOOL_CALLS]) the text is any
+ * text without it, anywhere (Qwen's <tool_call> is a token with those bytes, which the model
+ * could write after a few words; Mistral's is a control token no grammar lets through, but
+ * its letters could spell it), else (llama3's plain {"name": ...}) the text of "auto". */
 #pragma once
 
 #include <stdbool.h>
@@ -57,13 +62,24 @@ int axp_tools_check_turns(const axp_chat_msg *msgs, size_t n, axp_error *err);
 
 /* The conversation (the system prompt, then msgs: system, user, assistant, tool_call and tool
  * turns) with the tools, as the family's template renders it with add_generation_prompt. The
- * template's text (NULL: none) tells the forms of Mistral's v7 family apart. */
+ * template's text (NULL: none) tells the forms of Mistral's v7 family apart. t NULL: as the
+ * template renders it without tools (no tool list; the calls and results all the same). */
 int axp_tools_format_chat(axp_chat_family f, const char *chat_template, const axp_tools *t, const char *system,
                           const axp_chat_msg *msgs, size_t n, char **ret, axp_error *err);
 
-/* The grammar for the answer; `required`: a call only, no free text. */
-int axp_tools_grammar(axp_chat_family f, const char *chat_template, const axp_tools *t, bool required, char **ret,
-                      axp_error *err);
+typedef enum axp_tool_choice {
+        AXP_TOOL_CHOICE_AUTO,     /* text or a call */
+        AXP_TOOL_CHOICE_REQUIRED, /* a call */
+        AXP_TOOL_CHOICE_NONE,     /* text: the tools are in the prompt, no call in the answer */
+} axp_tool_choice;
+
+/* tool_choice's value: NULL or "auto", "required", "none"; anything else -EINVAL naming the
+ * three. */
+int axp_tool_choice_from_string(const char *s, axp_tool_choice *ret, axp_error *err);
+
+/* The grammar for the answer (see above). */
+int axp_tools_grammar(axp_chat_family f, const char *chat_template, const axp_tools *t, axp_tool_choice choice,
+                      char **ret, axp_error *err);
 
 /* If the answer is a complete call, *ret_call = {"name":"NAME","arguments":{...}} (compact
  * JSON, malloc'd) and 1; else 0 (text, or a call cut short); -ENOMEM. */
@@ -71,8 +87,10 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
 
 /* Everything a request with tools needs: checks the family takes tools, parses the tools,
  * formats the conversation (the earlier turns, then the user's text; an empty text after a
- * tool result adds no user turn) and writes the grammar. tool_choice: NULL or "auto", or
- * "required". */
+ * tool result adds no user turn) and writes the grammar. tool_choice: NULL or "auto",
+ * "required" or "none". tools_json NULL (with "none" only): earlier calls and results without
+ * a tool list, the answer text. *ret_family: the family to read the answer's call in
+ * (axp_tools_read_call); AXP_CHAT_RAW with "none", whose answer holds no call. */
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
                       const char *tool_choice, const char *system, const axp_chat_msg *earlier,
                       size_t n_earlier, const char *user, char **ret_text, char **ret_grammar,

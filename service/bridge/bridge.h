@@ -95,14 +95,17 @@ bool message_content(JsonObject *m, bool parts_allowed, const char **ret, GStrin
  * and the prompt is empty). An assistant's tool_calls become tool_call turns, tool (and
  * function) messages tool turns. */
 bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_prompt, Fail *f);
-/* Earlier tool calls (turns of the role tool_call, {"name", "arguments"}) and results (tool)
- * need the request's tools: 400 without them. */
-bool turns_check_tools(GArray *turns, bool tools, Fail *f);
+/* Do the turns hold earlier tool calls (turns of the role tool_call, {"name", "arguments"}) or
+ * results (tool)? The engine writes them in the template's own form, with the request's tools
+ * or, without, as the template does with none (the answer then text); on a flow's first turn
+ * only, so such a request does not go on a cached conversation. */
+bool turns_hold_tools(GArray *turns);
 /* Structured output: a JSON Schema (an object, or true) as the engine's option json_schema. */
 bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f);
 /* tools (OpenAI's and Ollama's function list) as the engine's option tools; `only`: keep that
- * function alone (400 when there is none of that name); `required`: a call, not text. */
-bool tools_option(JsonArray *tools, const char *only, bool required, GVariantBuilder *opts, Fail *f);
+ * function alone (400 when there is none of that name); `choice`: the engine's tool_choice
+ * (auto, required, none; NULL: its default, auto). */
+bool tools_option(JsonArray *tools, const char *only, const char *choice, GVariantBuilder *opts, Fail *f);
 /* The engine's call, {"name": ..., "arguments": {...}}: its name and arguments; false if it
  * is not one. */
 bool tool_call_read(const char *call, char **ret_name, JsonNode **ret_arguments);
@@ -151,8 +154,8 @@ struct Call {
          * clamp: a bound over MaxTokens asks for MaxTokens (Ollama never refuses one) */
         guint32 max_tokens;
         bool max_tokens_clamp;
-        bool cacheable;         /* its answer can continue on a flow (no stop strings, tools) */
-        bool tools;             /* tools were given: a call may come instead of text */
+        bool cacheable;         /* its answer can continue on a flow (no stop strings, tools, tool turns) */
+        bool tools;             /* tools given, tool_choice not none: a call may come instead of text */
         Conversation *conv;     /* the flow its turn runs on; NULL: none */
         guint64 cached_tokens;  /* of the prompt, in the flow's KV cache already */
         GString *text;          /* the answer so far (not streamed) */

@@ -539,14 +539,13 @@ bool messages_to_turns(JsonArray *msgs, bool openai, GArray *turns, char **ret_p
         return true;
 }
 
-/* Tool calls and results need the request's tools (the engine renders them with the tools). */
-bool turns_check_tools(GArray *turns, bool tools, Fail *f) {
-        for (guint i = 0; i < turns->len; i++) {
+bool turns_hold_tools(GArray *turns) {
+        for (guint i = 0; turns && i < turns->len; i++) {
                 Turn *t = &g_array_index(turns, Turn, i);
-                if (!tools && (strcmp(t->role, "tool") == 0 || strcmp(t->role, "tool_call") == 0))
-                        return fail_bad(f, "The messages hold tool calls or results but the request has no 'tools'");
+                if (strcmp(t->role, "tool") == 0 || strcmp(t->role, "tool_call") == 0)
+                        return true;
         }
-        return true;
+        return false;
 }
 
 bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fail *f) {
@@ -560,7 +559,7 @@ bool schema_option(JsonNode *schema, const char *what, GVariantBuilder *opts, Fa
         return true;
 }
 
-bool tools_option(JsonArray *tools, const char *only, bool required, GVariantBuilder *opts, Fail *f) {
+bool tools_option(JsonArray *tools, const char *only, const char *choice, GVariantBuilder *opts, Fail *f) {
         g_autoptr(JsonArray) kept = json_array_new();
         g_autoptr(JsonNode) node = json_node_new(JSON_NODE_ARRAY);
         g_autofree char *json = NULL;
@@ -588,8 +587,8 @@ bool tools_option(JsonArray *tools, const char *only, bool required, GVariantBui
         json_node_set_array(node, kept);
         json = node_to_json(node, NULL);
         g_variant_builder_add(opts, "{sv}", "tools", g_variant_new_string(json));
-        if (required)
-                g_variant_builder_add(opts, "{sv}", "tool_choice", g_variant_new_string("required"));
+        if (choice)
+                g_variant_builder_add(opts, "{sv}", "tool_choice", g_variant_new_string(choice));
         return true;
 }
 

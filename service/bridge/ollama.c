@@ -216,7 +216,7 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
                                                        json_node_get_value_type(n) == G_TYPE_STRING &&
                                                        !*json_node_get_string(n)))
                         return fail_bad(f, "'tools' and 'format' cannot be combined");
-                if (!tools_option(a, NULL, false, opts, f))
+                if (!tools_option(a, NULL, NULL, opts, f))
                         return false;
                 *ret_tools = true;
         }
@@ -360,8 +360,6 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 turns = turns_new();
                 if (!messages_to_turns(msgs, false, turns, &prompt, &f))
                         goto fail;
-                if (!turns_check_tools(turns, tools, &f))
-                        goto fail;
         } else {
                 const char *p = NULL;
                 if (!field_string(o, "prompt", &p, &f) || !field_string(o, "system", &system, &f) ||
@@ -389,7 +387,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->prompt = g_steal_pointer(&prompt);
         c->turns = g_steal_pointer(&turns);
         c->tools = tools;
-        c->cacheable = chat && !tools;
+        c->cacheable = chat && !tools && !turns_hold_tools(c->turns);
         c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
         call_start(c);
         return;

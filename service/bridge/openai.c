@@ -274,8 +274,9 @@ static const CallOps openai_ops = {
         .stream_error = oa_stream_error,
 };
 
-/* response_format, tools and tool_choice into the engine's options; n must be 1. */
-static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_tools, Fail *f) {
+/* response_format, tools and tool_choice into the engine's options; n must be 1. *ret_tools:
+ * tools go to the engine; *ret_calls: its answer may be a call. */
+static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_tools, bool *ret_calls, Fail *f) {
         JsonObject *rf = NULL;
         JsonArray *tools = NULL, *functions = NULL;
         const char *type = NULL, *choice = NULL, *only = NULL;
@@ -283,7 +284,7 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
         gint64 count = 1;
         bool set = false;
 
-        *ret_tools = false;
+        *ret_tools = *ret_calls = false;
         if (!field_object(o, "response_format", &rf, f))
                 return false;
         if (rf) {
@@ -336,13 +337,21 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
                 if (strcmp(choice, "none") != 0 && (!tools || json_array_get_length(tools) == 0))
                         return fail_bad(f, "'tool_choice' needs 'tools'");
         }
-        if (tools && json_array_get_length(tools) > 0 && g_strcmp0(choice, "none") != 0) {
-                if (type && strcmp(type, "text") != 0)
-                        return fail_bad(f, "'tools' and a 'response_format' of type '%s' cannot be "
-                                        "combined", type);
-                if (!tools_option(tools, only, g_strcmp0(choice, "required") == 0, opts, f))
-                        return false;
-                *ret_tools = true;
+        if (tools && json_array_get_length(tools) > 0) {
+                bool none = g_strcmp0(choice, "none") == 0;
+                if (type && strcmp(type, "text") != 0) {
+                        if (!none)
+                                return fail_bad(f, "'tools' and a 'response_format' of type '%s' cannot be "
+                                                "combined", type);
+                        /* the answer follows the format: the tools stay out of the prompt (earlier
+                         * calls and results are written as without tools) */
+                } else {
+                        /* "none": the tools in the prompt as the template writes them, the answer text */
+                        if (!tools_option(tools, only, choice, opts, f))
+                                return false;
+                        *ret_tools = true;
+                        *ret_calls = !none;
+                }
         }
         if (!field_int(o, "n", &count, &set, f))
                 return false;
@@ -437,7 +446,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(GArray) turns = NULL;
         JsonObject *o, *so = NULL;
         const char *model = NULL;
-        bool stream = false, usage = false, proactive, tools = false;
+        bool stream = false, usage = false, proactive, tools = false, calls = false;
         guint32 max_tokens = 0;
         Call *c;
 
@@ -445,7 +454,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
-            !structured_options(o, &opts, &tools, &f) || !refuse_unsupported(o, chat, &f) ||
+            !structured_options(o, &opts, &tools, &calls, &f) || !refuse_unsupported(o, chat, &f) ||
             !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model) {
@@ -462,8 +471,6 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 }
                 turns = turns_new();
                 if (!messages_to_turns(msgs, true, turns, &prompt, &f))
-                        goto fail;
-                if (!turns_check_tools(turns, tools, &f))
                         goto fail;
         } else {
                 JsonNode *n = json_object_get_member(o, "prompt");
@@ -489,8 +496,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->id = g_strdup_printf("%s-%" G_GUINT64_FORMAT, chat ? "chatcmpl" : "cmpl", ++b->next_id);
         c->prompt = g_steal_pointer(&prompt);
         c->turns = g_steal_pointer(&turns);
-        c->tools = tools;
-        c->cacheable = chat && !tools;
+        c->tools = calls;
+        c->cacheable = chat && !tools && !turns_hold_tools(c->turns);
         c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
         call_start(c);
         return;

@@ -302,8 +302,8 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 r = sd_bus_message_read_basic(m, 's', &s);
                 if (r < 0)
                         return r;
-                if (strcmp(s, "auto") != 0 && strcmp(s, "required") != 0)
-                        return bad_value(error, key, "must be 'auto' or 'required'");
+                if (strcmp(s, "auto") != 0 && strcmp(s, "required") != 0 && strcmp(s, "none") != 0)
+                        return bad_value(error, key, "must be 'auto', 'required' or 'none'");
                 o->opts.tool_choice = s;
         } else if (strcmp(key, "json_schema") == 0 || strcmp(key, "grammar") == 0 || strcmp(key, "tools") == 0) {
                 /* the engine compiles it at submission and says what is wrong with it */

@@ -160,6 +160,21 @@ def main():
             kinds.add("text")
     print(f"ok: auto answers ({sorted(kinds)})")
 
+    # "none": the prompt of "auto", tools and all; the answer text that never begins like a call
+    auto = run("generate", "-m", model, "-p", "What is on today?", "-n", "1", "--tools", tools, "--json")
+    for seed in range(6):
+        r = run("generate", "-m", model, "-p", "What is on today?", "-n", "40", "--tools", tools,
+                "--tool-choice", "none", "--json", "--temperature", "1", "--seed", str(seed))
+        if r.returncode != 0 or auto.returncode != 0:
+            fail(f"none seed {seed}: {r.stderr.strip()} {auto.stderr.strip()}")
+            continue
+        out = json.loads(r.stdout)
+        if out["prompt_tokens"] != json.loads(auto.stdout)["prompt_tokens"]:
+            fail(f"none seed {seed}: the prompt differs from auto's")
+        if out["finish_reason"] not in ("stop", "length") or "tool_call" in out or out["text"].startswith("{"):
+            fail(f"none seed {seed}: {out['finish_reason']} {out['text']!r}")
+    print("ok: none answers text")
+
     for value, want in BAD:
         path = os.path.join(tmp, "bad.json")
         with open(path, "w") as f:
@@ -169,7 +184,7 @@ def main():
         if r.returncode != 1 or len(lines) != 1 or want not in lines[0]:
             fail(f"bad tools {value[:40]!r}: {r.returncode} {r.stderr!r}")
     r = run("generate", "-m", model, "-p", "x", "-n", "8", "--tools", tools, "--tool-choice", "always")
-    if r.returncode != 1 or "tool_choice must be 'auto' or 'required'" not in r.stderr:
+    if r.returncode != 1 or "tool_choice must be 'auto', 'required' or 'none', got 'always'" not in r.stderr:
         fail(f"bad --tool-choice: {r.returncode} {r.stderr!r}")
     plain = os.path.join(tmp, "plain.gguf")
     if mkmodel(plain, TEMPLATE_PLAIN).returncode != 0:
@@ -263,13 +278,46 @@ def daemon_part(model, tools, tmp):
         if r.rc == 0 or "cannot be combined" not in r.err:
             fail(f"tools with json_schema: {r}")
         r = bus.call("Reactive", "x", "{'tool_choice': <'sometimes'>}")
-        if r.rc == 0 or "must be 'auto' or 'required'" not in r.err:
+        if r.rc == 0 or "must be 'auto', 'required' or 'none'" not in r.err:
             fail(f"bad tool_choice: {r}")
+        agent_last_step(bus, t, tools)
         if bus.request_nodes():
             fail(f"bad requests left request objects: {bus.request_nodes()}")
         print("ok: the daemon")
     finally:
         bus.close()
+
+
+def agent_last_step(bus, t, tools):
+    """An agent's last step: the earlier call and its result, tool_choice none: the prompt holds
+    them and the tools as with auto, the answer is text; without tools, the call and result
+    are written all the same, the tool list left out."""
+    loop = ("[('user', 'What is on today?'), ('tool_call', '{\"name\": \"get_weather\", \"arguments\": "
+            "{\"city\": \"Paris\", \"unit\": \"celsius\"}}'), ('tool', '{\"temp\": 22}')]")
+
+    def complete(opts):
+        r = bus.call("Complete", "", f"{{'max_tokens': <uint32 40>, 'temperature': <1.0>, 'messages': <{loop}>, "
+                                     f"{opts}}}")
+        m = re.search(r"'prompt_tokens': <uint32 (\d+)>", r.out)
+        return r, int(m.group(1)) if m else None
+
+    _, auto_tokens = complete(f"'tools': <'{t}'>, 'tool_choice': <'auto'>")
+    for seed in range(4):
+        r, n = complete(f"'seed': <uint64 {seed}>, 'tools': <'{t}'>, 'tool_choice': <'none'>")
+        if (r.rc != 0 or not re.search(r"'finish_reason': <'(stop|length)'>", r.out) or "'tool_call'" in r.out
+                or r.out[2:3] == "{" or n is None or n != auto_tokens):
+            fail(f"none after a tool result, seed {seed} ({n} prompt tokens, auto's {auto_tokens}): {r}")
+    r, n = complete("'seed': <uint64 1>")
+    if r.rc != 0 or "'tool_call'" in r.out or n is None or auto_tokens is None or not n < auto_tokens:
+        fail(f"a tool result without tools ({n} prompt tokens, with tools {auto_tokens}): {r}")
+    r, _ = complete("'tool_choice': <'required'>")
+    if r.rc == 0 or "ool_choice needs tools" not in r.err:
+        fail(f"required without tools after a tool result: {r}")
+    r = bus.cli("ask", "-v", "--tools", tools, "--tool-choice", "none", "-n", "40", "--temperature", "1",
+                "--seed", "2", "What is on today?")
+    if r.rc != 0 or not re.search(r"^finish_reason: (stop|length)$", r.err, re.M) or "tool_call:" in r.err:
+        fail(f"ask --tool-choice none: {r}")
+    print("ok: tool_choice none after a tool result")
 
 
 if __name__ == "__main__":

@@ -471,7 +471,11 @@ def test_tool_turns_bad_input():
     tools = "'tools': <'[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]'>"
     with engine(TABLE_CONFIG) as (bus, d):
         for prompt, opts, want in [
-                ("hi", "{'messages': <[('user', 'hi'), ('tool_call', '{}')]>}", "tool_call and tool need tools"),
+                # without tools too: the turns are written as the template writes them
+                ("hi", "{'messages': <[('user', 'hi'), ('tool_call', '{}')]>}",
+                 "Turn 2: a tool_call must be {\"name\": NAME, \"arguments\": {...}}"),
+                ("hi", "{'tool_choice': <'auto'>, 'messages': <[('user', 'hi'), ('tool_call', '{}')]>}",
+                 "Tool_choice needs tools"),
                 ("", "{" + tools + ", 'messages': <[('user', 'hi'), ('tool_call', 'nope'), ('tool', '1')]>}",
                  "Turn 2: a tool_call is not valid JSON"),
                 ("", "{" + tools + ", 'messages': <[('user', 'hi'), ('tool', '1')]>}",

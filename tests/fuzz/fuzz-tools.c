@@ -22,7 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (size < 1)
                 return 0;
         axp_chat_family f = families[(data[0] & 0x7f) % (sizeof(families) / sizeof(families[0]))];
-        bool required = data[0] & 0x80;
+        /* the top bit: required; else the next: none; else auto */
+        axp_tool_choice choice = data[0] & 0x80 ? AXP_TOOL_CHOICE_REQUIRED
+                               : data[0] & 0x40 ? AXP_TOOL_CHOICE_NONE
+                                                : AXP_TOOL_CHOICE_AUTO;
         const char *rest = (const char *) data + 1;
         size_t n = size - 1;
         const char *nul = memchr(rest, 0, n);
@@ -40,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (axp_tools_parse(rest, tools_len, &t, &err) == 0) {
                 char *gbnf = NULL, *text = NULL;
                 axp_grammar *g = NULL;
-                if (axp_tools_grammar(f, NULL, t, required, &gbnf, &err) == 0 &&
+                if (axp_tools_grammar(f, NULL, t, choice, &gbnf, &err) == 0 &&
                     axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0)
                         axp_grammar_free(g);
                 free(gbnf);

@@ -472,9 +472,10 @@ def bad_inputs(m):
          "which 'tools' does not have"),
         ("tool_choice without tools", "/v1/chat/completions", dict(chat, tool_choice="required"), (), 400,
          "'tool_choice' needs 'tools'"),
-        ("a tool result without tools", "/v1/chat/completions",
+        ("a tool result after no call, without tools", "/v1/chat/completions",
          dict(chat, messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "20 C"},
-                              {"role": "user", "content": "and?"}]), (), 400, "the request has no 'tools'"),
+                              {"role": "user", "content": "and?"}]), (), 400,
+         "a tool result must follow a tool_call turn"),
         ("a tool result after no call", "/api/chat",
          dict(chat, tools=TOOLS, messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": "20 C"}]),
          (), 400, "a tool result must follow a tool_call turn"),
@@ -834,6 +835,58 @@ def test_http_1_0_streams_are_not_chunked():
         assert status == 200, body
 
 
+def test_tool_choice_none_after_a_tool_result():
+    """An agent's last step: the tools, the model's earlier call and its result, and
+    tool_choice "none" for the answer in text. The prompt holds the tools and the call as with
+    "auto"; the answer is text, never a call; without the tools, the call and result are
+    written all the same (OpenAI takes such a history)."""
+    with serving() as (bus, d, b):
+        loop = [{"role": "user", "content": "What is the weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"C\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 22}"}]
+        auto = chat(b, loop, n=1, tools=TOOLS, tool_choice="auto")["usage"]["prompt_tokens"]
+        first = chat(b, loop, n=8, tools=TOOLS, tool_choice="none")
+        text = first["choices"][0]["message"]["content"]
+        assert first["usage"]["prompt_tokens"] == auto, (first, auto)
+        assert text and not text.startswith("{") and "tool_calls" not in first["choices"][0]["message"], first
+        # the model of the tests never ends on its own: a stop string in its answer ends it
+        stop = text[len(text) // 2:]
+        r = chat(b, loop, n=64, tools=TOOLS, tool_choice="none", stop=[stop])
+        c = r["choices"][0]
+        assert r["usage"]["prompt_tokens"] == auto, r
+        assert c["finish_reason"] == "stop", r
+        assert c["message"] == {"role": "assistant", "content": text[:text.find(stop)]} and c["message"]["content"], r
+        # streamed: the same text as it comes, no call
+        status, body = b.curl("/v1/chat/completions", dict(model=model_name(b), max_tokens=8, temperature=0,
+                                                           messages=loop, tools=TOOLS, tool_choice="none",
+                                                           stream=True))
+        assert status == 200, body
+        chunks = [json.loads(e)["choices"][0] for e in sse_events(body)[:-1]]
+        assert "".join(ch["delta"].get("content") or "" for ch in chunks) == text, chunks
+        assert not any("tool_calls" in ch["delta"] for ch in chunks) and chunks[-1]["finish_reason"] == "length"
+        # without the tools (tool_choice none or absent): the history as the template writes it
+        # without a tool list, the answer text
+        for kw in ({"tool_choice": "none"}, {}):
+            r = chat(b, loop, n=8, **kw)
+            c = r["choices"][0]
+            assert c["finish_reason"] == "length" and c["message"]["content"], r
+            assert "tool_calls" not in c["message"] and 0 < r["usage"]["prompt_tokens"] < auto, (r, auto)
+        # none with a response_format: the answer follows it, the history written without the tools
+        r = chat(b, loop, n=64, tools=TOOLS, tool_choice="none",
+                 response_format={"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER}})
+        assert r["choices"][0]["finish_reason"] == "stop" and r["usage"]["prompt_tokens"] < auto, r
+        assert json.loads(r["choices"][0]["message"]["content"])["city"] in ("Paris", "Oslo"), r
+        # Ollama's: no tool_choice; a tool result without tools is answered the same way
+        status, r = b.json("/api/chat", {"model": model_name(b), "messages": loop[:1] + [
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}}]},
+            {"role": "tool", "content": "{\"temp\": 22}"}], "stream": False,
+            "options": {"num_predict": 8, "temperature": 0}})
+        assert status == 200 and r["message"]["content"] and not r["message"].get("tool_calls"), r
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -871,4 +924,5 @@ if __name__ == "__main__":
         test_http_1_0_streams_are_not_chunked,
         test_conversation_reuses_its_flow,
         test_structured_output_with_curl,
+        test_tool_choice_none_after_a_tool_result,
     ])

@@ -524,9 +524,10 @@ static void test_tools_mistral_v7(void) {
         char *g32 = NULL, *gdev = NULL;
         CHECK(axp_vocab_trie_new(v.tok, &trie, &err) == 0);
         CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
-        CHECK_MSG(axp_tools_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, t, true, &g32, &err) == 0, "%s", err.msg);
-        CHECK_MSG(axp_tools_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_devstral, t, false, &gdev, &err) == 0, "%s",
-                  err.msg);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, t, AXP_TOOL_CHOICE_REQUIRED, &g32,
+                                    &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_devstral, t, AXP_TOOL_CHOICE_AUTO, &gdev,
+                                    &err) == 0, "%s", err.msg);
         if (g32 && gdev && trie) {
                 /* the arguments compact, as the schema's grammar writes JSON */
                 const char *ac = "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"Paris\"}",
@@ -547,6 +548,194 @@ static void test_tools_mistral_v7(void) {
         vocab_close(&v);
 }
 
+/* tool_choice none: the prompt as with tools, earlier calls and results included; the answer
+ * text that cannot be a call, in each family's form; nothing read back. Without tools, the
+ * calls and results as the template writes them without a tool list. */
+static const char tmpl_qwen_tools[] = "{{ '<|im_start|>' }}{% if tools %}<tools>{% endif %}";
+
+static char *none_grammar(axp_chat_family f, const char *tmpl) {
+        axp_tools *t = NULL;
+        axp_error err = {};
+        char *g = NULL;
+        CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
+        CHECK_MSG(axp_tools_grammar(f, tmpl, t, AXP_TOOL_CHOICE_NONE, &g, &err) == 0, "%s", err.msg);
+        axp_tools_free(t);
+        return g;
+}
+
+/* Can the model write token id, after text, under the grammar? */
+static bool token_allowed_after(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text,
+                                int32_t id) {
+        axp_grammar *g = NULL;
+        axp_matcher *mt = NULL;
+        axp_error err = {};
+        int32_t *ids = NULL;
+        int n = 0;
+        bool ok = axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0 && axp_matcher_new(g, trie, &mt, &err) == 0 &&
+                  axp_tokenize(v->tok, text, strlen(text), 0, &ids, &n, &err) == 0;
+        CHECK_MSG(ok, "%s", err.msg);
+        for (int i = 0; ok && i < n; i++) {
+                CHECK(axp_matcher_allows(mt, ids[i]));
+                axp_matcher_accept(mt, ids[i]);
+        }
+        ok = ok && axp_matcher_allows(mt, id);
+        free(ids);
+        axp_matcher_free(mt);
+        axp_grammar_free(g);
+        return ok;
+}
+
+static void test_tool_choice_none(void) {
+        axp_tool_choice c = AXP_TOOL_CHOICE_REQUIRED;
+        axp_error err = {};
+
+        CHECK(axp_tool_choice_from_string(NULL, &c, &err) == 0 && c == AXP_TOOL_CHOICE_AUTO);
+        CHECK(axp_tool_choice_from_string("none", &c, &err) == 0 && c == AXP_TOOL_CHOICE_NONE);
+        CHECK(axp_tool_choice_from_string("sometimes", &c, &err) == -EINVAL);
+        CHECK_MSG(strcmp(err.msg, "tool_choice must be 'auto', 'required' or 'none', got 'sometimes'") == 0, "%s",
+                  err.msg);
+
+        /* the prompt of auto, earlier call and result included; no call read back */
+        char *text_auto = NULL, *text_none = NULL, *g_auto = NULL, *g_none = NULL;
+        axp_chat_family fa = AXP_CHAT_RAW, fn = AXP_CHAT_CHATML;
+        CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, NULL, "Be brief.", tool_loop, 3, "",
+                                    &text_auto, &g_auto, &fa, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, "none", "Be brief.", tool_loop, 3, "",
+                                    &text_none, &g_none, &fn, &err) == 0, "%s", err.msg);
+        CHECK_MSG(text_auto && text_none && strcmp(text_auto, text_none) == 0, "%s\n%s", text_auto, text_none);
+        CHECK(text_none && strstr(text_none, "<tools>\n{\"type\": \"function\"") &&
+              strstr(text_none, "<tool_call>\n{\"name\": \"get_weather\"") && strstr(text_none, "<tool_response>"));
+        CHECK_EQ_INT(fa, AXP_CHAT_CHATML);
+        CHECK_EQ_INT(fn, AXP_CHAT_RAW);
+        CHECK(g_auto && strstr(g_auto, "call ::="));
+        CHECK(g_none && !strstr(g_none, "call") && strncmp(g_none, "root ::= text\n", 14) == 0);
+        free(text_auto);
+        free(text_none);
+        free(g_auto);
+        free(g_none);
+        text_none = g_none = NULL;
+        CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, "sometimes", NULL, tool_loop, 3, "", &text_none,
+                                &g_none, &fn, &err) == -EINVAL && !text_none && !g_none);
+        CHECK_MSG(strstr(err.msg, "'auto', 'required' or 'none'"), "%s", err.msg);
+
+        /* no tools: the calls and results without a tool list, none only */
+        CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "auto", NULL, tool_loop, 3, "", &text_none, &g_none, &fn,
+                                &err) == -EINVAL && !text_none && !g_none);
+        CHECK_MSG(strcmp(err.msg, "tool_choice needs tools") == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "none", "Be brief.", tool_loop, 3, "", &text_none,
+                                    &g_none, &fn, &err) == 0, "%s", err.msg);
+        const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+                           "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                           "\"Paris\"}}\n</tool_call><|im_end|>\n"
+                           "<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response><|im_end|>\n"
+                           "<|im_start|>assistant\n";
+        CHECK_MSG(text_none && strcmp(text_none, want) == 0, "got  '%s'\nwant '%s'", text_none, want);
+        CHECK(g_none && strncmp(g_none, "root ::= text\n", 14) == 0);
+        free(text_none);
+        free(g_none);
+        char *got = NULL;
+        CHECK_MSG(axp_tools_format_chat(AXP_CHAT_LLAMA3, NULL, NULL, NULL, tool_loop, 3, &got, &err) == 0, "%s",
+                  err.msg);
+        want = "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 "
+               "Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_weather\", \"parameters\": "
+               "{\"city\": \"Paris\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n{\"temp\": 22}"
+               "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+        CHECK_MSG(got && strcmp(got, want) == 0, "got  '%s'\nwant '%s'", got, want);
+        free(got);
+        got = NULL;
+        CHECK_MSG(axp_tools_format_chat(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32, NULL, NULL, tool_loop, 3, &got,
+                                        &err) == 0, "%s", err.msg);
+        want = "[INST]Weather in Paris?[/INST][TOOL_CALLS]get_weather[CALL_ID]call00001[ARGS]{\"city\": \"Paris\"}</s>"
+               "[TOOL_RESULTS]call00001[TOOL_CONTENT]{\"temp\": 22}[/TOOL_RESULTS]";
+        CHECK_MSG(got && strcmp(got, want) == 0, "got  '%s'\nwant '%s'", got, want);
+        free(got);
+
+        /* the grammars, token by token on the Llama 3 vocabulary */
+        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
+        loaded_vocab v;
+        if (!path || vocab_open(path, &v) != 0) {
+                printf("  no Llama 3 vocabulary: the grammar checks skipped\n");
+                return;
+        }
+        axp_vocab_trie *trie = NULL;
+        CHECK(axp_vocab_trie_new(v.tok, &trie, &err) == 0);
+        char *gl = none_grammar(AXP_CHAT_LLAMA3, NULL), *gq = none_grammar(AXP_CHAT_CHATML, NULL),
+             *gm = none_grammar(AXP_CHAT_MISTRAL_V7_TEKKEN, tmpl_small32);
+        if (gl && gq && gm && trie) {
+                /* Llama 3's call is plain JSON: text does not begin with '{' */
+                CHECK(grammar_takes(&v, trie, gl, "It is 22 degrees in Paris."));
+                CHECK(!grammar_takes(&v, trie, gl, "{\"name\": \"get_weather\", \"parameters\": {}}"));
+                CHECK(!grammar_takes(&v, trie, gl, "{}"));
+                /* Qwen's: <tool_call> nowhere, other tags and its beginnings anywhere */
+                CHECK(grammar_takes(&v, trie, gq, "It is 22 degrees in Paris."));
+                CHECK(grammar_takes(&v, trie, gq, "<think>\nwarm\n</think>\n\n22 <tool_cal> <tool_call"));
+                CHECK(!grammar_takes(&v, trie, gq, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n"
+                                                   "</tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gq, "Let me look. <tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gq, "<<tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gq, "<tool_<tool_call>"));
+                /* Mistral's: [TOOL_CALLS] nowhere, brackets otherwise */
+                CHECK(grammar_takes(&v, trie, gm, "[22, 25] degrees [TOOL_CALL] [[TOOL_CALLS"));
+                CHECK(!grammar_takes(&v, trie, gm, "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"Paris\"}"));
+                CHECK(!grammar_takes(&v, trie, gm, "Sure: [[TOOL_CALLS][{\"name\": \"get_weather\"}]"));
+        }
+        free(gl);
+        free(gq);
+        free(gm);
+        axp_vocab_trie_free(trie);
+        vocab_close(&v);
+}
+
+/* Qwen's <tool_call> is one token with those bytes (user-defined, not a control token):
+ * "auto" lets it follow text, "none" nowhere. */
+static void test_tool_choice_none_token(void) {
+        static char bytes[256][3];
+        const char *tokens[258];
+        int32_t types[258];
+        for (int b = 0; b < 256; b++) {
+                gpt2_byte_char(b, bytes[b]);
+                tokens[b] = bytes[b];
+                types[b] = 1;
+        }
+        tokens[256] = "<|im_end|>", types[256] = 3;
+        tokens[257] = "<tool_call>", types[257] = 4;
+        gguf_build b = {};
+        size_t size = 0;
+        gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
+        gb_kv_strs(&b, "tokenizer.ggml.tokens", tokens, 258);
+        gb_kv_i32s(&b, "tokenizer.ggml.token_type", types, 258);
+        const char *merges[] = { "" }; /* none: the byte tokens alone */
+        gb_kv_strs(&b, "tokenizer.ggml.merges", merges, 0);
+        gb_kv_u32(&b, "tokenizer.ggml.eos_token_id", 256);
+        uint8_t *mem = gb_finish(&b, &size);
+        axp_vocab_trie *trie = NULL;
+        axp_error err = {};
+        loaded_vocab v;
+        bool loaded = mem && vocab_from_memory(mem, size, &v, &err) == 0;
+        CHECK_MSG(loaded, "%s", err.msg);
+        if (loaded && axp_vocab_trie_new(v.tok, &trie, &err) == 0) {
+                axp_tools *t = NULL;
+                char *ga = NULL, *gq = none_grammar(AXP_CHAT_CHATML, NULL);
+                CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
+                CHECK(axp_tools_grammar(AXP_CHAT_CHATML, NULL, t, AXP_TOOL_CHOICE_AUTO, &ga, &err) == 0);
+                CHECK_EQ_INT(axp_tokenizer_find(v.tok, "<tool_call>"), 257);
+                if (gq && ga) {
+                        CHECK(token_allowed_after(&v, trie, ga, "", 257));
+                        CHECK(token_allowed_after(&v, trie, ga, "Let me look. ", 257));
+                        CHECK(!token_allowed_after(&v, trie, gq, "", 257));
+                        CHECK(!token_allowed_after(&v, trie, gq, "Let me look. ", 257));
+                        CHECK(token_allowed_after(&v, trie, gq, "Let me look. ", '<')); /* the byte */
+                }
+                free(ga);
+                free(gq);
+                axp_tools_free(t);
+        }
+        axp_vocab_trie_free(trie);
+        if (loaded)
+                vocab_close(&v);
+}
+
 int main(void) {
         RUN(test_detect_template);
         RUN(test_detect_vocab);
@@ -556,5 +745,7 @@ int main(void) {
         RUN(test_llama3_tokens);
         RUN(test_tool_loop);
         RUN(test_tools_mistral_v7);
+        RUN(test_tool_choice_none);
+        RUN(test_tool_choice_none_token);
         TEST_EXIT();
 }
