@@ -61,7 +61,7 @@ typedef struct axp_engine_config {
          * least 256 MiB (heg/kv-budget.h), chosen again at each model load. A request reserves
          * the cache of min(context, prompt + max_tokens) positions when it is submitted (a
          * flow's turn: of the positions the flow may reach, and the flow keeps what its cache
-         * holds between turns) and gives it back when it finishes. */
+         * holds between turns) and gives it back when it finishes. UINT64_MAX: no limit. */
         uint64_t kv_memory;
 
         /* Told, on the engine's thread, each time the status changes: once before
