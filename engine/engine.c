@@ -20,6 +20,7 @@
 #include "devices/gpu-telemetry.h"
 #include "model/model.h"
 #include "model/quantize.h"
+#include "heg/kv-budget.h"
 #include "heg/seq.h"
 #include "sched/scheduler.h"
 #include "model/tokenizer.h"
@@ -45,6 +46,8 @@ struct flow {
         int32_t pending;   /* last sampled token, not yet in the KV cache; -1: none */
         ereq *busy;        /* the request in flight, if any */
         bool closing;      /* closed while busy: freed when its request finishes */
+        axp_kv_hold kv;    /* what the budget counts for its cache: what the cache holds
+                            * between turns, the most a turn can grow it to during one */
         flow *next;
 };
 
@@ -56,6 +59,7 @@ struct ereq {
         axp_gen gen;
         bool gen_ok;
         axp_seq own_seq;   /* without a flow */
+        axp_kv_hold kv;    /* own_seq's reservation in the KV-cache budget (without a flow) */
         axp_seq *seq;
         flow *flow;
         int32_t prev_pending; /* the flow's pending token this turn consumed */
@@ -103,6 +107,7 @@ struct axp_engine {
         axp_policy pol;
         int n_ctx;
         uint32_t kv_type;          /* AXP_TYPE_F16, AXP_TYPE_F32 or AXP_TYPE_Q8_0 */
+        axp_kv_budget kv_budget;   /* its limit set for each model (setup_model) */
 
         ereq *reqs;
         flow *flows;
@@ -206,14 +211,37 @@ static void req_free(ereq *q) {
                 return;
         if (q->gen_ok)
                 axp_gen_free(&q->gen);
-        if (!q->flow)
+        if (!q->flow) {
                 axp_seq_free(&q->own_seq);
+                if (q->kv.held)
+                        axp_kv_budget_release(&q->e->kv_budget, &q->kv);
+        }
         free(q->answer);
         free(q);
 }
 
 static void req_freep(ereq **q) {
         req_free(*q);
+}
+
+/* What the budget counts for a flow between turns: what its cache holds (nothing once its
+ * cache is freed). */
+static void flow_kv_settle(axp_engine *e, flow *f) {
+        if (f->seq.model)
+                axp_kv_budget_set(&e->kv_budget, &f->kv, axp_seq_kv_bytes(&f->seq));
+        else if (f->kv.held)
+                axp_kv_budget_release(&e->kv_budget, &f->kv);
+}
+
+/* A flow's turn that was not accepted after its reservation: the flow holds what it held. */
+typedef struct flow_turn {
+        axp_engine *e;
+        flow *f; /* NULL: accepted (or no flow) */
+} flow_turn;
+
+static void flow_turn_done(flow_turn *t) {
+        if (t->f)
+                flow_kv_settle(t->e, t->f);
 }
 
 static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const axp_req_stats *st) {
@@ -247,6 +275,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
                 }
                 axp_seq_release_activations(&f->seq);
                 f->busy = NULL;
+                flow_kv_settle(q->e, f);
         }
         if (q->flow && q->flow->closing)
                 engine_flow_free(q->e, q->flow);
@@ -452,11 +481,17 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 return axp_errorf(a->err, -E2BIG, "the prompt is %d tokens; one turn may prefill at most %d",
                                   n_all, PREFILL_MAX_CTX);
         max_tokens = o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS;
+        /* the most positions the cache can reach this turn: its worst case in the budget */
+        const int reach = (int) MIN((uint64_t) e->n_ctx, (uint64_t) used + n_all + max_tokens);
+        const uint64_t kv_need = axp_kv_cache_bytes(&e->model->hp, e->kv_type, reach, n_all);
 
         q = calloc(1, sizeof(*q));
         if (!q)
                 return axp_errorf(a->err, -ENOMEM, "out of memory");
         q->e = e;
+        if ((r = axp_kv_budget_reserve(&e->kv_budget, f ? &f->kv : &q->kv, kv_need, a->err)) < 0)
+                return r;
+        _cleanup_(flow_turn_done) flow_turn turn = { e, f };
         q->kind = a->kind;
         q->cbs = a->cbs ? *a->cbs : (axp_request_cbs) { 0 };
         q->flow = f;
@@ -511,6 +546,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         a->id = q->id;
         /* ids stay unique across model swaps: the next scheduler starts past this one */
         e->next_req_id = MAX(e->next_req_id, q->id + 1);
+        turn.f = NULL; /* accepted: the flow's reservation is its request's */
         if (q->finished)
                 return 0; /* accepted and already finished: its callbacks ran; the cleanup frees it */
         TAKE_PTR(q); /* the engine's table holds it until it finishes */
@@ -528,6 +564,8 @@ static void engine_flow_free(axp_engine *e, flow *f) {
                 }
         if (f->seq.model)
                 axp_seq_free(&f->seq);
+        if (f->kv.held)
+                axp_kv_budget_release(&e->kv_budget, &f->kv);
         free(f->system);
         free(f);
 }
@@ -547,6 +585,8 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
                 .queued_proactive = st.queued_proactive,
                 .running = st.running,
                 .model_serial = e->model_serial,
+                .kv_memory = e->model ? e->kv_budget.limit : 0,
+                .kv_memory_used = e->kv_budget.used,
         };
         /* a long name ends before the character the buffer cannot hold whole */
         if (n >= sizeof(ret->model)) {
@@ -575,7 +615,8 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
 static bool status_equal(const axp_engine_status *a, const axp_engine_status *b) {
         return a->queued_reactive == b->queued_reactive &&
                a->queued_proactive == b->queued_proactive && a->running == b->running &&
-               a->model_serial == b->model_serial && strcmp(a->model, b->model) == 0 &&
+               a->model_serial == b->model_serial && a->kv_memory == b->kv_memory &&
+               a->kv_memory_used == b->kv_memory_used && strcmp(a->model, b->model) == 0 &&
                strcmp(a->policy, b->policy) == 0;
 }
 
@@ -781,6 +822,8 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                         n *= (uint64_t) m->gguf->tensors[i].ne[d];
                 e->model_params += n;
         }
+        e->kv_budget.limit = e->cfg.kv_memory > 0 ? e->cfg.kv_memory
+                                                  : axp_kv_budget_auto(axp_physical_memory(), axp_model_weight_bytes(m));
         return 0;
 }
 
@@ -791,8 +834,11 @@ static void teardown_model(axp_engine *e) {
         for (flow *f = e->flows; f; f = f->next) {
                 if (f->seq.model)
                         axp_seq_free(&f->seq);
+                flow_kv_settle(e, f);
                 f->pending = -1;
         }
+        /* no request is left, and no flow holds a cache */
+        assert(e->kv_budget.used == 0 && e->kv_budget.holders == 0);
         for (int i = 0; i < e->n_devs; i++)
                 (void) axp_device_prepare(e->devs[i], NULL, NULL);
         axp_model_free(e->model);
@@ -967,6 +1013,8 @@ void axp_engine_free(axp_engine *e) {
                 teardown_model(e);
         while (e->flows)
                 engine_flow_free(e, e->flows);
+        /* every hold was given back once */
+        assert(e->kv_budget.used == 0 && e->kv_budget.holders == 0);
         for (int i = 0; i < e->n_devs; i++) {
                 axp_executor_free(e->ex[i]);
                 axp_device_free(e->devs[i]);

@@ -36,6 +36,9 @@ typedef struct axp_engine_status {
         char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
         char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
         bool tools;              /* the template takes tools (options tools, tool_choice) */
+        uint64_t kv_memory;      /* the KV-cache budget in bytes (kv_memory below, "auto"
+                                  * resolved for the model in place; 0 without a model) */
+        uint64_t kv_memory_used; /* what requests and open flows hold of it now */
 } axp_engine_status;
 
 typedef struct axp_engine_config {
@@ -61,6 +64,13 @@ typedef struct axp_engine_config {
         int n_ctx;               /* per-request context limit, 0: the model's (capped at 4096) */
         const char *calib_cache; /* file caching device calibration, NULL: none */
         const char *kv_type;     /* each request's KV cache: "f16" (default, also NULL), "f32" or "q8_0" */
+        /* Bytes of KV cache every request and open flow may hold together (KVMemory=); 0:
+         * auto, half of what the model's weights leave of the machine's physical memory, at
+         * least 256 MiB (heg/kv-budget.h), chosen again at each model load. A request reserves
+         * the cache of min(context, prompt + max_tokens) positions when it is submitted (a
+         * flow's turn: of the positions the flow may reach, and the flow keeps what its cache
+         * holds between turns) and gives it back when it finishes. UINT64_MAX: no limit. */
+        uint64_t kv_memory;
 
         /* Told, on the engine's thread, each time the status changes: once before
          * axp_engine_new returns, after every change of the queues, the model or the policy,
@@ -127,8 +137,10 @@ typedef struct axp_request_cbs {
 } axp_request_cbs;
 
 /* Tokenizes and queues a request. Errors (nothing queued, no callback): -EINVAL (bad
- * options), -E2BIG (prompt beyond the context), -ENOENT (unknown flow), -EBUSY (the flow has
- * a request in flight), -ENOMEDIUM (no model loaded). */
+ * options), -E2BIG (prompt beyond the context, or a request whose KV cache could not fit in
+ * the whole kv_memory budget), -ENOENT (unknown flow), -EBUSY (the flow has a request in
+ * flight, or the kv_memory budget is full now: try again later), -ENOMEDIUM (no model
+ * loaded). */
 int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt,
                       const axp_request_opts *opts, const axp_request_cbs *cbs,
                       uint64_t *ret_id, axp_error *err);

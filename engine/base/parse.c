@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int is_digit(char c) {
         return c >= '0' && c <= '9';
@@ -23,6 +24,33 @@ int axp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
         if (*end)
                 return -EINVAL;
         if (errno == ERANGE || v < min || v > max)
+                return -ERANGE;
+        *ret = v;
+        return 0;
+}
+
+int axp_parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *ret) {
+        static const char suffixes[] = "KMGT";
+        char digits[32];
+        size_t n = s ? strlen(s) : 0;
+        unsigned shift = 0;
+        uint64_t v;
+        int r;
+
+        if (n == 0 || n >= sizeof(digits))
+                return n == 0 ? -EINVAL : -ERANGE;
+        memcpy(digits, s, n + 1);
+        for (int i = 0; suffixes[i]; i++)
+                if (s[n - 1] == suffixes[i] || s[n - 1] == suffixes[i] - 'A' + 'a') {
+                        shift = 10 * (unsigned) (i + 1);
+                        digits[n - 1] = 0;
+                }
+        if ((r = axp_parse_u64(digits, 0, UINT64_MAX, &v)) < 0)
+                return r;
+        if (v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        v <<= shift;
+        if (v < min || v > max)
                 return -ERANGE;
         *ret = v;
         return 0;

@@ -17,3 +17,6 @@ int axp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *ret);
 int axp_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret);
 int axp_parse_int(const char *s, int min, int max, int *ret);
 int axp_parse_double(const char *s, double min, double max, double *ret);
+/* A size in bytes: a whole number, alone or with one of the suffixes K, M, G and T (or k, m,
+ * g, t), powers of 1024: "6G" is 6 GiB, "512M" 512 MiB, "4096" bytes. */
+int axp_parse_size(const char *s, uint64_t min, uint64_t max, uint64_t *ret);

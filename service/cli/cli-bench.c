@@ -401,6 +401,8 @@ int cli_bench(int argc, char **argv) {
         uint64_t u;
 
         axp_engine_config_default(&ec);
+        /* a trace is replayed as written: no request is refused for the KV-cache budget */
+        ec.kv_memory = UINT64_MAX;
         optind = 1;
         while ((c = cli_getopt(argc, argv, "m:", opts)) >= 0) {
                 if ((r = cli_trace_option(c, optarg, &tr)) != 0) {

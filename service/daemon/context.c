@@ -113,7 +113,7 @@ static void context_update_idle(Context *c) {
 void context_emit_status(Context *c) {
         const axp_engine_status *st = &c->status;
         axp_engine_status *sent = &c->status_sent;
-        const char *changed[8];
+        const char *changed[10];
         bool model_news, model_waits;
         size_t n = 0;
 
@@ -137,6 +137,10 @@ void context_emit_status(Context *c) {
         }
         if (c->devices_changed)
                 changed[n++] = "Devices";
+        if (st->kv_memory != sent->kv_memory)
+                changed[n++] = "KVMemory";
+        if (st->kv_memory_used != sent->kv_memory_used)
+                changed[n++] = "KVMemoryUsed";
         if (model_waits) {
                 axp_engine_status announced = *sent;
                 *sent = *st;

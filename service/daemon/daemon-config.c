@@ -86,6 +86,7 @@ typedef enum ValueKind {
         VALUE_FRACTION, /* double in [0, 1] */
         VALUE_SHARE,    /* double in (0, 1] */
         VALUE_BOOL,     /* yes/no, true/false, on/off, 1/0 */
+        VALUE_BYTES,    /* uint64_t: "auto" (0), or a size >= 1 with K, M, G or T (powers of 1024) */
 } ValueKind;
 
 typedef struct ConfigKey {
@@ -123,6 +124,7 @@ static const ConfigKey config_keys[] = {
         { "Limits", "MaxTokens",          VALUE_U32,      offsetof(DaemonConfig, max_tokens) },
         { "Limits", "StopStrings",        VALUE_UNSIGNED, offsetof(DaemonConfig, max_stop_strings) },
         { "Limits", "StopBytes",          VALUE_SIZE,     offsetof(DaemonConfig, max_stop_bytes) },
+        { "Limits", "KVMemory",           VALUE_BYTES,    ENGINE_FIELD(kv_memory) },
         { "Daemon", "FinishedKeepSec",    VALUE_SECONDS,  offsetof(DaemonConfig, finished_keep_s) },
         { "Daemon", "ExitIdleSec",        VALUE_SECONDS,  offsetof(DaemonConfig, exit_idle_s) },
 };
@@ -221,6 +223,16 @@ static int config_assign(DaemonConfig *c, const ConfigKey *k, const char *v, con
                 else
                         return axp_errorf(err, -EINVAL, "%s: %s= must be yes or no, got '%s'",
                                           where, k->key, v);
+                return 0;
+        case VALUE_BYTES:
+                if (strcmp(v, "auto") == 0)
+                        u = 0;
+                else if (axp_parse_size(v, 1, UINT64_MAX, &u) < 0)
+                        return axp_errorf(err, -EINVAL,
+                                          "%s: %s= must be auto or a size above 0 in bytes, or with K, M, G or T "
+                                          "(as 512M or 6G), got '%s'",
+                                          where, k->key, v);
+                *(uint64_t *) field = u;
                 return 0;
         }
         return -EINVAL;

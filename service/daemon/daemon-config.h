@@ -6,7 +6,7 @@
  *              ProactiveCpuShare= ProactiveIdleClass= PiggybackSlack= CalibrationCache=
  *              ModelsDirectory= StateDirectory=
  *   [Limits]   RequestsPerUser= Requests= FlowsPerUser= PromptBytes= MaxTokens=
- *              StopStrings= StopBytes=
+ *              StopStrings= StopBytes= KVMemory= (engine.kv_memory, 0: auto)
  *   [Daemon]   FinishedKeepSec= ExitIdleSec=
  *
  * Command line flags override the file. */

@@ -21,6 +21,7 @@ static void test_defaults(void) {
         CHECK_NEAR(c.finished_keep_s, 30, 0);
         CHECK(c.engine.model_path == NULL);
         CHECK(c.engine.policy && strcmp(c.engine.policy, "agentxpu") == 0);
+        CHECK(c.engine.kv_memory == 0); /* auto */
         daemon_config_done(&c);
 }
 
@@ -54,6 +55,7 @@ static void test_every_key(void) {
                 "MaxTokens=1024\n"
                 "StopStrings=3\n"
                 "StopBytes=64\n"
+                "KVMemory=6G\n"
                 "[Daemon]\n"
                 "FinishedKeepSec=5\n"
                 "ExitIdleSec=120\n";
@@ -85,6 +87,7 @@ static void test_every_key(void) {
         CHECK_EQ_INT(c.max_tokens, 1024);
         CHECK_EQ_INT(c.max_stop_strings, 3);
         CHECK_EQ_INT(c.max_stop_bytes, 64);
+        CHECK(c.engine.kv_memory == UINT64_C(6) << 30);
         CHECK_NEAR(c.finished_keep_s, 5, 0);
         CHECK_NEAR(c.exit_idle_s, 120, 0);
         daemon_config_done(&c);
@@ -101,6 +104,34 @@ static void test_kv_type_q8_0(void) {
         daemon_config_done(&c);
 }
 
+/* KVMemory=: a size with K, M, G or T (powers of 1024), bytes, or auto (0); the last one
+ * given wins */
+static void test_kv_memory(void) {
+        static const struct { const char *value; uint64_t bytes; } cases[] = {
+                { "512M", UINT64_C(512) << 20 },
+                { "6G", UINT64_C(6) << 30 },
+                { "6g", UINT64_C(6) << 30 },
+                { "1T", UINT64_C(1) << 40 },
+                { "64K", UINT64_C(64) << 10 },
+                { "200000", 200000 },
+                { "auto", 0 },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char text[64];
+                axp_error err = {};
+                DaemonConfig c;
+
+                daemon_config_init(&c);
+                c.engine.kv_memory = 1; /* auto must reset it */
+                snprintf(text, sizeof(text), "[Limits]\nKVMemory = %s\n", cases[i].value);
+                CHECK_MSG(daemon_config_parse(&c, "engine.conf", text, &err) == 0, "%s: %s", cases[i].value, err.msg);
+                CHECK_MSG(c.engine.kv_memory == cases[i].bytes, "%s: %llu", cases[i].value,
+                          (unsigned long long) c.engine.kv_memory);
+                daemon_config_done(&c);
+        }
+}
+
 static void test_bad_values(void) {
         static const struct { const char *text, *message; } cases[] = {
                 { "[Engine]\nPolicy=fastest\n", "x.conf:2: Policy= must be agentxpu, fcfs or serial, got 'fastest'" },
@@ -114,6 +145,15 @@ static void test_bad_values(void) {
                 { "\n\n[Limits]\nRequestsPerUser=0\n", "x.conf:4: RequestsPerUser= must be a whole number above 0" },
                 { "[Limits]\nMaxTokens=1e3\n", "MaxTokens=" },
                 { "[Limits]\nPromptBytes=99999999999999\n", "PromptBytes=" },
+                { "[Limits]\nKVMemory=6GB\n",
+                  "x.conf:2: KVMemory= must be auto or a size above 0 in bytes, or with K, M, G or T (as 512M or 6G), got '6GB'" },
+                { "[Limits]\nKVMemory=0\n", "KVMemory= must be auto or a size above 0" },
+                { "[Limits]\nKVMemory=0G\n", "KVMemory=" },
+                { "[Limits]\nKVMemory=1.5G\n", "KVMemory=" },
+                { "[Limits]\nKVMemory=-1\n", "KVMemory=" },
+                { "[Limits]\nKVMemory=Auto\n", "KVMemory=" },
+                { "[Limits]\nKVMemory=\n", "KVMemory=" },
+                { "[Limits]\nKVMemory=99999999999T\n", "KVMemory=" },
                 { "[Engine]\nProactiveDutyCycle=1.5\n", "ProactiveDutyCycle= must be a number from 0 to 1" },
                 { "[Engine]\nProactiveCpuShare=0\n", "ProactiveCpuShare= must be a number above 0 and at most 1, got '0'" },
                 { "[Engine]\nProactiveCpuShare=1.01\n", "ProactiveCpuShare=" },
@@ -178,6 +218,7 @@ static void test_files(void) {
 int main(void) {
         RUN(test_defaults);
         RUN(test_every_key);
+        RUN(test_kv_memory);
         RUN(test_kv_type_q8_0);
         RUN(test_bad_values);
         RUN(test_unknown_keys_are_skipped);

@@ -632,6 +632,56 @@ def test_a_load_waiting_on_requests_holds_no_one_up():
         load.wait(timeout=10)
 
 
+def test_kv_memory_budget():
+    """KVMemory=: a request reserves the KV cache of its prompt and max_tokens (at most the
+    context) until it ends; what does not fit now is answered Busy at once, naming the budget,
+    and fits again once a request is cancelled; an open flow holds its cache between turns
+    until it is closed. The test model's cache is 4 KiB a position: 16 MiB at 4096."""
+    with engine("[Limits]\nKVMemory=16896K\n") as (bus, d):
+        props = bus.props()
+        assert props["KVMemory"] == 16896 * 1024 and props["KVMemoryUsed"] == 0, props
+        # the whole context's cache: 16 MiB, of 16.5
+        a, path_a = submit_bg(bus, "-n", "4096", "Held A")
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 16 << 20, "the request's reservation")
+        full = ("The KV-cache budget (KVMemory=16.5 MiB) is full: 1 request or flow holds 16.0 MiB; "
+                "this one needs 16.0 MiB; try again when one ends")
+        r = bus.call("Reactive", "Held B", "{'max_tokens': <uint32 4096>}")
+        assert r.error_name == "org.agentxpu.Error.Busy" and r.error_message == full, r
+        # a small one fits in what is left
+        r = bus.call("Complete", "Small", GREEDY)
+        assert r.rc == 0, r
+        # cancelled: its room is free again
+        assert bus.gdbus(path_a, f"{REQ_IFACE}.Cancel").rc == 0
+        drain(a)
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 0, "the cancelled request's reservation to go")
+        b, path_b = submit_bg(bus, "-n", "4096", "Held B")
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 16 << 20, "the next request's reservation")
+        # its client gone: given back too
+        b.kill()
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 0, "the reservation of a request whose client left")
+
+        # a flow after a turn holds its cache (256 positions: 1 MiB), which leaves no room
+        chat = bus.spawn([CLI, "chat", "--address", bus.address, "-v", "-n", "16", "--temperature", "0"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert chat.stderr.readline().startswith("flow ")
+        chat.stdin.write("Hello\n")
+        chat.stdin.flush()
+        chat.stderr.readline()
+        assert chat.stderr.readline().startswith("finished:")
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 1 << 20, "the flow's cache to be counted")
+        r = bus.call("Reactive", "Held B", "{'max_tokens': <uint32 4096>}")
+        assert r.error_name == "org.agentxpu.Error.Busy", r
+        assert "is full: 1 request or flow holds 1.0 MiB; this one needs 16.0 MiB" in r.error_message, r
+        # the flow closed: room again
+        chat.stdin.close()
+        assert chat.wait(timeout=60) == 0
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 0, "the closed flow's cache to go")
+        b, path_b = submit_bg(bus, "-n", "4096", "Held B")
+        assert bus.gdbus(path_b, f"{REQ_IFACE}.Cancel").rc == 0
+        drain(b)
+        wait_for(lambda: bus.props()["KVMemoryUsed"] == 0, "the last reservation to go")
+
+
 TESTS = [
     test_complete_matches_generate,
     test_longrope_follows_the_engine_context,
@@ -657,6 +707,7 @@ TESTS = [
     test_load_model_changes_the_model_property,
     test_model_info_describes_the_model,
     test_penalties_from_the_command_line,
+    test_kv_memory_budget,
 ]
 
 if __name__ == "__main__":

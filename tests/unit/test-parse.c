@@ -98,10 +98,35 @@ static void test_double_locale(void) {
         setlocale(LC_NUMERIC, "C");
 }
 
+static void test_size(void) {
+        uint64_t v = 7;
+        CHECK(axp_parse_size("0", 0, UINT64_MAX, &v) == 0 && v == 0);
+        CHECK(axp_parse_size("4096", 0, UINT64_MAX, &v) == 0 && v == 4096);
+        CHECK(axp_parse_size("1K", 0, UINT64_MAX, &v) == 0 && v == 1024);
+        CHECK(axp_parse_size("512M", 0, UINT64_MAX, &v) == 0 && v == UINT64_C(512) << 20);
+        CHECK(axp_parse_size("512m", 0, UINT64_MAX, &v) == 0 && v == UINT64_C(512) << 20);
+        CHECK(axp_parse_size("6G", 0, UINT64_MAX, &v) == 0 && v == UINT64_C(6) << 30);
+        CHECK(axp_parse_size("2t", 0, UINT64_MAX, &v) == 0 && v == UINT64_C(2) << 40);
+        CHECK(axp_parse_size("16777215T", 0, UINT64_MAX, &v) == 0 && v == UINT64_C(16777215) << 40);
+        v = 7;
+        /* out of range: beyond max or min, or beyond 64 bits once multiplied */
+        CHECK_EQ_INT(axp_parse_size("2G", 0, UINT64_C(1) << 30, &v), -ERANGE);
+        CHECK_EQ_INT(axp_parse_size("0M", 1, UINT64_MAX, &v), -ERANGE);
+        CHECK_EQ_INT(axp_parse_size("16777216T", 0, UINT64_MAX, &v), -ERANGE);
+        CHECK_EQ_INT(axp_parse_size("99999999999999999999999G", 0, UINT64_MAX, &v), -ERANGE);
+        /* not a size: no digits, other suffixes, two suffixes, space, fractions, signs */
+        const char *bad[] = { "", "G", "6GB", "6GiB", "6X", "6KK", "6 G", " 6G", "1.5G", "-1G", "+1G", "auto", NULL };
+        for (const char **b = bad; *b; b++)
+                CHECK_MSG(axp_parse_size(*b, 0, UINT64_MAX, &v) == -EINVAL, "'%s'", *b);
+        CHECK_EQ_INT(axp_parse_size(NULL, 0, 1, &v), -EINVAL);
+        CHECK(v == 7);
+}
+
 int main(void) {
         RUN(test_u64);
         RUN(test_u32);
         RUN(test_int);
+        RUN(test_size);
         RUN(test_double);
         RUN(test_double_locale);
         TEST_EXIT();

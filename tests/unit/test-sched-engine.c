@@ -15,6 +15,7 @@
 #include "devices/cpu-device.h"
 #include "engine.h"
 #include "devices/forward.h"
+#include "heg/kv-budget.h"
 #include "heg/seq.h"
 #include "model/generate.h"
 #include "mkmodel.h"
@@ -121,6 +122,8 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
 /* A tiny preemption bound gives the smallest S_chk (16 tokens), so short prompts still split
  * into static chunks and a dynamic remainder. */
 static bool small_chunks;
+/* the engine's KVMemory budget (0: auto) */
+static uint64_t kv_memory;
 
 static axp_engine *new_engine_on(const char *policy, const char *static_dev, const char *dynamic_dev) {
         axp_engine_config c;
@@ -137,6 +140,7 @@ static axp_engine *new_engine_on(const char *policy, const char *static_dev, con
         c.n_threads = 2;
         c.calib_cache = calib_path;
         c.kv_type = kv_type;
+        c.kv_memory = kv_memory;
         if (axp_engine_new(&c, &e, &err) < 0)
                 fprintf(stderr, "engine: %s\n", err.msg);
         return e;
@@ -507,6 +511,154 @@ static void test_flow_reuses_kv(void) {
         axp_engine_free(e);
 }
 
+/* The KV-cache budget ------------------------------------------------------------------------ */
+
+static uint64_t kv_used(axp_engine *e) {
+        axp_engine_status st;
+        axp_engine_status_get(e, &st);
+        return st.kv_memory_used;
+}
+
+/* Submit prompt raw and greedy for max_tokens (the model never stops by itself). */
+static int submit_held(axp_engine *e, const char *prompt, int max_tokens, uint64_t flow, result *r,
+                       uint64_t *id, axp_error *err) {
+        axp_request_opts o;
+        axp_request_cbs cb = cbs_for(r);
+
+        greedy_opts(&o, max_tokens);
+        o.flow = flow;
+        result_init(r);
+        return axp_engine_submit(e, AXP_REACTIVE, prompt, &o, &cb, id, err);
+}
+
+static void cancel_wait(axp_engine *e, uint64_t id, result *r) {
+        CHECK(axp_engine_cancel(e, id) == 0);
+        result_wait(r);
+}
+
+/* A request reserves the cache of its prompt and max_tokens (at most the context) while it is
+ * in flight, whatever ends it; what does not fit now is busy, what never fits too big; an open
+ * flow holds its cache between turns, until it is closed or a new model empties it. */
+static void test_kv_budget(void) {
+        static result a, b, c, f1;
+        axp_model *m = NULL;
+        axp_error err = { 0 };
+        axp_engine_status st;
+        _cleanup_free_ int32_t *toks = NULL;
+        uint64_t ida, idb, idc, idf, flow;
+        uint32_t kt = AXP_TYPE_F16;
+        int n = 0;
+
+        /* what one request of prompts[0] and 200 tokens needs, and the whole context */
+        CHECK(axp_model_load(model_path, &m, &err) == 0);
+        if (!m)
+                return;
+        CHECK(axp_tokenize(m->tok, prompts[0], strlen(prompts[0]), AXP_TOK_PARSE_SPECIAL | AXP_TOK_ADD_BOS,
+                           &toks, &n, &err) == 0);
+        CHECK(axp_kv_type_from_name(kv_type ? kv_type : "f16", &kt) == 0);
+        const uint64_t x = axp_kv_cache_bytes(&m->hp, kt, n + 200, n);
+        const uint64_t whole = axp_kv_cache_bytes(&m->hp, kt, 1024, n);
+        const uint64_t auto_bytes = axp_kv_budget_auto(axp_physical_memory(), axp_model_weight_bytes(m));
+        axp_model_free(m);
+
+        /* auto: the rule of heg/kv-budget.h; a request holds its worst case until it ends */
+        kv_memory = 0;
+        axp_engine *e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        axp_engine_status_get(e, &st);
+        CHECK(st.kv_memory == auto_bytes && st.kv_memory_used == 0);
+        CHECK(submit_held(e, prompts[0], 200, 0, &a, &ida, &err) == 0);
+        CHECK_MSG(kv_used(e) == x, "%" PRIu64 " held, %" PRIu64 " expected", kv_used(e), x);
+        cancel_wait(e, ida, &a);
+        CHECK(kv_used(e) == 0);
+        /* run to its end: given back too */
+        CHECK(submit_held(e, prompts[0], 4, 0, &a, &ida, &err) == 0);
+        result_wait(&a);
+        CHECK(a.reason == AXP_FINISH_LENGTH);
+        CHECK(kv_used(e) == 0);
+        axp_engine_free(e);
+
+        /* room for two such requests and a half */
+        kv_memory = 2 * x + x / 2;
+        e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        axp_engine_status_get(e, &st);
+        CHECK(st.kv_memory == kv_memory);
+        CHECK(submit_held(e, prompts[0], 200, 0, &a, &ida, &err) == 0);
+        CHECK(submit_held(e, prompts[0], 200, 0, &b, &idb, &err) == 0);
+        CHECK(kv_used(e) == 2 * x);
+        CHECK(submit_held(e, prompts[0], 200, 0, &c, &idc, &err) == -EBUSY);
+        CHECK_MSG(strncmp(err.msg, "the KV-cache budget (KVMemory=", 30) == 0 &&
+                  strstr(err.msg, " is full: 2 requests and flows hold ") && strstr(err.msg, "; this one needs "),
+                  "%s", err.msg);
+        CHECK(!c.done && kv_used(e) == 2 * x);
+        /* a short one still fits in what is left */
+        CHECK(submit_held(e, "Short.", 1, 0, &c, &idc, &err) == 0);
+        result_wait(&c);
+        /* more than the whole budget: too big, not busy */
+        CHECK(whole > kv_memory);
+        CHECK(submit_held(e, prompts[0], 1000, 0, &c, &idc, &err) == -E2BIG);
+        CHECK_MSG(strstr(err.msg, "more than the whole KV-cache budget (KVMemory="), "%s", err.msg);
+        /* one cancelled: room again */
+        cancel_wait(e, ida, &a);
+        CHECK(kv_used(e) == x);
+        CHECK(submit_held(e, prompts[0], 200, 0, &c, &idc, &err) == 0);
+        cancel_wait(e, idb, &b);
+        cancel_wait(e, idc, &c);
+        CHECK(kv_used(e) == 0);
+
+        /* a flow holds its cache between turns */
+        CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+        CHECK(kv_used(e) == 0);
+        CHECK(submit_held(e, prompts[0], 200, flow, &f1, &idf, &err) == 0);
+        CHECK(kv_used(e) == x); /* a turn: its worst case */
+        CHECK(submit_held(e, prompts[0], 200, 0, &a, &ida, &err) == 0);
+        CHECK(submit_held(e, prompts[0], 200, 0, &b, &idb, &err) == -EBUSY);
+        cancel_wait(e, idf, &f1);
+        const uint64_t held = kv_used(e) - x;
+        CHECK(held > x / 2); /* the flow keeps its cache: the test's premise */
+        CHECK(submit_held(e, prompts[0], 200, 0, &b, &idb, &err) == -EBUSY);
+        CHECK_MSG(strstr(err.msg, " is full: 2 requests and flows hold "), "%s", err.msg);
+        /* its next turn asks for what it may reach beyond what it holds: with 400 tokens, more
+         * than the budget has beside the request in flight (for any prompt under 198 tokens) */
+        CHECK(n < 198);
+        CHECK(submit_held(e, prompts[0], 400, flow, &f1, &idf, &err) == -EBUSY);
+        CHECK(kv_used(e) == x + held);
+        /* closed: its cache is given back */
+        CHECK(axp_engine_flow_close(e, flow) == 0);
+        CHECK(kv_used(e) == x);
+        CHECK(submit_held(e, prompts[0], 200, 0, &b, &idb, &err) == 0);
+        cancel_wait(e, ida, &a);
+        cancel_wait(e, idb, &b);
+        CHECK(kv_used(e) == 0);
+
+        /* closed with a turn in flight: the turn is cancelled, and both are given back */
+        CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+        CHECK(submit_held(e, prompts[0], 200, flow, &f1, &idf, &err) == 0);
+        CHECK(axp_engine_flow_close(e, flow) == 0);
+        result_wait(&f1);
+        CHECK(f1.reason == AXP_FINISH_CANCELLED);
+        CHECK(kv_used(e) == 0);
+
+        /* a new model empties the flows' caches */
+        CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+        CHECK(submit_held(e, prompts[0], 4, flow, &f1, &idf, &err) == 0);
+        result_wait(&f1);
+        CHECK(kv_used(e) > 0);
+        CHECK(axp_engine_load_model(e, model_path, &err) == 0);
+        CHECK(kv_used(e) == 0);
+        CHECK(submit_held(e, prompts[0], 4, flow, &f1, &idf, &err) == 0);
+        result_wait(&f1);
+        CHECK(kv_used(e) > 0);
+        /* freed with a flow holding its cache (the engine asserts every hold went back) */
+        axp_engine_free(e);
+        kv_memory = 0;
+}
+
 /* Swapping models under load while other threads read the status --------------------------- */
 
 /* What status_changed was told, from which thread. */
@@ -705,6 +857,7 @@ int main(void) {
         RUN(test_unknown_kv_type);
         RUN(test_free_with_requests_in_flight);
         RUN(test_flow_reuses_kv);
+        RUN(test_kv_budget);
         RUN(test_swap_models_under_load);
         unlink(model_path);
         unlink(model_b_path);

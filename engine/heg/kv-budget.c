@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+#include "kv-budget.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
+
+uint64_t axp_kv_budget_auto(uint64_t phys_bytes, uint64_t model_bytes) {
+        uint64_t left = phys_bytes > model_bytes ? phys_bytes - model_bytes : 0;
+        return MAX(left / 2, AXP_KV_BUDGET_AUTO_FLOOR);
+}
+
+uint64_t axp_physical_memory(void) {
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+        if (pages <= 0 || size <= 0)
+                return 0;
+        return (uint64_t) pages * (uint64_t) size;
+}
+
+void axp_format_bytes(uint64_t bytes, char *buf, size_t size) {
+        if (bytes >= UINT64_C(1) << 30)
+                snprintf(buf, size, "%.1f GiB", (double) bytes / (double) (UINT64_C(1) << 30));
+        else if (bytes >= UINT64_C(1) << 20)
+                snprintf(buf, size, "%.1f MiB", (double) bytes / (double) (UINT64_C(1) << 20));
+        else if (bytes >= UINT64_C(1) << 10)
+                snprintf(buf, size, "%.1f KiB", (double) bytes / (double) (UINT64_C(1) << 10));
+        else
+                snprintf(buf, size, "%" PRIu64 " bytes", bytes);
+}
+
+static void check(const axp_kv_budget *b) {
+        assert(b->holders > 0 || b->used == 0);
+}
+
+int axp_kv_budget_reserve(axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes, axp_error *err) {
+        const uint64_t have = h->held ? h->bytes : 0;
+        char need_s[32], limit_s[32], used_s[32];
+
+        check(b);
+        assert(!h->held || b->holders > 0);
+        assert(b->used >= have);
+        if (h->held && bytes <= h->bytes)
+                return 0;
+        axp_format_bytes(bytes, need_s, sizeof(need_s));
+        axp_format_bytes(b->limit, limit_s, sizeof(limit_s));
+        if (bytes > b->limit)
+                return axp_errorf(err, -E2BIG,
+                                  "this request needs %s of KV cache, more than the whole KV-cache budget "
+                                  "(KVMemory=%s) holds; ask for fewer tokens (max_tokens) or a shorter prompt",
+                                  need_s, limit_s);
+        if (b->used - have + bytes > b->limit) {
+                const unsigned others = b->holders - (h->held ? 1 : 0);
+                axp_format_bytes(b->used - have, used_s, sizeof(used_s));
+                return axp_errorf(err, -EBUSY,
+                                  "the KV-cache budget (KVMemory=%s) is full: %u %s %s; this one needs %s; "
+                                  "try again when one ends",
+                                  limit_s, others, others == 1 ? "request or flow holds" : "requests and flows hold",
+                                  used_s, need_s);
+        }
+        axp_kv_budget_set(b, h, bytes);
+        return 0;
+}
+
+void axp_kv_budget_set(axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes) {
+        check(b);
+        if (!h->held) {
+                b->holders++;
+                *h = (axp_kv_hold) { .held = true };
+        }
+        assert(b->used >= h->bytes);
+        b->used = b->used - h->bytes + bytes;
+        h->bytes = bytes;
+}
+
+void axp_kv_budget_release(axp_kv_budget *b, axp_kv_hold *h) {
+        check(b);
+        assert(h->held);
+        assert(b->holders > 0 && b->used >= h->bytes);
+        b->holders--;
+        b->used -= h->bytes;
+        *h = (axp_kv_hold) { 0 };
+        check(b);
+}
