@@ -143,31 +143,6 @@ MonitorConfig *monitor_config_defaults(void) {
         return cfg;
 }
 
-/* Sizes may carry a K, M or G suffix (powers of 1024). */
-static int parse_size(const char *s, guint64 *ret) {
-        size_t n = strlen(s);
-        guint64 v, mult = 1;
-        int r;
-
-        switch (n > 0 ? g_ascii_toupper(s[n - 1]) : 0) {
-        case 'K': mult = 1024; break;
-        case 'M': mult = 1024 * 1024; break;
-        case 'G': mult = 1024 * 1024 * 1024; break;
-        }
-        if (mult == 1)
-                r = axp_parse_u64(s, 0, UINT64_MAX, &v);
-        else {
-                g_autofree char *digits = g_strndup(s, n - 1);
-                r = axp_parse_u64(digits, 0, UINT64_MAX, &v);
-        }
-        if (r < 0)
-                return r;
-        if (!axp_mul_ok(v, mult, &v))
-                return -ERANGE;
-        *ret = v;
-        return 0;
-}
-
 static int load_key(MonitorConfig *cfg, GKeyFile *kf, const KeySpec *k, const char *file,
                     axp_error *err) {
         g_autoptr(GError) e = NULL;
@@ -221,13 +196,13 @@ static int load_key(MonitorConfig *cfg, GKeyFile *kf, const KeySpec *k, const ch
         case KEY_UINT:
         case KEY_SIZE: {
                 guint64 v;
-                int r = k->type == KEY_SIZE ? parse_size(raw, &v) : axp_parse_u64(raw, 0, G_MAXUINT32, &v);
+                int r = k->type == KEY_SIZE ? axp_parse_size(raw, 0, UINT64_MAX, &v) : axp_parse_u64(raw, 0, G_MAXUINT32, &v);
                 if (r < 0 || v < k->min || v > k->max)
                         return axp_errorf(err, -EINVAL,
                                           "%s: [%s] %s=%s: expected a whole number from "
                                           "%" G_GUINT64_FORMAT " to %" G_GUINT64_FORMAT "%s",
                                           file, k->group, k->key, raw, k->min, k->max,
-                                          k->type == KEY_SIZE ? " (K, M or G suffix allowed)" : "");
+                                          k->type == KEY_SIZE ? " (K, M, G or T suffix allowed)" : "");
                 if (k->type == KEY_SIZE)
                         *(guint64 *) field = v;
                 else
