@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,4 +159,15 @@ int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err)
         *ret = buf;
         *ret_len = len;
         return 0;
+}
+
+void axp_format_bytes(uint64_t bytes, char *buf, size_t size) {
+        if (bytes >= UINT64_C(1) << 30)
+                snprintf(buf, size, "%.1f GiB", (double) bytes / (double) (UINT64_C(1) << 30));
+        else if (bytes >= UINT64_C(1) << 20)
+                snprintf(buf, size, "%.1f MiB", (double) bytes / (double) (UINT64_C(1) << 20));
+        else if (bytes >= UINT64_C(1) << 10)
+                snprintf(buf, size, "%.1f KiB", (double) bytes / (double) (UINT64_C(1) << 10));
+        else
+                snprintf(buf, size, "%" PRIu64 " bytes", bytes);
 }

@@ -75,3 +75,6 @@ void axp_write_visible(FILE *f, const char *s, size_t len);
 
 /* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
 int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);
+
+/* "512.0 MiB", "5.8 GiB", "900.0 KiB", "12 bytes": a size for people to read. */
+void axp_format_bytes(uint64_t bytes, char *buf, size_t size);

@@ -26,14 +26,6 @@ static int push(axp_discovery *d, axp_dev_entry **ret) {
         return 0;
 }
 
-static const char *mem_str(uint64_t b, char *buf, size_t size) {
-        if (b >= (1ull << 30))
-                snprintf(buf, size, "%.1f GiB", (double) b / (1ull << 30));
-        else
-                snprintf(buf, size, "%.0f MiB", (double) b / (1ull << 20));
-        return buf;
-}
-
 static int add_cpu(axp_discovery *d) {
         axp_dev_entry *e;
         if (push(d, &e) < 0)
@@ -72,12 +64,13 @@ static int add_opencl(axp_discovery *d) {
                 e->kind = l[i].kind;
                 e->mem_bytes = l[i].mem_bytes;
                 e->can_run = true;
+                axp_format_bytes(l[i].max_alloc, m, sizeof(m));
                 snprintf(e->note, sizeof(e->note),
                          "%.70s, %d compute units, %s, largest buffer %s, fp16 %s", l[i].version,
                          l[i].compute_units,
                          l[i].host_unified ? "shares host memory (weights used in place)"
                                            : "own memory (weights uploaded)",
-                         mem_str(l[i].max_alloc, m, sizeof(m)), l[i].fp16 ? "yes" : "storage only");
+                         m, l[i].fp16 ? "yes" : "storage only");
         }
 #else
         snprintf(d->opencl, sizeof(d->opencl), "not built (no OpenCL headers at build time)");

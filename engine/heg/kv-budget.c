@@ -20,17 +20,6 @@ uint64_t axp_physical_memory(void) {
         return (uint64_t) pages * (uint64_t) size;
 }
 
-void axp_format_bytes(uint64_t bytes, char *buf, size_t size) {
-        if (bytes >= UINT64_C(1) << 30)
-                snprintf(buf, size, "%.1f GiB", (double) bytes / (double) (UINT64_C(1) << 30));
-        else if (bytes >= UINT64_C(1) << 20)
-                snprintf(buf, size, "%.1f MiB", (double) bytes / (double) (UINT64_C(1) << 20));
-        else if (bytes >= UINT64_C(1) << 10)
-                snprintf(buf, size, "%.1f KiB", (double) bytes / (double) (UINT64_C(1) << 10));
-        else
-                snprintf(buf, size, "%" PRIu64 " bytes", bytes);
-}
-
 static void check(const axp_kv_budget *b) {
         assert(b->holders > 0 || b->used == 0);
 }

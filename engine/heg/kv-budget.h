@@ -50,6 +50,3 @@ void axp_kv_budget_set(axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes);
 
 /* Give a taken hold back; h is zeroed. */
 void axp_kv_budget_release(axp_kv_budget *b, axp_kv_hold *h);
-
-/* "512 MiB", "5.8 GiB", "900 KiB", "12 bytes": a size for a message. */
-void axp_format_bytes(uint64_t bytes, char *buf, size_t size);

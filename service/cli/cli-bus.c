@@ -923,6 +923,50 @@ static int print_cpu_guard(sd_bus_message *m) {
         return sd_bus_message_exit_container(m);
 }
 
+/* ModelInfo: "llama, 1.24 billion parameters, Q4_K_M, context 4096, chat template llama3
+ * (takes tools)"; nothing while no model is loaded. */
+static int print_model_info(sd_bus_message *m) {
+        const char *arch = "", *file_type = "", *chat = "";
+        uint64_t params = 0;
+        uint32_t n_ctx = 0;
+        int tools = 0, r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *key;
+                r = sd_bus_message_read(m, "s", &key);
+                if (r < 0)
+                        break;
+                if (strcmp(key, "architecture") == 0)
+                        r = sd_bus_message_read(m, "v", "s", &arch);
+                else if (strcmp(key, "file_type") == 0)
+                        r = sd_bus_message_read(m, "v", "s", &file_type);
+                else if (strcmp(key, "chat_template") == 0)
+                        r = sd_bus_message_read(m, "v", "s", &chat);
+                else if (strcmp(key, "parameters") == 0)
+                        r = sd_bus_message_read(m, "v", "t", &params);
+                else if (strcmp(key, "context_length") == 0)
+                        r = sd_bus_message_read(m, "v", "u", &n_ctx);
+                else if (strcmp(key, "tools") == 0)
+                        r = sd_bus_message_read(m, "v", "b", &tools);
+                else
+                        r = sd_bus_message_skip(m, "v");
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+        }
+        if (r < 0)
+                return r;
+        if (*arch) {
+                printf("          ");
+                cli_put_visible(arch);
+                printf(", %.*f %s parameters, %s, context %u, chat template %s%s\n", params >= 1000000000 ? 2 : 1,
+                       params >= 1000000000 ? (double) params / 1e9 : (double) params / 1e6,
+                       params >= 1000000000 ? "billion" : "million", *file_type ? file_type : "type unknown",
+                       n_ctx, chat, tools ? " (takes tools)" : "");
+        }
+        return sd_bus_message_exit_container(m);
+}
+
 /* The caller's own requests: the engine lists only those as children of the request path. */
 static void print_requests(sd_bus *bus) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
@@ -969,6 +1013,7 @@ int cli_status(int argc, char **argv) {
         };
         const char *address = NULL;
         uint32_t queued_reactive = 0, queued_proactive = 0, running = 0;
+        uint64_t kv_memory = 0, kv_used = 0;
         int c, r;
 
         optind = 1;
@@ -1014,10 +1059,13 @@ int cli_status(int argc, char **argv) {
                                 cli_put_visible(*s ? s : "(none)");
                                 putchar('\n');
                         }
-                } else if (strcmp(key, "Devices") == 0 || strcmp(key, "CpuGuard") == 0) {
+                } else if (strcmp(key, "Devices") == 0 || strcmp(key, "CpuGuard") == 0 ||
+                           strcmp(key, "ModelInfo") == 0) {
                         r = sd_bus_message_enter_container(reply, 'v', contents);
                         if (r >= 0)
-                                r = key[0] == 'D' ? print_devices(reply) : print_cpu_guard(reply);
+                                r = key[0] == 'D' ? print_devices(reply)
+                                  : key[0] == 'C' ? print_cpu_guard(reply)
+                                                  : print_model_info(reply);
                         if (r >= 0)
                                 r = sd_bus_message_exit_container(reply);
                 } else if (strcmp(contents, "u") == 0) {
@@ -1026,6 +1074,8 @@ int cli_status(int argc, char **argv) {
                                       strcmp(key, "Running") == 0 ? &running : NULL;
                         uint32_t ignored;
                         r = sd_bus_message_read(reply, "v", "u", u ?: &ignored);
+                } else if (strcmp(contents, "t") == 0 && strncmp(key, "KVMemory", 8) == 0) {
+                        r = sd_bus_message_read(reply, "v", "t", key[8] ? &kv_used : &kv_memory);
                 } else
                         r = sd_bus_message_skip(reply, "v");
                 if (r >= 0)
@@ -1033,6 +1083,12 @@ int cli_status(int argc, char **argv) {
         }
         if (r < 0)
                 return cli_fail("unexpected reply from the engine: %s", strerror(-r));
+        if (kv_memory > 0) {
+                char used[32], limit[32];
+                axp_format_bytes(kv_used, used, sizeof(used));
+                axp_format_bytes(kv_memory, limit, sizeof(limit));
+                printf("KV cache: %s of %s in use (KVMemory=)\n", used, limit);
+        }
         printf("Queued:   %u reactive, %u proactive\n", queued_reactive, queued_proactive);
         printf("Running:  %u\n", running);
         print_requests(bus);

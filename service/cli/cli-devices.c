@@ -30,10 +30,8 @@ static int usage(FILE *f) {
 static const char *mem_str(uint64_t b, char *buf, size_t size) {
         if (b == 0)
                 snprintf(buf, size, "-");
-        else if (b >= (1ull << 30))
-                snprintf(buf, size, "%.1f GiB", (double) b / (1ull << 30));
         else
-                snprintf(buf, size, "%.0f MiB", (double) b / (1ull << 20));
+                axp_format_bytes(b, buf, size);
         return buf;
 }
 

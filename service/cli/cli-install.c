@@ -285,15 +285,6 @@ typedef struct Job {
         int last_shown;
 } Job;
 
-static void human_size(uint64_t b, char *buf, size_t cap) {
-        if (b >= (UINT64_C(1) << 30))
-                snprintf(buf, cap, "%.1f GiB", (double) b / (double) (UINT64_C(1) << 30));
-        else if (b >= (UINT64_C(1) << 20))
-                snprintf(buf, cap, "%.1f MiB", (double) b / (double) (UINT64_C(1) << 20));
-        else
-                snprintf(buf, cap, "%.1f KiB", (double) b / 1024.0);
-}
-
 static void show_progress(Job *j) {
         int pct = (int) (j->progress * 100.0 + 1e-9);
         char done[32], total[32];
@@ -301,8 +292,8 @@ static void show_progress(Job *j) {
         if (pct == j->last_shown)
                 return;
         j->last_shown = pct;
-        human_size(j->done, done, sizeof(done));
-        human_size(j->total, total, sizeof(total));
+        axp_format_bytes(j->done, done, sizeof(done));
+        axp_format_bytes(j->total, total, sizeof(total));
         if (j->tty) {
                 char bar[41];
                 int fill = pct * 40 / 100;
@@ -483,7 +474,7 @@ static int install(const char *address, const char *spec, const char *name_opt) 
                 fputc('\n', stderr);
         if (strcmp(job.result, "done") == 0) {
                 char size[32];
-                human_size((uint64_t) st.st_size, size, sizeof(size));
+                axp_format_bytes((uint64_t) st.st_size, size, sizeof(size));
                 printf("Installed %s (%s); 'agentxpu model use %s' serves it\n", name, size, name);
                 r = 0;
         } else if (strcmp(job.result, "cancelled") == 0)
@@ -566,7 +557,7 @@ static int list(const char *address) {
                 if (n++ == 0)
                         printf("  %-32s %-7s %8s %10s  %s\n", "NAME", "ARCH", "PARAMS", "SIZE", "TYPES");
                 human_count(params, p, sizeof(p));
-                human_size(size, sz, sizeof(sz));
+                axp_format_bytes(size, sz, sizeof(sz));
                 /* arch and error come from the file: shown, never obeyed, by a terminal */
                 if (error) {
                         printf("%c %-32s unusable: ", loaded ? '*' : ' ', name);

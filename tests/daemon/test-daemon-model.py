@@ -588,6 +588,11 @@ def test_model_info_describes_the_model():
         assert info == {"name": p["Model"], "architecture": "llama", "parameters": int(m.group(1)),
                         "context_length": 1000, "file_type": "Q8_0", "chat_template": "llama3",
                         "tools": False}, info
+        r = bus.cli("status")
+        want = "          llama, %.1f million parameters, Q8_0, context 1000, chat template llama3\n" % (
+            int(m.group(1)) / 1e6)
+        assert r.rc == 0 and want in r.out, (want, r.out)
+        assert re.search(r"^KV cache: 0 bytes of [0-9.]+ [MG]iB in use \(KVMemory=\)$", r.out, re.M), r.out
     # another type, a template that takes tools, the model's own context
     path = os.path.join(os.path.dirname(model()), "tools-q4_k.gguf")
     template = ("{% if tools %}{{ tools | tojson }}{% endif %}{% for message in messages %}"
