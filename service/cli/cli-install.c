@@ -10,7 +10,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,12 +267,6 @@ static int resolve_hf(const char *spec, Source *ret) {
 
 /* --- waiting for the job ------------------------------------------------------------------ */
 
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig) {
-        interrupted++;
-}
-
 typedef struct Job {
         const char *path;
         bool finished, engine_lost;
@@ -373,7 +366,6 @@ static int install(const char *address, const char *spec, const char *name_opt) 
         _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
         Source src = {};
         Job job = { .tty = isatty(STDERR_FILENO), .last_shown = -1 };
-        struct sigaction sa = { .sa_handler = on_sigint };
         const char *name, *path;
         bool cancel_sent = false;
         struct stat st;
@@ -449,19 +441,20 @@ static int install(const char *address, const char *spec, const char *name_opt) 
         fd = -1;
 
         /* Ctrl-C cancels the copy; a second one leaves (and the engine cancels it then). */
-        sigemptyset(&sa.sa_mask);
-        (void) sigaction(SIGINT, &sa, NULL);
-        (void) sigaction(SIGTERM, &sa, NULL);
+        if (cli_catch_interrupts() != 0) {
+                r = 1;
+                goto out;
+        }
         while (!job.finished) {
                 if (job.engine_lost) {
                         r = cli_fail("the engine left the bus before the installation ended");
                         goto out;
                 }
-                if (interrupted >= 2) {
+                if (cli_interrupted() >= 2) {
                         r = cli_fail("interrupted");
                         goto out;
                 }
-                if (interrupted && !cancel_sent) {
+                if (cli_interrupted() && !cancel_sent) {
                         (void) sd_bus_call_method_async(bus, NULL, AXP_BUS_NAME, path, AXP_BUS_JOB_IFACE, "Cancel",
                                                         NULL, NULL, NULL);
                         cancel_sent = true;
@@ -473,8 +466,8 @@ static int install(const char *address, const char *spec, const char *name_opt) 
                 }
                 if (r > 0)
                         continue;
-                r = sd_bus_wait(bus, UINT64_MAX);
-                if (r < 0 && r != -EINTR) {
+                r = cli_bus_wait(bus);
+                if (r < 0) {
                         r = cli_fail("lost the bus: %s", strerror(-r));
                         goto out;
                 }

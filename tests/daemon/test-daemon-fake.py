@@ -20,8 +20,9 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (IFACE, JOB_IFACE, NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
-                     gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
+from bustest import (IFACE, JOB_IFACE, NAME, PATH, REQ_IFACE, WAIT, Daemon, Skip, TestBus, check_bad_inputs,  # noqa: E402
+                     drain, gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run,
+                     wait_for)
 
 FAKE = os.environ.get("AXP_ENGINE_FAKE", "")
 STANDIN = os.environ.get("AXP_POLKIT_STANDIN", "")
@@ -753,6 +754,53 @@ def test_ctrl_c_cancels_the_request():
         assert f"{path} finished: cancelled" in d.text()
 
 
+def test_ctrl_c_cancels_while_the_engine_is_silent():
+    """Ctrl-C cancels at once though nothing comes on the bus to wake the command: the test
+    double tells nothing of a "silent" request until it is cancelled. Each command is tried
+    with the Ctrl-C sent while it waits, and with it landing just before it waits
+    (sigint-before-wait.c): there the command used to check for a Ctrl-C, then sleep on the
+    bus until its next message, which never came."""
+    shim = os.environ.get("AXP_SIGINT_BEFORE_WAIT")
+    if not shim:
+        raise Skip("AXP_SIGINT_BEFORE_WAIT is not set (run through meson test)")
+
+    def ended(p, what):
+        try:
+            rc = p.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise AssertionError(f"{what}: still running {WAIT:.0f} s after Ctrl-C")
+        return rc, p.stdout.read(), p.stderr.read()
+
+    with engine() as (bus, d):
+        for cmd, want_rc in ((["ask", "-v"], 1), (["submit", "-v", "--wait"], 1), (["chat", "-v"], 0)):
+            for before_wait in (False, True):
+                what = f"{cmd[0]} ({'just before' if before_wait else 'while'} it waits)"
+                argv = [os.environ["AXP_CLI"], cmd[0], "--address", bus.address] + cmd[1:]
+                if cmd[0] != "chat":
+                    argv.append("silent please")
+                env = dict(os.environ, LD_PRELOAD=shim) if before_wait else None
+                p = bus.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+                if cmd[0] == "chat":
+                    p.stdin.write("silent please\n")
+                    p.stdin.flush()
+                line = p.stderr.readline()
+                if cmd[0] == "chat":
+                    line = p.stderr.readline()  # after "flow PATH"
+                m = re.match(r"request (\S+)$", line.strip())
+                assert m, (what, line)
+                if not before_wait:
+                    p.send_signal(signal.SIGINT)
+                if cmd[0] == "chat":
+                    wait_for(lambda: f"{m.group(1)} finished: cancelled" in d.text(), f"{what}: the cancel")
+                    p.stdin.close()  # the turn was cancelled, not the chat: it ends at Ctrl-D
+                rc, out, err = ended(p, what)
+                assert rc == want_rc and "the request was cancelled" in err, (what, rc, out, err)
+                assert f"{m.group(1)} finished: cancelled" in d.text(), what
+
+
 def test_startup_errors_are_clear():
     if not FAKE:
         raise Skip("AXP_ENGINE_FAKE is not set")
@@ -814,6 +862,7 @@ TESTS = [
     test_cli_escapes_control_characters_on_a_terminal,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
+    test_ctrl_c_cancels_while_the_engine_is_silent,
     test_startup_errors_are_clear,
 ]
 
