@@ -73,5 +73,13 @@ void axp_json_string(FILE *f, const char *s, size_t len);
  * unchanged. For generated text, which may hold any of them. */
 void axp_write_visible(FILE *f, const char *s, size_t len);
 
-/* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
-int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);
+/* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). A file of more
+ * than `max` bytes fails with -EFBIG ("PATH is larger than N MiB") once max + 1 bytes are
+ * read, or before reading for a regular file, so that /dev/zero or a FIFO that never ends
+ * cannot take all memory. */
+int axp_read_file(const char *path, size_t max, char **ret, size_t *ret_len, axp_error *err);
+
+/* The cap of axp_read_file for text a user gives in a file: a prompt, a JSON schema, a
+ * grammar, a tool list. Generous: the engine service has its own, smaller, limits
+ * (PromptBytes=), which the command line does not know. */
+#define AXP_TEXT_FILE_MAX ((size_t) 64 << 20)

@@ -208,7 +208,7 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         size_t len;
                         free(*dst);
                         *dst = NULL;
-                        if (axp_read_file(optarg, dst, &len, &err) < 0)
+                        if (axp_read_file(optarg, AXP_TEXT_FILE_MAX, dst, &len, &err) < 0)
                                 return cli_fail("%s", err.msg);
                         if (!cli_utf8(flag, *dst, len) || !cli_no_nul(flag, *dst, len))
                                 return 1;

@@ -25,6 +25,10 @@
 #define OLLAMA_MODEL_MEDIA_TYPE "application/vnd.ollama.image.model"
 /* polkit may wait for a password */
 #define ADMIN_CALL_USEC (UINT64_C(30) * 60 * 1000000)
+/* What the command line reads of a model store: an Ollama manifest (JSON naming a few layers)
+ * and a Hugging Face cache's refs/main (a commit's hash), far below these. */
+#define MANIFEST_MAX ((size_t) 1 << 20)
+#define REF_MAX ((size_t) 4096)
 
 enum { ARG_ADDRESS = 0x100, ARG_NAME };
 
@@ -100,6 +104,7 @@ static int resolve_ollama(const char *spec, Source *ret) {
         axp_error err = {};
         size_t len;
         char *colon;
+        int r;
 
         if (!name)
                 return cli_fail("out of memory");
@@ -117,7 +122,10 @@ static int resolve_ollama(const char *spec, Source *ret) {
         if (!root || asprintf(&manifest, "%s/manifests/registry.ollama.ai/%s%s/%s", root,
                               strchr(name, '/') ? "" : "library/", name, tag) < 0)
                 return cli_fail("out of memory");
-        if (axp_read_file(manifest, &text, &len, &err) < 0)
+        r = axp_read_file(manifest, MANIFEST_MAX, &text, &len, &err);
+        if (r == -EFBIG)
+                return cli_fail("%s is not an Ollama manifest: %s", manifest, err.msg);
+        if (r < 0)
                 return cli_fail("no Ollama model %s:%s (%s); 'ollama pull %s:%s' fetches it, or set OLLAMA_MODELS "
                                 "to the store's folder", name, tag, err.msg, name, tag);
         if (json_parse(text, len, &j, &err) < 0)
@@ -188,7 +196,7 @@ static int resolve_hf(const char *spec, Source *ret) {
         char list[512], *colon, *slash;
         axp_error err = {};
         size_t len;
-        int n;
+        int n, r;
 
         if (!repo || !cache)
                 return cli_fail("out of memory");
@@ -202,7 +210,10 @@ static int resolve_hf(const char *spec, Source *ret) {
         if (asprintf(&base, "%s/models--%s--%s", cache, repo, slash + 1) < 0 ||
             asprintf(&ref, "%s/refs/main", base) < 0)
                 return cli_fail("out of memory");
-        if (axp_read_file(ref, &rev, &len, &err) >= 0) {
+        r = axp_read_file(ref, REF_MAX, &rev, &len, &err);
+        if (r == -EFBIG)
+                return cli_fail("%s does not name a snapshot: %s", ref, err.msg);
+        if (r >= 0) {
                 rev[strcspn(rev, "\n")] = 0;
                 if (!path_part_ok(rev) || strchr(rev, '/'))
                         return cli_fail("%s does not name a snapshot", ref);
