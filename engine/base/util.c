@@ -100,24 +100,34 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
         axp_json_quote(s, len, put_file, f);
 }
 
-void axp_write_visible(FILE *f, const char *s, size_t len) {
+void axp_visible(const char *s, size_t len, bool one_line, axp_put_fn put, void *ctx) {
         const unsigned char *p = (const unsigned char *) s;
         size_t start = 0;
 
         for (size_t i = 0; i < len;) {
-                size_t n = (p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f ? 1 :
+                bool c0 = p[i] < 0x20 && (one_line || (p[i] != '\n' && p[i] != '\t'));
+                size_t n = c0 || p[i] == 0x7f ? 1 :
                            p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f ? 2 : 0;
                 if (n == 0) {
                         i++;
                         continue;
                 }
-                fwrite(p + start, 1, i - start, f);
-                for (size_t k = 0; k < n; k++)
-                        fprintf(f, "\\x%02x", p[i + k]);
+                if (i > start)
+                        put(ctx, s + start, i - start);
+                for (size_t k = 0; k < n; k++) {
+                        char esc[8];
+                        snprintf(esc, sizeof(esc), "\\x%02x", p[i + k]);
+                        put(ctx, esc, 4);
+                }
                 i += n;
                 start = i;
         }
-        fwrite(p + start, 1, len - start, f);
+        if (len > start)
+                put(ctx, s + start, len - start);
+}
+
+void axp_write_visible(FILE *f, const char *s, size_t len) {
+        axp_visible(s, len, false, put_file, f);
 }
 
 static int too_large(axp_error *err, const char *path, size_t max) {

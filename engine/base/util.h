@@ -70,8 +70,11 @@ void axp_json_string(FILE *f, const char *s, size_t len);
 /* Write s (len bytes) so that a terminal shows it rather than obeys it: control characters
  * other than \n and \t (C0, DEL, and C1 as the UTF-8 bytes C2 80..C2 9F) are written as the
  * \xNN escapes of their bytes, BEL as \x07 and CSI (U+009B) as \xc2\x9b; all else passes
- * unchanged. For generated text, which may hold any of them. */
+ * unchanged. For generated text, which may hold any of them. axp_visible hands the same
+ * piece by piece to put; with one_line, \n and \t are escaped too (\x0a, \x09), for text
+ * that must not end or break a line, such as a file's name in a log line. */
 void axp_write_visible(FILE *f, const char *s, size_t len);
+void axp_visible(const char *s, size_t len, bool one_line, axp_put_fn put, void *ctx);
 
 /* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). A file of more
  * than `max` bytes fails with -EFBIG ("PATH is larger than N MiB") once max + 1 bytes are
