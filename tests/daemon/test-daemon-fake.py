@@ -273,12 +273,22 @@ def test_engine_error_is_reported():
 
 def test_calls_to_missing_paths_answer_not_found():
     with engine() as (bus, d):
-        for method, args in ((f"{REQ_IFACE}.Cancel", ()),
-                             ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
-                             ("org.freedesktop.DBus.Introspectable.Introspect", ())):
-            r = bus.gdbus(PATH + "/request/9999", method, *args)
-            assert r.error_name == "org.agentxpu.Error.NotFound", (method, r)
-            assert r.error_message == "Request 9999 does not exist (finished and collected, or never created)", r
+        # 0 and 007 (a leading zero) are no request's number: they used to answer UnknownObject
+        for n in ("9999", "0", "007", "abc"):
+            for method, args in ((f"{REQ_IFACE}.Cancel", ()),
+                                 ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
+                                 ("org.freedesktop.DBus.Introspectable.Introspect", ())):
+                r = bus.gdbus(PATH + "/request/" + n, method, *args)
+                assert r.error_name == "org.agentxpu.Error.NotFound", (n, method, r)
+                assert r.error_message == f"Request {n} does not exist (finished and collected, or never created)", r
+        # with a request 1 there, 01 is still none
+        p, path = submit_bg(bus, "-n", LONG, "mine")
+        assert path == PATH + "/request/1", path
+        r = bus.gdbus(PATH + "/request/01", f"{REQ_IFACE}.Cancel")
+        assert r.error_name == "org.agentxpu.Error.NotFound" and "Request 01 does not exist" in r.error_message, r
+        assert p.poll() is None
+        assert bus.cli("cancel", path).rc == 0
+        assert p.wait(timeout=60) == 1
         # One that finished and was collected (its client left).
         r = bus.cli("submit", "-n", "2", "gone soon")
         path = r.out.split("\n")[0]
@@ -318,6 +328,15 @@ def test_other_user_cannot_read_or_cancel():
         r = bus.cli("cancel", path, user="nobody")
         assert r.rc == 1 and "belongs to another user" in r.err, r
         assert bus.request_nodes(user="nobody") == []
+        # Introspection lists the interface of a request that exists: to another user it
+        # answers as for one that does not (it used to answer the XML).
+        n = path.rsplit("/", 1)[1]
+        for target, want in ((path, n), (PATH + "/request/9999", "9999")):
+            r = bus.gdbus(target, "org.freedesktop.DBus.Introspectable.Introspect", user="nobody")
+            assert r.error_name == "org.agentxpu.Error.NotFound", (target, r)
+            assert r.error_message == f"Request {want} does not exist (finished and collected, or never created)", r
+        r = bus.gdbus(path, "org.freedesktop.DBus.Introspectable.Introspect")
+        assert r.rc == 0 and REQ_IFACE in r.out, r  # the owner's, as before
         assert p.poll() is None, "the request must still be running"
 
         # The owner, from another connection, may.
