@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "utf8.h"
@@ -100,56 +101,88 @@ void axp_json_string(FILE *f, const char *s, size_t len) {
         axp_json_quote(s, len, put_file, f);
 }
 
-void axp_write_visible(FILE *f, const char *s, size_t len) {
+void axp_visible(const char *s, size_t len, bool one_line, axp_put_fn put, void *ctx) {
         const unsigned char *p = (const unsigned char *) s;
         size_t start = 0;
 
         for (size_t i = 0; i < len;) {
-                size_t n = (p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f ? 1 :
+                bool c0 = p[i] < 0x20 && (one_line || (p[i] != '\n' && p[i] != '\t'));
+                size_t n = c0 || p[i] == 0x7f ? 1 :
                            p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f ? 2 : 0;
                 if (n == 0) {
                         i++;
                         continue;
                 }
-                fwrite(p + start, 1, i - start, f);
-                for (size_t k = 0; k < n; k++)
-                        fprintf(f, "\\x%02x", p[i + k]);
+                if (i > start)
+                        put(ctx, s + start, i - start);
+                for (size_t k = 0; k < n; k++) {
+                        char esc[8];
+                        snprintf(esc, sizeof(esc), "\\x%02x", p[i + k]);
+                        put(ctx, esc, 4);
+                }
                 i += n;
                 start = i;
         }
-        fwrite(p + start, 1, len - start, f);
+        if (len > start)
+                put(ctx, s + start, len - start);
 }
 
-int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err) {
+void axp_write_visible(FILE *f, const char *s, size_t len) {
+        axp_visible(s, len, false, put_file, f);
+}
+
+static int too_large(axp_error *err, const char *path, size_t max) {
+        if (max >= (1u << 20) && max % (1u << 20) == 0)
+                return axp_errorf(err, -EFBIG, "%s is larger than %zu MiB", path, max >> 20);
+        if (max >= 1024 && max % 1024 == 0)
+                return axp_errorf(err, -EFBIG, "%s is larger than %zu KiB", path, max >> 10);
+        return axp_errorf(err, -EFBIG, "%s is larger than %zu bytes", path, max);
+}
+
+int axp_read_file(const char *path, size_t max, char **ret, size_t *ret_len, axp_error *err) {
+        struct stat st;
         FILE *f = fopen(path, "rb");
         if (!f)
                 return axp_errorf(err, -errno, "%s: %s", path, strerror(errno));
+        /* A regular file says its size; a device or a FIFO may never end: read up to the cap. */
+        if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t) st.st_size > max) {
+                fclose(f);
+                return too_large(err, path, max);
+        }
         size_t cap = 4096, len = 0;
+        size_t most = max < SIZE_MAX - 1 ? max + 2 : SIZE_MAX; /* max + 1 bytes and the NUL */
         char *buf = malloc(cap);
         int read_errno = 0;
         while (buf) {
                 errno = 0;
                 size_t n = fread(buf + len, 1, cap - len - 1, f);
                 len += n;
+                if (len > max)
+                        break;
                 if (n == 0) {
                         read_errno = errno; /* EISDIR for a directory, EIO ... */
                         break;
                 }
                 if (cap - len - 1 == 0) {
-                        char *nb = realloc(buf, cap * 2);
+                        size_t ncap = cap <= most / 2 ? cap * 2 : most;
+                        char *nb = realloc(buf, ncap);
                         if (!nb) {
                                 free(buf);
                                 buf = NULL;
                                 break;
                         }
                         buf = nb;
-                        cap *= 2;
+                        cap = ncap;
                 }
         }
         int bad = ferror(f);
         fclose(f);
         if (!buf)
                 return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+        if (len > max) {
+                free(buf);
+                return too_large(err, path, max);
+        }
         if (bad) {
                 free(buf);
                 read_errno = read_errno > 0 ? read_errno : EIO;

@@ -70,11 +70,22 @@ void axp_json_string(FILE *f, const char *s, size_t len);
 /* Write s (len bytes) so that a terminal shows it rather than obeys it: control characters
  * other than \n and \t (C0, DEL, and C1 as the UTF-8 bytes C2 80..C2 9F) are written as the
  * \xNN escapes of their bytes, BEL as \x07 and CSI (U+009B) as \xc2\x9b; all else passes
- * unchanged. For generated text, which may hold any of them. */
+ * unchanged. For generated text, which may hold any of them. axp_visible hands the same
+ * piece by piece to put; with one_line, \n and \t are escaped too (\x0a, \x09), for text
+ * that must not end or break a line, such as a file's name in a log line. */
 void axp_write_visible(FILE *f, const char *s, size_t len);
+void axp_visible(const char *s, size_t len, bool one_line, axp_put_fn put, void *ctx);
 
-/* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). */
-int axp_read_file(const char *path, char **ret, size_t *ret_len, axp_error *err);
+/* Read a whole file into a NUL-terminated buffer (*ret_len excludes the NUL). A file of more
+ * than `max` bytes fails with -EFBIG ("PATH is larger than N MiB") once max + 1 bytes are
+ * read, or before reading for a regular file, so that /dev/zero or a FIFO that never ends
+ * cannot take all memory. */
+int axp_read_file(const char *path, size_t max, char **ret, size_t *ret_len, axp_error *err);
+
+/* The cap of axp_read_file for text a user gives in a file: a prompt, a JSON schema, a
+ * grammar, a tool list. Generous: the engine service has its own, smaller, limits
+ * (PromptBytes=), which the command line does not know. */
+#define AXP_TEXT_FILE_MAX ((size_t) 64 << 20)
 
 /* "512.0 MiB", "5.8 GiB", "900.0 KiB", "12 bytes": a size for people to read. */
 void axp_format_bytes(uint64_t bytes, char *buf, size_t size);

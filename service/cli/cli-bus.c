@@ -2,14 +2,18 @@
 /* agentxpu ask | submit | status | cancel | chat: the command line as a client of the engine
  * service over D-Bus (the system bus unless --address names another). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/bus-common.h"
@@ -222,7 +226,7 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         size_t len;
                         free(*dst);
                         *dst = NULL;
-                        if (axp_read_file(optarg, dst, &len, &err) < 0)
+                        if (axp_read_file(optarg, AXP_TEXT_FILE_MAX, dst, &len, &err) < 0)
                                 return cli_fail("%s", err.msg);
                         if (!cli_utf8(flag, *dst, len) || !cli_no_nul(flag, *dst, len))
                                 return 1;
@@ -303,20 +307,75 @@ static int append_options(sd_bus_message *m, const GenArgs *a, const char *flow)
         return r;
 }
 
+/* Ctrl-C and SIGTERM while a command waits on the bus. The handler counts them and writes a
+ * byte to a pipe that cli_bus_wait() polls beside the bus: one that lands after a loop
+ * looked at the count and before it waits wakes the wait at once, where sd_bus_wait() would
+ * sleep on until the bus's next message (the next token or progress signal, if any came). */
 static volatile sig_atomic_t interrupted;
+static int interrupt_pipe[2] = { -1, -1 };
 
-static void on_sigint(int sig) {
+static void on_interrupt(int sig) {
+        int saved_errno = errno;
+
         interrupted++;
+        /* the count first: a wait that wakes for the byte finds it */
+        if (interrupt_pipe[1] >= 0 && write(interrupt_pipe[1], "", 1) < 0) {
+                /* the pipe is full: a byte is already waiting */
+        }
+        errno = saved_errno;
 }
 
-/* Ctrl-C cancels the request (the engine answers with Finished "cancelled"); a second one
- * leaves at once. No SA_RESTART: the wait for the bus returns with EINTR. */
-static void catch_sigint(void) {
-        struct sigaction sa = { .sa_handler = on_sigint };
+int cli_catch_interrupts(void) {
+        struct sigaction sa = { .sa_handler = on_interrupt };
 
+        if (interrupt_pipe[0] < 0 && pipe2(interrupt_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+                return cli_fail("cannot make a pipe: %s", strerror(errno));
+        /* No SA_RESTART: chat's read of a line ends with EINTR. */
         sigemptyset(&sa.sa_mask);
         (void) sigaction(SIGINT, &sa, NULL);
         (void) sigaction(SIGTERM, &sa, NULL);
+        return 0;
+}
+
+unsigned cli_interrupted(void) {
+        return (unsigned) interrupted;
+}
+
+void cli_interrupted_reset(void) {
+        interrupted = 0;
+}
+
+int cli_bus_wait(sd_bus *bus) {
+        struct pollfd p[2] = {
+                { .fd = sd_bus_get_fd(bus) },
+                { .fd = interrupt_pipe[0], .events = POLLIN },
+        };
+        uint64_t until;
+        int events, timeout_ms = -1, r;
+        char drain[64];
+
+        if (p[0].fd < 0)
+                return p[0].fd;
+        events = sd_bus_get_events(bus);
+        if (events < 0)
+                return events;
+        p[0].events = (short) events;
+        r = sd_bus_get_timeout(bus, &until);
+        if (r < 0)
+                return r;
+        if (until != UINT64_MAX) {
+                struct timespec ts;
+                uint64_t now;
+
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                now = (uint64_t) ts.tv_sec * UINT64_C(1000000) + (uint64_t) ts.tv_nsec / 1000;
+                timeout_ms = until <= now ? 0 : (int) MIN((until - now + 999) / 1000, (uint64_t) INT_MAX);
+        }
+        if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
+                return -errno;
+        while (p[1].fd >= 0 && read(p[1].fd, drain, sizeof(drain)) > 0)
+                ;
+        return 0;
 }
 
 /* The bus at `address`, or the system bus; on failure one line saying what to check. */
@@ -545,7 +604,7 @@ static int stream_wait(sd_bus *bus, Stream *s) {
         while (!s->finished) {
                 if (s->engine_lost)
                         return -ECONNRESET;
-                if (interrupted >= 2)
+                if (cli_interrupted() >= 2)
                         return -EINTR;
                 if (s->write_error) {
                         /* nobody reads the answer: stop the engine making it */
@@ -553,7 +612,7 @@ static int stream_wait(sd_bus *bus, Stream *s) {
                                                         "Cancel", NULL, NULL, NULL);
                         return -EPIPE;
                 }
-                if (interrupted && !cancel_sent) {
+                if (cli_interrupted() && !cancel_sent) {
                         r = sd_bus_call_method_async(bus, NULL, AXP_BUS_NAME, s->path, AXP_BUS_REQUEST_IFACE,
                                                      "Cancel", NULL, NULL, NULL);
                         if (r < 0)
@@ -565,8 +624,8 @@ static int stream_wait(sd_bus *bus, Stream *s) {
                         return r;
                 if (r > 0)
                         continue;
-                r = sd_bus_wait(bus, UINT64_MAX);
-                if (r < 0 && r != -EINTR)
+                r = cli_bus_wait(bus);
+                if (r < 0)
                         return r;
         }
         return 0;
@@ -656,9 +715,8 @@ static int gen_command(int argc, char **argv, bool reactive) {
 
         if (connect_engine(a.address, &bus) != 0)
                 return 1;
-        if (stream_subscribe(bus, &s, &slot) != 0)
+        if (stream_subscribe(bus, &s, &slot) != 0 || cli_catch_interrupts() != 0)
                 return 1;
-        catch_sigint();
 
         r = run_request(bus, reactive ? "Reactive" : "Proactive", argv[optind], &a, a.flow,
                         !reactive, reactive || a.wait, &s);
@@ -726,7 +784,10 @@ int cli_chat(int argc, char **argv) {
                 return cli_fail("unexpected reply to OpenFlow");
         if (a.verbose)
                 fprintf(stderr, "flow %s\n", flow);
-        catch_sigint();
+        if (cli_catch_interrupts() != 0) {
+                status = 1;
+                goto close;
+        }
 
         for (;;) {
                 _cleanup_(stream_done) Stream s = {};
@@ -737,7 +798,7 @@ int cli_chat(int argc, char **argv) {
                         fflush(stdout);
                 }
                 n = getline(&line, &cap, stdin);
-                if (n < 0 || interrupted)
+                if (n < 0 || cli_interrupted())
                         break;
                 lineno++;
                 while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
@@ -774,9 +835,10 @@ int cli_chat(int argc, char **argv) {
                         status = 1;
                         break;
                 }
-                interrupted = 0; /* Ctrl-C cancelled this turn, not the chat */
+                cli_interrupted_reset(); /* Ctrl-C cancelled this turn, not the chat */
         }
 
+close:
         sd_bus_error_free(&e);
         r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "CloseFlow", &e, NULL, "o", flow);
         if (r < 0 && status == 0)

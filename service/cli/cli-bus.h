@@ -9,3 +9,15 @@ int connect_engine(const char *address, sd_bus **ret);
 /* A failed call as one line a person can act on; `address` as connect_engine took it.
  * Returns 1. */
 int call_fail(const char *what, const char *address, const sd_bus_error *e, int r);
+
+/* Ctrl-C (and SIGTERM) from here on are counted rather than ending the process, and wake
+ * cli_bus_wait(); a loop on the bus reads the count with cli_interrupted(). Without
+ * SA_RESTART, so a read from the terminal ends with EINTR. Returns 0, or 1 after a message. */
+int cli_catch_interrupts(void);
+unsigned cli_interrupted(void);
+void cli_interrupted_reset(void);
+/* Waits until the bus has something for sd_bus_process(), its next timeout, or a Ctrl-C (even
+ * one that came after the caller last looked at cli_interrupted()); the caller then
+ * processes the bus and looks again. The one wait of every loop on the bus: sd_bus_wait()
+ * sleeps through a Ctrl-C that lands just before it. Returns 0 or a negative errno. */
+int cli_bus_wait(sd_bus *bus);

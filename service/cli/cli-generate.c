@@ -287,7 +287,7 @@ int cli_generate(int argc, char **argv) {
         int n_prompt = 0;
         axp_error terr = { 0 };
         size_t tlen;
-        if (a.tools_file && axp_read_file(a.tools_file, &tools, &tlen, &terr) < 0)
+        if (a.tools_file && axp_read_file(a.tools_file, AXP_TEXT_FILE_MAX, &tools, &tlen, &terr) < 0)
                 return cli_fail("%s", terr.msg);
         if ((r = build_prompt(m, &a, text, len, tools, &tools_grammar, &family, &prompt, &n_prompt)) != 0)
                 return r;
@@ -304,8 +304,8 @@ int cli_generate(int argc, char **argv) {
                 return cli_fail("out of memory");
         _cleanup_free_ char *schema = NULL, *grammar = NULL;
         size_t flen;
-        if ((a.schema_file && axp_read_file(a.schema_file, &schema, &flen, &err) < 0) ||
-            (a.grammar_file && axp_read_file(a.grammar_file, &grammar, &flen, &err) < 0))
+        if ((a.schema_file && axp_read_file(a.schema_file, AXP_TEXT_FILE_MAX, &schema, &flen, &err) < 0) ||
+            (a.grammar_file && axp_read_file(a.grammar_file, AXP_TEXT_FILE_MAX, &grammar, &flen, &err) < 0))
                 return cli_fail("%s", err.msg);
         if (axp_seq_init(&seq, m, a.kv_type, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
             axp_gen_init(&gen, m, &a.sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0 ||

@@ -10,7 +10,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,10 @@
 #define OLLAMA_MODEL_MEDIA_TYPE "application/vnd.ollama.image.model"
 /* polkit may wait for a password */
 #define ADMIN_CALL_USEC (UINT64_C(30) * 60 * 1000000)
+/* What the command line reads of a model store: an Ollama manifest (JSON naming a few layers)
+ * and a Hugging Face cache's refs/main (a commit's hash), far below these. */
+#define MANIFEST_MAX ((size_t) 1 << 20)
+#define REF_MAX ((size_t) 4096)
 
 enum { ARG_ADDRESS = 0x100, ARG_NAME };
 
@@ -101,6 +104,7 @@ static int resolve_ollama(const char *spec, Source *ret) {
         axp_error err = {};
         size_t len;
         char *colon;
+        int r;
 
         if (!name)
                 return cli_fail("out of memory");
@@ -118,7 +122,10 @@ static int resolve_ollama(const char *spec, Source *ret) {
         if (!root || asprintf(&manifest, "%s/manifests/registry.ollama.ai/%s%s/%s", root,
                               strchr(name, '/') ? "" : "library/", name, tag) < 0)
                 return cli_fail("out of memory");
-        if (axp_read_file(manifest, &text, &len, &err) < 0)
+        r = axp_read_file(manifest, MANIFEST_MAX, &text, &len, &err);
+        if (r == -EFBIG)
+                return cli_fail("%s is not an Ollama manifest: %s", manifest, err.msg);
+        if (r < 0)
                 return cli_fail("no Ollama model %s:%s (%s); 'ollama pull %s:%s' fetches it, or set OLLAMA_MODELS "
                                 "to the store's folder", name, tag, err.msg, name, tag);
         if (json_parse(text, len, &j, &err) < 0)
@@ -189,7 +196,7 @@ static int resolve_hf(const char *spec, Source *ret) {
         char list[512], *colon, *slash;
         axp_error err = {};
         size_t len;
-        int n;
+        int n, r;
 
         if (!repo || !cache)
                 return cli_fail("out of memory");
@@ -203,7 +210,10 @@ static int resolve_hf(const char *spec, Source *ret) {
         if (asprintf(&base, "%s/models--%s--%s", cache, repo, slash + 1) < 0 ||
             asprintf(&ref, "%s/refs/main", base) < 0)
                 return cli_fail("out of memory");
-        if (axp_read_file(ref, &rev, &len, &err) >= 0) {
+        r = axp_read_file(ref, REF_MAX, &rev, &len, &err);
+        if (r == -EFBIG)
+                return cli_fail("%s does not name a snapshot: %s", ref, err.msg);
+        if (r >= 0) {
                 rev[strcspn(rev, "\n")] = 0;
                 if (!path_part_ok(rev) || strchr(rev, '/'))
                         return cli_fail("%s does not name a snapshot", ref);
@@ -267,12 +277,6 @@ static int resolve_hf(const char *spec, Source *ret) {
 }
 
 /* --- waiting for the job ------------------------------------------------------------------ */
-
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig) {
-        interrupted++;
-}
 
 typedef struct Job {
         const char *path;
@@ -364,7 +368,6 @@ static int install(const char *address, const char *spec, const char *name_opt) 
         _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
         Source src = {};
         Job job = { .tty = isatty(STDERR_FILENO), .last_shown = -1 };
-        struct sigaction sa = { .sa_handler = on_sigint };
         const char *name, *path;
         bool cancel_sent = false;
         struct stat st;
@@ -440,19 +443,20 @@ static int install(const char *address, const char *spec, const char *name_opt) 
         fd = -1;
 
         /* Ctrl-C cancels the copy; a second one leaves (and the engine cancels it then). */
-        sigemptyset(&sa.sa_mask);
-        (void) sigaction(SIGINT, &sa, NULL);
-        (void) sigaction(SIGTERM, &sa, NULL);
+        if (cli_catch_interrupts() != 0) {
+                r = 1;
+                goto out;
+        }
         while (!job.finished) {
                 if (job.engine_lost) {
                         r = cli_fail("the engine left the bus before the installation ended");
                         goto out;
                 }
-                if (interrupted >= 2) {
+                if (cli_interrupted() >= 2) {
                         r = cli_fail("interrupted");
                         goto out;
                 }
-                if (interrupted && !cancel_sent) {
+                if (cli_interrupted() && !cancel_sent) {
                         (void) sd_bus_call_method_async(bus, NULL, AXP_BUS_NAME, path, AXP_BUS_JOB_IFACE, "Cancel",
                                                         NULL, NULL, NULL);
                         cancel_sent = true;
@@ -464,8 +468,8 @@ static int install(const char *address, const char *spec, const char *name_opt) 
                 }
                 if (r > 0)
                         continue;
-                r = sd_bus_wait(bus, UINT64_MAX);
-                if (r < 0 && r != -EINTR) {
+                r = cli_bus_wait(bus);
+                if (r < 0) {
                         r = cli_fail("lost the bus: %s", strerror(-r));
                         goto out;
                 }

@@ -23,7 +23,7 @@ int cli_prompt(const char *text, const char *file, char **ret, size_t *ret_len) 
                 if (!(buf = strdup(text)))
                         return cli_fail("out of memory");
         } else {
-                if (axp_read_file(file, &buf, &len, &err) < 0)
+                if (axp_read_file(file, AXP_TEXT_FILE_MAX, &buf, &len, &err) < 0)
                         return cli_fail("%s", err.msg);
                 if (!cli_utf8(file, buf, len))
                         return 1;

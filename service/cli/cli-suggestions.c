@@ -13,6 +13,10 @@
 #include "base/parse.h"
 #include "base/util.h"
 
+/* agentxpu-monitor keeps its store to 8 MiB (it drops the older half beyond): a larger file
+ * is none of its stores. */
+#define STORE_READ_MAX ((size_t) 64 << 20)
+
 typedef struct Options {
         bool json;
         uint64_t last;          /* 0: all */
@@ -140,13 +144,15 @@ int cli_suggestions(int argc, char **argv) {
                 o.store = store;
         }
 
-        r = axp_read_file(o.store, &data, &len, &read_err);
+        r = axp_read_file(o.store, STORE_READ_MAX, &data, &len, &read_err);
         if (r == -ENOENT) {
                 /* --json prints JSON lines only: none, as for an empty store */
                 if (!o.json)
                         printf("No suggestions yet (%s does not exist).\n", o.store);
                 return 0;
         }
+        if (r == -EFBIG)
+                return cli_fail("%s", read_err.msg);
         if (r < 0)
                 return cli_fail("cannot read %s: %s", o.store, strerror(-r));
 

@@ -419,21 +419,48 @@ const sd_bus_vtable request_vtable[] = {
         SD_BUS_VTABLE_END
 };
 
+/* A path under the folder of requests that is no request's, or a request an introspection
+ * may not see, answers as one that never was. */
+static int request_not_found(sd_bus_error *error, const char *name) {
+        return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
+                                 "Request %.32s%s does not exist (finished and collected, or never created)",
+                                 name, strlen(name) > 32 ? "..." : "");
+}
+
+/* Introspecting a request lists its interface: to another user that would say the request
+ * exists, which its properties and Cancel answer only with AccessDenied. */
+static bool request_hidden(Context *c, Request *r, const char *path) {
+        sd_bus_message *m = sd_bus_get_current_message(c->bus);
+        uid_t uid;
+
+        if (!m || !sd_bus_message_is_method_call(m, "org.freedesktop.DBus.Introspectable", "Introspect") ||
+            strcmp(sd_bus_message_get_path(m) ?: "", path) != 0)
+                return false;
+        return context_sender_uid(c, m, &uid) < 0 || uid != r->uid;
+}
+
 static int request_object_find(sd_bus *bus, const char *path, const char *iface, void *userdata,
                                void **ret, sd_bus_error *error) {
+        static const char prefix[] = AXP_BUS_REQUEST_PREFIX "/";
         Context *c = userdata;
-        uint64_t n = path_number(path, AXP_BUS_REQUEST_PREFIX);
-        Request *r = idmap_get(&c->requests, n);
+        const char *name;
+        uint64_t n;
+        Request *r;
 
-        /* Not a request's path (the folder of them, say): sd-bus answers. */
-        if (n == 0)
+        /* The folder of requests, or a path below a request's: no request, sd-bus answers. */
+        if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
                 return 0;
-        /* Complete requests have no object; orphans are on their way out. A call to a request
-         * that is not there is NotFound, as the interface says, not sd-bus's UnknownObject. */
-        if (!r || r->complete || !r->client)
-                return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
-                                         "Request %" PRIu64 " does not exist (finished and collected, or never created)",
-                                         n);
+        name = path + sizeof(prefix) - 1;
+        if (!*name || strchr(name, '/'))
+                return 0;
+        /* A request's path is PREFIX/N, N from 1 without leading zeros: .../request/0 and
+         * .../request/007 name none. Complete requests have no object; orphans are on their
+         * way out. A call to a request that is not there is NotFound, as the interface says,
+         * not sd-bus's UnknownObject. */
+        n = path_number(path, AXP_BUS_REQUEST_PREFIX);
+        r = n > 0 ? idmap_get(&c->requests, n) : NULL;
+        if (!r || r->complete || !r->client || request_hidden(c, r, path))
+                return request_not_found(error, name);
         *ret = r;
         return 1;
 }

@@ -37,8 +37,9 @@ typedef struct TimeoutData {
 
 static void kick(Dispatcher *d);
 
-static const char *describe(const Event *ev) {
-        return ev->source == EVENT_CLIPBOARD ? "text" : ev->path;
+/* What an event is about, for a log line: "text", or its file's name made visible. */
+static char *describe(const Event *ev) {
+        return ev->source == EVENT_CLIPBOARD ? g_strdup("text") : log_visible(ev->path);
 }
 
 static void forget(Dispatcher *d, Event *ev, const char *outcome) {
@@ -119,9 +120,9 @@ static gboolean dispatch_cb(gpointer data) {
                 if (ev->cancelled) {
                         ev->cancelled = false;
                         if (++ev->attempts >= MAX_ATTEMPTS) {
+                                g_autofree char *what = describe(ev);
                                 g_warning("dispatch: the engine cancelled event %" G_GUINT64_FORMAT
-                                          " (%s) %u times; giving it up", ev->id, describe(ev),
-                                          ev->attempts);
+                                          " (%s) %u times; giving it up", ev->id, what, ev->attempts);
                                 forget(d, ev, "cancelled");
                                 continue;
                         }
@@ -130,8 +131,9 @@ static gboolean dispatch_cb(gpointer data) {
                         d->tokens -= 1.0;
                 ev->state = EVENT_SUBMITTING;
                 d->in_flight++;
+                g_autofree char *what = describe(ev);
                 g_message("dispatch: submitting event %" G_GUINT64_FORMAT " (%s: %s)", ev->id,
-                          event_source_name(ev->source), describe(ev));
+                          event_source_name(ev->source), what);
                 engine_client_submit(d->engine, ev->id, ev->prompt, request_options(d->cfg));
         }
         if (wait_us >= 0)
@@ -215,8 +217,9 @@ static void on_submitted(void *userdata, guint64 id, const char *request, const 
         }
         d->in_flight--;
         if (!retry) {
+                g_autofree char *what = describe(ev);
                 g_warning("dispatch: the engine refused event %" G_GUINT64_FORMAT " (%s): %s", id,
-                          describe(ev), error);
+                          what, error);
                 forget(d, ev, "refused");
                 kick(d);
                 return;
@@ -257,8 +260,9 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
         } else if (strcmp(reason, "cancelled") == 0) {
                 /* Most likely the engine is stopping: it cancels every request first, then
                  * leaves the bus. Submit again once it is back, or after a pause. */
+                g_autofree char *what = describe(ev);
                 g_message("dispatch: the engine cancelled event %" G_GUINT64_FORMAT " (%s); it "
-                          "will be submitted again", id, describe(ev));
+                          "will be submitted again", id, what);
                 ev->cancelled = true;
                 back_off(d);
                 requeue(d, ev);
@@ -281,8 +285,9 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
                 } else {
                         /* Store first, journal second: a kill in between is caught at the next
                          * start by store_forget_answered(). */
+                        g_autofree char *what = describe(ev);
                         g_message("dispatch: suggestion stored for event %" G_GUINT64_FORMAT
-                                  " (%s: %s)", id, event_store_source(ev->source), describe(ev));
+                                  " (%s: %s)", id, event_store_source(ev->source), what);
                         notifier_show(d->notifier, ev, &sug);
                         forget(d, ev, "stored");
                 }
@@ -380,9 +385,10 @@ static GArray *fold_into(Dispatcher *d, Event *ev) {
         ev->path = g_strdup(ev->batch->root);
         g_free(ev->prompt);
         ev->prompt = batch_render_prompt(ev->batch, d->cfg->batch_template);
+        g_autofree char *root = log_visible(ev->path);
         g_message("dispatch: summarized %u queued events (%" G_GUINT64_FORMAT " files) into one "
                   "about %" G_GUINT64_FORMAT " files under %s",
-                  ids->len, files, ev->batch->total, ev->path);
+                  ids->len, files, ev->batch->total, root);
         return ids;
 }
 

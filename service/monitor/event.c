@@ -50,10 +50,6 @@ guint64 event_next_id(guint64 *last) {
         return *last;
 }
 
-static void put_gstring(void *ctx, const char *p, size_t n) {
-        g_string_append_len(ctx, p, (gssize) n);
-}
-
 void json_append_string(GString *out, const char *s) {
         axp_json_quote(s, strlen(s), put_gstring, out);
 }

@@ -180,8 +180,9 @@ static void settle_one(Files *f, const char *path) {
                                 skip = "unchanged";
                 }
         }
+        g_autofree char *shown = log_visible(path);
         if (skip) {
-                g_debug("files: %s skipped (%s)", path, skip);
+                g_debug("files: %s skipped (%s)", shown, skip);
                 journal_settle(f->journal, path);
                 return;
         }
@@ -191,7 +192,7 @@ static void settle_one(Files *f, const char *path) {
         const char *vars[] = { "path", path, "name", name, "change", change, NULL };
         Event *ev = event_new(EVENT_FILE, path, prompt_render(f->cfg->file_template, vars));
         dispatcher_add(f->dispatcher, ev, path, false);
-        g_message("files: %s changed: event %" G_GUINT64_FORMAT, path, ev->id);
+        g_message("files: %s changed: event %" G_GUINT64_FORMAT, shown, ev->id);
 }
 
 static gint cmp_str(gconstpointer a, gconstpointer b) {
@@ -271,9 +272,10 @@ static void flush_burst(Files *f) {
                               batch_render_prompt(batch, f->cfg->batch_template));
         ev->batch = g_steal_pointer(&batch);
         dispatcher_add(f->dispatcher, ev, NULL, true);
+        g_autofree char *root = log_visible(ev->path);
         g_message("files: a burst of %u changes under %s: %" G_GUINT64_FORMAT " text files "
                   "summarized in event %" G_GUINT64_FORMAT " (%u left out: not text, too large or "
-                  "gone; %u already reported)", changes, ev->path, ev->batch->total, ev->id,
+                  "gone; %u already reported)", changes, root, ev->batch->total, ev->id,
                   skipped, seen);
 }
 

@@ -96,14 +96,15 @@ static void watch_dir(Watcher *w, const char *dir) {
                 return;
         if (!inotifytools_watch_file(dir, WATCH_MASK)) {
                 int e = inotifytools_error();
+                g_autofree char *shown = log_visible(dir);
                 if (e == ENOSPC && !w->told_limit) {
                         w->told_limit = true;
                         postf(w, WATCH_ERROR,
                               "files: the inotify watch limit is reached (fs.inotify.max_user_watches="
                               "%d); folders from %s on are not watched",
-                              inotifytools_get_max_user_watches(), dir);
+                              inotifytools_get_max_user_watches(), shown);
                 } else if (e != ENOENT && e != ENOSPC)
-                        postf(w, WATCH_ERROR, "files: cannot watch %s: %s", dir, g_strerror(e));
+                        postf(w, WATCH_ERROR, "files: cannot watch %s: %s", shown, g_strerror(e));
                 return;
         }
         wd = inotifytools_wd_from_filename(dir);
@@ -249,8 +250,9 @@ static void handle_event(Watcher *w, struct inotify_event *ev) {
         if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
                 for (size_t i = 0; w->cfg->watch[i]; i++)
                         if (strcmp(w->cfg->watch[i], path) == 0) {
+                                g_autofree char *shown = log_visible(path);
                                 postf(w, WATCH_ERROR, "files: the watched folder %s was %s; it is "
-                                      "watched again if it comes back", path,
+                                      "watched again if it comes back", shown,
                                       ev->mask & IN_DELETE_SELF ? "deleted" : "moved");
                                 /* A moved tree keeps its watches under names no longer true. */
                                 forget_tree(w, path, true);
@@ -294,8 +296,8 @@ static void check_lost_roots(Watcher *w) {
                 }
         }
         for (guint i = 0; i < back->len; i++) {
-                postf(w, WATCH_READY, "files: the watched folder %s is back; watching it again",
-                      (char *) back->pdata[i]);
+                g_autofree char *shown = log_visible(back->pdata[i]);
+                postf(w, WATCH_READY, "files: the watched folder %s is back; watching it again", shown);
                 add_tree(w, back->pdata[i], 0);
         }
 }
@@ -313,8 +315,8 @@ static gpointer thread_main(gpointer data) {
         for (size_t i = 0; w->cfg->watch[i]; i++) {
                 struct stat st;
                 if (stat(w->cfg->watch[i], &st) < 0 || !S_ISDIR(st.st_mode)) {
-                        postf(w, WATCH_ERROR, "files: %s is not a folder; not watched",
-                              w->cfg->watch[i]);
+                        g_autofree char *shown = log_visible(w->cfg->watch[i]);
+                        postf(w, WATCH_ERROR, "files: %s is not a folder; not watched", shown);
                         continue;
                 }
                 add_tree(w, w->cfg->watch[i], -1);

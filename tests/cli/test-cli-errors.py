@@ -6,11 +6,14 @@ garbage and numbers out of range in one line that gives the range (status 2); te
 not valid UTF-8 (a prompt, a prompt file, --stop, --system) is refused in one line that says
 where (status 1); without a bus, the bus commands say what to check; a model whose chat
 template is not understood is said to be prompted raw (one warning line); `devices -m` gives
-the dynamic role to the CPU for a model a discrete GPU streams slower. The bus commands'
-behaviour against an engine, or a bus without one, is in tests/daemon/test-daemon-fake.py.
+the dynamic role to the CPU for a model a discrete GPU streams slower; a file read whole (a
+prompt, a schema, a grammar, a tool list, the suggestion store) is refused over 64 MiB. The
+bus commands' behaviour against an engine, or a bus without one, is in
+tests/daemon/test-daemon-fake.py.
 Env: AXP_CLI."""
 import json
 import os
+import resource
 import stat
 import subprocess
 import sys
@@ -370,6 +373,49 @@ def check_odd_outputs_and_files(tmp):
     print("ok   unwritable output fails; NUL bytes, folders and FIFOs are named, not mistaken")
 
 
+def check_endless_files(tmp):
+    """A file the command line reads whole is capped: /dev/zero as a prompt file, a schema, a
+    grammar, a tool list or a suggestion store fails at once, saying so (it used to be read
+    until memory ran out); a regular file over the cap is refused before it is read, and one
+    at the cap is read."""
+    def limited():
+        # what the old code did, without taking the machine's memory: it ran out here
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    model = ["-m", "/nonexistent.gguf"]
+    big = os.path.join(tmp, "big.txt")
+    with open(big, "wb") as f:
+        f.truncate((64 << 20) + 1)
+    at_cap = os.path.join(tmp, "at-cap.txt")
+    with open(at_cap, "wb") as f:
+        f.truncate(64 << 20)
+    cases = [
+        ["generate", *model, "-f", "/dev/zero"],
+        ["tokenize", *model, "-f", "/dev/zero"],
+        ["logits", *model, "-o", "/nonexistent.f32", "-f", "/dev/zero"],
+        ["ask", "--json-schema", "/dev/zero", "hi"],
+        ["submit", "--grammar", "/dev/zero", "hi"],
+        ["chat", "--tools", "/dev/zero"],
+        ["suggestions", "--store", "/dev/zero"],
+        ["generate", *model, "-f", big],
+        ["ask", "--tools", big, "hi"],
+    ]
+    for args in cases:
+        name = args[args.index("-f") + 1] if "-f" in args else next(a for a in args if a in ("/dev/zero", big))
+        try:
+            p = run(*args, stdin=subprocess.DEVNULL, preexec_fn=limited)
+        except subprocess.TimeoutExpired:
+            fail(f"{args}: still reading after 120 s")
+            continue
+        want = [f"agentxpu {args[0]}: {name} is larger than 64 MiB"]
+        if p.returncode != 1 or lines(p.stderr) != want:
+            fail(f"{args}: status {p.returncode}, stderr {lines(p.stderr)}, want {want}")
+    p = run("tokenize", *model, "-f", at_cap, preexec_fn=limited)
+    if p.returncode != 1 or "larger than" in p.stderr.decode() or "/nonexistent.gguf" not in p.stderr.decode():
+        fail(f"tokenize -f of a file at the cap: status {p.returncode}, stderr {lines(p.stderr)}")
+    print(f"ok   {len(cases)} endless or oversized files are refused, saying the cap")
+
+
 check_unknown_options()
 check_numbers()
 check_no_bus()
@@ -380,5 +426,6 @@ with tempfile.TemporaryDirectory() as tmp:
     check_kv_type(tmp)
     check_unknown_chat_template(tmp)
     check_odd_outputs_and_files(tmp)
+    check_endless_files(tmp)
 print("ok" if not failures else f"{failures} failures")
 sys.exit(1 if failures else 0)

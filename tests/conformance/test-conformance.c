@@ -60,7 +60,7 @@ static json_value *read_json(const char *path) {
         _cleanup_free_ char *text = NULL;
         size_t len;
         json_value *v = NULL;
-        if (axp_read_file(path, &text, &len, NULL) < 0)
+        if (axp_read_file(path, AXP_TEXT_FILE_MAX, &text, &len, NULL) < 0)
                 return NULL;
         /* a <0x00> byte token's text is written \u0000 (README §10), which our parser refuses;
          * only ids and numbers are read here, so it becomes U+FFFD */
@@ -128,7 +128,7 @@ static void check_prompt(axp_model *m, const tol *tl, const char *p, uint32_t kv
         snprintf(path, sizeof(path), "%s/golden/prompts/%s.txt", dir, p);
         char *text;
         size_t len;
-        CHECK(axp_read_file(path, &text, &len, NULL) == 0);
+        CHECK(axp_read_file(path, AXP_TEXT_FILE_MAX, &text, &len, NULL) == 0);
         int32_t *toks;
         int n;
         CHECK(axp_tokenize(m->tok, text, len, AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL, &toks, &n, NULL) == 0);

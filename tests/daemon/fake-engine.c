@@ -11,7 +11,8 @@
  * the prompt contains the word "short", and with "error" if it contains "fail". With the
  * word "bytes" the tokens are instead the pieces of byte_pieces, in turn. With the word
  * "controls", each token ends with the control characters a model may emit: BEL, an ESC
- * sequence and CSI (U+009B). */
+ * sequence and CSI (U+009B). With the word "silent" it stays queued, telling nothing, until
+ * it is cancelled. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ struct fake_req {
         axp_req_state state;
         axp_request_cbs cbs;
         uint32_t max_tokens, generated, prompt_tokens, prefill_tokens;
-        bool cancelled, fail, short_answer, bytes, controls;
+        bool cancelled, fail, short_answer, bytes, controls, silent;
         char **stop;
         size_t n_stop;
         char text[4096];
@@ -259,6 +260,8 @@ static void step(axp_engine *e) {
                         finish(e, r, AXP_FINISH_CANCELLED);
                         continue;
                 }
+                if (r->silent)
+                        continue;
                 if (r->state == AXP_STATE_QUEUED) {
                         r->state = AXP_STATE_PREFILL;
                         continue;
@@ -461,6 +464,7 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 .short_answer = has_word(prompt, "short"),
                 .bytes = has_word(prompt, "bytes"),
                 .controls = has_word(prompt, "controls"),
+                .silent = has_word(prompt, "silent"),
                 .flow = opts->flow,
                 .t_submit = axp_now(),
         };

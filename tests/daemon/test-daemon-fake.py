@@ -20,8 +20,9 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bustest import (IFACE, JOB_IFACE, NAME, PATH, REQ_IFACE, Daemon, Skip, TestBus, check_bad_inputs, drain,  # noqa: E402
-                     gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run, wait_for)
+from bustest import (IFACE, JOB_IFACE, NAME, PATH, REQ_IFACE, WAIT, Daemon, Skip, TestBus, check_bad_inputs,  # noqa: E402
+                     drain, gvariant_first_string, is_root, main, need_tools, print_bad_inputs_table, run,
+                     wait_for)
 
 FAKE = os.environ.get("AXP_ENGINE_FAKE", "")
 STANDIN = os.environ.get("AXP_POLKIT_STANDIN", "")
@@ -272,12 +273,22 @@ def test_engine_error_is_reported():
 
 def test_calls_to_missing_paths_answer_not_found():
     with engine() as (bus, d):
-        for method, args in ((f"{REQ_IFACE}.Cancel", ()),
-                             ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
-                             ("org.freedesktop.DBus.Introspectable.Introspect", ())):
-            r = bus.gdbus(PATH + "/request/9999", method, *args)
-            assert r.error_name == "org.agentxpu.Error.NotFound", (method, r)
-            assert r.error_message == "Request 9999 does not exist (finished and collected, or never created)", r
+        # 0 and 007 (a leading zero) are no request's number: they used to answer UnknownObject
+        for n in ("9999", "0", "007", "abc"):
+            for method, args in ((f"{REQ_IFACE}.Cancel", ()),
+                                 ("org.freedesktop.DBus.Properties.Get", (REQ_IFACE, "State")),
+                                 ("org.freedesktop.DBus.Introspectable.Introspect", ())):
+                r = bus.gdbus(PATH + "/request/" + n, method, *args)
+                assert r.error_name == "org.agentxpu.Error.NotFound", (n, method, r)
+                assert r.error_message == f"Request {n} does not exist (finished and collected, or never created)", r
+        # with a request 1 there, 01 is still none
+        p, path = submit_bg(bus, "-n", LONG, "mine")
+        assert path == PATH + "/request/1", path
+        r = bus.gdbus(PATH + "/request/01", f"{REQ_IFACE}.Cancel")
+        assert r.error_name == "org.agentxpu.Error.NotFound" and "Request 01 does not exist" in r.error_message, r
+        assert p.poll() is None
+        assert bus.cli("cancel", path).rc == 0
+        assert p.wait(timeout=60) == 1
         # One that finished and was collected (its client left).
         r = bus.cli("submit", "-n", "2", "gone soon")
         path = r.out.split("\n")[0]
@@ -317,6 +328,15 @@ def test_other_user_cannot_read_or_cancel():
         r = bus.cli("cancel", path, user="nobody")
         assert r.rc == 1 and "belongs to another user" in r.err, r
         assert bus.request_nodes(user="nobody") == []
+        # Introspection lists the interface of a request that exists: to another user it
+        # answers as for one that does not (it used to answer the XML).
+        n = path.rsplit("/", 1)[1]
+        for target, want in ((path, n), (PATH + "/request/9999", "9999")):
+            r = bus.gdbus(target, "org.freedesktop.DBus.Introspectable.Introspect", user="nobody")
+            assert r.error_name == "org.agentxpu.Error.NotFound", (target, r)
+            assert r.error_message == f"Request {want} does not exist (finished and collected, or never created)", r
+        r = bus.gdbus(path, "org.freedesktop.DBus.Introspectable.Introspect")
+        assert r.rc == 0 and REQ_IFACE in r.out, r  # the owner's, as before
         assert p.poll() is None, "the request must still be running"
 
         # The owner, from another connection, may.
@@ -753,6 +773,53 @@ def test_ctrl_c_cancels_the_request():
         assert f"{path} finished: cancelled" in d.text()
 
 
+def test_ctrl_c_cancels_while_the_engine_is_silent():
+    """Ctrl-C cancels at once though nothing comes on the bus to wake the command: the test
+    double tells nothing of a "silent" request until it is cancelled. Each command is tried
+    with the Ctrl-C sent while it waits, and with it landing just before it waits
+    (sigint-before-wait.c): there the command used to check for a Ctrl-C, then sleep on the
+    bus until its next message, which never came."""
+    shim = os.environ.get("AXP_SIGINT_BEFORE_WAIT")
+    if not shim:
+        raise Skip("AXP_SIGINT_BEFORE_WAIT is not set (run through meson test)")
+
+    def ended(p, what):
+        try:
+            rc = p.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise AssertionError(f"{what}: still running {WAIT:.0f} s after Ctrl-C")
+        return rc, p.stdout.read(), p.stderr.read()
+
+    with engine() as (bus, d):
+        for cmd, want_rc in ((["ask", "-v"], 1), (["submit", "-v", "--wait"], 1), (["chat", "-v"], 0)):
+            for before_wait in (False, True):
+                what = f"{cmd[0]} ({'just before' if before_wait else 'while'} it waits)"
+                argv = [os.environ["AXP_CLI"], cmd[0], "--address", bus.address] + cmd[1:]
+                if cmd[0] != "chat":
+                    argv.append("silent please")
+                env = dict(os.environ, LD_PRELOAD=shim) if before_wait else None
+                p = bus.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+                if cmd[0] == "chat":
+                    p.stdin.write("silent please\n")
+                    p.stdin.flush()
+                line = p.stderr.readline()
+                if cmd[0] == "chat":
+                    line = p.stderr.readline()  # after "flow PATH"
+                m = re.match(r"request (\S+)$", line.strip())
+                assert m, (what, line)
+                if not before_wait:
+                    p.send_signal(signal.SIGINT)
+                if cmd[0] == "chat":
+                    wait_for(lambda: f"{m.group(1)} finished: cancelled" in d.text(), f"{what}: the cancel")
+                    p.stdin.close()  # the turn was cancelled, not the chat: it ends at Ctrl-D
+                rc, out, err = ended(p, what)
+                assert rc == want_rc and "the request was cancelled" in err, (what, rc, out, err)
+                assert f"{m.group(1)} finished: cancelled" in d.text(), what
+
+
 def test_startup_errors_are_clear():
     if not FAKE:
         raise Skip("AXP_ENGINE_FAKE is not set")
@@ -814,6 +881,7 @@ TESTS = [
     test_cli_escapes_control_characters_on_a_terminal,
     test_gdbus_example_client_streams,
     test_ctrl_c_cancels_the_request,
+    test_ctrl_c_cancels_while_the_engine_is_silent,
     test_startup_errors_are_clear,
 ]
 

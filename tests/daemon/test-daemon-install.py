@@ -675,8 +675,9 @@ def test_unauthorized_caller_is_refused():
 
 def test_cancel_mid_copy_leaves_nothing():
     # Slower than SLOW, as below: on a loaded machine the first progress line can come when the
-    # copy is well on, and a Ctrl-C that lands just before the command waits on the bus is seen
-    # at the next progress signal; at SLOW's pace the copy once ended first (CI, 2026-11-29).
+    # copy is well on; at SLOW's pace the copy once ended first (CI, 2026-11-29, when a Ctrl-C
+    # that landed just before the command waited on the bus was seen at the next progress
+    # signal only).
     with setup(model=other(), env={"AGENTXPU_TEST_COPY_DELAY_MS": "2500"}) as (bus, d):
         p = install_spawn(bus, big(), "--name", "big")
         line = p.stderr.readline()  # the first progress: the command follows its job

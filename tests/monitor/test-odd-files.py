@@ -6,6 +6,9 @@
   the events dropped (they used to be read and sent);
 - a file whose name is not UTF-8: its text reaches the engine (the prompt, a D-Bus string,
   used to be replaced whole by GLib's "[Invalid UTF-8]", with a GLib-CRITICAL);
+- a file whose name holds a newline, and ESC, tab and CR: the log names it with those as
+  \\xNN escapes on its one line (the newline used to end the line, the rest of the name
+  standing as a line of the monitor's own, forged);
 - the watched folder itself deleted and made again (a sync client, a restored backup): it is
   watched again (it used to be lost until a restart);
 - a pending event larger than the journal's compaction threshold while the engine is away:
@@ -51,6 +54,16 @@ def body(s):
     prompt = next(p for p in s.prompts() if "whose name is Latin-1" in p)
     check(prompt.startswith("FILE ") and "caf\ufffd notes.txt" in prompt.split("\n", 1)[0],
           f"the request does not name the file: {prompt[:200]!r}")
+
+    forged = "agentxpu-monitor-Message: 00:00:00.000: files: FORGED.txt changed: event 1"
+    write(os.path.join(w, f"forged\n{forged}\n\x1b[2J\tand\r.txt"), "a file with a line in its name\n")
+    shown = f"/forged\\x0a{forged}\\x0a\\x1b[2J\\x09and\\x0d.txt"
+    wait_for(lambda: shown + " changed: event" in s.log(), "the escaped name in the log")
+    lines = s.log().split("\n")
+    check(not any(line.startswith(forged) for line in lines),
+          "a file's name forged a line of the log")
+    check(all(shown in line for line in lines if "FORGED" in line),
+          f"the name is not on one line: {[line for line in lines if 'FORGED' in line]!r}")
 
     shutil.rmtree(w)
     s.wait_log("was deleted")

@@ -72,6 +72,24 @@ static void test_write_visible(void) {
         CHECK(strcmp(got, "a\\x00b") == 0);
 }
 
+static void put_memstream(void *ctx, const char *p, size_t n) {
+        fwrite(p, 1, n, ctx);
+}
+
+/* one_line: newline and tab are escaped too, the rest as axp_write_visible does */
+static void test_visible_one_line(void) {
+        char *buf = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&buf, &size);
+        const char in[] = "/home/u/a\nfiles: forged\tline\r\x1b[2J\xc2\x9b caf\xc3\xa9 \xe9";
+
+        axp_visible(in, sizeof(in) - 1, true, put_memstream, f);
+        fclose(f);
+        CHECK_MSG(strcmp(buf, "/home/u/a\\x0afiles: forged\\x09line\\x0d\\x1b[2J\\xc2\\x9b caf\xc3\xa9 \xe9") == 0,
+                  "'%s'", buf);
+        free(buf);
+}
+
 static void sha256_of(const void *data, size_t len, size_t step, char hex[65]) {
         axp_sha256 s;
         uint8_t d[32];
@@ -108,5 +126,6 @@ int main(void) {
         RUN(test_alloc_aligned);
         RUN(test_quantile);
         RUN(test_write_visible);
+        RUN(test_visible_one_line);
         TEST_EXIT();
 }
