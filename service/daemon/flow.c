@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/bus-common.h"
 #include "client.h"
@@ -52,11 +53,24 @@ int flow_not_found(sd_bus_error *error, uint64_t n) {
  * UnknownObject whether the flow exists or not: say NotFound where it does not, as a
  * request's path does. */
 static int flow_path_call(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        uint64_t n = path_number(sd_bus_message_get_path(m), AXP_BUS_FLOW_PREFIX);
+        static const char prefix[] = AXP_BUS_FLOW_PREFIX "/";
+        const char *path = sd_bus_message_get_path(m), *name;
+        uint64_t n;
 
-        if (n == 0 || flow_get(userdata, n))
+        /* the folder of flows, or a path below one's: sd-bus answers */
+        if (!path || strncmp(path, prefix, sizeof(prefix) - 1) != 0)
                 return 0;
-        return flow_not_found(error, n);
+        name = path + sizeof(prefix) - 1;
+        if (!*name || strchr(name, '/'))
+                return 0;
+        /* a flow's path is PREFIX/N, N from 1 without leading zeros: .../flow/0 and
+         * .../flow/007 name none */
+        n = path_number(path, AXP_BUS_FLOW_PREFIX);
+        if (n > 0 && flow_get(userdata, n))
+                return 0;
+        return sd_bus_error_setf(error, AXP_ERROR_NOT_FOUND,
+                                 "Flow %.32s%s does not exist (closed, or its owner left)", name,
+                                 strlen(name) > 32 ? "..." : "");
 }
 
 int flow_register(Context *c) {

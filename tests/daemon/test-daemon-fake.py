@@ -299,9 +299,10 @@ def test_calls_to_missing_paths_answer_not_found():
         # The folder of requests is no request: introspecting it still lists them.
         assert bus.request_nodes() == []
 
-        r = bus.gdbus(PATH + "/flow/77", "org.freedesktop.DBus.Introspectable.Introspect")
-        assert r.error_name == "org.agentxpu.Error.NotFound", r
-        assert r.error_message == "Flow 77 does not exist (closed, or its owner left)", r
+        for n in ("77", "0", "007", "abc"):
+            r = bus.gdbus(PATH + "/flow/" + n, "org.freedesktop.DBus.Introspectable.Introspect")
+            assert r.error_name == "org.agentxpu.Error.NotFound", (n, r)
+            assert r.error_message == f"Flow {n} does not exist (closed, or its owner left)", r
         chat = bus.spawn([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-v"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         flow = chat.stderr.readline().split()[1]
