@@ -58,8 +58,9 @@ bool cli_kv_type(const char *s, uint32_t *ret);
 int cli_write_text(const char *s, size_t len);
 
 /* A string the engine reports (a model's name from its GGUF, an error naming what the file
- * holds) in a line of text: with control characters as \xNN escapes, always, since the file
- * it comes from may hold escape sequences. */
+ * holds) in a line of text: every control character as its \xNN escape, newline and tab
+ * included, wherever the output goes, since the file it comes from may hold escape sequences
+ * or lines made to look like ours. */
 void cli_put_visible(const char *s);
 
 /* Text the user gives (a prompt, --stop, --system, a file, a line of chat) must be valid

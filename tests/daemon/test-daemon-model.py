@@ -606,6 +606,15 @@ def test_model_info_describes_the_model():
         info = {k: v["data"] for k, v in bus.props()["ModelInfo"].items()}
         assert (info["name"], info["context_length"], info["file_type"], info["chat_template"], info["tools"]) == \
             ("tools-model", 2048, "Q4_K_S", "llama3", True), info
+    # a name from the file that would forge a line of `agentxpu status` stays on its own
+    path = os.path.join(os.path.dirname(model()), "odd-name.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--seed", "9", "--dim", "64", "--layers", "1", "--heads", "2",
+             "--kv-heads", "1", "--ffn", "128", "--ctx", "256", "--name", "odd\nRunning:  99\tx"])
+    assert r.rc == 0, r
+    with engine(model_path=path) as (bus, d):
+        r = bus.cli("status")
+        assert r.rc == 0 and "Model:    odd\\x0aRunning:  99\\x09x\n" in r.out, r.out
+        assert not re.search(r"^Running:  99", r.out, re.M), r.out
 
 
 def test_a_load_waiting_on_requests_holds_no_one_up():
