@@ -815,13 +815,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                 return r;
         e->model = m;
         e->model_serial++;
-        e->model_params = 0;
-        for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
-                uint64_t n = 1;
-                for (uint32_t d = 0; d < m->gguf->tensors[i].n_dims; d++)
-                        n *= (uint64_t) m->gguf->tensors[i].ne[d];
-                e->model_params += n;
-        }
+        e->model_params = gguf_n_elements(m->gguf);
         e->kv_budget.limit = e->cfg.kv_memory > 0 ? e->cfg.kv_memory
                                                   : axp_kv_budget_auto(axp_physical_memory(), axp_model_weight_bytes(m));
         return 0;

@@ -752,6 +752,17 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
         return i == SIZE_MAX ? NULL : &f->tensors[i];
 }
 
+uint64_t gguf_n_elements(const gguf_file *f) {
+        uint64_t total = 0;
+        for (uint64_t i = 0; i < f->n_tensors; i++) {
+                uint64_t n = 1;
+                for (uint32_t d = 0; d < f->tensors[i].n_dims; d++)
+                        n *= (uint64_t) f->tensors[i].ne[d];
+                total += n;
+        }
+        return total;
+}
+
 static bool is_signed(enum gguf_type t) {
         return t == GGUF_TYPE_INT8 || t == GGUF_TYPE_INT16 || t == GGUF_TYPE_INT32 ||
                t == GGUF_TYPE_INT64;

@@ -96,6 +96,9 @@ static inline void gguf_closep(gguf_file **f) {
 
 const gguf_kv *gguf_find(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+/* Elements of every tensor: a model's parameter count (the reader bounded each product by
+ * the file). */
+uint64_t gguf_n_elements(const gguf_file *f);
 bool gguf_str_eq(gguf_str s, const char *c);
 /* Copy into a freshly allocated NUL-terminated string (NULL on OOM). */
 char *gguf_str_dup(gguf_str s);

@@ -128,7 +128,6 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
         for (uint64_t i = 0; i < f->n_tensors; i++) {
                 const gguf_tensor *t = &f->tensors[i];
                 const axp_type_traits *tt = axp_type_traits_get(t->type);
-                uint64_t n = 1;
 
                 if (!tt || !tt->supported)
                         return axp_errorf(err, -ENOTSUP,
@@ -136,10 +135,8 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                                           "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, "
                                           "IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                                           src, GGUF_SHOW(t->name), tt ? tt->name : "unknown");
-                for (uint32_t d = 0; d < t->n_dims; d++)
-                        n *= (uint64_t) t->ne[d]; /* the reader bounded the product by the file */
-                ret->parameters += n;
         }
+        ret->parameters = gguf_n_elements(f);
         copy_str(ret->arch, sizeof(ret->arch), arch);
         if (gguf_get_str(f, "general.name", &name))
                 copy_str(ret->name, sizeof(ret->name), name);
