@@ -949,40 +949,54 @@ static int print_devices(sd_bus_message *m) {
         return sd_bus_message_exit_container(m);
 }
 
+int cli_read_dict(sd_bus_message *m, const cli_dict_field *fields, size_t n) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const cli_dict_field *f = NULL;
+                const char *key, *contents;
+
+                r = sd_bus_message_read(m, "s", &key);
+                if (r >= 0)
+                        r = sd_bus_message_peek_type(m, NULL, &contents);
+                if (r < 0)
+                        break;
+                for (size_t i = 0; i < n && !f; i++)
+                        if (strcmp(fields[i].key, key) == 0 && contents[0] == fields[i].type && !contents[1])
+                                f = &fields[i];
+                if (f) {
+                        const char sig[2] = { f->type, 0 };
+                        r = sd_bus_message_read(m, "v", sig, f->ret);
+                } else
+                        r = sd_bus_message_skip(m, "v");
+                if (r >= 0)
+                        r = sd_bus_message_exit_container(m);
+        }
+        if (r >= 0)
+                r = sd_bus_message_exit_container(m);
+        return r;
+}
+
 /* The CPU guard (a{sv}): the scheduling class of proactive work, the pressure and the share
  * proactive work may take now. */
 static int print_cpu_guard(sd_bus_message *m) {
         const char *priority = "?", *source = "?";
         double pressure = 0, share = 1, setting = 1;
+        const cli_dict_field fields[] = {
+                { "priority", 's', &priority },      { "pressure_source", 's', &source },
+                { "pressure", 'd', &pressure },      { "proactive_share", 'd', &share },
+                { "share_setting", 'd', &setting },
+        };
         int r;
 
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *key;
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        break;
-                if (strcmp(key, "priority") == 0)
-                        r = sd_bus_message_read(m, "v", "s", &priority);
-                else if (strcmp(key, "pressure_source") == 0)
-                        r = sd_bus_message_read(m, "v", "s", &source);
-                else if (strcmp(key, "pressure") == 0)
-                        r = sd_bus_message_read(m, "v", "d", &pressure);
-                else if (strcmp(key, "proactive_share") == 0)
-                        r = sd_bus_message_read(m, "v", "d", &share);
-                else if (strcmp(key, "share_setting") == 0)
-                        r = sd_bus_message_read(m, "v", "d", &setting);
-                else
-                        r = sd_bus_message_skip(m, "v");
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(m);
-        }
+        r = cli_read_dict(m, fields, sizeof(fields) / sizeof(fields[0]));
         if (r < 0)
                 return r;
         printf("CPU:      proactive work at %s priority, may take %.0f%% of the CPU now "
                "(%.0f%% at full pressure); CPU pressure %.2f (%s)\n",
                priority, share * 100, setting * 100, pressure, source);
-        return sd_bus_message_exit_container(m);
+        return 0;
 }
 
 /* ModelInfo: "llama, 1.24 billion parameters, Q4_K_M, context 4096, chat template llama3
@@ -992,41 +1006,24 @@ static int print_model_info(sd_bus_message *m) {
         uint64_t params = 0;
         uint32_t n_ctx = 0;
         int tools = 0, r;
+        const cli_dict_field fields[] = {
+                { "architecture", 's', &arch },      { "file_type", 's', &file_type },
+                { "chat_template", 's', &chat },     { "parameters", 't', &params },
+                { "context_length", 'u', &n_ctx },   { "tools", 'b', &tools },
+        };
 
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *key;
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        break;
-                if (strcmp(key, "architecture") == 0)
-                        r = sd_bus_message_read(m, "v", "s", &arch);
-                else if (strcmp(key, "file_type") == 0)
-                        r = sd_bus_message_read(m, "v", "s", &file_type);
-                else if (strcmp(key, "chat_template") == 0)
-                        r = sd_bus_message_read(m, "v", "s", &chat);
-                else if (strcmp(key, "parameters") == 0)
-                        r = sd_bus_message_read(m, "v", "t", &params);
-                else if (strcmp(key, "context_length") == 0)
-                        r = sd_bus_message_read(m, "v", "u", &n_ctx);
-                else if (strcmp(key, "tools") == 0)
-                        r = sd_bus_message_read(m, "v", "b", &tools);
-                else
-                        r = sd_bus_message_skip(m, "v");
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(m);
-        }
+        r = cli_read_dict(m, fields, sizeof(fields) / sizeof(fields[0]));
         if (r < 0)
                 return r;
         if (*arch) {
+                const bool billions = params >= 1000000000;
                 printf("          ");
                 cli_put_visible(arch);
-                printf(", %.*f %s parameters, %s, context %u, chat template %s%s\n", params >= 1000000000 ? 2 : 1,
-                       params >= 1000000000 ? (double) params / 1e9 : (double) params / 1e6,
-                       params >= 1000000000 ? "billion" : "million", *file_type ? file_type : "type unknown",
-                       n_ctx, chat, tools ? " (takes tools)" : "");
+                printf(", %.*f %s parameters, %s, context %u, chat template %s%s\n", billions ? 2 : 1,
+                       (double) params / (billions ? 1e9 : 1e6), billions ? "billion" : "million",
+                       *file_type ? file_type : "type unknown", n_ctx, chat, tools ? " (takes tools)" : "");
         }
-        return sd_bus_message_exit_container(m);
+        return 0;
 }
 
 /* The caller's own requests: the engine lists only those as children of the request path. */

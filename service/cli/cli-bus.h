@@ -21,3 +21,15 @@ void cli_interrupted_reset(void);
  * processes the bus and looks again. The one wait of every loop on the bus: sd_bus_wait()
  * sleeps through a Ctrl-C that lands just before it. Returns 0 or a negative errno. */
 int cli_bus_wait(sd_bus *bus);
+
+/* One field of an a{sv} for cli_read_dict: its key, its D-Bus type ('s', 'b', 'u', 't' or
+ * 'd') and where its value goes (a const char * for 's', valid while the message is; an int
+ * for 'b'). */
+typedef struct cli_dict_field {
+        const char *key;
+        char type;
+        void *ret;
+} cli_dict_field;
+/* Reads an a{sv} (entered here and left): the fields named whose value has the type expected;
+ * other keys and types are skipped (a newer engine may add some). 0 or a negative errno. */
+int cli_read_dict(sd_bus_message *m, const cli_dict_field *fields, size_t n);

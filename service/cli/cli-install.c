@@ -331,23 +331,12 @@ static int on_job_signal(sd_bus_message *m, void *userdata, sd_bus_error *ret_er
         r = sd_bus_message_read(m, "s", &iface);
         if (r < 0 || strcmp(iface, AXP_BUS_JOB_IFACE) != 0)
                 return 0;
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        while (r >= 0 && (r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *key, *s;
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        break;
-                if (strcmp(key, "Progress") == 0)
-                        r = sd_bus_message_read(m, "v", "d", &j->progress);
-                else if (strcmp(key, "BytesDone") == 0)
-                        r = sd_bus_message_read(m, "v", "t", &j->done);
-                else if (strcmp(key, "State") == 0 && (r = sd_bus_message_read(m, "v", "s", &s)) >= 0)
-                        snprintf(j->state, sizeof(j->state), "%s", s);
-                else
-                        r = sd_bus_message_skip(m, "v");
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(m);
-        }
+        const char *state = NULL;
+        const cli_dict_field fields[] = {
+                { "Progress", 'd', &j->progress }, { "BytesDone", 't', &j->done }, { "State", 's', &state },
+        };
+        if (cli_read_dict(m, fields, sizeof(fields) / sizeof(fields[0])) >= 0 && state)
+                snprintf(j->state, sizeof(j->state), "%s", state);
         show_progress(j);
         return 0;
 }
@@ -517,43 +506,19 @@ static int list(const char *address) {
                 return call_fail("list", address, &e, r);
         r = sd_bus_message_enter_container(reply, 'a', "(sa{sv})");
         while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'r', "sa{sv}")) > 0) {
-                const char *name, *arch = "", *types = "", *chat = "", *error = NULL, *s;
+                const char *name, *arch = "", *types = "", *chat = "", *error = NULL;
                 uint64_t params = 0, size = 0;
                 int loaded = 0, is_default = 0;
                 char p[32], sz[32];
+                const cli_dict_field fields[] = {
+                        { "architecture", 's', &arch }, { "types", 's', &types },   { "chat_template", 's', &chat },
+                        { "error", 's', &error },       { "parameters", 't', &params }, { "size", 't', &size },
+                        { "loaded", 'b', &loaded },     { "default", 'b', &is_default },
+                };
 
                 r = sd_bus_message_read(reply, "s", &name);
                 if (r >= 0)
-                        r = sd_bus_message_enter_container(reply, 'a', "{sv}");
-                while (r >= 0 && (r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
-                        const char *key;
-                        r = sd_bus_message_read(reply, "s", &key);
-                        if (r < 0)
-                                break;
-                        if (strcmp(key, "architecture") == 0 && (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
-                                arch = s;
-                        else if (strcmp(key, "types") == 0 && (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
-                                types = s;
-                        else if (strcmp(key, "chat_template") == 0 &&
-                                 (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
-                                chat = s;
-                        else if (strcmp(key, "error") == 0 && (r = sd_bus_message_read(reply, "v", "s", &s)) >= 0)
-                                error = s;
-                        else if (strcmp(key, "parameters") == 0)
-                                r = sd_bus_message_read(reply, "v", "t", &params);
-                        else if (strcmp(key, "size") == 0)
-                                r = sd_bus_message_read(reply, "v", "t", &size);
-                        else if (strcmp(key, "loaded") == 0)
-                                r = sd_bus_message_read(reply, "v", "b", &loaded);
-                        else if (strcmp(key, "default") == 0)
-                                r = sd_bus_message_read(reply, "v", "b", &is_default);
-                        else
-                                r = sd_bus_message_skip(reply, "v");
-                        if (r >= 0)
-                                r = sd_bus_message_exit_container(reply);
-                }
-                if (r >= 0)
-                        r = sd_bus_message_exit_container(reply);
+                        r = cli_read_dict(reply, fields, sizeof(fields) / sizeof(fields[0]));
                 if (r >= 0)
                         r = sd_bus_message_exit_container(reply);
                 if (r < 0)
