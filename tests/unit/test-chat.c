@@ -434,8 +434,10 @@ static const char tmpl_devstral[] =
         "'[/SYSTEM_PROMPT]' }}...{{- \"[TOOL_CALLS]\" + tool['function']['name'] + \"[ARGS]\" + arguments }}"
         "...{{- \"[TOOL_RESULTS]\" + content|string + \"[/TOOL_RESULTS]\" }}";
 
-/* Does the grammar take text, token by token on the Llama 3 vocabulary? */
-static bool grammar_takes(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text) {
+/* Walk the grammar over text, token by token on the vocabulary: -1 if a token of the text was
+ * refused, else whether it may then end (id < 0) or take token id. */
+static int grammar_walk(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text,
+                        int32_t id) {
         axp_grammar *g = NULL;
         axp_matcher *mt = NULL;
         axp_error err = {};
@@ -444,16 +446,22 @@ static bool grammar_takes(const loaded_vocab *v, axp_vocab_trie *trie, const cha
         bool ok = axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0 && axp_matcher_new(g, trie, &mt, &err) == 0 &&
                   axp_tokenize(v->tok, text, strlen(text), 0, &ids, &n, &err) == 0;
         CHECK_MSG(ok, "%s", err.msg);
-        for (int i = 0; ok && i < n; i++) {
-                ok = axp_matcher_allows(mt, ids[i]);
-                if (ok)
+        int taken = ok;
+        for (int i = 0; taken && i < n; i++) {
+                taken = axp_matcher_allows(mt, ids[i]);
+                if (taken)
                         axp_matcher_accept(mt, ids[i]);
         }
-        ok = ok && axp_matcher_complete(mt);
+        int r = !ok ? 0 : !taken ? -1 : id < 0 ? axp_matcher_complete(mt) : axp_matcher_allows(mt, id);
         free(ids);
         axp_matcher_free(mt);
         axp_grammar_free(g);
-        return ok;
+        return r;
+}
+
+/* Does the grammar take text, token by token on the Llama 3 vocabulary? */
+static bool grammar_takes(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text) {
+        return grammar_walk(v, trie, gbnf, text, -1) == 1;
 }
 
 static void test_tools_mistral_v7(void) {
@@ -563,26 +571,12 @@ static char *none_grammar(axp_chat_family f, const char *tmpl) {
         return g;
 }
 
-/* Can the model write token id, after text, under the grammar? */
+/* Can the model write token id, after text (which the grammar must take), under the grammar? */
 static bool token_allowed_after(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text,
                                 int32_t id) {
-        axp_grammar *g = NULL;
-        axp_matcher *mt = NULL;
-        axp_error err = {};
-        int32_t *ids = NULL;
-        int n = 0;
-        bool ok = axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0 && axp_matcher_new(g, trie, &mt, &err) == 0 &&
-                  axp_tokenize(v->tok, text, strlen(text), 0, &ids, &n, &err) == 0;
-        CHECK_MSG(ok, "%s", err.msg);
-        for (int i = 0; ok && i < n; i++) {
-                CHECK(axp_matcher_allows(mt, ids[i]));
-                axp_matcher_accept(mt, ids[i]);
-        }
-        ok = ok && axp_matcher_allows(mt, id);
-        free(ids);
-        axp_matcher_free(mt);
-        axp_grammar_free(g);
-        return ok;
+        int r = grammar_walk(v, trie, gbnf, text, id);
+        CHECK(r >= 0);
+        return r == 1;
 }
 
 static void test_tool_choice_none(void) {
