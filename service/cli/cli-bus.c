@@ -521,6 +521,7 @@ static void stream_done(Stream *s) {
         sd_bus_slot_unref(s->owner_slot);
         free(s->path);
         free(s->text);
+        free(s->stats.tool_call);
 }
 
 static int stream_append(Stream *s, const char *text) {

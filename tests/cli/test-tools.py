@@ -12,6 +12,7 @@ Env: AXP_CLI, AXP_CONFORMANCE_DIR, AXP_ENGINE_DAEMON, AXP_TEST_BUS_CONF."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -268,6 +269,14 @@ def daemon_part(model, tools, tmp):
                 fail(f"{cmd[0]} --tools: {r}")
             else:
                 check_call(cmd[0], json.loads(m.group(1)))
+        # the call read from the stats is the command's to free: none of its memory leaks
+        if shutil.which("valgrind"):
+            r = subprocess.run(["valgrind", "--quiet", "--leak-check=full", "--errors-for-leak-kinds=definite",
+                                "--error-exitcode=99", CLI, "ask", "--address", bus.address, "-v", "--tools", tools,
+                                "--tool-choice", "required", "-n", "200", "--temperature", "0.7", "--seed", "5",
+                                "What is on today?"], capture_output=True, text=True, timeout=600)
+            if r.returncode != 0 or "finish_reason: tool_calls" not in r.stderr:
+                fail(f"ask --tools under valgrind: rc {r.returncode}: {r.stderr[-2000:]}")
         for value, want in BAD[:6]:
             v = value.replace("\\", "\\\\").replace("'", "\\'")
             for method in ("Complete", "Reactive", "Proactive"):
