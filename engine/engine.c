@@ -817,7 +817,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
         e->model_serial++;
         e->model_params = gguf_n_elements(m->gguf);
         e->kv_budget.limit = e->cfg.kv_memory > 0 ? e->cfg.kv_memory
-                                                  : axp_kv_budget_auto(axp_physical_memory(), axp_model_weight_bytes(m));
+                                                  : axp_kv_budget_auto(axp_memory_limit(), axp_model_weight_bytes(m));
         return 0;
 }
 

@@ -5,7 +5,48 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include "base/parse.h"
+
+uint64_t axp_memory_limit_at(const char *self_cgroup, const char *root, uint64_t phys) {
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        axp_error err = {};
+        uint64_t limit = phys;
+
+        /* cgroup v2: the one line "0::/PATH" */
+        if (axp_read_file(self_cgroup, 64 << 10, &text, &len, &err) < 0)
+                return limit;
+        const char *line = strstr(text, "0::/");
+        if (!line || (line != text && line[-1] != '\n'))
+                return limit;
+        _cleanup_free_ char *path = strndup(line + 3, strcspn(line + 3, "\n"));
+        if (!path || strstr(path, "/.."))
+                return limit;
+        /* the group's own limit and every one above it */
+        for (char *end = path + strlen(path);;) {
+                _cleanup_free_ char *file = NULL, *value = NULL;
+                uint64_t v;
+                *end = 0;
+                if (asprintf(&file, "%s%s/memory.max", root, path) >= 0 &&
+                    axp_read_file(file, 64, &value, &len, &err) == 0) {
+                        value[strcspn(value, "\n")] = 0;
+                        if (axp_parse_u64(value, 1, UINT64_MAX, &v) == 0 && (limit == 0 || v < limit))
+                                limit = v;
+                }
+                if (end == path)
+                        break;
+                end = strrchr(path, '/');
+        }
+        return limit;
+}
+
+uint64_t axp_memory_limit(void) {
+        return axp_memory_limit_at("/proc/self/cgroup", "/sys/fs/cgroup", axp_physical_memory());
+}
 
 uint64_t axp_kv_budget_auto(uint64_t phys_bytes, uint64_t model_bytes) {
         uint64_t left = phys_bytes > model_bytes ? phys_bytes - model_bytes : 0;

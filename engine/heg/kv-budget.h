@@ -29,14 +29,21 @@ typedef struct axp_kv_hold {
         bool held;
 } axp_kv_hold;
 
-/* KVMemory=auto: half of the memory that the model's weights leave of the machine's,
- * (phys_bytes - model_bytes) / 2, and never below AXP_KV_BUDGET_AUTO_FLOOR; the other half
- * stays for the desktop and the page cache. */
+/* KVMemory=auto: half of the memory that the model's weights leave of what the engine may use
+ * (axp_memory_limit), (phys_bytes - model_bytes) / 2, and never below AXP_KV_BUDGET_AUTO_FLOOR;
+ * the other half stays for the desktop and the page cache. */
 #define AXP_KV_BUDGET_AUTO_FLOOR (UINT64_C(256) << 20)
 uint64_t axp_kv_budget_auto(uint64_t phys_bytes, uint64_t model_bytes);
 
 /* The machine's physical memory in bytes (sysconf), 0 if unknown. */
 uint64_t axp_physical_memory(void);
+/* What this process may use: `phys`, or less where its control group (v2) or one above it
+ * sets memory.max (MemoryMax= of its service or slice). `self_cgroup` is /proc/self/cgroup,
+ * `root` the cgroup file system's mount (/sys/fs/cgroup); files missing or unreadable, or
+ * "max", limit nothing. */
+uint64_t axp_memory_limit_at(const char *self_cgroup, const char *root, uint64_t phys);
+/* axp_memory_limit_at for this process and this machine */
+uint64_t axp_memory_limit(void);
 
 /* Reserve `bytes` for h. A hold already taken (a flow's, between turns) grows to `bytes`
  * (never shrinks here), asking the budget only for the difference. -EBUSY: the budget is

@@ -5,7 +5,10 @@
  * on a hold released twice or never taken. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +125,52 @@ static void test_auto(void) {
         CHECK(axp_kv_budget_auto(phys, 0) >= phys / 2 - 1);
 }
 
+static void put_file(const char *dir, const char *name, const char *text) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        FILE *f = fopen(path, "w");
+        CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* A service or slice with MemoryMax= (cgroup v2 memory.max) bounds what auto takes. */
+static void test_memory_limit(void) {
+        char dir[] = "/tmp/axp-cgroup-XXXXXX", path[600], self[600];
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof(path), "%s/agentxpu.slice", dir);
+        CHECK(mkdir(path, 0700) == 0);
+        snprintf(path, sizeof(path), "%s/agentxpu.slice/agentxpu-engine.service", dir);
+        CHECK(mkdir(path, 0700) == 0);
+        snprintf(self, sizeof(self), "%s/self-cgroup", dir);
+        put_file(dir, "self-cgroup", "0::/agentxpu.slice/agentxpu-engine.service\n");
+
+        /* no memory.max anywhere, or "max": the machine's */
+        CHECK(axp_memory_limit_at(self, dir, 16 * GiB) == 16 * GiB);
+        put_file(dir, "agentxpu.slice/agentxpu-engine.service/memory.max", "max\n");
+        CHECK(axp_memory_limit_at(self, dir, 16 * GiB) == 16 * GiB);
+        /* the slice's limit applies to the service inside it; the lower one wins */
+        put_file(dir, "agentxpu.slice/memory.max", "8589934592\n");
+        CHECK(axp_memory_limit_at(self, dir, 16 * GiB) == 8 * GiB);
+        put_file(dir, "agentxpu.slice/agentxpu-engine.service/memory.max", "4294967296\n");
+        CHECK(axp_memory_limit_at(self, dir, 16 * GiB) == 4 * GiB);
+        CHECK(axp_memory_limit_at(self, dir, 2 * GiB) == 2 * GiB);
+        CHECK(axp_kv_budget_auto(axp_memory_limit_at(self, dir, 16 * GiB), 2 * GiB) == GiB);
+        /* a machine unknown (0): the group's limit */
+        CHECK(axp_memory_limit_at(self, dir, 0) == 4 * GiB);
+        /* cgroup v1 only, or no such file: the machine's */
+        put_file(dir, "self-cgroup", "12:memory:/agentxpu.slice\n");
+        CHECK(axp_memory_limit_at(self, dir, 16 * GiB) == 16 * GiB);
+        CHECK(axp_memory_limit_at("/nonexistent/cgroup", dir, 16 * GiB) == 16 * GiB);
+        /* a path that climbs out of the mount is not followed */
+        put_file(dir, "self-cgroup", "0::/../etc\n");
+        CHECK(axp_memory_limit_at(self, dir, 16 * GiB) == 16 * GiB);
+        /* this process: at most the machine's */
+        CHECK(axp_memory_limit() <= axp_physical_memory() || axp_physical_memory() == 0);
+
+        char cmd[700];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+}
+
 static void test_format_bytes(void) {
         char buf[32];
         axp_format_bytes(0, buf, sizeof(buf));
@@ -197,6 +246,7 @@ int main(void) {
         RUN(test_never_fits);
         RUN(test_flow_hold);
         RUN(test_auto);
+        RUN(test_memory_limit);
         RUN(test_format_bytes);
 #ifndef NDEBUG
         RUN(test_misuse_aborts);

@@ -558,7 +558,7 @@ static void test_kv_budget(void) {
         CHECK(axp_kv_type_from_name(kv_type ? kv_type : "f16", &kt) == 0);
         const uint64_t x = axp_kv_cache_bytes(&m->hp, kt, n + 200, n);
         const uint64_t whole = axp_kv_cache_bytes(&m->hp, kt, 1024, n);
-        const uint64_t auto_bytes = axp_kv_budget_auto(axp_physical_memory(), axp_model_weight_bytes(m));
+        const uint64_t auto_bytes = axp_kv_budget_auto(axp_memory_limit(), axp_model_weight_bytes(m));
         axp_model_free(m);
 
         /* auto: the rule of heg/kv-budget.h; a request holds its worst case until it ends */
