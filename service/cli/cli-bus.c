@@ -345,21 +345,31 @@ void cli_interrupted_reset(void) {
         interrupted = 0;
 }
 
-int cli_bus_wait(sd_bus *bus) {
+/* Waits for fd's events, the timeout or a Ctrl-C (the handler's byte in the pipe, which stays
+ * there if it came before the wait began). */
+static int wait_or_interrupt(int fd, short events, int timeout_ms) {
         struct pollfd p[2] = {
-                { .fd = sd_bus_get_fd(bus) },
+                { .fd = fd, .events = events },
                 { .fd = interrupt_pipe[0], .events = POLLIN },
         };
-        uint64_t until;
-        int events, timeout_ms = -1, r;
         char drain[64];
 
-        if (p[0].fd < 0)
-                return p[0].fd;
+        if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
+                return -errno;
+        while (p[1].fd >= 0 && read(p[1].fd, drain, sizeof(drain)) > 0)
+                ;
+        return 0;
+}
+
+int cli_bus_wait(sd_bus *bus) {
+        uint64_t until;
+        int fd = sd_bus_get_fd(bus), events, timeout_ms = -1, r;
+
+        if (fd < 0)
+                return fd;
         events = sd_bus_get_events(bus);
         if (events < 0)
                 return events;
-        p[0].events = (short) events;
         r = sd_bus_get_timeout(bus, &until);
         if (r < 0)
                 return r;
@@ -371,11 +381,7 @@ int cli_bus_wait(sd_bus *bus) {
                 now = (uint64_t) ts.tv_sec * UINT64_C(1000000) + (uint64_t) ts.tv_nsec / 1000;
                 timeout_ms = until <= now ? 0 : (int) MIN((until - now + 999) / 1000, (uint64_t) INT_MAX);
         }
-        if (poll(p, 2, timeout_ms) < 0 && errno != EINTR)
-                return -errno;
-        while (p[1].fd >= 0 && read(p[1].fd, drain, sizeof(drain)) > 0)
-                ;
-        return 0;
+        return wait_or_interrupt(fd, (short) events, timeout_ms);
 }
 
 /* The bus at `address`, or the system bus; on failure one line saying what to check. */
@@ -789,6 +795,9 @@ int cli_chat(int argc, char **argv) {
                 status = 1;
                 goto close;
         }
+        /* Unbuffered, so that a wait on standard input sees every byte not yet read: a Ctrl-C
+         * at the prompt ends the chat even where it lands just before the read. */
+        setvbuf(stdin, NULL, _IONBF, 0);
 
         for (;;) {
                 _cleanup_(stream_done) Stream s = {};
@@ -798,6 +807,8 @@ int cli_chat(int argc, char **argv) {
                         fputs("> ", stdout);
                         fflush(stdout);
                 }
+                if (wait_or_interrupt(STDIN_FILENO, POLLIN, -1) < 0 || cli_interrupted())
+                        break;
                 n = getline(&line, &cap, stdin);
                 if (n < 0 || cli_interrupted())
                         break;

@@ -800,7 +800,9 @@ def test_ctrl_c_cancels_while_the_engine_is_silent():
                 argv = [os.environ["AXP_CLI"], cmd[0], "--address", bus.address] + cmd[1:]
                 if cmd[0] != "chat":
                     argv.append("silent please")
-                env = dict(os.environ, LD_PRELOAD=shim) if before_wait else None
+                # chat's first wait is at its prompt (below): the turn's comes second
+                env = dict(os.environ, LD_PRELOAD=shim, AXP_SIGINT_SKIP="1" if cmd[0] == "chat" else "0") \
+                    if before_wait else None
                 p = bus.spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env)
                 if cmd[0] == "chat":
@@ -819,6 +821,15 @@ def test_ctrl_c_cancels_while_the_engine_is_silent():
                 rc, out, err = ended(p, what)
                 assert rc == want_rc and "the request was cancelled" in err, (what, rc, out, err)
                 assert f"{m.group(1)} finished: cancelled" in d.text(), what
+        # at chat's prompt, a Ctrl-C ends the chat; landing just before the read, it used to
+        # wait for a line that may never come
+        p = bus.spawn([os.environ["AXP_CLI"], "chat", "--address", bus.address, "-v"], stdin=subprocess.PIPE,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                      env=dict(os.environ, LD_PRELOAD=shim, AXP_SIGINT_SKIP="0"))
+        line = p.stderr.readline()
+        assert line.startswith("flow "), line
+        rc, out, err = ended(p, "chat (at its prompt)")
+        assert rc == 0 and out == "" and err == "", (rc, out, err)
 
 
 def test_startup_errors_are_clear():
