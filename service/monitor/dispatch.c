@@ -272,9 +272,11 @@ static void on_finished(void *userdata, guint64 id, const char *reason, const ch
                 if (suggestion_parse(answer, strlen(answer), d->cfg->title_max_length,
                                      d->cfg->body_max_length, &sug, &err) < 0) {
                         /* The schema makes every finished answer parse: one that does not was
-                         * cut at max_tokens, and asking again would cut it again. */
+                         * cut at max_tokens, and asking again would cut it again. The message
+                         * may quote the model's text (a field's name). */
+                        g_autofree char *why = log_visible(err.msg);
                         g_warning("dispatch: event %" G_GUINT64_FORMAT " got no suggestion: %s%s", id,
-                                  err.msg, strcmp(reason, "length") == 0
+                                  why, strcmp(reason, "length") == 0
                                                    ? " (cut at max_tokens; raise max_tokens or lower "
                                                      "title_max_length and body_max_length)"
                                                    : "");
