@@ -744,7 +744,12 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, a
         puts_(&o, ") ");
         put_literal(&o, close);
         puts_(&o, "\n");
-        if (choice != AXP_TOOL_CHOICE_REQUIRED)
+        /* auto's text: where a call opens with a marker, text without it anywhere (a call
+         * written after some words would be neither text nor read as a call); else text
+         * that does not begin as a call does */
+        if (choice != AXP_TOOL_CHOICE_REQUIRED && marker)
+                put_text_without(&o, marker);
+        else if (choice != AXP_TOOL_CHOICE_REQUIRED)
                 put_text(&o, first);
         puts_(&o, rules);
         if (o.r < 0) {

@@ -682,7 +682,8 @@ static void test_tool_choice_none(void) {
 }
 
 /* Qwen's <tool_call> is one token with those bytes (user-defined, not a control token):
- * "auto" lets it follow text, "none" nowhere. */
+ * "auto" takes it to open the answer (a call) but not after text (neither text nor a call
+ * read back), "none" nowhere. */
 static void test_tool_choice_none_token(void) {
         static char bytes[256][3];
         const char *tokens[258];
@@ -716,7 +717,8 @@ static void test_tool_choice_none_token(void) {
                 CHECK_EQ_INT(axp_tokenizer_find(v.tok, "<tool_call>"), 257);
                 if (gq && ga) {
                         CHECK(token_allowed_after(&v, trie, ga, "", 257));
-                        CHECK(token_allowed_after(&v, trie, ga, "Let me look. ", 257));
+                        CHECK(!token_allowed_after(&v, trie, ga, "Let me look. ", 257));
+                        CHECK(token_allowed_after(&v, trie, ga, "Let me look. ", '<')); /* the byte */
                         CHECK(!token_allowed_after(&v, trie, gq, "", 257));
                         CHECK(!token_allowed_after(&v, trie, gq, "Let me look. ", 257));
                         CHECK(token_allowed_after(&v, trie, gq, "Let me look. ", '<')); /* the byte */
