@@ -591,25 +591,24 @@ static void put_text(out *o, const char *first) {
         puts_(o, "] [^\\x00]*\n");
 }
 
-/* Text without `marker` anywhere: a rule for each state of reading it, text-N when the text
- * ends with N of its first bytes (text: none), each taking a byte to the state that follows
- * (the longest of the marker's beginnings the text then ends with; any byte that begins none
- * back to text), the marker's last byte nowhere. The references are last in their
- * alternatives: the matcher's stacks do not grow. */
-static void put_text_without(out *o, const char *marker) {
+/* Text without `marker` anywhere, as rule `rule`: a rule for each state of reading it,
+ * RULE-N when the text ends with N of its first bytes (RULE: none), each taking a byte to the
+ * state that follows (the longest of the marker's beginnings the text then ends with; any
+ * byte that begins none back to RULE), the marker's last byte nowhere. The references are last
+ * in their alternatives: the matcher's stacks do not grow. */
+static void put_text_without(out *o, const char *marker, const char *rule) {
         size_t k = strlen(marker);
-        char name[32];
+        char name[64];
 
-        assert(k > 0 && k < 32);
+        assert(k > 0 && k < 32 && strlen(rule) < 32);
         for (size_t q = 0; q < k; q++) {
-                char special[32] = ""; /* the bytes that go elsewhere than back to text */
+                char special[32] = ""; /* the bytes that go elsewhere than back to RULE */
                 size_t n = 0;
                 if (q == 0)
-                        puts_(o, "text ::= \"\"");
-                else {
-                        snprintf(name, sizeof(name), "text-%zu ::= \"\"", q);
-                        puts_(o, name);
-                }
+                        snprintf(name, sizeof(name), "%s ::= \"\"", rule);
+                else
+                        snprintf(name, sizeof(name), "%s-%zu ::= \"\"", rule, q);
+                puts_(o, name);
                 for (size_t i = 0; i < k; i++) {
                         char c = marker[i];
                         if (memchr(special, c, n))
@@ -626,13 +625,14 @@ static void put_text_without(out *o, const char *marker) {
                         char lit[2] = { c, 0 };
                         puts_(o, " | ");
                         put_literal(o, lit);
-                        snprintf(name, sizeof(name), " text-%zu", to);
+                        snprintf(name, sizeof(name), " %s-%zu", rule, to);
                         puts_(o, name);
                 }
                 puts_(o, " | [^");
                 for (size_t i = 0; i < n; i++)
                         put_class_char(o, special[i]);
-                puts_(o, "\\x00] text\n");
+                snprintf(name, sizeof(name), "\\x00] %s\n", rule);
+                puts_(o, name);
         }
 }
 
@@ -683,7 +683,7 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, a
                 /* text only: the tools' schemas play no part */
                 puts_(&o, "root ::= text\n");
                 if (marker)
-                        put_text_without(&o, marker);
+                        put_text_without(&o, marker, "text");
                 else
                         put_text(&o, first);
                 if (o.r < 0) {
@@ -744,12 +744,15 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, a
         puts_(&o, ") ");
         put_literal(&o, close);
         puts_(&o, "\n");
-        /* auto's text: where a call opens with a marker, text without it anywhere (a call
-         * written after some words would be neither text nor read as a call); else text
-         * that does not begin as a call does */
-        if (choice != AXP_TOOL_CHOICE_REQUIRED && marker)
-                put_text_without(&o, marker);
-        else if (choice != AXP_TOOL_CHOICE_REQUIRED)
+        /* auto's text does not begin as a call does; where a call opens with a marker, it
+         * does not hold the marker further on either (a call written after some words
+         * would be neither text nor read as a call) */
+        if (choice != AXP_TOOL_CHOICE_REQUIRED && marker) {
+                puts_(&o, "text ::= [^");
+                put_class_char(&o, first[0]);
+                puts_(&o, "\\x00] text-rest\n");
+                put_text_without(&o, marker, "text-rest");
+        } else if (choice != AXP_TOOL_CHOICE_REQUIRED)
                 put_text(&o, first);
         puts_(&o, rules);
         if (o.r < 0) {

@@ -683,7 +683,7 @@ static void test_tool_choice_none(void) {
 
 /* Qwen's <tool_call> is one token with those bytes (user-defined, not a control token):
  * "auto" takes it to open the answer (a call) but not after text (neither text nor a call
- * read back), "none" nowhere. */
+ * read back), "none" nowhere; auto's text does not begin with '<' either. */
 static void test_tool_choice_none_token(void) {
         static char bytes[256][3];
         const char *tokens[258];
@@ -719,6 +719,10 @@ static void test_tool_choice_none_token(void) {
                         CHECK(token_allowed_after(&v, trie, ga, "", 257));
                         CHECK(!token_allowed_after(&v, trie, ga, "Let me look. ", 257));
                         CHECK(token_allowed_after(&v, trie, ga, "Let me look. ", '<')); /* the byte */
+                        /* auto's text still does not begin as a call does */
+                        CHECK(grammar_takes(&v, trie, ga, "Let me look. <b>hot</b>"));
+                        CHECK(!grammar_takes(&v, trie, ga, "<b>hot</b>"));
+                        CHECK(!grammar_takes(&v, trie, ga, "Let me look. <tool_call>"));
                         CHECK(!token_allowed_after(&v, trie, gq, "", 257));
                         CHECK(!token_allowed_after(&v, trie, gq, "Let me look. ", 257));
                         CHECK(token_allowed_after(&v, trie, gq, "Let me look. ", '<')); /* the byte */
