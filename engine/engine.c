@@ -123,7 +123,8 @@ struct axp_engine {
 
         uint64_t next_req_id;      /* past every request id handed out, schedulers before included */
         unsigned model_serial;     /* models put in place so far */
-        uint64_t model_params;     /* elements of every tensor of the model in place */
+        axp_engine_status model_desc; /* the model in place described (its arch ... tools), set
+                                       * once in setup_model: status_snapshot runs every step */
         axp_engine_status told;    /* what status_changed was last told */
         bool told_once;
 };
@@ -599,17 +600,28 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
         snprintf(ret->policy, sizeof(ret->policy), "%s",
                  axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol));
         if (e->model) {
-                const axp_model *m = e->model;
-                const char *ft = axp_file_type_name(m->file_type);
-                axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
-
-                snprintf(ret->arch, sizeof(ret->arch), "%s", axp_arch_name(m->hp.arch));
-                ret->parameters = e->model_params;
-                ret->n_ctx = e->n_ctx;
-                snprintf(ret->file_type, sizeof(ret->file_type), "%s", ft ? ft : "");
-                snprintf(ret->chat, sizeof(ret->chat), "%s", axp_chat_family_name(f));
-                ret->tools = axp_chat_takes_tools(f, m->chat_template, m->tok);
+                const axp_engine_status *d = &e->model_desc;
+                memcpy(ret->arch, d->arch, sizeof(ret->arch));
+                ret->parameters = d->parameters;
+                ret->n_ctx = d->n_ctx;
+                memcpy(ret->file_type, d->file_type, sizeof(ret->file_type));
+                memcpy(ret->chat, d->chat, sizeof(ret->chat));
+                ret->tools = d->tools;
         }
+}
+
+/* ModelInfo's fields for the model in place (status_snapshot copies them). */
+static void describe_model(axp_engine *e) {
+        const axp_model *m = e->model;
+        const char *ft = axp_file_type_name(m->file_type);
+        axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
+        axp_engine_status *d = &e->model_desc;
+
+        *d = (axp_engine_status) { .parameters = gguf_n_elements(m->gguf), .n_ctx = e->n_ctx,
+                                   .tools = axp_chat_takes_tools(f, m->chat_template, m->tok) };
+        snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));
+        snprintf(d->file_type, sizeof(d->file_type), "%s", ft ? ft : "");
+        snprintf(d->chat, sizeof(d->chat), "%s", axp_chat_family_name(f));
 }
 
 static bool status_equal(const axp_engine_status *a, const axp_engine_status *b) {
@@ -815,7 +827,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
                 return r;
         e->model = m;
         e->model_serial++;
-        e->model_params = gguf_n_elements(m->gguf);
+        describe_model(e);
         e->kv_budget.limit = e->cfg.kv_memory > 0 ? e->cfg.kv_memory
                                                   : axp_kv_budget_auto(axp_memory_limit(), axp_model_weight_bytes(m));
         return 0;
