@@ -603,6 +603,7 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
                 const axp_engine_status *d = &e->model_desc;
                 memcpy(ret->arch, d->arch, sizeof(ret->arch));
                 ret->parameters = d->parameters;
+                ret->file_bytes = d->file_bytes;
                 ret->n_ctx = d->n_ctx;
                 memcpy(ret->file_type, d->file_type, sizeof(ret->file_type));
                 memcpy(ret->chat, d->chat, sizeof(ret->chat));
@@ -617,7 +618,8 @@ static void describe_model(axp_engine *e) {
         axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
         axp_engine_status *d = &e->model_desc;
 
-        *d = (axp_engine_status) { .parameters = gguf_n_elements(m->gguf), .n_ctx = e->n_ctx,
+        *d = (axp_engine_status) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->size,
+                                   .n_ctx = e->n_ctx,
                                    .tools = axp_chat_takes_tools(f, m->chat_template, m->tok) };
         snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));
         snprintf(d->file_type, sizeof(d->file_type), "%s", ft ? ft : "");

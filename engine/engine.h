@@ -32,6 +32,7 @@ typedef struct axp_engine_status {
          * /api/show): these change only with model_serial. */
         char arch[32];           /* general.architecture */
         uint64_t parameters;     /* elements of every tensor */
+        uint64_t file_bytes;     /* the size of its file */
         int n_ctx;               /* positions a request may use (ContextSize= or the model's) */
         char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
         char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */

@@ -475,7 +475,7 @@ static void models_got(void *userdata, const char *model, GVariant *info, const 
                         json_builder_set_member_name(jb, "modified_at");
                         json_builder_add_string_value(jb, "1970-01-01T00:00:00Z");
                 }
-                add_int(jb, "size", 0);
+                add_int(jb, "size", (gint64) info_u64(info, "size"));
                 json_builder_set_member_name(jb, "digest");
                 json_builder_add_string_value(jb, "");
                 add_details(jb, info);

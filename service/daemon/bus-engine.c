@@ -47,8 +47,9 @@ static int property_get_model_info(sd_bus *bus, const char *path, const char *if
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0 && c->engine && st->model[0])
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", st->model,
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", st->model,
                                           "architecture", "s", st->arch, "parameters", "t", st->parameters,
+                                          "size", "t", st->file_bytes,
                                           "context_length", "u", (uint32_t) st->n_ctx, "file_type", "s",
                                           st->file_type, "chat_template", "s", st->chat, "tools", "b",
                                           st->tools);

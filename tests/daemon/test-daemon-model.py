@@ -586,7 +586,7 @@ def test_model_info_describes_the_model():
         assert r.rc == 0 and m, r
         info = {k: v["data"] for k, v in p["ModelInfo"].items()}
         assert info == {"name": p["Model"], "architecture": "llama", "parameters": int(m.group(1)),
-                        "context_length": 1000, "file_type": "Q8_0", "chat_template": "llama3",
+                        "size": os.path.getsize(model()), "context_length": 1000, "file_type": "Q8_0", "chat_template": "llama3",
                         "tools": False}, info
         r = bus.cli("status")
         want = "          llama, %.1f million parameters, Q8_0, context 1000, chat template llama3\n" % (

@@ -184,7 +184,7 @@ def test_listings():
                    "parameter_size": size, "quantization_level": "Q8_0"}
         status, body = b.json("/api/tags")
         assert status == 200 and [x["name"] for x in body["models"]] == [m], body
-        assert body["models"][0]["details"] == details, body
+        assert body["models"][0]["details"] == details and body["models"][0]["size"] == os.path.getsize(model()), body
         status, body = b.json("/api/ps")
         assert status == 200 and [x["name"] for x in body["models"]] == [m], body
         assert body["models"][0]["details"] == details and body["models"][0]["context_length"] == 2048, body
