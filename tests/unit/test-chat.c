@@ -434,6 +434,17 @@ static const char tmpl_devstral[] =
         "'[/SYSTEM_PROMPT]' }}...{{- \"[TOOL_CALLS]\" + tool['function']['name'] + \"[ARGS]\" + arguments }}"
         "...{{- \"[TOOL_RESULTS]\" + content|string + \"[/TOOL_RESULTS]\" }}";
 
+/* Llama 3's vocabulary from the conformance data, for the grammar checks (false: skipped,
+ * said so). */
+static bool llama3_vocab(loaded_vocab *v) {
+        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
+        if (!path || vocab_open(path, v) != 0) {
+                printf("  no Llama 3 vocabulary: the grammar checks skipped\n");
+                return false;
+        }
+        return true;
+}
+
 /* Walk the grammar over text, token by token on the vocabulary: -1 if a token of the text was
  * refused, else whether it may then end (id < 0) or take token id. */
 static int grammar_walk(const loaded_vocab *v, axp_vocab_trie *trie, const char *gbnf, const char *text,
@@ -520,12 +531,9 @@ static void test_tools_mistral_v7(void) {
 
         /* the grammar takes the template's form (Mistral-Small-3.2's id optional, nine letters
          * and digits) and nothing else */
-        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
         loaded_vocab v;
-        if (!path || vocab_open(path, &v) != 0) {
-                printf("  no Llama 3 vocabulary: the grammar checks skipped\n");
+        if (!llama3_vocab(&v))
                 return;
-        }
         axp_vocab_trie *trie = NULL;
         axp_error err = {};
         axp_tools *t = NULL;
@@ -646,12 +654,9 @@ static void test_tool_choice_none(void) {
         free(got);
 
         /* the grammars, token by token on the Llama 3 vocabulary */
-        _cleanup_free_ char *path = conformance_path("vocab/ggml-vocab-llama-bpe.gguf");
         loaded_vocab v;
-        if (!path || vocab_open(path, &v) != 0) {
-                printf("  no Llama 3 vocabulary: the grammar checks skipped\n");
+        if (!llama3_vocab(&v))
                 return;
-        }
         axp_vocab_trie *trie = NULL;
         CHECK(axp_vocab_trie_new(v.tok, &trie, &err) == 0);
         char *gl = none_grammar(AXP_CHAT_LLAMA3, NULL), *gq = none_grammar(AXP_CHAT_CHATML, NULL),
