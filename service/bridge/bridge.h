@@ -61,11 +61,16 @@ bool fail_set(Fail *f, guint status, const char *type, const char *code, const c
 bool fail_bad(Fail *f, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 /* A D-Bus error of the engine (or of the bus: error_name NULL or a freedesktop error). */
 void fail_from_engine(Fail *f, const char *error_name, const char *message);
-/* Whether the engine's answer to "which model" (model, or NULL with the error) serves the
- * client's `want`: the same name, or with Ollama's ":latest" tag. Fills `f` (404 in the API's
- * words, 503 with no model, the engine's error) and returns false otherwise. */
-bool model_check(int api, const char *want, const char *model, const char *error_name,
-                 const char *message, Fail *f);
+/* A request answered from the engine's model (engine_link_get_model), paused meanwhile:
+ * `want` the model the client named, which must be the engine's (the same name, or with
+ * Ollama's ":latest" tag; else 404 in the API's words, 503 with no model), or NULL for a
+ * listing, which any model or none answers. `answer` writes the reply: `want` as the client
+ * named it, `model` the engine's ("" where none is loaded), `info` its ModelInfo, and `arg`,
+ * what it needs of the request; errors are answered here. */
+typedef void (*ModelAnswer)(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
+                            int arg);
+void model_query(Bridge *b, SoupServerMessage *msg, Api api, const char *want, ModelAnswer answer,
+                 int arg);
 
 /* Answers `msg` with the error as the API's clients expect it, and logs one line. */
 void respond_error(SoupServerMessage *msg, Api api, const Fail *f);

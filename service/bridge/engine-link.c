@@ -279,19 +279,10 @@ void engine_job_cancel(EngineJob *j) {
         }
 }
 
-/* Model or ModelInfo: one of the callbacks is set */
 typedef struct ModelCall {
         EngineModelCallback cb;
-        EngineModelInfoCallback info_cb;
         void *userdata;
 } ModelCall;
-
-static void model_call_fail(ModelCall *c, const char *error_name, const char *message) {
-        if (c->info_cb)
-                c->info_cb(c->userdata, NULL, NULL, error_name, message);
-        else
-                c->cb(c->userdata, NULL, error_name, message);
-}
 
 static void on_model(GObject *src, GAsyncResult *res, gpointer data) {
         g_autofree ModelCall *c = data;
@@ -302,25 +293,17 @@ static void on_model(GObject *src, GAsyncResult *res, gpointer data) {
         if (!r) {
                 g_autofree char *remote = g_dbus_error_get_remote_error(e);
                 g_dbus_error_strip_remote_error(e);
-                model_call_fail(c, remote, e->message);
+                c->cb(c->userdata, NULL, NULL, remote, e->message);
                 return;
         }
         g_variant_get(r, "(v)", &v);
-        if (c->info_cb) {
-                const char *name = "";
-                if (!g_variant_is_of_type(v, G_VARIANT_TYPE_VARDICT)) {
-                        model_call_fail(c, NULL, "The engine's ModelInfo property is not a{sv}");
-                        return;
-                }
-                (void) g_variant_lookup(v, "name", "&s", &name);
-                c->info_cb(c->userdata, name, v, NULL, NULL);
+        if (!g_variant_is_of_type(v, G_VARIANT_TYPE_VARDICT)) {
+                c->cb(c->userdata, NULL, NULL, NULL, "The engine's ModelInfo property is not a{sv}");
                 return;
         }
-        if (!g_variant_is_of_type(v, G_VARIANT_TYPE_STRING)) {
-                c->cb(c->userdata, NULL, NULL, "The engine's Model property is not a string");
-                return;
-        }
-        c->cb(c->userdata, g_variant_get_string(v, NULL), NULL, NULL);
+        const char *name = "";
+        (void) g_variant_lookup(v, "name", "&s", &name);
+        c->cb(c->userdata, name, v, NULL, NULL);
 }
 
 typedef struct ModelFailure {
@@ -330,7 +313,7 @@ typedef struct ModelFailure {
 
 static gboolean model_failure_cb(gpointer data) {
         ModelFailure *f = data;
-        model_call_fail(f->c, "org.freedesktop.DBus.Error.NoServer", f->message);
+        f->c->cb(f->c->userdata, NULL, NULL, "org.freedesktop.DBus.Error.NoServer", f->message);
         g_free(f->c);
         g_free(f->message);
         g_free(f);
@@ -353,8 +336,12 @@ static void on_max_tokens(GObject *src, GAsyncResult *res, gpointer data) {
                 l->max_tokens = g_variant_get_uint32(v);
 }
 
-static void get_model(EngineLink *l, const char *property, ModelCall *c) {
+void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata) {
         g_autoptr(GError) e = NULL;
+        ModelCall *c = g_new0(ModelCall, 1);
+
+        c->cb = cb;
+        c->userdata = userdata;
 
         if (!ensure_connection(l, &e)) {
                 ModelFailure *f = g_new0(ModelFailure, 1);
@@ -375,25 +362,9 @@ static void get_model(EngineLink *l, const char *property, ModelCall *c) {
         }
         g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
                                "org.freedesktop.DBus.Properties", "Get",
-                               g_variant_new("(ss)", ENGINE_INTERFACE, property),
+                               g_variant_new("(ss)", ENGINE_INTERFACE, "ModelInfo"),
                                G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
                                NULL, on_model, c);
-}
-
-void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata) {
-        ModelCall *c = g_new0(ModelCall, 1);
-
-        c->cb = cb;
-        c->userdata = userdata;
-        get_model(l, "Model", c);
-}
-
-void engine_link_get_model_info(EngineLink *l, EngineModelInfoCallback cb, void *userdata) {
-        ModelCall *c = g_new0(ModelCall, 1);
-
-        c->info_cb = cb;
-        c->userdata = userdata;
-        get_model(l, "ModelInfo", c);
 }
 
 guint engine_link_generation(EngineLink *l) {

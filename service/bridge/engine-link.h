@@ -48,17 +48,13 @@ EngineJob *engine_link_submit(EngineLink *l, bool proactive, const char *prompt,
 /* Cancel it in the engine at once (or as soon as the engine names it) and call nothing more. */
 void engine_job_cancel(EngineJob *j);
 
-/* The engine's Model property ("" when none is loaded): `cb(userdata, model, error_name,
- * message)` with model NULL on failure. */
-typedef void (*EngineModelCallback)(void *userdata, const char *model, const char *error_name,
-                                    const char *message);
+/* The engine's model: its ModelInfo property (a{sv}, empty when no model is loaded):
+ * `cb(userdata, model, info, error_name, message)`, model being its "name" ("" without), both
+ * NULL on failure; info is the callback's to read, not to keep. The engine's MaxTokens is read
+ * first (above). */
+typedef void (*EngineModelCallback)(void *userdata, const char *model, GVariant *info,
+                                    const char *error_name, const char *message);
 void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata);
-/* The engine's ModelInfo property (a{sv}, empty when no model is loaded): `cb(userdata,
- * model, info, error_name, message)`, model being its "name" ("" without), both NULL on
- * failure; info is the callback's to read, not to keep. Also reads MaxTokens first, as above. */
-typedef void (*EngineModelInfoCallback)(void *userdata, const char *model, GVariant *info,
-                                        const char *error_name, const char *message);
-void engine_link_get_model_info(EngineLink *l, EngineModelInfoCallback cb, void *userdata);
 
 /* OpenFlow: `cb(userdata, path, error_name, message)` with path NULL on failure. */
 typedef void (*EngineFlowCallback)(void *userdata, const char *path, const char *error_name,

@@ -946,8 +946,10 @@ static bool model_matches(const char *have, const char *want) {
                (strncmp(have, want, n) == 0 && strcmp(want + n, ":latest") == 0);
 }
 
-bool model_check(int api, const char *want, const char *model, const char *error_name,
-                 const char *message, Fail *f) {
+/* Whether the engine's answer to "which model" (model, or NULL with the error) serves the
+ * client's `want`; fills `f` otherwise. */
+static bool model_check(Api api, const char *want, const char *model, const char *error_name,
+                        const char *message, Fail *f) {
         if (!model)
                 fail_from_engine(f, error_name, message);
         else if (!*model)
@@ -965,7 +967,45 @@ bool model_check(int api, const char *want, const char *model, const char *error
         return !f->message;
 }
 
-static void call_got_model(void *userdata, const char *model, const char *error_name,
+typedef struct ModelQuery {
+        SoupServerMessage *msg;
+        Api api;
+        char *want;
+        ModelAnswer answer;
+        int arg;
+} ModelQuery;
+
+static void model_query_got(void *userdata, const char *model, GVariant *info, const char *error_name,
+                            const char *message) {
+        ModelQuery *q = userdata;
+        g_auto(Fail) f = {};
+        bool ok;
+
+        if (q->want)
+                ok = model_check(q->api, q->want, model, error_name, message, &f);
+        else if (!(ok = model != NULL))
+                fail_from_engine(&f, error_name, message);
+        if (ok)
+                q->answer(q->msg, q->want, model, info, q->arg);
+        else
+                respond_error(q->msg, q->api, &f);
+        soup_server_message_unpause(q->msg);
+        g_object_unref(q->msg);
+        g_free(q->want);
+        g_free(q);
+}
+
+void model_query(Bridge *b, SoupServerMessage *msg, Api api, const char *want, ModelAnswer answer,
+                 int arg) {
+        ModelQuery *q = g_new0(ModelQuery, 1);
+
+        *q = (ModelQuery) { .msg = g_object_ref(msg), .api = api, .want = g_strdup(want), .answer = answer,
+                            .arg = arg };
+        soup_server_message_pause(msg);
+        engine_link_get_model(b->link, model_query_got, q);
+}
+
+static void call_got_model(void *userdata, const char *model, GVariant *info, const char *error_name,
                            const char *message) {
         Call *c = userdata;
         g_auto(Fail) f = {};

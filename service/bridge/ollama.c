@@ -259,29 +259,19 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
 /* An empty prompt (or no messages) is how Ollama's clients load a model (and, with
  * "keep_alive": 0, unload it): answered done once the engine is seen to serve that model, as
  * Ollama answers 404 for a model it does not have. */
-typedef struct LoadCall {
-        SoupServerMessage *msg;
-        char *model;
-        bool chat, unload;
-} LoadCall;
+enum { LOAD_CHAT = 1, LOAD_UNLOAD = 2 };
 
-static void load_got_model(void *userdata, const char *have, const char *error_name,
-                           const char *message) {
-        LoadCall *l = userdata;
+static void load_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
+                        int how) {
         g_autofree char *now = timestamp_rfc3339();
         g_autoptr(JsonBuilder) jb = json_builder_new();
-        g_auto(Fail) f = {};
 
-        if (!model_check(API_OLLAMA, l->model, have, error_name, message, &f)) {
-                respond_error(l->msg, API_OLLAMA, &f);
-                goto out;
-        }
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "model");
-        json_builder_add_string_value(jb, l->model);
+        json_builder_add_string_value(jb, want);
         json_builder_set_member_name(jb, "created_at");
         json_builder_add_string_value(jb, now);
-        if (l->chat) {
+        if (how & LOAD_CHAT) {
                 json_builder_set_member_name(jb, "message");
                 json_builder_begin_object(jb);
                 json_builder_set_member_name(jb, "role");
@@ -296,36 +286,27 @@ static void load_got_model(void *userdata, const char *have, const char *error_n
         json_builder_set_member_name(jb, "done");
         json_builder_add_boolean_value(jb, TRUE);
         json_builder_set_member_name(jb, "done_reason");
-        json_builder_add_string_value(jb, l->unload ? "unload" : "load");
+        json_builder_add_string_value(jb, how & LOAD_UNLOAD ? "unload" : "load");
         json_builder_end_object(jb);
-        respond_json(l->msg, 200, json_builder_get_root(jb));
-out:
-        soup_server_message_unpause(l->msg);
-        g_object_unref(l->msg);
-        g_free(l->model);
-        g_free(l);
+        respond_json(msg, 200, json_builder_get_root(jb));
 }
 
 static void answer_loaded(Bridge *b, SoupServerMessage *msg, JsonObject *o, const char *model,
                           bool chat) {
-        LoadCall *l = g_new0(LoadCall, 1);
         JsonNode *keep = json_object_get_member(o, "keep_alive");
+        bool unload = false;
 
-        l->msg = g_object_ref(msg);
-        l->model = g_strdup(model);
-        l->chat = chat;
         /* 0 or "0" (any unit): the client asks for the model to be unloaded; the engine's
          * model stays (it serves everyone), but the answer is the one Ollama gives */
         if (keep && JSON_NODE_HOLDS_VALUE(keep)) {
                 GType t = json_node_get_value_type(keep);
                 if (t == G_TYPE_INT64 || t == G_TYPE_DOUBLE)
-                        l->unload = json_node_get_double(keep) == 0;
+                        unload = json_node_get_double(keep) == 0;
                 else if (t == G_TYPE_STRING)
-                        l->unload = strtod(json_node_get_string(keep), NULL) == 0 &&
-                                    g_ascii_isdigit(json_node_get_string(keep)[0]);
+                        unload = strtod(json_node_get_string(keep), NULL) == 0 &&
+                                 g_ascii_isdigit(json_node_get_string(keep)[0]);
         }
-        soup_server_message_pause(msg);
-        engine_link_get_model(b->link, load_got_model, l);
+        model_query(b, msg, API_OLLAMA, model, load_answer, (chat ? LOAD_CHAT : 0) | (unload ? LOAD_UNLOAD : 0));
 }
 
 static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
@@ -446,22 +427,11 @@ static void add_details(JsonBuilder *jb, GVariant *info) {
         json_builder_end_object(jb);
 }
 
-typedef struct ListCall {
-        SoupServerMessage *msg;
-        bool ps;
-} ListCall;
-
-static void models_got(void *userdata, const char *model, GVariant *info, const char *error_name,
-                       const char *message) {
-        g_autofree ListCall *l = userdata;
+/* GET /api/tags (ps 0) and /api/ps (ps 1): the engine's model, none while none is loaded */
+static void list_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
+                        int ps) {
         g_autoptr(JsonBuilder) jb = json_builder_new();
 
-        if (!model) {
-                g_auto(Fail) f = {};
-                fail_from_engine(&f, error_name, message);
-                respond_error(l->msg, API_OLLAMA, &f);
-                goto out;
-        }
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "models");
         json_builder_begin_array(jb);
@@ -471,7 +441,7 @@ static void models_got(void *userdata, const char *model, GVariant *info, const 
                 json_builder_add_string_value(jb, model);
                 json_builder_set_member_name(jb, "model");
                 json_builder_add_string_value(jb, model);
-                if (!l->ps) {
+                if (!ps) {
                         json_builder_set_member_name(jb, "modified_at");
                         json_builder_add_string_value(jb, "1970-01-01T00:00:00Z");
                 }
@@ -479,7 +449,7 @@ static void models_got(void *userdata, const char *model, GVariant *info, const 
                 json_builder_set_member_name(jb, "digest");
                 json_builder_add_string_value(jb, "");
                 add_details(jb, info);
-                if (l->ps) {
+                if (ps) {
                         json_builder_set_member_name(jb, "expires_at");
                         json_builder_add_string_value(jb, "9999-12-31T23:59:59Z");
                         add_int(jb, "size_vram", 0);
@@ -489,29 +459,14 @@ static void models_got(void *userdata, const char *model, GVariant *info, const 
         }
         json_builder_end_array(jb);
         json_builder_end_object(jb);
-        respond_json(l->msg, 200, json_builder_get_root(jb));
-out:
-        soup_server_message_unpause(l->msg);
-        g_object_unref(l->msg);
-}
-
-static void list_models(Bridge *b, SoupServerMessage *msg, bool ps) {
-        ListCall *l = g_new0(ListCall, 1);
-        l->msg = g_object_ref(msg);
-        l->ps = ps;
-        soup_server_message_pause(msg);
-        engine_link_get_model_info(b->link, models_got, l);
+        respond_json(msg, 200, json_builder_get_root(jb));
 }
 
 /* POST /api/show {"model": NAME} (older clients: "name"): what editors ask before they use
  * a model: its details, its context ("<arch>.context_length" in model_info, the positions a
  * request gets here) and its capabilities ("tools" where the chat template takes them). */
-typedef struct ShowCall {
-        SoupServerMessage *msg;
-        char *model;
-} ShowCall;
-
-static void show_answer(SoupServerMessage *msg, const char *model, GVariant *info) {
+static void show_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
+                        int unused) {
         const char *arch = info_str(info, "architecture"), *ft = info_str(info, "file_type");
         guint64 n_ctx = info_u64(info, "context_length");
         gboolean tools = FALSE;
@@ -553,21 +508,6 @@ static void show_answer(SoupServerMessage *msg, const char *model, GVariant *inf
         respond_json(msg, 200, json_builder_get_root(jb));
 }
 
-static void show_got(void *userdata, const char *model, GVariant *info, const char *error_name,
-                     const char *message) {
-        ShowCall *sc = userdata;
-        g_auto(Fail) f = {};
-
-        if (model_check(API_OLLAMA, sc->model, model, error_name, message, &f))
-                show_answer(sc->msg, model, info);
-        else
-                respond_error(sc->msg, API_OLLAMA, &f);
-        soup_server_message_unpause(sc->msg);
-        g_object_unref(sc->msg);
-        g_free(sc->model);
-        g_free(sc);
-}
-
 static void show_model(Bridge *b, SoupServerMessage *msg) {
         g_autoptr(JsonParser) parser = NULL;
         g_auto(Fail) f = {};
@@ -585,11 +525,7 @@ static void show_model(Bridge *b, SoupServerMessage *msg) {
                 respond_error(msg, API_OLLAMA, &f);
                 return;
         }
-        ShowCall *sc = g_new0(ShowCall, 1);
-        sc->msg = g_object_ref(msg);
-        sc->model = g_strdup(model);
-        soup_server_message_pause(msg);
-        engine_link_get_model_info(b->link, show_got, sc);
+        model_query(b, msg, API_OLLAMA, model, show_answer, 0);
 }
 
 bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path) {
@@ -606,9 +542,9 @@ bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
         else if (strcmp(path, "/api/show") == 0 && post)
                 show_model(b, msg);
         else if (strcmp(path, "/api/tags") == 0 && get)
-                list_models(b, msg, false);
+                model_query(b, msg, API_OLLAMA, NULL, list_answer, 0);
         else if (strcmp(path, "/api/ps") == 0 && get)
-                list_models(b, msg, true);
+                model_query(b, msg, API_OLLAMA, NULL, list_answer, 1);
         else if (strcmp(path, "/api/version") == 0 && get) {
                 g_autoptr(JsonBuilder) jb = json_builder_new();
                 json_builder_begin_object(jb);

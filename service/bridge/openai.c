@@ -518,30 +518,15 @@ static void add_model_object(JsonBuilder *jb, const char *model) {
         json_builder_end_object(jb);
 }
 
-/* GET /v1/models (want NULL) or /v1/models/ID */
-typedef struct ModelsCall {
-        SoupServerMessage *msg;
-        char *want;
-} ModelsCall;
-
-static void models_got(void *userdata, const char *model, const char *error_name,
-                       const char *message) {
-        ModelsCall *l = userdata;
+/* GET /v1/models (arg 0: the list, empty without a model) or /v1/models/ID (arg 1: the
+ * model the client named, which model_query checked is the engine's) */
+static void models_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
+                          int one) {
         g_autoptr(JsonBuilder) jb = json_builder_new();
-        g_auto(Fail) f = {};
 
-        bool ok;
-
-        if (l->want)
-                ok = model_check(API_OPENAI, l->want, model, error_name, message, &f);
-        else if (!(ok = model != NULL))
-                fail_from_engine(&f, error_name, message);
-        if (!ok)
-                respond_error(l->msg, API_OPENAI, &f);
-        else if (l->want) {
+        if (one)
                 add_model_object(jb, model);
-                respond_json(l->msg, 200, json_builder_get_root(jb));
-        } else {
+        else {
                 json_builder_begin_object(jb);
                 json_builder_set_member_name(jb, "object");
                 json_builder_add_string_value(jb, "list");
@@ -551,22 +536,8 @@ static void models_got(void *userdata, const char *model, const char *error_name
                         add_model_object(jb, model);
                 json_builder_end_array(jb);
                 json_builder_end_object(jb);
-                respond_json(l->msg, 200, json_builder_get_root(jb));
         }
-        soup_server_message_unpause(l->msg);
-        g_object_unref(l->msg);
-        g_free(l->want);
-        g_free(l);
-}
-
-static void list_models(Bridge *b, SoupServerMessage *msg, const char *want) {
-        ModelsCall *l = g_new0(ModelsCall, 1);
-        l->msg = g_object_ref(msg);
-        l->want = want ? g_uri_unescape_string(want, NULL) : NULL;
-        if (want && !l->want)
-                l->want = g_strdup(want);
-        soup_server_message_pause(msg);
-        engine_link_get_model(b->link, models_got, l);
+        respond_json(msg, 200, json_builder_get_root(jb));
 }
 
 bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path) {
@@ -578,9 +549,11 @@ bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
         else if (strcmp(path, "/v1/completions") == 0 && post)
                 generate(b, msg, false);
         else if (strcmp(path, "/v1/models") == 0 && get)
-                list_models(b, msg, NULL);
-        else if (g_str_has_prefix(path, "/v1/models/") && path[11] && !strchr(path + 11, '/') && get)
-                list_models(b, msg, path + 11);
+                model_query(b, msg, API_OPENAI, NULL, models_answer, 0);
+        else if (g_str_has_prefix(path, "/v1/models/") && path[11] && !strchr(path + 11, '/') && get) {
+                g_autofree char *id = g_uri_unescape_string(path + 11, NULL);
+                model_query(b, msg, API_OPENAI, id ? id : path + 11, models_answer, 1);
+        }
         else if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0 ||
                  strcmp(path, "/v1/models") == 0 || g_str_has_prefix(path, "/v1/models/")) {
                 fail_set(&f, 405, "invalid_request_error", "method_not_allowed",
