@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "utf8.h"
 
@@ -203,4 +204,12 @@ void axp_format_bytes(uint64_t bytes, char *buf, size_t size) {
                 snprintf(buf, size, "%.1f KiB", (double) bytes / (double) (UINT64_C(1) << 10));
         else
                 snprintf(buf, size, "%" PRIu64 " bytes", bytes);
+}
+
+uint64_t axp_physical_memory(void) {
+        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+        if (pages <= 0 || size <= 0)
+                return 0;
+        return (uint64_t) pages * (uint64_t) size;
 }

@@ -87,5 +87,8 @@ int axp_read_file(const char *path, size_t max, char **ret, size_t *ret_len, axp
  * (PromptBytes=), which the command line does not know. */
 #define AXP_TEXT_FILE_MAX ((size_t) 64 << 20)
 
+/* The machine's physical memory in bytes (sysconf), 0 if unknown. */
+uint64_t axp_physical_memory(void);
+
 /* "512.0 MiB", "5.8 GiB", "900.0 KiB", "12 bytes": a size for people to read. */
 void axp_format_bytes(uint64_t bytes, char *buf, size_t size);

@@ -4,7 +4,6 @@
  * the length of a dynamic remainder. */
 #include <math.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend.h"
 #include "cpu-device.h"
@@ -559,12 +558,6 @@ static const axp_device_ops cpu_ops = {
         .threads = cpu_threads,
 };
 
-uint64_t axp_cpu_memory_bytes(void) {
-        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-
-        return pages > 0 && psz > 0 ? (uint64_t) pages * (uint64_t) psz : 0;
-}
-
 int axp_cpu_device_new(int n_threads, axp_device **ret, axp_error *err) {
         axp_device *d = calloc(1, sizeof(*d));
         cpu_dev *c = calloc(1, sizeof(*c));
@@ -576,7 +569,7 @@ int axp_cpu_device_new(int n_threads, axp_device **ret, axp_error *err) {
         d->ops = &cpu_ops;
         d->priv = c;
         d->kind = AXP_DEV_CPU;
-        d->mem_bytes = axp_cpu_memory_bytes();
+        d->mem_bytes = axp_physical_memory();
         d->can_run = true;
         snprintf(d->name, sizeof(d->name), "CPU (%d threads, %s)", axp_pool_size(c->pool), axp_cpu_isa());
         *ret = d;

@@ -6,5 +6,3 @@
 
 /* A thread pool of n_threads (0: one per core). */
 int axp_cpu_device_new(int n_threads, axp_device **ret, axp_error *err);
-/* The CPU's memory: the machine's physical memory in bytes (0 if unknown). */
-uint64_t axp_cpu_memory_bytes(void);

@@ -35,7 +35,7 @@ static int add_cpu(axp_discovery *d) {
         e->backend = "cpu";
         snprintf(e->name, sizeof(e->name), "CPU (%ld threads, %s)", n > 0 ? n : 1, axp_cpu_isa());
         e->kind = AXP_DEV_CPU;
-        e->mem_bytes = axp_cpu_memory_bytes();
+        e->mem_bytes = axp_physical_memory(); /* the CPU's memory */
         e->can_run = true;
         snprintf(e->note, sizeof(e->note), "every kernel; the static and dynamic roles' fallback");
         return 0;

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/parse.h"
 
@@ -51,14 +50,6 @@ uint64_t axp_memory_limit(void) {
 uint64_t axp_kv_budget_auto(uint64_t phys_bytes, uint64_t model_bytes) {
         uint64_t left = phys_bytes > model_bytes ? phys_bytes - model_bytes : 0;
         return MAX(left / 2, AXP_KV_BUDGET_AUTO_FLOOR);
-}
-
-uint64_t axp_physical_memory(void) {
-        long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-
-        if (pages <= 0 || size <= 0)
-                return 0;
-        return (uint64_t) pages * (uint64_t) size;
 }
 
 static void check(const axp_kv_budget *b) {

@@ -35,8 +35,6 @@ typedef struct axp_kv_hold {
 #define AXP_KV_BUDGET_AUTO_FLOOR (UINT64_C(256) << 20)
 uint64_t axp_kv_budget_auto(uint64_t phys_bytes, uint64_t model_bytes);
 
-/* The machine's physical memory in bytes (sysconf), 0 if unknown. */
-uint64_t axp_physical_memory(void);
 /* What this process may use: `phys`, or less where its control group (v2) or one above it
  * sets memory.max (MemoryMax= of its service or slice). `self_cgroup` is /proc/self/cgroup,
  * `root` the cgroup file system's mount (/sys/fs/cgroup); files missing or unreadable, or
