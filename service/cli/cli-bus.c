@@ -429,71 +429,28 @@ typedef struct Stats {
 
 /* Reads a stats a{sv}; keys it does not know are skipped (a newer engine may add some). */
 static int stats_read(sd_bus_message *m, Stats *st) {
-        int r;
+        const char *error = NULL, *finish_reason = NULL, *tool_call = NULL;
+        const cli_dict_field fields[] = {
+                { "prompt_tokens", 'u', &st->prompt_tokens },   { "prefill_tokens", 'u', &st->prefill_tokens },
+                { "generated_tokens", 'u', &st->generated_tokens }, { "preemptions", 'u', &st->preemptions },
+                { "queue_wait_s", 'd', &st->queue_wait_s },     { "ttft_s", 'd', &st->ttft_s },
+                { "tpot_s", 'd', &st->tpot_s },                 { "latency_s", 'd', &st->latency_s },
+                { "error", 's', &error },                       { "finish_reason", 's', &finish_reason },
+                { "tool_call", 's', &tool_call },
+        };
+        int r = cli_read_dict(m, fields, sizeof(fields) / sizeof(fields[0]));
 
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
         if (r < 0)
                 return r;
-        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *key, *contents;
-                uint32_t *u = NULL;
-                double *d = NULL;
-
-                r = sd_bus_message_read(m, "s", &key);
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_peek_type(m, NULL, &contents);
-                if (r < 0)
-                        return r;
-                if (strcmp(key, "prompt_tokens") == 0)
-                        u = &st->prompt_tokens;
-                else if (strcmp(key, "prefill_tokens") == 0)
-                        u = &st->prefill_tokens;
-                else if (strcmp(key, "generated_tokens") == 0)
-                        u = &st->generated_tokens;
-                else if (strcmp(key, "preemptions") == 0)
-                        u = &st->preemptions;
-                else if (strcmp(key, "queue_wait_s") == 0)
-                        d = &st->queue_wait_s;
-                else if (strcmp(key, "ttft_s") == 0)
-                        d = &st->ttft_s;
-                else if (strcmp(key, "tpot_s") == 0)
-                        d = &st->tpot_s;
-                else if (strcmp(key, "latency_s") == 0)
-                        d = &st->latency_s;
-
-                if (u && strcmp(contents, "u") == 0)
-                        r = sd_bus_message_read(m, "v", "u", u);
-                else if (d && strcmp(contents, "d") == 0)
-                        r = sd_bus_message_read(m, "v", "d", d);
-                else if (strcmp(key, "error") == 0 && strcmp(contents, "s") == 0) {
-                        const char *e;
-                        r = sd_bus_message_read(m, "v", "s", &e);
-                        if (r >= 0)
-                                snprintf(st->error, sizeof(st->error), "%s", e);
-                } else if (strcmp(key, "finish_reason") == 0 && strcmp(contents, "s") == 0) {
-                        const char *e;
-                        r = sd_bus_message_read(m, "v", "s", &e);
-                        if (r >= 0)
-                                snprintf(st->finish_reason, sizeof(st->finish_reason), "%s", e);
-                } else if (strcmp(key, "tool_call") == 0 && strcmp(contents, "s") == 0) {
-                        const char *e;
-                        r = sd_bus_message_read(m, "v", "s", &e);
-                        if (r >= 0) {
-                                free(st->tool_call);
-                                st->tool_call = strdup(e);
-                        }
-                } else
-                        r = sd_bus_message_skip(m, "v");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
+        if (error)
+                snprintf(st->error, sizeof(st->error), "%s", error);
+        if (finish_reason)
+                snprintf(st->finish_reason, sizeof(st->finish_reason), "%s", finish_reason);
+        if (tool_call) {
+                free(st->tool_call);
+                st->tool_call = strdup(tool_call);
         }
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(m);
+        return 0;
 }
 
 static void stats_print(FILE *f, const char *reason, const Stats *st) {
