@@ -53,15 +53,11 @@ int flow_not_found(sd_bus_error *error, uint64_t n) {
  * UnknownObject whether the flow exists or not: say NotFound where it does not, as a
  * request's path does. */
 static int flow_path_call(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        static const char prefix[] = AXP_BUS_FLOW_PREFIX "/";
-        const char *path = sd_bus_message_get_path(m), *name;
+        const char *path = sd_bus_message_get_path(m), *name = path_child(path, AXP_BUS_FLOW_PREFIX);
         uint64_t n;
 
         /* the folder of flows, or a path below one's: sd-bus answers */
-        if (!path || strncmp(path, prefix, sizeof(prefix) - 1) != 0)
-                return 0;
-        name = path + sizeof(prefix) - 1;
-        if (!*name || strchr(name, '/'))
+        if (!name)
                 return 0;
         /* a flow's path is PREFIX/N, N from 1 without leading zeros: .../flow/0 and
          * .../flow/007 name none */

@@ -75,15 +75,19 @@ void request_options_done(RequestOptions *o) {
         o->messages = NULL;
 }
 
-uint64_t path_number(const char *path, const char *prefix) {
+const char *path_child(const char *path, const char *prefix) {
         size_t n = strlen(prefix);
-        const char *p;
+
+        if (!path || strncmp(path, prefix, n) != 0 || path[n] != '/' || !path[n + 1] || strchr(path + n + 1, '/'))
+                return NULL;
+        return path + n + 1;
+}
+
+uint64_t path_number(const char *path, const char *prefix) {
+        const char *p = path_child(path, prefix);
         uint64_t v = 0;
 
-        if (!path || strncmp(path, prefix, n) != 0 || path[n] != '/')
-                return 0;
-        p = path + n + 1;
-        if (*p < '1' || *p > '9')
+        if (!p || *p < '1' || *p > '9')
                 return 0;
         for (; *p; p++) {
                 if (*p < '0' || *p > '9' || __builtin_mul_overflow(v, 10, &v) ||

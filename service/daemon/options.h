@@ -39,5 +39,8 @@ int request_options_parse(sd_bus_message *m, OptionSet set, const DaemonConfig *
 int prompt_check(const char *what, const char *s, bool empty_ok, const DaemonConfig *c,
                  sd_bus_error *error);
 
+/* The one element of a path PREFIX/NAME (NAME not empty, without '/'), NULL for another path
+ * (PREFIX itself, a path below PREFIX/NAME, or outside PREFIX). */
+const char *path_child(const char *path, const char *prefix);
 /* N of a path PREFIX/N (N > 0, decimal, no leading zero); 0 if the path is not of that form. */
 uint64_t path_number(const char *path, const char *prefix);

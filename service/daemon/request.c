@@ -441,17 +441,13 @@ static bool request_hidden(Context *c, Request *r, const char *path) {
 
 static int request_object_find(sd_bus *bus, const char *path, const char *iface, void *userdata,
                                void **ret, sd_bus_error *error) {
-        static const char prefix[] = AXP_BUS_REQUEST_PREFIX "/";
         Context *c = userdata;
-        const char *name;
+        const char *name = path_child(path, AXP_BUS_REQUEST_PREFIX);
         uint64_t n;
         Request *r;
 
         /* The folder of requests, or a path below a request's: no request, sd-bus answers. */
-        if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
-                return 0;
-        name = path + sizeof(prefix) - 1;
-        if (!*name || strchr(name, '/'))
+        if (!name)
                 return 0;
         /* A request's path is PREFIX/N, N from 1 without leading zeros: .../request/0 and
          * .../request/007 name none. Complete requests have no object; orphans are on their

@@ -240,6 +240,13 @@ static void test_path_number(void) {
         CHECK_EQ_INT(path_number("/org/agentxpu/Engine/flowers/1", AXP_BUS_FLOW_PREFIX), 0);
         CHECK_EQ_INT(path_number("/org/agentxpu/Engine/flow/1/2", AXP_BUS_FLOW_PREFIX), 0);
         CHECK_EQ_INT(path_number(NULL, AXP_BUS_FLOW_PREFIX), 0);
+        /* the one element under the folder, whatever it is */
+        CHECK(strcmp(path_child("/org/agentxpu/Engine/flow/007", AXP_BUS_FLOW_PREFIX), "007") == 0);
+        CHECK(path_child("/org/agentxpu/Engine/flow/", AXP_BUS_FLOW_PREFIX) == NULL);
+        CHECK(path_child("/org/agentxpu/Engine/flow", AXP_BUS_FLOW_PREFIX) == NULL);
+        CHECK(path_child("/org/agentxpu/Engine/flowers/1", AXP_BUS_FLOW_PREFIX) == NULL);
+        CHECK(path_child("/org/agentxpu/Engine/flow/1/2", AXP_BUS_FLOW_PREFIX) == NULL);
+        CHECK(path_child(NULL, AXP_BUS_FLOW_PREFIX) == NULL);
 }
 
 static void test_error_names(void) {
