@@ -123,8 +123,8 @@ struct axp_engine {
 
         uint64_t next_req_id;      /* past every request id handed out, schedulers before included */
         unsigned model_serial;     /* models put in place so far */
-        axp_engine_status model_desc; /* the model in place described (its arch ... tools), set
-                                       * once in setup_model: status_snapshot runs every step */
+        axp_model_desc model_desc; /* the model in place described, set once in setup_model:
+                                    * status_snapshot runs every step */
         axp_engine_status told;    /* what status_changed was last told */
         bool told_once;
 };
@@ -599,16 +599,8 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
         ret->model[n] = 0;
         snprintf(ret->policy, sizeof(ret->policy), "%s",
                  axp_policy_name(e->sched ? axp_sched_policy(e->sched) : e->pol));
-        if (e->model) {
-                const axp_engine_status *d = &e->model_desc;
-                memcpy(ret->arch, d->arch, sizeof(ret->arch));
-                ret->parameters = d->parameters;
-                ret->file_bytes = d->file_bytes;
-                ret->n_ctx = d->n_ctx;
-                memcpy(ret->file_type, d->file_type, sizeof(ret->file_type));
-                memcpy(ret->chat, d->chat, sizeof(ret->chat));
-                ret->tools = d->tools;
-        }
+        if (e->model)
+                ret->desc = e->model_desc;
 }
 
 /* ModelInfo's fields for the model in place (status_snapshot copies them). */
@@ -616,9 +608,9 @@ static void describe_model(axp_engine *e) {
         const axp_model *m = e->model;
         const char *ft = axp_file_type_name(m->file_type);
         axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
-        axp_engine_status *d = &e->model_desc;
+        axp_model_desc *d = &e->model_desc;
 
-        *d = (axp_engine_status) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->size,
+        *d = (axp_model_desc) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->size,
                                    .n_ctx = e->n_ctx,
                                    .tools = axp_chat_takes_tools(f, m->chat_template, m->tok) };
         snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));

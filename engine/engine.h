@@ -19,6 +19,17 @@
 
 typedef struct axp_engine axp_engine;
 
+/* The model in place, for clients that describe it (ModelInfo, Ollama's /api/show). */
+typedef struct axp_model_desc {
+        char arch[32];           /* general.architecture */
+        uint64_t parameters;     /* elements of every tensor */
+        uint64_t file_bytes;     /* the size of its file */
+        int n_ctx;               /* positions a request may use (ContextSize= or the model's) */
+        char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
+        char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
+        bool tools;              /* the template takes tools (options tools, tool_choice) */
+} axp_model_desc;
+
 /* What the engine is doing, as one self-contained snapshot. */
 typedef struct axp_engine_status {
         unsigned queued_reactive;
@@ -28,15 +39,7 @@ typedef struct axp_engine_status {
         unsigned model_serial;   /* counts the models put in place: a reload of the same file
                                   * changes it, though not the name */
         char policy[16];         /* "agentxpu", "fcfs" or "serial" */
-        /* The model in place (zero and "" while none), for clients that describe it (Ollama's
-         * /api/show): these change only with model_serial. */
-        char arch[32];           /* general.architecture */
-        uint64_t parameters;     /* elements of every tensor */
-        uint64_t file_bytes;     /* the size of its file */
-        int n_ctx;               /* positions a request may use (ContextSize= or the model's) */
-        char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
-        char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
-        bool tools;              /* the template takes tools (options tools, tool_choice) */
+        axp_model_desc desc;     /* zero while no model is in place; changes only with model_serial */
         uint64_t kv_memory;      /* the KV-cache budget in bytes (kv_memory below, "auto"
                                   * resolved for the model in place; 0 without a model) */
         uint64_t kv_memory_used; /* what requests and open flows hold of it now */

@@ -42,17 +42,16 @@ static int property_get_policy(sd_bus *bus, const char *path, const char *iface,
 static int property_get_model_info(sd_bus *bus, const char *path, const char *iface, const char *property,
                                    sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
-        const axp_engine_status *st = &c->status;
+        const axp_model_desc *d = &c->status.desc;
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
-        if (r >= 0 && c->engine && st->model[0])
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", st->model,
-                                          "architecture", "s", st->arch, "parameters", "t", st->parameters,
-                                          "size", "t", st->file_bytes,
-                                          "context_length", "u", (uint32_t) st->n_ctx, "file_type", "s",
-                                          st->file_type, "chat_template", "s", st->chat, "tools", "b",
-                                          st->tools);
+        if (r >= 0 && c->engine && c->status.model[0])
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", c->status.model,
+                                          "architecture", "s", d->arch, "parameters", "t", d->parameters,
+                                          "size", "t", d->file_bytes, "context_length", "u", (uint32_t) d->n_ctx,
+                                          "file_type", "s", d->file_type, "chat_template", "s", d->chat,
+                                          "tools", "b", d->tools);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         return r;
