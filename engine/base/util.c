@@ -94,12 +94,12 @@ void axp_json_quote(const char *s, size_t len, axp_put_fn put, void *ctx) {
         put(ctx, "\"", 1);
 }
 
-static void put_file(void *ctx, const char *p, size_t n) {
+void axp_put_file(void *ctx, const char *p, size_t n) {
         fwrite(p, 1, n, ctx);
 }
 
 void axp_json_string(FILE *f, const char *s, size_t len) {
-        axp_json_quote(s, len, put_file, f);
+        axp_json_quote(s, len, axp_put_file, f);
 }
 
 void axp_visible(const char *s, size_t len, bool one_line, axp_put_fn put, void *ctx) {
@@ -129,7 +129,7 @@ void axp_visible(const char *s, size_t len, bool one_line, axp_put_fn put, void 
 }
 
 void axp_write_visible(FILE *f, const char *s, size_t len) {
-        axp_visible(s, len, false, put_file, f);
+        axp_visible(s, len, false, axp_put_file, f);
 }
 
 static int too_large(axp_error *err, const char *path, size_t max) {

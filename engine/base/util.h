@@ -64,6 +64,8 @@ void *axp_alloc(size_t size);
  * always valid JSON. The one JSON string writer of the project; axp_json_string writes to
  * a stream. */
 typedef void (*axp_put_fn)(void *ctx, const char *p, size_t n);
+/* An axp_put_fn writing to the FILE * ctx. */
+void axp_put_file(void *ctx, const char *p, size_t n);
 void axp_json_quote(const char *s, size_t len, axp_put_fn put, void *ctx);
 void axp_json_string(FILE *f, const char *s, size_t len);
 

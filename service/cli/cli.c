@@ -168,12 +168,8 @@ static int finish_output(int status) {
                         strerror(errno > 0 ? errno : stdout_errno > 0 ? stdout_errno : EIO));
 }
 
-static void put_stdout(void *ctx, const char *p, size_t n) {
-        fwrite(p, 1, n, stdout);
-}
-
 void cli_put_visible(const char *s) {
-        axp_visible(s, strlen(s), true, put_stdout, NULL);
+        axp_visible(s, strlen(s), true, axp_put_file, stdout);
 }
 
 static int usage(FILE *f) {
