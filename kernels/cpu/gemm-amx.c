@@ -136,9 +136,11 @@ static void q8_0_tile16(const uint8_t *q, const uint16_t *sc, const uint8_t *row
 }
 
 /* The group's weights as s8 for TDPBSSD, which then needs no offset term: Q8_0 (and Q5_0)
- * stored as w + 128, Q4_0 as nibbles w + 8, IQ4_NL as nibbles indexing its levels. Done once
- * per call and reused by every token tile. */
-static void weights_s8(const uint8_t *qs, int64_t nb, int type, uint8_t *out) {
+ * stored as w + 128, Q4_0 as nibbles w + 8, IQ4_NL as nibbles indexing its levels, out of
+ * the runs (cpu.h) into [nb][512] quants and [nb][16] scales. Done once per call and reused
+ * by every token tile. */
+static void weights_s8(const uint8_t *g, int64_t nb, int type, uint8_t *out, uint16_t *sc) {
+        const pk32 L = pk32_of((uint32_t) type, nb * 32);
         const __m512i m4 = _mm512_set1_epi8(0x0f);
         const __m512i flip = _mm512_set1_epi8((char) 0x80);
         /* nibble to s8: minus 8 (Q4_0) or the IQ4_NL level */
@@ -147,9 +149,11 @@ static void weights_s8(const uint8_t *qs, int64_t nb, int type, uint8_t *out) {
                 l[i] = (int8_t) (type == AXP_TYPE_IQ4_NL ? axp_iq4nl_values[i] : i - 8);
         const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) l));
         for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *qs = g + pk32_quants(L, b);
+                memcpy(sc + b * 16, g + pk32_scales(L, b), 32);
                 if (type != AXP_TYPE_Q8_0)
                         for (int p = 0; p < 4; p++) {
-                                __m512i v = _mm512_load_si512(qs + b * 256 + p * 64);
+                                __m512i v = _mm512_load_si512(qs + p * 64);
                                 __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
                                 __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
                                 _mm512_store_si512(out + b * 512 + 2 * p * 64, lo);
@@ -158,7 +162,7 @@ static void weights_s8(const uint8_t *qs, int64_t nb, int type, uint8_t *out) {
                 else
                         for (int j = 0; j < 8; j++)
                                 _mm512_store_si512(out + b * 512 + j * 64,
-                                                   _mm512_xor_si512(_mm512_load_si512(qs + b * 512 + j * 64),
+                                                   _mm512_xor_si512(_mm512_load_si512(qs + j * 64),
                                                                     flip));
         }
 }
@@ -168,9 +172,9 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
         int64_t k = act->k, nb = k / QK8_0;
         int n_amx = n_tok % TM >= AMX_MIN_TOKENS ? n_tok : n_tok / TM * TM;
         if (n_amx > 0) {
-                const uint16_t *sc = (const uint16_t *) g;
-                uint8_t *q = axp_cpu_scratch(AXP_SCRATCH_UNPACK, (size_t) nb * 512);
-                weights_s8(g + pk_q8_0_scales_bytes(k), nb, type, q);
+                uint8_t *q = axp_cpu_scratch(AXP_SCRATCH_UNPACK, (size_t) nb * (512 + 32));
+                uint16_t *sc = (uint16_t *) (q + nb * 512);
+                weights_s8(g, nb, type, q, sc);
                 size_t gb = axp_pack_group_bytes((uint32_t) type, k);
                 prefetcher pf = { (const char *) g + gb, (const char *) g + 2 * gb };
                 config(32);

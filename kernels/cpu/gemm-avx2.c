@@ -234,13 +234,10 @@ enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int mode) {
-        int64_t k = act->k, nb = k / QK8_0;
+        int64_t nb = act->k / QK8_0;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
-        const int64_t qb = nibbles ? 256 : 512; /* quant bytes of a block */
-        const uint16_t *sc = (const uint16_t *) g;
-        const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
-        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
+        const pk32 L = pk32_layout(nibbles, has_min, nb);
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         const uint8_t *row[BLOCK_T];
         __m256 acc[BLOCK_T][2];
@@ -256,9 +253,9 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const __m256i lut128 = _mm256_xor_si256(lut, flip); /* the levels + 128, as u8 */
 #endif
         for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *q = qs + b * qb;
+                const uint8_t *q = g + pk32_quants(L, b);
                 if (T <= 2)
-                        prefetch_block(q, b, qb, sparse, PF_SPARSE_EVERY_YMM);
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM);
                 __m256i isum[BLOCK_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {
@@ -385,13 +382,13 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                        __m256 dw = _mm256_cvtph_ps(ldu16(sc + b * 16 + 8 * (h0 + hh)));
+                        __m256 dw = _mm256_cvtph_ps(ldu16((const uint16_t *) (g + pk32_scales(L, b)) + 8 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++)
                                 acc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]),
                                                              _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))),
                                                              acc[t][hh]);
                         if (has_min) {
-                                __m256 mw = _mm256_cvtph_ps(ldu16(mn + b * 16 + 8 * (h0 + hh)));
+                                __m256 mw = _mm256_cvtph_ps(ldu16((const uint16_t *) (g + pk32_mins(L, b)) + 8 * (h0 + hh)));
                                 UNROLL for (int t = 0; t < T; t++)
                                         acc[t][hh] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act_q8_0_s(row[t], b)),
                                                                      acc[t][hh]);

@@ -149,12 +149,10 @@ enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int mode) {
-        int64_t k = act->k, nb = k / QK8_0;
+        int64_t nb = act->k / QK8_0;
         const int nibbles = mode == M_Q4_0 || mode == M_IQ4_NL || mode == M_Q4_1;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
-        const uint16_t *sc = (const uint16_t *) g;
-        const uint16_t *mn = (const uint16_t *) (g + pk_q8_0_scales_bytes(k));
-        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
+        const pk32 L = pk32_layout(nibbles, has_min, nb);
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
@@ -172,10 +170,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         }
         for (int64_t b = 0; b < nb; b++) {
                 __m512i w[8];
+                const uint8_t *q = g + pk32_quants(L, b);
+                if (T <= 2)
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM);
                 if (nibbles) {
-                        const uint8_t *q = qs + b * 256;
-                        if (T <= 2)
-                                prefetch_block(q, b, 256, sparse, PF_SPARSE_EVERY_ZMM);
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
                                 w[2 * p] = _mm512_and_si512(v, m4);
@@ -186,13 +184,10 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 }
                         }
                 } else {
-                        const uint8_t *q = qs + b * 512;
-                        if (T <= 2)
-                                prefetch_block(q, b, 512, sparse, PF_SPARSE_EVERY_ZMM);
                         UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
                 }
-                __m512 dw = f16x16(sc + b * 16);
+                __m512 dw = f16x16((const uint16_t *) (g + pk32_scales(L, b)));
                 __m512i isum[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
                         isum[t] = has_min ? _mm512_setzero_si512()
@@ -207,7 +202,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), scale, acc[t]);
                 }
                 if (has_min) {
-                        __m512 mw = f16x16(mn + b * 16);
+                        __m512 mw = f16x16((const uint16_t *) (g + pk32_mins(L, b)));
                         UNROLL for (int t = 0; t < T; t++)
                                 acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(act_q8_0_s(row[t], b)), acc[t]);
                 }

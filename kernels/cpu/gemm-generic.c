@@ -64,12 +64,10 @@ enum q32_mode {
 
 static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows, enum q32_mode mode) {
-        int64_t k = act->k, nb = k / QK8_0;
+        int64_t nb = act->k / QK8_0;
         bool nibbles = mode == Q32_Q4_0 || mode == Q32_IQ4_NL || mode == Q32_Q4_1;
         bool has_min = mode == Q32_Q4_1 || mode == Q32_Q5_1;
-        const axp_f16 *sc = (const axp_f16 *) g;
-        const axp_f16 *mn = (const axp_f16 *) (g + pk_q8_0_scales_bytes(k));
-        const uint8_t *qs = g + (has_min ? pk_q4_1_head_bytes(k) : pk_q8_0_scales_bytes(k));
+        const pk32 L = pk32_layout(nibbles, has_min, nb);
         uint8_t lut[16];
         for (int i = 0; i < 16; i++)
                 lut[i] = mode == Q32_IQ4_NL ? (uint8_t) (axp_iq4nl_values[i] + 128) : (uint8_t) i;
@@ -85,7 +83,7 @@ static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
                         for (int r = 0; r < AXP_GROUP; r++)
                                 isum[r] = start;
                         if (nibbles) {
-                                const uint8_t *q = qs + b * 256;
+                                const uint8_t *q = g + pk32_quants(L, b);
                                 for (int p = 0; p < 4; p++)
                                         for (int r = 0; r < AXP_GROUP; r++)
                                                 for (int i = 0; i < 4; i++) {
@@ -94,17 +92,18 @@ static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
                                                                    lut[v >> 4] * a[8 * p + 4 + i];
                                                 }
                         } else {
-                                const uint8_t *q = qs + b * 512;
+                                const uint8_t *q = g + pk32_quants(L, b);
                                 for (int j = 0; j < 8; j++)
                                         for (int r = 0; r < AXP_GROUP; r++)
                                                 for (int i = 0; i < 4; i++)
                                                         isum[r] += q[j * 64 + r * 4 + i] * a[4 * j + i];
                         }
+                        const axp_f16 *sc = (const axp_f16 *) (g + pk32_scales(L, b));
+                        const axp_f16 *mn = (const axp_f16 *) (g + pk32_mins(L, b));
                         for (int r = 0; r < AXP_GROUP; r++) {
-                                acc[r] += (float) isum[r] *
-                                          (axp_f16_to_f32(sc[b * AXP_GROUP + r]) * act_q8_0_d(row, b));
+                                acc[r] += (float) isum[r] * (axp_f16_to_f32(sc[r]) * act_q8_0_d(row, b));
                                 if (has_min)
-                                        acc[r] += axp_f16_to_f32(mn[b * AXP_GROUP + r]) * act_q8_0_s(row, b);
+                                        acc[r] += axp_f16_to_f32(mn[r]) * act_q8_0_s(row, b);
                         }
                 }
                 store_rows(acc, y + t * ldy, n_rows);

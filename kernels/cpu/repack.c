@@ -20,16 +20,12 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
         case AXP_TYPE_BF16:
                 return axp_align_up((size_t) k * AXP_GROUP * 2, AXP_ALIGN);
         case AXP_TYPE_Q8_0:
-                return pk_q8_0_scales_bytes(k) + (size_t) (k / QK8_0) * AXP_GROUP * 32;
         case AXP_TYPE_Q5_0:
-                return pk_q8_0_scales_bytes(k) + (size_t) (k / QK5_0) * AXP_GROUP * 32;
         case AXP_TYPE_Q4_0:
         case AXP_TYPE_IQ4_NL:
-                return pk_q8_0_scales_bytes(k) + (size_t) (k / QK4_0) * AXP_GROUP * 16;
         case AXP_TYPE_Q4_1:
-                return pk_q4_1_head_bytes(k) + (size_t) (k / QK4_1) * AXP_GROUP * 16;
         case AXP_TYPE_Q5_1:
-                return pk_q4_1_head_bytes(k) + (size_t) (k / QK5_1) * AXP_GROUP * 32;
+                return pk32_bytes(pk32_of(type, k), k / 32);
         case AXP_TYPE_Q4_K:
                 return (size_t) (k / QK_K) * PK_Q4_K_SB;
         case AXP_TYPE_Q5_K:
@@ -65,15 +61,22 @@ static void pack_f32(const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
         }
 }
 
+/* where the pack functions put row r's scale (and minimum) of block i, in the group out */
+static void put_scale(uint8_t *out, pk32 L, int64_t i, int r, axp_f16 d) {
+        memcpy(out + pk32_scales(L, i) + 2 * r, &d, 2);
+}
+static void put_min(uint8_t *out, pk32 L, int64_t i, int r, axp_f16 m) {
+        memcpy(out + pk32_mins(L, i) + 2 * r, &m, 2);
+}
+
 static void pack_q8_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK8_0;
-        axp_f16 *sc = (axp_f16 *) out;
-        uint8_t *qs = out + pk_q8_0_scales_bytes(k);
+        pk32 L = pk32_of(AXP_TYPE_Q8_0, k);
         for (int r = 0; r < n_rows; r++) {
                 const block_q8_0 *b = (const block_q8_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
-                        sc[i * AXP_GROUP + r] = b[i].d;
-                        uint8_t *q = qs + i * 512 + r * 4;
+                        put_scale(out, L, i, r, b[i].d);
+                        uint8_t *q = out + pk32_quants(L, i) + r * 4;
                         for (int j = 0; j < 8; j++) {
                                 uint32_t v;
                                 memcpy(&v, b[i].qs + 4 * j, 4);
@@ -121,15 +124,14 @@ static void q5_of(const uint8_t *qh4, const uint8_t *qs, uint8_t *q) {
 /* Q4_0 and IQ4_NL: the nibbles as they are (IQ4_NL's are level indices) */
 static void pack_q4_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK4_0;
-        axp_f16 *sc = (axp_f16 *) out;
-        uint8_t *qs = out + pk_q8_0_scales_bytes(k);
+        pk32 L = pk32_of(AXP_TYPE_Q4_0, k);
         for (int r = 0; r < n_rows; r++) {
                 const block_q4_0 *b = (const block_q4_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
                         uint8_t q[32];
                         nibbles_of(b[i].qs, q);
-                        sc[i * AXP_GROUP + r] = b[i].d;
-                        put_nibbles(q, r, qs + i * 256);
+                        put_scale(out, L, i, r, b[i].d);
+                        put_nibbles(q, r, out + pk32_quants(L, i));
                 }
         }
 }
@@ -138,8 +140,7 @@ _Static_assert(sizeof(block_q4_0) == sizeof(block_iq4_nl), "IQ4_NL packs as Q4_0
 /* Q5_0 as Q8_0: q - 16 stored with the sign flip, (q - 16) ^ 0x80 = q + 112 */
 static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK5_0;
-        axp_f16 *sc = (axp_f16 *) out;
-        uint8_t *qs = out + pk_q8_0_scales_bytes(k);
+        pk32 L = pk32_of(AXP_TYPE_Q5_0, k);
         for (int r = 0; r < n_rows; r++) {
                 const block_q5_0 *b = (const block_q5_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
@@ -147,40 +148,38 @@ static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                         q5_of(b[i].qh, b[i].qs, q);
                         for (int j = 0; j < 32; j++)
                                 q[j] = (uint8_t) (q[j] + 112);
-                        sc[i * AXP_GROUP + r] = b[i].d;
-                        put_bytes(q, r, 0, qs + i * 512);
+                        put_scale(out, L, i, r, b[i].d);
+                        put_bytes(q, r, 0, out + pk32_quants(L, i));
                 }
         }
 }
 
 static void pack_q4_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK4_1;
-        axp_f16 *sc = (axp_f16 *) out, *mn = (axp_f16 *) (out + pk_q8_0_scales_bytes(k));
-        uint8_t *qs = out + pk_q4_1_head_bytes(k);
+        pk32 L = pk32_of(AXP_TYPE_Q4_1, k);
         for (int r = 0; r < n_rows; r++) {
                 const block_q4_1 *b = (const block_q4_1 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
                         uint8_t q[32];
                         nibbles_of(b[i].qs, q);
-                        sc[i * AXP_GROUP + r] = b[i].d;
-                        mn[i * AXP_GROUP + r] = b[i].m;
-                        put_nibbles(q, r, qs + i * 256);
+                        put_scale(out, L, i, r, b[i].d);
+                        put_min(out, L, i, r, b[i].m);
+                        put_nibbles(q, r, out + pk32_quants(L, i));
                 }
         }
 }
 
 static void pack_q5_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK5_1;
-        axp_f16 *sc = (axp_f16 *) out, *mn = (axp_f16 *) (out + pk_q8_0_scales_bytes(k));
-        uint8_t *qs = out + pk_q4_1_head_bytes(k);
+        pk32 L = pk32_of(AXP_TYPE_Q5_1, k);
         for (int r = 0; r < n_rows; r++) {
                 const block_q5_1 *b = (const block_q5_1 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
                         uint8_t q[32];
                         q5_of(b[i].qh, b[i].qs, q);
-                        sc[i * AXP_GROUP + r] = b[i].d;
-                        mn[i * AXP_GROUP + r] = b[i].m;
-                        put_bytes(q, r, 0, qs + i * 512);
+                        put_scale(out, L, i, r, b[i].d);
+                        put_min(out, L, i, r, b[i].m);
+                        put_bytes(q, r, 0, out + pk32_quants(L, i));
                 }
         }
 }
@@ -376,7 +375,8 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
         /* padding rows are zero; a zero Q8_0 (or Q5_0) weight is 0x80 after the sign flip */
         memset(out, 0, bytes);
         if (type == AXP_TYPE_Q8_0 || type == AXP_TYPE_Q5_0)
-                memset(out + pk_q8_0_scales_bytes(k), 0x80, bytes - pk_q8_0_scales_bytes(k));
+                for (int64_t b = 0; b < k / 32; b++)
+                        memset(out + pk32_quants(pk32_of(type, k), b), 0x80, 512);
         switch (type) {
         case AXP_TYPE_F32:
                 pack_f32(raw, row_bytes, k, n_rows, out);
@@ -540,13 +540,14 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         /* Q5_0's quants are -16..15; a Q8_0 quant of -128 is 0 after the sign flip (padding
          * rows are 0x80), looked for while the group is still in cache */
         p->no_min8 = w->type == AXP_TYPE_Q5_0 || w->type == AXP_TYPE_Q8_0;
-        size_t qs0 = pk_q8_0_scales_bytes(w->n_in);
         for (int64_t g = 0; g < n_groups; g++) {
                 int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
+                uint8_t *out = p->data + g * gb;
                 axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
-                               w->row_bytes, w->n_in, n_rows, p->data + g * gb);
-                if (w->type == AXP_TYPE_Q8_0 && p->no_min8 && memchr(p->data + g * gb + qs0, 0, gb - qs0))
-                        p->no_min8 = false;
+                               w->row_bytes, w->n_in, n_rows, out);
+                for (int64_t b = 0; w->type == AXP_TYPE_Q8_0 && p->no_min8 && b < w->n_in / 32; b++)
+                        if (memchr(out + pk32_quants(pk32_of(w->type, w->n_in), b), 0, 512))
+                                p->no_min8 = false;
         }
         w->priv = p;
         return 0;
