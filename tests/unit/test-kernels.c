@@ -623,6 +623,75 @@ static void test_matmul_batch_invariant(void) {
         }
 }
 
+/* The 32-element block types' packed groups (pk32_*, cpu.h): every block's scales, minimums
+ * and quants inside the group and apart; Q8_0, Q5_0, Q4_0 and IQ4_NL as runs of 8 blocks read
+ * in order (a run's scales, then its quants, then the next run's), a last run of fewer blocks
+ * a whole head and its blocks' quants; Q4_1 and Q5_1 every scale, then every minimum, then
+ * the quants. */
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+static void test_pk32_layout(void) {
+        static const uint32_t types[] = { AXP_TYPE_Q8_0, AXP_TYPE_Q5_0, AXP_TYPE_Q4_0,
+                                          AXP_TYPE_IQ4_NL, AXP_TYPE_Q4_1, AXP_TYPE_Q5_1 };
+        static const int64_t nbs[] = { 1, 3, 7, 8, 9, 18, 28, 64, 280 };
+        for (size_t ti = 0; ti < ELEMENTSOF(types); ti++)
+                for (size_t ni = 0; ni < ELEMENTSOF(nbs); ni++) {
+                        uint32_t type = types[ti];
+                        int64_t nb = nbs[ni], k = nb * 32;
+                        const char *name = axp_type_traits_get(type)->name;
+                        pk32 L = pk32_of(type, k);
+                        bool has_min = type == AXP_TYPE_Q4_1 || type == AXP_TYPE_Q5_1;
+                        bool nibbles = type == AXP_TYPE_Q4_0 || type == AXP_TYPE_IQ4_NL || type == AXP_TYPE_Q4_1;
+                        size_t bytes = axp_pack_group_bytes(type, k);
+                        CHECK_MSG(L.qb == (nibbles ? 256u : 512u), "%s: %u bytes of quants a block", name, L.qb);
+                        CHECK_MSG(bytes == pk32_bytes(L, nb) && bytes % 64 == 0, "%s nb %lld: %zu bytes", name,
+                                  (long long) nb, bytes);
+                        /* [start, end) of every piece, sorted: inside the group and apart */
+                        int per = has_min ? 3 : 2;
+                        uint64_t *iv = malloc(sizeof(uint64_t) * 2 * per * nb);
+                        for (int64_t b = 0; b < nb; b++) {
+                                uint64_t *o = iv + 2 * per * b;
+                                o[0] = pk32_scales(L, b);
+                                o[1] = o[0] + 32;
+                                o[2] = pk32_quants(L, b);
+                                o[3] = o[2] + L.qb;
+                                if (has_min) {
+                                        o[4] = pk32_mins(L, b);
+                                        o[5] = o[4] + 32;
+                                }
+                                CHECK_MSG(o[2] % 64 == 0, "%s nb %lld: block %lld's quants unaligned", name,
+                                          (long long) nb, (long long) b);
+                        }
+                        qsort(iv, (size_t) per * nb, 2 * sizeof(uint64_t), cmp_u64);
+                        bool apart = true;
+                        for (int64_t i = 0; i < per * nb; i++)
+                                apart &= iv[2 * i + 1] <= (i + 1 < per * nb ? iv[2 * i + 2] : bytes);
+                        CHECK_MSG(apart, "%s nb %lld: pieces overlap or leave the group", name, (long long) nb);
+                        free(iv);
+                        size_t used = (size_t) nb * (L.qb + (has_min ? 64 : 32));
+                        if (has_min) {
+                                size_t sc = axp_align_up((size_t) nb * 32, 64);
+                                CHECK_MSG(bytes == 2 * sc + (size_t) nb * L.qb && pk32_quants(L, 0) == 2 * sc,
+                                          "%s nb %lld: not scales, minimums, quants", name, (long long) nb);
+                                continue;
+                        }
+                        /* one stream: a run's pieces all below the next run's, its scales first */
+                        bool stream = true;
+                        for (int64_t b = 0; b < nb; b++) {
+                                int64_t r0 = b / 8 * 8;
+                                stream &= pk32_scales(L, b) < pk32_quants(L, r0);
+                                if (b + 8 < nb)
+                                        stream &= pk32_quants(L, b) + L.qb <= pk32_scales(L, b / 8 * 8 + 8);
+                        }
+                        CHECK_MSG(stream, "%s nb %lld: not runs of scales then quants", name, (long long) nb);
+                        CHECK_MSG(bytes - used <= 224, "%s nb %lld: %zu bytes of padding", name, (long long) nb,
+                                  bytes - used);
+                }
+}
+
 /* The chunk runs of a product (kernels/cpu/matmul.c): with more threads than CPUs, and with
  * fewer chunks than threads (empty runs), shares take chunks from each other's runs at every
  * point of their own; each chunk is computed once, by whichever share, to the same bits. */
@@ -1104,6 +1173,7 @@ int main(void) {
         RUN(test_pool);
         RUN(test_dispatch);
         RUN(test_activation_quantization);
+        RUN(test_pk32_layout);
         RUN(test_matmul_types);
         RUN(test_matmul_extremes);
         RUN(test_matmul_q8_0_min);
