@@ -382,13 +382,15 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                        __m256 dw = _mm256_cvtph_ps(ldu16((const uint16_t *) (g + pk32_scales(L, b)) + 8 * (h0 + hh)));
+                        const uint16_t *sc = (const uint16_t *) (g + pk32_scales(L, b));
+                        __m256 dw = _mm256_cvtph_ps(ldu16(sc + 8 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++)
                                 acc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]),
                                                              _mm256_mul_ps(dw, _mm256_set1_ps(act_q8_0_d(row[t], b))),
                                                              acc[t][hh]);
                         if (has_min) {
-                                __m256 mw = _mm256_cvtph_ps(ldu16((const uint16_t *) (g + pk32_mins(L, b)) + 8 * (h0 + hh)));
+                                const uint16_t *mn = (const uint16_t *) (g + pk32_mins(L, b));
+                                __m256 mw = _mm256_cvtph_ps(ldu16(mn + 8 * (h0 + hh)));
                                 UNROLL for (int t = 0; t < T; t++)
                                         acc[t][hh] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act_q8_0_s(row[t], b)),
                                                                      acc[t][hh]);
