@@ -374,9 +374,11 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
         size_t bytes = axp_pack_group_bytes(type, k);
         /* padding rows are zero; a zero Q8_0 (or Q5_0) weight is 0x80 after the sign flip */
         memset(out, 0, bytes);
-        if (type == AXP_TYPE_Q8_0 || type == AXP_TYPE_Q5_0)
+        if (type == AXP_TYPE_Q8_0 || type == AXP_TYPE_Q5_0) {
+                const pk32 L = pk32_of(type, k);
                 for (int64_t b = 0; b < k / 32; b++)
-                        memset(out + pk32_quants(pk32_of(type, k), b), 0x80, 512);
+                        memset(out + pk32_quants(L, b), 0x80, L.qb);
+        }
         switch (type) {
         case AXP_TYPE_F32:
                 pack_f32(raw, row_bytes, k, n_rows, out);
@@ -540,14 +542,16 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         /* Q5_0's quants are -16..15; a Q8_0 quant of -128 is 0 after the sign flip (padding
          * rows are 0x80), looked for while the group is still in cache */
         p->no_min8 = w->type == AXP_TYPE_Q5_0 || w->type == AXP_TYPE_Q8_0;
+        const pk32 L = pk32_of(w->type, w->n_in);
         for (int64_t g = 0; g < n_groups; g++) {
                 int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
                 uint8_t *out = p->data + g * gb;
                 axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
                                w->row_bytes, w->n_in, n_rows, out);
-                for (int64_t b = 0; w->type == AXP_TYPE_Q8_0 && p->no_min8 && b < w->n_in / 32; b++)
-                        if (memchr(out + pk32_quants(pk32_of(w->type, w->n_in), b), 0, 512))
-                                p->no_min8 = false;
+                if (w->type != AXP_TYPE_Q8_0)
+                        continue;
+                for (int64_t b = 0; p->no_min8 && b < w->n_in / 32; b++)
+                        p->no_min8 = !memchr(out + pk32_quants(L, b), 0, L.qb);
         }
         w->priv = p;
         return 0;
