@@ -518,13 +518,13 @@ static void add_model_object(JsonBuilder *jb, const char *model) {
         json_builder_end_object(jb);
 }
 
-/* GET /v1/models (arg 0: the list, empty without a model) or /v1/models/ID (arg 1: the
+/* GET /v1/models (want NULL: the list, empty without a model) or /v1/models/ID (want the
  * model the client named, which model_query checked is the engine's) */
 static void models_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
-                          int one) {
+                          int unused) {
         g_autoptr(JsonBuilder) jb = json_builder_new();
 
-        if (one)
+        if (want)
                 add_model_object(jb, model);
         else {
                 json_builder_begin_object(jb);
@@ -552,7 +552,7 @@ bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
                 model_query(b, msg, API_OPENAI, NULL, models_answer, 0);
         else if (g_str_has_prefix(path, "/v1/models/") && path[11] && !strchr(path + 11, '/') && get) {
                 g_autofree char *id = g_uri_unescape_string(path + 11, NULL);
-                model_query(b, msg, API_OPENAI, id ? id : path + 11, models_answer, 1);
+                model_query(b, msg, API_OPENAI, id ? id : path + 11, models_answer, 0);
         }
         else if (strcmp(path, "/v1/chat/completions") == 0 || strcmp(path, "/v1/completions") == 0 ||
                  strcmp(path, "/v1/models") == 0 || g_str_has_prefix(path, "/v1/models/")) {
