@@ -3,8 +3,8 @@
  * 32-byte half of a group vector holds 4 inputs of 8 rows. Decode (one or two tokens) takes
  * both halves in one pass over k, so each 64-byte line is used whole when it arrives and the
  * stream is prefetched ahead as on the AVX-512 path; prefill tiles take one half and up to
- * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers,
- * and with VNNI for the 32-element block types, BLOCK_T).
+ * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers),
+ * and with VNNI the 32-element block types' tiles take MAX_T tokens over both halves.
  * Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16) and
  * vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
  * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
@@ -110,15 +110,39 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
                 }                                                                                  \
         } while (0)
 
-/* The 32-element block types' prefill tile. With VNNI a token costs one broadcast and one
- * vpdpbusd per weight vector, and the weight's load (and unpacking) is shared by the tile's
- * tokens: 8 tokens over 4 took Q8_0 from 250-255 to 262-270 GFLOP/s and Q4_0 from 239-249 to
- * 275-276 on one Zen 5 core (bench-kernels --micro). Without VNNI, whose vpmaddubsw sequence
- * needs more registers per token, 8 tokens were no faster. */
+/* Tiles of tmax tokens over both halves of the group (16 rows) where it has more than 8 rows,
+ * then the last 3, 2 or 1; a group of at most 8 rows as above. */
+#define TILE_DISPATCH_WHOLE(tmax, fn, ...)                                                         \
+        do {                                                                                       \
+                if (n_rows <= 8) {                                                                 \
+                        TILE_DISPATCH_HALVES_T(tmax, fn, ##__VA_ARGS__);                           \
+                        break;                                                                     \
+                }                                                                                  \
+                int t = 0;                                                                         \
+                for (; t + (tmax) <= n_tok; t += (tmax))                                           \
+                        fn(g, act, t0 + t, (tmax), y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); \
+                switch (n_tok - t) {                                                               \
+                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); break; \
+                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); break; \
+                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); break; \
+                default: break;                                                                    \
+                }                                                                                  \
+        } while (0)
+
+/* The 32-element block types' tiles. With VNNI a (token, weight vector) costs one vpdpbusd
+ * and, on one half, one broadcast of the token's 4 activations: on Zen 5 a core loads at most
+ * two vectors a cycle (broadcasts included) and retires two vpdpbusd, so one half's tiles were
+ * bound by their loads (and 8 tokens' sums and accumulators do not fit 16 ymm registers).
+ * Both halves take each broadcast twice: 4 tokens over 16 rows took Q4_0 prefill from
+ * 243-263 to 267-302 GFLOP/s and Q8_0 from 242-268 to 265-310 a core (bench-kernels --micro,
+ * the builds taking turns), where 8 tokens over 8 rows had taken them from about 245 to 260.
+ * The compiler keeps part of the 8 accumulators on the stack: once a block, cheap beside its
+ * 64 vpdpbusd. Without VNNI, the vpmaddubsw sequence needs more registers per token: 4
+ * tokens over one half. */
 #ifdef AXP_AVX_VNNI
-#define BLOCK_T WIDE_T
+#define BLOCK_DISPATCH(fn, ...) TILE_DISPATCH_WHOLE(MAX_T, fn, ##__VA_ARGS__)
 #else
-#define BLOCK_T MAX_T
+#define BLOCK_DISPATCH(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
 #endif
 
 /* Eight u8 (scales_u8) or s8 (scales_s8) scales, one per row of a half, as the 16-bit pairs
@@ -239,8 +263,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
         const pk32 L = pk32_layout(nibbles, has_min, nb);
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
-        const uint8_t *row[BLOCK_T];
-        __m256 acc[BLOCK_T][2];
+        const uint8_t *row[MAX_T];
+        __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
                 row[t] = act->data + (t0 + t) * act->stride;
                 UNROLL for (int hh = 0; hh < NH; hh++)
@@ -256,7 +280,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (T <= 2)
                         prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM);
-                __m256i isum[BLOCK_T][2];
+                __m256i isum[MAX_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {
                         /* u8 x s8 summed in int32 by vpdpbusd: the offset of the unsigned
@@ -291,7 +315,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #endif
                 if (mode == M_Q4_0 || mode == M_Q4_1) {
                         /* u8 nibbles x s8: 8 pair sums of at most 2*15*127 fit s16 */
-                        __m256i s16[BLOCK_T][2];
+                        __m256i s16[MAX_T][2];
                         UNROLL for (int t = 0; t < T; t++)
                                 UNROLL for (int hh = 0; hh < NH; hh++)
                                         s16[t][hh] = _mm256_setzero_si256();
@@ -325,7 +349,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 UNROLL for (int hh = 0; hh < NH; hh++)
                                         isum[t][hh] = _mm256_setzero_si256();
                         UNROLL for (int j0 = 0; j0 < 8; j0 += 4) {
-                                __m256i s16[BLOCK_T][2];
+                                __m256i s16[MAX_T][2];
                                 UNROLL for (int j = j0; j < j0 + 4; j++) {
                                         __m256i w[2];
                                         UNROLL for (int hh = 0; hh < NH; hh++)
@@ -404,35 +428,35 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q8_0);
+        BLOCK_DISPATCH(q8_0_tile, M_Q8_0);
 }
 
 #ifndef AXP_AVX_VNNI
 /* Prepared Q8_0 and Q5_0 with no quant of -128 (axp_packed.no_min8) */
 static void gemm_q8_0_sym(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                           int n_rows) {
-        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q8_0_SYM);
+        BLOCK_DISPATCH(q8_0_tile, M_Q8_0_SYM);
 }
 #endif
 
 static void gemm_q4_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q4_0);
+        BLOCK_DISPATCH(q8_0_tile, M_Q4_0);
 }
 
 static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                         int n_rows) {
-        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_IQ4_NL);
+        BLOCK_DISPATCH(q8_0_tile, M_IQ4_NL);
 }
 
 static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q4_1);
+        BLOCK_DISPATCH(q8_0_tile, M_Q4_1);
 }
 
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_T(BLOCK_T, q8_0_tile, M_Q5_1);
+        BLOCK_DISPATCH(q8_0_tile, M_Q5_1);
 }
 
 /* Q4_K --------------------------------------------------------------------------------------- */

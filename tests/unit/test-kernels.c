@@ -283,6 +283,8 @@ static axp_pool *pools[4]; /* 1, 2, 3 threads at [1..3] */
 static const struct { int n_in, n_out, n_tok; } shapes[] = {
         { 256, 17, 1 }, { 256, 100, 3 }, { 512, 1, 3 }, { 512, 33, 17 }, { 1024, 64, 64 },
         { 4096, 48, 3 }, { 1536, 40, 300 }, { 768, 257, 9 },
+        /* a last group of 13 rows: tiles over both halves with the second one part-filled */
+        { 256, 29, 6 },
         /* rows that are not a multiple of 256, as in the fallback tensors of Q4_K_M files of
          * 896- and 576-wide models (the 32-element block types only) */
         { 96, 20, 5 }, { 896, 40, 9 }, { 576, 33, 40 },
