@@ -3,8 +3,8 @@
  * 32-byte half of a group vector holds 4 inputs of 8 rows. Decode (one or two tokens) takes
  * both halves in one pass over k, so each 64-byte line is used whole when it arrives and the
  * stream is prefetched ahead as on the AVX-512 path; prefill tiles take one half and up to
- * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers),
- * and with VNNI the 32-element block types' tiles take MAX_T tokens over both halves.
+ * MAX_T tokens (WIDE_T for Q6_K, whose unpacking is dear and whose tiles need few registers);
+ * the 32-element block types' and IQ4_XS's take MAX_T tokens over both halves.
  * Without VNNI the 8-bit products go through vpmaddubsw (u8 x s8 pairs to s16) and
  * vpmaddwd; Q8_0's full-range weights take the sign trick (|w| times a with w's sign) so
  * the s16 pairs cannot saturate. The K-quants' sub-block scales go into vpmaddwd in place of
@@ -129,21 +129,17 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
                 }                                                                                  \
         } while (0)
 
-/* The 32-element block types' tiles. With VNNI a (token, weight vector) costs one vpdpbusd
- * and, on one half, one broadcast of the token's 4 activations: on Zen 5 a core loads at most
- * two vectors a cycle (broadcasts included) and retires two vpdpbusd, so one half's tiles were
- * bound by their loads (and 8 tokens' sums and accumulators do not fit 16 ymm registers).
- * Both halves take each broadcast twice: 4 tokens over 16 rows took Q4_0 prefill from
- * 243-263 to 267-302 GFLOP/s and Q8_0 from 242-268 to 265-310 a core (bench-kernels --micro,
- * the builds taking turns), where 8 tokens over 8 rows had taken them from about 245 to 260.
- * The compiler keeps part of the 8 accumulators on the stack: once a block, cheap beside its
- * 64 vpdpbusd. Without VNNI, the vpmaddubsw sequence needs more registers per token: 4
- * tokens over one half. */
-#ifdef AXP_AVX_VNNI
+/* The 32-element block types' prefill tiles: 4 tokens over both halves. With VNNI a (token,
+ * weight vector) costs one vpdpbusd and, over one half, one broadcast of the token's 4
+ * activations; a Zen 5 core loads at most two vectors a cycle (broadcasts included) and
+ * retires two vpdpbusd, so tiles over one half were bound by their loads, and 8 tokens' sums
+ * and accumulators do not fit 16 ymm registers. Over both halves each broadcast feeds two:
+ * Q4_0 prefill 243-263 -> 267-302 GFLOP/s a core, Q8_0 242-268 -> 265-310 (bench-kernels
+ * --micro, the builds taking turns), where 8 tokens over one half had taken them from about
+ * 245 to 260. The compiler keeps part of the 8 accumulators on the stack, a load and a store
+ * a block beside its 64 vpdpbusd. Without VNNI: Q4_0 and Q4_1 141-144 -> 155-163, the
+ * others the same. */
 #define BLOCK_DISPATCH(fn, ...) TILE_DISPATCH_WHOLE(MAX_T, fn, ##__VA_ARGS__)
-#else
-#define BLOCK_DISPATCH(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
-#endif
 
 /* Eight u8 (scales_u8) or s8 (scales_s8) scales, one per row of a half, as the 16-bit pairs
  * vpmaddwd multiplies: lane r of the result holds scale r in both of its 16-bit halves. */
@@ -1078,8 +1074,9 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
 }
 
 /* As the 32-element block types (BLOCK_DISPATCH): with VNNI, tiles over both halves took
- * IQ4_XS prefill from 241-250 to 275-287 GFLOP/s a core; the other K-quants' tiles, whose
- * sub-block scales take registers of their own, were no faster that way or slower. */
+ * IQ4_XS prefill from 241-250 to 275-287 GFLOP/s a core (without, 110-114 -> 114-121); the
+ * other K-quants' tiles, whose sub-block scales take registers of their own, were no faster
+ * that way or slower. */
 static void gemm_iq4_xs(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                         int n_rows) {
         BLOCK_DISPATCH(iq4_xs_tile);
