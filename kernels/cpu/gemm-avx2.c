@@ -191,7 +191,7 @@ AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
 }
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                   int n_rows, int h0, int NH, int kind) {
+                   int n_rows, int h0, int NH, int kind, int stream) {
         /* two accumulators per token and half (even and odd inputs), as in the AVX-512 path */
         const float *x[MAX_T];
         __m256 acc[MAX_T][2][2];
@@ -204,9 +204,11 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
         size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
-                if (T <= 2 && !sparse)
+                /* both halves take a line a step, as AVX-512's loop: one in 2 KB (one in 1 KB
+                 * was 5-15% slower, F16 and BF16, bench-kernels --micro) */
+                if (stream && !sparse)
                         prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
-                else if (T <= 2 && ((size_t) i * bpk & (PF_SPARSE_EVERY_ZMM - 1)) == 0) /* a line a step, as AVX-512's */
+                else if (stream && ((size_t) i * bpk & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
                         _mm_prefetch((const char *) g + (size_t) i * bpk + PF_SPARSE_AHEAD, _MM_HINT_T1);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -233,19 +235,25 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                         store_half(y + t * ldy, _mm256_add_ps(acc[t][hh][0], acc[t][hh][1]), h0 + hh, n_rows);
 }
 
+/* Decode (one or two tokens) streams the weights and prefetches them; prefill reads them from
+ * the caches. F16 and BF16 prefill in tiles of 2 tokens over both halves: a token's broadcast
+ * feeds two FMAs, so a step loads one vector an FMA (two a cycle each on Zen 5), where tiles of
+ * 4 tokens over one half load 1.25: 83 -> 95 GFLOP/s (F16) and 83 -> 90 (BF16) a core
+ * (bench-kernels --micro, the builds taking turns). F32's weight vectors are twice the bytes
+ * and it was slower that way (79 -> 68). */
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_F32);
+        TILE_DISPATCH_HALVES(float_tile, W_F32, n_tok <= 2);
 }
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_F16);
+        TILE_DISPATCH_WHOLE(2, float_tile, W_F16, n_tok <= 2);
 }
 
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_BF16);
+        TILE_DISPATCH_WHOLE(2, float_tile, W_BF16, n_tok <= 2);
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
