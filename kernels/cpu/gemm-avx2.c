@@ -236,11 +236,10 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
 }
 
 /* Decode (one or two tokens) streams the weights and prefetches them; prefill reads them from
- * the caches. F16 and BF16 prefill in tiles of 2 tokens over both halves: a token's broadcast
- * feeds two FMAs, so a step loads one vector an FMA (two a cycle each on Zen 5), where tiles of
- * 4 tokens over one half load 1.25: 83 -> 95 GFLOP/s (F16) and 83 -> 90 (BF16) a core
- * (bench-kernels --micro, the builds taking turns). F32's weight vectors are twice the bytes
- * and it was slower that way (79 -> 68). */
+ * the caches. Prefill tiles of 2 tokens over both halves (a load an FMA, where 4 tokens over
+ * one half load 1.25) were faster on one 2048 x 2048 F16 matrix (bench-kernels --micro) and
+ * slower on the model's (bench-kernels --types f16: 64-74 -> 62-66 GFLOP/s, the builds taking
+ * turns), whose 8192-wide products reread their groups for every tile. */
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
         TILE_DISPATCH_HALVES(float_tile, W_F32, n_tok <= 2);
@@ -248,12 +247,12 @@ static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_WHOLE(2, float_tile, W_F16, n_tok <= 2);
+        TILE_DISPATCH_HALVES(float_tile, W_F16, n_tok <= 2);
 }
 
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_WHOLE(2, float_tile, W_BF16, n_tok <= 2);
+        TILE_DISPATCH_HALVES(float_tile, W_BF16, n_tok <= 2);
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
