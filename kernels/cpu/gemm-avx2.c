@@ -191,7 +191,7 @@ AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
 }
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                   int n_rows, int h0, int NH, int kind, int stream) {
+                   int n_rows, int h0, int NH, int kind) {
         /* two accumulators per token and half (even and odd inputs), as in the AVX-512 path */
         const float *x[MAX_T];
         __m256 acc[MAX_T][2][2];
@@ -206,9 +206,9 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
         for (; i + 2 <= act->k; i += 2) {
                 /* both halves take a line a step, as AVX-512's loop: one in 2 KB (one in 1 KB
                  * was 5-15% slower, F16 and BF16, bench-kernels --micro) */
-                if (stream && !sparse)
+                if (T <= 2 && !sparse)
                         prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
-                else if (stream && ((size_t) i * bpk & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
+                else if (T <= 2 && ((size_t) i * bpk & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
                         _mm_prefetch((const char *) g + (size_t) i * bpk + PF_SPARSE_AHEAD, _MM_HINT_T1);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -235,24 +235,23 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                         store_half(y + t * ldy, _mm256_add_ps(acc[t][hh][0], acc[t][hh][1]), h0 + hh, n_rows);
 }
 
-/* Decode (one or two tokens) streams the weights and prefetches them; prefill reads them from
- * the caches. Prefill tiles of 2 tokens over both halves (a load an FMA, where 4 tokens over
- * one half load 1.25) were faster on one 2048 x 2048 F16 matrix (bench-kernels --micro) and
+/* Prefill tiles of 2 tokens over both halves (a load an FMA, where 4 tokens over one half
+ * load 1.25) were faster on one 2048 x 2048 F16 matrix (bench-kernels --micro) and
  * slower on the model's (bench-kernels --types f16: 64-74 -> 62-66 GFLOP/s, the builds taking
- * turns), whose 8192-wide products reread their groups for every tile. */
+ * turns; its 8192-wide products' groups are 256 KB, read again by every tile): not kept. */
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_F32, n_tok <= 2);
+        TILE_DISPATCH_HALVES(float_tile, W_F32);
 }
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_F16, n_tok <= 2);
+        TILE_DISPATCH_HALVES(float_tile, W_F16);
 }
 
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_BF16, n_tok <= 2);
+        TILE_DISPATCH_HALVES(float_tile, W_BF16);
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
