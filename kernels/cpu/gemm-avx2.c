@@ -76,57 +76,49 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
         }
 }
 
-/* One or two tokens: both halves of the group at once (fn's last fixed arguments h0 = 0,
- * nh = 2); otherwise tiles of MAX_T tokens over one half at a time (nh = 1). */
-#define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
-
-/* The same with tiles of tmax tokens (MAX_T, or WIDE_T for the types whose weights cost many
- * instructions to unpack and whose tiles need few registers per token), then one of MAX_T
- * where WIDE_T's rest allows, then the last 3, 2 or 1. */
-#define WIDE_T 8
-#define TILE_DISPATCH_HALVES_T(tmax, fn, ...)                                                      \
+/* The tiles of one pass over half h0 (nh = 1) or both halves (h0 = 0, nh = 2): tmax tokens at a
+ * time, then one of MAX_T where tmax's rest allows, then the last 3, 2 or 1. */
+#define TILE_TOKENS(tmax, h0, nh, fn, ...)                                                         \
         do {                                                                                       \
-                if (n_tok <= 2 && n_rows > 8) {                                                    \
-                        if (n_tok == 2)                                                            \
-                                fn(g, act, t0, 2, y, ldy, n_rows, 0, 2, ##__VA_ARGS__);            \
-                        else                                                                       \
-                                fn(g, act, t0, 1, y, ldy, n_rows, 0, 2, ##__VA_ARGS__);            \
-                        break;                                                                     \
+                int t = 0;                                                                         \
+                for (; t + (tmax) <= n_tok; t += (tmax))                                           \
+                        fn(g, act, t0 + t, (tmax), y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); \
+                if ((tmax) > MAX_T && t + MAX_T <= n_tok) {                                        \
+                        fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); \
+                        t += MAX_T;                                                                \
                 }                                                                                  \
-                for (int h = 0; h < 2 && 8 * h < n_rows; h++) {                                    \
-                        int t = 0;                                                                 \
-                        for (; t + (tmax) <= n_tok; t += (tmax))                                   \
-                                fn(g, act, t0 + t, (tmax), y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); \
-                        if ((tmax) > MAX_T && t + MAX_T <= n_tok) {                                \
-                                fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); \
-                                t += MAX_T;                                                        \
-                        }                                                                          \
-                        switch (n_tok - t) {                                                       \
-                        case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
-                        case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
-                        case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, h, 1, ##__VA_ARGS__); break; \
-                        default: break;                                                            \
-                        }                                                                          \
+                switch (n_tok - t) {                                                               \
+                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); break; \
+                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); break; \
+                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); break; \
+                default: break;                                                                    \
                 }                                                                                  \
         } while (0)
 
-/* Tiles of tmax tokens over both halves of the group (16 rows) where it has more than 8 rows,
- * then the last 3, 2 or 1; a group of at most 8 rows as above. */
+/* One or two tokens: both halves of the group at once; otherwise tiles of MAX_T tokens over
+ * one half at a time. */
+#define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
+
+/* The same with tiles of tmax tokens (MAX_T, or WIDE_T for the types whose weights cost many
+ * instructions to unpack and whose tiles need few registers per token). */
+#define WIDE_T 8
+#define TILE_DISPATCH_HALVES_T(tmax, fn, ...)                                                      \
+        do {                                                                                       \
+                if (n_tok <= 2 && n_rows > 8)                                                      \
+                        TILE_TOKENS(tmax, 0, 2, fn, ##__VA_ARGS__);                                \
+                else                                                                               \
+                        for (int h = 0; h < 2 && 8 * h < n_rows; h++)                              \
+                                TILE_TOKENS(tmax, h, 1, fn, ##__VA_ARGS__);                        \
+        } while (0)
+
+/* Tiles of tmax tokens over both halves of the group (16 rows) where it has more than 8 rows;
+ * a group of at most 8 rows as above. */
 #define TILE_DISPATCH_WHOLE(tmax, fn, ...)                                                         \
         do {                                                                                       \
-                if (n_rows <= 8) {                                                                 \
+                if (n_rows > 8)                                                                    \
+                        TILE_TOKENS(tmax, 0, 2, fn, ##__VA_ARGS__);                                \
+                else                                                                               \
                         TILE_DISPATCH_HALVES_T(tmax, fn, ##__VA_ARGS__);                           \
-                        break;                                                                     \
-                }                                                                                  \
-                int t = 0;                                                                         \
-                for (; t + (tmax) <= n_tok; t += (tmax))                                           \
-                        fn(g, act, t0 + t, (tmax), y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); \
-                switch (n_tok - t) {                                                               \
-                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); break; \
-                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); break; \
-                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, 0, 2, ##__VA_ARGS__); break; \
-                default: break;                                                                    \
-                }                                                                                  \
         } while (0)
 
 /* The 32-element block types' prefill tiles: 4 tokens over both halves. With VNNI a (token,
