@@ -298,6 +298,18 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
         } else if ((b & (int64_t) (every / L.qb - 1)) == 0)
                 _mm_prefetch((const char *) g + pk32_quants(L, b) + PF_SPARSE_AHEAD, _MM_HINT_T1);
 }
+
+/* The same for a plain stream (float weights) read step bytes at a time, at byte off: dense,
+ * the step's lines ahead bytes further; sparse, one line in PF_SPARSE_EVERY_ZMM bytes on every
+ * path (the AVX2 loop takes both halves, a line a step, as AVX-512's; one in 1 KB was 5-15%
+ * slower there, F16 and BF16, bench-kernels --micro) */
+static inline __attribute__((always_inline)) void prefetch_stream(const uint8_t *g, size_t off, size_t step,
+                                                                  size_t ahead, int sparse) {
+        if (!sparse)
+                prefetch_lines(g + off + ahead, (int) (step / 64));
+        else if ((off & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
+                _mm_prefetch((const char *) g + off + PF_SPARSE_AHEAD, _MM_HINT_T1);
+}
 #endif
 
 /* Packed layout offsets. */

@@ -196,12 +196,8 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
         size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
-                /* both halves take a line a step, as AVX-512's loop: one in 2 KB (one in 1 KB
-                 * was 5-15% slower, F16 and BF16, bench-kernels --micro) */
-                if (T <= 2 && !sparse)
-                        prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
-                else if (T <= 2 && ((size_t) i * bpk & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
-                        _mm_prefetch((const char *) g + (size_t) i * bpk + PF_SPARSE_AHEAD, _MM_HINT_T1);
+                if (T <= 2)
+                        prefetch_stream(g, (size_t) i * bpk, 2 * bpk, 128 * bpk, sparse);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
                         w0[hh] = load_w(g, i, h0 + hh, kind);

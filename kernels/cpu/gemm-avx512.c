@@ -76,10 +76,8 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
         size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
-                if (T <= 2 && !sparse)
-                        prefetch_lines(g + (i + 128) * bpk, (int) bpk / 32);
-                else if (T <= 2 && ((size_t) i * bpk & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
-                        _mm_prefetch((const char *) g + (size_t) i * bpk + PF_SPARSE_AHEAD, _MM_HINT_T1);
+                if (T <= 2)
+                        prefetch_stream(g, (size_t) i * bpk, 2 * bpk, 128 * bpk, sparse);
                 __m512 w0 = load_w(g, i, kind), w1 = load_w(g, i + 1, kind);
                 UNROLL for (int t = 0; t < T; t++) {
                         acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
