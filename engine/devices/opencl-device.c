@@ -34,10 +34,12 @@ extern const char axp_opencl_source[]; /* the .cl files of kernels/opencl, embed
 #define TT     8   /* tokens per work-group of a matrix product */
 
 /* How a product's activations are taken, per weight type, as the CPU kernels take them
- * (kernels/cpu/kernels.h): as they are, rounded to f16, or quantized to 8 bits per block. */
+ * (kernels/cpu/kernels.h): as they are, rounded to f16 or bf16, or quantized to 8 bits per
+ * block. */
 enum {
         ACT_F32,
         ACT_F16,
+        ACT_BF16,
         ACT_Q8_0,
         ACT_Q8_K,
         ACT__MAX,
@@ -50,7 +52,7 @@ static const struct {
         int act;
 } wtypes[] = {
         { AXP_TYPE_F32, "f32", ACT_F32 },    { AXP_TYPE_F16, "f16", ACT_F16 },
-        { AXP_TYPE_BF16, "bf16", ACT_F32 },  { AXP_TYPE_Q8_0, "q8_0", ACT_Q8_0 },
+        { AXP_TYPE_BF16, "bf16", ACT_BF16 },  { AXP_TYPE_Q8_0, "q8_0", ACT_Q8_0 },
         { AXP_TYPE_Q4_0, "q4_0", ACT_Q8_0 }, { AXP_TYPE_Q4_1, "q4_1", ACT_Q8_0 },
         { AXP_TYPE_Q5_0, "q5_0", ACT_Q8_0 }, { AXP_TYPE_Q5_1, "q5_1", ACT_Q8_0 },
         { AXP_TYPE_IQ4_NL, "iq4_nl", ACT_Q8_0 }, { AXP_TYPE_Q4_K, "q4_k", ACT_Q8_K },
@@ -471,9 +473,11 @@ static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int 
                                   c->act_k);
         switch (act) {
         case ACT_F16:
+        case ACT_BF16:
                 if ((r = grow(c, &c->af, &c->af_rows, (size_t) n_tok, kb * sizeof(float), err)) < 0)
                         return r;
-                return launch(c, c->k_act[act], "act_f16", round_up((size_t) k, c->wg),
+                return launch(c, c->k_act[act], act == ACT_F16 ? "act_f16" : "act_bf16",
+                              round_up((size_t) k, c->wg),
                               (size_t) n_tok, 0,
                               ARGS(KM(x), KI(x_off), KI(ldx), KI(k), KM(c->af)), err);
         case ACT_Q8_0:
@@ -528,11 +532,12 @@ static int matmuls_at(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long 
                         const size_t gx = (size_t) DIV_ROUND_UP(wi->w->n_out, rows_per_group) *
                                           (size_t) c->wg,
                                      gy = blk ? (size_t) n_blk : (size_t) DIV_ROUND_UP(n_tok, TT);
-                        /* the activations: the quantized planes, the f16-rounded rows or X */
+                        /* the activations: the quantized planes, the rounded rows or X */
                         const bool q = act == ACT_Q8_0 || act == ACT_Q8_K;
-                        const cl_mem a0 = q ? c->aq : act == ACT_F16 ? c->af : x;
-                        const cl_int a1 = act == ACT_F16 ? 0 : (cl_int) x_off,
-                                     a2 = act == ACT_F16 ? k : (cl_int) ldx;
+                        const bool rounded = act == ACT_F16 || act == ACT_BF16;
+                        const cl_mem a0 = q ? c->aq : rounded ? c->af : x;
+                        const cl_int a1 = rounded ? 0 : (cl_int) x_off,
+                                     a2 = rounded ? k : (cl_int) ldx;
                         karg args[] = { KM(wi->buf), KU(wi->off), KU(wi->w->row_bytes), KI(k),
                                         KI(wi->w->n_out), KI(ilog2(kl)), KM(a0),
                                         q ? KM(c->ad) : KI(a1), q ? KM(c->as) : KI(a2),
@@ -1443,7 +1448,8 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                    { &c->k_residual, "residual" }, { &c->k_swiglu, "swiglu" },
                    { &c->k_k1_post, "k1_post" },   { &c->k_attention, "attention" },
                    { &c->k_geglu, "geglu" },       { &c->k_scale_rows, "scale_rows" },
-                   { &c->k_act[ACT_F16], "act_f16" }, { &c->k_act[ACT_Q8_0], "act_q8_0" },
+                   { &c->k_act[ACT_F16], "act_f16" }, { &c->k_act[ACT_BF16], "act_bf16" },
+                   { &c->k_act[ACT_Q8_0], "act_q8_0" },
                    { &c->k_act[ACT_Q8_K], "act_q8_k" }, { &c->k_moe_route, "moe_route" },
                    { &c->k_moe_plan, "moe_plan" },     { &c->k_moe_gather, "moe_gather" },
                    { &c->k_moe_combine, "moe_combine" } };
@@ -1677,7 +1683,8 @@ int axp_opencl_act(axp_device *d, uint32_t type, const float *x, int n_tok, int 
         /* the planes' rows are act_k apart: read them whole, keep k per row */
         const size_t rows = (size_t) n_tok, kk = (size_t) c->act_k;
         switch (act) {
-        case ACT_F16: {
+        case ACT_F16:
+        case ACT_BF16: {
                 _cleanup_free_ float *f = malloc(rows * kk * sizeof(float));
                 if (!f)
                         return axp_errorf(err, -ENOMEM, "out of memory");

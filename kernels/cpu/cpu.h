@@ -8,7 +8,9 @@
  * the operand layout of vpdpbusd and of AMX's B tile:
  *
  *   F32        [k][16] f32
- *   F16, BF16  [k][16] 16-bit
+ *   F16        [k][16] 16-bit
+ *   BF16       [k/2][16][2] 16-bit: each row's inputs in pairs (2i, 2i + 1), an odd k's last
+ *              pair padded with zero, the operand layout of AVX512-BF16's vdpbf16ps
  *   Q8_0       per run of 8 blocks (pk32_*): scales [8][16] f16, then quants [8][8][16][4]
  *              u8 = w ^ 0x80
  *   Q4_0       runs as Q8_0, the quants [8][4][16][4]: byte (p, r, i) = q[r][8p+i] |
@@ -59,7 +61,9 @@
  *              Q4_1/Q5_1 block multiplies
  *   Q8_K kind  per superblock of 256, 320 bytes: qs[256] s8 | d f32 | bs16[16] i16 (sums of
  *              16) | bs32[8] i16 (sums of 32) | pad
- *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes) */
+ *   F32 kind   x[k] f32, rounded to f16 precision for F16 weights (as llama.cpp computes)
+ *   BF16 kind  x[k] bf16, rounded to nearest even as llama.cpp rounds them for BF16 weights,
+ *              an odd k padded with a zero: pair i is the 32 bits at 4i */
 #pragma once
 
 #include <math.h>
@@ -105,8 +109,9 @@ typedef struct axp_packed {
 #define AXP_PACKED_MAGIC 0x4b434150u /* "PACK" */
 
 enum axp_act_kind {
-        AXP_ACT_F32,  /* F32, BF16 weights */
+        AXP_ACT_F32,  /* F32 weights */
         AXP_ACT_F16,  /* F16 weights: f32 rounded to f16 precision */
+        AXP_ACT_BF16, /* BF16 weights: bf16 pairs */
         AXP_ACT_Q8_0, /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL weights */
         AXP_ACT_Q8_K, /* Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS weights */
         AXP_ACT__MAX,
@@ -128,6 +133,15 @@ typedef struct axp_act {
 
 static inline int64_t axp_act_blocks(const axp_act *a) {
         return a->kind == AXP_ACT_Q8_0 ? a->k / QK8_0 : a->kind == AXP_ACT_Q8_K ? a->k / QK_K : 0;
+}
+
+/* BF16 products (weights and activations in the BF16 layouts above), on every path: per token
+ * and row two f32 sums, pair i going to sum i % 2, each pair adding its odd product and then its
+ * even one (each product is exact in f32, each sum rounded to nearest even), and then the two
+ * sums added: the order of vdpbf16ps, so that AVX512-BF16 and the paths without it give the
+ * same bits (but for subnormals, which vdpbf16ps takes as zero). */
+static inline int64_t bf16_pairs(int64_t k) {
+        return (k + 1) / 2;
 }
 
 /* Offsets inside one activation row. */
@@ -250,6 +264,11 @@ static inline size_t pk32_bytes(pk32 L, int64_t nb) {
 /* The prefetch plan (axp_cpu_prefetch): nonzero for sparse. Set before any product runs
  * (axp_cpu_ops_get decides it); a kernel reads it once a call. */
 extern _Atomic int axp_cpu_pf_sparse;
+/* Whether the AVX-512 path's BF16 products take vdpbf16ps (the CPU has AVX512-BF16), set with
+ * the plan; axp_cpu_set_bf16_dot(false) makes them take FMAs (the same bits: tests, benchmarks),
+ * true is refused (false) where the CPU has not got it. Process-wide. */
+extern _Atomic int axp_cpu_bf16_dot;
+bool axp_cpu_set_bf16_dot(bool on);
 /* Bytes of the stream between two sparse prefetches, by the loop's vectors: one line in 2 KB
  * made AVX-512's Q8_0, Q4_0 and IQ4_NL decode 3-7% faster than one in 1 KB on Zen 5 (ahead in
  * 9 comparisons of 9, one and two threads) and AVX-VNNI's Q8_0 20% slower (bench-kernels
@@ -408,6 +427,7 @@ const axp_cpu_ops *axp_cpu_ops_get(void);
  * bit. */
 void axp_quant_act_f32(const float *x, int64_t k, uint8_t *row);
 void axp_quant_act_f16(const float *x, int64_t k, uint8_t *row);
+void axp_quant_act_bf16(const float *x, int64_t k, uint8_t *row);
 void axp_quant_act_q8_0(const float *x, int64_t k, uint8_t *row);
 void axp_quant_act_q8_K(const float *x, int64_t k, uint8_t *row);
 

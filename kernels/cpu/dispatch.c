@@ -56,6 +56,14 @@ static bool have_avx512(void) {
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 }
 
+/* AVX512-BF16: cpuid 7.1 eax bit 5, on top of the AVX-512 path */
+static bool have_avx512_bf16(void) {
+        unsigned r[4];
+        if (!__get_cpuid_count(7, 0, &r[0], &r[1], &r[2], &r[3]) || r[0] < 1)
+                return false;
+        return cpuid_bit(7, 1, 0, 5) && have_avx512();
+}
+
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -76,6 +84,12 @@ bool axp_cpu_has_avx_vnni(void) {
 }
 
 bool axp_amx_request(void) {
+        return false;
+}
+#endif
+
+#if !defined(ISA_PATHS)
+static bool have_avx512_bf16(void) {
         return false;
 }
 #endif
@@ -126,6 +140,7 @@ static const isa_entry isas[] = {
 static _Atomic(const axp_cpu_ops *) active;
 
 _Atomic int axp_cpu_pf_sparse;
+_Atomic int axp_cpu_bf16_dot;
 
 /* AMD's CPUs (and Hygon's, the same cores) stream the 32-element block types faster with
  * sparse prefetches: on a Zen 5 machine decode of Q8_0, Q4_0 and IQ4_NL took 6-47% more
@@ -151,9 +166,12 @@ static int plan_of(const char *name) {
         return strcmp(name, "sparse") == 0 ? 1 : strcmp(name, "dense") == 0 ? 0 : -1;
 }
 
-static pthread_once_t pf_once = PTHREAD_ONCE_INIT;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-static void prefetch_init(void) {
+/* what is decided once, before any product runs: the prefetch plan and whether the AVX-512
+ * path's BF16 products take vdpbf16ps */
+static void cpu_init(void) {
+        atomic_store_explicit(&axp_cpu_bf16_dot, have_avx512_bf16(), memory_order_relaxed);
         const char *want = secure_getenv("AXP_CPU_PREFETCH");
         int plan = want ? plan_of(want) : -1;
         if (plan < 0) {
@@ -166,21 +184,29 @@ static void prefetch_init(void) {
 }
 
 const char *axp_cpu_prefetch(void) {
-        pthread_once(&pf_once, prefetch_init);
+        pthread_once(&init_once, cpu_init);
         return atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed) ? "sparse" : "dense";
 }
 
 bool axp_cpu_set_prefetch(const char *name) {
         int plan = plan_of(name);
-        pthread_once(&pf_once, prefetch_init);
+        pthread_once(&init_once, cpu_init);
         if (plan >= 0)
                 atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
         return plan >= 0;
 }
 
+bool axp_cpu_set_bf16_dot(bool on) {
+        pthread_once(&init_once, cpu_init);
+        if (on && !have_avx512_bf16())
+                return false;
+        atomic_store_explicit(&axp_cpu_bf16_dot, on, memory_order_relaxed);
+        return true;
+}
+
 const axp_cpu_ops *axp_cpu_ops_get(void) {
-        /* the prefetch plan is decided before any product can run */
-        pthread_once(&pf_once, prefetch_init);
+        /* the prefetch plan and the BF16 products' form are decided before any product can run */
+        pthread_once(&init_once, cpu_init);
         const axp_cpu_ops *o = atomic_load_explicit(&active, memory_order_acquire);
         if (o)
                 return o;

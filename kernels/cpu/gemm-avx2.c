@@ -171,15 +171,12 @@ AI __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
 
 /* Float weights ---------------------------------------------------------------------------- */
 
-enum { W_F32, W_F16, W_BF16 };
+enum { W_F32, W_F16 };
 
 AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
         if (kind == W_F32)
                 return _mm256_load_ps((const float *) g + i * 16 + 8 * h);
-        __m128i v = ld16((const uint16_t *) g + i * 16 + 8 * h);
-        if (kind == W_F16)
-                return _mm256_cvtph_ps(v);
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+        return _mm256_cvtph_ps(ld16((const uint16_t *) g + i * 16 + 8 * h));
 }
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
@@ -237,9 +234,68 @@ static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
         TILE_DISPATCH_HALVES(float_tile, W_F16);
 }
 
+/* BF16: 32 bits of the weights or activations hold a pair of inputs (cpu.h); a shift and an AND
+ * make the even and odd ones floats. Per token and half two sums, pair p to sum p % 2, the odd
+ * product first: vdpbf16ps's order (cpu.h), so these give the AVX-512 path's bits. */
+AI __m256 bf16_even(__m256i v) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+AI __m256 bf16_odd(__m256i v) {
+        return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int) 0xffff0000u)));
+}
+
+AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int h0, int NH) {
+        const uint8_t *x[MAX_T];
+        __m256 acc[MAX_T][2][2];
+        UNROLL for (int t = 0; t < T; t++) {
+                x[t] = act->data + (t0 + t) * act->stride;
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh][0] = acc[t][hh][1] = _mm256_setzero_ps();
+        }
+        const int64_t np = bf16_pairs(act->k);
+        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        int64_t p = 0;
+        for (; p + 2 <= np; p += 2) {
+                if (T <= 2)
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
+                UNROLL for (int j = 0; j < 2; j++) {
+                        __m256 we[2], wo[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                __m256i v = ld32(g + (p + j) * 64 + 32 * (h0 + hh));
+                                we[hh] = bf16_even(v);
+                                wo[hh] = bf16_odd(v);
+                        }
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i xp = bcast4(x[t] + (p + j) * 4);
+                                __m256 xe = bf16_even(xp), xo = bf16_odd(xp);
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                        __m256 a = _mm256_fmadd_ps(wo[hh], xo, acc[t][hh][j]);
+                                        acc[t][hh][j] = _mm256_fmadd_ps(we[hh], xe, a);
+                                }
+                        }
+                }
+        }
+        if (p < np) {
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256i v = ld32(g + p * 64 + 32 * (h0 + hh));
+                        __m256 we = bf16_even(v), wo = bf16_odd(v);
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i xp = bcast4(x[t] + p * 4);
+                                __m256 a = _mm256_fmadd_ps(wo, bf16_odd(xp), acc[t][hh][0]);
+                                acc[t][hh][0] = _mm256_fmadd_ps(we, bf16_even(xp), a);
+                        }
+                }
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        store_half(y + t * ldy, _mm256_add_ps(acc[t][hh][0], acc[t][hh][1]), h0 + hh, n_rows);
+}
+
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_BF16);
+        TILE_DISPATCH_HALVES(bf16_tile);
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
@@ -1490,6 +1546,7 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
         .quant = {
                 [AXP_ACT_F32] = axp_quant_act_f32,
                 [AXP_ACT_F16] = quant_f16,
+                [AXP_ACT_BF16] = axp_quant_act_bf16,
                 [AXP_ACT_Q8_0] = quant_q8_0,
                 [AXP_ACT_Q8_K] = quant_q8_K,
         },

@@ -51,15 +51,12 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
 
 /* Float weights ---------------------------------------------------------------------------- */
 
-enum { W_F32, W_F16, W_BF16 };
+enum { W_F32, W_F16 };
 
 AI __m512 load_w(const uint8_t *g, int64_t i, int kind) {
         if (kind == W_F32)
                 return _mm512_load_ps((const float *) g + i * 16);
-        __m256i h = ld32((const uint16_t *) g + i * 16);
-        if (kind == W_F16)
-                return _mm512_cvtph_ps(h);
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        return f16x16((const uint16_t *) g + i * 16);
 }
 
 AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
@@ -136,9 +133,61 @@ static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
         TILE_DISPATCH(float_tile, W_F16);
 }
 
+/* BF16: a 64-byte vector holds a pair of inputs of the 16 rows, 32 bits of the activations a
+ * pair of the token's (cpu.h). Where the CPU has AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4
+ * and later) one vdpbf16ps adds both products to each row's sum: twice the multiplies of an FMA
+ * and no unpacking. Elsewhere a shift and an AND make the even and odd inputs floats and two
+ * FMAs, the odd product first, give vdpbf16ps's bits (cpu.h). Per token two sums, pair p to sum
+ * p % 2, so that decode is not bound by one chain's latency. vdpbf16ps is written in assembly:
+ * its intrinsic needs the function compiled for AVX512-BF16, which the rest of this path must
+ * not assume. */
+AI __m512 bf16_dot(__m512 acc, __m512i w, __m512i xp, int dp) {
+        if (dp) {
+                __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(w), "v"(xp));
+                return acc;
+        }
+        const __m512i hi = _mm512_set1_epi32((int) 0xffff0000u);
+        __m512 a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)),
+                                   _mm512_castsi512_ps(_mm512_and_si512(xp, hi)), acc);
+        return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)),
+                               _mm512_castsi512_ps(_mm512_slli_epi32(xp, 16)), a);
+}
+
+AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                  int n_rows, int dp) {
+        const uint8_t *x[MAX_T];
+        __m512 acc[MAX_T][2];
+        UNROLL for (int t = 0; t < T; t++) {
+                x[t] = act->data + (t0 + t) * act->stride;
+                acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+        }
+        const int64_t np = bf16_pairs(act->k);
+        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        int64_t p = 0;
+        for (; p + 2 <= np; p += 2) {
+                if (T <= 2)
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
+                __m512i w0 = _mm512_load_si512(g + p * 64), w1 = _mm512_load_si512(g + p * 64 + 64);
+                UNROLL for (int t = 0; t < T; t++) {
+                        acc[t][0] = bf16_dot(acc[t][0], w0, bcast4((const int8_t *) x[t] + p * 4), dp);
+                        acc[t][1] = bf16_dot(acc[t][1], w1, bcast4((const int8_t *) x[t] + p * 4 + 4), dp);
+                }
+        }
+        if (p < np) {
+                __m512i w0 = _mm512_load_si512(g + p * 64);
+                UNROLL for (int t = 0; t < T; t++)
+                        acc[t][0] = bf16_dot(acc[t][0], w0, bcast4((const int8_t *) x[t] + p * 4), dp);
+        }
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy, _mm512_add_ps(acc[t][0], acc[t][1]), n_rows);
+}
+
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH(float_tile, W_BF16);
+        if (atomic_load_explicit(&axp_cpu_bf16_dot, memory_order_relaxed))
+                TILE_DISPATCH(bf16_tile, 1);
+        else
+                TILE_DISPATCH(bf16_tile, 0);
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
@@ -1084,6 +1133,7 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
         .quant = {
                 [AXP_ACT_F32] = axp_quant_act_f32,
                 [AXP_ACT_F16] = quant_f16,
+                [AXP_ACT_BF16] = axp_quant_act_bf16,
                 [AXP_ACT_Q8_0] = quant_q8_0,
                 [AXP_ACT_Q8_K] = quant_q8_K,
         },

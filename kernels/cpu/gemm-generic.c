@@ -38,16 +38,25 @@ static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
         }
 }
 
+/* in vdpbf16ps's order (cpu.h): each product is exact in f32, so a product and a sum are an
+ * FMA's one rounding */
 static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
         const axp_bf16 *w = (const axp_bf16 *) g;
         for (int t = 0; t < n_tok; t++) {
-                const float *x = (const float *) (act->data + (t0 + t) * act->stride);
-                float acc[AXP_GROUP] = { 0 };
-                for (int64_t i = 0; i < act->k; i++)
-                        for (int r = 0; r < AXP_GROUP; r++)
-                                acc[r] += axp_bf16_to_f32(w[i * AXP_GROUP + r]) * x[i];
-                store_rows(acc, y + t * ldy, n_rows);
+                const axp_bf16 *x = (const axp_bf16 *) (act->data + (t0 + t) * act->stride);
+                float acc[2][AXP_GROUP] = { { 0 } };
+                for (int64_t p = 0; p < bf16_pairs(act->k); p++) {
+                        const axp_bf16 *wp = w + p * 2 * AXP_GROUP;
+                        float x0 = axp_bf16_to_f32(x[2 * p]), x1 = axp_bf16_to_f32(x[2 * p + 1]);
+                        for (int r = 0; r < AXP_GROUP; r++) {
+                                float a = acc[p % 2][r] + axp_bf16_to_f32(wp[2 * r + 1]) * x1;
+                                acc[p % 2][r] = a + axp_bf16_to_f32(wp[2 * r]) * x0;
+                        }
+                }
+                for (int r = 0; r < AXP_GROUP; r++)
+                        acc[0][r] += acc[1][r];
+                store_rows(acc[0], y + t * ldy, n_rows);
         }
 }
 
@@ -383,6 +392,7 @@ const axp_cpu_ops axp_cpu_ops_generic = {
         .quant = {
                 [AXP_ACT_F32] = axp_quant_act_f32,
                 [AXP_ACT_F16] = axp_quant_act_f16,
+                [AXP_ACT_BF16] = axp_quant_act_bf16,
                 [AXP_ACT_Q8_0] = axp_quant_act_q8_0,
                 [AXP_ACT_Q8_K] = axp_quant_act_q8_K,
         },

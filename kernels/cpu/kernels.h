@@ -43,8 +43,9 @@ void axp_cpu_weight_release(axp_weight *w);
  * y[i][t * ldy[i] + r] = sum_k W_i[r][k] * x[t * ldx + k], r < W_i->n_out.
  * All W_i have the same n_in; n_w <= 8. x is float. As llama.cpp computes: x is quantized to
  * 8 bits per block first for integer weights (Q8_0 blocks of 32 for Q8_0/Q4_0 weights, with
- * llama.cpp's x86 rounding; Q8_K blocks of 256 for Q4_K/Q6_K) and rounded to f16 for F16
- * weights; F32 and BF16 weights take x as it is.
+ * llama.cpp's x86 rounding; Q8_K blocks of 256 for Q4_K/Q6_K), rounded to f16 for F16
+ * weights and to bf16 for BF16 weights (each as llama.cpp's CPU backend rounds it); F32
+ * weights take x as it is.
  * Results are bit-identical whatever the pool size and whatever other tokens share the call. */
 void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const float *x,
                     long ldx, float *const *y, const long *ldy, int n_tok);

@@ -15,6 +15,8 @@ enum axp_act_kind axp_act_kind_of(uint32_t type) {
         switch (type) {
         case AXP_TYPE_F16:
                 return AXP_ACT_F16;
+        case AXP_TYPE_BF16:
+                return AXP_ACT_BF16;
         case AXP_TYPE_Q8_0:
         case AXP_TYPE_Q4_0:
         case AXP_TYPE_Q4_1:
@@ -43,6 +45,9 @@ size_t axp_act_stride(enum axp_act_kind kind, int64_t k) {
         case AXP_ACT_Q8_K:
                 n = (size_t) (k / QK_K) * ACT_Q8_K_BLOCK;
                 break;
+        case AXP_ACT_BF16:
+                n = (size_t) bf16_pairs(k) * 4;
+                break;
         default:
                 n = (size_t) k * 4;
                 break;
@@ -58,6 +63,14 @@ void axp_quant_act_f16(const float *x, int64_t k, uint8_t *row) {
         float *o = (float *) row;
         for (int64_t i = 0; i < k; i++)
                 o[i] = axp_f16_to_f32(axp_f32_to_f16(x[i]));
+}
+
+void axp_quant_act_bf16(const float *x, int64_t k, uint8_t *row) {
+        axp_bf16 *o = (axp_bf16 *) row;
+        for (int64_t i = 0; i < k; i++)
+                o[i] = axp_f32_to_bf16(x[i]);
+        if (k & 1)
+                o[k] = 0;
 }
 
 void axp_quant_act_q8_0(const float *x, int64_t k, uint8_t *row) {

@@ -119,6 +119,22 @@ __kernel void act_q8_k(__global const float *X, int x_off, int ldx, int k, __glo
         AD[(long) t * (k / 32) + s] = div_rn(1.0f, iscale);
 }
 
+/* f rounded to the nearest bf16 (ties to even) as llama.cpp rounds BF16 weights' activations,
+ * as a float; a NaN stays a (quiet) NaN */
+float round_bf16(float f) {
+        const uint u = as_uint(f);
+        if ((u & 0x7fffffffu) > 0x7f800000u)
+                return as_float((u | 0x00400000u) & 0xffff0000u);
+        return as_float((u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u);
+}
+
+/* BF16 weights: AF[t * k + i] = x rounded to bf16, one item per value. */
+__kernel void act_bf16(__global const float *X, int x_off, int ldx, int k, __global float *AF) {
+        const int i = get_global_id(0), t = get_global_id(1);
+        if (i < k)
+                AF[(long) t * k + i] = round_bf16(X[x_off + (long) t * ldx + i]);
+}
+
 /* F16 weights: AF[t * k + i] = x rounded to f16, one item per value. */
 __kernel void act_f16(__global const float *X, int x_off, int ldx, int k, __global float *AF) {
         const int i = get_global_id(0), t = get_global_id(1);

@@ -224,7 +224,7 @@ void dq32_iq4_xs(__global const uchar *row, int u, float *w) {
 /* TT (from the host's build options): tokens per work-group of the matrix product; each
  * item keeps TT partial sums.
  *
- * Float activations (F32, BF16 weights; F16 weights after act_f16 rounded them):
+ * Float activations (F32 weights; F16 and BF16 weights after act_f16 and act_bf16 rounded them):
  * Y[y_off + t * ldy + r] = sum_k W[r][k] * X[x_off + t * ldx + k] for rows r < n_out and
  * tokens t < n_tok. A work-group holds WG >> kl_log2 rows; the 1 << kl_log2 items of a row
  * take every (1 << kl_log2)-th unit of the row (32 elements here), then their partial sums

@@ -92,7 +92,10 @@ static double rel_err_f(const float *a, const float *b, int n) {
 static double tolerance(uint32_t type) {
         switch (type) {
         case AXP_TYPE_F32: return 1e-4;
-        case AXP_TYPE_F16: case AXP_TYPE_BF16: return 5e-3;
+        case AXP_TYPE_F16: return 5e-3;
+        /* activations rounded to bf16 (8 bits of mantissa, f16's 11) as llama.cpp rounds them
+         * for BF16 weights: 1.1e-2 here, 8 times F16's 1.3e-3 */
+        case AXP_TYPE_BF16: return 4e-2;
         /* the CPU kernels quantize activations to 8 bits per block as llama.cpp does; on these
          * small random models that moves logits by 3.6e-2 (Q4_0) to 6.4e-2 (Q4_K) of the
          * largest, where a kernel bug gives errors of order 1 */

@@ -183,6 +183,16 @@ static void ref_act(uint32_t type, const float *x, int64_t n, float *xq, double 
                 for (int64_t i = 0; i < n; i++)
                         xq[i] = axp_f16_to_f32(axp_f32_to_f16(x[i]));
                 break;
+        case AXP_TYPE_BF16: {
+                /* llama.cpp's rounding, to nearest even (these tests' values are finite) */
+                for (int64_t i = 0; i < n; i++) {
+                        uint32_t u;
+                        memcpy(&u, &x[i], 4);
+                        u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+                        memcpy(&xq[i], &u, 4);
+                }
+                break;
+        }
         default:
                 memcpy(xq, x, n * sizeof(float));
                 break;
@@ -288,6 +298,8 @@ static const struct { int n_in, n_out, n_tok; } shapes[] = {
         /* rows that are not a multiple of 256, as in the fallback tensors of Q4_K_M files of
          * 896- and 576-wide models (the 32-element block types only) */
         { 96, 20, 5 }, { 896, 40, 9 }, { 576, 33, 40 },
+        /* an odd number of inputs (float weights only): BF16's last pair half padding */
+        { 97, 21, 5 }, { 331, 18, 2 },
 };
 
 static bool isa_use(const char *isa) {
@@ -560,6 +572,44 @@ static void test_matmul_vnni_same_bits(void) {
         }
 }
 
+/* BF16 products give the same bits on every path, the AVX-512 one with vdpbf16ps and without
+ * (cpu.h: every path adds in that instruction's order): decode, the tiles and their rests, an
+ * odd number of inputs. */
+static void test_matmul_bf16_same_bits(void) {
+        static const struct { int n_in, n_out, n_tok; } cases[] = {
+                { 512, 40, 1 }, { 768, 33, 2 }, { 1024, 48, 13 }, { 97, 17, 5 }, { 331, 20, 3 }, { 2, 16, 9 },
+        };
+        bool had_dot = atomic_load(&axp_cpu_bf16_dot);
+        for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
+                int n_in = cases[ci].n_in, n_out = cases[ci].n_out, n_tok = cases[ci].n_tok;
+                test_weight tw;
+                weight_make(&tw, AXP_TYPE_BF16, n_in, n_out);
+                CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
+                long ldx = n_in + 3, ldy = n_out;
+                float *x = make_x(n_in, n_tok, ldx);
+                CHECK(isa_use("generic"));
+                float *ref = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                check_product(&tw, x, ldx, n_tok, ref, ldy);
+                for (size_t ii = 1; ii < ELEMENTSOF(all_isas); ii++)
+                        for (int dot = 0; dot < 2; dot++) {
+                                /* the flag moves the AVX-512 path (and AMX's, which has its BF16) */
+                                bool avx512 = strcmp(all_isas[ii], "avx512") == 0 || strcmp(all_isas[ii], "amx") == 0;
+                                if ((dot && !avx512) || !isa_use(all_isas[ii]) || !axp_cpu_set_bf16_dot(dot))
+                                        continue;
+                                float *y = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                                CHECK_MSG(bits_equal(ref, y, n_tok, ldy, n_out),
+                                          "BF16 %d x %d, %d tokens: %s%s differs from generic", n_out, n_in, n_tok,
+                                          all_isas[ii], dot ? " with vdpbf16ps" : "");
+                                free(y);
+                        }
+                free(ref);
+                free(x);
+                weight_free(&tw);
+        }
+        CHECK(axp_cpu_set_bf16_dot(had_dot));
+        printf("  vdpbf16ps on this CPU: %s\n", had_dot ? "yes (checked against the FMA form)" : "no");
+}
+
 /* Decode's prefetch plans (kernels.h) are named, chosen and give the same bits: a prefetch
  * moves no data a product reads. Rows of 2048 inputs span several sparse-prefetch steps. */
 static void test_matmul_prefetch_plans(void) {
@@ -780,7 +830,9 @@ static void test_activation_quantization(void) {
                 uint8_t *ref = calloc(1, stride), *got = calloc(1, stride);
                 axp_cpu_ops_generic.quant[kind](x, k, ref);
                 /* the reference bytes decode to the independent rule's values */
-                uint32_t type = kind == AXP_ACT_Q8_0 ? AXP_TYPE_Q8_0 : kind == AXP_ACT_Q8_K ? AXP_TYPE_Q4_K : AXP_TYPE_F16;
+                uint32_t type = kind == AXP_ACT_Q8_0 ? AXP_TYPE_Q8_0 : kind == AXP_ACT_Q8_K ? AXP_TYPE_Q4_K
+                                : kind == AXP_ACT_BF16                      ? AXP_TYPE_BF16
+                                                                            : AXP_TYPE_F16;
                 ref_act(type, x, k, xq, NULL);
                 int bad = 0;
                 for (int64_t i = 0; i < k; i++) {
@@ -789,6 +841,8 @@ static void test_activation_quantization(void) {
                                 v = act_q8_0_d(ref, i / 32) * act_q8_0_qs(ref, i / 32)[i % 32];
                         else if (kind == AXP_ACT_Q8_K)
                                 v = act_q8_K_d(ref, i / 256) * act_q8_K_qs(ref, i / 256)[i % 256];
+                        else if (kind == AXP_ACT_BF16)
+                                v = axp_bf16_to_f32(((const axp_bf16 *) ref)[i]);
                         else
                                 v = ((float *) ref)[i];
                         bad += v != xq[i];
@@ -1181,6 +1235,7 @@ int main(void) {
         RUN(test_matmul_q8_0_min);
         RUN(test_matmul_batch_invariant);
         RUN(test_matmul_vnni_same_bits);
+        RUN(test_matmul_bf16_same_bits);
         RUN(test_matmul_multi);
         RUN(test_matmul_runs);
         RUN(test_weight_slabs);

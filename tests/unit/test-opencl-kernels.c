@@ -145,14 +145,16 @@ static int compare_act(uint32_t type, enum axp_act_kind kind, axp_quant_fn fn, c
                                 break;
                         }
                 }
-                if (kind == AXP_ACT_F16)
-                        for (int i = 0; i < k && !bad; i++)
-                                if (!same_bits(f[(size_t) t * k + i], ((const float *) row)[i])) {
-                                        bad++;
-                                        CHECK_MSG(0, "%s, %s: row %d value %d: %a vs %a",
-                                                  axp_type_traits_get(type)->name, what, t, i,
-                                                  f[(size_t) t * k + i], ((const float *) row)[i]);
-                                }
+                for (int i = 0; i < k && !bad && (kind == AXP_ACT_F16 || kind == AXP_ACT_BF16); i++) {
+                        float want = kind == AXP_ACT_F16 ? ((const float *) row)[i]
+                                                         : axp_bf16_to_f32(((const axp_bf16 *) row)[i]);
+                        if (!same_bits(f[(size_t) t * k + i], want)) {
+                                bad++;
+                                CHECK_MSG(0, "%s, %s: row %d value %d: %a vs %a",
+                                          axp_type_traits_get(type)->name, what, t, i,
+                                          f[(size_t) t * k + i], want);
+                        }
+                }
         }
         free(q);
         free(d);
@@ -181,6 +183,7 @@ static void test_activations_bit_exact(void) {
                 { AXP_TYPE_Q3_K, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_IQ4_XS, AXP_ACT_Q8_K, axp_quant_act_q8_K },
                 { AXP_TYPE_F16, AXP_ACT_F16, axp_quant_act_f16 },
+                { AXP_TYPE_BF16, AXP_ACT_BF16, axp_quant_act_bf16 },
         };
         const int n = 61, k = 1024;
         float *x = malloc((size_t) n * k * sizeof(float));
@@ -329,8 +332,9 @@ static void test_moe_matches_cpu(void) {
                 /* the experts' products' float terms added in another order, nothing more: a
                  * kernel bug, or another expert picked, moves logits by far more. F16 weights
                  * take their activations rounded to halves, where a difference of 1e-7 in a
-                 * residual row can move a value by half an f16 step (4.9e-4) in the next layer */
-                const double tol = strcmp(types[ti], "f16") == 0 ? 2e-3 : 1e-4;
+                 * residual row can move a value by half an f16 step (4.9e-4) in the next layer;
+                 * BF16 weights to bf16, whose step is 8 times as large */
+                const double tol = strcmp(types[ti], "f16") == 0 ? 2e-3 : strcmp(types[ti], "bf16") == 0 ? 1.6e-2 : 1e-4;
                 CHECK_MSG(moe <= tol, "%s: %g", types[ti], moe);
                 /* the other kernels differ from the CPU's as they do without experts (float
                  * reductions in -gpu-paths) */
