@@ -15,11 +15,14 @@
  *            profile then mixes them)
  *   --micro: per core (CPU time), one decode product (from memory and from L2) and one
  *            prefill product per type, on each path of a list in turn
+ *   --no-bf16-dot: the AVX-512 path's BF16 products with FMAs, as on a CPU without
+ *            AVX512-BF16, instead of vdpbf16ps (the same results)
  * Not a test: it prints numbers.
  *
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
  *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile] [--prefetch P[,P]]
- *   bench-kernels --micro q8_0,q4_k,... [--isa PATH[,PATH...]] */
+ *                 [--no-bf16-dot]
+ *   bench-kernels --micro q8_0,q4_k,... [--isa PATH[,PATH...]] [--no-bf16-dot] */
 #include <getopt.h>
 #include <pthread.h>
 #include <math.h>
@@ -443,6 +446,7 @@ int main(int argc, char **argv) {
                 { "prompt", required_argument, NULL, 'p' },  { "decode-tokens", required_argument, NULL, 'd' },
                 { "reps", required_argument, NULL, 'r' },    { "micro", required_argument, NULL, 'm' },
                 { "profile", no_argument, NULL, 'P' },       { "prefetch", required_argument, NULL, 'f' },
+                { "no-bf16-dot", no_argument, NULL, 'B' },
                 {},
         };
         int c;
@@ -458,6 +462,7 @@ int main(int argc, char **argv) {
                 case 'm': micro_types = optarg; break;
                 case 'P': profile = true; break;
                 case 'f': prefetch = optarg; break;
+                case 'B': axp_cpu_set_bf16_dot(false); break;
                 default: return 2;
                 }
         }
