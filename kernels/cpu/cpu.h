@@ -8,9 +8,10 @@
  * the operand layout of vpdpbusd and of AMX's B tile:
  *
  *   F32        [k][16] f32
- *   F16        [k][16] 16-bit
- *   BF16       [k/2][16][2] 16-bit: each row's inputs in pairs (2i, 2i + 1), an odd k's last
- *              pair padded with zero, the operand layout of AVX512-BF16's vdpbf16ps
+ *   F16, BF16  [k/2][16][2] 16-bit: each row's inputs in pairs (2i, 2i + 1), an odd k's last
+ *              pair padded with zero: BF16's the operand layout of AVX512-BF16's vdpbf16ps,
+ *              F16's widened to 8 rows' pairs of floats that one broadcast of a pair of the
+ *              token's inputs multiplies
  *   Q8_0       per run of 8 blocks (pk32_*): scales [8][16] f16, then quants [8][8][16][4]
  *              u8 = w ^ 0x80
  *   Q4_0       runs as Q8_0, the quants [8][4][16][4]: byte (p, r, i) = q[r][8p+i] |

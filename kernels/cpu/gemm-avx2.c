@@ -171,16 +171,8 @@ AI __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
 
 /* Float weights ---------------------------------------------------------------------------- */
 
-enum { W_F32, W_F16 };
-
-AI __m256 load_w(const uint8_t *g, int64_t i, int h, int kind) {
-        if (kind == W_F32)
-                return _mm256_load_ps((const float *) g + i * 16 + 8 * h);
-        return _mm256_cvtph_ps(ld16((const uint16_t *) g + i * 16 + 8 * h));
-}
-
-AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                   int n_rows, int h0, int NH, int kind) {
+AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                 int n_rows, int h0, int NH) {
         /* two accumulators per token and half (even and odd inputs), as in the AVX-512 path */
         const float *x[MAX_T];
         __m256 acc[MAX_T][2][2];
@@ -190,15 +182,15 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                         acc[t][hh][0] = acc[t][hh][1] = _mm256_setzero_ps();
         }
         int64_t i = 0;
-        size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
+        const float *w = (const float *) g;
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
                 if (T <= 2)
-                        prefetch_stream(g, (size_t) i * bpk, 2 * bpk, 128 * bpk, sparse);
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                        w0[hh] = load_w(g, i, h0 + hh, kind);
-                        w1[hh] = load_w(g, i + 1, h0 + hh, kind);
+                        w0[hh] = _mm256_load_ps(w + i * 16 + 8 * (h0 + hh));
+                        w1[hh] = _mm256_load_ps(w + i * 16 + 16 + 8 * (h0 + hh));
                 }
                 UNROLL for (int t = 0; t < T; t++) {
                         __m256 x0 = _mm256_set1_ps(x[t][i]), x1 = _mm256_set1_ps(x[t][i + 1]);
@@ -210,7 +202,7 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
         }
         if (i < act->k) {
                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                        __m256 w0 = load_w(g, i, h0 + hh, kind);
+                        __m256 w0 = _mm256_load_ps(w + i * 16 + 8 * (h0 + hh));
                         UNROLL for (int t = 0; t < T; t++)
                                 acc[t][hh][0] = _mm256_fmadd_ps(w0, _mm256_set1_ps(x[t][i]), acc[t][hh][0]);
                 }
@@ -220,18 +212,74 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                         store_half(y + t * ldy, _mm256_add_ps(acc[t][hh][0], acc[t][hh][1]), h0 + hh, n_rows);
 }
 
+/* F16: a half's 32 bytes of a pair (cpu.h) widen to 4 rows' pairs of floats twice, which one
+ * 64-bit broadcast of the token's pair multiplies (a broadcast for two FMAs, not one). Lane 2r +
+ * j adds row r's inputs of parity j; the lanes of a row are added at the end (vhaddps), the even
+ * and odd sums of the AVX-512 path, so the paths give the same bits. */
+AI __m256 bcast_pair(const float *x) {
+        double d;
+        memcpy(&d, x, 8);
+        return _mm256_castpd_ps(_mm256_set1_pd(d));
+}
+
+/* one pair of inputs, i and i + 1 (a zero for the second with last) */
+AI void f16_step(const uint8_t *q, __m256 acc[MAX_T][2][2], const float *const *x, int64_t i, int T,
+                 int h0, int NH, bool last) {
+        __m256 w[2][2];
+        UNROLL for (int hh = 0; hh < NH; hh++) {
+                w[hh][0] = _mm256_cvtph_ps(ld16(q + 32 * (h0 + hh)));
+                w[hh][1] = _mm256_cvtph_ps(ld16(q + 32 * (h0 + hh) + 16));
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+                float pair[2] = { x[t][i], 0.0f };
+                __m256 xp = bcast_pair(last ? pair : x[t] + i);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        acc[t][hh][0] = _mm256_fmadd_ps(w[hh][0], xp, acc[t][hh][0]);
+                        acc[t][hh][1] = _mm256_fmadd_ps(w[hh][1], xp, acc[t][hh][1]);
+                }
+        }
+}
+
+AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                 int n_rows, int h0, int NH) {
+        const float *x[MAX_T];
+        __m256 acc[MAX_T][2][2]; /* token, half, rows 0-3 | 4-7 of the half */
+        UNROLL for (int t = 0; t < T; t++) {
+                x[t] = (const float *) (act->data + (t0 + t) * act->stride);
+                UNROLL for (int hh = 0; hh < NH; hh++)
+                        acc[t][hh][0] = acc[t][hh][1] = _mm256_setzero_ps();
+        }
+        const int64_t np = act->k / 2;
+        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        for (int64_t p = 0; p < np; p++) {
+                if (T <= 2)
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
+                f16_step(g + p * 64, acc, x, 2 * p, T, h0, NH, false);
+        }
+        if (act->k & 1) /* the last input, with a zero beside it as its weights have */
+                f16_step(g + np * 64, acc, x, 2 * np, T, h0, NH, true);
+        UNROLL for (int t = 0; t < T; t++)
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        /* rows 0, 1, 4, 5, 2, 3, 6, 7, then in order */
+                        __m256 h = _mm256_hadd_ps(acc[t][hh][0], acc[t][hh][1]);
+                        h = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(h), _MM_SHUFFLE(3, 1, 2, 0)));
+                        store_half(y + t * ldy, h, h0 + hh, n_rows);
+                }
+}
+
 /* Prefill tiles of 2 tokens over both halves (a load an FMA, where 4 tokens over one half
- * load 1.25) were faster on one 2048 x 2048 F16 matrix (bench-kernels --micro) and
- * slower on the model's (bench-kernels --types f16: 64-74 -> 62-66 GFLOP/s, the builds taking
- * turns; its 8192-wide products' groups are 256 KB, read again by every tile): not kept. */
+ * loaded 1.25 when F16 took an input at a time) were faster on one 2048 x 2048 F16 matrix
+ * (bench-kernels --micro) and slower on the model's (bench-kernels --types f16: 64-74 -> 62-66
+ * GFLOP/s, the builds taking turns; its 8192-wide products' groups are 256 KB, read again by
+ * every tile): not kept. */
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_F32);
+        TILE_DISPATCH_HALVES(f32_tile);
 }
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(float_tile, W_F16);
+        TILE_DISPATCH_HALVES(f16_tile);
 }
 
 /* BF16: 32 bits of the weights or activations hold a pair of inputs (cpu.h); a shift and an AND

@@ -51,16 +51,8 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
 
 /* Float weights ---------------------------------------------------------------------------- */
 
-enum { W_F32, W_F16 };
-
-AI __m512 load_w(const uint8_t *g, int64_t i, int kind) {
-        if (kind == W_F32)
-                return _mm512_load_ps((const float *) g + i * 16);
-        return f16x16((const uint16_t *) g + i * 16);
-}
-
-AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                   int n_rows, int kind) {
+AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                 int n_rows) {
         /* two accumulators per token (even and odd inputs) so that one token alone, as in
          * decode, is not bound by the FMA latency; every tile size uses the same split */
         const float *x[MAX_T];
@@ -70,24 +62,73 @@ AI void float_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y
                 acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         }
         int64_t i = 0;
-        size_t bpk = kind == W_F32 ? 64 : 32; /* bytes per input */
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
                 if (T <= 2)
-                        prefetch_stream(g, (size_t) i * bpk, 2 * bpk, 128 * bpk, sparse);
-                __m512 w0 = load_w(g, i, kind), w1 = load_w(g, i + 1, kind);
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
+                __m512 w0 = _mm512_load_ps((const float *) g + i * 16);
+                __m512 w1 = _mm512_load_ps((const float *) g + i * 16 + 16);
                 UNROLL for (int t = 0; t < T; t++) {
                         acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
                         acc[t][1] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[t][i + 1]), acc[t][1]);
                 }
         }
         if (i < act->k) {
-                __m512 w0 = load_w(g, i, kind);
+                __m512 w0 = _mm512_load_ps((const float *) g + i * 16);
                 UNROLL for (int t = 0; t < T; t++)
                         acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[t][i]), acc[t][0]);
         }
         UNROLL for (int t = 0; t < T; t++)
                 store_rows(y + t * ldy, _mm512_add_ps(acc[t][0], acc[t][1]), n_rows);
+}
+
+/* F16: a 64-byte vector holds a pair of inputs of the 16 rows (cpu.h); widened, each half is 8
+ * rows' pairs of floats, which one 64-bit broadcast of the token's pair (x[2p], x[2p + 1])
+ * multiplies: a broadcast feeds two FMAs, where with an input at a time it fed one and the
+ * loads, not the FMAs, bound the tile. Lane 2r + j of a sum adds row r's inputs of parity j, so
+ * a row's even and odd inputs are summed apart and added at the end, as F32's are. */
+AI __m512 bcast_pair(const float *x) {
+        double d;
+        memcpy(&d, x, 8);
+        return _mm512_castpd_ps(_mm512_set1_pd(d));
+}
+
+AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
+                 int n_rows) {
+        const float *x[MAX_T];
+        __m512 acc[MAX_T][2];
+        UNROLL for (int t = 0; t < T; t++) {
+                x[t] = (const float *) (act->data + (t0 + t) * act->stride);
+                acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+        }
+        const int64_t np = act->k / 2;
+        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        for (int64_t p = 0; p < np; p++) {
+                if (T <= 2)
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
+                __m512 w0 = f16x16(g + p * 64), w1 = f16x16(g + p * 64 + 32);
+                UNROLL for (int t = 0; t < T; t++) {
+                        __m512 xp = bcast_pair(x[t] + 2 * p);
+                        acc[t][0] = _mm512_fmadd_ps(w0, xp, acc[t][0]);
+                        acc[t][1] = _mm512_fmadd_ps(w1, xp, acc[t][1]);
+                }
+        }
+        if (act->k & 1) { /* the last input, with a zero beside it as its weights have */
+                __m512 w0 = f16x16(g + np * 64), w1 = f16x16(g + np * 64 + 32);
+                UNROLL for (int t = 0; t < T; t++) {
+                        float last[2] = { x[t][2 * np], 0.0f };
+                        __m512 xp = bcast_pair(last);
+                        acc[t][0] = _mm512_fmadd_ps(w0, xp, acc[t][0]);
+                        acc[t][1] = _mm512_fmadd_ps(w1, xp, acc[t][1]);
+                }
+        }
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        UNROLL for (int t = 0; t < T; t++)
+                store_rows(y + t * ldy,
+                           _mm512_add_ps(_mm512_permutex2var_ps(acc[t][0], even, acc[t][1]),
+                                         _mm512_permutex2var_ps(acc[t][0], odd, acc[t][1])),
+                           n_rows);
 }
 
 #define TILE_DISPATCH(fn, ...)                                                                     \
@@ -125,12 +166,12 @@ KQUANT_GEMM(iq4_xs);
 #ifndef AXP_AVX512_KQUANTS
 static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH(float_tile, W_F32);
+        TILE_DISPATCH(f32_tile);
 }
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH(float_tile, W_F16);
+        TILE_DISPATCH(f16_tile);
 }
 
 /* BF16: a 64-byte vector holds a pair of inputs of the 16 rows, 32 bits of the activations a

@@ -17,7 +17,6 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
         case AXP_TYPE_F32:
                 return (size_t) k * AXP_GROUP * 4;
         case AXP_TYPE_F16:
-                return axp_align_up((size_t) k * AXP_GROUP * 2, AXP_ALIGN);
         case AXP_TYPE_BF16:
                 return axp_align_up((size_t) bf16_pairs(k) * AXP_GROUP * 4, AXP_ALIGN);
         case AXP_TYPE_Q8_0:
@@ -44,17 +43,8 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
         }
 }
 
-static void pack_f16(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
-        uint16_t *o = (uint16_t *) out;
-        for (int r = 0; r < n_rows; r++) {
-                const uint16_t *src = (const uint16_t *) ((const uint8_t *) raw + r * row_bytes);
-                for (int64_t i = 0; i < k; i++)
-                        o[i * AXP_GROUP + r] = src[i];
-        }
-}
-
-/* BF16: pairs of inputs, [k/2][16][2] */
-static void pack_bf16(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
+/* F16 and BF16: pairs of inputs, [k/2][16][2] */
+static void pack_pairs16(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         uint16_t *o = (uint16_t *) out;
         for (int r = 0; r < n_rows; r++) {
                 const uint16_t *src = (const uint16_t *) ((const uint8_t *) raw + r * row_bytes);
@@ -395,10 +385,8 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
                 pack_f32(raw, row_bytes, k, n_rows, out);
                 break;
         case AXP_TYPE_F16:
-                pack_f16(raw, row_bytes, k, n_rows, out);
-                break;
         case AXP_TYPE_BF16:
-                pack_bf16(raw, row_bytes, k, n_rows, out);
+                pack_pairs16(raw, row_bytes, k, n_rows, out);
                 break;
         case AXP_TYPE_Q8_0:
                 pack_q8_0(raw, row_bytes, k, n_rows, out);

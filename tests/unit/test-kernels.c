@@ -573,39 +573,46 @@ static void test_matmul_vnni_same_bits(void) {
 }
 
 /* BF16 products give the same bits on every path, the AVX-512 one with vdpbf16ps and without
- * (cpu.h: every path adds in that instruction's order): decode, the tiles and their rests, an
- * odd number of inputs. */
-static void test_matmul_bf16_same_bits(void) {
+ * (cpu.h: every path adds in that instruction's order); F16 products on every SIMD path (even
+ * and odd inputs summed apart, then added; the portable path sums in order): decode, the tiles
+ * and their rests, an odd number of inputs. */
+static void test_matmul_pairs_same_bits(void) {
         static const struct { int n_in, n_out, n_tok; } cases[] = {
                 { 512, 40, 1 }, { 768, 33, 2 }, { 1024, 48, 13 }, { 97, 17, 5 }, { 331, 20, 3 }, { 2, 16, 9 },
         };
+        static const uint32_t types[] = { AXP_TYPE_BF16, AXP_TYPE_F16 };
         bool had_dot = atomic_load(&axp_cpu_bf16_dot);
-        for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
-                int n_in = cases[ci].n_in, n_out = cases[ci].n_out, n_tok = cases[ci].n_tok;
-                test_weight tw;
-                weight_make(&tw, AXP_TYPE_BF16, n_in, n_out);
-                CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
-                long ldx = n_in + 3, ldy = n_out;
-                float *x = make_x(n_in, n_tok, ldx);
-                CHECK(isa_use("generic"));
-                float *ref = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
-                check_product(&tw, x, ldx, n_tok, ref, ldy);
-                for (size_t ii = 1; ii < ELEMENTSOF(all_isas); ii++)
-                        for (int dot = 0; dot < 2; dot++) {
-                                /* the flag moves the AVX-512 path (and AMX's, which has its BF16) */
-                                bool avx512 = strcmp(all_isas[ii], "avx512") == 0 || strcmp(all_isas[ii], "amx") == 0;
-                                if ((dot && !avx512) || !isa_use(all_isas[ii]) || !axp_cpu_set_bf16_dot(dot))
-                                        continue;
-                                float *y = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
-                                CHECK_MSG(bits_equal(ref, y, n_tok, ldy, n_out),
-                                          "BF16 %d x %d, %d tokens: %s%s differs from generic", n_out, n_in, n_tok,
-                                          all_isas[ii], dot ? " with vdpbf16ps" : "");
-                                free(y);
-                        }
-                free(ref);
-                free(x);
-                weight_free(&tw);
-        }
+        for (size_t ti = 0; ti < ELEMENTSOF(types); ti++)
+                for (size_t ci = 0; ci < ELEMENTSOF(cases); ci++) {
+                        int n_in = cases[ci].n_in, n_out = cases[ci].n_out, n_tok = cases[ci].n_tok;
+                        const char *name = axp_type_traits_get(types[ti])->name;
+                        const char *ref_isa = types[ti] == AXP_TYPE_BF16 ? "generic" : "avx2";
+                        if (!isa_use(ref_isa))
+                                continue;
+                        test_weight tw;
+                        weight_make(&tw, types[ti], n_in, n_out);
+                        CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
+                        long ldx = n_in + 3, ldy = n_out;
+                        float *x = make_x(n_in, n_tok, ldx);
+                        float *ref = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                        check_product(&tw, x, ldx, n_tok, ref, ldy);
+                        for (size_t ii = 1; ii < ELEMENTSOF(all_isas); ii++)
+                                for (int dot = 0; dot < 2; dot++) {
+                                        /* the flag moves the AVX-512 path's BF16 (and AMX's, which has it) */
+                                        bool avx512 = strcmp(all_isas[ii], "avx512") == 0 || strcmp(all_isas[ii], "amx") == 0;
+                                        if ((dot && (!avx512 || types[ti] != AXP_TYPE_BF16)) || !isa_use(all_isas[ii]) ||
+                                            !axp_cpu_set_bf16_dot(dot))
+                                                continue;
+                                        float *y = run_matmul(pools[2], &tw.w, x, ldx, n_tok, ldy);
+                                        CHECK_MSG(bits_equal(ref, y, n_tok, ldy, n_out),
+                                                  "%s %d x %d, %d tokens: %s%s differs from %s", name, n_out, n_in, n_tok,
+                                                  all_isas[ii], dot ? " with vdpbf16ps" : "", ref_isa);
+                                        free(y);
+                                }
+                        free(ref);
+                        free(x);
+                        weight_free(&tw);
+                }
         CHECK(axp_cpu_set_bf16_dot(had_dot));
         printf("  vdpbf16ps on this CPU: %s\n", had_dot ? "yes (checked against the FMA form)" : "no");
 }
@@ -1235,7 +1242,7 @@ int main(void) {
         RUN(test_matmul_q8_0_min);
         RUN(test_matmul_batch_invariant);
         RUN(test_matmul_vnni_same_bits);
-        RUN(test_matmul_bf16_same_bits);
+        RUN(test_matmul_pairs_same_bits);
         RUN(test_matmul_multi);
         RUN(test_matmul_runs);
         RUN(test_weight_slabs);
