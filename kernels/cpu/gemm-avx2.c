@@ -102,6 +102,10 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
 /* The same with tiles of tmax tokens (MAX_T, or WIDE_T for the types whose weights cost many
  * instructions to unpack and whose tiles need few registers per token). */
 #define WIDE_T 8
+/* F16's prefill tiles: a pair of inputs of a token costs one broadcast for its two FMAs, so 6
+ * tokens' sums fit the 16 registers with the weights (BF16's, which unpack a token's pair into
+ * two registers, spilled with 6 and keep MAX_T) */
+#define PAIR_T 6
 #define TILE_DISPATCH_HALVES_T(tmax, fn, ...)                                                      \
         do {                                                                                       \
                 if (n_tok <= 2 && n_rows > 8)                                                      \
@@ -223,7 +227,7 @@ AI __m256 bcast_pair(const float *x) {
 }
 
 /* one pair of inputs, i and i + 1 (a zero for the second with last) */
-AI void f16_step(const uint8_t *q, __m256 acc[MAX_T][2][2], const float *const *x, int64_t i, int T,
+AI void f16_step(const uint8_t *q, __m256 acc[PAIR_T][2][2], const float *const *x, int64_t i, int T,
                  int h0, int NH, bool last) {
         __m256 w[2][2];
         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -242,8 +246,8 @@ AI void f16_step(const uint8_t *q, __m256 acc[MAX_T][2][2], const float *const *
 
 AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                  int n_rows, int h0, int NH) {
-        const float *x[MAX_T];
-        __m256 acc[MAX_T][2][2]; /* token, half, rows 0-3 | 4-7 of the half */
+        const float *x[PAIR_T];
+        __m256 acc[PAIR_T][2][2]; /* token, half, rows 0-3 | 4-7 of the half */
         UNROLL for (int t = 0; t < T; t++) {
                 x[t] = (const float *) (act->data + (t0 + t) * act->stride);
                 UNROLL for (int hh = 0; hh < NH; hh++)
@@ -279,7 +283,7 @@ static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES(f16_tile);
+        TILE_DISPATCH_HALVES_T(PAIR_T, f16_tile);
 }
 
 /* BF16: 32 bits of the weights or activations hold a pair of inputs (cpu.h); a shift and an AND
