@@ -297,6 +297,25 @@ AI __m256 bf16_odd(__m256i v) {
         return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int) 0xffff0000u)));
 }
 
+/* pair p of the inputs (at q), into each token's and half's sum j */
+AI void bf16_step(const uint8_t *q, __m256 acc[MAX_T][2][2], const uint8_t *const *x, int64_t p, int j,
+                  int T, int h0, int NH) {
+        __m256 we[2], wo[2];
+        UNROLL for (int hh = 0; hh < NH; hh++) {
+                __m256i v = ld32(q + 32 * (h0 + hh));
+                we[hh] = bf16_even(v);
+                wo[hh] = bf16_odd(v);
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+                __m256i xp = bcast4(x[t] + p * 4);
+                __m256 xe = bf16_even(xp), xo = bf16_odd(xp);
+                UNROLL for (int hh = 0; hh < NH; hh++) {
+                        __m256 a = _mm256_fmadd_ps(wo[hh], xo, acc[t][hh][j]);
+                        acc[t][hh][j] = _mm256_fmadd_ps(we[hh], xe, a);
+                }
+        }
+}
+
 AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH) {
         const uint8_t *x[MAX_T];
@@ -312,34 +331,11 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (; p + 2 <= np; p += 2) {
                 if (T <= 2)
                         prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
-                UNROLL for (int j = 0; j < 2; j++) {
-                        __m256 we[2], wo[2];
-                        UNROLL for (int hh = 0; hh < NH; hh++) {
-                                __m256i v = ld32(g + (p + j) * 64 + 32 * (h0 + hh));
-                                we[hh] = bf16_even(v);
-                                wo[hh] = bf16_odd(v);
-                        }
-                        UNROLL for (int t = 0; t < T; t++) {
-                                __m256i xp = bcast4(x[t] + (p + j) * 4);
-                                __m256 xe = bf16_even(xp), xo = bf16_odd(xp);
-                                UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        __m256 a = _mm256_fmadd_ps(wo[hh], xo, acc[t][hh][j]);
-                                        acc[t][hh][j] = _mm256_fmadd_ps(we[hh], xe, a);
-                                }
-                        }
-                }
+                bf16_step(g + p * 64, acc, x, p, 0, T, h0, NH);
+                bf16_step(g + p * 64 + 64, acc, x, p + 1, 1, T, h0, NH);
         }
-        if (p < np) {
-                UNROLL for (int hh = 0; hh < NH; hh++) {
-                        __m256i v = ld32(g + p * 64 + 32 * (h0 + hh));
-                        __m256 we = bf16_even(v), wo = bf16_odd(v);
-                        UNROLL for (int t = 0; t < T; t++) {
-                                __m256i xp = bcast4(x[t] + p * 4);
-                                __m256 a = _mm256_fmadd_ps(wo, bf16_odd(xp), acc[t][hh][0]);
-                                acc[t][hh][0] = _mm256_fmadd_ps(we, bf16_even(xp), a);
-                        }
-                }
-        }
+        if (p < np)
+                bf16_step(g + p * 64, acc, x, p, 0, T, h0, NH);
         UNROLL for (int t = 0; t < T; t++)
                 UNROLL for (int hh = 0; hh < NH; hh++)
                         store_half(y + t * ldy, _mm256_add_ps(acc[t][hh][0], acc[t][hh][1]), h0 + hh, n_rows);
