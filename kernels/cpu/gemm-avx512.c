@@ -93,6 +93,18 @@ AI __m512 bcast_pair(const float *x) {
         return _mm512_castpd_ps(_mm512_set1_pd(d));
 }
 
+/* one pair of inputs, i and i + 1 (a zero for the second with last) */
+AI void f16_step(const uint8_t *q, __m512 acc[MAX_T][2], const float *const *x, int64_t i, int T,
+                 bool last) {
+        __m512 w0 = f16x16(q), w1 = f16x16(q + 32);
+        UNROLL for (int t = 0; t < T; t++) {
+                float pair[2] = { x[t][i], 0.0f };
+                __m512 xp = bcast_pair(last ? pair : x[t] + i);
+                acc[t][0] = _mm512_fmadd_ps(w0, xp, acc[t][0]);
+                acc[t][1] = _mm512_fmadd_ps(w1, xp, acc[t][1]);
+        }
+}
+
 AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                  int n_rows) {
         const float *x[MAX_T];
@@ -106,22 +118,10 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         for (int64_t p = 0; p < np; p++) {
                 if (T <= 2)
                         prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
-                __m512 w0 = f16x16(g + p * 64), w1 = f16x16(g + p * 64 + 32);
-                UNROLL for (int t = 0; t < T; t++) {
-                        __m512 xp = bcast_pair(x[t] + 2 * p);
-                        acc[t][0] = _mm512_fmadd_ps(w0, xp, acc[t][0]);
-                        acc[t][1] = _mm512_fmadd_ps(w1, xp, acc[t][1]);
-                }
+                f16_step(g + p * 64, acc, x, 2 * p, T, false);
         }
-        if (act->k & 1) { /* the last input, with a zero beside it as its weights have */
-                __m512 w0 = f16x16(g + np * 64), w1 = f16x16(g + np * 64 + 32);
-                UNROLL for (int t = 0; t < T; t++) {
-                        float last[2] = { x[t][2 * np], 0.0f };
-                        __m512 xp = bcast_pair(last);
-                        acc[t][0] = _mm512_fmadd_ps(w0, xp, acc[t][0]);
-                        acc[t][1] = _mm512_fmadd_ps(w1, xp, acc[t][1]);
-                }
-        }
+        if (act->k & 1) /* the last input, with a zero beside it as its weights have */
+                f16_step(g + np * 64, acc, x, 2 * np, T, true);
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
         UNROLL for (int t = 0; t < T; t++)
