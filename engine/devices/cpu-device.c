@@ -3,6 +3,7 @@
  * Token-wise kernels process their rows in tiles so scratch memory stays bounded whatever
  * the length of a dynamic remainder. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -486,31 +487,68 @@ static int cpu_run(axp_device *d, const axp_task *t, axp_error *err) {
         }
 }
 
-static void for_each_matrix(axp_model *m, int (*fn)(axp_weight *w)) {
+static void for_each_matrix(axp_model *m, void (*fn)(axp_weight *w, void *ud), void *ud) {
         for (int i = 0; i < m->hp.n_layer; i++) {
                 axp_layer *l = &m->layers[i];
                 axp_weight *ws[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
                 for (size_t j = 0; j < ELEMENTSOF(ws); j++)
                         if (ws[j]->data)
-                                fn(ws[j]);
+                                fn(ws[j], ud);
                 for (int e = 0; l->exp_gate && e < m->hp.n_expert; e++) {
-                        fn(&l->exp_gate[e]);
-                        fn(&l->exp_up[e]);
-                        fn(&l->exp_down[e]);
+                        fn(&l->exp_gate[e], ud);
+                        fn(&l->exp_up[e], ud);
+                        fn(&l->exp_down[e], ud);
                 }
         }
-        fn(&m->output);
+        fn(&m->output, ud);
 }
 
-static int release_weight(axp_weight *w) {
+static void release_weight(axp_weight *w, void *ud) {
+        (void) ud;
         axp_cpu_weight_release(w);
-        return 0;
+}
+
+/* a product that meets a weight left unprepared (out of memory) repacks it on the fly */
+static void prepare_weight(axp_weight *w, void *ud) {
+        (void) ud;
+        (void) axp_cpu_weight_prepare(w);
+}
+
+typedef struct weight_list {
+        const axp_weight **w;
+        int n, cap;
+} weight_list;
+
+static void list_weight(axp_weight *w, void *ud) {
+        weight_list *l = ud;
+        if (l->n == l->cap) {
+                int cap = l->cap ? 2 * l->cap : 64;
+                const axp_weight **n = realloc(l->w, sizeof(*n) * (size_t) cap);
+                if (!n)
+                        return;
+                l->w = n;
+                l->cap = cap;
+        }
+        l->w[l->n++] = w;
+}
+
+/* Decode's prefetch plan for this model's weights, timed on them (axp_cpu_prefetch_tune),
+ * where they are large enough to stream from memory: a few passes over up to 512 MB of them
+ * (about 0.1 s) */
+#define PREFETCH_TUNE_MIN_BYTES (64ull << 20)
+
+static void tune_prefetch(cpu_dev *c, axp_model *m) {
+        weight_list l = { 0 };
+        double t[2];
+        for_each_matrix(m, list_weight, &l);
+        (void) axp_cpu_prefetch_tune(c->pool, l.w, l.n, PREFETCH_TUNE_MIN_BYTES, t);
+        free(l.w);
 }
 
 static int cpu_prepare(axp_device *d, axp_model *m, axp_error *err) {
         cpu_dev *c = d->priv;
         if (c->model)
-                for_each_matrix(c->model, release_weight);
+                for_each_matrix(c->model, release_weight, NULL);
         free(c->inv_freq);
         c->inv_freq = NULL;
         c->model = NULL;
@@ -528,7 +566,8 @@ static int cpu_prepare(axp_device *d, axp_model *m, axp_error *err) {
                 if (m->rope_divisors)
                         c->inv_freq[i] /= m->rope_divisors[i % half];
         }
-        for_each_matrix(m, axp_cpu_weight_prepare);
+        for_each_matrix(m, prepare_weight, NULL);
+        tune_prefetch(c, m);
         c->model = m;
         return 0;
 }

@@ -16,13 +16,13 @@
  *              u8 = w ^ 0x80
  *   Q4_0       runs as Q8_0, the quants [8][4][16][4]: byte (p, r, i) = q[r][8p+i] |
  *              q[r][8p+4+i] << 4, the raw 0..15 nibbles
- *   Q5_0       as Q8_0: its quants q - 16 are whole int8 values with the block's scale, so
- *              every Q8_0 kernel (AMX included) computes it exactly (34 bytes a block
- *              instead of 22)
+ *   Q5_0       runs as Q8_0, the quants five vectors [5][16][4] a block (quints): its
+ *              quants 0..31 (w + 16) as Q5_K's sub-blocks below, 22 bytes a row a block as in
+ *              the file
  *   IQ4_NL     as Q4_0, the nibbles being indices into the 16 levels (axp_iq4nl_values)
  *   Q4_1       scales [nb][16] f16, mins [nb][16] f16 (each padded to 64 B), then nibbles
  *              [nb][4][16][4] as Q4_0's
- *   Q5_1       scales and mins as Q4_1, then quants as Q8_0 but the raw 0..31 (no sign flip)
+ *   Q5_1       scales and mins as Q4_1, then quants as Q5_0's (24 bytes a row a block)
  *   Q4_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16] u8, mins[4][16][2] u8
  *              (pairs of sub-blocks), then quants [8 sub][4][16][4] nibble bytes as Q4_0
  *   Q5_K       the head of Q4_K, then per sub-block five vectors [16][4], byte (j, v, r, i)
@@ -103,8 +103,8 @@ typedef struct axp_packed {
         size_t group_bytes;
         uint8_t *data; /* n_groups * group_bytes, 64-aligned, in slab */
         axp_pk_slab *slab;
-        /* Q8_0 and Q5_0: no quant is -128 (llama.cpp's quantizer never writes it), so a
-         * weight's sign can move onto the activation and the ops' gemm_sym may run */
+        /* Q8_0: no quant is -128 (llama.cpp's quantizer never writes it), so a weight's
+         * sign can move onto the activation and the ops' gemm_sym may run */
         bool no_min8;
 } axp_packed;
 #define AXP_PACKED_MAGIC 0x4b434150u /* "PACK" */
@@ -197,7 +197,7 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
         memset(blk + 308, 0, ACT_Q8_K_BLOCK - 308);
 }
 
-/* The 32-element block types' groups (pk32_*). Q8_0, Q5_0, Q4_0 and IQ4_NL: runs of 8 blocks
+/* The 32-element block types' groups (pk32_*). Q8_0, Q4_0, IQ4_NL and Q5_0: runs of 8 blocks
  * (256 inputs, as a K-quant's superblock), each its head (the 8 blocks' scales, 256 bytes)
  * and then its blocks' quants, a last run of fewer blocks a whole head and only its blocks'
  * quants, so that decode reads a group as one stream in order. Q4_1 and Q5_1: one run, the
@@ -207,17 +207,22 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
  * streamed 16-34 (AVX2's Q4_0 16); Q4_1 and Q5_1, whose heads are twice as large (a line a
  * block), streamed 12 GB/s in runs against 22 as they are on AVX2, 17-22 against 30 on
  * AVX-512. */
+enum {
+        PK32_NIBBLES = 256, /* bytes of a block's quants: Q4_0, Q4_1, IQ4_NL */
+        PK32_QUINTS = 320,  /* Q5_0, Q5_1 */
+        PK32_BYTES = 512,   /* Q8_0 */
+};
+
 typedef struct pk32 {
         uint32_t shift; /* a run is 1 << shift blocks: 3, or 62 (one run) */
-        uint32_t qb;    /* bytes of a block's quants: 256 (nibbles) or 512 */
+        uint32_t qb;    /* bytes of a block's quants (PK32_*) */
         size_t mins;    /* from a block's scales to its minimums */
         size_t head;    /* bytes of a run's head */
         size_t run;     /* bytes of a whole run */
 } pk32;
 
-/* the layout of a group of nb blocks */
-static inline pk32 pk32_layout(bool nibbles, bool has_min, int64_t nb) {
-        uint32_t qb = nibbles ? 256 : 512;
+/* the layout of a group of nb blocks of qb bytes of quants (PK32_*) */
+static inline pk32 pk32_layout(uint32_t qb, bool has_min, int64_t nb) {
         if (has_min) {
                 size_t sc = axp_align_up((size_t) nb * 32, AXP_ALIGN);
                 return (pk32) { 62, qb, sc, 2 * sc, 2 * sc + (size_t) nb * qb };
@@ -229,15 +234,16 @@ static inline pk32 pk32_layout(bool nibbles, bool has_min, int64_t nb) {
 static inline pk32 pk32_of(uint32_t type, int64_t k) {
         switch (type) {
         case AXP_TYPE_Q8_0:
+                return pk32_layout(PK32_BYTES, false, k / 32);
         case AXP_TYPE_Q5_0:
-                return pk32_layout(false, false, k / 32);
+                return pk32_layout(PK32_QUINTS, false, k / 32);
         case AXP_TYPE_Q4_0:
         case AXP_TYPE_IQ4_NL:
-                return pk32_layout(true, false, k / 32);
+                return pk32_layout(PK32_NIBBLES, false, k / 32);
         case AXP_TYPE_Q4_1:
-                return pk32_layout(true, true, k / 32);
+                return pk32_layout(PK32_NIBBLES, true, k / 32);
         case AXP_TYPE_Q5_1:
-                return pk32_layout(false, true, k / 32);
+                return pk32_layout(PK32_QUINTS, true, k / 32);
         default:
                 return (pk32) { 0 };
         }
@@ -315,7 +321,7 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
                 prefetch_lines(g + pk32_quants(L, b + 8), (int) (L.qb / 64));
                 if (L.shift == 3 && pk32_in_run(L, b) == 0)
                         prefetch_lines(g + pk32_scales(L, b + 8), (int) (L.head / 64));
-        } else if ((b & (int64_t) (every / L.qb - 1)) == 0)
+        } else if ((((size_t) b * L.qb) & (every - 1)) < L.qb) /* where the quants cross `every` */
                 _mm_prefetch((const char *) g + pk32_quants(L, b) + PF_SPARSE_AHEAD, _MM_HINT_T1);
 }
 
@@ -349,6 +355,39 @@ static inline size_t pk_q3_K_qs_offset(int64_t k) {
 }
 #define PK_IQ4_XS_HEAD 128
 #define PK_IQ4_XS_SB (PK_IQ4_XS_HEAD + 2048)
+
+/* Quints: a block of 32 inputs of five-bit quants (Q5_K's sub-blocks, Q5_0, Q5_1) is five
+ * vectors [16][4] at q, quads 0..4 in their low five bits, quads 5..7 in their top three
+ * (layouts above). quints_row gives row r's weight i of each quad m (0..31) in w[m];
+ * quints_avx512 the eight quads of the 16 rows, as bytes: five are one AND, the other three
+ * a few shifts and ternary logic (0xE4 takes A's bits where C is set, else B's). */
+static inline void quints_row(const uint8_t *q, int r, int i, int w[8]) {
+        q += r * 4 + i;
+        for (int m = 0; m < 5; m++)
+                w[m] = q[64 * m] & 31;
+        w[5] = q[0] >> 5 | (q[64] >> 5 & 3) << 3;
+        w[6] = q[128] >> 5 | (q[192] >> 5 & 3) << 3;
+        w[7] = q[256] >> 5 | (q[64] >> 7) << 3 | (q[192] >> 7) << 4;
+}
+
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+static inline __attribute__((always_inline)) void quints_avx512(const uint8_t *q, __m512i w[8]) {
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m1f = _mm512_set1_epi8(0x1f), m07 = _mm512_set1_epi8(0x07);
+        __m512i v[5];
+        for (int m = 0; m < 5; m++) {
+                v[m] = _mm512_load_si512(q + 64 * m);
+                w[m] = _mm512_and_si512(v[m], m1f);
+        }
+        w[5] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[0], 5), _mm512_srli_epi16(v[1], 2), m07, 0xE4),
+                                m1f);
+        w[6] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[2], 5), _mm512_srli_epi16(v[3], 2), m07, 0xE4),
+                                m1f);
+        __m512i e = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v[4], 5), _mm512_srli_epi16(v[1], 4), m07, 0xE4);
+        e = _mm512_ternarylogic_epi32(e, _mm512_srli_epi16(v[3], 3), m4, 0xE4);
+        w[7] = _mm512_and_si512(e, m1f);
+}
+#endif
 
 /* A kernel computes the 16 rows of one packed group for n_tok tokens:
  * y[t * ldy + r] for r < n_rows (rows past n_rows are padding and not written). */
@@ -419,7 +458,13 @@ extern const axp_cpu_ops axp_cpu_ops_avx512;
 /* AMX replaces the AVX-512 products it does better (prefill of integer weights) */
 extern const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX];
 bool axp_amx_request(void);
+/* The AMX path's s8 copy of a group of nb blocks of Q8_0, Q4_0, IQ4_NL or Q5_0 (gemm-amx.c):
+ * quants [nb][512] as B tiles, scales [nb][16]. AVX-512 instructions only. */
+void axp_amx_weights_s8(const uint8_t *g, int64_t nb, int type, uint8_t *out, uint16_t *sc);
 #endif
+/* The same where the CPU can run it (AVX-512), for tests on machines without AMX; false
+ * elsewhere */
+bool axp_cpu_amx_weights_s8(const uint8_t *g, int64_t nb, uint32_t type, uint8_t *out, uint16_t *sc);
 
 /* The path in use. */
 const axp_cpu_ops *axp_cpu_ops_get(void);

@@ -2,11 +2,14 @@
 /* Choosing the instruction-set path at run time. Each path lives in its own file compiled
  * with its own flags; nothing from an ISA file runs unless the CPU (and, for AVX-512 and AMX,
  * the kernel's saved-state support) says it may. */
+#include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -14,6 +17,7 @@
 #endif
 
 #include "cpu.h"
+#include "kernels/macros.h"
 
 /* The per-ISA files are left out of the fuzz build (-DAXP_PORTABLE_ONLY): its targets parse
  * and dequantize, and clang's sanitizers make the intrinsics-heavy files take minutes each. */
@@ -142,10 +146,12 @@ static _Atomic(const axp_cpu_ops *) active;
 _Atomic int axp_cpu_pf_sparse;
 _Atomic int axp_cpu_bf16_dot;
 
-/* AMD's CPUs (and Hygon's, the same cores) stream the 32-element block types faster with
- * sparse prefetches: on a Zen 5 machine decode of Q8_0, Q4_0 and IQ4_NL took 6-47% more
+/* AMD's CPUs (and Hygon's, the same cores) streamed the 32-element block types faster with
+ * sparse prefetches on one Zen 5 machine: decode of Q8_0, Q4_0 and IQ4_NL took 6-47% more
  * GB/s with them on every path and thread count but one (AVX-VNNI IQ4_NL, one thread: 8%
- * less); README, Performance. */
+ * less). On another, dense was as fast for Q8_0 and Q4_0 and up to twice as fast for
+ * IQ4_NL, Q4_1, Q5_0 and Q5_1 (README, Performance): so this is only the plan until
+ * axp_cpu_prefetch_tune has timed both on a model's weights. */
 static bool vendor_amd(void) {
 #if defined(__x86_64__)
         unsigned a, b, c, d;
@@ -167,6 +173,8 @@ static int plan_of(const char *name) {
 }
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+/* whether AXP_CPU_PREFETCH or axp_cpu_set_prefetch chose the plan (tuning leaves it) */
+static _Atomic int plan_forced;
 
 /* what is decided once, before any product runs: the prefetch plan and whether the AVX-512
  * path's BF16 products take vdpbf16ps */
@@ -174,6 +182,7 @@ static void cpu_init(void) {
         atomic_store_explicit(&axp_cpu_bf16_dot, have_avx512_bf16(), memory_order_relaxed);
         const char *want = secure_getenv("AXP_CPU_PREFETCH");
         int plan = want ? plan_of(want) : -1;
+        atomic_store_explicit(&plan_forced, plan >= 0, memory_order_relaxed);
         if (plan < 0) {
                 plan = vendor_amd();
                 if (want)
@@ -189,11 +198,86 @@ const char *axp_cpu_prefetch(void) {
 }
 
 bool axp_cpu_set_prefetch(const char *name) {
-        int plan = plan_of(name);
+        int plan = name ? plan_of(name) : vendor_amd();
         pthread_once(&init_once, cpu_init);
-        if (plan >= 0)
+        if (plan >= 0) {
                 atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
+                atomic_store_explicit(&plan_forced, name != NULL, memory_order_relaxed);
+        }
         return plan >= 0;
+}
+
+#define TUNE_MAX_BYTES (512ull << 20)
+
+static bool plan_type(uint32_t type) {
+        switch (type) {
+        case AXP_TYPE_F32:
+        case AXP_TYPE_F16:
+        case AXP_TYPE_BF16:
+        case AXP_TYPE_Q8_0:
+        case AXP_TYPE_Q4_0:
+        case AXP_TYPE_Q4_1:
+        case AXP_TYPE_Q5_0:
+        case AXP_TYPE_Q5_1:
+        case AXP_TYPE_IQ4_NL:
+                return true;
+        default:
+                return false;
+        }
+}
+
+static double mono_s(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uint64_t min_bytes,
+                          double ret_s[2]) {
+        pthread_once(&init_once, cpu_init);
+        if (atomic_load_explicit(&plan_forced, memory_order_relaxed))
+                return 0;
+        const axp_weight **sel = malloc(sizeof(*sel) * (size_t) (n > 0 ? n : 1));
+        if (!sel)
+                return -ENOMEM;
+        int n_sel = 0;
+        uint64_t bytes = 0;
+        int64_t max_in = 0, max_out = 0;
+        for (int i = 0; i < n && bytes < TUNE_MAX_BYTES; i++) {
+                if (!w[i] || !w[i]->priv || !plan_type(w[i]->type))
+                        continue;
+                sel[n_sel++] = w[i];
+                bytes += axp_type_row_size(w[i]->type, w[i]->n_in) * (uint64_t) w[i]->n_out;
+                max_in = MAX(max_in, w[i]->n_in);
+                max_out = MAX(max_out, w[i]->n_out);
+        }
+        if (n_sel == 0 || bytes < min_bytes) {
+                free(sel);
+                return 0;
+        }
+        float *x = malloc(sizeof(float) * (size_t) max_in), *y = malloc(sizeof(float) * (size_t) max_out);
+        if (!x || !y) {
+                free(sel), free(x), free(y);
+                return -ENOMEM;
+        }
+        for (int64_t i = 0; i < max_in; i++)
+                x[i] = (float) ((i * 7919) % 2001 - 1000) * 1e-3f;
+        double best[2] = { INFINITY, INFINITY };
+        for (int round = 0; round < 3; round++)
+                for (int plan = 0; plan < 2; plan++) {
+                        atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
+                        double t0 = mono_s();
+                        for (int i = 0; i < n_sel; i++) {
+                                long ldy = (long) sel[i]->n_out;
+                                axp_cpu_matmul(pool, 1, &sel[i], x, (long) sel[i]->n_in, &y, &ldy, 1);
+                        }
+                        best[plan] = fmin(best[plan], mono_s() - t0);
+                }
+        atomic_store_explicit(&axp_cpu_pf_sparse, best[1] < best[0], memory_order_relaxed);
+        ret_s[0] = best[0];
+        ret_s[1] = best[1];
+        free(sel), free(x), free(y);
+        return 1;
 }
 
 bool axp_cpu_set_bf16_dot(bool on) {
@@ -202,6 +286,18 @@ bool axp_cpu_set_bf16_dot(bool on) {
                 return false;
         atomic_store_explicit(&axp_cpu_bf16_dot, on, memory_order_relaxed);
         return true;
+}
+
+bool axp_cpu_amx_weights_s8(const uint8_t *g, int64_t nb, uint32_t type, uint8_t *out, uint16_t *sc) {
+#ifdef ISA_PATHS
+        if (have_avx512()) {
+                axp_amx_weights_s8(g, nb, (int) type, out, sc);
+                return true;
+        }
+#else
+        (void) g, (void) nb, (void) type, (void) out, (void) sc;
+#endif
+        return false;
 }
 
 const axp_cpu_ops *axp_cpu_ops_get(void) {

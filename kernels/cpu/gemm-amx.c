@@ -11,11 +11,50 @@
  * Two C tiles alternate so the tile unit runs two blocks ahead of the vector unit's scaling.
  * (K-quants gained nothing here over AVX-512 on this tile unit: per sub-block scaling and
  * tile stores dominate.) */
-#include "cpu.h"
-
-#ifndef AXP_NO_AMX
 #include <immintrin.h>
 #include <string.h>
+
+#include "cpu.h"
+
+/* The group's weights as s8 for TDPBSSD, which then needs no offset term: Q8_0 stored as
+ * w + 128, Q4_0 as nibbles w + 8, IQ4_NL as nibbles indexing its levels, Q5_0 as quints
+ * w + 16, out of the runs (cpu.h) into [nb][512] quants and [nb][16] scales. Done once per
+ * call and reused by every token tile. (Only AVX-512 in it: test-kernels checks it on any
+ * CPU with AVX-512, cpu.h.) */
+void axp_amx_weights_s8(const uint8_t *g, int64_t nb, int type, uint8_t *out, uint16_t *sc) {
+        const pk32 L = pk32_of((uint32_t) type, nb * 32);
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
+        const __m512i flip = _mm512_set1_epi8((char) 0x80);
+        /* nibble to s8: minus 8 (Q4_0) or the IQ4_NL level */
+        int8_t l[16];
+        for (int i = 0; i < 16; i++)
+                l[i] = (int8_t) (type == AXP_TYPE_IQ4_NL ? axp_iq4nl_values[i] : i - 8);
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) l));
+        for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *qs = g + pk32_quants(L, b);
+                memcpy(sc + b * 16, g + pk32_scales(L, b), 32);
+                if (type == AXP_TYPE_Q5_0) {
+                        __m512i w[8];
+                        quints_avx512(qs, w);
+                        for (int j = 0; j < 8; j++)
+                                _mm512_store_si512(out + b * 512 + j * 64, _mm512_sub_epi8(w[j], _mm512_set1_epi8(16)));
+                } else if (type != AXP_TYPE_Q8_0)
+                        for (int p = 0; p < 4; p++) {
+                                __m512i v = _mm512_load_si512(qs + p * 64);
+                                __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+                                __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                                _mm512_store_si512(out + b * 512 + 2 * p * 64, lo);
+                                _mm512_store_si512(out + b * 512 + (2 * p + 1) * 64, hi);
+                        }
+                else
+                        for (int j = 0; j < 8; j++)
+                                _mm512_store_si512(out + b * 512 + j * 64,
+                                                   _mm512_xor_si512(_mm512_load_si512(qs + j * 64),
+                                                                    flip));
+        }
+}
+
+#ifndef AXP_NO_AMX
 
 #define AI __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("GCC unroll 16")
@@ -135,38 +174,6 @@ static void q8_0_tile16(const uint8_t *q, const uint16_t *sc, const uint8_t *row
                         store_rows(y + m * ldy, acc[m], n_rows);
 }
 
-/* The group's weights as s8 for TDPBSSD, which then needs no offset term: Q8_0 (and Q5_0)
- * stored as w + 128, Q4_0 as nibbles w + 8, IQ4_NL as nibbles indexing its levels, out of
- * the runs (cpu.h) into [nb][512] quants and [nb][16] scales. Done once per call and reused
- * by every token tile. */
-static void weights_s8(const uint8_t *g, int64_t nb, int type, uint8_t *out, uint16_t *sc) {
-        const pk32 L = pk32_of((uint32_t) type, nb * 32);
-        const __m512i m4 = _mm512_set1_epi8(0x0f);
-        const __m512i flip = _mm512_set1_epi8((char) 0x80);
-        /* nibble to s8: minus 8 (Q4_0) or the IQ4_NL level */
-        int8_t l[16];
-        for (int i = 0; i < 16; i++)
-                l[i] = (int8_t) (type == AXP_TYPE_IQ4_NL ? axp_iq4nl_values[i] : i - 8);
-        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) l));
-        for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *qs = g + pk32_quants(L, b);
-                memcpy(sc + b * 16, g + pk32_scales(L, b), 32);
-                if (type != AXP_TYPE_Q8_0)
-                        for (int p = 0; p < 4; p++) {
-                                __m512i v = _mm512_load_si512(qs + p * 64);
-                                __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
-                                __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-                                _mm512_store_si512(out + b * 512 + 2 * p * 64, lo);
-                                _mm512_store_si512(out + b * 512 + (2 * p + 1) * 64, hi);
-                        }
-                else
-                        for (int j = 0; j < 8; j++)
-                                _mm512_store_si512(out + b * 512 + j * 64,
-                                                   _mm512_xor_si512(_mm512_load_si512(qs + j * 64),
-                                                                    flip));
-        }
-}
-
 static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y,
                            long ldy, int n_rows, int type) {
         int64_t k = act->k, nb = k / QK8_0;
@@ -174,7 +181,7 @@ static void gemm_q8_0_like(const uint8_t *g, const axp_act *act, int t0, int n_t
         if (n_amx > 0) {
                 uint8_t *q = axp_cpu_scratch(AXP_SCRATCH_UNPACK, (size_t) nb * (512 + 32));
                 uint16_t *sc = (uint16_t *) (q + nb * 512);
-                weights_s8(g, nb, type, q, sc);
+                axp_amx_weights_s8(g, nb, type, q, sc);
                 size_t gb = axp_pack_group_bytes((uint32_t) type, k);
                 prefetcher pf = { (const char *) g + gb, (const char *) g + 2 * gb };
                 config(32);
@@ -205,10 +212,15 @@ static void gemm_iq4_nl(const uint8_t *g, const axp_act *act, int t0, int n_tok,
         gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, AXP_TYPE_IQ4_NL);
 }
 
+static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_q8_0_like(g, act, t0, n_tok, y, ldy, n_rows, AXP_TYPE_Q5_0);
+}
+
 /* Q4_1 and Q5_1 (a minimum per block) run on the AVX-512 kernels */
 const axp_gemm_fn axp_amx_gemm[AXP_TYPE__MAX] = {
         [AXP_TYPE_Q8_0] = gemm_q8_0,
-        [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+        [AXP_TYPE_Q5_0] = gemm_q5_0,
         [AXP_TYPE_Q4_0] = gemm_q4_0,
         [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
 };

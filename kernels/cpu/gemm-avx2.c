@@ -14,7 +14,7 @@
  *
  * gemm-avxvnni.c compiles this file again with AVX-VNNI (VEX vpdpbusd on ymm: Alder Lake,
  * Meteor Lake, Zen 5): the 32-element block types then take their u8 weights (Q8_0's w + 128,
- * IQ4_NL's levels + 128, nibbles) as they are, with the activations' offset as the starting
+ * IQ4_NL's levels + 128, nibbles, quints) as they are, with the activations' offset as the starting
  * sum, as the AVX-512 path does; the K-quants sum each sub-block in int32 with vpdpbusd and
  * multiply it by its scale with vpmulld (IQ4_XS as IQ4_NL). Its integer sums are the ones
  * computed here, so the two builds give the same bits (test-kernels checks it). */
@@ -346,19 +346,40 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH_HALVES(bf16_tile);
 }
 
+/* Quads 2p and 2p + 1 of a half of a block of quints (Q5_K's sub-blocks, Q5_0, Q5_1; cpu.h):
+ * five are one AND, quads 5 and 6 five operations, quad 7 eight */
+AI void q5_quads(const uint8_t *q, int p, __m256i *lo, __m256i *hi) {
+        const __m256i m1f = _mm256_set1_epi8(0x1f), m60 = _mm256_set1_epi8(0x60), m80 = _mm256_set1_epi8((char) 0x80);
+        if (p < 2) {
+                *lo = _mm256_and_si256(ld32(q + 128 * p), m1f);
+                *hi = _mm256_and_si256(ld32(q + 128 * p + 64), m1f);
+        } else if (p == 2) {
+                *lo = _mm256_and_si256(ld32(q + 256), m1f);
+                *hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q)), 5),
+                                      _mm256_srli_epi16(_mm256_and_si256(ld32(q + 64), m60), 2));
+        } else {
+                *lo = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q + 128)), 5),
+                                      _mm256_srli_epi16(_mm256_and_si256(ld32(q + 192), m60), 2));
+                __m256i b34 = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(ld32(q + 64), m80), 4),
+                                              _mm256_srli_epi16(_mm256_and_si256(ld32(q + 192), m80), 3));
+                *hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q + 256)), 5), b34);
+        }
+}
+
 /* The 32-element block types ---------------------------------------------------------------- *
- * Q8_0 (and Q5_0, repacked as Q8_0) and IQ4_NL (its levels looked up with vpshufb) are
- * signed bytes and take the sign trick; Q4_0 and Q4_1 nibbles and Q5_1's bytes 0..31 are
- * unsigned operands of vpmaddubsw as they are. Q4_0 adds the activations' offset, Q4_1 and
- * Q5_1 their minimum times the activations' sum s. */
-enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
+ * Q8_0 and IQ4_NL (its levels looked up with vpshufb) are signed bytes and take the sign
+ * trick; Q4_0 and Q4_1 nibbles and Q5_0 and Q5_1 quints (0..31) are unsigned operands of
+ * vpmaddubsw as they are. Q4_0 and Q5_0 add the activations' offset, Q4_1 and Q5_1 their
+ * minimum times the activations' sum s. */
+enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_0, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int mode) {
         int64_t nb = act->k / QK8_0;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
-        const pk32 L = pk32_layout(nibbles, has_min, nb);
+        const int quints = mode == M_Q5_0 || mode == M_Q5_1;
+        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T][2];
@@ -381,14 +402,30 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #ifdef AXP_AVX_VNNI
                 if (1) {
                         /* u8 x s8 summed in int32 by vpdpbusd: the offset of the unsigned
-                         * weights (w + 128, nibbles w + 8) is the starting value */
+                         * weights (w + 128, nibbles w + 8, quints w + 16) is the starting value */
                         UNROLL for (int t = 0; t < T; t++) {
-                                __m256i c = _mm256_set1_epi32(mode == M_Q4_0 ? act_q8_0_c4(row[t], b)
-                                                              : has_min      ? 0
-                                                                             : act_q8_0_c8(row[t], b));
+                                __m256i c = _mm256_set1_epi32(mode == M_Q4_0   ? act_q8_0_c4(row[t], b)
+                                                              : mode == M_Q5_0 ? 2 * act_q8_0_c4(row[t], b)
+                                                              : has_min        ? 0
+                                                                               : act_q8_0_c8(row[t], b));
                                 UNROLL for (int hh = 0; hh < NH; hh++)
                                         isum[t][hh] = c;
                         }
+                        if (quints)
+                                UNROLL for (int p = 0; p < 4; p++) {
+                                        __m256i lo[2], hi[2];
+                                        UNROLL for (int hh = 0; hh < NH; hh++)
+                                                q5_quads(q + 32 * (h0 + hh), p, &lo[hh], &hi[hh]);
+                                        UNROLL for (int t = 0; t < T; t++) {
+                                                const int8_t *a = act_q8_0_qs(row[t], b) + 8 * p;
+                                                __m256i al = bcast4(a), ah = bcast4(a + 4);
+                                                UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                        isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], lo[hh], al);
+                                                        isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], hi[hh], ah);
+                                                }
+                                        }
+                                }
+                        else
                         UNROLL for (int j = 0; j < 8; j++) {
                                 __m256i w[2];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -440,22 +477,26 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 isum[t][hh] = _mm256_add_epi32(
                                                         isum[t][hh], _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
                                 }
-                } else if (mode == M_Q5_1) {
+                } else if (quints) {
                         /* u8 0..31 x s8: four pair sums of at most 2*31*127 fit s16 */
-                        UNROLL for (int t = 0; t < T; t++)
+                        UNROLL for (int t = 0; t < T; t++) {
+                                __m256i c = _mm256_set1_epi32(mode == M_Q5_0 ? 2 * act_q8_0_c4(row[t], b) : 0);
                                 UNROLL for (int hh = 0; hh < NH; hh++)
-                                        isum[t][hh] = _mm256_setzero_si256();
-                        UNROLL for (int j0 = 0; j0 < 8; j0 += 4) {
+                                        isum[t][hh] = c;
+                        }
+                        UNROLL for (int p0 = 0; p0 < 4; p0 += 2) {
                                 __m256i s16[MAX_T][2];
-                                UNROLL for (int j = j0; j < j0 + 4; j++) {
-                                        __m256i w[2];
+                                UNROLL for (int p = p0; p < p0 + 2; p++) {
+                                        __m256i lo[2], hi[2];
                                         UNROLL for (int hh = 0; hh < NH; hh++)
-                                                w[hh] = ld32(q + j * 64 + 32 * (h0 + hh));
+                                                q5_quads(q + 32 * (h0 + hh), p, &lo[hh], &hi[hh]);
                                         UNROLL for (int t = 0; t < T; t++) {
-                                                __m256i av = bcast4(act_q8_0_qs(row[t], b) + 4 * j);
+                                                const int8_t *a = act_q8_0_qs(row[t], b) + 8 * p;
+                                                __m256i al = bcast4(a), ah = bcast4(a + 4);
                                                 UNROLL for (int hh = 0; hh < NH; hh++) {
-                                                        __m256i p16 = _mm256_maddubs_epi16(w[hh], av);
-                                                        s16[t][hh] = j == j0 ? p16 : _mm256_add_epi16(s16[t][hh], p16);
+                                                        __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
+                                                                                       _mm256_maddubs_epi16(hi[hh], ah));
+                                                        s16[t][hh] = p == p0 ? p16 : _mm256_add_epi16(s16[t][hh], p16);
                                                 }
                                         }
                                 }
@@ -529,7 +570,7 @@ static void gemm_q8_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 }
 
 #ifndef AXP_AVX_VNNI
-/* Prepared Q8_0 and Q5_0 with no quant of -128 (axp_packed.no_min8) */
+/* Prepared Q8_0 with no quant of -128 (axp_packed.no_min8) */
 static void gemm_q8_0_sym(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                           int n_rows) {
         BLOCK_DISPATCH(q8_0_tile, M_Q8_0_SYM);
@@ -551,32 +592,17 @@ static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         BLOCK_DISPATCH(q8_0_tile, M_Q4_1);
 }
 
+static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        BLOCK_DISPATCH(q8_0_tile, M_Q5_0);
+}
+
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
         BLOCK_DISPATCH(q8_0_tile, M_Q5_1);
 }
 
 /* Q4_K --------------------------------------------------------------------------------------- */
-
-/* Quads 2p and 2p + 1 of a Q5_K sub-block's half (cpu.h): five are one AND, quads 5 and 6
- * five operations, quad 7 eight */
-AI void q5_quads(const uint8_t *q, int p, __m256i *lo, __m256i *hi) {
-        const __m256i m1f = _mm256_set1_epi8(0x1f), m60 = _mm256_set1_epi8(0x60), m80 = _mm256_set1_epi8((char) 0x80);
-        if (p < 2) {
-                *lo = _mm256_and_si256(ld32(q + 128 * p), m1f);
-                *hi = _mm256_and_si256(ld32(q + 128 * p + 64), m1f);
-        } else if (p == 2) {
-                *lo = _mm256_and_si256(ld32(q + 256), m1f);
-                *hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q)), 5),
-                                      _mm256_srli_epi16(_mm256_and_si256(ld32(q + 64), m60), 2));
-        } else {
-                *lo = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q + 128)), 5),
-                                      _mm256_srli_epi16(_mm256_and_si256(ld32(q + 192), m60), 2));
-                __m256i b34 = _mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(ld32(q + 64), m80), 4),
-                                              _mm256_srli_epi16(_mm256_and_si256(ld32(q + 192), m80), 3));
-                *hi = _mm256_or_si256(_mm256_srli_epi16(_mm256_andnot_si256(m1f, ld32(q + 256)), 5), b34);
-        }
-}
 
 /* Q5_K (high) as Q4_K with five-bit quads (q5_quads). A sub-block's s16 pair sums (at most 8 of
  * 2 * 15 * 127 for Q4_K, 4 of 2 * 31 * 127 for Q5_K) are widened by vpmaddwd with the
@@ -1604,7 +1630,7 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
                 [AXP_TYPE_BF16] = gemm_bf16,
                 [AXP_TYPE_Q8_0] = gemm_q8_0,
                 [AXP_TYPE_Q4_0] = gemm_q4_0,
-                [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+                [AXP_TYPE_Q5_0] = gemm_q5_0,
                 [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,
@@ -1618,7 +1644,6 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
 #ifndef AXP_AVX_VNNI
         .gemm_sym = {
                 [AXP_TYPE_Q8_0] = gemm_q8_0_sym,
-                [AXP_TYPE_Q5_0] = gemm_q8_0_sym,
         },
 #endif
         .att_chunk = att_chunk,

@@ -232,18 +232,18 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 }
 
 /* The 32-element block types ---------------------------------------------------------------- *
- * Q8_0 (and Q5_0, repacked as Q8_0) as w + 128 bytes, Q4_0 as nibbles w + 8, IQ4_NL as
- * nibbles looked up to level + 128 (vpshufb), each started from the activations' offset; Q4_1
- * (nibbles) and Q5_1 (bytes 0..31) start from 0 and add their minimum times the activations'
- * sum s. */
-enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_1 };
+ * Q8_0 as w + 128 bytes, Q4_0 as nibbles w + 8, IQ4_NL as nibbles looked up to level + 128
+ * (vpshufb), Q5_0 as quints w + 16, each started from the activations' offset; Q4_1 (nibbles)
+ * and Q5_1 (quints) start from 0 and add their minimum times the activations' sum s. */
+enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_0, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int mode) {
         int64_t nb = act->k / QK8_0;
         const int nibbles = mode == M_Q4_0 || mode == M_IQ4_NL || mode == M_Q4_1;
+        const int quints = mode == M_Q5_0 || mode == M_Q5_1;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
-        const pk32 L = pk32_layout(nibbles, has_min, nb);
+        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
@@ -282,6 +282,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         w[2 * p + 1] = _mm512_shuffle_epi8(lut, w[2 * p + 1]);
                                 }
                         }
+                } else if (quints) {
+                        quints_avx512(q, w);
                 } else {
                         UNROLL for (int j = 0; j < 8; j++)
                                 w[j] = _mm512_load_si512(q + j * 64);
@@ -290,8 +292,9 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i isum[MAX_T];
                 UNROLL for (int t = 0; t < T; t++)
                         isum[t] = has_min ? _mm512_setzero_si512()
-                                          : _mm512_set1_epi32(mode == M_Q4_0 ? act_q8_0_c4(row[t], b)
-                                                                             : act_q8_0_c8(row[t], b));
+                                          : _mm512_set1_epi32(mode == M_Q4_0   ? act_q8_0_c4(row[t], b)
+                                                              : mode == M_Q5_0 ? 2 * act_q8_0_c4(row[t], b)
+                                                                               : act_q8_0_c8(row[t], b));
                 UNROLL for (int j = 0; j < 8; j++)
                         UNROLL for (int t = 0; t < T; t++)
                                 isum[t] = _mm512_dpbusd_epi32(isum[t], w[j],
@@ -330,6 +333,11 @@ static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         TILE_DISPATCH(q8_0_tile, M_Q4_1);
 }
 
+static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        TILE_DISPATCH(q8_0_tile, M_Q5_0);
+}
+
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
         TILE_DISPATCH(q8_0_tile, M_Q5_1);
@@ -357,7 +365,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 row[t] = act->data + (t0 + t) * act->stride;
                 acc[t] = _mm512_setzero_ps();
         }
-        const __m512i m4 = _mm512_set1_epi8(0x0f), m1f = _mm512_set1_epi8(0x1f), m07 = _mm512_set1_epi8(0x07);
+        const __m512i m4 = _mm512_set1_epi8(0x0f);
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * sb_bytes;
                 __m512i msum[MAX_T];
@@ -384,24 +392,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
                         __m512i w[8];
                         if (high) {
-                                /* five quads in the low five bits of their vectors, three from
-                                 * the top bits (cpu.h); ternlog 0xE4 takes A's bits where C is
-                                 * set, else B's */
-                                __m512i v[5];
-                                UNROLL for (int m = 0; m < 5; m++) {
-                                        v[m] = _mm512_load_si512(q + 64 * m);
-                                        w[m] = _mm512_and_si512(v[m], m1f);
-                                }
-                                w[5] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[0], 5),
-                                                                                  _mm512_srli_epi16(v[1], 2), m07, 0xE4),
-                                                        m1f);
-                                w[6] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[2], 5),
-                                                                                  _mm512_srli_epi16(v[3], 2), m07, 0xE4),
-                                                        m1f);
-                                __m512i e = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v[4], 5), _mm512_srli_epi16(v[1], 4),
-                                                                      m07, 0xE4);
-                                e = _mm512_ternarylogic_epi32(e, _mm512_srli_epi16(v[3], 3), m4, 0xE4);
-                                w[7] = _mm512_and_si512(e, m1f);
+                                quints_avx512(q, w);
                         } else
                                 UNROLL for (int p = 0; p < 4; p++) {
                                         __m512i v = _mm512_load_si512(q + p * 64);
@@ -1184,7 +1175,7 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
                 [AXP_TYPE_BF16] = gemm_bf16,
                 [AXP_TYPE_Q8_0] = gemm_q8_0,
                 [AXP_TYPE_Q4_0] = gemm_q4_0,
-                [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+                [AXP_TYPE_Q5_0] = gemm_q5_0,
                 [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,

@@ -64,19 +64,21 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * with s8 activations, started from the activation-side offset where the weights carry one,
  * times both scales; Q4_1 and Q5_1 then add their minimum times the activations' sum s. */
 enum q32_mode {
-        Q32_Q8_0,   /* bytes w + 128 (Q8_0, and Q5_0 repacked as Q8_0) */
+        Q32_Q8_0,   /* bytes w + 128 */
         Q32_Q4_0,   /* nibbles w + 8 */
         Q32_IQ4_NL, /* nibbles indexing the levels, taken as level + 128 */
         Q32_Q4_1,   /* nibbles, plus minimum */
-        Q32_Q5_1,   /* bytes 0..31, plus minimum */
+        Q32_Q5_0,   /* quints w + 16 */
+        Q32_Q5_1,   /* quints, plus minimum */
 };
 
 static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows, enum q32_mode mode) {
         int64_t nb = act->k / QK8_0;
         bool nibbles = mode == Q32_Q4_0 || mode == Q32_IQ4_NL || mode == Q32_Q4_1;
+        bool quints = mode == Q32_Q5_0 || mode == Q32_Q5_1;
         bool has_min = mode == Q32_Q4_1 || mode == Q32_Q5_1;
-        const pk32 L = pk32_layout(nibbles, has_min, nb);
+        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
         uint8_t lut[16];
         for (int i = 0; i < 16; i++)
                 lut[i] = mode == Q32_IQ4_NL ? (uint8_t) (axp_iq4nl_values[i] + 128) : (uint8_t) i;
@@ -85,9 +87,10 @@ static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t b = 0; b < nb; b++) {
                         const int8_t *a = act_q8_0_qs(row, b);
-                        int32_t start = mode == Q32_Q4_0 ? act_q8_0_c4(row, b)
-                                        : has_min        ? 0
-                                                         : act_q8_0_c8(row, b);
+                        int32_t start = mode == Q32_Q4_0   ? act_q8_0_c4(row, b)
+                                        : mode == Q32_Q5_0 ? 2 * act_q8_0_c4(row, b)
+                                        : has_min          ? 0
+                                                           : act_q8_0_c8(row, b);
                         int32_t isum[AXP_GROUP];
                         for (int r = 0; r < AXP_GROUP; r++)
                                 isum[r] = start;
@@ -100,6 +103,14 @@ static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
                                                         isum[r] += lut[v & 15] * a[8 * p + i] +
                                                                    lut[v >> 4] * a[8 * p + 4 + i];
                                                 }
+                        } else if (quints) {
+                                for (int r = 0; r < AXP_GROUP; r++)
+                                        for (int i = 0; i < 4; i++) {
+                                                int w[8];
+                                                quints_row(g + pk32_quants(L, b), r, i, w);
+                                                for (int m = 0; m < 8; m++)
+                                                        isum[r] += w[m] * a[4 * m + i];
+                                        }
                         } else {
                                 const uint8_t *q = g + pk32_quants(L, b);
                                 for (int j = 0; j < 8; j++)
@@ -139,6 +150,11 @@ static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q4_1);
 }
 
+static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                      int n_rows) {
+        gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q5_0);
+}
+
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
         gemm_q32(g, act, t0, n_tok, y, ldy, n_rows, Q32_Q5_1);
@@ -164,12 +180,7 @@ static void gemm_k_affine(const uint8_t *g, const axp_act *act, int t0, int n_to
                                         for (int i = 0; i < 4; i++) {
                                                 int w[8]; /* quad m's weight i */
                                                 if (high) {
-                                                        const uint8_t *q = sb + PK_Q4_K_HEAD + j * 320 + r * 4 + i;
-                                                        for (int m = 0; m < 5; m++)
-                                                                w[m] = q[64 * m] & 31;
-                                                        w[5] = q[0] >> 5 | (q[64] >> 5 & 3) << 3;
-                                                        w[6] = q[128] >> 5 | (q[192] >> 5 & 3) << 3;
-                                                        w[7] = q[256] >> 5 | (q[64] >> 7) << 3 | (q[192] >> 7) << 4;
+                                                        quints_row(sb + PK_Q4_K_HEAD + j * 320, r, i, w);
                                                 } else {
                                                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * 256 + r * 4 + i;
                                                         for (int p = 0; p < 4; p++) {
@@ -402,7 +413,7 @@ const axp_cpu_ops axp_cpu_ops_generic = {
                 [AXP_TYPE_BF16] = gemm_bf16,
                 [AXP_TYPE_Q8_0] = gemm_q8_0,
                 [AXP_TYPE_Q4_0] = gemm_q4_0,
-                [AXP_TYPE_Q5_0] = gemm_q8_0, /* repacked as Q8_0 */
+                [AXP_TYPE_Q5_0] = gemm_q5_0,
                 [AXP_TYPE_IQ4_NL] = gemm_iq4_nl,
                 [AXP_TYPE_Q4_1] = gemm_q4_1,
                 [AXP_TYPE_Q5_1] = gemm_q5_1,

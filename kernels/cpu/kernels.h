@@ -25,11 +25,22 @@ bool axp_cpu_isa_available(const char *name);
  * (every line, 8 blocks or 4 KB ahead) or "sparse" (one line in 2 KB on the AVX-512 path and
  * for float weights, in 1 KB for the block types on the AVX2 ones, 32 KB ahead, so that the
  * hardware prefetcher runs further ahead and the loop issues fewer requests of its own).
- * Sparse where the CPU is AMD's (measured on Zen 5), dense elsewhere (measured on a Xeon);
- * AXP_CPU_PREFETCH=dense|sparse picks. */
+ * Which is faster depends on the machine and the type, so axp_cpu_prefetch_tune times both on
+ * a model's own weights when it is loaded; until then (and for models too small to tell),
+ * sparse where the CPU is AMD's, dense elsewhere. AXP_CPU_PREFETCH=dense|sparse picks one
+ * for good. */
 const char *axp_cpu_prefetch(void);
-/* Force a plan (benchmarks); false for a name that is neither. Process-wide. */
+/* Force a plan (benchmarks, tests), which tuning then leaves alone; NULL hands the choice back
+ * (the default above, tunable). False for a name that is neither. Process-wide. */
 bool axp_cpu_set_prefetch(const char *name);
+/* Choose the plan for the n prepared weights w by timing it: one-token products over those the
+ * plan concerns (the types above), up to 512 MB of them, with each plan in turn, three rounds,
+ * the faster's best kept. Does nothing (returns 0) where the plan was forced or where those
+ * weights are fewer than min_bytes (they would be timed from the caches, where the plans do
+ * not differ); else returns 1 with each plan's best time in ret_s[0] (dense) and ret_s[1]
+ * (sparse), or -ENOMEM. */
+int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uint64_t min_bytes,
+                          double ret_s[2]);
 
 /* Prepare a weight for fast products: a repacked copy (16-row interleaved groups, at most
  * ~3% larger than the original) in w->priv; products then never read w->data, so the caller

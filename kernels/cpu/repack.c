@@ -88,8 +88,7 @@ static void pack_q8_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
         }
 }
 
-/* One block's 32 quants of row r into a nibble block (256 bytes: [4][16][4]) or a byte block
- * (512 bytes: [8][16][4]) of the group, flipping the sign bit of bytes if asked. */
+/* One block's 32 quants of row r into a nibble block of the group (256 bytes: [4][16][4]) */
 static void put_nibbles(const uint8_t *q, int r, uint8_t *blk) {
         uint8_t *o = blk + r * 4;
         for (int p = 0; p < 4; p++)
@@ -97,11 +96,18 @@ static void put_nibbles(const uint8_t *q, int r, uint8_t *blk) {
                         o[p * 64 + l] = (uint8_t) (q[8 * p + l] | q[8 * p + 4 + l] << 4);
 }
 
-static void put_bytes(const uint8_t *q, int r, uint8_t flip, uint8_t *blk) {
-        uint8_t *o = blk + r * 4;
-        for (int j = 0; j < 8; j++)
-                for (int l = 0; l < 4; l++)
-                        o[j * 64 + l] = q[4 * j + l] ^ flip;
+/* Row r's 32 five-bit quants q (element order) as quints at blk (cpu.h): quads 0..4 in the
+ * low five bits of five vectors, quads 5..7 in their top three */
+static void put_quints(const uint8_t *q, int r, uint8_t *blk) {
+        for (int l = 0; l < 4; l++) {
+                const uint8_t *v = q + l; /* v[4m]: quad m */
+                uint8_t *o = blk + r * 4 + l;
+                o[0] = (uint8_t) (v[0] | (v[20] & 7) << 5);
+                o[64] = (uint8_t) (v[4] | (v[20] >> 3) << 5 | (v[28] >> 3 & 1) << 7);
+                o[128] = (uint8_t) (v[8] | (v[24] & 7) << 5);
+                o[192] = (uint8_t) (v[12] | (v[24] >> 3) << 5 | (v[28] >> 4) << 7);
+                o[256] = (uint8_t) (v[16] | (v[28] & 7) << 5);
+        }
 }
 
 /* the 32 nibbles of a Q4_0/Q4_1/IQ4_NL block in element order */
@@ -138,7 +144,7 @@ static void pack_q4_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
 }
 _Static_assert(sizeof(block_q4_0) == sizeof(block_iq4_nl), "IQ4_NL packs as Q4_0");
 
-/* Q5_0 as Q8_0: q - 16 stored with the sign flip, (q - 16) ^ 0x80 = q + 112 */
+/* Q5_0: the quants 0..31 (w + 16) as quints */
 static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK5_0;
         pk32 L = pk32_of(AXP_TYPE_Q5_0, k);
@@ -147,10 +153,8 @@ static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                 for (int64_t i = 0; i < nb; i++) {
                         uint8_t q[32];
                         q5_of(b[i].qh, b[i].qs, q);
-                        for (int j = 0; j < 32; j++)
-                                q[j] = (uint8_t) (q[j] + 112);
                         put_scale(out, L, i, r, b[i].d);
-                        put_bytes(q, r, 0, out + pk32_quants(L, i));
+                        put_quints(q, r, out + pk32_quants(L, i));
                 }
         }
 }
@@ -180,7 +184,7 @@ static void pack_q5_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                         q5_of(b[i].qh, b[i].qs, q);
                         put_scale(out, L, i, r, b[i].d);
                         put_min(out, L, i, r, b[i].m);
-                        put_bytes(q, r, 0, out + pk32_quants(L, i));
+                        put_quints(q, r, out + pk32_quants(L, i));
                 }
         }
 }
@@ -231,24 +235,12 @@ static void pack_k_affine(const void *raw, uint64_t row_bytes, int64_t k, int n_
                                         }
                                 }
                         uint8_t *oq = sb + PK_Q4_K_HEAD;
-                        for (int j = 0; j < 8; j++)
-                                for (int l = 0; l < 4; l++) {
-                                        const uint8_t *v = q + 32 * j + l; /* v[4m]: quad m */
-                                        if (!high) {
-                                                for (int p = 0; p < 4; p++)
-                                                        oq[j * 256 + p * 64 + r * 4 + l] =
-                                                                (uint8_t) (v[8 * p] | v[8 * p + 4] << 4);
-                                                continue;
-                                        }
-                                        /* Q5_K: quads 0..4 in the low five bits of five vectors,
-                                         * quads 5..7 in their top three (cpu.h) */
-                                        uint8_t *o = oq + j * 320 + r * 4 + l;
-                                        o[0] = (uint8_t) (v[0] | (v[20] & 7) << 5);
-                                        o[64] = (uint8_t) (v[4] | (v[20] >> 3) << 5 | (v[28] >> 3 & 1) << 7);
-                                        o[128] = (uint8_t) (v[8] | (v[24] & 7) << 5);
-                                        o[192] = (uint8_t) (v[12] | (v[24] >> 3) << 5 | (v[28] >> 4) << 7);
-                                        o[256] = (uint8_t) (v[16] | (v[28] & 7) << 5);
-                                }
+                        for (int j = 0; j < 8; j++) {
+                                if (high)
+                                        put_quints(q + 32 * j, r, oq + j * 320);
+                                else
+                                        put_nibbles(q + 32 * j, r, oq + j * 256);
+                        }
                 }
         }
 }
@@ -373,9 +365,9 @@ static void pack_iq4_xs(const void *raw, uint64_t row_bytes, int64_t k, int n_ro
 void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t k, int n_rows,
                     uint8_t *out) {
         size_t bytes = axp_pack_group_bytes(type, k);
-        /* padding rows are zero; a zero Q8_0 (or Q5_0) weight is 0x80 after the sign flip */
+        /* padding rows are zero; a zero Q8_0 weight is 0x80 after the sign flip */
         memset(out, 0, bytes);
-        if (type == AXP_TYPE_Q8_0 || type == AXP_TYPE_Q5_0) {
+        if (type == AXP_TYPE_Q8_0) {
                 const pk32 L = pk32_of(type, k);
                 for (int64_t b = 0; b < k / 32; b++)
                         memset(out + pk32_quants(L, b), 0x80, L.qb);
@@ -540,9 +532,9 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         p->n_out = w->n_out;
         p->n_groups = n_groups;
         p->group_bytes = gb;
-        /* Q5_0's quants are -16..15; a Q8_0 quant of -128 is 0 after the sign flip (padding
-         * rows are 0x80), looked for while the group is still in cache */
-        p->no_min8 = w->type == AXP_TYPE_Q5_0 || w->type == AXP_TYPE_Q8_0;
+        /* a Q8_0 quant of -128 is 0 after the sign flip (padding rows are 0x80), looked for
+         * while the group is still in cache */
+        p->no_min8 = w->type == AXP_TYPE_Q8_0;
         const pk32 L = pk32_of(w->type, w->n_in);
         for (int64_t g = 0; g < n_groups; g++) {
                 int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);

@@ -435,7 +435,7 @@ static void test_matmul_extremes(void) {
  * others: preparing the weight notices it (no_min8 false, so the product that moves the
  * weight's sign onto the activation is not used), and every path's product is exact for it,
  * prepared and not, one token and more, against activations of both signs. A weight without
- * one is marked no_min8, as are Q5_0's. */
+ * one is marked no_min8; no other type is (Q5_0's quints take no such product). */
 static void test_matmul_q8_0_min(void) {
         const int n_in = 256, n_out = 40, n_tok_max = 3;
         const long ldx = n_in, ldy = n_out;
@@ -476,10 +476,53 @@ static void test_matmul_q8_0_min(void) {
         test_weight tw;
         weight_make(&tw, AXP_TYPE_Q5_0, n_in, n_out);
         CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
-        CHECK(((const axp_packed *) tw.w.priv)->no_min8);
+        CHECK(!((const axp_packed *) tw.w.priv)->no_min8);
         weight_free(&tw);
         free(x);
         memset(&type_err[AXP_TYPE_Q8_0], 0, sizeof(type_err[0]));
+}
+
+/* The AMX path's s8 copy of a packed group (axp_amx_weights_s8), which needs AVX-512 alone and
+ * so runs here on any CPU with AVX-512, AMX or not: every quant of Q8_0, Q4_0, IQ4_NL and Q5_0
+ * (quints), of 9 blocks (a run of 8 and one more) and 13 rows (3 of padding), is the file's
+ * integer weight at its B-tile place (byte 64 v + 4 r + i of a block: input 4 v + i of row
+ * r), and each scale the file's. */
+static void test_amx_weights_s8(void) {
+        static const uint32_t types[] = { AXP_TYPE_Q8_0, AXP_TYPE_Q4_0, AXP_TYPE_IQ4_NL, AXP_TYPE_Q5_0 };
+        const int64_t nb = 9, k = nb * 32;
+        const int n_rows = 13;
+        for (size_t ti = 0; ti < ELEMENTSOF(types); ti++) {
+                uint32_t type = types[ti];
+                test_weight tw;
+                weight_make(&tw, type, k, n_rows);
+                size_t gb = axp_pack_group_bytes(type, k);
+                uint8_t *g = aligned_alloc(64, gb), *out = aligned_alloc(64, (size_t) nb * 512);
+                uint16_t *sc = malloc(sizeof(uint16_t) * nb * 16);
+                axp_pack_group(type, tw.raw, tw.w.row_bytes, k, n_rows, g);
+                if (!axp_cpu_amx_weights_s8(g, nb, type, out, sc)) {
+                        printf("  (no AVX-512: the AMX path's s8 weights not checked)\n");
+                        free(g), free(out), free(sc);
+                        weight_free(&tw);
+                        return;
+                }
+                const char *name = axp_type_traits_get(type)->name;
+                size_t bb = axp_type_traits_get(type)->bytes;
+                int bad = 0;
+                for (int r = 0; r < n_rows; r++)
+                        for (int64_t b = 0; b < nb; b++) {
+                                axp_f16 d;
+                                memcpy(&d, (const uint8_t *) tw.raw + r * tw.w.row_bytes + b * bb, 2);
+                                bad += sc[b * 16 + r] != d;
+                                for (int e = 0; e < 32; e++) {
+                                        float want = tw.deq[r * k + b * 32 + e] / axp_f16_to_f32(d);
+                                        int8_t got = (int8_t) out[b * 512 + (e / 4) * 64 + r * 4 + e % 4];
+                                        bad += (float) got != want;
+                                }
+                        }
+                CHECK_MSG(bad == 0, "%s: %d of the AMX path's s8 weights or scales differ from the file's", name, bad);
+                free(g), free(out), free(sc);
+                weight_free(&tw);
+        }
 }
 
 /* The feed-forward activation on every path: within a few float ulps of the exact value (in
@@ -653,6 +696,54 @@ static void test_matmul_prefetch_plans(void) {
                 }
         }
         CHECK(axp_cpu_set_prefetch(was));
+        /* handed back: the default again, not forced */
+        CHECK(axp_cpu_set_prefetch(NULL));
+        CHECK(strcmp(axp_cpu_prefetch(), was) == 0);
+}
+
+/* Tuning the prefetch plan (axp_cpu_prefetch_tune): over weights the plan concerns and at
+ * least min_bytes of them it times both plans and keeps the faster; it leaves the plan alone
+ * below min_bytes, over K-quants (whose products keep their own prefetches), and where the
+ * plan was forced, until the choice is handed back. Runs with the plan not forced (no
+ * AXP_CPU_PREFETCH in the environment), so before test_matmul_prefetch_plans. */
+static void test_prefetch_tune(void) {
+        if (getenv("AXP_CPU_PREFETCH")) {
+                printf("  (AXP_CPU_PREFETCH is set: tuning not checked)\n");
+                return;
+        }
+        test_weight a, b, k;
+        weight_make(&a, AXP_TYPE_Q8_0, 1024, 256);
+        weight_make(&b, AXP_TYPE_IQ4_NL, 1024, 256);
+        weight_make(&k, AXP_TYPE_Q4_K, 1024, 256);
+        CHECK_EQ_INT(axp_cpu_weight_prepare(&a.w), 0);
+        CHECK_EQ_INT(axp_cpu_weight_prepare(&b.w), 0);
+        CHECK_EQ_INT(axp_cpu_weight_prepare(&k.w), 0);
+        const axp_weight *ws[] = { &k.w, &a.w, &b.w };
+        double t[2] = { -1, -1 };
+        /* 272 KB + 144 KB of plan weights: fewer than asked for */
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 1 << 20, t), 0);
+        CHECK(t[0] == -1 && t[1] == -1);
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 1, 1, t), 0); /* the K-quant alone */
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 1);
+                CHECK_MSG(t[0] > 0 && t[1] > 0 && isfinite(t[0]) && isfinite(t[1]), "%s: %g and %g s", all_isas[ii],
+                          t[0], t[1]);
+                CHECK_MSG(strcmp(axp_cpu_prefetch(), t[1] < t[0] ? "sparse" : "dense") == 0,
+                          "%s: %s kept, dense %g s and sparse %g s", all_isas[ii], axp_cpu_prefetch(), t[0], t[1]);
+        }
+        CHECK(axp_cpu_set_prefetch("sparse"));
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 0);
+        CHECK(strcmp(axp_cpu_prefetch(), "sparse") == 0);
+        CHECK(axp_cpu_set_prefetch("dense"));
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 0);
+        CHECK(strcmp(axp_cpu_prefetch(), "dense") == 0);
+        CHECK(axp_cpu_set_prefetch(NULL));
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 1);
+        weight_free(&a);
+        weight_free(&b);
+        weight_free(&k);
 }
 
 /* A token's result does not depend on which other tokens share the call. */
@@ -683,7 +774,8 @@ static void test_matmul_batch_invariant(void) {
 }
 
 /* The 32-element block types' packed groups (pk32_*, cpu.h): every block's scales, minimums
- * and quants inside the group and apart; Q8_0, Q5_0, Q4_0 and IQ4_NL as runs of 8 blocks read
+ * and quants inside the group and apart (Q5_0's and Q5_1's quints 320 bytes a block, as many
+ * as the file's 16 rows hold); Q8_0, Q5_0, Q4_0 and IQ4_NL as runs of 8 blocks read
  * in order (a run's scales, then its quants, then the next run's), a last run of fewer blocks
  * a whole head and its blocks' quants; Q4_1 and Q5_1 every scale, then every minimum, then
  * the quants. */
@@ -704,8 +796,10 @@ static void test_pk32_layout(void) {
                         pk32 L = pk32_of(type, k);
                         bool has_min = type == AXP_TYPE_Q4_1 || type == AXP_TYPE_Q5_1;
                         bool nibbles = type == AXP_TYPE_Q4_0 || type == AXP_TYPE_IQ4_NL || type == AXP_TYPE_Q4_1;
+                        bool quints = type == AXP_TYPE_Q5_0 || type == AXP_TYPE_Q5_1;
                         size_t bytes = axp_pack_group_bytes(type, k);
-                        CHECK_MSG(L.qb == (nibbles ? 256u : 512u), "%s: %u bytes of quants a block", name, L.qb);
+                        CHECK_MSG(L.qb == (nibbles ? 256u : quints ? 320u : 512u), "%s: %u bytes of quants a block",
+                                  name, L.qb);
                         CHECK_MSG(bytes == pk32_bytes(L, nb) && bytes % 64 == 0, "%s nb %lld: %zu bytes", name,
                                   (long long) nb, bytes);
                         /* [start, end) of every piece, sorted: inside the group and apart */
@@ -1237,6 +1331,7 @@ int main(void) {
         RUN(test_dispatch);
         RUN(test_activation_quantization);
         RUN(test_pk32_layout);
+        RUN(test_amx_weights_s8);
         RUN(test_matmul_types);
         RUN(test_matmul_extremes);
         RUN(test_matmul_q8_0_min);
@@ -1252,6 +1347,7 @@ int main(void) {
 #endif
         RUN(test_glu);
         /* last: it draws from the random stream the tests above were written against */
+        RUN(test_prefetch_tune);
         RUN(test_matmul_prefetch_plans);
         for (int p = 1; p <= 3; p++)
                 axp_pool_free(pools[p]);
