@@ -426,25 +426,25 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         }
                                 }
                         else
-                        UNROLL for (int j = 0; j < 8; j++) {
-                                __m256i w[2];
-                                UNROLL for (int hh = 0; hh < NH; hh++) {
-                                        if (nibbles) {
-                                                __m256i v = ld32(q + (j / 2) * 64 + 32 * (h0 + hh));
-                                                w[hh] = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(v, 4) : v, m4);
-                                                if (mode == M_IQ4_NL)
-                                                        w[hh] = _mm256_shuffle_epi8(lut128, w[hh]);
-                                        } else
-                                                w[hh] = ld32(q + j * 64 + 32 * (h0 + hh));
+                                UNROLL for (int j = 0; j < 8; j++) {
+                                        __m256i w[2];
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                if (nibbles) {
+                                                        __m256i v = ld32(q + (j / 2) * 64 + 32 * (h0 + hh));
+                                                        w[hh] = _mm256_and_si256((j & 1) ? _mm256_srli_epi16(v, 4) : v, m4);
+                                                        if (mode == M_IQ4_NL)
+                                                                w[hh] = _mm256_shuffle_epi8(lut128, w[hh]);
+                                                } else
+                                                        w[hh] = ld32(q + j * 64 + 32 * (h0 + hh));
+                                        }
+                                        /* nibble vector p holds inputs 8p..8p+3 (low) and 8p+4..8p+7 (high) */
+                                        int off = nibbles ? 8 * (j / 2) + 4 * (j & 1) : 4 * j;
+                                        UNROLL for (int t = 0; t < T; t++) {
+                                                __m256i av = bcast4(act_q8_0_qs(row[t], b) + off);
+                                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                                        isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], w[hh], av);
+                                        }
                                 }
-                                /* nibble vector p holds inputs 8p..8p+3 (low) and 8p+4..8p+7 (high) */
-                                int off = nibbles ? 8 * (j / 2) + 4 * (j & 1) : 4 * j;
-                                UNROLL for (int t = 0; t < T; t++) {
-                                        __m256i av = bcast4(act_q8_0_qs(row[t], b) + off);
-                                        UNROLL for (int hh = 0; hh < NH; hh++)
-                                                isum[t][hh] = _mm256_dpbusd_avx_epi32(isum[t][hh], w[hh], av);
-                                }
-                        }
                 } else
 #endif
                 if (mode == M_Q4_0 || mode == M_Q4_1) {
