@@ -209,21 +209,10 @@ bool axp_cpu_set_prefetch(const char *name) {
 
 #define TUNE_MAX_BYTES (512ull << 20)
 
+/* the types whose decode follows the plan: all but the K-quants (Q8_K activations), which
+ * keep their own prefetches */
 static bool plan_type(uint32_t type) {
-        switch (type) {
-        case AXP_TYPE_F32:
-        case AXP_TYPE_F16:
-        case AXP_TYPE_BF16:
-        case AXP_TYPE_Q8_0:
-        case AXP_TYPE_Q4_0:
-        case AXP_TYPE_Q4_1:
-        case AXP_TYPE_Q5_0:
-        case AXP_TYPE_Q5_1:
-        case AXP_TYPE_IQ4_NL:
-                return true;
-        default:
-                return false;
-        }
+        return axp_act_kind_of(type) != AXP_ACT_Q8_K;
 }
 
 static double mono_s(void) {
@@ -244,7 +233,9 @@ int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uin
         uint64_t bytes = 0;
         int64_t max_in = 0, max_out = 0;
         for (int i = 0; i < n && bytes < TUNE_MAX_BYTES; i++) {
-                if (!w[i] || !w[i]->priv || !plan_type(w[i]->type))
+                /* prepared (so a type with kernels) */
+                if (!w[i] || !w[i]->priv || ((const axp_packed *) w[i]->priv)->magic != AXP_PACKED_MAGIC ||
+                    !plan_type(w[i]->type))
                         continue;
                 sel[n_sel++] = w[i];
                 bytes += axp_type_row_size(w[i]->type, w[i]->n_in) * (uint64_t) w[i]->n_out;
