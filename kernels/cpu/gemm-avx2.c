@@ -371,12 +371,12 @@ AI void q5_quads(const uint8_t *q, int p, __m256i *lo, __m256i *hi) {
  * trick; Q4_0 and Q4_1 nibbles and Q5_0 and Q5_1 quints (0..31) are unsigned operands of
  * vpmaddubsw as they are. Q4_0 and Q5_0 add the activations' offset, Q4_1 and Q5_1 their
  * minimum times the activations' sum s. */
-enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_0, M_Q5_1 };
+enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_0, M_Q5_1, M_Q5_1_BYTES };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                   int n_rows, int h0, int NH, int mode) {
         int64_t nb = act->k / QK8_0;
-        const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
+        const int has_min = mode == M_Q4_1 || mode == M_Q5_1 || mode == M_Q5_1_BYTES;
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
         const int quints = mode == M_Q5_0 || mode == M_Q5_1;
         const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
@@ -477,7 +477,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 isum[t][hh] = _mm256_add_epi32(
                                                         isum[t][hh], _mm256_set1_epi32(act_q8_0_c4(row[t], b)));
                                 }
-                } else if (quints) {
+                } else if (quints || mode == M_Q5_1_BYTES) {
                         /* u8 0..31 x s8: four pair sums of at most 2*31*127 fit s16 */
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i c = _mm256_set1_epi32(mode == M_Q5_0 ? 2 * act_q8_0_c4(row[t], b) : 0);
@@ -488,8 +488,14 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 __m256i s16[MAX_T][2];
                                 UNROLL for (int p = p0; p < p0 + 2; p++) {
                                         __m256i lo[2], hi[2];
-                                        UNROLL for (int hh = 0; hh < NH; hh++)
-                                                q5_quads(q + 32 * (h0 + hh), p, &lo[hh], &hi[hh]);
+                                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                                if (quints) {
+                                                        q5_quads(q + 32 * (h0 + hh), p, &lo[hh], &hi[hh]);
+                                                        continue;
+                                                }
+                                                lo[hh] = ld32(q + 2 * p * 64 + 32 * (h0 + hh));
+                                                hi[hh] = ld32(q + (2 * p + 1) * 64 + 32 * (h0 + hh));
+                                        }
                                         UNROLL for (int t = 0; t < T; t++) {
                                                 const int8_t *a = act_q8_0_qs(row[t], b) + 8 * p;
                                                 __m256i al = bcast4(a), ah = bcast4(a + 4);
@@ -592,20 +598,20 @@ static void gemm_q4_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         BLOCK_DISPATCH(q8_0_tile, M_Q4_1);
 }
 
-#ifdef AXP_AVX_VNNI
-/* With VNNI, Q8_0's tile is one vpdpbusd a vector, and unpacking Q5_0's quints in the tile
- * took its prefill from 363-367 to 284-302 GFLOP/s a core. So a call of at least
- * Q5_0_BYTES_MIN tokens (prefill: 64 and more a call) unpacks the group once into Q8_0's
- * layout (the same runs and scales, quants w + 128 = q + 112) and takes Q8_0's tile, whose
- * integer sums are the quint tile's: the same bits. (Without VNNI the quints' vpmaddubsw beats
- * Q8_0's sign trick; on AVX-512 the two tiles are as fast.) */
-#define Q5_0_BYTES_MIN 8
+/* Prefill of Q5_0 and Q5_1 from bytes. The quints' unpacking in a tile repeats for every 4
+ * tokens: it took AVX-VNNI's Q5_0 prefill from 363-367 GFLOP/s a core (Q8_0's layout, one
+ * vpdpbusd a vector) to 284-302, and plain AVX2's Q5_1 from 216 to 192-200 (bytes 0..31, one
+ * run with the minimums). So a call of at least QUINTS_AS_BYTES_MIN tokens (prefill takes 64
+ * and more a call) unpacks the group once into those byte layouts and takes their tile, whose
+ * integer sums are the quint tile's: the same bits. Q5_0 without VNNI keeps its quints, whose
+ * vpmaddubsw beats Q8_0's sign trick; on AVX-512 the tiles are as fast either way. */
+#define QUINTS_AS_BYTES_MIN 8
 
-static void q5_0_as_bytes(const uint8_t *g, int64_t nb, uint8_t *out) {
-        const pk32 Q = pk32_of(AXP_TYPE_Q5_0, nb * 32), B = pk32_of(AXP_TYPE_Q8_0, nb * 32);
-        const __m256i c112 = _mm256_set1_epi8(112);
+/* a group of nb blocks of quints (layout Q) as bytes (layout B, the same heads), plus add */
+static void quints_as_bytes(const uint8_t *g, pk32 Q, pk32 B, int64_t nb, uint8_t add, uint8_t *out) {
+        const __m256i c = _mm256_set1_epi8((char) add);
         for (int64_t b = 0; b < nb; b++) {
-                if (pk32_in_run(Q, b) == 0) /* a run's head of scales, whole even in a last run */
+                if (pk32_in_run(Q, b) == 0) /* a run's head (scales, minimums), whole even in a last run */
                         memcpy(out + pk32_scales(B, b), g + pk32_scales(Q, b), Q.head);
                 const uint8_t *q = g + pk32_quants(Q, b);
                 uint8_t *o = out + pk32_quants(B, b);
@@ -613,20 +619,20 @@ static void q5_0_as_bytes(const uint8_t *g, int64_t nb, uint8_t *out) {
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m256i lo, hi;
                                 q5_quads(q + 32 * h, p, &lo, &hi);
-                                _mm256_store_si256((__m256i *) (o + 2 * p * 64 + 32 * h), _mm256_add_epi8(lo, c112));
-                                _mm256_store_si256((__m256i *) (o + (2 * p + 1) * 64 + 32 * h), _mm256_add_epi8(hi, c112));
+                                _mm256_store_si256((__m256i *) (o + 2 * p * 64 + 32 * h), _mm256_add_epi8(lo, c));
+                                _mm256_store_si256((__m256i *) (o + (2 * p + 1) * 64 + 32 * h), _mm256_add_epi8(hi, c));
                         }
         }
 }
-#endif
 
 static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
 #ifdef AXP_AVX_VNNI
-        if (n_tok >= Q5_0_BYTES_MIN) {
+        if (n_tok >= QUINTS_AS_BYTES_MIN) {
+                /* Q8_0's w + 128 = q + 112 */
                 const int64_t nb = act->k / QK5_0;
                 uint8_t *b = axp_cpu_scratch(AXP_SCRATCH_UNPACK, axp_pack_group_bytes(AXP_TYPE_Q8_0, act->k));
-                q5_0_as_bytes(g, nb, b);
+                quints_as_bytes(g, pk32_of(AXP_TYPE_Q5_0, act->k), pk32_of(AXP_TYPE_Q8_0, act->k), nb, 112, b);
                 gemm_q8_0(b, act, t0, n_tok, y, ldy, n_rows);
                 return;
         }
@@ -634,8 +640,21 @@ static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
         BLOCK_DISPATCH(q8_0_tile, M_Q5_0);
 }
 
+static void gemm_q5_1_bytes(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
+                            int n_rows) {
+        BLOCK_DISPATCH(q8_0_tile, M_Q5_1_BYTES);
+}
+
 static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
+        if (n_tok >= QUINTS_AS_BYTES_MIN) {
+                const int64_t nb = act->k / QK5_1;
+                const pk32 B = pk32_layout(PK32_BYTES, true, nb);
+                uint8_t *b = axp_cpu_scratch(AXP_SCRATCH_UNPACK, pk32_bytes(B, nb));
+                quints_as_bytes(g, pk32_of(AXP_TYPE_Q5_1, act->k), B, nb, 0, b);
+                gemm_q5_1_bytes(b, act, t0, n_tok, y, ldy, n_rows);
+                return;
+        }
         BLOCK_DISPATCH(q8_0_tile, M_Q5_1);
 }
 
