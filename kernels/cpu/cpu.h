@@ -73,6 +73,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
@@ -85,6 +86,13 @@
 
 static inline size_t axp_align_up(size_t n, size_t a) {
         return (n + a - 1) / a * a;
+}
+
+/* seconds on the monotonic clock (the kernels' own timings: membw.c, prefetch tuning) */
+static inline double axp_cpu_now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
 /* Bytes of one packed group of 16 rows with k inputs; 0 for types without a kernel. */

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -215,12 +214,6 @@ static bool plan_type(uint32_t type) {
         return axp_act_kind_of(type) != AXP_ACT_Q8_K;
 }
 
-static double mono_s(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
 int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uint64_t min_bytes,
                           double ret_s[2]) {
         pthread_once(&init_once, cpu_init);
@@ -257,12 +250,12 @@ int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uin
         for (int round = 0; round < 3; round++)
                 for (int plan = 0; plan < 2; plan++) {
                         atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
-                        double t0 = mono_s();
+                        double t0 = axp_cpu_now();
                         for (int i = 0; i < n_sel; i++) {
                                 long ldy = (long) sel[i]->n_out;
                                 axp_cpu_matmul(pool, 1, &sel[i], x, (long) sel[i]->n_in, &y, &ldy, 1);
                         }
-                        best[plan] = fmin(best[plan], mono_s() - t0);
+                        best[plan] = fmin(best[plan], axp_cpu_now() - t0);
                 }
         atomic_store_explicit(&axp_cpu_pf_sparse, best[1] < best[0], memory_order_relaxed);
         ret_s[0] = best[0];

@@ -155,12 +155,6 @@ static void run_share(void *arg, int ith, int nth) {
                 a->misread[ith].sum++;
 }
 
-static double now(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
 /* the methods this CPU runs, in table order */
 static int usable(const method **use) {
         int n = 0;
@@ -210,13 +204,13 @@ double axp_membw_read_regions(axp_pool *pool, int m, int n, const void *const *p
                 if (((uintptr_t) p[i] | bytes[i]) & 63)
                         return -EINVAL;
         region_arg a = { .fn = use[m]->fn };
-        double t0 = now();
+        double t0 = axp_cpu_now();
         for (int i = 0; i < n; i++) {
                 a.p = p[i];
                 a.n = bytes[i];
                 axp_pool_run(pool, region_share, &a);
         }
-        double t = now() - t0;
+        double t = axp_cpu_now() - t0;
         *ret_sum = 0;
         for (int i = 0; i < nth; i++)
                 *ret_sum += a.sum[i].sum;
@@ -283,9 +277,9 @@ int axp_membw_read(size_t bytes, int max_threads, int reps, axp_membw *ret) {
                                 for (size_t w = 0; w < n_win; w++) {
                                         a->buf = buf + w * win;
                                         a->n = w + 1 < n_win ? win : bytes - w * win;
-                                        double t0 = now();
+                                        double t0 = axp_cpu_now();
                                         axp_pool_run(pool, run_share, a);
-                                        double gbps = (double) a->n / (now() - t0) * 1e-9;
+                                        double gbps = (double) a->n / (axp_cpu_now() - t0) * 1e-9;
                                         if (gbps > ret->gbps[m][nth - 1])
                                                 ret->gbps[m][nth - 1] = gbps;
                                 }
