@@ -153,6 +153,11 @@ static inline int64_t bf16_pairs(int64_t k) {
         return (k + 1) / 2;
 }
 
+/* where input i of row r sits in a group of F16 or BF16 pairs, in 16-bit elements */
+static inline int64_t pair16_at(int64_t i, int r) {
+        return (i / 2) * 2 * AXP_GROUP + 2 * r + i % 2;
+}
+
 /* Offsets inside one activation row. */
 #define ACT_Q8_0_BLOCK 48
 #define ACT_Q8_K_BLOCK 320

@@ -33,7 +33,7 @@ static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
                 float acc[AXP_GROUP] = { 0 };
                 for (int64_t i = 0; i < act->k; i++)
                         for (int r = 0; r < AXP_GROUP; r++)
-                                acc[r] += axp_f16_to_f32(w[(i / 2) * 2 * AXP_GROUP + 2 * r + i % 2]) * x[i];
+                                acc[r] += axp_f16_to_f32(w[pair16_at(i, r)]) * x[i];
                 store_rows(acc, y + t * ldy, n_rows);
         }
 }

@@ -49,7 +49,7 @@ static void pack_pairs16(const void *raw, uint64_t row_bytes, int64_t k, int n_r
         for (int r = 0; r < n_rows; r++) {
                 const uint16_t *src = (const uint16_t *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < k; i++)
-                        o[(i / 2) * 2 * AXP_GROUP + 2 * r + i % 2] = src[i];
+                        o[pair16_at(i, r)] = src[i];
         }
 }
 
