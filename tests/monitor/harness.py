@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from model import make_model
@@ -359,23 +360,36 @@ class Session:
                 and m.get("interface") == "org.agentxpu.Engine.Request"
                 and engine in (None, m.get("sender"))]
 
-    def start_blocker(self):
+    def _submit_blocker(self, name):
+        """Starts one blocking request (`agentxpu submit --wait`) as process `name`; returns
+        the file its output goes to (the request's path is its first line)."""
+        out = os.path.join(self.tmp, f"{name}.out")
+        self.procs[name] = subprocess.Popen(
+            [CLI, "submit", "--address", self.address, "--wait", "-n", str(LONG_TOKENS),
+             "--temperature", "0", BLOCKER_PROMPT],
+            stdout=open(out, "wb"), stderr=open(out + ".err", "wb"),
+            stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        return out
+
+    def start_blocker(self, refill=False):
         """Another client's long requests, the first running once this returns. With the
         engine's serial policy every later request waits behind them, submitted and
         unanswered, until the test stops the blocker (its requests are then cancelled).
-        BLOCKERS requests of LONG_TOKENS tokens each: one runs for about 5 s on a 2-core
+        BLOCKERS requests of LONG_TOKENS tokens each: one runs for about 3-5 s on a 2-core
         machine with the llama-bpe model, so the first few may finish by themselves while a
         test acts, but together they hold the queue for most of a minute (and stay within
-        the engine's 16 requests per user, beside the monitor's). Returns their paths."""
+        the engine's 16 requests per user, beside the monitor's). Returns their paths.
+
+        refill: each blocking request that finishes by itself is replaced by a new one at the
+        back of the queue, so that a request submitted at any time finds BLOCKERS - 1 or so
+        ahead of it, however fast the machine runs them (for a test whose requests need only
+        wait until it cancels them; the replacements' paths are not returned)."""
         engine = self.engine_name()
         paths = []
         for i in range(BLOCKERS):
-            out = os.path.join(self.tmp, f"blocker-{i}.out")
-            p = subprocess.Popen([CLI, "submit", "--address", self.address, "--wait", "-n",
-                                  str(LONG_TOKENS), "--temperature", "0", BLOCKER_PROMPT],
-                                 stdout=open(out, "wb"), stderr=open(out + ".err", "wb"),
-                                 stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
-            self.procs[f"blocker-{i}"] = p
+            name = f"blocker-{i}"
+            out = self._submit_blocker(name)
+            p = self.procs[name]
 
             def submitted():
                 if p.poll() is not None:
@@ -387,7 +401,22 @@ class Session:
             # One after the other, so that the engine runs them in this order.
             paths.append(wait_for(submitted, "a blocking request's path"))
         wait_for(lambda: self.signals(paths[0], engine), "the first blocking request's first token")
+        if refill:
+            self._refill_stop = threading.Event()
+            self._refill_thread = threading.Thread(target=self._refill_blocker, daemon=True)
+            self._refill_thread.start()
         return paths
+
+    def _refill_blocker(self):
+        """start_blocker(refill=True)'s thread: a blocking request that ended by itself
+        (status 0) is replaced; one that failed or was stopped is not."""
+        n = 0
+        while not self._refill_stop.wait(0.05):
+            for name in [k for k, p in list(self.procs.items())
+                         if k.startswith("blocker-") and p.poll() == 0]:
+                self.procs.pop(name).wait()
+                n += 1
+                self._submit_blocker(f"blocker-{name.split('-')[1]}-{n}")
 
     def blocker_ends(self, paths, engine=None):
         """How the blocking requests ended so far."""
@@ -405,6 +434,7 @@ class Session:
         (SIGKILL, since `agentxpu submit --wait` does not notice an engine that died: it
         waits on for a Finished that will not come, and a first SIGTERM only sends a
         Cancel.)"""
+        self._stop_refill()
         for name in [n for n in self.procs if n.startswith("blocker-")]:
             self.stop(name, signal.SIGKILL)
 
@@ -444,7 +474,14 @@ class Session:
         return subprocess.run([CLI, "suggestions", *args], capture_output=True, text=True,
                               env=self.env)
 
+    def _stop_refill(self):
+        if getattr(self, "_refill_thread", None):
+            self._refill_stop.set()
+            self._refill_thread.join()
+            self._refill_thread = None
+
     def close(self):
+        self._stop_refill()
         for name in list(self.procs)[::-1]:
             if name != "dbus-daemon":
                 self.stop(name)
