@@ -309,15 +309,11 @@ bool axp_cpu_set_bf16_dot(bool on);
  * for. As a loop, the AVX-512 products on one Zen 5 core went from 28-31 to 33-36 GB/s (Q4_K),
  * 28-31 to 34-43 (Q5_K), 29-31 to 30-41 (Q6_K), 31-33 to 35-38 (Q2_K) and 30-31 to 38-43
  * (IQ4_XS), the two forms taking turns (bench-kernels --micro); prefill the same or up to 12%
- * faster. Q3_K's loop stays unrolled (its odd and even sub-blocks unpack differently, and as a
- * loop it streamed 20-21 against 23-25 GB/s), each prefetch held in its step by a compiler
- * barrier: 15-17 -> 17-19 GB/s, ahead in 7 pairs of 7; and on that path its quants are
- * fetched 8 superblocks (12 KB) ahead, not 2 (3 KB): 20-22% more with one and two threads,
- * where 8 or 12 KB ahead cost the other K-quants 1-14% (bench-kernels --prefetch, the
- * distances in the plans' places). The AVX2 paths' Q3_K keeps 2: its loops are bound by their
- * arithmetic (26-30 GB/s from L2), not measured with more. */
-#define PF_AHEAD 2      /* superblocks */
-#define PF_AHEAD_Q3_K 8 /* superblocks of Q3_K's quants, AVX-512 (above) */
+ * faster. Q3_K's AVX-512 loop stays unrolled (its odd and even sub-blocks unpack differently,
+ * and as a loop it streamed 20-21 against 23-25 GB/s), each prefetch held in its step by a
+ * compiler barrier: 15-17 -> 17-19 GB/s, ahead in 7 pairs of 7. Q3_K's prefetch is its own
+ * (prefetch_q3_K, below). */
+#define PF_AHEAD 2 /* superblocks */
 
 static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, int n) {
         for (int i = 0; i < n; i++)
@@ -366,6 +362,21 @@ static inline __attribute__((always_inline)) void prefetch_stream(const uint8_t 
 static inline size_t pk_q3_K_qs_offset(int64_t k) {
         return axp_align_up((size_t) (k / QK_K) * PK_Q3_K_HEAD, AXP_ALIGN);
 }
+#if defined(__x86_64__)
+/* Q3_K's group keeps its superblocks' heads, then their quants: decode reads two regions side
+ * by side. Fetched as one stream over the group's bytes, PF_Q3_K_BYTES ahead of superblock
+ * s's share of them (pair p of its 8 pairs of sub-blocks takes 4 lines from 224 p, so every
+ * line of the superblock's 1760 bytes is fetched once or twice), the AVX-512 product read 42-50
+ * GB/s on one Zen 5 core against 30-32 when it fetched only the quants, 8 superblocks ahead
+ * in their region (which missed the heads, and crossed into the next group at the wrong
+ * place); 8, 16 and 32 KB ahead measured the same (bench-kernels --micro q3_k). */
+#ifndef PF_Q3_K_BYTES
+#define PF_Q3_K_BYTES 16384
+#endif
+static inline __attribute__((always_inline)) void prefetch_q3_K(const uint8_t *g, int64_t s, int p) {
+        prefetch_lines(g + s * (PK_Q3_K_HEAD + PK_Q3_K_QS) + 224 * p + PF_Q3_K_BYTES, 4);
+}
+#endif
 #define PK_IQ4_XS_HEAD 128
 #define PK_IQ4_XS_SB (PK_IQ4_XS_HEAD + 2048)
 

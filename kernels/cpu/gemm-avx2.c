@@ -1098,8 +1098,6 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         }
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *hd = g + s * PK_Q3_K_HEAD, *qs = qbase + s * PK_Q3_K_QS;
-                if (T <= 2)
-                        prefetch_lines(hd + PF_AHEAD * PK_Q3_K_HEAD, PK_Q3_K_HEAD / 64 + 1);
                 __m256i isum[MAX_T][2];
                 UNROLL for (int t = 0; t < T; t++)
                         UNROLL for (int hh = 0; hh < NH; hh++)
@@ -1109,7 +1107,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 for (int jp = 0; jp < 16; jp += 2) {
                         const uint8_t *vp = qs + 96 * jp; /* the pair's three vectors */
                         if (T <= 2)
-                                prefetch_lines(vp + PF_AHEAD * PK_Q3_K_QS, 3);
+                                prefetch_q3_K(g, s, jp / 2);
 #ifdef AXP_AVX_VNNI
                         __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
 #endif

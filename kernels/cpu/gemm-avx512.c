@@ -659,7 +659,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int j = 0; j < 16; j++) { /* unrolled (PF_AHEAD, cpu.h) */
                         const uint8_t *vp = qs + 192 * (j / 2);
                         if (T <= 2 && !(j & 1)) {
-                                prefetch_lines(vp + PF_AHEAD_Q3_K * PK_Q3_K_QS, 3);
+                                prefetch_q3_K(g, s, j / 2);
                                 /* keeps the prefetch in its step, where GCC hoisted them all */
                                 __asm__ volatile("" ::: "memory");
                         }
