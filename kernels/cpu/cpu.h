@@ -321,15 +321,20 @@ static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *
 }
 
 /* Decode's prefetch for block b of a 32-element block type in group g, by the plan
- * (kernels.h): every line of the block 8 blocks ahead (and of its run's head where that
+ * (kernels.h): every line of the block `ahead` blocks ahead (and of its run's head where that
  * starts a run), or one line every `every` bytes of quants (a power of two,
- * PF_SPARSE_EVERY_*), far ahead */
+ * PF_SPARSE_EVERY_*), far ahead. The AVX2 loops fetch further ahead than AVX-512's but for
+ * Q8_0 (pf_blocks_ymm, after prefetch_block): 32 blocks against 8 took their Q4_0, IQ4_NL and
+ * Q5_0 products from 29-33 to 34-43 GB/s a core and Q4_1, Q5_1 from 34 to 37-38, where
+ * AVX-512's lost 5-10% and AVX2's Q8_0 (16 blocks) 3-12% (bench-kernels --micro with the
+ * dense plan, the distances taking turns, 2-3 rounds, Zen 5). */
+#define PF_BLOCKS_ZMM 8
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *g, pk32 L, int64_t b,
-                                                                 int sparse, size_t every) {
+                                                                 int sparse, size_t every, int ahead) {
         if (!sparse && L.shift != 3) {
                 /* one run (Q4_1, Q5_1): scales, minimums and quants in three regions, read
                  * side by side, fetched as one stream over the group at the rate decode reads
-                 * it (qb + 64 bytes a block), 8 blocks' worth ahead of the quants. Against the
+                 * it (qb + 64 bytes a block), `ahead` blocks' worth ahead of the quants. Against the
                  * quants alone 8 blocks ahead (which left the heads to the hardware and crossed
                  * into the next group at the wrong place), per core on Zen 5: Q4_1 30-31 ->
                  * 35 GB/s (avx512), 27-28 -> 33-34 (avx2); Q5_1 31 -> 35-36, 26 -> 33. The
@@ -337,13 +342,18 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
                  * line in `every` bytes of quants. (bench-kernels --micro q4_1,q5_1, builds
                  * taking turns.) */
                 size_t per = L.qb + 64;
-                prefetch_lines(g + L.head + (size_t) (b + 8) * per, (int) (per / 64));
+                prefetch_lines(g + L.head + (size_t) (b + ahead) * per, (int) (per / 64));
         } else if (!sparse) {
-                prefetch_lines(g + pk32_quants(L, b + 8), (int) (L.qb / 64));
+                prefetch_lines(g + pk32_quants(L, b + ahead), (int) (L.qb / 64));
                 if (pk32_in_run(L, b) == 0)
-                        prefetch_lines(g + pk32_scales(L, b + 8), (int) (L.head / 64));
+                        prefetch_lines(g + pk32_scales(L, b + ahead), (int) (L.head / 64));
         } else if ((((size_t) b * L.qb) & (every - 1)) < L.qb) /* where the quants cross `every` */
                 _mm_prefetch((const char *) g + pk32_quants(L, b) + PF_SPARSE_AHEAD, _MM_HINT_T1);
+}
+
+/* The AVX2 loops' distance for prefetch_block, in blocks */
+static inline int pf_blocks_ymm(pk32 L) {
+        return L.qb == PK32_BYTES ? 8 : 32;
 }
 
 /* The same for a plain stream (float weights) read step bytes at a time, at byte off: dense,
