@@ -323,12 +323,7 @@ static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *
 /* Decode's prefetch for block b of a 32-element block type in group g, by the plan
  * (kernels.h): every line of the block `ahead` blocks ahead (and of its run's head where that
  * starts a run), or one line every `every` bytes of quants (a power of two,
- * PF_SPARSE_EVERY_*), far ahead. The AVX2 loops fetch further ahead than AVX-512's but for
- * Q8_0 (pf_blocks_ymm, after prefetch_block): 32 blocks against 8 took their Q4_0, IQ4_NL and
- * Q5_0 products from 29-33 to 34-43 GB/s a core and Q4_1, Q5_1 from 34 to 37-38, where
- * AVX-512's lost 5-10% and AVX2's Q8_0 (16 blocks) 3-12% (bench-kernels --micro with the
- * dense plan, the distances taking turns, 2-3 rounds, Zen 5). */
-#define PF_BLOCKS_ZMM 8
+ * PF_SPARSE_EVERY_*), far ahead; `ahead` is pf_blocks' (after this). */
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *g, pk32 L, int64_t b,
                                                                  int sparse, size_t every, int ahead) {
         if (!sparse && L.shift != 3) {
@@ -351,11 +346,20 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
                 _mm_prefetch((const char *) g + pk32_quants(L, b) + PF_SPARSE_AHEAD, _MM_HINT_T1);
 }
 
-/* The AVX2 loops' distance for prefetch_block, in blocks: Q8_0's 8, and Q5_0's without VNNI
- * (in the engine, avx2: 35-36.5 tokens/s with 8 against 32.5-33 with 32; avx-vnni: 39 with
- * 32 against 35-36.5, 3 rounds each) */
-static inline int pf_blocks_ymm(pk32 L, bool vnni) {
-        return L.qb == PK32_BYTES || (!vnni && L.qb == PK32_QUINTS && L.shift == 3) ? 8 : 32;
+/* Decode's distance for prefetch_block, in blocks, on the AVX-512 path (zmm) or an AVX2 build
+ * (with or without VNNI). Q8_0 takes 8 everywhere; the other types 16 on AVX-512 and 32 on
+ * AVX2, but Q5_0 without VNNI 8. In the engine (agentxpu generate, bench-1b files, one
+ * thread, 2-3 rounds, Zen 5), against 8: AVX-512 Q4_0 45 -> 46.8-47.5 tokens/s, IQ4_NL 42-43
+ * -> 46-46.4, Q5_0 36.7 -> 38.5-40.8, Q4_1 and Q5_1 the same (32: 5-15% below 16); AVX2
+ * Q4_0 40.5 -> 44.6-47.4, IQ4_NL 37-39 -> 43.5-44.8, Q4_1 40-41 -> 42.7, and Q5_0 on the
+ * AVX-VNNI build 35-36.5 -> 39, where plain AVX2's fell to 32.5-33 (Q8_0: 16 blocks cost
+ * both paths 3-12% a core, bench-kernels --micro). */
+static inline int pf_blocks(pk32 L, bool zmm, bool vnni) {
+        if (L.qb == PK32_BYTES)
+                return 8;
+        if (zmm)
+                return 16;
+        return !vnni && L.qb == PK32_QUINTS && L.shift == 3 ? 8 : 32;
 }
 
 /* The same for a plain stream (float weights) read step bytes at a time, at byte off: dense,

@@ -402,7 +402,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (T <= 2)
-                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM, pf_blocks_ymm(L, YMM_VNNI));
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI));
                 __m256i isum[MAX_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {

@@ -263,7 +263,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i w[8];
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (T <= 2)
-                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM, PF_BLOCKS_ZMM);
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false));
                 if (nibbles) {
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
