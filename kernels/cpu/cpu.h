@@ -398,9 +398,7 @@ static inline size_t pk_q3_K_qs_offset(int64_t k) {
  * GB/s on one Zen 5 core against 30-32 when it fetched only the quants, 8 superblocks ahead
  * in their region (which missed the heads, and crossed into the next group at the wrong
  * place); 8, 16 and 32 KB ahead measured the same (bench-kernels --micro q3_k). */
-#ifndef PF_Q3_K_BYTES
 #define PF_Q3_K_BYTES 16384
-#endif
 static inline __attribute__((always_inline)) void prefetch_q3_K(const uint8_t *g, int64_t s, int p) {
         prefetch_lines(g + s * (PK_Q3_K_HEAD + PK_Q3_K_QS) + 224 * p + PF_Q3_K_BYTES, 4);
 }
