@@ -117,6 +117,15 @@ typedef struct axp_packed {
 } axp_packed;
 #define AXP_PACKED_MAGIC 0x4b434150u /* "PACK" */
 
+/* w's packed copy, if its priv is one made for it (this type and shape); else NULL */
+static inline const axp_packed *axp_packed_of(const axp_weight *w) {
+        const axp_packed *p = w->priv;
+        if (!p || p->magic != AXP_PACKED_MAGIC || p->type != w->type || p->n_in != w->n_in ||
+            p->n_out != w->n_out)
+                return NULL;
+        return p;
+}
+
 enum axp_act_kind {
         AXP_ACT_F32,  /* F32 weights */
         AXP_ACT_F16,  /* F16 weights: f32 rounded to f16 precision */

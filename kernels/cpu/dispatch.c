@@ -227,8 +227,7 @@ int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uin
         int64_t max_in = 0, max_out = 0;
         for (int i = 0; i < n && bytes < TUNE_MAX_BYTES; i++) {
                 /* prepared (so a type with kernels) */
-                if (!w[i] || !w[i]->priv || ((const axp_packed *) w[i]->priv)->magic != AXP_PACKED_MAGIC ||
-                    !plan_type(w[i]->type))
+                if (!w[i] || !axp_packed_of(w[i]) || !plan_type(w[i]->type))
                         continue;
                 sel[n_sel++] = w[i];
                 bytes += axp_type_row_size(w[i]->type, w[i]->n_in) * (uint64_t) w[i]->n_out;

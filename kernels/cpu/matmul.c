@@ -205,10 +205,7 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
                 assert(w[i]->n_in == k);
                 assert(j.ops->gemm[w[i]->type]);
                 j.w[i] = w[i];
-                const axp_packed *p = w[i]->priv;
-                if (p && p->magic == AXP_PACKED_MAGIC && p->type == w[i]->type && p->n_in == k &&
-                    p->n_out == w[i]->n_out)
-                        j.pk[i] = p;
+                j.pk[i] = axp_packed_of(w[i]);
                 j.gemm[i] = j.pk[i] && j.pk[i]->no_min8 && j.ops->gemm_sym[w[i]->type] ? j.ops->gemm_sym[w[i]->type]
                                                                                       : j.ops->gemm[w[i]->type];
                 j.group_bytes[i] = axp_pack_group_bytes(w[i]->type, k);
