@@ -1529,7 +1529,14 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
  * place (kvt >= 0, the head a multiple of 16 wide): each value is converted once either way,
  * but in place saves widening's store and the load back, and keeps V's chunk out of the
  * scratch (64 KB for 256 positions of a 64-wide head, more than L1). Row t's lines are
- * fetched PF_ROWS rows ahead in the first pass over the row. */
+ * fetched PF_ROWS rows ahead in the first pass over the row.
+ *
+ * The passes over a head's 16-value columns go V_BLOCK positions at a time, the accumulators
+ * kept in acc between blocks: the rows of one KV head are ld values apart (1 KB for 8 F16
+ * heads of 64), so the first lines of a whole chunk's rows fall in a few L1 sets and a pass
+ * over all 256 found them evicted and fetched them again from L2; a block's rows stay in L1.
+ * Each accumulator still adds its positions in order, so the sums are the same. */
+#define V_BLOCK 16
 AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hdp, const void *v, long ld,
                  int kvt, float *acc, int hd) {
         int row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
@@ -1539,14 +1546,26 @@ AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hd
                         lmax = len[j0 + j] > lmax ? len[j0 + j] : lmax;
                         lmin = len[j0 + j] < lmin ? len[j0 + j] : lmin;
                 }
-                for (int c = 0; 8 * c < hd; c += 2) {
-                        int pf = kvt >= 0 && j0 == 0 && c == 0;
-                        __m256 a[4][2];
-                        UNROLL for (int j = 0; j < 4; j++)
-                                a[j][0] = a[j][1] = _mm256_setzero_ps();
-                        int t = 0;
-                        if (ns == 4) /* positions all four see (a query's heads: all) */
-                                for (; t < lmin; t++) {
+                if (ns < 4)
+                        lmin = 0;
+                for (int tb = 0; tb == 0 || tb < lmax; tb += V_BLOCK) {
+                        int te = tb + V_BLOCK < lmax ? tb + V_BLOCK : lmax;
+                        for (int c = 0; 8 * c < hd; c += 2) {
+                                int pf = kvt >= 0 && j0 == 0 && c == 0;
+                                __m256 a[4][2];
+                                /* every index of a[][] a constant once unrolled: in registers */
+                                UNROLL for (int j = 0; j < 4; j++) {
+                                        a[j][0] = a[j][1] = _mm256_setzero_ps();
+                                        if (tb == 0 || j >= ns)
+                                                continue;
+                                        const float *o = acc + (size_t) (j0 + j) * hd + 8 * c;
+                                        a[j][0] = _mm256_maskload_ps(o, tail_mask8(hd - 8 * c));
+                                        if (8 * c + 8 < hd)
+                                                a[j][1] = _mm256_maskload_ps(o + 8, tail_mask8(hd - 8 * c - 8));
+                                }
+                                int t = tb;
+                                /* positions all four see (a query's heads: all) */
+                                for (; t < te && t < lmin; t++) {
                                         if (pf)
                                                 for (int o = 0; o < row_bytes; o += 64)
                                                         _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
@@ -1558,21 +1577,24 @@ AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hd
                                                 a[j][1] = _mm256_fmadd_ps(pj, v1, a[j][1]);
                                         }
                                 }
-                        for (; t < lmax; t++) {
-                                __m256 v0, v1;
-                                v16(vf, hdp, v, ld, kvt, t, 8 * c, &v0, &v1);
-                                UNROLL for (int j = 0; j < 4; j++)
-                                        if (j < ns && t < len[j0 + j]) {
-                                                __m256 pj = _mm256_set1_ps(s[(j0 + j) * ATT_CHUNK + t]);
-                                                a[j][0] = _mm256_fmadd_ps(pj, v0, a[j][0]);
-                                                a[j][1] = _mm256_fmadd_ps(pj, v1, a[j][1]);
-                                        }
-                        }
-                        for (int j = 0; j < ns; j++) {
-                                float *o = acc + (size_t) (j0 + j) * hd + 8 * c;
-                                _mm256_maskstore_ps(o, tail_mask8(hd - 8 * c), a[j][0]);
-                                if (8 * c + 8 < hd)
-                                        _mm256_maskstore_ps(o + 8, tail_mask8(hd - 8 * c - 8), a[j][1]);
+                                for (; t < te; t++) {
+                                        __m256 v0, v1;
+                                        v16(vf, hdp, v, ld, kvt, t, 8 * c, &v0, &v1);
+                                        UNROLL for (int j = 0; j < 4; j++)
+                                                if (j < ns && t < len[j0 + j]) {
+                                                        __m256 pj = _mm256_set1_ps(s[(j0 + j) * ATT_CHUNK + t]);
+                                                        a[j][0] = _mm256_fmadd_ps(pj, v0, a[j][0]);
+                                                        a[j][1] = _mm256_fmadd_ps(pj, v1, a[j][1]);
+                                                }
+                                }
+                                UNROLL for (int j = 0; j < 4; j++) {
+                                        if (j >= ns)
+                                                continue;
+                                        float *o = acc + (size_t) (j0 + j) * hd + 8 * c;
+                                        _mm256_maskstore_ps(o, tail_mask8(hd - 8 * c), a[j][0]);
+                                        if (8 * c + 8 < hd)
+                                                _mm256_maskstore_ps(o + 8, tail_mask8(hd - 8 * c - 8), a[j][1]);
+                                }
                         }
                 }
         }

@@ -949,20 +949,31 @@ AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
 }
 
 #define PF_ROWS 32
+#define V_BLOCK 16
+
+/* rows [t0, t0 + n) of an F16 cache whose heads are HD wide (a constant), as f32 */
+AI void widen_f16(const void *src, long ld, int t0, int n, int HD, float *dst) {
+        for (int t = 0; t < n; t++) {
+                const uint16_t *r = (const uint16_t *) src + (long) (t0 + t) * ld;
+                UNROLL for (int o = 0; o < 2 * HD; o += 64)
+                        _mm_prefetch((const char *) (r + PF_ROWS * ld) + o, _MM_HINT_T0);
+                UNROLL for (int c = 0; c < HD / 16; c++)
+                        _mm512_store_ps(dst + t * HD + 16 * c,
+                                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
+        }
+}
 
 /* rows [t0, t0 + n) of K or V as f32, hdp floats apart, zero padded */
 static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
         int nc = hdp / 16;
+        /* the rows of one KV head are ld apart: each fetched well ahead (a 128-wide head
+         * went through the loop at the end without, at half the speed) */
         if (type == AXP_TYPE_F16 && hd == 64) {
-                for (int t = 0; t < n; t++) {
-                        const uint16_t *r = (const uint16_t *) src + (long) (t0 + t) * ld;
-                        /* the rows of one KV head are ld apart: fetch well ahead */
-                        _mm_prefetch((const char *) (r + PF_ROWS * ld), _MM_HINT_T0);
-                        _mm_prefetch((const char *) (r + PF_ROWS * ld) + 64, _MM_HINT_T0);
-                        UNROLL for (int c = 0; c < 4; c++)
-                                _mm512_store_ps(dst + t * 64 + 16 * c,
-                                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
-                }
+                widen_f16(src, ld, t0, n, 64, dst);
+                return;
+        }
+        if (type == AXP_TYPE_F16 && hd == 128) {
+                widen_f16(src, ld, t0, n, 128, dst);
                 return;
         }
         if (type == AXP_TYPE_Q8_0) {
@@ -1017,35 +1028,44 @@ AI void v_rows(const float *vf, int hdp, const void *v, long ld, int kvt, int t,
                 vt[c] = v_row(vf, hdp, v, ld, kvt, t, c, hd, mk[c]);
 }
 
-/* acc_j += p_jt V_t for up to 4 vectors at once (their accumulators stay in registers), V
- * widened (kvt < 0) or read in place (as the AVX2 path's accum_kv; rows fetched PF_ROWS
- * ahead) */
+/* acc_j += p_jt V_t over positions [tb, te) for up to 4 vectors at once (their accumulators
+ * stay in registers; they start at zero when tb is 0, else from acc), V widened (kvt < 0) or
+ * read in place (as the AVX2 path's accum_kv; rows fetched PF_ROWS ahead). Every index of
+ * a[][] is a constant once unrolled, so the compiler keeps it in registers (a loop over j with
+ * a variable bound kept it in memory, stored at every position); hd is a constant where
+ * att_chunk knows the width (64, 128), so no masks. */
 AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int hdp, const void *v, int kvt,
-              long ld, float *acc, int hd, int NC, int SUB) {
+              long ld, float *acc, int hd, int tb, int te, int NC, int SUB) {
         __m512 a[4][8];
         __mmask16 mk[8];
         int lmax = 0, lmin = ATT_CHUNK, row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
         UNROLL for (int c = 0; c < NC; c++)
                 mk[c] = 16 * c < hd ? tail_mask(hd - 16 * c) : 0;
-        for (int j = 0; j < nv_sub; j++) {
-                lmax = len[j] > lmax ? len[j] : lmax;
-                lmin = len[j] < lmin ? len[j] : lmin;
-                UNROLL for (int c = 0; c < NC; c++)
-                        a[j][c] = _mm512_setzero_ps();
-        }
-        int t = 0;
-        if (nv_sub == SUB) /* positions every vector sees (a query's heads: all) */
-                for (; t < lmin; t++) {
-                        for (int o = 0; o < row_bytes; o += 64)
-                                _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
-                        __m512 vt[8];
-                        v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
-                        UNROLL for (int j = 0; j < SUB; j++) {
-                                __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
-                                UNROLL for (int c = 0; c < NC; c++)
-                                        a[j][c] = _mm512_fmadd_ps(pj, vt[c], a[j][c]);
-                        }
+        UNROLL for (int j = 0; j < SUB; j++) {
+                if (j < nv_sub) {
+                        lmax = len[j] > lmax ? len[j] : lmax;
+                        lmin = len[j] < lmin ? len[j] : lmin;
                 }
+                UNROLL for (int c = 0; c < NC; c++)
+                        a[j][c] = tb > 0 && j < nv_sub && 16 * c < hd ? _mm512_maskz_loadu_ps(mk[c], acc + j * hd + 16 * c)
+                                                                       : _mm512_setzero_ps();
+        }
+        if (nv_sub < SUB)
+                lmin = 0;
+        lmax = lmax < te ? lmax : te;
+        int t = tb;
+        /* positions every vector sees (a query's heads: all) */
+        for (; t < lmin && t < lmax; t++) {
+                for (int o = 0; o < row_bytes; o += 64)
+                        _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
+                __m512 vt[8];
+                v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
+                UNROLL for (int j = 0; j < SUB; j++) {
+                        __m512 pj = _mm512_set1_ps(s[j * ATT_CHUNK + t]);
+                        UNROLL for (int c = 0; c < NC; c++)
+                                a[j][c] = _mm512_fmadd_ps(pj, vt[c], a[j][c]);
+                }
+        }
         for (; t < lmax; t++) {
                 __m512 vt[8];
                 v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
@@ -1056,23 +1076,23 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
                                         a[j][c] = _mm512_fmadd_ps(pj, vt[c], a[j][c]);
                         }
         }
-        for (int j = 0; j < nv_sub; j++)
+        UNROLL for (int j = 0; j < SUB; j++)
                 UNROLL for (int c = 0; c < NC; c++)
-                        if (16 * c < hd)
-                                _mm512_mask_storeu_ps(acc + j * hd + 16 * c, tail_mask(hd - 16 * c), a[j][c]);
+                        if (j < nv_sub && 16 * c < hd)
+                                _mm512_mask_storeu_ps(acc + j * hd + 16 * c, mk[c], a[j][c]);
 }
 
 /* accum with V widened (vf) or for the cache's type, a constant in each call */
 AI void accum_kv(const float *s, const int *len, int nv_sub, const float *vf, int hdp, const void *v,
-                 uint32_t kv_type, long ld, float *acc, int hd, int NC, int SUB) {
+                 uint32_t kv_type, long ld, float *acc, int hd, int tb, int te, int NC, int SUB) {
         if (vf)
-                accum(s, len, nv_sub, vf, hdp, NULL, -1, 0, acc, hd, NC, SUB);
+                accum(s, len, nv_sub, vf, hdp, NULL, -1, 0, acc, hd, tb, te, NC, SUB);
         else if (kv_type == AXP_TYPE_F16)
-                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_F16, ld, acc, hd, NC, SUB);
+                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_F16, ld, acc, hd, tb, te, NC, SUB);
         else if (kv_type == AXP_TYPE_Q8_0)
-                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_Q8_0, ld, acc, hd, NC, SUB);
+                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_Q8_0, ld, acc, hd, tb, te, NC, SUB);
         else
-                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_F32, ld, acc, hd, NC, SUB);
+                accum(s, len, nv_sub, NULL, hdp, v, AXP_TYPE_F32, ld, acc, hd, tb, te, NC, SUB);
 }
 
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
@@ -1121,24 +1141,37 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
                 vw = vf;
         }
-        for (int j = 0; j < nv; j += sub) {
-                int ns = nv - j < sub ? nv - j : sub;
-                float *aj = acc + (size_t) j * hd;
-                if (nc <= 4)
-                        accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, hd, 4, 4);
-                else if (nc <= 8)
-                        accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, hd, 8, 2);
-                else {
-                        /* wide heads: in memory, same operations per element */
-                        for (int c = 0; c < nc; c++) {
-                                __m512 ac = _mm512_setzero_ps();
-                                for (int t = 0; t < len[j]; t++)
-                                        ac = _mm512_fmadd_ps(_mm512_set1_ps(s[j * ATT_CHUNK + t]),
-                                                             vw ? _mm512_load_ps(vw + t * hdp + 16 * c)
-                                                                : kv_row(v, (long) t * ld + 16 * c, kv_type,
-                                                                         tail_mask(hd - 16 * c)),
-                                                             ac);
-                                _mm512_mask_storeu_ps(aj + 16 * c, tail_mask(hd - 16 * c), ac);
+        /* In place with more than one group, the groups take turns over V_BLOCK positions at a
+         * time: the rows of one KV head are ld values apart (2 KB for 8 F16 heads of 128), so a
+         * whole chunk's rows fall in a few L1 sets, and a second pass over all 256 found them
+         * evicted and fetched them from L2 again. Each accumulator still adds its positions in
+         * order, so the sums are the same. */
+        int block = vw || nv <= sub ? ATT_CHUNK : V_BLOCK;
+        for (int tb = 0; tb < n_pos || tb == 0; tb += block) {
+                int te = tb + block < n_pos ? tb + block : n_pos;
+                for (int j = 0; j < nv; j += sub) {
+                        int ns = nv - j < sub ? nv - j : sub;
+                        float *aj = acc + (size_t) j * hd;
+                        if (hd == 64)
+                                accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, 64, tb, te, 4, 4);
+                        else if (hd == 128)
+                                accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, 128, tb, te, 8, 2);
+                        else if (nc <= 4)
+                                accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, hd, tb, te, 4, 4);
+                        else if (nc <= 8)
+                                accum_kv(s + j * ATT_CHUNK, len + j, ns, vw, hdp, v, kv_type, ld, aj, hd, tb, te, 8, 2);
+                        else if (tb == 0) {
+                                /* wide heads: in memory, same operations per element */
+                                for (int c = 0; c < nc; c++) {
+                                        __m512 ac = _mm512_setzero_ps();
+                                        for (int t = 0; t < len[j]; t++)
+                                                ac = _mm512_fmadd_ps(_mm512_set1_ps(s[j * ATT_CHUNK + t]),
+                                                                     vw ? _mm512_load_ps(vw + t * hdp + 16 * c)
+                                                                        : kv_row(v, (long) t * ld + 16 * c, kv_type,
+                                                                                 tail_mask(hd - 16 * c)),
+                                                                     ac);
+                                        _mm512_mask_storeu_ps(aj + 16 * c, tail_mask(hd - 16 * c), ac);
+                                }
                         }
                 }
         }

@@ -1095,6 +1095,9 @@ static void test_attention(void) {
                 { 300, 0, 4, 1, 32 },     /* GQA 4, many queries */
                 { 1, 1000, 32, 8, 64 },   /* decode, Llama-3.2-1B shape */
                 { 1, 4095, 8, 2, 128 },   /* decode at 4096 */
+                { 1, 3000, 24, 8, 128 },  /* decode, Llama-3.2-3B shape: GQA 3 of 128-wide heads */
+                { 2, 700, 8, 4, 128 },    /* two queries of 128-wide heads, lengths one apart */
+                { 1, 900, 8, 2, 96 },     /* decode, 96-wide heads (Phi-3) */
                 { 3, 600, 6, 3, 80 },     /* few queries, head_dim not a multiple of 16 */
                 { 40, 0, 4, 2, 32, 16 },  /* a sliding window of 16 (gemma3's local layers) */
                 { 300, 100, 8, 2, 64, 300 }, /* a window starting inside and across chunks */
