@@ -498,6 +498,21 @@ static inline const char *att_kv_row(const void *kv, uint32_t type, long ld, lon
         return (const char *) kv + att_kv_bytes(type, (size_t) t * (size_t) ld);
 }
 
+/* The rows of one KV head are ld values apart, further than the hardware prefetcher follows:
+ * the attention kernels fetch row t + ATT_PF_ROWS while they read row t: a line every 64 of its
+ * n bytes (att_kv_bytes of the head's width, computed once by the caller), and where the row
+ * starts late in a line (a Q8_0 head's 68 or 136 bytes start anywhere), the line of its last
+ * byte too. Two fetches from a 136-byte head's start missed one or two of its lines. */
+#define ATT_PF_ROWS 32
+static inline __attribute__((always_inline)) void att_prefetch_row(const void *kv, uint32_t type, long ld, long t,
+                                                                   int n) {
+        const char *p = att_kv_row(kv, type, ld, t + ATT_PF_ROWS);
+        for (int o = 0; o < n; o += 64)
+                _mm_prefetch(p + o, _MM_HINT_T0);
+        if (type == AXP_TYPE_Q8_0 && (int) ((uintptr_t) p & 63) + n > (n + 63) / 64 * 64)
+                _mm_prefetch(p + n - 1, _MM_HINT_T0);
+}
+
 #define ATT_MAX_HEAD_DIM 512
 #define ATT_CHUNK 256
 #define ATT_MAX_VECS 128

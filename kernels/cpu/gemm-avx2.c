@@ -1418,29 +1418,24 @@ static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
         return _mm256_loadu_ps(tmp);
 }
 
-#define PF_ROWS 32
-
 /* rows [0, n) of K or V as f32, hdp floats apart, zero padded. The type and the whole-vector
  * case are decided once, not per 8 values: load_kv's per-call checks made this loop most of
- * decode attention's time (5.4 against 2.2 ms a token on AVX-512 at 512 positions). The rows
- * of one KV head are ld values apart, further than the hardware prefetcher follows: they are
- * fetched PF_ROWS rows ahead. */
+ * decode attention's time (5.4 against 2.2 ms a token on AVX-512 at 512 positions). Each row
+ * fetches the one ATT_PF_ROWS ahead (att_prefetch_row). */
 static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
         int nc = (hd + 7) / 8;
         src = att_kv_row(src, type, ld, t0);
         if (type == AXP_TYPE_F16 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const uint16_t *r = (const uint16_t *) src + (long) t * ld;
-                        for (int o = 0; o < 2 * hd; o += 64)
-                                _mm_prefetch((const char *) (r + PF_ROWS * ld) + o, _MM_HINT_T0);
+                        att_prefetch_row(src, AXP_TYPE_F16, ld, t, 2 * hd);
                         for (int c = 0; c < nc; c++)
                                 _mm256_store_ps(dst + t * hdp + 8 * c, _mm256_cvtph_ps(ldu16(r + 8 * c)));
                 }
         } else if (type == AXP_TYPE_F32 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const float *r = (const float *) src + (long) t * ld;
-                        for (int o = 0; o < 4 * hd; o += 64)
-                                _mm_prefetch((const char *) (r + PF_ROWS * ld) + o, _MM_HINT_T0);
+                        att_prefetch_row(src, AXP_TYPE_F32, ld, t, 4 * hd);
                         for (int c = 0; c < nc; c++)
                                 _mm256_store_ps(dst + t * hdp + 8 * c, _mm256_loadu_ps(r + 8 * c));
                 }
@@ -1449,8 +1444,7 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                 const long bld = ld / QK8_0;
                 for (int t = 0; t < n; t++) {
                         const block_q8_0 *r = (const block_q8_0 *) src + (long) t * bld;
-                        for (int o = 0; o < hd / QK8_0 * (int) sizeof(block_q8_0); o += 64)
-                                _mm_prefetch((const char *) (r + PF_ROWS * bld) + o, _MM_HINT_T0);
+                        att_prefetch_row(src, AXP_TYPE_Q8_0, ld, t, hd / QK8_0 * (int) sizeof(block_q8_0));
                         /* each block's scale once */
                         for (int c = 0; c < nc; c += 4) {
                                 const block_q8_0 *b = r + c / 4;
@@ -1529,7 +1523,7 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
  * place (kvt >= 0, the head a multiple of 16 wide): each value is converted once either way,
  * but in place saves widening's store and the load back, and keeps V's chunk out of the
  * scratch (64 KB for 256 positions of a 64-wide head, more than L1). Row t's lines are
- * fetched PF_ROWS rows ahead in the first pass over the row.
+ * fetched ATT_PF_ROWS rows ahead in the first pass over the row.
  *
  * The passes over a head's 16-value columns go V_BLOCK positions at a time, the accumulators
  * kept in acc between blocks: the rows of one KV head are ld values apart (1 KB for 8 F16
@@ -1567,8 +1561,7 @@ AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hd
                                 /* positions all four see (a query's heads: all) */
                                 for (; t < te && t < lmin; t++) {
                                         if (pf)
-                                                for (int o = 0; o < row_bytes; o += 64)
-                                                        _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
+                                                att_prefetch_row(v, (uint32_t) kvt, ld, t, row_bytes);
                                         __m256 v0, v1;
                                         v16(vf, hdp, v, ld, kvt, t, 8 * c, &v0, &v1);
                                         UNROLL for (int j = 0; j < 4; j++) {

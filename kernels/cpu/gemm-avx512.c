@@ -948,18 +948,33 @@ AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
         return _mm512_maskz_loadu_ps(mk, (const float *) p + i);
 }
 
-#define PF_ROWS 32
 #define V_BLOCK 16
 
 /* rows [t0, t0 + n) of an F16 cache whose heads are HD wide (a constant), as f32 */
 AI void widen_f16(const void *src, long ld, int t0, int n, int HD, float *dst) {
         for (int t = 0; t < n; t++) {
                 const uint16_t *r = (const uint16_t *) src + (long) (t0 + t) * ld;
-                UNROLL for (int o = 0; o < 2 * HD; o += 64)
-                        _mm_prefetch((const char *) (r + PF_ROWS * ld) + o, _MM_HINT_T0);
+                att_prefetch_row(src, AXP_TYPE_F16, ld, t0 + t, 2 * HD);
                 UNROLL for (int c = 0; c < HD / 16; c++)
                         _mm512_store_ps(dst + t * HD + 16 * c,
                                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
+        }
+}
+
+/* the same for a Q8_0 cache (heads hd wide, a multiple of 32: rows hd floats apart) */
+AI void widen_q8(const void *src, long ld, int t0, int n, int hd, float *dst) {
+        /* ld / 32 blocks between positions; a head's blocks are contiguous */
+        const long bld = ld / QK8_0;
+        for (int t = 0; t < n; t++) {
+                const block_q8_0 *r = (const block_q8_0 *) src + (long) (t0 + t) * bld;
+                att_prefetch_row(src, AXP_TYPE_Q8_0, ld, t0 + t, hd / QK8_0 * (int) sizeof(block_q8_0));
+                /* each block's scale once */
+                for (int c = 0; c < hd / 16; c += 2) {
+                        const block_q8_0 *b = r + c / 2;
+                        __m512 d = q8_scale16(b);
+                        _mm512_store_ps(dst + t * hd + 16 * c, q8_16(b, 0, d));
+                        _mm512_store_ps(dst + t * hd + 16 * c + 16, q8_16(b, 16, d));
+                }
         }
 }
 
@@ -977,26 +992,21 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                 return;
         }
         if (type == AXP_TYPE_Q8_0) {
-                /* ld / 32 blocks between positions; a head's blocks are contiguous */
-                const long bld = ld / QK8_0;
-                for (int t = 0; t < n; t++) {
-                        const block_q8_0 *r = (const block_q8_0 *) src + (long) (t0 + t) * bld;
-                        _mm_prefetch((const char *) (r + PF_ROWS * bld), _MM_HINT_T0);
-                        _mm_prefetch((const char *) (r + PF_ROWS * bld) + 64, _MM_HINT_T0);
-                        /* each block's scale once */
-                        for (int c = 0; c < nc; c += 2) {
-                                const block_q8_0 *b = r + c / 2;
-                                __m512 d = q8_scale16(b);
-                                _mm512_store_ps(dst + t * hdp + 16 * c, q8_16(b, 0, d));
-                                _mm512_store_ps(dst + t * hdp + 16 * c + 16, q8_16(b, 16, d));
-                        }
-                }
+                if (hd == 64)
+                        widen_q8(src, ld, t0, n, 64, dst);
+                else if (hd == 128)
+                        widen_q8(src, ld, t0, n, 128, dst);
+                else
+                        widen_q8(src, ld, t0, n, hd, dst);
                 return;
         }
-        for (int t = 0; t < n; t++)
+        int row_bytes = (int) att_kv_bytes(type, (size_t) hd);
+        for (int t = 0; t < n; t++) {
+                att_prefetch_row(src, type, ld, t0 + t, row_bytes);
                 for (int c = 0; c < nc; c++)
                         _mm512_store_ps(dst + t * hdp + 16 * c, kv_row(src, (long) (t0 + t) * ld + 16 * c, type,
                                                                        tail_mask(hd - 16 * c)));
+        }
 }
 
 /* 16 values of V's row t from element 16 c on: widened already (kvt < 0: vf, rows hdp apart)
@@ -1030,7 +1040,7 @@ AI void v_rows(const float *vf, int hdp, const void *v, long ld, int kvt, int t,
 
 /* acc_j += p_jt V_t over positions [tb, te) for up to 4 vectors at once (their accumulators
  * stay in registers; they start at zero when tb is 0, else from acc), V widened (kvt < 0) or
- * read in place (as the AVX2 path's accum_kv; rows fetched PF_ROWS ahead). Every index of
+ * read in place (as the AVX2 path's accum_kv; rows fetched ATT_PF_ROWS ahead). Every index of
  * a[][] is a constant once unrolled, so the compiler keeps it in registers (a loop over j with
  * a variable bound kept it in memory, stored at every position); hd is a constant where
  * att_chunk knows the width (64, 128), so no masks. */
@@ -1056,8 +1066,8 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
         int t = tb;
         /* positions every vector sees (a query's heads: all) */
         for (; t < lmin && t < lmax; t++) {
-                for (int o = 0; o < row_bytes; o += 64)
-                        _mm_prefetch(att_kv_row(v, (uint32_t) kvt, ld, t + PF_ROWS) + o, _MM_HINT_T0);
+                if (kvt >= 0)
+                        att_prefetch_row(v, (uint32_t) kvt, ld, t, row_bytes);
                 __m512 vt[8];
                 v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
                 UNROLL for (int j = 0; j < SUB; j++) {
