@@ -499,14 +499,21 @@ static inline const char *att_kv_row(const void *kv, uint32_t type, long ld, lon
 }
 
 /* The rows of one KV head are ld values apart, further than the hardware prefetcher follows:
- * the attention kernels fetch row t + ATT_PF_ROWS while they read row t: a line every 64 of its
- * n bytes (att_kv_bytes of the head's width, computed once by the caller), and where the row
- * starts late in a line (a Q8_0 head's 68 or 136 bytes start anywhere), the line of its last
- * byte too. Two fetches from a 136-byte head's start missed one or two of its lines. */
-#define ATT_PF_ROWS 32
-static inline __attribute__((always_inline)) void att_prefetch_row(const void *kv, uint32_t type, long ld, long t,
+ * the attention kernels fetch the row att_pf_rows(n) ahead of the one they read, every line of
+ * its n bytes (att_kv_bytes of the head's width, computed once by the caller): a line every
+ * 64 bytes and, where the row starts late in a line (a Q8_0 head's 68 or 136 bytes start
+ * anywhere), the line of its last byte too; two fetches from a 136-byte head's start missed
+ * one or two of its lines. The distance is ATT_PF_BYTES of the head's own bytes whatever its
+ * width: a fixed 32 rows was best for 256-byte rows (F16, 128 wide) and too near for 68- and
+ * 128-byte ones. */
+#define ATT_PF_BYTES 8192
+static inline int att_pf_rows(int n) {
+        return n < ATT_PF_BYTES ? ATT_PF_BYTES / n : 1;
+}
+
+static inline __attribute__((always_inline)) void att_prefetch_row(const void *kv, uint32_t type, long ld, long row,
                                                                    int n) {
-        const char *p = att_kv_row(kv, type, ld, t + ATT_PF_ROWS);
+        const char *p = att_kv_row(kv, type, ld, row);
         for (int o = 0; o < n; o += 64)
                 _mm_prefetch(p + o, _MM_HINT_T0);
         if (type == AXP_TYPE_Q8_0 && (int) ((uintptr_t) p & 63) + n > (n + 63) / 64 * 64)

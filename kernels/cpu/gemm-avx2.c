@@ -1421,21 +1421,21 @@ static __m256 load_kv(const void *p, long i, uint32_t type, int n) {
 /* rows [0, n) of K or V as f32, hdp floats apart, zero padded. The type and the whole-vector
  * case are decided once, not per 8 values: load_kv's per-call checks made this loop most of
  * decode attention's time (5.4 against 2.2 ms a token on AVX-512 at 512 positions). Each row
- * fetches the one ATT_PF_ROWS ahead (att_prefetch_row). */
+ * fetches one further on (att_prefetch_row). */
 static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd, int hdp, float *dst) {
-        int nc = (hd + 7) / 8;
+        int nc = (hd + 7) / 8, row_bytes = (int) att_kv_bytes(type, (size_t) hd), ahead = att_pf_rows(row_bytes);
         src = att_kv_row(src, type, ld, t0);
         if (type == AXP_TYPE_F16 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const uint16_t *r = (const uint16_t *) src + (long) t * ld;
-                        att_prefetch_row(src, AXP_TYPE_F16, ld, t, 2 * hd);
+                        att_prefetch_row(src, AXP_TYPE_F16, ld, t + ahead, row_bytes);
                         for (int c = 0; c < nc; c++)
                                 _mm256_store_ps(dst + t * hdp + 8 * c, _mm256_cvtph_ps(ldu16(r + 8 * c)));
                 }
         } else if (type == AXP_TYPE_F32 && hd % 8 == 0) {
                 for (int t = 0; t < n; t++) {
                         const float *r = (const float *) src + (long) t * ld;
-                        att_prefetch_row(src, AXP_TYPE_F32, ld, t, 4 * hd);
+                        att_prefetch_row(src, AXP_TYPE_F32, ld, t + ahead, row_bytes);
                         for (int c = 0; c < nc; c++)
                                 _mm256_store_ps(dst + t * hdp + 8 * c, _mm256_loadu_ps(r + 8 * c));
                 }
@@ -1444,7 +1444,7 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                 const long bld = ld / QK8_0;
                 for (int t = 0; t < n; t++) {
                         const block_q8_0 *r = (const block_q8_0 *) src + (long) t * bld;
-                        att_prefetch_row(src, AXP_TYPE_Q8_0, ld, t, hd / QK8_0 * (int) sizeof(block_q8_0));
+                        att_prefetch_row(src, AXP_TYPE_Q8_0, ld, t + ahead, row_bytes);
                         /* each block's scale once */
                         for (int c = 0; c < nc; c += 4) {
                                 const block_q8_0 *b = r + c / 4;
@@ -1523,7 +1523,7 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
  * place (kvt >= 0, the head a multiple of 16 wide): each value is converted once either way,
  * but in place saves widening's store and the load back, and keeps V's chunk out of the
  * scratch (64 KB for 256 positions of a 64-wide head, more than L1). Row t's lines are
- * fetched ATT_PF_ROWS rows ahead in the first pass over the row.
+ * fetched att_pf_rows ahead in the first pass over the row.
  *
  * The passes over a head's 16-value columns go V_BLOCK positions at a time, the accumulators
  * kept in acc between blocks: the rows of one KV head are ld values apart (1 KB for 8 F16
@@ -1534,6 +1534,7 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
 AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hdp, const void *v, long ld,
                  int kvt, float *acc, int hd) {
         int row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
+        int ahead = kvt >= 0 ? att_pf_rows(row_bytes) : 0;
         for (int j0 = 0; j0 < nv; j0 += 4) {
                 int ns = nv - j0 < 4 ? nv - j0 : 4, lmax = 0, lmin = ATT_CHUNK;
                 for (int j = 0; j < ns; j++) {
@@ -1561,7 +1562,7 @@ AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hd
                                 /* positions all four see (a query's heads: all) */
                                 for (; t < te && t < lmin; t++) {
                                         if (pf)
-                                                att_prefetch_row(v, (uint32_t) kvt, ld, t, row_bytes);
+                                                att_prefetch_row(v, (uint32_t) kvt, ld, t + ahead, row_bytes);
                                         __m256 v0, v1;
                                         v16(vf, hdp, v, ld, kvt, t, 8 * c, &v0, &v1);
                                         UNROLL for (int j = 0; j < 4; j++) {

@@ -954,7 +954,7 @@ AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
 AI void widen_f16(const void *src, long ld, int t0, int n, int HD, float *dst) {
         for (int t = 0; t < n; t++) {
                 const uint16_t *r = (const uint16_t *) src + (long) (t0 + t) * ld;
-                att_prefetch_row(src, AXP_TYPE_F16, ld, t0 + t, 2 * HD);
+                att_prefetch_row(src, AXP_TYPE_F16, ld, t0 + t + att_pf_rows(2 * HD), 2 * HD);
                 UNROLL for (int c = 0; c < HD / 16; c++)
                         _mm512_store_ps(dst + t * HD + 16 * c,
                                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (r + 16 * c))));
@@ -965,9 +965,10 @@ AI void widen_f16(const void *src, long ld, int t0, int n, int HD, float *dst) {
 AI void widen_q8(const void *src, long ld, int t0, int n, int hd, float *dst) {
         /* ld / 32 blocks between positions; a head's blocks are contiguous */
         const long bld = ld / QK8_0;
+        const int row_bytes = hd / QK8_0 * (int) sizeof(block_q8_0), ahead = att_pf_rows(row_bytes);
         for (int t = 0; t < n; t++) {
                 const block_q8_0 *r = (const block_q8_0 *) src + (long) (t0 + t) * bld;
-                att_prefetch_row(src, AXP_TYPE_Q8_0, ld, t0 + t, hd / QK8_0 * (int) sizeof(block_q8_0));
+                att_prefetch_row(src, AXP_TYPE_Q8_0, ld, t0 + t + ahead, row_bytes);
                 /* each block's scale once */
                 for (int c = 0; c < hd / 16; c += 2) {
                         const block_q8_0 *b = r + c / 2;
@@ -1000,9 +1001,9 @@ static void widen(const void *src, uint32_t type, long ld, int t0, int n, int hd
                         widen_q8(src, ld, t0, n, hd, dst);
                 return;
         }
-        int row_bytes = (int) att_kv_bytes(type, (size_t) hd);
+        int row_bytes = (int) att_kv_bytes(type, (size_t) hd), ahead = att_pf_rows(row_bytes);
         for (int t = 0; t < n; t++) {
-                att_prefetch_row(src, type, ld, t0 + t, row_bytes);
+                att_prefetch_row(src, type, ld, t0 + t + ahead, row_bytes);
                 for (int c = 0; c < nc; c++)
                         _mm512_store_ps(dst + t * hdp + 16 * c, kv_row(src, (long) (t0 + t) * ld + 16 * c, type,
                                                                        tail_mask(hd - 16 * c)));
@@ -1040,7 +1041,7 @@ AI void v_rows(const float *vf, int hdp, const void *v, long ld, int kvt, int t,
 
 /* acc_j += p_jt V_t over positions [tb, te) for up to 4 vectors at once (their accumulators
  * stay in registers; they start at zero when tb is 0, else from acc), V widened (kvt < 0) or
- * read in place (as the AVX2 path's accum_kv; rows fetched ATT_PF_ROWS ahead). Every index of
+ * read in place (as the AVX2 path's accum_kv; rows fetched att_pf_rows ahead). Every index of
  * a[][] is a constant once unrolled, so the compiler keeps it in registers (a loop over j with
  * a variable bound kept it in memory, stored at every position); hd is a constant where
  * att_chunk knows the width (64, 128), so no masks. */
@@ -1049,6 +1050,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
         __m512 a[4][8];
         __mmask16 mk[8];
         int lmax = 0, lmin = ATT_CHUNK, row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
+        int ahead = kvt >= 0 ? att_pf_rows(row_bytes) : 0;
         UNROLL for (int c = 0; c < NC; c++)
                 mk[c] = 16 * c < hd ? tail_mask(hd - 16 * c) : 0;
         UNROLL for (int j = 0; j < SUB; j++) {
@@ -1067,7 +1069,7 @@ AI void accum(const float *s, const int *len, int nv_sub, const float *vf, int h
         /* positions every vector sees (a query's heads: all) */
         for (; t < lmin && t < lmax; t++) {
                 if (kvt >= 0)
-                        att_prefetch_row(v, (uint32_t) kvt, ld, t, row_bytes);
+                        att_prefetch_row(v, (uint32_t) kvt, ld, t + ahead, row_bytes);
                 __m512 vt[8];
                 v_rows(vf, hdp, v, ld, kvt, t, hd, mk, vt, NC);
                 UNROLL for (int j = 0; j < SUB; j++) {
