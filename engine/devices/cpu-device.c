@@ -184,10 +184,13 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
 
         memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
         const int layer = t->layer;
-        const size_t row = (size_t) (r->pos % axp_seq_kv_rows(r->seq, layer));
-        const size_t rb = axp_kv_row_bytes(hp, r->seq->kv_type);
-        axp_cpu_kv_store(r->seq->kv_type, kk, (char *) r->seq->k[layer] + row * rb, kvd);
-        axp_cpu_kv_store(r->seq->kv_type, v, (char *) r->seq->v[layer] + row * rb, kvd);
+        const int rows = axp_seq_kv_rows(r->seq, layer), row = r->pos % rows;
+        const size_t hb = axp_kv_head_bytes(hp, r->seq->kv_type);
+        for (int h = 0; h < hp->n_head_kv; h++) {
+                const size_t off = axp_kv_offset(hb, rows, h, row);
+                axp_cpu_kv_store(r->seq->kv_type, kk + h * hp->head_dim, (char *) r->seq->k[layer] + off, hp->head_dim);
+                axp_cpu_kv_store(r->seq->kv_type, v + h * hp->head_dim, (char *) r->seq->v[layer] + off, hp->head_dim);
+        }
 }
 
 static int run_k1(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
@@ -237,6 +240,7 @@ static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
                 float *q = s->seq->qa + (size_t) s->t0 * qd;
                 axp_cpu_attention(c->pool, q, qd, q, qd, s->seq->k[t->layer], s->seq->v[t->layer],
                                   s->seq->kv_type, n_q, c->pos, hp->n_head, hp->n_head_kv, hp->head_dim,
+                                  hp->head_dim, (long) axp_seq_kv_rows(s->seq, t->layer) * hp->head_dim,
                                   axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0,
                                   ring_rows(s->seq, t->layer), hp->attn_scale);
         }

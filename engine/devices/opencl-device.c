@@ -155,8 +155,8 @@ typedef struct ocl_dev {
         int runs_cap;
         wrap wraps[2 * AXP_MAX_BATCH + 8];
         int n_wraps;
-        dirty dirt[4 * AXP_MAX_BATCH + 8];
-        int n_dirt;
+        dirty *dirt; /* grown as a task needs: the cache's heads are apart, a region each */
+        int n_dirt, dirt_cap;
 } ocl_dev;
 
 static const char *cl_err_name(cl_int e) {
@@ -398,8 +398,14 @@ static int wrap_get(ocl_dev *c, void *ptr, size_t bytes, bool init, cl_mem *ret,
 }
 
 static int mark_dirty(ocl_dev *c, cl_mem m, void *ptr, size_t off, size_t bytes, axp_error *err) {
-        if (c->n_dirt == (int) ELEMENTSOF(c->dirt))
-                return axp_errorf(err, -E2BIG, "OpenCL: too many regions written in one task");
+        if (c->n_dirt == c->dirt_cap) {
+                int cap = MAX(64, 2 * c->dirt_cap);
+                dirty *d = realloc(c->dirt, sizeof(*d) * (size_t) cap);
+                if (!d)
+                        return axp_errorf(err, -ENOMEM, "out of memory");
+                c->dirt = d;
+                c->dirt_cap = cap;
+        }
         c->dirt[c->n_dirt++] = (dirty) { m, ptr, off, bytes };
         return 0;
 }
@@ -434,9 +440,9 @@ static void release_wraps(ocl_dev *c) {
         c->n_dirt = 0;
 }
 
-/* Bytes of one position's K (or V) of one layer */
-static size_t kv_row_bytes(const axp_seq *s) {
-        return axp_kv_row_bytes(&s->model->hp, s->kv_type);
+/* Bytes of one KV head's values at one position */
+static size_t kv_head_bytes(const axp_seq *s) {
+        return axp_kv_head_bytes(&s->model->hp, s->kv_type);
 }
 
 /* kv_kind of the kernels (common.cl) */
@@ -620,7 +626,8 @@ typedef struct seq_bufs {
 } seq_bufs;
 
 /* Wrap a request of the task: its activations up to the last pending token the task
- * touches, the KV cache of the task's layer up to that token's position. */
+ * touches, the KV cache of the task's layer up to that token's row in the last head (the
+ * cache is head by head, axp_kv_offset). */
 static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, unsigned use, seq_bufs *ret,
                     axp_error *err) {
         const axp_hparams *hp = &c->model->hp;
@@ -630,7 +637,8 @@ static int seq_wrap(ocl_dev *c, const axp_task *t, axp_seq *s, unsigned use, seq
                         t1 = MAX(t1, t->spans[i].t1);
         const size_t xb = (size_t) t1 * hp->n_embd * sizeof(float),
                      qab = (size_t) t1 * hp->n_head * hp->head_dim * sizeof(float),
-                     kvb = (size_t) MIN(s->n_past + t1, axp_seq_kv_rows(s, t->layer)) * kv_row_bytes(s);
+                     kvb = axp_kv_offset(kv_head_bytes(s), axp_seq_kv_rows(s, t->layer), hp->n_head_kv - 1,
+                                         MIN(s->n_past + t1, axp_seq_kv_rows(s, t->layer)));
         if ((use & USE_X) &&
             (r = wrap_get(c, s->x, xb, (use & READ_X) == READ_X, &ret->x, err)) < 0)
                 return r;
@@ -789,20 +797,23 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                              KI(kv_kind(s))),
                                         err)) < 0)
                                 return r;
-                        /* the rows written: up to the ring's end, and from its start if they wrap */
-                        const size_t kvb = kv_row_bytes(s);
+                        /* the rows written, in each head: up to the ring's end, and from its
+                         * start if they wrap */
+                        const size_t hb = kv_head_bytes(s);
                         const int row0 = pos0 % rows, n1 = MIN(u->n, rows - row0);
                         if ((r = mark_dirty(c, b.qa, s->qa, (size_t) u->t * qd * sizeof(float),
-                                            (size_t) u->n * qd * sizeof(float), err)) < 0 ||
-                            (r = mark_dirty(c, b.k, s->k[t->layer], (size_t) row0 * kvb,
-                                            (size_t) n1 * kvb, err)) < 0 ||
-                            (r = mark_dirty(c, b.v, s->v[t->layer], (size_t) row0 * kvb,
-                                            (size_t) n1 * kvb, err)) < 0)
+                                            (size_t) u->n * qd * sizeof(float), err)) < 0)
                                 return r;
-                        if (n1 < u->n &&
-                            ((r = mark_dirty(c, b.k, s->k[t->layer], 0, (size_t) (u->n - n1) * kvb, err)) < 0 ||
-                             (r = mark_dirty(c, b.v, s->v[t->layer], 0, (size_t) (u->n - n1) * kvb, err)) < 0))
-                                return r;
+                        for (int h = 0; h < hp->n_head_kv; h++) {
+                                const size_t at = axp_kv_offset(hb, rows, h, row0), start = axp_kv_offset(hb, rows, h, 0);
+                                if ((r = mark_dirty(c, b.k, s->k[t->layer], at, (size_t) n1 * hb, err)) < 0 ||
+                                    (r = mark_dirty(c, b.v, s->v[t->layer], at, (size_t) n1 * hb, err)) < 0)
+                                        return r;
+                                if (n1 < u->n &&
+                                    ((r = mark_dirty(c, b.k, s->k[t->layer], start, (size_t) (u->n - n1) * hb, err)) < 0 ||
+                                     (r = mark_dirty(c, b.v, s->v[t->layer], start, (size_t) (u->n - n1) * hb, err)) < 0))
+                                        return r;
+                        }
                 }
         }
         return 0;
@@ -1511,6 +1522,7 @@ static void ocl_free(axp_device *dev) {
                 if (c->ctx)
                         clReleaseContext(c->ctx);
                 free(c->wbufs);
+                free(c->dirt);
                 free(c->rows);
                 free(c->runs);
                 free(c->rope_host);

@@ -53,6 +53,10 @@ size_t axp_kv_row_bytes(const axp_hparams *hp, uint32_t kv_type) {
         return (size_t) axp_type_row_size(kv_type, (int64_t) hp->n_head_kv * hp->head_dim);
 }
 
+size_t axp_kv_head_bytes(const axp_hparams *hp, uint32_t kv_type) {
+        return (size_t) axp_type_row_size(kv_type, hp->head_dim);
+}
+
 static bool has_swa(const axp_hparams *hp) {
         for (int l = 0; l < hp->n_layer; l++)
                 if (axp_layer_is_swa(hp, l))
@@ -105,7 +109,7 @@ static int grown_rows(const axp_seq *s, bool swa, int n, int span) {
 static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
         const axp_hparams *hp = &s->model->hp;
         const int cap = grown_rows(s, false, n, span), swa_cap = has_swa(hp) ? grown_rows(s, true, n, span) : 0;
-        const size_t row = kv_row_bytes(s);
+        const size_t row = kv_row_bytes(s), hb = axp_kv_head_bytes(hp, s->kv_type);
         _cleanup_free_ void **nk = NULL, **nv = NULL;
 
         if (cap == s->kv_cap && swa_cap == s->swa_cap)
@@ -134,12 +138,14 @@ static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
                         continue;
                 const bool swa = axp_layer_is_swa(hp, l);
                 const int old = swa ? s->swa_cap : s->kv_cap, rows = swa ? swa_cap : cap;
-                /* the positions a later query can still see, each from its row in the old
-                 * layout to its row in the new one */
-                for (int p = swa ? axp_layer_kv_start(hp, l, s->n_past) : 0; p < s->n_past; p++) {
-                        memcpy((char *) nk[l] + (size_t) (p % rows) * row, (char *) s->k[l] + (size_t) (p % old) * row, row);
-                        memcpy((char *) nv[l] + (size_t) (p % rows) * row, (char *) s->v[l] + (size_t) (p % old) * row, row);
-                }
+                /* the positions a later query can still see, each head's part from its row in
+                 * the old layout to its row in the new one */
+                for (int p = swa ? axp_layer_kv_start(hp, l, s->n_past) : 0; p < s->n_past; p++)
+                        for (int h = 0; h < hp->n_head_kv; h++) {
+                                size_t to = axp_kv_offset(hb, rows, h, p % rows), from = axp_kv_offset(hb, old, h, p % old);
+                                memcpy((char *) nk[l] + to, (char *) s->k[l] + from, hb);
+                                memcpy((char *) nv[l] + to, (char *) s->v[l] + from, hb);
+                        }
                 free(s->k[l]);
                 free(s->v[l]);
                 s->k[l] = nk[l];

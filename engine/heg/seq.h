@@ -25,7 +25,9 @@ typedef struct axp_seq {
                             * runs (the caller's chunk); 0: all the pending tokens */
         int n_ctx_max;     /* hard cap on positions (the context length) */
         int n_past;        /* positions committed to the KV cache */
-        void **k, **v;     /* per layer: [kv_cap or swa_cap][n_head_kv * head_dim] of kv_type */
+        void **k, **v;     /* per layer: [n_head_kv][kv_cap or swa_cap][head_dim] of kv_type
+                            * (axp_seq_kv_at): one KV head's rows side by side, which
+                            * attention reads as one stream */
         /* pending tokens at positions n_past .. n_past + n_new - 1 */
         int n_new;
         int act_cap;
@@ -45,7 +47,8 @@ const char *axp_kv_type_name(uint32_t kv_type);
 /* Whether a model can keep its KV cache in kv_type: a Q8_0 cache needs a head size that is a
  * multiple of 32 (one line in err otherwise, -EINVAL). */
 int axp_kv_type_check(const axp_hparams *hp, uint32_t kv_type, axp_error *err);
-/* Bytes of one position's K (or V) of one layer: n_head_kv * head_dim values of kv_type. */
+/* Bytes of one position's K (or V) of one layer: n_head_kv * head_dim values of kv_type (its
+ * heads' parts lie apart in the cache, see axp_kv_offset). */
 size_t axp_kv_row_bytes(const axp_hparams *hp, uint32_t kv_type);
 /* Rows of a sliding-window layer's ring for a context of n_ctx positions when at most span
  * pending tokens are written ahead of their attention: the window behind them plus the span,
@@ -60,6 +63,15 @@ size_t axp_seq_kv_bytes(const axp_seq *s);
 /* Rows of layer l's cache: position p is in row p % axp_seq_kv_rows(s, l). */
 static inline int axp_seq_kv_rows(const axp_seq *s, int l) {
         return axp_layer_is_swa(&s->model->hp, l) ? s->swa_cap : s->kv_cap;
+}
+
+/* Bytes of one KV head's values at one position: head_dim values of kv_type. */
+size_t axp_kv_head_bytes(const axp_hparams *hp, uint32_t kv_type);
+
+/* Where KV head h's values of row r start in a layer's K or V buffer of `rows` rows: the cache
+ * is head by head, each head's rows one after the other. */
+static inline size_t axp_kv_offset(size_t head_bytes, int rows, int h, int r) {
+        return ((size_t) h * (size_t) rows + (size_t) r) * head_bytes;
 }
 
 /* n_ctx_max: positions this request may ever use (<= model context); kv_reserve: positions

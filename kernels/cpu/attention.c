@@ -27,7 +27,8 @@ typedef struct att_job {
         long ldo;
         const uint8_t *k, *v;
         uint32_t kv_type;
-        long ld_kv; /* elements between positions */
+        long ld_kv;       /* elements between rows */
+        long head_stride; /* elements between KV heads */
         int n_q, n_head, n_head_kv, head_dim, group, qtile;
         const int32_t *pos;
         int window; /* > 0: query i sees positions pos[i] - window + 1 .. pos[i] only */
@@ -51,7 +52,7 @@ static size_t kv_row(const att_job *j, int p) {
 
 /* Where K (or V) of head kvh at position p starts */
 static size_t kv_off(const att_job *j, int p, int kvh) {
-        return att_kv_bytes(j->kv_type, kv_row(j, p) * j->ld_kv + (size_t) kvh * j->head_dim);
+        return att_kv_bytes(j->kv_type, kv_row(j, p) * j->ld_kv + (size_t) kvh * j->head_stride);
 }
 
 void axp_cpu_kv_store(uint32_t kv_type, const float *x, void *dst, int n) {
@@ -242,11 +243,13 @@ static void split_merge_fn(void *arg, int ith, int nth) {
 
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
-                       const int32_t *pos, int n_head, int n_head_kv, int head_dim,
-                       int window, int ring, float scale) {
+                       const int32_t *pos, int n_head, int n_head_kv, int head_dim, long ld_kv,
+                       long head_stride, int window, int ring, float scale) {
         assert(ring <= 0 || ring % ATT_CHUNK == 0);
         assert(kv_type == AXP_TYPE_F32 || kv_type == AXP_TYPE_F16 ||
-               (kv_type == AXP_TYPE_Q8_0 && head_dim % QK8_0 == 0));
+               (kv_type == AXP_TYPE_Q8_0 && head_dim % QK8_0 == 0 && ld_kv % QK8_0 == 0 &&
+                head_stride % QK8_0 == 0));
+        assert(ld_kv >= head_dim && head_stride >= head_dim);
         assert(n_head_kv > 0 && n_head % n_head_kv == 0);
         assert(head_dim > 0 && head_dim <= ATT_MAX_HEAD_DIM);
         assert(n_head / n_head_kv <= ATT_MAX_VECS);
@@ -261,7 +264,8 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                 .k = k,
                 .v = v,
                 .kv_type = kv_type,
-                .ld_kv = (long) n_head_kv * head_dim,
+                .ld_kv = ld_kv,
+                .head_stride = head_stride,
                 .n_q = n_q,
                 .n_head = n_head,
                 .n_head_kv = n_head_kv,

@@ -65,18 +65,20 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
  * to KV positions [0, pos[i]] (causal), or with window > 0 (sliding-window attention) to
  * [max(0, pos[i] - window + 1), pos[i]]. For head h (KV head h / (n_head / n_head_kv)):
  *   out[i][h] = sum_t softmax_t(scale * q[i][h] . K[t]) V[t]
- * q and out may alias (in place). k and v are [positions][n_head_kv * head_dim] of kv_type
- * (AXP_TYPE_F32, AXP_TYPE_F16, or AXP_TYPE_Q8_0 with head_dim a multiple of 32: each row is
- * blocks of 32 that never straddle two heads); positions up to max pos[i] must be written.
- * head_dim <= 512.
+ * q and out may alias (in place). k and v hold KV head h's values at row r from element
+ * r * ld_kv + h * head_stride on, head_dim of kv_type (AXP_TYPE_F32, AXP_TYPE_F16, or
+ * AXP_TYPE_Q8_0 with head_dim, ld_kv and head_stride multiples of 32); the engine's cache is
+ * head by head (ld_kv = head_dim, head_stride = its rows times head_dim), so each head's rows
+ * are read as one stream; [positions][n_head_kv * head_dim] is ld_kv = n_head_kv * head_dim,
+ * head_stride = head_dim. Positions up to max pos[i] must be written. head_dim <= 512.
  * ring > 0: position t is in row t % ring (a sliding-window layer's ring, a multiple of
  * ATT_CHUNK, holding every position the queries see); 0: in row t.
  * A query's result does not depend on the pool size nor on the other queries of the call (a
  * token's attention in a prefill chunk equals its attention as a lone decode step). */
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
-                       const int32_t *pos, int n_head, int n_head_kv, int head_dim,
-                       int window, int ring, float scale);
+                       const int32_t *pos, int n_head, int n_head_kv, int head_dim, long ld_kv,
+                       long head_stride, int window, int ring, float scale);
 
 /* The gated feed-forward activation in place: g[i] = act(g[i]) * u[i] for i < n, act SiLU
  * (g / (1 + e^-g): llama, qwen, phi3) or GELU's tanh form (g/2 (1 + tanh(sqrt(2/pi) (g +

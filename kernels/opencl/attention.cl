@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* K2: attention of a request's new tokens over its own KV cache, causal, with grouped KV
  * heads; with window > 0, a query at position pos sees positions pos - window + 1 .. pos only
- * (sliding-window layers), whose cache is a ring: position t is in row t % kv_rows. One work-group per (query, head): the items score WG positions at a time and the
+ * (sliding-window layers), whose cache is a ring: position t is in row t % kv_rows. The cache
+ * is head by head: KV head kh's row r starts at element (kh kv_rows + r) hd. One work-group
+ * per (query, head): the items score WG positions at a time and the
  * softmax runs online (a running maximum rescales what was summed so far), so any context
  * length fits in a fixed amount of local memory. The output replaces the query in place. */
 
@@ -15,7 +17,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
         __local float red[WG];
         const int g = get_group_id(0), lid = get_local_id(0);
         const int i = g / n_head, h = g % n_head, kh = h / (n_head / n_head_kv);
-        const int qd = n_head * hd, kvd = n_head_kv * hd, pos = pos0 + i;
+        const int qd = n_head * hd, pos = pos0 + i;
         __global float *q = QA + (long) (q_row0 + i) * qd + h * hd;
 
         for (int d = lid; d < hd; d += WG)
@@ -30,7 +32,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                 const int t = tb + lid;
                 float s = -INFINITY;
                 if (t <= pos) {
-                        const long k0 = (long) (t % kv_rows) * kvd + kh * hd;
+                        const long k0 = ((long) kh * kv_rows + t % kv_rows) * hd;
                         float dot = 0;
                         for (int d = 0; d < hd; d++)
                                 dot += qv[d] * kv_at(Kc, kv_kind, k0 + d);
@@ -47,7 +49,7 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                         if (d < hd) {
                                 float a = acc[j] * corr;
                                 for (int u = 0; u < nt; u++)
-                                        a += p[u] * kv_at(Vc, kv_kind, (long) ((tb + u) % kv_rows) * kvd + kh * hd + d);
+                                        a += p[u] * kv_at(Vc, kv_kind, ((long) kh * kv_rows + (tb + u) % kv_rows) * hd + d);
                                 acc[j] = a;
                         }
                 }

@@ -143,16 +143,21 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
         __global float *qa = QA + (long) (qa_row0 + i) * qd;
         for (int j = lid; j < qd; j += WG)
                 qa[j] = q[j];
-        const long kv0 = (long) ((pos0 + i) % kv_rows) * kvd; /* a ring on sliding-window layers */
+        /* the cache is head by head: value d of head h at row r is element (h kv_rows + r) hd + d
+         * (a ring on sliding-window layers: row (pos0 + i) % kv_rows) */
+        const long r = (pos0 + i) % kv_rows;
         if (kv_kind == KV_Q8_0) {
+                const int per = hd / 32; /* blocks a head */
                 for (int b = lid; b < kvd / 32; b += WG) {
-                        kv_put_q8_0(Kc + (kv0 / 32 + b) * 34, k + b * 32);
-                        kv_put_q8_0(Vc + (kv0 / 32 + b) * 34, v + b * 32);
+                        const long at = ((long) (b / per) * kv_rows + r) * per + b % per;
+                        kv_put_q8_0(Kc + at * 34, k + b * 32);
+                        kv_put_q8_0(Vc + at * 34, v + b * 32);
                 }
                 return;
         }
         for (int j = lid; j < kvd; j += WG) {
-                kv_put(Kc, kv_kind, kv0 + j, k[j]);
-                kv_put(Vc, kv_kind, kv0 + j, v[j]);
+                const long at = ((long) (j / hd) * kv_rows + r) * hd + j % hd;
+                kv_put(Kc, kv_kind, at, k[j]);
+                kv_put(Vc, kv_kind, at, v[j]);
         }
 }

@@ -222,15 +222,17 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                 axp_cpu_matmul(pool, 3, qkv, b->x, N_EMBD, ys, lds, n_tok);
                 op_end(OP_QKV);
                 axp_f16 *kc = b->kc + (size_t) l * b->ctx * kv_ld, *vc = b->vc + (size_t) l * b->ctx * kv_ld;
-                /* the cache write stands in for RoPE + store; values stay random-ish */
+                /* the cache write stands in for RoPE + store; values stay random-ish. Head by
+                 * head, as the engine keeps it (axp_kv_offset) */
                 for (int t = 0; t < n_tok; t++)
                         for (long i = 0; i < kv_ld; i++) {
-                                kc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->k[t * kv_ld + i] * 1e-3f);
-                                vc[(p0 + t) * kv_ld + i] = axp_f32_to_f16(b->v[t * kv_ld + i] * 1e-3f);
+                                long at = ((i / HEAD_DIM) * b->ctx + p0 + t) * HEAD_DIM + i % HEAD_DIM;
+                                kc[at] = axp_f32_to_f16(b->k[t * kv_ld + i] * 1e-3f);
+                                vc[at] = axp_f32_to_f16(b->v[t * kv_ld + i] * 1e-3f);
                         }
                 op_end(OP_REST);
                 axp_cpu_attention(pool, b->q, N_EMBD, b->q, N_EMBD, kc, vc, AXP_TYPE_F16, n_tok, b->pos,
-                                  N_HEAD, N_HEAD_KV, HEAD_DIM, 0, 0, 0.125f);
+                                  N_HEAD, N_HEAD_KV, HEAD_DIM, HEAD_DIM, (long) b->ctx * HEAD_DIM, 0, 0, 0.125f);
                 op_end(OP_ATTN);
                 const axp_weight *wo[1] = { &w[3] };
                 float *yo[1] = { b->out };

@@ -7,8 +7,11 @@
  * one layer timed, times the layers), best of 5. 2 threads unless told. Not a test: it prints
  * numbers.
  *
- *   bench-kv [--threads N] [--type f32|f16|q8_0] [--shape 1b|8b] [--prefill] [CTX (default 1500)]
- *   (AXP_CPU_ISA=avx2 or generic to force a path) */
+ *   bench-kv [--threads N] [--type f32|f16|q8_0] [--shape 1b|8b] [--layout heads|rows] [--prefill]
+ *            [CTX (default 1500)]    (AXP_CPU_ISA=avx2 or generic to force a path)
+ *
+ * The cache is laid out head by head, as the engine's (--layout rows: a position's heads side by
+ * side, as it was). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,7 @@ int main(int argc, char **argv) {
         static const uint32_t types[N_TYPES] = { AXP_TYPE_F32, AXP_TYPE_F16, AXP_TYPE_Q8_0 };
         static const char *const names[N_TYPES] = { "f32", "f16", "q8_0" };
         int nth = 2, only = -1, L = 16, H = 32, HKV = 8, HD = 64, reps = 20;
+        bool by_rows = false; /* --layout rows: [positions][heads], as the cache was laid out */
         for (; argc > 2 && strncmp(argv[1], "--", 2) == 0 && strcmp(argv[1], "--prefill") != 0; argc -= 2, argv += 2) {
                 if (strcmp(argv[1], "--threads") == 0)
                         nth = atoi(argv[2]);
@@ -41,6 +45,10 @@ int main(int argc, char **argv) {
                                 fprintf(stderr, "bench-kv: --type is f32, f16 or q8_0\n");
                                 return 2;
                         }
+                } else if (strcmp(argv[1], "--layout") == 0 && strcmp(argv[2], "rows") == 0) {
+                        by_rows = true;
+                } else if (strcmp(argv[1], "--layout") == 0 && strcmp(argv[2], "heads") == 0) {
+                        by_rows = false;
                 } else if (strcmp(argv[1], "--shape") == 0 && strcmp(argv[2], "8b") == 0) {
                         L = 32;
                         HD = 128;
@@ -59,7 +67,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench-kv: CTX is 1..65536, N 1..256\n");
                 return 2;
         }
-        long kvd = HKV * HD;
+        long kvd = HKV * HD, ld = by_rows ? kvd : HD, hs = by_rows ? HD : (long) ctx * HD;
         axp_pool *pool = axp_pool_new(nth);
         float *q = malloc(H * HD * 4), *out = malloc(H * HD * 4), *row = malloc(2 * kvd * 4);
         char *k[N_TYPES][32], *v[N_TYPES][32];
@@ -77,9 +85,13 @@ int main(int argc, char **argv) {
                         for (int y = 0; y < N_TYPES; y++) {
                                 if (!WANT(y))
                                         continue;
-                                size_t rb = axp_type_row_size(types[y], kvd);
-                                axp_cpu_kv_store(types[y], row, k[y][l] + t * rb, kvd);
-                                axp_cpu_kv_store(types[y], row + kvd, v[y][l] + t * rb, kvd);
+                                size_t hb = axp_type_row_size(types[y], HD);
+                                for (int h = 0; h < HKV; h++) {
+                                        /* head h of position t: in its row, or in its head's rows */
+                                        size_t off = by_rows ? ((size_t) t * HKV + h) * hb : ((size_t) h * ctx + t) * hb;
+                                        axp_cpu_kv_store(types[y], row + h * HD, k[y][l] + off, HD);
+                                        axp_cpu_kv_store(types[y], row + kvd + h * HD, v[y][l] + off, HD);
+                                }
                         }
                 }
         for (int i = 0; i < H * HD; i++) q[i] = rand() / (float) RAND_MAX - 0.5f;
@@ -98,7 +110,7 @@ int main(int argc, char **argv) {
                                         continue;
                                 double t0 = now();
                                 axp_cpu_attention(pool, qs, H * HD, os, H * HD, k[y][0], v[y][0], types[y], ctx, ps, H,
-                                                  HKV, HD, 0, 0, 0.125f);
+                                                  HKV, HD, ld, hs, 0, 0, 0.125f);
                                 best[y] = fmin(best[y], now() - t0);
                         }
                 /* q.k and p.v over the causal triangle */
@@ -119,7 +131,8 @@ int main(int argc, char **argv) {
                         for (int r = 0; r < reps; r++)
                                 for (int l = 0; l < L; l++)
                                         axp_cpu_attention(pool, q, H * HD, out, H * HD, k[y][l], v[y][l], types[y], 1,
-                                                          &pos, H, HKV, HD, 0 /* no window */, 0 /* no ring */, 0.125f);
+                                                          &pos, H, HKV, HD, ld, hs, 0 /* no window */, 0 /* no ring */,
+                                                          0.125f);
                         ms[y][round] = (now() - t0) / reps * 1e3;
                         printf("%d %s %.3f\n", round, names[y], ms[y][round]);
                 }

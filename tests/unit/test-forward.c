@@ -419,9 +419,8 @@ static void test_f16_kv(void) {
 }
 
 /* A layer's K or V buffer of 2 MiB or more starts on a 2 MiB boundary (axp_cpu_huge_alloc asks
- * for huge pages under it: attention reads each KV head's slice of every row, a stride that
- * took a TLB miss every few rows on 4 KiB pages), a smaller one on a page; both give the same
- * logits. */
+ * for huge pages under it), a smaller one on a page; both give the same logits, and so does
+ * the small one once it has grown. */
 static void test_kv_buffers(void) {
         axp_model *m = make_model("llama", "f32", 31, "--ctx 4096");
         CHECK(m != NULL);
@@ -442,6 +441,16 @@ static void test_kv_buffers(void) {
         }
         CHECK(axp_forward_prefill(dev, &big, p, N_PROMPT, 0, &err) == 0);
         CHECK(axp_forward_prefill(dev, &small, p, N_PROMPT, 0, &err) == 0);
+        CHECK(memcmp(big.logits, small.logits, sizeof(float) * m->hp.n_vocab) == 0);
+        /* a second turn past the small cache's rows: it grows, each KV head's rows copied to
+         * their places in the larger buffer (the cache is head by head), and gives the same
+         * bits as the cache allocated whole */
+        int32_t more[300];
+        prompt_tokens(m, more, 300, 32);
+        const int small_cap = small.kv_cap;
+        CHECK(axp_forward_prefill(dev, &big, more, 300, 0, &err) == 0);
+        CHECK(axp_forward_prefill(dev, &small, more, 300, 0, &err) == 0);
+        CHECK(small.kv_cap > small_cap && small_cap < N_PROMPT + 300);
         CHECK(memcmp(big.logits, small.logits, sizeof(float) * m->hp.n_vocab) == 0);
         axp_seq_free(&big);
         axp_seq_free(&small);

@@ -1140,7 +1140,7 @@ static void test_attention(void) {
                                         memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
                                         /* in place: out aliases q */
                                         axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, c.window, 0, scale);
+                                                          c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, 0, scale);
                                 }
                                 double maxe = 0;
                                 for (int i = 0; i < c.n_q; i++)
@@ -1163,17 +1163,39 @@ static void test_attention(void) {
                                                 memcpy(vr + (size_t) (p % ring) * rb, v + (size_t) p * rb, rb);
                                         }
                                         axp_cpu_attention(pools[2], q, ldq, o, ldq, kr, vr, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, c.window, ring, scale);
+                                                          c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, ring, scale);
                                         CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
                                                   "%s case %zu: the ring of %d rows differs", all_isas[ii], ci, ring);
                                         free(kr);
                                         free(vr);
                                         free(o);
                                 }
+                                /* the cache head by head, as the engine keeps it (each KV head's
+                                 * rows side by side), gives the same bits */
+                                {
+                                        size_t hb = (size_t) axp_type_row_size(kv_type, c.hd);
+                                        char *kh = malloc(rb * n_pos), *vh = malloc(rb * n_pos);
+                                        float *o = malloc(sizeof(float) * c.n_q * ldq);
+                                        memcpy(o, q, sizeof(float) * c.n_q * ldq);
+                                        for (int p = 0; p < n_pos; p++)
+                                                for (int h = 0; h < c.n_head_kv; h++) {
+                                                        size_t to = ((size_t) h * n_pos + p) * hb, from = (size_t) p * rb + h * hb;
+                                                        memcpy(kh + to, k + from, hb);
+                                                        memcpy(vh + to, v + from, hb);
+                                                }
+                                        axp_cpu_attention(pools[2], q, ldq, o, ldq, kh, vh, kv_type, c.n_q, pos, c.n_head,
+                                                          c.n_head_kv, c.hd, c.hd, (long) n_pos * c.hd, c.window, 0, scale);
+                                        CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
+                                                  "%s case %zu: the cache head by head differs", all_isas[ii], ci);
+                                        free(kh);
+                                        free(vh);
+                                        free(o);
+                                }
                                 /* the last query alone (a decode step) gives the same bits */
                                 float *one = malloc(sizeof(float) * ldq);
                                 axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1,
-                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, c.window, 0, scale);
+                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, 0,
+                                                  scale);
                                 CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
                                           "%s case %zu: decode differs from prefill", all_isas[ii], ci);
                                 free(one);
@@ -1226,7 +1248,7 @@ static void test_attention_no_subnormals(void) {
                 const unsigned flags = 0x12; /* underflow (UE) and denormal operand (DE) */
                 _mm_setcsr(_mm_getcsr() & ~0x3fu);
                 axp_cpu_attention(pools[1], q, N_HEAD * HD, out, N_HEAD * HD, k, v, AXP_TYPE_F16, 1, &pos, N_HEAD,
-                                  N_KV, HD, 0, 0, scale);
+                                  N_KV, HD, N_KV * HD, HD, 0, 0, scale);
                 unsigned csr = _mm_getcsr();
                 CHECK_MSG(!(csr & flags), "%s: MXCSR flags 0x%x after attention", all_isas[ii], csr & 0x3f);
                 double maxe = 0;
