@@ -1154,10 +1154,11 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 vw = vf;
         }
         /* In place with more than one group, the groups take turns over V_BLOCK positions at a
-         * time: the rows of one KV head are ld values apart (2 KB for 8 F16 heads of 128), so a
-         * whole chunk's rows fall in a few L1 sets, and a second pass over all 256 found them
-         * evicted and fetched them from L2 again. Each accumulator still adds its positions in
-         * order, so the sums are the same. */
+         * time, so a block's rows stay in L1 from one group to the next: a whole chunk's did not
+         * (64 KB for 256 rows of a 128-wide F16 head; when the cache was row by row, one head's
+         * rows 2 KB apart fell in a few L1 sets as well; head by head, against whole chunks,
+         * the 8B shape's 21.8 -> 19.9 ms a token, bench-kv). Each accumulator still adds its
+         * positions in order, so the sums are the same. */
         int block = vw || nv <= sub ? ATT_CHUNK : V_BLOCK;
         for (int tb = 0; tb < n_pos || tb == 0; tb += block) {
                 int te = tb + block < n_pos ? tb + block : n_pos;
