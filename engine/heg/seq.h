@@ -26,7 +26,7 @@ typedef struct axp_seq {
         int n_ctx_max;     /* hard cap on positions (the context length) */
         int n_past;        /* positions committed to the KV cache */
         void **k, **v;     /* per layer: [n_head_kv][kv_cap or swa_cap][head_dim] of kv_type
-                            * (axp_seq_kv_at): one KV head's rows side by side, which
+                            * (axp_kv_offset): one KV head's rows side by side, which
                             * attention reads as one stream */
         /* pending tokens at positions n_past .. n_past + n_new - 1 */
         int n_new;

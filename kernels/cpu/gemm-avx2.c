@@ -1523,16 +1523,8 @@ AI void v16(const float *vf, int hdp, const void *v, long ld, int kvt, int t, in
  * place (kvt >= 0, the head a multiple of 16 wide): each value is converted once either way,
  * but in place saves widening's store and the load back, and keeps V's chunk out of the
  * scratch (64 KB for 256 positions of a 64-wide head, more than L1). Row t's lines are
- * fetched att_pf_rows ahead in the first pass over the row.
- *
- * The passes over a head's 16-value columns go V_BLOCK positions at a time, the accumulators
- * kept in acc between blocks, so a block's rows stay in L1 from one pass to the next: a whole
- * chunk's did not (64 KB for 256 rows of a 128-wide F16 head; when the cache was row by row,
- * one head's rows 1 KB apart fell in a few L1 sets and each pass fetched them again from L2).
- * Head by head, against whole chunks: 8.8 -> 8.2 ms a token (1B shape), 33.8 -> 29.0 (8B),
- * bench-kv --threads 1 --type f16 [--shape 8b] 4096. Each accumulator still adds its positions
- * in order, so the sums are the same. */
-#define V_BLOCK 16
+ * fetched att_pf_rows ahead in the first pass over the row. The column passes go
+ * ATT_V_BLOCK positions at a time (cpu.h). */
 AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hdp, const void *v, long ld,
                  int kvt, float *acc, int hd) {
         int row_bytes = kvt >= 0 ? (int) att_kv_bytes((uint32_t) kvt, (size_t) hd) : 0;
@@ -1545,8 +1537,8 @@ AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hd
                 }
                 if (ns < 4)
                         lmin = 0;
-                for (int tb = 0; tb == 0 || tb < lmax; tb += V_BLOCK) {
-                        int te = tb + V_BLOCK < lmax ? tb + V_BLOCK : lmax;
+                for (int tb = 0; tb == 0 || tb < lmax; tb += ATT_V_BLOCK) {
+                        int te = tb + ATT_V_BLOCK < lmax ? tb + ATT_V_BLOCK : lmax;
                         for (int c = 0; 8 * c < hd; c += 2) {
                                 int pf = kvt >= 0 && j0 == 0 && c == 0;
                                 __m256 a[4][2];

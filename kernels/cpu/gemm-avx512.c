@@ -948,8 +948,6 @@ AI __m512 kv_row(const void *p, long i, uint32_t type, __mmask16 mk) {
         return _mm512_maskz_loadu_ps(mk, (const float *) p + i);
 }
 
-#define V_BLOCK 16
-
 /* rows [t0, t0 + n) of an F16 cache whose heads are HD wide (a constant), as f32 */
 AI void widen_f16(const void *src, long ld, int t0, int n, int HD, float *dst) {
         for (int t = 0; t < n; t++) {
@@ -1153,13 +1151,9 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                 widen(v, kv_type, ld, 0, n_pos, hd, hdp, vf);
                 vw = vf;
         }
-        /* In place with more than one group, the groups take turns over V_BLOCK positions at a
-         * time, so a block's rows stay in L1 from one group to the next: a whole chunk's did not
-         * (64 KB for 256 rows of a 128-wide F16 head; when the cache was row by row, one head's
-         * rows 2 KB apart fell in a few L1 sets as well; head by head, against whole chunks,
-         * the 8B shape's 21.8 -> 19.9 ms a token, bench-kv). Each accumulator still adds its
-         * positions in order, so the sums are the same. */
-        int block = vw || nv <= sub ? ATT_CHUNK : V_BLOCK;
+        /* In place with more than one group, the groups take turns over ATT_V_BLOCK
+         * positions at a time (cpu.h) */
+        int block = vw || nv <= sub ? ATT_CHUNK : ATT_V_BLOCK;
         for (int tb = 0; tb < n_pos || tb == 0; tb += block) {
                 int te = tb + block < n_pos ? tb + block : n_pos;
                 for (int j = 0; j < nv; j += sub) {
