@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
                 double flop = 2.0 * 2 * H * HD * (double) ctx * (ctx + 1) / 2;
                 for (int y = 0; y < N_TYPES; y++)
                         if (WANT(y))
-                                        printf("prefill %s: %.1f ms for a %d-token prompt (%d layers), %.1f GFLOP/s\n",
+                                printf("prefill %s: %.1f ms for a %d-token prompt (%d layers), %.1f GFLOP/s\n",
                                        names[y], best[y] * L * 1e3, ctx, L, flop / best[y] / 1e9);
                 return 0;
         }
