@@ -352,7 +352,9 @@ static double cpu_now(void) {
 }
 
 /* One thread, CPU time (robust on a shared machine): a product's speed per core.
- * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3), and 64 times over
+ * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3); the same over 8
+ * copies of an 8192x2048 one (the FFN's down product: a 16-row group's 8192 inputs of weights
+ * pass through L1 before the next group reads the activations again); and 64 times over
  * 2048x512 (a megabyte or less, read from L2: what the loop can take in when memory is not
  * the limit; a decode product reaches the memory's rate only if this is well above it);
  * prefill: n_tok 128 with a 2048x2048 matrix. With a list of paths (--isa avx2,avx-vnni)
@@ -371,11 +373,13 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 if (type < 0 || !axp_type_traits_get(type)->supported)
                         continue;
                 /* each path prepares its own copies (AMX packs differently) */
-                axp_weight w[MICRO_MAX_ISAS][8], sq[MICRO_MAX_ISAS], l2[MICRO_MAX_ISAS];
+                axp_weight w[MICRO_MAX_ISAS][8], dn[MICRO_MAX_ISAS][8], sq[MICRO_MAX_ISAS], l2[MICRO_MAX_ISAS];
                 void *raw_sq = random_rows(type, 2048, 2048);
-                void *raw[8];
-                for (int i = 0; i < 8; i++)
+                void *raw[8], *raw_dn[8];
+                for (int i = 0; i < 8; i++) {
                         raw[i] = random_rows(type, 2048, 8192);
+                        raw_dn[i] = random_rows(type, 8192, 2048);
+                }
                 for (int a = 0; a < n_isa; a++) {
                         axp_cpu_set_isa(isa[a]);
                         for (int i = 0; i < 8; i++) {
@@ -383,6 +387,10 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                                          .row_bytes = axp_type_row_size(type, 2048), .data = raw[i] };
                                 axp_cpu_weight_prepare(&w[a][i]);
                                 w[a][i].data = NULL;
+                                dn[a][i] = (axp_weight) { .name = "d", .type = type, .n_in = 8192, .n_out = 2048,
+                                                          .row_bytes = axp_type_row_size(type, 8192), .data = raw_dn[i] };
+                                axp_cpu_weight_prepare(&dn[a][i]);
+                                dn[a][i].data = NULL;
                         }
                         sq[a] = (axp_weight) { .name = "sq", .type = type, .n_in = 2048, .n_out = 2048,
                                                .row_bytes = axp_type_row_size(type, 2048), .data = raw_sq };
@@ -392,13 +400,15 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                         l2[a].priv = NULL;
                         axp_cpu_weight_prepare(&l2[a]);
                 }
-                for (int i = 0; i < 8; i++)
+                for (int i = 0; i < 8; i++) {
                         free(raw[i]);
+                        free(raw_dn[i]);
+                }
                 long ld = 8192;
                 int n_tok = 128;
-                double best[MICRO_MAX_ISAS], bestp[MICRO_MAX_ISAS], bestl[MICRO_MAX_ISAS];
+                double best[MICRO_MAX_ISAS], bestd[MICRO_MAX_ISAS], bestp[MICRO_MAX_ISAS], bestl[MICRO_MAX_ISAS];
                 for (int a = 0; a < n_isa; a++)
-                        best[a] = bestp[a] = bestl[a] = 1e9;
+                        best[a] = bestd[a] = bestp[a] = bestl[a] = 1e9;
                 for (int r = 0; r < 5; r++)
                         for (int a = 0; a < n_isa; a++) {
                                 axp_cpu_set_isa(isa[a]);
@@ -408,6 +418,12 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                         axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
                                 }
                                 best[a] = fmin(best[a], cpu_now() - t0);
+                                t0 = cpu_now();
+                                for (int i = 0; i < 8; i++) {
+                                        const axp_weight *ws[1] = { &dn[a][i] };
+                                        axp_cpu_matmul(one, 1, ws, x, 8192, &y, &ld, 1);
+                                }
+                                bestd[a] = fmin(bestd[a], cpu_now() - t0);
                                 const axp_weight *l2p = &l2[a];
                                 axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 1);
                                 t0 = cpu_now();
@@ -419,13 +435,15 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                 axp_cpu_matmul(one, 1, &sqp, x, 2048, &y, &ld, n_tok);
                                 bestp[a] = fmin(bestp[a], cpu_now() - t0);
                         }
-                double bytes = 8.0 * w[0][0].row_bytes * 8192, bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
+                double bytes = 8.0 * w[0][0].row_bytes * 8192, bytes_d = 8.0 * dn[0][0].row_bytes * 2048, bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
                 for (int a = 0; a < n_isa; a++) {
-                        printf("  %-6s %-8s decode %5.1f GB/s (from L2 %5.1f)   prefill (128 tokens) %6.1f GFLOP/s\n", ty,
-                               isa[a], bytes / best[a] / 1e9, bytes_l2 / bestl[a] / 1e9,
+                        printf("  %-6s %-8s decode %5.1f GB/s (8192 in %5.1f, from L2 %5.1f)   prefill (128 tokens) %6.1f GFLOP/s\n",
+                               ty, isa[a], bytes / best[a] / 1e9, bytes_d / bestd[a] / 1e9, bytes_l2 / bestl[a] / 1e9,
                                2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
-                        for (int i = 0; i < 8; i++)
+                        for (int i = 0; i < 8; i++) {
                                 axp_cpu_weight_release(&w[a][i]);
+                                axp_cpu_weight_release(&dn[a][i]);
+                        }
                         axp_cpu_weight_release(&sq[a]);
                         axp_cpu_weight_release(&l2[a]);
                 }
