@@ -910,14 +910,14 @@ AI __m256i dot16x4(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i
 #endif
 }
 
-#ifdef AXP_AVX_VNNI
 /* acc + the dots of sub-blocks 2p and 2p + 1 (int32 lanes whose values fit s16; the second
  * 2^(16 - sh) times its value, its low bits 0) side by side times their scale pair sc (lane
  * r: the two rows' scales as s16) */
 AI __m256i dot_pair_acc(__m256i acc, __m256i d0, __m256i d1, __m256i sc, int sh) {
         return madd_acc(acc, _mm256_blend_epi16(d0, _mm256_slli_epi32(d1, sh), 0xaa), sc);
 }
-#else
+
+#ifndef AXP_AVX_VNNI
 /* The same as s16 pair sums, not yet widened */
 AI __m256i sum16x4_s16(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3) {
         return _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[1], a1)),
@@ -925,10 +925,21 @@ AI __m256i sum16x4_s16(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m
 }
 #endif
 
+/* A sub-block of 16's dot from quads 0 and 2 as they are and 1 and 3 at 4 times their value
+ * (Q2_K's crumbs masked in place: pair sums of at most 2*12*127, two of them fit s16 and are
+ * exactly divisible by 4), as int32 lanes */
+AI __m256i crumb_dot(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+        __m256i p02 = _mm256_add_epi16(_mm256_maddubs_epi16(w[0], a0), _mm256_maddubs_epi16(w[2], a2));
+        __m256i p13 = _mm256_add_epi16(_mm256_maddubs_epi16(w[1], a1), _mm256_maddubs_epi16(w[3], a3));
+        return _mm256_madd_epi16(_mm256_add_epi16(p02, _mm256_srai_epi16(p13, 2)), _mm256_set1_epi16(1));
+}
+
 /* Q2_K, Q3_K: a superblock's sum_j sc_j dot_j over its sub-blocks of 16 is exact in int32 and
- * meets a float once. Each dot_j fits s16, so without VNNI the s16 pair sums go into vpmaddwd
- * with the scale in place of ones; with VNNI the int32 dots of sub-blocks 2p and 2p + 1 go side
- * by side into one vpdpwssd with the scale pair. The two builds sum the same integers. */
+ * meets a float once. Each dot_j fits s16, so the int32 dots of sub-blocks 2p and 2p + 1 go
+ * side by side into one vpmaddwd (vpdpwssd with VNNI) with the scale pair: with VNNI always,
+ * without it for Q2_K's decode. Otherwise (Q3_K, and Q2_K's prefill tiles without VNNI) the
+ * s16 pair sums go into vpmaddwd with the scale in place of ones. Every form sums the same
+ * integers. */
 
 /* Q2_K: crumbs 0..3 x s8 (pair sums of at most 2*3*127, four of them fit s16) per sub-block of
  * 16, times the 4-bit scale; the mins against the activation sums of 16. As every product of
@@ -945,7 +956,13 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t][hh] = _mm256_setzero_ps();
         }
         const __m256i m3 = _mm256_set1_epi8(3);
-        const __m256i m15 = _mm256_set1_epi16(15);
+        const __m256i m15 = _mm256_set1_epi16(15), m12 = _mm256_set1_epi8(12);
+        /* sub-blocks side by side (dot_pair_acc): with VNNI always; without, for decode only,
+         * where it cut the scales' and the dots' operations from 12 to 8 a pair and half
+         * (bench-kernels --micro q2_k, per core: 28.0-28.8 -> 29.6-29.7 GB/s from memory,
+         * 28.0-28.4 -> 29.8-30.0 from L2); prefill tiles, whose scales serve 4 tokens, lost 4%
+         * that way and keep each sub-block's dot in s16 with its scale in vpmaddwd */
+        const bool pair = YMM_VNNI || T <= 2;
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_Q2_K_SB;
                 __m256i msum[MAX_T][2], isum[MAX_T][2];
@@ -963,9 +980,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 for (int jp = 0; jp < 16; jp += 2) {
-#ifdef AXP_AVX_VNNI
                         __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
-#endif
                         UNROLL for (int e = 0; e < 2; e++) {
                                 const int j = jp + e;
                                 if (T <= 2)
@@ -974,13 +989,23 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                         /* 8 rows' (scale | min << 4) bytes of sub-blocks 2p, 2p + 1 */
                                         const uint8_t *sp = sb + 64 + 32 * (j / 2) + 16 * (h0 + hh);
-#ifdef AXP_AVX_VNNI
-                                        if (e)
+                                        if (pair && e)
                                                 scj[hh] = _mm256_and_si256(_mm256_cvtepu8_epi16(ld16(sp)), m15);
-#else
-                                        scj[hh] = _mm256_and_si256(scales_s8_pairs(sp, e), m15);
+#ifndef AXP_AVX_VNNI
+                                        if (!pair)
+                                                scj[hh] = _mm256_and_si256(scales_s8_pairs(sp, e), m15);
 #endif
                                         __m256i v = ld32(sb + PK_Q2_K_HEAD + 64 * j + 32 * (h0 + hh));
+                                        if (!YMM_VNNI && pair) {
+                                                /* quads 1 and 3 at 4 times their value: one
+                                                 * shift, not three (crumb_dot) */
+                                                __m256i v4 = _mm256_srli_epi16(v, 4);
+                                                w[hh][0] = _mm256_and_si256(v, m3);
+                                                w[hh][1] = _mm256_and_si256(v, m12);
+                                                w[hh][2] = _mm256_and_si256(v4, m3);
+                                                w[hh][3] = _mm256_and_si256(v4, m12);
+                                                continue;
+                                        }
                                         w[hh][0] = _mm256_and_si256(v, m3);
                                         w[hh][1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
                                         w[hh][2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
@@ -990,15 +1015,18 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         const int8_t *a = act_q8_K_qs(row[t], s) + 16 * j;
                                         __m256i a0 = bcast4(a), a1 = bcast4(a + 4), a2 = bcast4(a + 8), a3 = bcast4(a + 12);
                                         UNROLL for (int hh = 0; hh < NH; hh++) {
-#ifdef AXP_AVX_VNNI
-                                                __m256i dj = dot16x4(w[hh], a0, a1, a2, a3, _mm256_setzero_si256());
+#ifndef AXP_AVX_VNNI
+                                                if (!pair) {
+                                                        isum[t][hh] = madd_acc(isum[t][hh], sum16x4_s16(w[hh], a0, a1, a2, a3), scj[hh]);
+                                                        continue;
+                                                }
+#endif
+                                                __m256i dj = YMM_VNNI ? dot16x4(w[hh], a0, a1, a2, a3, _mm256_setzero_si256())
+                                                                      : crumb_dot(w[hh], a0, a1, a2, a3);
                                                 if (!e)
                                                         dprev[t][hh] = dj;
                                                 else
                                                         isum[t][hh] = dot_pair_acc(isum[t][hh], dprev[t][hh], dj, scj[hh], 16);
-#else
-                                                isum[t][hh] = madd_acc(isum[t][hh], sum16x4_s16(w[hh], a0, a1, a2, a3), scj[hh]);
-#endif
                                         }
                                 }
                         }
