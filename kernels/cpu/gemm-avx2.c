@@ -543,6 +543,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                                         __m256i p16 = _mm256_maddubs_epi16(aa, _mm256_sign_epi8(ws[hh], av));
                                                         isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
+                                                        if (T <= 2)
+                                                                __asm__("" : "+x"(isum[t][hh]));
                                                 }
                                                 continue;
                                         }
@@ -550,6 +552,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i sa = _mm256_sign_epi8(av, ws[hh]);
                                                 __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
                                                 isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
+                                                if (T <= 2)
+                                                        __asm__("" : "+x"(isum[t][hh]));
                                         }
                                 }
                         }
@@ -1267,6 +1271,8 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                                                 __m256i p16 = T == 1 ? _mm256_maddubs_epi16(aa, _mm256_sign_epi8(ws[hh], av))
                                                                      : _mm256_maddubs_epi16(aw[hh], _mm256_sign_epi8(av, ws[hh]));
                                                 isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
+                                                if (T <= 2)
+                                                        __asm__("" : "+x"(isum[t][hh]));
 #endif
                                         }
                                 }
