@@ -33,11 +33,17 @@
 #define MAX_T 4
 #define UNROLL _Pragma("GCC unroll 16")
 /* An integer accumulator kept as one chain of additions in a register. Integer vector adds
- * being associative, GCC turns a decode loop's chain of them into a tree whose leaves (a
- * sub-block's 8 products) it spills to the stack and loads again. Where it measured faster:
- * IQ4_XS's decode, 29.2-30.2 -> 30.7-31.1 GB/s a core from memory (bench-kernels --micro,
- * dense plan) and 41.0-42.1 -> 42.7-43.8 tokens/s in the engine (one thread). Tried and not
- * kept: Q4_K (from L2 47 -> 60 GB/s, from memory the same, prefill 3-5% slower: the code GCC
+ * being associative, GCC turns a loop's chain of them into a tree whose leaves (the products
+ * of a block or sub-block, a register each) it spills to the stack and loads again; a
+ * prefill tile's 8 accumulators (4 tokens, two halves) leave it no registers for them. In
+ * prefill tiles (T > 2) without VNNI, per core (bench-kernels --micro, the builds taking
+ * turns, GFLOP/s): Q8_0 159 -> 181, Q4_0 210 -> 292, Q4_1 209 -> 279, Q5_0 191 -> 214,
+ * Q5_1 219 -> 278, IQ4_NL 156 -> 167, IQ4_XS 151 -> 164, Q2_K 253 -> 260, Q3_K 220 -> 225,
+ * Q4_K 218 -> 303, Q5_K 233 -> 255; Q6_K the same (left out). With VNNI, whose vpdpbusd
+ * chains GCC cannot reorder, Q6_K's vpmulld sums 244 -> 287 (Q4_K's 2-5% slower: left out).
+ * In decode (T <= 2) only IQ4_XS keeps one: 29.2-30.2 -> 30.7-31.1 GB/s a core from memory,
+ * 41.0-42.1 -> 42.7-43.8 tokens/s in the engine (one thread). Tried in decode and not kept:
+ * Q4_K (from L2 47 -> 60 GB/s, from memory the same, and prefill 3-5% slower: the code GCC
  * made for the tiles moved), Q4_0, Q4_1, Q6_K, Q2_K and IQ4_NL (from memory the same or
  * slower), Q5_0 and Q3_K (10% slower in the engine). */
 #define CHAIN(v) __asm__("" : "+x"(v))
@@ -481,6 +487,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i l16 = _mm256_maddubs_epi16(lo[hh], al);
                                                 __m256i h16 = _mm256_maddubs_epi16(hi[hh], ah);
                                                 s16[t][hh] = _mm256_add_epi16(s16[t][hh], _mm256_add_epi16(l16, h16));
+                                                if (T > 2)
+                                                        CHAIN(s16[t][hh]);
                                         }
                                 }
                         }
@@ -517,6 +525,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                         __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
                                                                                        _mm256_maddubs_epi16(hi[hh], ah));
                                                         s16[t][hh] = p == p0 ? p16 : _mm256_add_epi16(s16[t][hh], p16);
+                                                        if (T > 2)
+                                                                CHAIN(s16[t][hh]);
                                                 }
                                         }
                                 }
@@ -559,6 +569,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i sa = _mm256_sign_epi8(av, ws[hh]);
                                                 __m256i p16 = _mm256_maddubs_epi16(aw[hh], sa);
                                                 isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
+                                                if (T > 2)
+                                                        CHAIN(isum[t][hh]);
                                         }
                                 }
                         }
@@ -765,8 +777,13 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
                                                                                _mm256_maddubs_epi16(hi[hh], ah));
                                                 s16[t][hh] = (p == 0 || (high && p == 2)) ? p16 : _mm256_add_epi16(s16[t][hh], p16);
-                                                if (p == 3 || (high && p == 1))
+                                                if (T > 2)
+                                                        CHAIN(s16[t][hh]);
+                                                if (p == 3 || (high && p == 1)) {
                                                         isum[t][hh] = madd_acc(isum[t][hh], s16[t][hh], sc16[hh]);
+                                                        if (T > 2)
+                                                                CHAIN(isum[t][hh]);
+                                                }
 #endif
                                         }
                                 }
@@ -870,6 +887,8 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                         d = _mm256_dpbusd_avx_epi32(d, w[hh][2], a2);
                                         d = _mm256_dpbusd_avx_epi32(d, w[hh][3], a3);
                                         isum[t][hh] = _mm256_add_epi32(isum[t][hh], _mm256_mullo_epi32(d, scj[hh]));
+                                        if (T > 2)
+                                                CHAIN(isum[t][hh]);
 #else
                                         __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(w[hh][0], a0),
                                                                        _mm256_maddubs_epi16(w[hh][1], a1));
@@ -1027,6 +1046,8 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #ifndef AXP_AVX_VNNI
                                                 if (!pair) {
                                                         isum[t][hh] = madd_acc(isum[t][hh], sum16x4_s16(w[hh], a0, a1, a2, a3), scj[hh]);
+                                                        if (T > 2)
+                                                                CHAIN(isum[t][hh]);
                                                         continue;
                                                 }
 #endif
@@ -1184,6 +1205,8 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i p16 = _mm256_add_epi16(sum16x4_s16(w[hh], a0, a1, a2, a3),
                                                                                _mm256_set1_epi32(off & 0xffff));
                                                 isum[t][hh] = madd_acc(isum[t][hh], p16, scj[hh]);
+                                                if (T > 2)
+                                                        CHAIN(isum[t][hh]);
 #endif
                                         }
                                 }
@@ -1276,8 +1299,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                                                 __m256i p16 = T == 1 ? _mm256_maddubs_epi16(aa, _mm256_sign_epi8(ws[hh], av))
                                                                      : _mm256_maddubs_epi16(aw[hh], _mm256_sign_epi8(av, ws[hh]));
                                                 isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
-                                                if (T <= 2)
-                                                        CHAIN(isum[t][hh]);
+                                                CHAIN(isum[t][hh]);
 #endif
                                         }
                                 }
