@@ -39,8 +39,10 @@
  * prefill tiles (T > 2) without VNNI, per core (bench-kernels --micro, the builds taking
  * turns, GFLOP/s): Q8_0 159 -> 181, Q4_0 210 -> 292, Q4_1 209 -> 279, Q5_0 191 -> 214,
  * Q5_1 219 -> 278, IQ4_NL 156 -> 167, IQ4_XS 151 -> 164, Q2_K 253 -> 260, Q3_K 220 -> 225,
- * Q4_K 218 -> 303, Q5_K 233 -> 255; Q6_K the same (left out). With VNNI, whose vpdpbusd
- * chains GCC cannot reorder, Q6_K's vpmulld sums 244 -> 287 (Q4_K's 2-5% slower: left out).
+ * Q4_K 218 -> 303, Q5_K 233 -> 255; Q6_K's dots the same (left out); the superblocks' sums
+ * against their minimums or offsets (msum, corr) 2-4% more for Q2_K and Q6_K. With VNNI,
+ * whose vpdpbusd chains GCC cannot reorder, Q6_K's vpmulld sums 244 -> 287 (Q4_K's 2-5%
+ * slower: left out).
  * In decode (T <= 2) only IQ4_XS keeps one: 29.2-30.2 -> 30.7-31.1 GB/s a core from memory,
  * 41.0-42.1 -> 42.7-43.8 tokens/s in the engine (one thread). Tried in decode and not kept:
  * Q4_K (from L2 47 -> 60 GB/s, from memory the same, and prefill 3-5% slower: the code GCC
@@ -721,8 +723,11 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 m16[hh] = _mm256_cvtepu8_epi16(ld16(sb + 192 + 32 * p + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs32(row[t], s) + 2 * p);
-                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
                                         msum[t][hh] = madd_acc(msum[t][hh], m16[hh], bs);
+                                        if (T > 2)
+                                                CHAIN(msum[t][hh]);
+                                }
                         }
                 }
                 for (int j = 0; j < 8; j++) {
@@ -847,8 +852,11 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 sc16[hh] = _mm256_cvtepi8_epi16(ld16(sb + 32 + 32 * p + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
-                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
                                         corr[t][hh] = madd_acc(corr[t][hh], sc16[hh], bs);
+                                        if (T > 2)
+                                                CHAIN(corr[t][hh]);
+                                }
                         }
                 }
                 for (int j = 0; j < 16; j++) {
@@ -1003,8 +1011,11 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 m16[hh] = _mm256_srli_epi16(_mm256_cvtepu8_epi16(ld16(sb + 64 + 32 * p + 16 * (h0 + hh))), 4);
                         UNROLL for (int t = 0; t < T; t++) {
                                 __m256i bs = bcast4(act_q8_K_bs16(row[t], s) + 2 * p);
-                                UNROLL for (int hh = 0; hh < NH; hh++)
+                                UNROLL for (int hh = 0; hh < NH; hh++) {
                                         msum[t][hh] = madd_acc(msum[t][hh], m16[hh], bs);
+                                        if (T > 2)
+                                                CHAIN(msum[t][hh]);
+                                }
                         }
                 }
                 for (int jp = 0; jp < 16; jp += 2) {
