@@ -43,8 +43,11 @@
  * against their minimums or offsets (msum, corr) 2-4% more for Q2_K and Q6_K. With VNNI,
  * whose vpdpbusd chains GCC cannot reorder, Q6_K's vpmulld sums 244 -> 287 (Q4_K's 2-5%
  * slower: left out).
- * In decode (T <= 2) only IQ4_XS keeps one: 29.2-30.2 -> 30.7-31.1 GB/s a core from memory,
- * 41.0-42.1 -> 42.7-43.8 tokens/s in the engine (one thread). Tried in decode and not kept:
+ * Two tokens (two requests decoded together) keep them for Q4_0, Q4_1, Q4_K and Q5_K: from
+ * memory, plain AVX2, 27.2-27.3 -> 35.7-36.4 GB/s a core, 25.1-27.8 -> 38.7-39.0,
+ * 25.5-27.0 -> 33.6-33.7 and 28.9-29.9 -> 30.8 (the other types the same or 5-7% more: left
+ * as they were). One token: only IQ4_XS keeps one, 29.2-30.2 -> 30.7-31.1 GB/s a core from
+ * memory, 41.0-42.1 -> 42.7-43.8 tokens/s in the engine (one thread). Tried there and not kept:
  * Q4_K (from L2 47 -> 60 GB/s, from memory the same, and prefill 3-5% slower: the code GCC
  * made for the tiles moved), Q4_0, Q4_1, Q6_K, Q2_K and IQ4_NL (from memory the same or
  * slower), Q5_0 and Q3_K (10% slower in the engine). */
@@ -489,7 +492,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i l16 = _mm256_maddubs_epi16(lo[hh], al);
                                                 __m256i h16 = _mm256_maddubs_epi16(hi[hh], ah);
                                                 s16[t][hh] = _mm256_add_epi16(s16[t][hh], _mm256_add_epi16(l16, h16));
-                                                if (T > 2)
+                                                if (T > 1)
                                                         CHAIN(s16[t][hh]);
                                         }
                                 }
@@ -782,11 +785,11 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                                 __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo[hh], al),
                                                                                _mm256_maddubs_epi16(hi[hh], ah));
                                                 s16[t][hh] = (p == 0 || (high && p == 2)) ? p16 : _mm256_add_epi16(s16[t][hh], p16);
-                                                if (T > 2)
+                                                if (T > 1)
                                                         CHAIN(s16[t][hh]);
                                                 if (p == 3 || (high && p == 1)) {
                                                         isum[t][hh] = madd_acc(isum[t][hh], s16[t][hh], sc16[hh]);
-                                                        if (T > 2)
+                                                        if (T > 1)
                                                                 CHAIN(isum[t][hh]);
                                                 }
 #endif
