@@ -353,10 +353,9 @@ static double cpu_now(void) {
 
 /* One thread, CPU time (robust on a shared machine): a product's speed per core.
  * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3), and n_tok 2 (two
- * requests decoded together, one stream of the weights for both); n_tok 1 over 8
- * copies of an 8192x2048 one (the FFN's down product: a 16-row group's 8192 inputs of weights
- * pass through L1 before the next group reads the activations again); and 64 times over
- * 2048x512 (a megabyte or less, read from L2: what the loop can take in when memory is not
+ * requests decoded together, one stream of the weights for both); n_tok 1 over 8 copies of an
+ * 8192x2048 one (the FFN's down product: a 16-row group's 8192 inputs of weights pass through
+ * L1 before the next group reads the activations again); and 64 times over 2048x512 (a megabyte or less, read from L2: what the loop can take in when memory is not
  * the limit; a decode product reaches the memory's rate only if this is well above it);
  * prefill: n_tok 128 with a 2048x2048 matrix. With a list of paths (--isa avx2,avx-vnni)
  * each type is timed on every path, the paths taking turns, best of 5 rounds. */
@@ -443,7 +442,8 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                 axp_cpu_matmul(one, 1, &sqp, x, 2048, &y, &ld, n_tok);
                                 bestp[a] = fmin(bestp[a], cpu_now() - t0);
                         }
-                double bytes = 8.0 * w[0][0].row_bytes * 8192, bytes_d = 8.0 * dn[0][0].row_bytes * 2048, bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
+                double bytes = 8.0 * w[0][0].row_bytes * 8192, bytes_d = 8.0 * dn[0][0].row_bytes * 2048;
+                double bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
                 for (int a = 0; a < n_isa; a++) {
                         printf("  %-6s %-8s decode %5.1f GB/s (2 tokens %5.1f, 8192 in %5.1f, from L2 %5.1f)   prefill (128 "
                                "tokens) %6.1f GFLOP/s\n",
