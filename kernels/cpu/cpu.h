@@ -500,12 +500,12 @@ static inline const char *att_kv_row(const void *kv, uint32_t type, long ld, lon
 
 /* The attention kernels fetch the row att_pf_rows(n) ahead of the one they read (rows ld
  * values apart: head_dim in the engine's cache, which is head by head; when it was row by row,
- * 1-2 KB, further than the hardware prefetcher follows), every line of its n bytes (att_kv_bytes of the head's width, computed once by the caller): a line every
- * 64 bytes and, where the row starts late in a line (a Q8_0 head's 68 or 136 bytes start
- * anywhere), the line of its last byte too; two fetches from a 136-byte head's start missed
- * one or two of its lines. The distance is ATT_PF_BYTES of the head's own bytes whatever its
- * width: a fixed 32 rows was best for 256-byte rows (F16, 128 wide) and too near for 68- and
- * 128-byte ones. */
+ * 1-2 KB, further than the hardware prefetcher follows), every line of its n bytes
+ * (att_kv_bytes of the head's width, computed once by the caller): a line every 64 bytes and,
+ * where the row starts late in a line (a Q8_0 head's 68 or 136 bytes start anywhere), the line
+ * of its last byte too; two fetches from a 136-byte head's start missed one or two of its
+ * lines. The distance is ATT_PF_BYTES of the head's own bytes whatever its width: a fixed 32
+ * rows was best for 256-byte rows (F16, 128 wide) and too near for 68- and 128-byte ones. */
 #define ATT_PF_BYTES 8192
 static inline int att_pf_rows(int n) {
         return n < ATT_PF_BYTES ? ATT_PF_BYTES / n : 1;
