@@ -293,6 +293,8 @@ static axp_pool *pools[4]; /* 1, 2, 3 threads at [1..3] */
 static const struct { int n_in, n_out, n_tok; } shapes[] = {
         { 256, 17, 1 }, { 256, 100, 3 }, { 512, 1, 3 }, { 512, 33, 17 }, { 1024, 64, 64 },
         { 4096, 48, 3 }, { 1536, 40, 300 }, { 768, 257, 9 },
+        /* two tokens (two requests decoded together): both halves of a group in one pass */
+        { 512, 40, 2 },
         /* a last group of 13 rows: tiles over both halves with the second one part-filled */
         { 256, 29, 6 },
         /* rows that are not a multiple of 256, as in the fallback tensors of Q4_K_M files of
