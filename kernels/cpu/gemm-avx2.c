@@ -101,21 +101,26 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
         }
 }
 
+/* A tile of T_ tokens from token t over half h0 (nh = 1) or both halves (h0 = 0, nh = 2); the
+ * first of the group's tiles prefetches it (pf, cpu.h) */
+#define TILE_AT(T_, fn, h0, nh, ...)                                                               \
+        fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0 && (h0) == 0, h0, nh, ##__VA_ARGS__)
+
 /* The tiles of one pass over half h0 (nh = 1) or both halves (h0 = 0, nh = 2): tmax tokens at a
  * time, then one of MAX_T where tmax's rest allows, then the last 3, 2 or 1. */
 #define TILE_TOKENS(tmax, h0, nh, fn, ...)                                                         \
         do {                                                                                       \
                 int t = 0;                                                                         \
                 for (; t + (tmax) <= n_tok; t += (tmax))                                           \
-                        fn(g, act, t0 + t, (tmax), y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); \
+                        TILE_AT(tmax, fn, h0, nh, ##__VA_ARGS__);                                  \
                 if ((tmax) > MAX_T && t + MAX_T <= n_tok) {                                        \
-                        fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); \
+                        TILE_AT(MAX_T, fn, h0, nh, ##__VA_ARGS__);                                 \
                         t += MAX_T;                                                                \
                 }                                                                                  \
                 switch (n_tok - t) {                                                               \
-                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); break; \
-                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); break; \
-                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, h0, nh, ##__VA_ARGS__); break; \
+                case 3: TILE_AT(3, fn, h0, nh, ##__VA_ARGS__); break;                              \
+                case 2: TILE_AT(2, fn, h0, nh, ##__VA_ARGS__); break;                              \
+                case 1: TILE_AT(1, fn, h0, nh, ##__VA_ARGS__); break;                              \
                 default: break;                                                                    \
                 }                                                                                  \
         } while (0)
@@ -201,7 +206,7 @@ AI __m256i madd_acc(__m256i acc, __m256i a, __m256i b) {
 /* Float weights ---------------------------------------------------------------------------- */
 
 AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                 int n_rows, int h0, int NH) {
+                 int n_rows, int pf, int h0, int NH) {
         /* two accumulators per token and half (even and odd inputs), as in the AVX-512 path */
         const float *x[MAX_T];
         __m256 acc[MAX_T][2][2];
@@ -214,8 +219,8 @@ AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const float *w = (const float *) g;
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
-                if (T <= 2)
-                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
+                if (pf)
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse && T <= 2);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
                         w0[hh] = _mm256_load_ps(w + i * 16 + 8 * (h0 + hh));
@@ -270,7 +275,7 @@ AI void f16_step(const uint8_t *q, __m256 acc[PAIR_T][2][2], const float *const 
 }
 
 AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                 int n_rows, int h0, int NH) {
+                 int n_rows, int pf, int h0, int NH) {
         const float *x[PAIR_T];
         __m256 acc[PAIR_T][2][2]; /* token, half, rows 0-3 | 4-7 of the half */
         UNROLL for (int t = 0; t < T; t++) {
@@ -281,8 +286,8 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const int64_t np = act->k / 2;
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (int64_t p = 0; p < np; p++) {
-                if (T <= 2)
-                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
+                if (pf)
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse && T <= 2);
                 f16_step(g + p * 64, acc, x, 2 * p, T, h0, NH, false);
         }
         if (act->k & 1) /* the last input, with a zero beside it as its weights have */
@@ -342,7 +347,7 @@ AI void bf16_step(const uint8_t *q, __m256 acc[MAX_T][2][2], const uint8_t *cons
 }
 
 AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h0, int NH) {
+                  int n_rows, int pf, int h0, int NH) {
         const uint8_t *x[MAX_T];
         __m256 acc[MAX_T][2][2];
         UNROLL for (int t = 0; t < T; t++) {
@@ -354,8 +359,8 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         int64_t p = 0;
         for (; p + 2 <= np; p += 2) {
-                if (T <= 2)
-                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
+                if (pf)
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse && T <= 2);
                 bf16_step(g + p * 64, acc, x, p, 0, T, h0, NH);
                 bf16_step(g + p * 64 + 64, acc, x, p + 1, 1, T, h0, NH);
         }
@@ -399,7 +404,7 @@ AI void q5_quads(const uint8_t *q, int p, __m256i *lo, __m256i *hi) {
 enum { M_Q8_0, M_Q8_0_SYM, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_0, M_Q5_1, M_Q5_1_BYTES };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h0, int NH, int mode) {
+                  int n_rows, int pf, int h0, int NH, int mode) {
         int64_t nb = act->k / QK8_0;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1 || mode == M_Q5_1_BYTES;
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
@@ -421,8 +426,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 #endif
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = g + pk32_quants(L, b);
-                if (T <= 2)
-                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI));
+                if (pf)
+                        prefetch_block(g, L, b, sparse && T <= 2, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI));
                 __m256i isum[MAX_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {
@@ -703,7 +708,7 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * before) took: the ymm moves to and from the stack in gemm_q4_K fell from 142 to 80 (objdump),
  * and a Q4_K_M file's prefill on one Zen 5 core went from 106-109 to 112-118 tokens/s. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h0, int NH, int high) {
+                  int n_rows, int pf, int h0, int NH, int high) {
         int64_t k = act->k, ns = k / QK_K;
         const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
         const uint8_t *row[MAX_T];
@@ -734,7 +739,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 for (int j = 0; j < 8; j++) {
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
                         __m256i sc16[2]; /* scales as s16 pairs (int32 with VNNI) */
@@ -833,7 +838,7 @@ static void gemm_q5_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * activation sums: the superblock's sum_j sc_j (S_j - 32 A_j) is exact in int32. With VNNI
  * S_j is a vpdpbusd sum, times sc_j by vpmulld. */
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h0, int NH) {
+                  int n_rows, int pf, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[WIDE_T];
         __m256 acc[WIDE_T][2];
@@ -863,7 +868,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 for (int j = 0; j < 16; j++) {
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
                         __m256i w[2][4], scj[2];
@@ -985,7 +990,7 @@ AI __m256i crumb_dot(const __m256i *w, __m256i a0, __m256i a1, __m256i a2, __m25
  * this path, Q2_K, Q3_K and IQ4_XS take both 8-row halves of a group in one pass for one or
  * two tokens (NH = 2), so each 64-byte line is read once, and prefetch the stream ahead. */
 AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h0, int NH) {
+                  int n_rows, int pf, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T][2];
@@ -1025,7 +1030,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
                         UNROLL for (int e = 0; e < 2; e++) {
                                 const int j = jp + e;
-                                if (T <= 2)
+                                if (pf)
                                         prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2);
                                 __m256i scj[2], w[2][4];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -1163,7 +1168,7 @@ AI void q3_quads(const uint8_t *v, int odd, __m256i *w) {
  * the offset goes into the low half of each lane of the s16 pair sums (eight products and the
  * offset: at most 8*7*127 + 4*16*127). */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int h0, int NH) {
+                  int n_rows, int pf, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *qbase = g + pk_q3_K_qs_offset(k);
         const uint8_t *row[MAX_T];
@@ -1183,7 +1188,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 scales6_all(hd + 32, hd + 160, 16, sc6);
                 for (int jp = 0; jp < 16; jp += 2) {
                         const uint8_t *vp = qs + 96 * jp; /* the pair's three vectors */
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_q3_K(g, s, jp / 2);
 #ifdef AXP_AVX_VNNI
                         __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
@@ -1247,7 +1252,7 @@ static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * token |a| times w with a's sign, the levels never being -128), per sub-block of 32, times the
  * signed 6-bit scale in float. */
 AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                    int n_rows, int h0, int NH) {
+                    int n_rows, int pf, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T][2];
@@ -1272,7 +1277,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 int8_t sc6[8 * 16];
                 scales6_all(sb + 32, sb + 96, 8, sc6);
                 for (int j = 0; j < 8; j++) {
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * (PK_IQ4_XS_SB / 8), 5);
                         __m256 scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++)

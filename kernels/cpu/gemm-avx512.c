@@ -52,7 +52,7 @@ AI void store_rows(float *y, __m512 v, int n_rows) {
 /* Float weights ---------------------------------------------------------------------------- */
 
 AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                 int n_rows) {
+                 int n_rows, int pf) {
         /* two accumulators per token (even and odd inputs) so that one token alone, as in
          * decode, is not bound by the FMA latency; every tile size uses the same split */
         const float *x[MAX_T];
@@ -64,8 +64,8 @@ AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         int64_t i = 0;
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (; i + 2 <= act->k; i += 2) {
-                if (T <= 2)
-                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
+                if (pf)
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse && T <= 2);
                 __m512 w0 = _mm512_load_ps((const float *) g + i * 16);
                 __m512 w1 = _mm512_load_ps((const float *) g + i * 16 + 16);
                 UNROLL for (int t = 0; t < T; t++) {
@@ -106,7 +106,7 @@ AI void f16_step(const uint8_t *q, __m512 acc[MAX_T][2], const float *const *x, 
 }
 
 AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                 int n_rows) {
+                 int n_rows, int pf) {
         const float *x[MAX_T];
         __m512 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
@@ -116,8 +116,8 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const int64_t np = act->k / 2;
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         for (int64_t p = 0; p < np; p++) {
-                if (T <= 2)
-                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
+                if (pf)
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse && T <= 2);
                 f16_step(g + p * 64, acc, x, 2 * p, T, false);
         }
         if (act->k & 1) /* the last input, with a zero beside it as its weights have */
@@ -131,19 +131,22 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
                            n_rows);
 }
 
+/* A tile of T_ tokens from token t; the first of the group's tiles prefetches it (pf, cpu.h) */
+#define TILE_AT(T_, fn, ...) fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0, ##__VA_ARGS__)
+
 #define TILE_DISPATCH(fn, ...)                                                                     \
         do {                                                                                       \
                 int t = 0;                                                                         \
                 for (; t + MAX_T <= n_tok; t += MAX_T)                                             \
-                        fn(g, act, t0 + t, MAX_T, y + t * ldy, ldy, n_rows, ##__VA_ARGS__);        \
+                        TILE_AT(MAX_T, fn, ##__VA_ARGS__);                                         \
                 switch (n_tok - t) {                                                               \
-                case 7: fn(g, act, t0 + t, 7, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
-                case 6: fn(g, act, t0 + t, 6, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
-                case 5: fn(g, act, t0 + t, 5, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
-                case 4: fn(g, act, t0 + t, 4, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
-                case 3: fn(g, act, t0 + t, 3, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
-                case 2: fn(g, act, t0 + t, 2, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
-                case 1: fn(g, act, t0 + t, 1, y + t * ldy, ldy, n_rows, ##__VA_ARGS__); break;    \
+                case 7: TILE_AT(7, fn, ##__VA_ARGS__); break;                                      \
+                case 6: TILE_AT(6, fn, ##__VA_ARGS__); break;                                      \
+                case 5: TILE_AT(5, fn, ##__VA_ARGS__); break;                                      \
+                case 4: TILE_AT(4, fn, ##__VA_ARGS__); break;                                      \
+                case 3: TILE_AT(3, fn, ##__VA_ARGS__); break;                                      \
+                case 2: TILE_AT(2, fn, ##__VA_ARGS__); break;                                      \
+                case 1: TILE_AT(1, fn, ##__VA_ARGS__); break;                                      \
                 default: break;                                                                    \
                 }                                                                                  \
         } while (0)
@@ -195,7 +198,7 @@ AI __m512 bf16_dot(__m512 acc, __m512i w, __m512i xp, int dp) {
 }
 
 AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int dp) {
+                  int n_rows, int pf, int dp) {
         const uint8_t *x[MAX_T];
         __m512 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
@@ -206,8 +209,8 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
         int64_t p = 0;
         for (; p + 2 <= np; p += 2) {
-                if (T <= 2)
-                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
+                if (pf)
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse && T <= 2);
                 __m512i w0 = _mm512_load_si512(g + p * 64), w1 = _mm512_load_si512(g + p * 64 + 64);
                 UNROLL for (int t = 0; t < T; t++) {
                         acc[t][0] = bf16_dot(acc[t][0], w0, bcast4((const int8_t *) x[t] + p * 4), dp);
@@ -238,7 +241,7 @@ static void gemm_bf16(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
 enum { M_Q8_0, M_Q4_0, M_IQ4_NL, M_Q4_1, M_Q5_0, M_Q5_1 };
 
 AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int mode) {
+                  int n_rows, int pf, int mode) {
         int64_t nb = act->k / QK8_0;
         const int nibbles = mode == M_Q4_0 || mode == M_IQ4_NL || mode == M_Q4_1;
         const int quints = mode == M_Q5_0 || mode == M_Q5_1;
@@ -262,8 +265,8 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (int64_t b = 0; b < nb; b++) {
                 __m512i w[8];
                 const uint8_t *q = g + pk32_quants(L, b);
-                if (T <= 2)
-                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false));
+                if (pf)
+                        prefetch_block(g, L, b, sparse && T <= 2, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false));
                 if (nibbles) {
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
@@ -372,7 +375,7 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
  * FMA gives the same bits. Wider tiles would spend more on the extra shift per token than the
  * unpacking saves. */
 AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows, int high) {
+                  int n_rows, int pf, int high) {
         int64_t k = act->k, ns = k / QK_K;
         const int in_place = !high && T <= 2;
         const size_t sb_bytes = high ? PK_Q5_K_SB : PK_Q4_K_SB;
@@ -400,7 +403,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         /* one token is memory bound: keep more of the stream in flight */
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
@@ -467,7 +470,7 @@ KQUANT_GEMM(q5_K) {
 /* Q6_K: unsigned 6-bit weights (q + 32) per sub-block of 16; the offset goes with the
  * activation sums: sum_j sc_j (S_j - 32 A_j). */
 AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows) {
+                  int n_rows, int pf) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
@@ -492,7 +495,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
@@ -548,7 +551,7 @@ KQUANT_GEMM(q6_K) {
  * scale (the lane's high halves: the dot's sign, and 0) into the superblock's int32 sum, which
  * meets a float once. Q3_K does the same with its signed 6-bit scales. */
 AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows) {
+                  int n_rows, int pf) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
@@ -570,7 +573,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         }
                 }
                 for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2);
                         __m512i w32 = _mm512_cvtepu16_epi32(ld32(sb + 64 + 32 * (j / 2)));
                         __m512i scj = _mm512_and_si512((j & 1) ? _mm512_srli_epi32(w32, 8) : w32, m15);
@@ -638,7 +641,7 @@ AI __m512i scale6_i32(const int8_t *ev, const int8_t *od, int j) {
  * less than unpacking. Each sub-block's dot starts from -4 times its activation sum (8 times
  * that in place), and fits s16 (at most 16 * 4 * 127), times the scale as Q2_K's. */
 AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                  int n_rows) {
+                  int n_rows, int pf) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *qbase = g + pk_q3_K_qs_offset(k);
         const uint8_t *row[MAX_T];
@@ -658,7 +661,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 scales6_split(h + 32, h + 160, 8, ev, od);
                 UNROLL for (int j = 0; j < 16; j++) { /* unrolled (PF_AHEAD, cpu.h) */
                         const uint8_t *vp = qs + 192 * (j / 2);
-                        if (T <= 2 && !(j & 1)) {
+                        if (pf && !(j & 1)) {
                                 prefetch_q3_K(g, s, j / 2);
                                 /* keeps the prefetch in its step, where GCC hoisted them all */
                                 __asm__ volatile("" ::: "memory");
@@ -719,7 +722,7 @@ KQUANT_GEMM(q3_K) {
 /* IQ4_XS: IQ4_NL's level lookup (level + 128, the offset started from -128 times the
  * activation sum of 32) per sub-block of 32, times the signed 6-bit scale in float. */
 AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
-                    int n_rows) {
+                    int n_rows, int pf) {
         int64_t k = act->k, ns = k / QK_K;
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
@@ -740,7 +743,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 _Alignas(64) int8_t ev[4 * 16], od[4 * 16];
                 scales6_split(sb + 32, sb + 96, 4, ev, od);
                 for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
-                        if (T <= 2)
+                        if (pf)
                                 prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4);
                         __m512 scj = _mm512_cvtepi32_ps(scale6_i32(ev, od, j));
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;

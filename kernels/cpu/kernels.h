@@ -20,8 +20,9 @@ bool axp_cpu_set_isa(const char *name);
 /* Whether this machine can run the path of that name (whatever path is in use). */
 bool axp_cpu_isa_available(const char *name);
 
-/* How decode's products of the 32-element block types (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1,
- * IQ4_NL) and of float weights (F32, F16, BF16) prefetch the weights they stream: "dense"
+/* How one- and two-token products of the 32-element block types (Q8_0, Q5_0, Q4_0, Q4_1,
+ * Q5_1, IQ4_NL) and of float weights (F32, F16, BF16) prefetch the weights they stream (tiles
+ * of more tokens prefetch densely on every machine, cpu.h): "dense"
  * (every line, 8 blocks or 4 KB ahead) or "sparse" (one line in 2 KB on the AVX-512 path and
  * for float weights, in 1 KB for the block types on the AVX2 ones, 32 KB ahead, so that the
  * hardware prefetcher runs further ahead and the loop issues fewer requests of its own).
