@@ -5,6 +5,9 @@
  *            tokens/s this projects to; attention over a short context included)
  *   prefill: 512 tokens in chunks as the scheduler runs them, attention included, LM head
  *            for the last token only (as llama-bench's pp512)
+ *   --batch N: decode N rows a step, as the engine decodes N requests together (one pass over
+ *            the weights for all, the LM head over every row); attention takes them as N
+ *            positions of one sequence, standing in for N requests' own caches
  *   --profile: decode per operation (the QKV, output, gate/up and down products, the head,
  *            attention), each timed on its own (its best token, as the bandwidth is the best
  *            repetition): ms per token, the bytes each product streams
@@ -20,8 +23,8 @@
  * Not a test: it prints numbers.
  *
  *   bench-kernels [--threads N] [--isa NAME] [--types q8_0,q4_k_m,...] [--chunk 256]
- *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--profile] [--prefetch P[,P]]
- *                 [--no-bf16-dot]
+ *                 [--prompt 512] [--decode-tokens 16] [--reps 2] [--batch 1] [--profile]
+ *                 [--prefetch P[,P]] [--no-bf16-dot]
  *   bench-kernels --micro q8_0,q4_k,... [--isa PATH[,PATH...]] [--no-bf16-dot] */
 #include <getopt.h>
 #include <pthread.h>
@@ -207,8 +210,9 @@ typedef struct bench_bufs {
         int ctx;
 } bench_bufs;
 
-/* The matrices (and attention) of n_tok tokens at positions p0.. through all layers. */
-static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_tok, int p0, bool head) {
+/* The matrices (and attention) of n_tok tokens at positions p0.. through all layers, and the LM
+ * head for the last `head` of them. */
+static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_tok, int p0, int head) {
         long kv_ld = (long) N_HEAD_KV * HEAD_DIM;
         op_start();
         for (int t = 0; t < n_tok; t++)
@@ -257,7 +261,7 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                 float *yh[1] = { b->logits };
                 long ldh[1] = { N_VOCAB };
                 op_end(OP_REST);
-                axp_cpu_matmul(pool, 1, wh, b->x + (long) (n_tok - 1) * N_EMBD, N_EMBD, yh, ldh, 1);
+                axp_cpu_matmul(pool, 1, wh, b->x + (long) (n_tok - head) * N_EMBD, N_EMBD, yh, ldh, head);
                 op_end(OP_HEAD);
         }
 }
@@ -352,8 +356,8 @@ static double cpu_now(void) {
 }
 
 /* One thread, CPU time (robust on a shared machine): a product's speed per core.
- * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3), and n_tok 2 (two
- * requests decoded together, one stream of the weights for both); n_tok 1 over 8 copies of an
+ * Decode: n_tok 1 over 8 copies of a 2048x8192 matrix (more than the L3), n_tok 2 and 4 (two
+ * or four requests decoded together, one stream of the weights for all); n_tok 1 over 8 copies of an
  * 8192x2048 one (the FFN's down product: a 16-row group's 8192 inputs of weights pass through
  * L1 before the next group reads the activations again); and 64 times over 2048x512 (a megabyte or less, read from L2: what the loop can take in when memory is not
  * the limit; a decode product reaches the memory's rate only if this is well above it);
@@ -406,10 +410,10 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 }
                 long ld = 8192;
                 int n_tok = 128;
-                double best[MICRO_MAX_ISAS], best2[MICRO_MAX_ISAS], bestd[MICRO_MAX_ISAS], bestp[MICRO_MAX_ISAS],
-                        bestl[MICRO_MAX_ISAS];
+                double best[MICRO_MAX_ISAS], best2[MICRO_MAX_ISAS], best4[MICRO_MAX_ISAS], bestd[MICRO_MAX_ISAS],
+                        bestp[MICRO_MAX_ISAS], bestl[MICRO_MAX_ISAS];
                 for (int a = 0; a < n_isa; a++)
-                        best[a] = best2[a] = bestd[a] = bestp[a] = bestl[a] = 1e9;
+                        best[a] = best2[a] = best4[a] = bestd[a] = bestp[a] = bestl[a] = 1e9;
                 for (int r = 0; r < 5; r++)
                         for (int a = 0; a < n_isa; a++) {
                                 axp_cpu_set_isa(isa[a]);
@@ -425,6 +429,12 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                         axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 2);
                                 }
                                 best2[a] = fmin(best2[a], cpu_now() - t0);
+                                t0 = cpu_now();
+                                for (int i = 0; i < 8; i++) {
+                                        const axp_weight *ws[1] = { &w[a][i] };
+                                        axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 4);
+                                }
+                                best4[a] = fmin(best4[a], cpu_now() - t0);
                                 t0 = cpu_now();
                                 for (int i = 0; i < 8; i++) {
                                         const axp_weight *ws[1] = { &dn[a][i] };
@@ -445,10 +455,11 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 double bytes = 8.0 * w[0][0].row_bytes * 8192, bytes_d = 8.0 * dn[0][0].row_bytes * 2048;
                 double bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
                 for (int a = 0; a < n_isa; a++) {
-                        printf("  %-6s %-8s decode %5.1f GB/s (2 tokens %5.1f, 8192 in %5.1f, from L2 %5.1f)   prefill (128 "
-                               "tokens) %6.1f GFLOP/s\n",
-                               ty, isa[a], bytes / best[a] / 1e9, bytes / best2[a] / 1e9, bytes_d / bestd[a] / 1e9,
-                               bytes_l2 / bestl[a] / 1e9, 2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
+                        printf("  %-6s %-8s decode %5.1f GB/s (2 tokens %5.1f, 4 tokens %5.1f, 8192 in %5.1f, from L2 "
+                               "%5.1f)   prefill (128 tokens) %6.1f GFLOP/s\n",
+                               ty, isa[a], bytes / best[a] / 1e9, bytes / best2[a] / 1e9, bytes / best4[a] / 1e9,
+                               bytes_d / bestd[a] / 1e9, bytes_l2 / bestl[a] / 1e9,
+                               2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
                         for (int i = 0; i < 8; i++) {
                                 axp_cpu_weight_release(&w[a][i]);
                                 axp_cpu_weight_release(&dn[a][i]);
@@ -465,7 +476,7 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
 }
 
 int main(int argc, char **argv) {
-        int threads = 2, chunk = 256, prompt = 512, dec_tokens = 16, reps = 2;
+        int threads = 2, chunk = 256, prompt = 512, dec_tokens = 16, reps = 2, batch = 1;
         const char *micro_types = NULL;
         bool profile = false;
         const char *isa = NULL, *types = "q8_0,q4_k_m", *prefetch = NULL;
@@ -475,7 +486,7 @@ int main(int argc, char **argv) {
                 { "prompt", required_argument, NULL, 'p' },  { "decode-tokens", required_argument, NULL, 'd' },
                 { "reps", required_argument, NULL, 'r' },    { "micro", required_argument, NULL, 'm' },
                 { "profile", no_argument, NULL, 'P' },       { "prefetch", required_argument, NULL, 'f' },
-                { "no-bf16-dot", no_argument, NULL, 'B' },
+                { "no-bf16-dot", no_argument, NULL, 'B' },   { "batch", required_argument, NULL, 'b' },
                 {},
         };
         int c;
@@ -492,10 +503,11 @@ int main(int argc, char **argv) {
                 case 'P': profile = true; break;
                 case 'f': prefetch = optarg; break;
                 case 'B': axp_cpu_set_bf16_dot(false); break;
+                case 'b': batch = atoi(optarg); break;
                 default: return 2;
                 }
         }
-        if (threads < 1 || chunk < 1 || prompt < 1 || dec_tokens < 1 || reps < 1)
+        if (threads < 1 || chunk < 1 || prompt < 1 || dec_tokens < 1 || reps < 1 || batch < 1 || batch > 64)
                 return 2;
         if (micro_types) {
                 /* a list of paths, each checked */
@@ -553,8 +565,8 @@ int main(int argc, char **argv) {
                (now() - t0) / 20000 * 1e6, axp_pool_size(pool),
                axp_pool_size(pool) > 1 ? 100.0 * probe.on_workers / (20000.0 * (axp_pool_size(pool) - 1)) : 0.0);
 
-        bench_bufs b = { .ctx = prompt + dec_tokens + 1 };
-        int maxt = MAX(chunk, 1);
+        bench_bufs b = { .ctx = prompt + dec_tokens * batch + 1 };
+        int maxt = MAX(chunk, batch);
         long kv_ld = (long) N_HEAD_KV * HEAD_DIM;
         b.x = calloc((size_t) maxt * N_EMBD, 4);
         b.q = calloc((size_t) maxt * N_EMBD, 4);
@@ -563,7 +575,7 @@ int main(int argc, char **argv) {
         b.out = calloc((size_t) maxt * N_EMBD, 4);
         b.ff1 = calloc((size_t) maxt * N_FF, 4);
         b.ff2 = calloc((size_t) maxt * N_FF, 4);
-        b.logits = calloc(N_VOCAB, 4);
+        b.logits = calloc((size_t) N_VOCAB * batch, 4);
         b.pos = calloc(maxt, 4);
         /* the cache as the engine allocates it (huge pages where the kernel gives them) */
         b.kc = axp_cpu_huge_alloc((size_t) N_LAYER * b.ctx * kv_ld * 2);
@@ -596,7 +608,7 @@ int main(int argc, char **argv) {
                         double tp = now();
                         for (int p = 0; p < prompt; p += chunk) {
                                 int n = MIN(chunk, prompt - p);
-                                forward(pool, &m, &b, n, p, p + n == prompt);
+                                forward(pool, &m, &b, n, p, p + n == prompt ? 1 : 0);
                         }
                         tp = now() - tp;
                         double flops = 2.0 * (m.params - (double) N_VOCAB * N_EMBD) * prompt +
@@ -608,7 +620,7 @@ int main(int argc, char **argv) {
                                 if (n_plans == 2)
                                         axp_cpu_set_prefetch(plans[d % 2]);
                                 double td = now();
-                                forward(pool, &m, &b, 1, prompt + d, true);
+                                forward(pool, &m, &b, batch, prompt + d * batch, batch);
                                 td = now() - td;
                                 if (n_plans == 2)
                                         plan_best[d % 2] = fmin(plan_best[d % 2], td);
@@ -622,8 +634,13 @@ int main(int argc, char **argv) {
                         double mean = sum / dec_tokens;
                         printf("  prefill %d (chunks of %d): %.2f s, %.1f tokens/s, %.0f GFLOP/s\n", prompt, chunk,
                                tp, prompt / tp, flops / tp / 1e9);
-                        printf("  decode at %d: %.1f ms/token mean (%.1f best), %.1f tokens/s, %.1f GB/s streamed\n",
-                               prompt, mean * 1e3, best * 1e3, 1 / mean, m.bytes / mean / 1e9);
+                        if (batch == 1)
+                                printf("  decode at %d: %.1f ms/token mean (%.1f best), %.1f tokens/s, %.1f GB/s streamed\n",
+                                       prompt, mean * 1e3, best * 1e3, 1 / mean, m.bytes / mean / 1e9);
+                        else
+                                printf("  decode at %d, %d rows a step: %.1f ms/step mean (%.1f best), %.1f tokens/s, %.1f GB/s "
+                                       "streamed\n",
+                                       prompt, batch, mean * 1e3, best * 1e3, batch / mean, m.bytes / mean / 1e9);
                         op_time = NULL;
                 }
                 if (n_plans == 2)
