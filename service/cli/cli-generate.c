@@ -40,6 +40,11 @@ static int usage(FILE *f) {
                    "                     the output is text or one call; --json adds tool_call\n"
                    "  --tool-choice C    auto (text or a call, the default), required (a call) or\n"
                    "                     none (text: the tools in the prompt, no call)\n"
+                   "  --parallel N       N completions of the prompt (1..64, default 1), decoded\n"
+                   "                     together as the engine decodes N requests; with --seed S\n"
+                   "                     completion i samples with seed S + i. Each is printed\n"
+                   "                     whole under a '--- completion i ---' line; --json gives\n"
+                   "                     them as \"choices\"\n"
                    "The prompt, its file, --stop and --system must be valid UTF-8; other bytes are\n"
                    "refused, saying where. On a terminal, control characters in the text (all but\n"
                    "newline and tab) are shown as \\xNN escapes of their bytes, such as \\x07 for BEL;\n"
@@ -49,7 +54,7 @@ static int usage(FILE *f) {
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
        OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
-       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE };
+       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -67,12 +72,13 @@ static const struct option options[] = {
         { "kv-type", required_argument, NULL, OPT_KV_TYPE },
         { "json-schema", required_argument, NULL, OPT_SCHEMA }, { "grammar", required_argument, NULL, OPT_GRAMMAR },
         { "tools", required_argument, NULL, OPT_TOOLS }, { "tool-choice", required_argument, NULL, OPT_TOOL_CHOICE },
+        { "parallel", required_argument, NULL, OPT_PARALLEL },
         {}
 };
 
 typedef struct gen_args {
         const char *model, *prompt, *file, *system, *device, *schema_file, *grammar_file, *tools_file, *tool_choice;
-        int n_predict, threads, chunk;
+        int n_predict, threads, chunk, parallel;
         uint32_t kv_type;
         bool raw, json;
         const char *stops[16];
@@ -84,6 +90,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         axp_sampler_params_default(&a->sp);
         a->n_predict = 128;
         a->chunk = 256;
+        a->parallel = 1;
         a->kv_type = AXP_TYPE_F16;
         uint64_t u;
         double d;
@@ -159,6 +166,11 @@ static int parse(int argc, char **argv, gen_args *a) {
                                 return 2;
                         a->chunk = (long) u;
                         break;
+                case OPT_PARALLEL:
+                        if (!cli_uint("--parallel", optarg, 1, AXP_MAX_BATCH, &u))
+                                return 2;
+                        a->parallel = (int) u;
+                        break;
                 case OPT_JSON: a->json = true; break;
                 case OPT_DEVICE: a->device = optarg; break;
                 case OPT_KV_TYPE:
@@ -217,13 +229,11 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
         return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
 }
 
-static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks, int n_toks,
-                       const char *text, size_t len, double pf_tps, double dec_tps, const axp_gen *g,
-                       bool tools, axp_chat_family family) {
-        printf("{\"prompt_tokens\": [");
-        for (int i = 0; i < n_prompt; i++)
-                printf("%s%d", i ? ", " : "", prompt[i]);
-        printf("], \"tokens\": [");
+/* One completion's fields: its tokens, text, finish reason and, where a tool call was asked
+ * for and made, the call. */
+static void print_completion(const int32_t *toks, int n_toks, const char *text, size_t len, const axp_gen *g,
+                             bool tools, axp_chat_family family) {
+        printf("\"tokens\": [");
         for (int i = 0; i < n_toks; i++)
                 printf("%s%d", i ? ", " : "", toks[i]);
         printf("], \"text\": ");
@@ -234,18 +244,13 @@ static void print_json(const int32_t *prompt, int n_prompt, const int32_t *toks,
         printf(", \"finish_reason\": \"%s\"", call ? "tool_calls" : axp_finish_reason_name(g->reason));
         if (call)
                 printf(", \"tool_call\": %s", call);
-        printf(", \"timings\": {\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f", pf_tps, dec_tps);
-        if (g->matcher)
-                printf(", \"grammar_ms_per_token\": %.4f, \"grammar_masked_steps\": %u",
-                       n_toks > 0 ? g->mask_s * 1e3 / n_toks : 0, g->n_masked);
-        printf("}}\n");
 }
 
-/* Append the text the generation released to the JSON text, or print it. */
-static int take_text(axp_gen *g, bool json, char **all, size_t *len, size_t *cap) {
+/* Keep the text the generation released (appended to *all), or print it. */
+static int take_text(axp_gen *g, bool keep, char **all, size_t *len, size_t *cap) {
         if (g->out_len == 0)
                 return 0;
-        if (!json) {
+        if (!keep) {
                 int k = cli_write_text(g->out, g->out_len);
                 if (k < 0)
                         return cli_fail("cannot write the output: %s", strerror(-k));
@@ -264,6 +269,31 @@ static int take_text(axp_gen *g, bool json, char **all, size_t *len, size_t *cap
         }
         g->out_len = 0;
         return 0;
+}
+
+/* One completion of the prompt: its sequence, its sampler and what it produced. */
+typedef struct completion {
+        axp_seq seq;
+        axp_gen gen;
+        int32_t *toks;
+        int n_toks;
+        char *text;
+        size_t len, cap;
+} completion;
+
+typedef struct completions {
+        completion *c;
+        int n;
+} completions;
+
+static void completions_freep(completions *cs) {
+        for (int i = 0; cs->c && i < cs->n; i++) {
+                axp_seq_free(&cs->c[i].seq);
+                axp_gen_free(&cs->c[i].gen);
+                free(cs->c[i].toks);
+                free(cs->c[i].text);
+        }
+        free(cs->c);
 }
 
 int cli_generate(int argc, char **argv) {
@@ -296,50 +326,109 @@ int cli_generate(int argc, char **argv) {
                                 m->hp.n_ctx_train);
 
         long budget = MIN((long) a.n_predict, (long) m->hp.n_ctx_train - n_prompt);
-        _cleanup_free_ int32_t *toks = malloc((size_t) (budget + 1) * sizeof(int32_t));
-        _cleanup_(axp_seq_free) axp_seq seq = { 0 };
-        _cleanup_(axp_gen_free) axp_gen gen = { 0 };
+        const int np = a.parallel;
         axp_error err = { 0 };
-        if (!toks)
-                return cli_fail("out of memory");
         _cleanup_free_ char *schema = NULL, *grammar = NULL;
         size_t flen;
         if ((a.schema_file && axp_read_file(a.schema_file, AXP_TEXT_FILE_MAX, &schema, &flen, &err) < 0) ||
             (a.grammar_file && axp_read_file(a.grammar_file, AXP_TEXT_FILE_MAX, &grammar, &flen, &err) < 0))
                 return cli_fail("%s", err.msg);
-        if (axp_seq_init(&seq, m, a.kv_type, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
-            axp_gen_init(&gen, m, &a.sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0 ||
-            axp_gen_constrain(&gen, tools_grammar ? tools_grammar : grammar, schema, &err) < 0)
-                return cli_fail("%s", err.msg);
+        _cleanup_(completions_freep) completions cs = { calloc((size_t) np, sizeof(completion)), np };
+        if (!cs.c)
+                return cli_fail("out of memory");
+        for (int i = 0; i < np; i++) {
+                completion *c = &cs.c[i];
+                axp_sampler_params sp = a.sp;
+                sp.seed += (uint64_t) i;
+                if (!(c->toks = malloc((size_t) (budget + 1) * sizeof(int32_t))))
+                        return cli_fail("out of memory");
+                if (axp_seq_init(&c->seq, m, a.kv_type, m->hp.n_ctx_train, (int) (n_prompt + budget), &err) < 0 ||
+                    axp_gen_init(&c->gen, m, &sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0 ||
+                    axp_gen_constrain(&c->gen, tools_grammar ? tools_grammar : grammar, schema, &err) < 0)
+                        return cli_fail("%s", err.msg);
+        }
 
         double t0 = axp_now();
-        if (axp_forward_prefill(dev, &seq, prompt, n_prompt, a.chunk, &err) < 0)
-                return cli_fail("%s", err.msg);
+        for (int i = 0; i < np; i++)
+                if (axp_forward_prefill(dev, &cs.c[i].seq, prompt, n_prompt, a.chunk, &err) < 0)
+                        return cli_fail("%s", err.msg);
         double t1 = axp_now(), t2 = t1;
 
-        _cleanup_free_ char *all = NULL;
-        size_t all_len = 0, all_cap = 0;
-        int n_toks = 0;
-        for (int step = 0; step < budget && !gen.done; step++) {
-                int32_t id = axp_gen_next(&gen, seq.logits);
-                toks[n_toks++] = id;
-                if ((r = take_text(&gen, a.json, &all, &all_len, &all_cap)) != 0)
-                        return r;
-                if (gen.done)
+        /* one completion on text output streams; otherwise each keeps its text */
+        const bool keep = a.json || np > 1;
+        long n_decoded = 0;
+        for (int step = 0; step < budget; step++) {
+                axp_seq *seqs[AXP_MAX_BATCH];
+                int32_t ids[AXP_MAX_BATCH];
+                int n = 0;
+                for (int i = 0; i < np; i++) {
+                        completion *c = &cs.c[i];
+                        if (c->gen.done)
+                                continue;
+                        int32_t id = axp_gen_next(&c->gen, c->seq.logits);
+                        c->toks[c->n_toks++] = id;
+                        if ((r = take_text(&c->gen, keep, &c->text, &c->len, &c->cap)) != 0)
+                                return r;
+                        if (!c->gen.done) {
+                                seqs[n] = &c->seq;
+                                ids[n++] = id;
+                        }
+                }
+                /* the last step's tokens are not decoded: nothing would read their logits */
+                if (n == 0 || step + 1 == budget)
                         break;
-                if (axp_forward_decode(dev, &(axp_seq *) { &seq }, &id, 1, &err) < 0)
+                if (axp_forward_decode(dev, seqs, ids, n, &err) < 0)
                         return cli_fail("%s", err.msg);
+                n_decoded += n;
                 t2 = axp_now();
         }
-        axp_gen_finish(&gen, AXP_FINISH_LENGTH);
-        if ((r = take_text(&gen, a.json, &all, &all_len, &all_cap)) != 0)
-                return r;
-        if (a.json) {
-                int n_decode = n_toks > 0 ? n_toks - 1 : 0;
-                print_json(prompt, n_prompt, toks, n_toks, all ? all : "", all_len,
-                           t1 > t0 ? n_prompt / (t1 - t0) : 0,
-                           n_decode > 0 && t2 > t1 ? n_decode / (t2 - t1) : 0, &gen, tools != NULL, family);
-        } else
+        for (int i = 0; i < np; i++) {
+                axp_gen_finish(&cs.c[i].gen, AXP_FINISH_LENGTH);
+                if ((r = take_text(&cs.c[i].gen, keep, &cs.c[i].text, &cs.c[i].len, &cs.c[i].cap)) != 0)
+                        return r;
+        }
+        if (!keep) {
                 putchar('\n');
+                return 0;
+        }
+        if (!a.json) {
+                for (int i = 0; i < np; i++) {
+                        printf("--- completion %d ---\n", i);
+                        fflush(stdout);
+                        int k = cli_write_text(cs.c[i].text ? cs.c[i].text : "", cs.c[i].len);
+                        if (k < 0)
+                                return cli_fail("cannot write the output: %s", strerror(-k));
+                        putchar('\n');
+                }
+                return 0;
+        }
+        printf("{\"prompt_tokens\": [");
+        for (int i = 0; i < n_prompt; i++)
+                printf("%s%d", i ? ", " : "", prompt[i]);
+        printf("], ");
+        if (np > 1)
+                printf("\"choices\": [");
+        uint32_t n_masked = 0;
+        double mask_s = 0;
+        long n_toks = 0;
+        for (int i = 0; i < np; i++) {
+                const completion *c = &cs.c[i];
+                if (np > 1)
+                        printf("%s{\"index\": %d, ", i ? ", " : "", i);
+                print_completion(c->toks, c->n_toks, c->text ? c->text : "", c->len, &c->gen, tools != NULL, family);
+                if (np > 1)
+                        printf("}");
+                n_masked += c->gen.n_masked;
+                mask_s += c->gen.mask_s;
+                n_toks += c->n_toks;
+        }
+        if (np > 1)
+                printf("]");
+        printf(", \"timings\": {\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f",
+               t1 > t0 ? (double) np * n_prompt / (t1 - t0) : 0, n_decoded > 0 && t2 > t1 ? n_decoded / (t2 - t1) : 0);
+        if (cs.c[0].gen.matcher)
+                printf(", \"grammar_ms_per_token\": %.4f, \"grammar_masked_steps\": %u",
+                       n_toks > 0 ? mask_s * 1e3 / n_toks : 0, n_masked);
+        printf("}}\n");
         return 0;
 }

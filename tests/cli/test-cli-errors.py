@@ -66,7 +66,7 @@ NUMBERS = [
     ("generate", "--top-k", "uint"), ("generate", "--top-p", "double"),
     ("generate", "--min-p", "double"), ("generate", "--repeat-penalty", "double"),
     ("generate", "--seed", "uint"), ("generate", "--threads", "uint"),
-    ("generate", "--chunk", "uint"),
+    ("generate", "--chunk", "uint"), ("generate", "--parallel", "uint"),
     ("logits", "--threads", "uint"), ("logits", "--chunk", "uint"),
     ("bench", "--reactive-rate", "double"), ("bench", "--proactive-rate", "double"),
     ("bench", "--minutes", "double"), ("bench", "--seed", "uint"), ("bench", "--threads", "uint"),
