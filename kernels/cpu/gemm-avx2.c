@@ -125,20 +125,28 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
                 }                                                                                  \
         } while (0)
 
-/* One or two tokens: both halves of the group at once; otherwise tiles of MAX_T tokens over
- * one half at a time. */
-#define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, fn, ##__VA_ARGS__)
+/* Up to MAX_T tokens (decode: one request, or several decoded together): both halves of the
+ * group at once; otherwise tiles of MAX_T tokens over one half at a time. Four tokens over
+ * both halves, against the halves one after the other, per core from memory (bench-kernels
+ * --micro, the builds taking turns), GB/s: AVX-VNNI Q4_K 18.6-19.0 -> 24.2-24.4, Q6_K
+ * 23.2-23.5 -> 27.6-27.9, Q5_K 18.9-19.0 -> 20.4; plain AVX2 Q4_K 17.5-17.8 -> 21.6-21.9,
+ * Q5_K 17.5-17.8 -> 21.9-22.2, F32 26.6-27.6 -> 33.9-35.1, BF16 21.4-21.6 -> 28.4-29.1; Q2_K
+ * and F16 4-10% more. Q3_K keeps it for one or two (TILE_DISPATCH_HALVES_FEW): its one-token
+ * decode lost 10-20% in the build that gave it four. */
+#define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, MAX_T, fn, ##__VA_ARGS__)
+#define TILE_DISPATCH_HALVES_FEW(few, fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, few, fn, ##__VA_ARGS__)
 
 /* The same with tiles of tmax tokens (MAX_T, or WIDE_T for the types whose weights cost many
- * instructions to unpack and whose tiles need few registers per token). */
+ * instructions to unpack and whose tiles need few registers per token), both halves at once
+ * up to `few` tokens. */
 #define WIDE_T 8
 /* F16's prefill tiles: a pair of inputs of a token costs one broadcast for its two FMAs, so 6
  * tokens' sums fit the 16 registers with the weights (BF16's, which unpack a token's pair into
  * two registers, spilled with 6 and keep MAX_T) */
 #define PAIR_T 6
-#define TILE_DISPATCH_HALVES_T(tmax, fn, ...)                                                      \
+#define TILE_DISPATCH_HALVES_T(tmax, few, fn, ...)                                                 \
         do {                                                                                       \
-                if (n_tok <= 2 && n_rows > 8)                                                      \
+                if (n_tok <= (few) && n_rows > 8)                                                  \
                         TILE_TOKENS(tmax, 0, 2, fn, ##__VA_ARGS__);                                \
                 else                                                                               \
                         for (int h = 0; h < 2 && 8 * h < n_rows; h++)                              \
@@ -152,7 +160,7 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
                 if (n_rows > 8)                                                                    \
                         TILE_TOKENS(tmax, 0, 2, fn, ##__VA_ARGS__);                                \
                 else                                                                               \
-                        TILE_DISPATCH_HALVES_T(tmax, fn, ##__VA_ARGS__);                           \
+                        TILE_DISPATCH_HALVES_T(tmax, MAX_T, fn, ##__VA_ARGS__);                    \
         } while (0)
 
 /* The 32-element block types' prefill tiles: 4 tokens over both halves. With VNNI a (token,
@@ -313,7 +321,7 @@ static void gemm_f32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
 
 static void gemm_f16(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                      int n_rows) {
-        TILE_DISPATCH_HALVES_T(PAIR_T, f16_tile);
+        TILE_DISPATCH_HALVES_T(PAIR_T, MAX_T, f16_tile);
 }
 
 /* BF16: 32 bits of the weights or activations hold a pair of inputs (cpu.h); a shift and an AND
@@ -933,7 +941,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q6_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_T(WIDE_T, q6_K_tile);
+        TILE_DISPATCH_HALVES_T(WIDE_T, MAX_T, q6_K_tile);
 }
 
 /* Q2_K, Q3_K, IQ4_XS ------------------------------------------------------------------------ */
@@ -1097,7 +1105,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q2_K_tile);
+        TILE_DISPATCH_HALVES_FEW(2, q2_K_tile);
 }
 
 /* The 6-bit sub-block scales of a superblock, less 32, as Q3_K (nj = 16) and IQ4_XS (nj = 8)
@@ -1245,7 +1253,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 
 static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES(q3_K_tile);
+        TILE_DISPATCH_HALVES_FEW(2, q3_K_tile);
 }
 
 /* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign; for one

@@ -293,8 +293,9 @@ static axp_pool *pools[4]; /* 1, 2, 3 threads at [1..3] */
 static const struct { int n_in, n_out, n_tok; } shapes[] = {
         { 256, 17, 1 }, { 256, 100, 3 }, { 512, 1, 3 }, { 512, 33, 17 }, { 1024, 64, 64 },
         { 4096, 48, 3 }, { 1536, 40, 300 }, { 768, 257, 9 },
-        /* two tokens (two requests decoded together): both halves of a group in one pass */
-        { 512, 40, 2 },
+        /* two and four tokens (requests decoded together): both halves of a group in one pass
+         * (three: the shapes above) */
+        { 512, 40, 2 }, { 512, 40, 4 },
         /* a last group of 13 rows: tiles over both halves with the second one part-filled */
         { 256, 29, 6 },
         /* rows that are not a multiple of 256, as in the fallback tensors of Q4_K_M files of
@@ -1256,7 +1257,10 @@ static void test_attention_no_subnormals(void) {
                 double maxe = 0;
                 for (int i = 0; i < N_HEAD * HD; i++)
                         maxe = fmax(maxe, fabs(out[i] - ref[i]));
-                CHECK_MSG(maxe < 2e-5, "%s: max error %.3g", all_isas[ii], maxe);
+                /* the scores reach a few hundred here, and a float's rounding of them alone moves
+                 * the outputs (V of about 1) by some 1e-5: over 40 seeds of this data the portable
+                 * path's sequential sums were off by up to 4.0e-5, the vector paths' by 1.8e-5 */
+                CHECK_MSG(maxe < 1e-4, "%s: max error %.3g", all_isas[ii], maxe);
         }
         free(ref);
         free(kf);
