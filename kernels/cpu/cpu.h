@@ -325,7 +325,7 @@ bool axp_cpu_set_bf16_dot(bool on);
 #define PF_AHEAD 2 /* superblocks */
 /* Which tiles prefetch: a product's first tile over a group (the kernels' pf), the one that
  * brings the group in from memory: decode's one or two tokens, several requests decoded
- * together (3 to 8 rows on AVX-512, 3 and 4 on the AVX2 builds, in one tile) and a prefill's
+ * together (3 to 8 rows on AVX-512, 3 and 4 on the AVX2 builds) and a prefill's
  * first token tile; the tiles after it find the group in the caches, where prefetches would
  * only take load slots (F32's AVX2 prefill lost 11% with them). Tiles of more than two tokens
  * prefetch densely whatever the plan (kernels.h): sparse left them where they were. Before,
@@ -333,8 +333,8 @@ bool axp_cpu_set_bf16_dot(bool on);
  * weights at half the rate of one. Four tokens, per core from memory (bench-kernels --micro,
  * dense plan, the builds taking turns), GB/s: AVX-512 Q4_0 14.4 -> 28.5, Q8_0 24.4 -> 31.1,
  * Q4_K 16.6 -> 30.8, Q6_K 15.5 -> 36.9, IQ4_NL 13.3 -> 28.4, F16 15.7 -> 29.3; plain AVX2 Q4_0
- * 14.3 -> 21.5, Q8_0 12.3 -> 23.0, Q4_K 10.1 -> 17.3, Q6_K 10.0 -> 20.1 (its tiles of four are
- * bound by their instructions from there); sparse plan, AVX-512 Q4_0 14.2 -> 28.8. Prefill's
+ * 14.3 -> 21.5, Q8_0 12.3 -> 23.0, Q4_K 10.1 -> 17.3, Q6_K 10.0 -> 20.1 (then further over
+ * both halves at once, TILE_DISPATCH_HALVES); sparse plan, AVX-512 Q4_0 14.2 -> 28.8. Prefill's
  * first tiles took AVX-512 Q4_0 from 653 to 710 GFLOP/s a core, Q4_K 643 -> 703, F16 199 ->
  * 245; the AVX2 builds' prefill the same. */
 

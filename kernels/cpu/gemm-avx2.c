@@ -131,8 +131,9 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
  * --micro, the builds taking turns), GB/s: AVX-VNNI Q4_K 18.6-19.0 -> 24.2-24.4, Q6_K
  * 23.2-23.5 -> 27.6-27.9, Q5_K 18.9-19.0 -> 20.4; plain AVX2 Q4_K 17.5-17.8 -> 21.6-21.9,
  * Q5_K 17.5-17.8 -> 21.9-22.2, F32 26.6-27.6 -> 33.9-35.1, BF16 21.4-21.6 -> 28.4-29.1; Q2_K
- * and F16 4-10% more. Q3_K keeps it for one or two (TILE_DISPATCH_HALVES_FEW): its one-token
- * decode lost 10-20% in the build that gave it four. */
+ * and F16 4-10% more. Q2_K and Q3_K keep it for one or two (TILE_DISPATCH_HALVES_FEW): their
+ * one-token decode lost 8-20% in the builds that gave them four (AVX-VNNI Q2_K 31.4-31.6 ->
+ * 28.3-29.2). */
 #define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, MAX_T, fn, ##__VA_ARGS__)
 #define TILE_DISPATCH_HALVES_FEW(few, fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, few, fn, ##__VA_ARGS__)
 
