@@ -131,9 +131,11 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
  * --micro, the builds taking turns), GB/s: AVX-VNNI Q4_K 18.6-19.0 -> 24.2-24.4, Q6_K
  * 23.2-23.5 -> 27.6-27.9, Q5_K 18.9-19.0 -> 20.4; plain AVX2 Q4_K 17.5-17.8 -> 21.6-21.9,
  * Q5_K 17.5-17.8 -> 21.9-22.2, F32 26.6-27.6 -> 33.9-35.1, BF16 21.4-21.6 -> 28.4-29.1; Q2_K
- * and F16 4-10% more. Q2_K and Q3_K keep it for one or two (TILE_DISPATCH_HALVES_FEW): their
- * one-token decode lost 8-20% in the builds that gave them four (AVX-VNNI Q2_K 31.4-31.6 ->
- * 28.3-29.2). */
+ * and F16 4-10% more. Q2_K and Q3_K take one or two that way here (TILE_DISPATCH_HALVES_FEW)
+ * and three or four in a function of their own (gemm_q2_K_few, gemm_q3_K_few): here, GCC's
+ * code for their one-token tiles moved and lost 8-20% (AVX-VNNI Q2_K 31.4-31.6 -> 28.3-29.2);
+ * apart, one token measured the same and four 3-15% faster than over one half at a time
+ * (AVX-VNNI Q3_K 14.7-15.6 -> 16.8-17.1, Q2_K 12.5 -> 13.2-13.5). */
 #define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, MAX_T, fn, ##__VA_ARGS__)
 #define TILE_DISPATCH_HALVES_FEW(few, fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, few, fn, ##__VA_ARGS__)
 
@@ -1104,9 +1106,18 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
+/* three or four tokens over both halves, in a function of its own (TILE_DISPATCH_HALVES) */
+static __attribute__((noinline)) void gemm_q2_K_few(const uint8_t *g, const axp_act *act, int t0, int n_tok,
+                                                   float *y, long ldy, int n_rows) {
+        TILE_TOKENS(MAX_T, 0, 2, q2_K_tile);
+}
+
 static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_FEW(2, q2_K_tile);
+        if (n_tok > 2 && n_tok <= MAX_T && n_rows > 8)
+                gemm_q2_K_few(g, act, t0, n_tok, y, ldy, n_rows);
+        else
+                TILE_DISPATCH_HALVES_FEW(2, q2_K_tile);
 }
 
 /* The 6-bit sub-block scales of a superblock, less 32, as Q3_K (nj = 16) and IQ4_XS (nj = 8)
@@ -1252,9 +1263,18 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
+/* three or four tokens over both halves, in a function of its own (TILE_DISPATCH_HALVES) */
+static __attribute__((noinline)) void gemm_q3_K_few(const uint8_t *g, const axp_act *act, int t0, int n_tok,
+                                                   float *y, long ldy, int n_rows) {
+        TILE_TOKENS(MAX_T, 0, 2, q3_K_tile);
+}
+
 static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
                       int n_rows) {
-        TILE_DISPATCH_HALVES_FEW(2, q3_K_tile);
+        if (n_tok > 2 && n_tok <= MAX_T && n_rows > 8)
+                gemm_q3_K_few(g, act, t0, n_tok, y, ldy, n_rows);
+        else
+                TILE_DISPATCH_HALVES_FEW(2, q3_K_tile);
 }
 
 /* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign; for one
