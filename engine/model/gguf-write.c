@@ -424,6 +424,9 @@ static int alignment_of(gguf_writer *w, uint64_t *ret, axp_error *err) {
                 if (a == 0 || (a & (a - 1)) != 0)
                         return axp_errorf(err, -EINVAL, "general.alignment %" PRIu32
                                           " is not a nonzero power of two", a);
+                if (a < GGUF_MIN_ALIGNMENT)
+                        return axp_errorf(err, -EINVAL, "general.alignment %" PRIu32 " is below %d", a,
+                                          GGUF_MIN_ALIGNMENT);
                 *ret = a;
                 return 0;
         }

@@ -366,6 +366,11 @@ static int check_alignment(reader *r, gguf_file *f) {
                 return axp_errorf(r->err, -EBADMSG,
                                   "%s: general.alignment %" PRIu64 " is not a nonzero power of two",
                                   r->src, kv->v.u64);
+        if (kv->v.u64 < GGUF_MIN_ALIGNMENT)
+                return axp_errorf(r->err, -EBADMSG,
+                                  "%s: general.alignment %" PRIu64 " is below %d, the least the GGUF "
+                                  "specification allows (the tensors' data would sit unaligned)",
+                                  r->src, kv->v.u64, GGUF_MIN_ALIGNMENT);
         f->alignment = kv->v.u64;
         return 0;
 }

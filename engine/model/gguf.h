@@ -32,6 +32,9 @@ enum gguf_type {
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
+/* The least general.alignment read or written: the GGUF specification asks for a multiple of
+ * 8, and below it the blocks' scales (and F32 weights) would sit at unaligned addresses. */
+#define GGUF_MIN_ALIGNMENT 8
 
 typedef struct gguf_str {
         const char *ptr; /* into the mapping, not NUL-terminated */

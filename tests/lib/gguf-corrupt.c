@@ -333,6 +333,10 @@ int gguf_corrupt_variants(bool every_offset, gguf_variant **ret, size_t *ret_n) 
         patch_u32(v, l.kv_val[l.kv_align], 48);
         v = add(&ls, size, "not a nonzero power of two", "alignment-max");
         patch_u32(v, l.kv_val[l.kv_align], UINT32_MAX);
+        v = add(&ls, size, "general.alignment 1 is below 8", "alignment-1");
+        patch_u32(v, l.kv_val[l.kv_align], 1);
+        v = add(&ls, size, "general.alignment 4 is below 8", "alignment-4");
+        patch_u32(v, l.kv_val[l.kv_align], 4);
         v = add(&ls, size, "past the end", "alignment-2p31");
         patch_u32(v, l.kv_val[l.kv_align], 1u << 31);
         v = add(&ls, size, "general.alignment has type int32", "alignment-int32");

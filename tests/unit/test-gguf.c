@@ -629,6 +629,11 @@ static void test_writer_errors(void) {
         gguf_writer_free(w);
 
         w = gguf_writer_new();
+        CHECK(gguf_writer_set_u32(w, "general.alignment", 4) == 0);
+        CHECK(gguf_writer_write(w, tmp_path("align.gguf"), &err) == -EINVAL && strstr(err.msg, "below 8"));
+        gguf_writer_free(w);
+
+        w = gguf_writer_new();
         CHECK(gguf_writer_write(w, "/nonexistent-dir/x.gguf", &err) < 0 && strstr(err.msg, "cannot create"));
         gguf_writer_free(w);
         CHECK_EQ_INT(count_files(tmpdir), 0);
