@@ -293,6 +293,11 @@ static inline size_t pk32_bytes(pk32 L, int64_t nb) {
 /* The prefetch plan (axp_cpu_prefetch): nonzero for sparse. Set before any product runs
  * (axp_cpu_ops_get decides it); a kernel reads it once a call. */
 extern _Atomic int axp_cpu_pf_sparse;
+/* The plan a tile of T tokens follows: tiles of more than two tokens prefetch densely whatever
+ * the plan (see "Which tiles prefetch", below) */
+static inline int pf_sparse(int T) {
+        return T <= 2 && atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+}
 /* Whether the AVX-512 path's BF16 products take vdpbf16ps (the CPU has AVX512-BF16), set with
  * the plan; axp_cpu_set_bf16_dot(false) makes them take FMAs (the same bits: tests, benchmarks),
  * true is refused (false) where the CPU has not got it. Process-wide. */
@@ -328,7 +333,7 @@ bool axp_cpu_set_bf16_dot(bool on);
  * together (3 to 8 rows on AVX-512, 3 and 4 on the AVX2 builds) and a prefill's
  * first token tile; the tiles after it find the group in the caches, where prefetches would
  * only take load slots (F32's AVX2 prefill lost 11% with them). Tiles of more than two tokens
- * prefetch densely whatever the plan (kernels.h): sparse left them where they were. Before,
+ * prefetch densely whatever the plan (kernels.h; pf_sparse): sparse left them where they were. Before,
  * only one- and two-token tiles prefetched, and four requests decoded together streamed the
  * weights at half the rate of one. Four tokens, per core from memory (bench-kernels --micro,
  * dense plan, the builds taking turns), GB/s: AVX-512 Q4_0 14.4 -> 28.5, Q8_0 24.4 -> 31.1,

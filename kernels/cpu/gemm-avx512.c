@@ -62,10 +62,10 @@ AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
                 acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         }
         int64_t i = 0;
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         for (; i + 2 <= act->k; i += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse && T <= 2);
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
                 __m512 w0 = _mm512_load_ps((const float *) g + i * 16);
                 __m512 w1 = _mm512_load_ps((const float *) g + i * 16 + 16);
                 UNROLL for (int t = 0; t < T; t++) {
@@ -114,10 +114,10 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
                 acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         }
         const int64_t np = act->k / 2;
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         for (int64_t p = 0; p < np; p++) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse && T <= 2);
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
                 f16_step(g + p * 64, acc, x, 2 * p, T, false);
         }
         if (act->k & 1) /* the last input, with a zero beside it as its weights have */
@@ -206,11 +206,11 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         }
         const int64_t np = bf16_pairs(act->k);
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         int64_t p = 0;
         for (; p + 2 <= np; p += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse && T <= 2);
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
                 __m512i w0 = _mm512_load_si512(g + p * 64), w1 = _mm512_load_si512(g + p * 64 + 64);
                 UNROLL for (int t = 0; t < T; t++) {
                         acc[t][0] = bf16_dot(acc[t][0], w0, bcast4((const int8_t *) x[t] + p * 4), dp);
@@ -247,7 +247,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int quints = mode == M_Q5_0 || mode == M_Q5_1;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
         const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];
         UNROLL for (int t = 0; t < T; t++) {
@@ -266,7 +266,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i w[8];
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (pf)
-                        prefetch_block(g, L, b, sparse && T <= 2, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false));
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false));
                 if (nibbles) {
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
