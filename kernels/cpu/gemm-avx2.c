@@ -131,13 +131,26 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
  * --micro, the builds taking turns), GB/s: AVX-VNNI Q4_K 18.6-19.0 -> 24.2-24.4, Q6_K
  * 23.2-23.5 -> 27.6-27.9, Q5_K 18.9-19.0 -> 20.4; plain AVX2 Q4_K 17.5-17.8 -> 21.6-21.9,
  * Q5_K 17.5-17.8 -> 21.9-22.2, F32 26.6-27.6 -> 33.9-35.1, BF16 21.4-21.6 -> 28.4-29.1; Q2_K
- * and F16 4-10% more. Q2_K and Q3_K take one or two that way here (TILE_DISPATCH_HALVES_FEW)
- * and three or four in a function of their own (gemm_q2_K_few, gemm_q3_K_few): here, GCC's
- * code for their one-token tiles moved and lost 8-20% (AVX-VNNI Q2_K 31.4-31.6 -> 28.3-29.2);
- * apart, one token measured the same and four 3-15% faster than over one half at a time
- * (AVX-VNNI Q3_K 14.7-15.6 -> 16.8-17.1, Q2_K 12.5 -> 13.2-13.5). */
+ * and F16 4-10% more. Q2_K and Q3_K take one or two that way here and three or four in a
+ * function of their own (GEMM_HALVES_FEW_APART): here, GCC's code for their one-token tiles
+ * moved and lost 8-20% (AVX-VNNI Q2_K 31.4-31.6 -> 28.3-29.2); apart, one token measured the
+ * same and four 3-15% faster than over one half at a time (AVX-VNNI Q3_K 14.7-15.6 ->
+ * 16.8-17.1, Q2_K 12.5 -> 13.2-13.5). */
 #define TILE_DISPATCH_HALVES(fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, MAX_T, fn, ##__VA_ARGS__)
-#define TILE_DISPATCH_HALVES_FEW(few, fn, ...) TILE_DISPATCH_HALVES_T(MAX_T, few, fn, ##__VA_ARGS__)
+/* gemm_TYPE for Q2_K and Q3_K: one or two tokens over both halves inline, three or four in
+ * gemm_TYPE_few */
+#define GEMM_HALVES_FEW_APART(type)                                                                \
+        static __attribute__((noinline)) void gemm_##type##_few(const uint8_t *g, const axp_act *act, int t0, \
+                                                                int n_tok, float *y, long ldy, int n_rows) { \
+                TILE_TOKENS(MAX_T, 0, 2, type##_tile);                                             \
+        }                                                                                          \
+        static void gemm_##type(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy, \
+                                int n_rows) {                                                      \
+                if (n_tok > 2 && n_tok <= MAX_T && n_rows > 8)                                     \
+                        gemm_##type##_few(g, act, t0, n_tok, y, ldy, n_rows);                      \
+                else                                                                               \
+                        TILE_DISPATCH_HALVES_T(MAX_T, 2, type##_tile);                             \
+        }
 
 /* The same with tiles of tmax tokens (MAX_T, or WIDE_T for the types whose weights cost many
  * instructions to unpack and whose tiles need few registers per token), both halves at once
@@ -228,10 +241,10 @@ AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         }
         int64_t i = 0;
         const float *w = (const float *) g;
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         for (; i + 2 <= act->k; i += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse && T <= 2);
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
                         w0[hh] = _mm256_load_ps(w + i * 16 + 8 * (h0 + hh));
@@ -295,10 +308,10 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
                         acc[t][hh][0] = acc[t][hh][1] = _mm256_setzero_ps();
         }
         const int64_t np = act->k / 2;
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         for (int64_t p = 0; p < np; p++) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse && T <= 2);
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
                 f16_step(g + p * 64, acc, x, 2 * p, T, h0, NH, false);
         }
         if (act->k & 1) /* the last input, with a zero beside it as its weights have */
@@ -367,11 +380,11 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         acc[t][hh][0] = acc[t][hh][1] = _mm256_setzero_ps();
         }
         const int64_t np = bf16_pairs(act->k);
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         int64_t p = 0;
         for (; p + 2 <= np; p += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse && T <= 2);
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
                 bf16_step(g + p * 64, acc, x, p, 0, T, h0, NH);
                 bf16_step(g + p * 64 + 64, acc, x, p + 1, 1, T, h0, NH);
         }
@@ -421,7 +434,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
         const int quints = mode == M_Q5_0 || mode == M_Q5_1;
         const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
-        const int sparse = atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+        const int sparse = pf_sparse(T);
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T][2];
         UNROLL for (int t = 0; t < T; t++) {
@@ -438,7 +451,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (pf)
-                        prefetch_block(g, L, b, sparse && T <= 2, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI));
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI));
                 __m256i isum[MAX_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {
@@ -1106,19 +1119,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
-/* three or four tokens over both halves, in a function of its own (TILE_DISPATCH_HALVES) */
-static __attribute__((noinline)) void gemm_q2_K_few(const uint8_t *g, const axp_act *act, int t0, int n_tok,
-                                                   float *y, long ldy, int n_rows) {
-        TILE_TOKENS(MAX_T, 0, 2, q2_K_tile);
-}
-
-static void gemm_q2_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
-        if (n_tok > 2 && n_tok <= MAX_T && n_rows > 8)
-                gemm_q2_K_few(g, act, t0, n_tok, y, ldy, n_rows);
-        else
-                TILE_DISPATCH_HALVES_FEW(2, q2_K_tile);
-}
+GEMM_HALVES_FEW_APART(q2_K)
 
 /* The 6-bit sub-block scales of a superblock, less 32, as Q3_K (nj = 16) and IQ4_XS (nj = 8)
  * pack them: the low nibble of sub-block j's row r of half h is nibble j & 1 of lo[16 (j / 2)
@@ -1263,19 +1264,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         store_half(y + t * ldy, acc[t][hh], h0 + hh, n_rows);
 }
 
-/* three or four tokens over both halves, in a function of its own (TILE_DISPATCH_HALVES) */
-static __attribute__((noinline)) void gemm_q3_K_few(const uint8_t *g, const axp_act *act, int t0, int n_tok,
-                                                   float *y, long ldy, int n_rows) {
-        TILE_TOKENS(MAX_T, 0, 2, q3_K_tile);
-}
-
-static void gemm_q3_K(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy,
-                      int n_rows) {
-        if (n_tok > 2 && n_tok <= MAX_T && n_rows > 8)
-                gemm_q3_K_few(g, act, t0, n_tok, y, ldy, n_rows);
-        else
-                TILE_DISPATCH_HALVES_FEW(2, q3_K_tile);
-}
+GEMM_HALVES_FEW_APART(q3_K)
 
 /* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign; for one
  * token |a| times w with a's sign, the levels never being -128), per sub-block of 32, times the
