@@ -365,6 +365,17 @@ static double cpu_now(void) {
  * each type is timed on every path, the paths taking turns, best of 5 rounds. */
 #define MICRO_MAX_ISAS 5
 
+/* CPU seconds of n_tok tokens through each of 8 copies of a matrix of k inputs in turn */
+static double time_copies(axp_pool *one, const axp_weight *copies, const float *x, long k, float *y, int n_tok) {
+        long ld = 8192;
+        double t0 = cpu_now();
+        for (int i = 0; i < 8; i++) {
+                const axp_weight *ws[1] = { &copies[i] };
+                axp_cpu_matmul(one, 1, ws, x, k, &y, &ld, n_tok);
+        }
+        return cpu_now() - t0;
+}
+
 static void micro(const char *types, const char *const *isa, int n_isa) {
         axp_pool *one = axp_pool_new(1);
         char *list = strdup(types), *save = NULL;
@@ -417,33 +428,13 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 for (int r = 0; r < 5; r++)
                         for (int a = 0; a < n_isa; a++) {
                                 axp_cpu_set_isa(isa[a]);
-                                double t0 = cpu_now();
-                                for (int i = 0; i < 8; i++) {
-                                        const axp_weight *ws[1] = { &w[a][i] };
-                                        axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 1);
-                                }
-                                best[a] = fmin(best[a], cpu_now() - t0);
-                                t0 = cpu_now();
-                                for (int i = 0; i < 8; i++) {
-                                        const axp_weight *ws[1] = { &w[a][i] };
-                                        axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 2);
-                                }
-                                best2[a] = fmin(best2[a], cpu_now() - t0);
-                                t0 = cpu_now();
-                                for (int i = 0; i < 8; i++) {
-                                        const axp_weight *ws[1] = { &w[a][i] };
-                                        axp_cpu_matmul(one, 1, ws, x, 2048, &y, &ld, 4);
-                                }
-                                best4[a] = fmin(best4[a], cpu_now() - t0);
-                                t0 = cpu_now();
-                                for (int i = 0; i < 8; i++) {
-                                        const axp_weight *ws[1] = { &dn[a][i] };
-                                        axp_cpu_matmul(one, 1, ws, x, 8192, &y, &ld, 1);
-                                }
-                                bestd[a] = fmin(bestd[a], cpu_now() - t0);
+                                best[a] = fmin(best[a], time_copies(one, w[a], x, 2048, y, 1));
+                                best2[a] = fmin(best2[a], time_copies(one, w[a], x, 2048, y, 2));
+                                best4[a] = fmin(best4[a], time_copies(one, w[a], x, 2048, y, 4));
+                                bestd[a] = fmin(bestd[a], time_copies(one, dn[a], x, 8192, y, 1));
                                 const axp_weight *l2p = &l2[a];
                                 axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 1);
-                                t0 = cpu_now();
+                                double t0 = cpu_now();
                                 for (int i = 0; i < 64; i++)
                                         axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 1);
                                 bestl[a] = fmin(bestl[a], cpu_now() - t0);
