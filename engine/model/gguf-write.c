@@ -421,12 +421,9 @@ static int alignment_of(gguf_writer *w, uint64_t *ret, axp_error *err) {
                 if (w->kv[i].type != GGUF_TYPE_UINT32)
                         return axp_errorf(err, -EINVAL, "general.alignment must be a uint32");
                 memcpy(&a, w->kv[i].val, 4);
-                if (a == 0 || (a & (a - 1)) != 0)
-                        return axp_errorf(err, -EINVAL, "general.alignment %" PRIu32
-                                          " is not a nonzero power of two", a);
-                if (a < GGUF_MIN_ALIGNMENT)
-                        return axp_errorf(err, -EINVAL, "general.alignment %" PRIu32 " is below %d", a,
-                                          GGUF_MIN_ALIGNMENT);
+                const char *problem = gguf_alignment_problem(a);
+                if (problem)
+                        return axp_errorf(err, -EINVAL, "general.alignment %" PRIu32 " %s", a, problem);
                 *ret = a;
                 return 0;
         }

@@ -362,15 +362,10 @@ static int check_alignment(reader *r, gguf_file *f) {
         if (kv->type != GGUF_TYPE_UINT32)
                 return axp_errorf(r->err, -EBADMSG, "%s: general.alignment has type %s, expected uint32",
                                   r->src, type_name(kv->type));
-        if (kv->v.u64 == 0 || (kv->v.u64 & (kv->v.u64 - 1)) != 0)
-                return axp_errorf(r->err, -EBADMSG,
-                                  "%s: general.alignment %" PRIu64 " is not a nonzero power of two",
-                                  r->src, kv->v.u64);
-        if (kv->v.u64 < GGUF_MIN_ALIGNMENT)
-                return axp_errorf(r->err, -EBADMSG,
-                                  "%s: general.alignment %" PRIu64 " is below %d, the least the GGUF "
-                                  "specification allows (the tensors' data would sit unaligned)",
-                                  r->src, kv->v.u64, GGUF_MIN_ALIGNMENT);
+        const char *problem = gguf_alignment_problem(kv->v.u64);
+        if (problem)
+                return axp_errorf(r->err, -EBADMSG, "%s: general.alignment %" PRIu64 " %s", r->src, kv->v.u64,
+                                  problem);
         f->alignment = kv->v.u64;
         return 0;
 }

@@ -35,6 +35,16 @@ enum gguf_type {
 /* The least general.alignment read or written: the GGUF specification asks for a multiple of
  * 8, and below it the blocks' scales (and F32 weights) would sit at unaligned addresses. */
 #define GGUF_MIN_ALIGNMENT 8
+/* What is wrong with an alignment, as the rest of a sentence that starts with it (NULL: nothing),
+ * for the reader and the writer alike */
+static inline const char *gguf_alignment_problem(uint64_t a) {
+        if (a == 0 || (a & (a - 1)) != 0)
+                return "is not a nonzero power of two";
+        if (a < GGUF_MIN_ALIGNMENT)
+                return "is below 8, the least the GGUF specification allows (the tensors' data would sit "
+                       "unaligned)";
+        return NULL;
+}
 
 typedef struct gguf_str {
         const char *ptr; /* into the mapping, not NUL-terminated */
