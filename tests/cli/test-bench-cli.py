@@ -8,26 +8,16 @@ here (the machines are noisy); the README reports them. Env: AXP_CLI."""
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import fail, number  # noqa: E402
 
 
 def run(*args, timeout=600):
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def number(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return clitest.run(*args, timeout=timeout)
 
 
 tmp = tempfile.mkdtemp(prefix="axp-bench-test-")
@@ -154,5 +144,5 @@ for args, status, words in (
     if r.returncode != status or words not in err or "\n" in err:
         fail(f"bench {' '.join(args)}: status {r.returncode} (want {status}), stderr {err!r}")
 
-print(f"{'FAILED' if failures else 'ok'}: agentxpu bench ({failures} failures)")
-sys.exit(1 if failures else 0)
+print(f"{'FAILED' if clitest.failures else 'ok'}: agentxpu bench ({clitest.failures} failures)")
+sys.exit(clitest.status())

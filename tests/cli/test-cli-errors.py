@@ -19,18 +19,14 @@ import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CLI, fail  # noqa: E402
 
 
 def run(*args, **kw):
-    return subprocess.run([CLI, *args], capture_output=True, timeout=120, **kw)
+    """Output as bytes: some of the tests' arguments and messages are not UTF-8."""
+    return clitest.run(*args, text=False, timeout=120, **kw)
 
 
 BUS_COMMANDS = [["ask", "hi"], ["submit", "hi"], ["chat"], ["status"],
@@ -427,5 +423,5 @@ with tempfile.TemporaryDirectory() as tmp:
     check_unknown_chat_template(tmp)
     check_odd_outputs_and_files(tmp)
     check_endless_files(tmp)
-print("ok" if not failures else f"{failures} failures")
-sys.exit(1 if failures else 0)
+print("ok" if not clitest.failures else f"{clitest.failures} failures")
+sys.exit(clitest.status())

@@ -11,25 +11,16 @@ import json
 import math
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CONF, fail  # noqa: E402
 
 
 def run(*args, check=True):
-    p = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        fail(f"agentxpu {' '.join(args)}: status {p.returncode}: {p.stderr.strip()}")
-    return p
+    return clitest.run(*args, check=check)
 
 
 def inspect_json(path):
@@ -231,17 +222,16 @@ def check_usage():
 
 
 def main():
-    conf = os.environ.get("AXP_CONFORMANCE_DIR", "")
     with tempfile.TemporaryDirectory() as tmp:
         check_mkmodel_then_inspect(tmp)
         check_verdicts(tmp)
     check_usage()
-    if os.path.isfile(os.path.join(conf, "models.json")):
-        check_against_models_json(conf)
-        check_conformance_files_run(conf)
+    if os.path.isfile(os.path.join(CONF, "models.json")):
+        check_against_models_json(CONF)
+        check_conformance_files_run(CONF)
     else:
         print("SKIP: models.json (no AXP_CONFORMANCE_DIR)")
-    sys.exit(1 if failures else 0)
+    sys.exit(clitest.status())
 
 
 main()

@@ -9,22 +9,12 @@ line; --parallel outside 1..64 is a usage error.
 Env: AXP_CLI."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
-
-
-def run(*args):
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import fail, run  # noqa: E402
 
 
 def gen_json(model, *args):
@@ -114,8 +104,8 @@ def main():
         check_model(q8, "q8_0 llama")
         check_model(q4k, "q4_k qwen2")
         check_text_and_usage(q8)
-    print(f"{failures} failures")
-    return 1 if failures else 0
+    print(f"{clitest.failures} failures")
+    return clitest.status()
 
 
 if __name__ == "__main__":

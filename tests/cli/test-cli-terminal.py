@@ -13,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import CLI, skip  # noqa: E402
 
 
 def visible(b):
@@ -26,8 +27,7 @@ def visible(b):
 
 def main():
     if not shutil.which("script"):
-        print("SKIP: util-linux script is not installed")
-        sys.exit(77)
+        skip("util-linux script is not installed")
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "m.gguf")
         subprocess.run([CLI, "mkmodel", "--dim", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1",

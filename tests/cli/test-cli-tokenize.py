@@ -9,25 +9,20 @@ line saying it holds a vocabulary only. Env: AXP_CLI, AXP_CONFORMANCE_DIR; skipp
 without the conformance data."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-CONF = os.environ.get("AXP_CONFORMANCE_DIR", "")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CONF, fail  # noqa: E402
+
 VOCABS = ["llama-bpe", "qwen2", "llama-spm", "phi-3"]
 SEP = b"\n__ggml_vocab_test__\n"
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
 
 
 def run(*args):
-    return subprocess.run([CLI, *args], capture_output=True, timeout=300)
+    """Output as bytes: the checks decode it themselves."""
+    return clitest.run(*args, text=False)
 
 
 def cases(vocab):
@@ -85,12 +80,11 @@ def check_refused(tmp):
 
 def main():
     if not os.path.isdir(os.path.join(CONF, "vocab")):
-        print(f"SKIP: no conformance data at '{CONF}' (AXP_CONFORMANCE_DIR)")
-        sys.exit(77)
+        clitest.skip(f"no conformance data at '{CONF}' (AXP_CONFORMANCE_DIR)")
     with tempfile.TemporaryDirectory() as tmp:
         check_vectors(tmp)
         check_refused(tmp)
-    sys.exit(1 if failures else 0)
+    sys.exit(clitest.status())
 
 
 main()

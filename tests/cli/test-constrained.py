@@ -11,36 +11,22 @@ Env: AXP_CLI, AXP_CONFORMANCE_DIR, AXP_ENGINE_DAEMON, AXP_TEST_BUS_CONF."""
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CONF, engine_daemon, fail, need_module, run, skip  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 import bustest  # noqa: E402
 from bustest import BAD_CONSTRAINTS  # noqa: E402
 
-CLI = os.environ["AXP_CLI"]
-VOCAB = os.path.join(os.environ.get("AXP_CONFORMANCE_DIR", ""), "vocab", "ggml-vocab-llama-bpe.gguf")
-failures = 0
+VOCAB = os.path.join(CONF, "vocab", "ggml-vocab-llama-bpe.gguf")
 
-try:
-    import jsonschema
-except ImportError:
-    print("SKIP: python3-jsonschema is not installed")
-    sys.exit(77)
+jsonschema = need_module("jsonschema", "python3-jsonschema")
 if not os.path.exists(VOCAB):
-    print("SKIP: no conformance vocabulary")
-    sys.exit(77)
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
-
-
-def run(*args, **kw):
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, **kw)
+    skip("no conformance vocabulary")
 
 
 SCHEMAS = {
@@ -196,13 +182,12 @@ def main():
     print("ok: bad input")
 
     daemon_part(model, tmp)
-    return 1 if failures else 0
+    return clitest.status()
 
 
 def daemon_part(model, tmp):
-    daemon = os.environ.get("AXP_ENGINE_DAEMON")
-    if not daemon or not os.path.exists(daemon):
-        print("skip: the daemon part (no daemon built)")
+    daemon = engine_daemon()
+    if not daemon:
         return
     bus = bustest.TestBus()
     try:

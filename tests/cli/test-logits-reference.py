@@ -8,26 +8,19 @@ reference matches llama.cpp's reference logits within the README's tolerances (F
 and RMS <= 1e-3; Q8_0: max |d| <= 0.03, RMS <= 0.006) with the same top token (skipped where
 the data is absent); --reference with --device is a usage error. Env: AXP_CLI,
 AXP_CONFORMANCE_DIR."""
-import array
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CONF, fail, read_f32  # noqa: E402
 
 
 def run(*args):
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=600)
+    return clitest.run(*args, timeout=600)
 
 
 def logits(out, *args):
@@ -36,12 +29,7 @@ def logits(out, *args):
     if p.returncode != 0:
         fail(f"agentxpu logits {' '.join(args)}: status {p.returncode}: {p.stderr.strip()}")
         return None
-    v = array.array("f")
-    with open(out, "rb") as f:
-        v.frombytes(f.read())
-    if sys.byteorder != "little":
-        v.byteswap()
-    return v
+    return read_f32(out)
 
 
 def diff(a, b):
@@ -103,11 +91,7 @@ def check_conformance(conf, tmp):
             golden = os.path.join(conf, "golden", model, p)
             ref = logits(os.path.join(tmp, "r.f32"), "-m", path, "-f",
                          os.path.join(conf, "golden", "prompts", p + ".txt"), "--reference")
-            want = array.array("f")
-            with open(golden + ".ref.logits.f32", "rb") as f:
-                want.frombytes(f.read())
-            if sys.byteorder != "little":
-                want.byteswap()
+            want = read_f32(golden + ".ref.logits.f32")
             check(f"{model} {p}: --reference vs llama.cpp", ref, want, max_abs, max_rms)
             with open(golden + ".ref.json") as f:
                 top = json.load(f)["last_logits_top20"][0]["id"]
@@ -128,9 +112,8 @@ def check_usage(tmp):
 with tempfile.TemporaryDirectory() as tmp:
     check_usage(tmp)
     check_mkmodel(tmp)
-    conf = os.environ.get("AXP_CONFORMANCE_DIR", "")
-    if conf and os.path.exists(os.path.join(conf, "tiny-llama3-f32.gguf")):
-        check_conformance(conf, tmp)
+    if CONF and os.path.exists(os.path.join(CONF, "tiny-llama3-f32.gguf")):
+        check_conformance(CONF, tmp)
     else:
-        print(f"SKIP: llama.cpp's logits (no conformance data at {conf!r})")
-sys.exit(1 if failures else 0)
+        print(f"SKIP: llama.cpp's logits (no conformance data at {CONF!r})")
+sys.exit(clitest.status())

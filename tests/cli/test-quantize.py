@@ -13,7 +13,6 @@ its logits as close to the F32 model's as our IQ4_XS file's (within a quarter mo
 0.05 of the logit RMS) and the kernels' within 0.1 of the largest of the reference forward
 pass's. Bad input gives one line, status 1 or 2, and leaves no file behind.
 Env: AXP_CLI, AXP_CONFORMANCE_DIR, AXP_LLAMA_QUANTIZE (optional)."""
-import array
 import json
 import math
 import os
@@ -23,9 +22,9 @@ import sys
 import tempfile
 import time
 
-CLI = os.environ["AXP_CLI"]
-CONF = os.environ.get("AXP_CONFORMANCE_DIR", "")
-failures = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CLI, CONF, fail, read_f32  # noqa: E402
 
 TYPES = ["q8_0", "q6_k", "q5_0", "q5_1", "q5_k", "q4_0", "q4_1", "q4_k", "iq4_nl", "iq4_xs",
          "q3_k", "q2_k", "f16", "bf16"]
@@ -38,29 +37,15 @@ PEER = {"q6_k": "q6_k", "q5_0": "q5_0", "q5_1": "q5_1", "q5_k": "q5_1", "q4_0": 
 PROMPT = "The quick brown fox jumps over the lazy dog."
 
 
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
-
-
 def run(*args, check=True):
-    p = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=600)
-    if check and p.returncode != 0:
-        fail(f"agentxpu {' '.join(args)}: status {p.returncode}: {p.stderr.strip()}")
-    return p
+    return clitest.run(*args, check=check, timeout=600)
 
 
 def logits(model, out):
     p = run("logits", "-m", model, "-p", PROMPT, "--kv-type", "f32", "-o", out)
     if p.returncode != 0:
         return None
-    v = array.array("f")
-    with open(out, "rb") as f:
-        v.frombytes(f.read())
-    if sys.byteorder != "little":
-        v.byteswap()
-    return v
+    return read_f32(out)
 
 
 def rel_rms(got, ref):
@@ -106,9 +91,7 @@ def check_llama_quantize(lq, src, d):
             fail(f"llama-quantize's IQ4_XS file: logits {et:.3f} x RMS from F32's (ours {eo:.3f})")
         r = run("logits", "-m", theirs, "-p", PROMPT, "--reference", "-o", theirs + ".ref")
         if r.returncode == 0:
-            v = array.array("f")
-            with open(theirs + ".ref", "rb") as f:
-                v.frombytes(f.read())
+            v = read_f32(theirs + ".ref")
             e = max(abs(x - y) for x, y in zip(a, v)) / max(abs(y) for y in v)
             print(f"  IQ4_XS: llama-quantize's file, kernels vs reference pass {e:.2e} of the largest logit")
             if not e <= 0.1:
@@ -240,7 +223,7 @@ def main():
         left = [f for f in os.listdir(d) if f.startswith("cut.gguf")]
         if p.returncode == 0 or left:
             fail(f"quantize interrupted: status {p.returncode}, left behind {left}")
-    return 1 if failures else 0
+    return clitest.status()
 
 
 if __name__ == "__main__":

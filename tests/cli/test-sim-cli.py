@@ -5,26 +5,16 @@ the same seed gives the same output, --trace logs every kernel, and bad options 
 error. Env: AXP_CLI."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-failures = 0
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import fail, number  # noqa: E402
 
 
 def run(*args):
-    return subprocess.run([CLI, "sim", *args], capture_output=True, text=True, timeout=300)
-
-
-def number(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return clitest.run("sim", *args)
 
 
 def check_policy(name, p):
@@ -90,5 +80,5 @@ b = run("--frobnicate")
 if b.returncode != 2 or "agentxpu sim: unrecognized option '--frobnicate'" not in b.stderr:
     fail(f"sim --frobnicate: status {b.returncode}, stderr {b.stderr!r}")
 
-print("ok" if not failures else f"{failures} failures")
-sys.exit(1 if failures else 0)
+print("ok" if not clitest.failures else f"{clitest.failures} failures")
+sys.exit(clitest.status())

@@ -17,18 +17,15 @@ import subprocess
 import sys
 import tempfile
 
-CLI = os.environ["AXP_CLI"]
-VOCAB = os.path.join(os.environ.get("AXP_CONFORMANCE_DIR", ""), "vocab", "ggml-vocab-llama-bpe.gguf")
-failures = 0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clitest  # noqa: E402
+from clitest import CLI, CONF, engine_daemon, fail, need_module, run, skip  # noqa: E402
 
-try:
-    import jsonschema
-except ImportError:
-    print("SKIP: python3-jsonschema is not installed")
-    sys.exit(77)
+VOCAB = os.path.join(CONF, "vocab", "ggml-vocab-llama-bpe.gguf")
+
+jsonschema = need_module("jsonschema", "python3-jsonschema")
 if not os.path.exists(VOCAB):
-    print("SKIP: no conformance vocabulary")
-    sys.exit(77)
+    skip("no conformance vocabulary")
 
 # enough of a Llama 3.1 template for the family and its tool support to be recognised
 TEMPLATE_TOOLS = ("{%- if tools is not none %}{{- 'Environment: ipython\\n' }}{%- endif %}"
@@ -67,16 +64,6 @@ BAD = [
     (json.dumps([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
      "must be a JSON schema of type object"),
 ]
-
-
-def fail(msg):
-    global failures
-    failures += 1
-    print("FAIL:", msg)
-
-
-def run(*args, **kw):
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300, **kw)
 
 
 def check_call(what, call):
@@ -198,7 +185,7 @@ def main():
 
     other_families(tmp, tools)
     daemon_part(model, tools, tmp)
-    return 1 if failures else 0
+    return clitest.status()
 
 
 def other_families(tmp, tools):
@@ -242,9 +229,8 @@ def other_families(tmp, tools):
 
 
 def daemon_part(model, tools, tmp):
-    daemon = os.environ.get("AXP_ENGINE_DAEMON")
-    if not daemon or not os.path.exists(daemon):
-        print("skip: the daemon part (no daemon built)")
+    daemon = engine_daemon()
+    if not daemon:
         return
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
     import bustest
