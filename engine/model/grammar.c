@@ -1099,9 +1099,10 @@ static bool ensure_buf(axp_matcher *m, size_t need) {
         return true;
 }
 
-/* The stacks of buf[off..off+n) after character cp, appended at *top; returns how many. */
+/* The stacks of buf[off..off+n) after character cp, appended at *top; returns how many (0
+ * also where the step would exceed the matcher's bounds, grammar.h). */
 static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t *top) {
-        size_t start = *top;
+        size_t start = *top, work = 0;
         bool null_added = false;
         m->agen++;
         for (size_t i = 0; i < n; i++) {
@@ -1109,6 +1110,11 @@ static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t 
                 if (!f || !chars_match(m->g, f->pos, cp))
                         continue;
                 memo_of(m, f);
+                work += (size_t) MAX(f->memo_n, 0);
+                if (work > AXP_GRAMMAR_MAX_STEP) {
+                        *top = start;
+                        return 0;
+                }
                 if (m->oom || !ensure_buf(m, *top + (size_t) f->memo_n))
                         return 0;
                 for (int32_t k = 0; k < f->memo_n; k++) {
@@ -1124,6 +1130,8 @@ static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t 
                         m->buf[(*top)++] = s;
                 }
         }
+        if (*top - start > AXP_GRAMMAR_MAX_STACKS)
+                *top = start;
         return *top - start;
 }
 
@@ -1439,6 +1447,15 @@ int axp_matcher_new(const axp_grammar *g, const axp_vocab_trie *v, axp_matcher *
         if (!m->st || m->oom) {
                 axp_matcher_free(m);
                 return axp_errorf(err, -ENOMEM, "out of memory");
+        }
+        if (m->n_cur > AXP_GRAMMAR_MAX_STACKS) {
+                size_t n = m->n_cur;
+                axp_matcher_free(m);
+                return axp_errorf(err, -EINVAL,
+                                  "the grammar is too ambiguous: its start can be read %zu ways at once, more than %d "
+                                  "(a bounded repetition of something that may be empty, such as (\"a\"?){1000}, does "
+                                  "this; make the repeated part non-empty)",
+                                  n, AXP_GRAMMAR_MAX_STACKS);
         }
         *ret = m;
         return 0;

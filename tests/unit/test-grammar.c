@@ -418,6 +418,50 @@ static void test_bounded_strings(void) {
         free(allowed);
 }
 
+/* The matcher's bounds (grammar.h): a start read more than AXP_GRAMMAR_MAX_STACKS ways is
+ * refused with a message; a character whose step would go past AXP_GRAMMAR_MAX_STEP is refused
+ * as the grammar would refuse it, and the rest of the grammar still runs; a grammar of the
+ * same shape within them runs whole, its mask agreeing with the token-by-token check. */
+static void test_ambiguity_bounds(void) {
+        int n_vocab = axp_tokenizer_n_vocab(vocab.tok);
+        uint8_t *allowed = malloc(n_vocab);
+        int32_t a = axp_tokenizer_find(vocab.tok, "a"), x = axp_tokenizer_find(vocab.tok, "x");
+        CHECK(a >= 0 && x >= 0);
+        static const struct {
+                const char *grammar;
+                bool starts, a_allowed;
+        } cases[] = {
+                /* 2 x 4096 + 1 places at the start */
+                { "root ::= (\"a\"? \"b\"?){4096} \"x\"\n", false, false },
+                { "root ::= ((\"a\"? \"b\"?){60}){60} \"x\"\n", false, false },
+                /* 2001 places, each leading to up to 2000 after an "a": the step's bound */
+                { "root ::= (\"a\"? \"b\"?){1000} \"x\"\n", true, false },
+                { "root ::= (\"a\"? \"b\"?){100} \"x\"\n", true, true },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                const char *gr = cases[i].grammar;
+                axp_grammar *g = NULL;
+                axp_matcher *m = NULL;
+                axp_error err = {};
+                CHECK_MSG(axp_grammar_parse(gr, strlen(gr), &g, &err) == 0, "%s", err.msg);
+                int r = axp_matcher_new(g, trie, &m, &err);
+                CHECK_MSG((r == 0) == cases[i].starts, "%s: %d %s", gr, r, err.msg);
+                if (r < 0) {
+                        CHECK_MSG(r == -EINVAL && strstr(err.msg, "too ambiguous"), "%s: %s", gr, err.msg);
+                        axp_grammar_free(g);
+                        continue;
+                }
+                CHECK_MSG(axp_matcher_allows(m, a) == cases[i].a_allowed, "%s: 'a'", gr);
+                CHECK_MSG(axp_matcher_allows(m, x), "%s: 'x'", gr);
+                mask_agrees(m, allowed, gr);
+                axp_matcher_accept(m, x);
+                CHECK(axp_matcher_finished(m));
+                axp_matcher_free(m);
+                axp_grammar_free(g);
+        }
+        free(allowed);
+}
+
 int main(void) {
         /* these need no vocabulary */
         RUN(test_min_bytes);
@@ -434,6 +478,7 @@ int main(void) {
         RUN(test_spanning);
         RUN(test_shapes);
         RUN(test_bounded_strings);
+        RUN(test_ambiguity_bounds);
         axp_vocab_trie_free(trie);
         vocab_close(&vocab);
         TEST_EXIT();
