@@ -290,13 +290,20 @@ static inline size_t pk32_bytes(pk32 L, int64_t nb) {
         return (size_t) (nb >> L.shift) * L.run + (rest ? L.head + (size_t) rest * L.qb : 0);
 }
 
-/* The prefetch plan (axp_cpu_prefetch): nonzero for sparse. Set before any product runs
- * (axp_cpu_ops_get decides it); a kernel reads it once a call. */
+/* The prefetch plan (axp_cpu_prefetch): its form, nonzero for sparse, and its cache level,
+ * nonzero for L1. Set before any product runs (axp_cpu_ops_get decides them); a kernel reads
+ * them once a call. */
 extern _Atomic int axp_cpu_pf_sparse;
-/* The plan a tile of T tokens follows: tiles of more than two tokens prefetch densely whatever
+extern _Atomic int axp_cpu_pf_l1;
+/* The form a tile of T tokens follows: tiles of more than two tokens prefetch densely whatever
  * the plan (see "Which tiles prefetch", below) */
 static inline int pf_sparse(int T) {
         return T <= 2 && atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed);
+}
+/* A tile's pf: whether it prefetches the group, and into which level */
+enum { PF_NONE = 0, PF_L2 = 1, PF_L1 = 2 };
+static inline int pf_first(void) {
+        return atomic_load_explicit(&axp_cpu_pf_l1, memory_order_relaxed) ? PF_L1 : PF_L2;
 }
 /* Whether the AVX-512 path's BF16 products take vdpbf16ps (the CPU has AVX512-BF16), set with
  * the plan; axp_cpu_set_bf16_dot(false) makes them take FMAs (the same bits: tests, benchmarks),
@@ -313,10 +320,16 @@ bool axp_cpu_set_bf16_dot(bool on);
 
 #if defined(__x86_64__)
 /* Decode streams each group once; software prefetch keeps more lines in flight than the
- * hardware prefetcher does alone. Into L2, not L1: a prefetch to L1 holds one of the core's
- * few line-fill buffers until its line arrives, which left the Q4_K kernel streaming 12.4 GB/s
- * on one Xeon core against 14.0 with the same prefetches into L2 (loads alone: 15.5). The
- * x86 paths' kernels share these.
+ * hardware prefetcher does alone. Into L2 or L1 by the plan's level (kernels.h; a tile's pf,
+ * PF_L2 or PF_L1), which the engine times on a model's weights: a prefetch to L1 holds one of
+ * the core's few line-fill buffers until its line arrives, which left the Q4_K kernel
+ * streaming 12.4 GB/s on one Xeon core against 14.0 with the same prefetches into L2 (loads
+ * alone: 15.5); on one Zen 5 core the same prefetches into L1 were faster for 11 of 14 types
+ * on AVX-512 (one token, dense: Q3_K 42.8 -> 49.8 GB/s, Q4_K 37.4 -> 41.5, Q5_K 39.1 -> 43.3,
+ * Q5_1 35.3 -> 39.5, Q6_K 41.8 -> 44.3; F16, BF16 and Q2_K the same) and on AVX2 (Q4_0 33.0 ->
+ * 44.0, Q6_K 35.6 -> 40.5, Q5_1 34.8 -> 39.4, Q8_0 33.3 -> 36.1; the types bound by their
+ * instructions there the same), bench-kernels --micro with AXP_CPU_PREFETCH=dense|dense-l1.
+ * The x86 paths' kernels share these; the AMX path keeps its own, into L2.
  * The K-quants prefetch a sub-block's lines in its own step of the sub-block loop, which is
  * not unrolled: unrolled, GCC hoisted all of a superblock's prefetches (40 for Q4_K) to the
  * superblock's start, and the burst (it seems) filled the miss buffers the loads then waited
@@ -343,9 +356,17 @@ bool axp_cpu_set_bf16_dot(bool on);
  * first tiles took AVX-512 Q4_0 from 653 to 710 GFLOP/s a core, Q4_K 643 -> 703, F16 199 ->
  * 245; the AVX2 builds' prefill the same. */
 
-static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, int n) {
-        for (int i = 0; i < n; i++)
-                _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
+static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *p, int n, int pf) {
+        if (pf == PF_L1)
+                for (int i = 0; i < n; i++)
+                        _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T0);
+        else
+                for (int i = 0; i < n; i++)
+                        _mm_prefetch((const char *) p + 64 * i, _MM_HINT_T1);
+}
+/* one line */
+static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p, int pf) {
+        prefetch_lines(p, 1, pf);
 }
 
 /* Decode's prefetch for block b of a 32-element block type in group g, by the plan
@@ -353,7 +374,7 @@ static inline __attribute__((always_inline)) void prefetch_lines(const uint8_t *
  * starts a run), or one line every `every` bytes of quants (a power of two,
  * PF_SPARSE_EVERY_*), far ahead; `ahead` is pf_blocks' (after this). */
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *g, pk32 L, int64_t b,
-                                                                 int sparse, size_t every, int ahead) {
+                                                                 int sparse, size_t every, int ahead, int pf) {
         if (!sparse && L.shift != 3) {
                 /* one run (Q4_1, Q5_1): scales, minimums and quants in three regions, read
                  * side by side, fetched as one stream over the group at the rate decode reads
@@ -365,13 +386,13 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
                  * line in `every` bytes of quants. (bench-kernels --micro q4_1,q5_1, builds
                  * taking turns.) */
                 size_t per = L.qb + 64;
-                prefetch_lines(g + L.head + (size_t) (b + ahead) * per, (int) (per / 64));
+                prefetch_lines(g + L.head + (size_t) (b + ahead) * per, (int) (per / 64), pf);
         } else if (!sparse) {
-                prefetch_lines(g + pk32_quants(L, b + ahead), (int) (L.qb / 64));
+                prefetch_lines(g + pk32_quants(L, b + ahead), (int) (L.qb / 64), pf);
                 if (pk32_in_run(L, b) == 0)
-                        prefetch_lines(g + pk32_scales(L, b + ahead), (int) (L.head / 64));
+                        prefetch_lines(g + pk32_scales(L, b + ahead), (int) (L.head / 64), pf);
         } else if ((((size_t) b * L.qb) & (every - 1)) < L.qb) /* where the quants cross `every` */
-                _mm_prefetch((const char *) g + pk32_quants(L, b) + PF_SPARSE_AHEAD, _MM_HINT_T1);
+                prefetch_line(g + pk32_quants(L, b) + PF_SPARSE_AHEAD, pf);
 }
 
 /* Decode's distance for prefetch_block, in blocks, on the AVX-512 path (zmm) or an AVX2 build
@@ -395,11 +416,11 @@ static inline int pf_blocks(pk32 L, bool zmm, bool vnni) {
  * path (the AVX2 loop takes both halves, a line a step, as AVX-512's; one in 1 KB was 5-15%
  * slower there, F16 and BF16, bench-kernels --micro) */
 static inline __attribute__((always_inline)) void prefetch_stream(const uint8_t *g, size_t off, size_t step,
-                                                                  size_t ahead, int sparse) {
+                                                                  size_t ahead, int sparse, int pf) {
         if (!sparse)
-                prefetch_lines(g + off + ahead, (int) (step / 64));
+                prefetch_lines(g + off + ahead, (int) (step / 64), pf);
         else if ((off & (PF_SPARSE_EVERY_ZMM - 1)) == 0)
-                _mm_prefetch((const char *) g + off + PF_SPARSE_AHEAD, _MM_HINT_T1);
+                prefetch_line(g + off + PF_SPARSE_AHEAD, pf);
 }
 #endif
 
@@ -427,8 +448,8 @@ static inline size_t pk_q3_K_qs_offset(int64_t k) {
  * in their region (which missed the heads, and crossed into the next group at the wrong
  * place); 8, 16 and 32 KB ahead measured the same (bench-kernels --micro q3_k). */
 #define PF_Q3_K_BYTES 16384
-static inline __attribute__((always_inline)) void prefetch_q3_K(const uint8_t *g, int64_t s, int p) {
-        prefetch_lines(g + s * (PK_Q3_K_HEAD + PK_Q3_K_QS) + 224 * p + PF_Q3_K_BYTES, 4);
+static inline __attribute__((always_inline)) void prefetch_q3_K(const uint8_t *g, int64_t s, int p, int pf) {
+        prefetch_lines(g + s * (PK_Q3_K_HEAD + PK_Q3_K_QS) + 224 * p + PF_Q3_K_BYTES, 4, pf);
 }
 #endif
 #define PK_IQ4_XS_HEAD 128

@@ -143,6 +143,7 @@ static const isa_entry isas[] = {
 static _Atomic(const axp_cpu_ops *) active;
 
 _Atomic int axp_cpu_pf_sparse;
+_Atomic int axp_cpu_pf_l1;
 _Atomic int axp_cpu_bf16_dot;
 
 /* AMD's CPUs (and Hygon's, the same cores) streamed the 32-element block types faster with
@@ -166,9 +167,31 @@ static bool vendor_amd(void) {
 #endif
 }
 
-/* 1 sparse, 0 dense, -1 neither */
+/* A plan as a number: bit 0 sparse, bit 1 into L1; its name by that number */
+enum { PLAN_SPARSE = 1, PLAN_L1 = 2 };
+static const char *const plan_names[] = { "dense", "sparse", "dense-l1", "sparse-l1" };
+
+/* the plan of that name, or -1 */
 static int plan_of(const char *name) {
-        return strcmp(name, "sparse") == 0 ? 1 : strcmp(name, "dense") == 0 ? 0 : -1;
+        for (int i = 0; i < (int) ELEMENTSOF(plan_names); i++)
+                if (strcmp(name, plan_names[i]) == 0)
+                        return i;
+        return -1;
+}
+
+/* the default plan: sparse on AMD's CPUs (above), into L2 (cpu.h) */
+static int plan_default(void) {
+        return vendor_amd() ? PLAN_SPARSE : 0;
+}
+
+static void plan_set(int plan) {
+        atomic_store_explicit(&axp_cpu_pf_sparse, (plan & PLAN_SPARSE) != 0, memory_order_relaxed);
+        atomic_store_explicit(&axp_cpu_pf_l1, (plan & PLAN_L1) != 0, memory_order_relaxed);
+}
+
+static int plan_get(void) {
+        return (atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed) ? PLAN_SPARSE : 0) |
+               (atomic_load_explicit(&axp_cpu_pf_l1, memory_order_relaxed) ? PLAN_L1 : 0);
 }
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -183,24 +206,26 @@ static void cpu_init(void) {
         int plan = want ? plan_of(want) : -1;
         atomic_store_explicit(&plan_forced, plan >= 0, memory_order_relaxed);
         if (plan < 0) {
-                plan = vendor_amd();
+                plan = plan_default();
                 if (want)
-                        fprintf(stderr, "agentxpu: AXP_CPU_PREFETCH=%s is neither dense nor sparse; using %s\n",
-                                want, plan ? "sparse" : "dense");
+                        fprintf(stderr,
+                                "agentxpu: AXP_CPU_PREFETCH=%s is not a plan (dense, sparse, dense-l1, sparse-l1); "
+                                "using %s\n",
+                                want, plan_names[plan]);
         }
-        atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
+        plan_set(plan);
 }
 
 const char *axp_cpu_prefetch(void) {
         pthread_once(&init_once, cpu_init);
-        return atomic_load_explicit(&axp_cpu_pf_sparse, memory_order_relaxed) ? "sparse" : "dense";
+        return plan_names[plan_get()];
 }
 
 bool axp_cpu_set_prefetch(const char *name) {
-        int plan = name ? plan_of(name) : vendor_amd();
+        int plan = name ? plan_of(name) : plan_default();
         pthread_once(&init_once, cpu_init);
         if (plan >= 0) {
-                atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
+                plan_set(plan);
                 atomic_store_explicit(&plan_forced, name != NULL, memory_order_relaxed);
         }
         return plan >= 0;
@@ -208,59 +233,85 @@ bool axp_cpu_set_prefetch(const char *name) {
 
 #define TUNE_MAX_BYTES (512ull << 20)
 
-/* the types whose decode follows the plan: all but the K-quants (Q8_K activations), which
- * keep their own prefetches */
-static bool plan_type(uint32_t type) {
+/* the types whose decode follows the plan's form: all but the K-quants (Q8_K activations),
+ * which keep their own prefetches, dense; the level concerns every type */
+static bool form_type(uint32_t type) {
         return axp_act_kind_of(type) != AXP_ACT_Q8_K;
 }
 
+/* Up to TUNE_MAX_BYTES of the prepared weights (those whose type the plan's form concerns, with
+ * forms_only): how many, into sel, with their bytes and largest shapes */
+static int tune_select(const axp_weight *const *w, int n, bool forms_only, const axp_weight **sel, uint64_t *bytes,
+                       int64_t *max_in, int64_t *max_out) {
+        int n_sel = 0;
+        *bytes = 0;
+        for (int i = 0; i < n && *bytes < TUNE_MAX_BYTES; i++) {
+                /* prepared (so a type with kernels) */
+                if (!w[i] || !axp_packed_of(w[i]) || (forms_only && !form_type(w[i]->type)))
+                        continue;
+                sel[n_sel++] = w[i];
+                *bytes += axp_type_row_size(w[i]->type, w[i]->n_in) * (uint64_t) w[i]->n_out;
+                *max_in = MAX(*max_in, w[i]->n_in);
+                *max_out = MAX(*max_out, w[i]->n_out);
+        }
+        return n_sel;
+}
+
+/* Of plans a and b, the one whose one-token products over sel run faster (best of three
+ * rounds, the plans taking turns), their times in ret_s */
+static int tune_pick(axp_pool *pool, const axp_weight **sel, int n_sel, const float *x, float *y, int a, int b,
+                     double ret_s[2]) {
+        const int plans[2] = { a, b };
+        ret_s[0] = ret_s[1] = INFINITY;
+        for (int round = 0; round < 3; round++)
+                for (int i = 0; i < 2; i++) {
+                        plan_set(plans[i]);
+                        double t0 = axp_cpu_now();
+                        for (int k = 0; k < n_sel; k++) {
+                                long ldy = (long) sel[k]->n_out;
+                                axp_cpu_matmul(pool, 1, &sel[k], x, (long) sel[k]->n_in, &y, &ldy, 1);
+                        }
+                        ret_s[i] = fmin(ret_s[i], axp_cpu_now() - t0);
+                }
+        return ret_s[1] < ret_s[0] ? b : a;
+}
+
 int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uint64_t min_bytes,
-                          double ret_s[2]) {
+                          double ret_s[4]) {
         pthread_once(&init_once, cpu_init);
         if (atomic_load_explicit(&plan_forced, memory_order_relaxed))
                 return 0;
-        const axp_weight **sel = malloc(sizeof(*sel) * (size_t) (n > 0 ? n : 1));
-        if (!sel)
+        const axp_weight **all = malloc(sizeof(*all) * (size_t) (n > 0 ? n : 1));
+        const axp_weight **forms = malloc(sizeof(*forms) * (size_t) (n > 0 ? n : 1));
+        if (!all || !forms) {
+                free(all), free(forms);
                 return -ENOMEM;
-        int n_sel = 0;
-        uint64_t bytes = 0;
+        }
+        uint64_t all_bytes, form_bytes;
         int64_t max_in = 0, max_out = 0;
-        for (int i = 0; i < n && bytes < TUNE_MAX_BYTES; i++) {
-                /* prepared (so a type with kernels) */
-                if (!w[i] || !axp_packed_of(w[i]) || !plan_type(w[i]->type))
-                        continue;
-                sel[n_sel++] = w[i];
-                bytes += axp_type_row_size(w[i]->type, w[i]->n_in) * (uint64_t) w[i]->n_out;
-                max_in = MAX(max_in, w[i]->n_in);
-                max_out = MAX(max_out, w[i]->n_out);
+        int n_all = tune_select(w, n, false, all, &all_bytes, &max_in, &max_out);
+        int n_forms = tune_select(w, n, true, forms, &form_bytes, &max_in, &max_out);
+        bool level = n_all > 0 && all_bytes >= min_bytes, form = n_forms > 0 && form_bytes >= min_bytes;
+        float *x = NULL, *y = NULL;
+        int ret = 0;
+        if (level || form) {
+                x = malloc(sizeof(float) * (size_t) max_in);
+                y = malloc(sizeof(float) * (size_t) max_out);
+                ret = x && y ? 1 : -ENOMEM;
         }
-        if (n_sel == 0 || bytes < min_bytes) {
-                free(sel);
-                return 0;
+        if (ret == 1) {
+                for (int64_t i = 0; i < max_in; i++)
+                        x[i] = (float) ((i * 7919) % 2001 - 1000) * 1e-3f;
+                int plan = plan_get();
+                /* the level over every type, then the form over its own types at that level */
+                if (level)
+                        plan = tune_pick(pool, all, n_all, x, y, plan & ~PLAN_L1, plan | PLAN_L1, ret_s + 2);
+                if (form)
+                        plan = tune_pick(pool, forms, n_forms, x, y, plan & ~PLAN_SPARSE, plan | PLAN_SPARSE, ret_s);
+                plan_set(plan);
         }
-        float *x = malloc(sizeof(float) * (size_t) max_in), *y = malloc(sizeof(float) * (size_t) max_out);
-        if (!x || !y) {
-                free(sel), free(x), free(y);
-                return -ENOMEM;
-        }
-        for (int64_t i = 0; i < max_in; i++)
-                x[i] = (float) ((i * 7919) % 2001 - 1000) * 1e-3f;
-        double best[2] = { INFINITY, INFINITY };
-        for (int round = 0; round < 3; round++)
-                for (int plan = 0; plan < 2; plan++) {
-                        atomic_store_explicit(&axp_cpu_pf_sparse, plan, memory_order_relaxed);
-                        double t0 = axp_cpu_now();
-                        for (int i = 0; i < n_sel; i++) {
-                                long ldy = (long) sel[i]->n_out;
-                                axp_cpu_matmul(pool, 1, &sel[i], x, (long) sel[i]->n_in, &y, &ldy, 1);
-                        }
-                        best[plan] = fmin(best[plan], axp_cpu_now() - t0);
-                }
-        atomic_store_explicit(&axp_cpu_pf_sparse, best[1] < best[0], memory_order_relaxed);
-        ret_s[0] = best[0];
-        ret_s[1] = best[1];
-        free(sel), free(x), free(y);
-        return 1;
+        free(all), free(forms), free(x), free(y);
+        return ret;
 }
 
 bool axp_cpu_set_bf16_dot(bool on) {

@@ -104,7 +104,8 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
 /* A tile of T_ tokens from token t over half h0 (nh = 1) or both halves (h0 = 0, nh = 2); the
  * first of the group's tiles prefetches it (pf, cpu.h) */
 #define TILE_AT(T_, fn, h0, nh, ...)                                                               \
-        fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0 && (h0) == 0, h0, nh, ##__VA_ARGS__)
+        fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0 && (h0) == 0 ? pf_first() : PF_NONE, h0, nh, \
+           ##__VA_ARGS__)
 
 /* The tiles of one pass over half h0 (nh = 1) or both halves (h0 = 0, nh = 2): tmax tokens at a
  * time, then one of MAX_T where tmax's rest allows, then the last 3, 2 or 1. */
@@ -244,7 +245,7 @@ AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const int sparse = pf_sparse(T);
         for (; i + 2 <= act->k; i += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse, pf);
                 __m256 w0[2], w1[2];
                 UNROLL for (int hh = 0; hh < NH; hh++) {
                         w0[hh] = _mm256_load_ps(w + i * 16 + 8 * (h0 + hh));
@@ -311,7 +312,7 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const int sparse = pf_sparse(T);
         for (int64_t p = 0; p < np; p++) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse, pf);
                 f16_step(g + p * 64, acc, x, 2 * p, T, h0, NH, false);
         }
         if (act->k & 1) /* the last input, with a zero beside it as its weights have */
@@ -384,7 +385,7 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         int64_t p = 0;
         for (; p + 2 <= np; p += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse, pf);
                 bf16_step(g + p * 64, acc, x, p, 0, T, h0, NH);
                 bf16_step(g + p * 64 + 64, acc, x, p + 1, 1, T, h0, NH);
         }
@@ -451,7 +452,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         for (int64_t b = 0; b < nb; b++) {
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (pf)
-                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI));
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_YMM, pf_blocks(L, false, YMM_VNNI), pf);
                 __m256i isum[MAX_T][2];
 #ifdef AXP_AVX_VNNI
                 if (1) {
@@ -764,7 +765,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 8; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
+                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5, pf);
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
                         __m256i sc16[2]; /* scales as s16 pairs (int32 with VNNI) */
                         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -893,7 +894,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 16; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
+                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4, pf);
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
                         __m256i w[2][4], scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -1055,7 +1056,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int e = 0; e < 2; e++) {
                                 const int j = jp + e;
                                 if (pf)
-                                        prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2);
+                                        prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2, pf);
                                 __m256i scj[2], w[2][4];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                         /* 8 rows' (scale | min << 4) bytes of sub-blocks 2p, 2p + 1 */
@@ -1210,7 +1211,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 for (int jp = 0; jp < 16; jp += 2) {
                         const uint8_t *vp = qs + 96 * jp; /* the pair's three vectors */
                         if (pf)
-                                prefetch_q3_K(g, s, jp / 2);
+                                prefetch_q3_K(g, s, jp / 2, pf);
 #ifdef AXP_AVX_VNNI
                         __m256i dprev[MAX_T][2]; /* sub-block jp's dot, waiting for jp + 1's */
 #endif
@@ -1296,7 +1297,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 scales6_all(sb + 32, sb + 96, 8, sc6);
                 for (int j = 0; j < 8; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * (PK_IQ4_XS_SB / 8), 5);
+                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * (PK_IQ4_XS_SB / 8), 5, pf);
                         __m256 scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++)
                                 scj[hh] = scale6(sc6, j, h0 + hh);

@@ -65,7 +65,7 @@ AI void f32_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const int sparse = pf_sparse(T);
         for (; i + 2 <= act->k; i += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse);
+                        prefetch_stream(g, (size_t) i * 64, 128, 8192, sparse, pf);
                 __m512 w0 = _mm512_load_ps((const float *) g + i * 16);
                 __m512 w1 = _mm512_load_ps((const float *) g + i * 16 + 16);
                 UNROLL for (int t = 0; t < T; t++) {
@@ -117,7 +117,7 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
         const int sparse = pf_sparse(T);
         for (int64_t p = 0; p < np; p++) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse);
+                        prefetch_stream(g, (size_t) p * 64, 64, 4096, sparse, pf);
                 f16_step(g + p * 64, acc, x, 2 * p, T, false);
         }
         if (act->k & 1) /* the last input, with a zero beside it as its weights have */
@@ -132,7 +132,8 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
 }
 
 /* A tile of T_ tokens from token t; the first of the group's tiles prefetches it (pf, cpu.h) */
-#define TILE_AT(T_, fn, ...) fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0, ##__VA_ARGS__)
+#define TILE_AT(T_, fn, ...)                                                                       \
+        fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0 ? pf_first() : PF_NONE, ##__VA_ARGS__)
 
 #define TILE_DISPATCH(fn, ...)                                                                     \
         do {                                                                                       \
@@ -210,7 +211,7 @@ AI void bf16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         int64_t p = 0;
         for (; p + 2 <= np; p += 2) {
                 if (pf)
-                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse);
+                        prefetch_stream(g, (size_t) p * 64, 128, 4096, sparse, pf);
                 __m512i w0 = _mm512_load_si512(g + p * 64), w1 = _mm512_load_si512(g + p * 64 + 64);
                 UNROLL for (int t = 0; t < T; t++) {
                         acc[t][0] = bf16_dot(acc[t][0], w0, bcast4((const int8_t *) x[t] + p * 4), dp);
@@ -266,7 +267,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 __m512i w[8];
                 const uint8_t *q = g + pk32_quants(L, b);
                 if (pf)
-                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false));
+                        prefetch_block(g, L, b, sparse, PF_SPARSE_EVERY_ZMM, pf_blocks(L, true, false), pf);
                 if (nibbles) {
                         UNROLL for (int p = 0; p < 4; p++) {
                                 __m512i v = _mm512_load_si512(q + p * 64);
@@ -404,7 +405,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         /* one token is memory bound: keep more of the stream in flight */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5);
+                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5, pf);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         if (in_place)
@@ -496,7 +497,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4);
+                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4, pf);
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
                                 ld32(sb + 32 + 32 * (j / 2)));
@@ -574,7 +575,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2);
+                                prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2, pf);
                         __m512i w32 = _mm512_cvtepu16_epi32(ld32(sb + 64 + 32 * (j / 2)));
                         __m512i scj = _mm512_and_si512((j & 1) ? _mm512_srli_epi32(w32, 8) : w32, m15);
                         __m512i v = _mm512_load_si512(sb + PK_Q2_K_HEAD + 64 * j);
@@ -662,7 +663,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 UNROLL for (int j = 0; j < 16; j++) { /* unrolled (PF_AHEAD, cpu.h) */
                         const uint8_t *vp = qs + 192 * (j / 2);
                         if (pf && !(j & 1)) {
-                                prefetch_q3_K(g, s, j / 2);
+                                prefetch_q3_K(g, s, j / 2, pf);
                                 /* keeps the prefetch in its step, where GCC hoisted them all */
                                 __asm__ volatile("" ::: "memory");
                         }
@@ -744,7 +745,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 scales6_split(sb + 32, sb + 96, 4, ev, od);
                 for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4);
+                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4, pf);
                         __m512 scj = _mm512_cvtepi32_ps(scale6_i32(ev, od, j));
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
                         __m512i w[8];

@@ -20,28 +20,33 @@ bool axp_cpu_set_isa(const char *name);
 /* Whether this machine can run the path of that name (whatever path is in use). */
 bool axp_cpu_isa_available(const char *name);
 
-/* How one- and two-token products of the 32-element block types (Q8_0, Q5_0, Q4_0, Q4_1,
- * Q5_1, IQ4_NL) and of float weights (F32, F16, BF16) prefetch the weights they stream (tiles
- * of more tokens prefetch densely on every machine, cpu.h): "dense"
- * (every line, 8 blocks or 4 KB ahead) or "sparse" (one line in 2 KB on the AVX-512 path and
- * for float weights, in 1 KB for the block types on the AVX2 ones, 32 KB ahead, so that the
- * hardware prefetcher runs further ahead and the loop issues fewer requests of its own).
- * Which is faster depends on the machine and the type, so axp_cpu_prefetch_tune times both on
- * a model's own weights when it is loaded; until then (and for models too small to tell),
- * sparse where the CPU is AMD's, dense elsewhere. AXP_CPU_PREFETCH=dense|sparse picks one
- * for good. */
+/* How decode prefetches the weights it streams: a plan of a form and a level.
+ * The form concerns one- and two-token products of the 32-element block types (Q8_0, Q5_0,
+ * Q4_0, Q4_1, Q5_1, IQ4_NL) and of float weights (F32, F16, BF16); tiles of more tokens, and
+ * the K-quants' products, prefetch densely on every machine (cpu.h): "dense" (every line, 8
+ * blocks or 4 KB ahead) or "sparse" (one line in 2 KB on the AVX-512 path and for float
+ * weights, in 1 KB for the block types on the AVX2 ones, 32 KB ahead, so that the hardware
+ * prefetcher runs further ahead and the loop issues fewer requests of its own).
+ * The level concerns every product's prefetches: into L2 (the plain names) or into L1 (the
+ * names ending "-l1"): "dense", "sparse", "dense-l1", "sparse-l1".
+ * Which is faster depends on the machine, the type and the thread count, so
+ * axp_cpu_prefetch_tune times them on a model's own weights when it is loaded; until then
+ * (and for models too small to tell), sparse where the CPU is AMD's, dense elsewhere, into L2.
+ * AXP_CPU_PREFETCH=NAME picks one plan for good. */
 const char *axp_cpu_prefetch(void);
 /* Force a plan (benchmarks, tests), which tuning then leaves alone; NULL hands the choice back
- * (the default above, tunable). False for a name that is neither. Process-wide. */
+ * (the default above, tunable). False for a name that is none of them. Process-wide. */
 bool axp_cpu_set_prefetch(const char *name);
-/* Choose the plan for the n prepared weights w by timing it: one-token products over those the
- * plan concerns (the types above), up to 512 MB of them, with each plan in turn, three rounds,
- * the faster's best kept. Does nothing (returns 0) where the plan was forced or where those
- * weights are fewer than min_bytes (they would be timed from the caches, where the plans do
- * not differ); else returns 1 with each plan's best time in ret_s[0] (dense) and ret_s[1]
- * (sparse), or -ENOMEM. */
+/* Choose the plan for the n prepared weights w by timing it, the plans taking turns, three
+ * rounds, the faster's best kept: first the level, with one-token products over up to 512 MB
+ * of the weights; then the form at that level, over up to 512 MB of those whose type the form
+ * concerns. A step whose weights are fewer than min_bytes is left out (they would be timed
+ * from the caches, where the plans do not differ). Does nothing (returns 0) where the plan
+ * was forced or both steps are left out; else returns 1 with each step's best times in ret_s
+ * ([0] dense, [1] sparse; [2] into L2, [3] into L1; a step left out leaves its two as they
+ * were), or -ENOMEM. */
 int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uint64_t min_bytes,
-                          double ret_s[2]);
+                          double ret_s[4]);
 
 /* Prepare a weight for fast products: a repacked copy (16-row interleaved groups, at most
  * ~3% larger than the original) in w->priv; products then never read w->data, so the caller

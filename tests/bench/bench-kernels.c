@@ -13,11 +13,13 @@
  *            repetition): ms per token, the bytes each product streams
  *            and its GB/s against the machine's read bandwidth (kernels/cpu/membw.h) measured
  *            with the same thread count just before and after each type's runs (the larger)
- *   --prefetch dense,sparse: decode's prefetch plan (kernels.h); with two, the plans take
- *            turns token by token and each plan's best token is printed (the per-operation
- *            profile then mixes them)
+ *   --prefetch P[,P]: decode's prefetch plan (kernels.h: dense, sparse, dense-l1, sparse-l1);
+ *            with two, the plans take turns token by token and each plan's best token is
+ *            printed (the per-operation profile then mixes them). Without it each model's plan
+ *            is tuned on its weights, as the engine does when it loads a model
  *   --micro: per core (CPU time), one decode product (from memory and from L2) and one
- *            prefill product per type, on each path of a list in turn
+ *            prefill product per type, on each path of a list in turn, with the default
+ *            prefetch plan or AXP_CPU_PREFETCH's (not tuned)
  *   --no-bf16-dot: the AVX-512 path's BF16 products with FMAs, as on a CPU without
  *            AVX512-BF16, instead of vdpbf16ps (the same results)
  * Not a test: it prints numbers.
@@ -174,6 +176,23 @@ static int model_make(bench_model *m, const char *config, double *ret_prep_s) {
         }
         *ret_prep_s = prep;
         return 0;
+}
+
+/* The prefetch plan for this model, timed on its weights as the engine's CPU device does when
+ * it loads a model (axp_cpu_prefetch_tune, from the default each time) */
+static void tune_plan(axp_pool *pool, const bench_model *m) {
+        const axp_weight *ws[N_LAYER * 7 + 1];
+        for (int i = 0; i <= N_LAYER * 7; i++)
+                ws[i] = &m->w[i];
+        double t[4] = { 0, 0, 0, 0 };
+        axp_cpu_set_prefetch(NULL);
+        int r = axp_cpu_prefetch_tune(pool, ws, N_LAYER * 7 + 1, 64ull << 20, t);
+        if (r == 1)
+                printf("  prefetch plan %s (tuned: into L2 %.1f ms, into L1 %.1f ms; dense %.1f ms, sparse %.1f ms; "
+                       "0 where not timed)\n",
+                       axp_cpu_prefetch(), t[2] * 1e3, t[3] * 1e3, t[0] * 1e3, t[1] * 1e3);
+        else
+                printf("  prefetch plan %s (not tuned)\n", axp_cpu_prefetch());
 }
 
 static void model_free(bench_model *m) {
@@ -382,7 +401,8 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
         float *x = calloc(128 * 8192, 4), *y = calloc(128 * 8192, 4);
         for (int i = 0; i < 128 * 8192; i++)
                 x[i] = (float) (((long) i * 7919) % 2001 - 1000) * 1e-3f;
-        printf("\nper core (1 thread, CPU time; best of 5, the paths taking turns):\n");
+        printf("\nper core (1 thread, CPU time; best of 5, the paths taking turns; prefetch plan %s%s):\n",
+               axp_cpu_prefetch(), getenv("AXP_CPU_PREFETCH") ? "" : ", the default, not tuned");
         for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {
                 int type = axp_type_from_name(ty);
                 if (type < 0 || !axp_type_traits_get(type)->supported)
@@ -533,7 +553,7 @@ int main(int argc, char **argv) {
                 char *sv = NULL;
                 for (char *p = strtok_r(plan_buf, ",", &sv); p; p = strtok_r(NULL, ",", &sv)) {
                         if (n_plans == 2 || !axp_cpu_set_prefetch(p)) {
-                                fprintf(stderr, "--prefetch takes dense, sparse or both\n");
+                                fprintf(stderr, "--prefetch takes one or two of dense, sparse, dense-l1 and sparse-l1\n");
                                 return 2;
                         }
                         plans[n_plans++] = p;
@@ -541,8 +561,15 @@ int main(int argc, char **argv) {
                 axp_cpu_set_prefetch(plans[0]);
         }
         axp_pool *pool = axp_pool_new(threads);
-        printf("path %s, %d threads, decode prefetch %s\n", axp_cpu_isa(), axp_pool_size(pool),
-               n_plans == 2 ? "dense and sparse taking turns" : axp_cpu_prefetch());
+        if (n_plans == 2)
+                printf("path %s, %d threads, decode prefetch %s and %s taking turns\n", axp_cpu_isa(),
+                       axp_pool_size(pool), plans[0], plans[1]);
+        else if (prefetch)
+                printf("path %s, %d threads, decode prefetch %s\n", axp_cpu_isa(), axp_pool_size(pool),
+                       axp_cpu_prefetch());
+        else
+                printf("path %s, %d threads, decode prefetch tuned on each model's weights as the engine does\n",
+                       axp_cpu_isa(), axp_pool_size(pool));
 
         /* pool dispatch: each of the ~100 runs per decoded token costs this over its work */
         pool_probe probe = { .caller = pthread_self() };
@@ -582,6 +609,8 @@ int main(int argc, char **argv) {
                         return 1;
                 printf("\n%s: %.0f MB of weights, %.2f G parameters; prepared in %.2f s (%.1f GB/s)\n", ty,
                        m.bytes / 1e6, m.params / 1e9, prep, m.bytes / prep / 1e9);
+                if (!prefetch)
+                        tune_plan(pool, &m);
                 for (long i = 0; i < (long) maxt * N_EMBD; i++)
                         b.x[i] = (float) ((i * 7919L) % 2001 - 1000) * 1e-3f;
 

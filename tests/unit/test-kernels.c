@@ -665,17 +665,24 @@ static void test_matmul_pairs_same_bits(void) {
 
 /* Decode's prefetch plans (kernels.h) are named, chosen and give the same bits: a prefetch
  * moves no data a product reads. Rows of 2048 inputs span several sparse-prefetch steps. */
+static const char *const plan_names[] = { "dense", "sparse", "dense-l1", "sparse-l1" };
+
 static void test_matmul_prefetch_plans(void) {
         char was[16];
         snprintf(was, sizeof(was), "%s", axp_cpu_prefetch());
-        CHECK(strcmp(was, "dense") == 0 || strcmp(was, "sparse") == 0);
+        bool named = false;
+        for (size_t p = 0; p < ELEMENTSOF(plan_names); p++)
+                named = named || strcmp(was, plan_names[p]) == 0;
+        CHECK_MSG(named, "the plan is %s", was);
         CHECK(!axp_cpu_set_prefetch("sparse-ish"));
+        CHECK(!axp_cpu_set_prefetch("l1"));
+        CHECK(!axp_cpu_set_prefetch("dense-l3"));
         CHECK(!axp_cpu_set_prefetch(""));
         CHECK(strcmp(axp_cpu_prefetch(), was) == 0);
-        CHECK(axp_cpu_set_prefetch("dense"));
-        CHECK(strcmp(axp_cpu_prefetch(), "dense") == 0);
-        CHECK(axp_cpu_set_prefetch("sparse"));
-        CHECK(strcmp(axp_cpu_prefetch(), "sparse") == 0);
+        for (size_t p = 0; p < ELEMENTSOF(plan_names); p++) {
+                CHECK(axp_cpu_set_prefetch(plan_names[p]));
+                CHECK(strcmp(axp_cpu_prefetch(), plan_names[p]) == 0);
+        }
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                 if (!isa_use(all_isas[ii]))
                         continue;
@@ -687,28 +694,39 @@ static void test_matmul_prefetch_plans(void) {
                         for (int n_tok = 1; n_tok <= 2; n_tok++) {
                                 CHECK(axp_cpu_set_prefetch("dense"));
                                 float *a = run_matmul(pools[2], &tw.w, x, 2048, n_tok, 40);
-                                CHECK(axp_cpu_set_prefetch("sparse"));
-                                float *b = run_matmul(pools[2], &tw.w, x, 2048, n_tok, 40);
-                                CHECK_MSG(bits_equal(a, b, n_tok, 40, 40), "%s %s, %d tokens: the prefetch plans differ",
-                                          all_isas[ii], axp_type_traits_get(all_types[ti])->name, n_tok);
+                                for (size_t p = 1; p < ELEMENTSOF(plan_names); p++) {
+                                        CHECK(axp_cpu_set_prefetch(plan_names[p]));
+                                        float *b = run_matmul(pools[2], &tw.w, x, 2048, n_tok, 40);
+                                        CHECK_MSG(bits_equal(a, b, n_tok, 40, 40),
+                                                  "%s %s, %d tokens: the prefetch plans dense and %s differ", all_isas[ii],
+                                                  axp_type_traits_get(all_types[ti])->name, n_tok, plan_names[p]);
+                                        free(b);
+                                }
                                 free(a);
-                                free(b);
                         }
                         free(x);
                         weight_free(&tw);
                 }
         }
         CHECK(axp_cpu_set_prefetch(was));
-        /* handed back: the default again, not forced */
-        CHECK(axp_cpu_set_prefetch(NULL));
         CHECK(strcmp(axp_cpu_prefetch(), was) == 0);
+        /* handed back: the default again (into L2; tuning may have chosen otherwise before) */
+        CHECK(axp_cpu_set_prefetch(NULL));
+        CHECK(strcmp(axp_cpu_prefetch(), "dense") == 0 || strcmp(axp_cpu_prefetch(), "sparse") == 0);
 }
 
-/* Tuning the prefetch plan (axp_cpu_prefetch_tune): over weights the plan concerns and at
- * least min_bytes of them it times both plans and keeps the faster; it leaves the plan alone
- * below min_bytes, over K-quants (whose products keep their own prefetches), and where the
- * plan was forced, until the choice is handed back. Runs with the plan not forced (no
- * AXP_CPU_PREFETCH in the environment), so before test_matmul_prefetch_plans. */
+/* Tuning the prefetch plan (axp_cpu_prefetch_tune): its level over every type, then its form
+ * over the types the form concerns (not the K-quants, whose products keep their own dense
+ * prefetches), each over at least min_bytes of them, timing both choices and keeping the
+ * faster; it leaves a part alone below min_bytes, and the plan alone where it was forced,
+ * until the choice is handed back. Runs with the plan not forced (no AXP_CPU_PREFETCH in the
+ * environment), so before test_matmul_prefetch_plans. */
+static bool plan_is(bool sparse, bool l1) {
+        char want[16];
+        snprintf(want, sizeof(want), "%s%s", sparse ? "sparse" : "dense", l1 ? "-l1" : "");
+        return strcmp(axp_cpu_prefetch(), want) == 0;
+}
+
 static void test_prefetch_tune(void) {
         if (getenv("AXP_CPU_PREFETCH")) {
                 printf("  (AXP_CPU_PREFETCH is set: tuning not checked)\n");
@@ -722,26 +740,31 @@ static void test_prefetch_tune(void) {
         CHECK_EQ_INT(axp_cpu_weight_prepare(&b.w), 0);
         CHECK_EQ_INT(axp_cpu_weight_prepare(&k.w), 0);
         const axp_weight *ws[] = { &k.w, &a.w, &b.w };
-        double t[2] = { -1, -1 };
-        /* 272 KB + 144 KB of plan weights: fewer than asked for */
+        double t[4] = { -1, -1, -1, -1 };
+        /* 144 KB of K-quant and 272 KB + 144 KB of the form's weights: fewer than asked for */
         CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 1 << 20, t), 0);
+        CHECK(t[0] == -1 && t[1] == -1 && t[2] == -1 && t[3] == -1);
+        /* the K-quant alone: the level, not the form */
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 1, 1, t), 1);
         CHECK(t[0] == -1 && t[1] == -1);
-        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 1, 1, t), 0); /* the K-quant alone */
+        CHECK(t[2] > 0 && t[3] > 0);
+        CHECK(plan_is(strstr(axp_cpu_prefetch(), "sparse") != NULL, t[3] < t[2]));
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                 if (!isa_use(all_isas[ii]))
                         continue;
+                for (int i = 0; i < 4; i++)
+                        t[i] = -1;
                 CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 1);
-                CHECK_MSG(t[0] > 0 && t[1] > 0 && isfinite(t[0]) && isfinite(t[1]), "%s: %g and %g s", all_isas[ii],
-                          t[0], t[1]);
-                CHECK_MSG(strcmp(axp_cpu_prefetch(), t[1] < t[0] ? "sparse" : "dense") == 0,
-                          "%s: %s kept, dense %g s and sparse %g s", all_isas[ii], axp_cpu_prefetch(), t[0], t[1]);
+                for (int i = 0; i < 4; i++)
+                        CHECK_MSG(t[i] > 0 && isfinite(t[i]), "%s: step %d took %g s", all_isas[ii], i, t[i]);
+                CHECK_MSG(plan_is(t[1] < t[0], t[3] < t[2]), "%s: %s kept, dense %g s, sparse %g s, L2 %g s, L1 %g s",
+                          all_isas[ii], axp_cpu_prefetch(), t[0], t[1], t[2], t[3]);
         }
-        CHECK(axp_cpu_set_prefetch("sparse"));
-        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 0);
-        CHECK(strcmp(axp_cpu_prefetch(), "sparse") == 0);
-        CHECK(axp_cpu_set_prefetch("dense"));
-        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 0);
-        CHECK(strcmp(axp_cpu_prefetch(), "dense") == 0);
+        for (size_t p = 0; p < ELEMENTSOF(plan_names); p++) {
+                CHECK(axp_cpu_set_prefetch(plan_names[p]));
+                CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 0);
+                CHECK(strcmp(axp_cpu_prefetch(), plan_names[p]) == 0);
+        }
         CHECK(axp_cpu_set_prefetch(NULL));
         CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 64 << 10, t), 1);
         weight_free(&a);
