@@ -255,6 +255,9 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         deliver_text(q);
         stats.prompt_tokens = q->prompt_tokens;
         stats.generated_tokens = q->gen.n_generated;
+        /* a step's own failure (the grammar), where the scheduler had none to say */
+        if (reason == AXP_FINISH_ERROR && !stats.error[0] && q->gen.error[0])
+                snprintf(stats.error, sizeof(stats.error), "%s", q->gen.error);
         _cleanup_free_ char *call = NULL;
         if (q->tools) {
                 if (reason == AXP_FINISH_STOP && q->answer &&

@@ -109,7 +109,11 @@ static int32_t constrained(axp_gen *g, const float *logits, int32_t id) {
 int32_t axp_gen_next(axp_gen *g, const float *logits) {
         int32_t id = axp_sampler_sample(g->sampler, logits);
         if (g->matcher && (id = constrained(g, logits, id)) < 0) {
-                /* nothing in the vocabulary can continue the grammar from here */
+                snprintf(g->error, sizeof(g->error), "no token can continue the grammar here%s",
+                         axp_matcher_overrun(g->matcher)
+                                 ? ": characters it allows were refused, as it could be read more ways at "
+                                   "once than the engine follows (too ambiguous)"
+                                 : "");
                 g->n_generated++;
                 axp_gen_finish(g, AXP_FINISH_ERROR);
                 return 0;

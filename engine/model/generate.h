@@ -31,6 +31,7 @@ typedef struct axp_gen {
         uint32_t n_generated;
         bool done;
         axp_finish_reason reason;
+        char error[192]; /* AXP_FINISH_ERROR from a step: why (else empty) */
         /* constrained decoding (NULL: none): the grammar, where the request is in it, and the
          * step's mask; a step samples as usual and computes the mask only when the grammar
          * refuses the token drawn, then draws again among the allowed tokens */

@@ -966,6 +966,7 @@ struct axp_matcher {
         size_t cap_key;
         bool oom;
         bool null_seen;
+        bool overrun; /* a step went past the bounds (grammar.h) and was refused */
 };
 
 static size_t hash_frame(const gelem *pos, const frame *parent) {
@@ -1112,6 +1113,7 @@ static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t 
                 memo_of(m, f);
                 work += (size_t) MAX(f->memo_n, 0);
                 if (work > AXP_GRAMMAR_MAX_STEP) {
+                        m->overrun = true;
                         *top = start;
                         return 0;
                 }
@@ -1130,8 +1132,10 @@ static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t 
                         m->buf[(*top)++] = s;
                 }
         }
-        if (*top - start > AXP_GRAMMAR_MAX_STACKS)
+        if (*top - start > AXP_GRAMMAR_MAX_STACKS) {
+                m->overrun = true;
                 *top = start;
+        }
         return *top - start;
 }
 
@@ -1205,6 +1209,10 @@ bool axp_matcher_complete(const axp_matcher *m) {
                 if (!m->cur[i])
                         return true;
         return false;
+}
+
+bool axp_matcher_overrun(const axp_matcher *m) {
+        return m->overrun;
 }
 
 bool axp_matcher_finished(const axp_matcher *m) {

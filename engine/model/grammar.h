@@ -81,3 +81,5 @@ int axp_matcher_mask(axp_matcher *m, uint8_t *allowed);
 /* The text so far is a whole sentence of the grammar / nothing more may follow it. */
 bool axp_matcher_complete(const axp_matcher *m);
 bool axp_matcher_finished(const axp_matcher *m);
+/* Whether any step so far refused a character for the bounds above, not for the grammar. */
+bool axp_matcher_overrun(const axp_matcher *m);

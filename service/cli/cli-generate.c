@@ -286,6 +286,20 @@ typedef struct completions {
         int n;
 } completions;
 
+/* The command's status once the output is written: each completion that failed says why on
+ * stderr (a step's error: the grammar), and the status is then 1. */
+static int completions_status(const completions *cs) {
+        int r = 0;
+        for (int i = 0; i < cs->n; i++)
+                if (cs->c[i].gen.reason == AXP_FINISH_ERROR && cs->c[i].gen.error[0]) {
+                        if (cs->n > 1)
+                                r = cli_fail("completion %d: %s", i, cs->c[i].gen.error);
+                        else
+                                r = cli_fail("%s", cs->c[i].gen.error);
+                }
+        return r;
+}
+
 static void completions_freep(completions *cs) {
         for (int i = 0; cs->c && i < cs->n; i++) {
                 axp_seq_free(&cs->c[i].seq);
@@ -366,7 +380,8 @@ int cli_generate(int argc, char **argv) {
                         if (c->gen.done)
                                 continue;
                         int32_t id = axp_gen_next(&c->gen, c->seq.logits);
-                        c->toks[c->n_toks++] = id;
+                        if (!(c->gen.done && c->gen.reason == AXP_FINISH_ERROR)) /* else no token */
+                                c->toks[c->n_toks++] = id;
                         if ((r = take_text(&c->gen, keep, &c->text, &c->len, &c->cap)) != 0)
                                 return r;
                         if (!c->gen.done) {
@@ -389,7 +404,7 @@ int cli_generate(int argc, char **argv) {
         }
         if (!keep) {
                 putchar('\n');
-                return 0;
+                return completions_status(&cs);
         }
         if (!a.json) {
                 for (int i = 0; i < np; i++) {
@@ -400,7 +415,7 @@ int cli_generate(int argc, char **argv) {
                                 return cli_fail("cannot write the output: %s", strerror(-k));
                         putchar('\n');
                 }
-                return 0;
+                return completions_status(&cs);
         }
         printf("{\"prompt_tokens\": [");
         for (int i = 0; i < n_prompt; i++)
@@ -430,5 +445,6 @@ int cli_generate(int argc, char **argv) {
                 printf(", \"grammar_ms_per_token\": %.4f, \"grammar_masked_steps\": %u",
                        n_toks > 0 ? mask_s * 1e3 / n_toks : 0, n_masked);
         printf("}}\n");
-        return 0;
+        fflush(stdout);
+        return completions_status(&cs);
 }

@@ -89,6 +89,10 @@ GRAMMARS = {
 # The bad schemas and grammars, shared with the daemon's tests (tests/daemon/bustest.py).
 BAD = BAD_CONSTRAINTS
 
+# Parses and starts, but "a" leads past the matcher's bound on a step's work: nothing can follow.
+DEAD_END = 'root ::= ("a"? "b"?){1000} "a"\n'
+DEAD_END_SAYS = "no token can continue the grammar here"
+
 
 def arith_ok(s):
     depth = 0
@@ -179,6 +183,18 @@ def main():
     r = run("generate", "-m", model, "-p", "x", "-n", "2", "--grammar", path)
     if r.returncode != 1 or "raise max_tokens" not in r.stderr:
         fail(f"unsatisfiable within max_tokens: {r.returncode} {r.stderr!r}")
+    # a grammar whose only way on is past the matcher's bounds (grammar.h): the run ends at
+    # once, saying why, with status 1, text and JSON output alike
+    path = os.path.join(tmp, "dead-end.gbnf")
+    with open(path, "w") as f:
+        f.write(DEAD_END)
+    for extra in ([], ["--json"]):
+        r = run("generate", "-m", model, "-p", "x", "-n", "8", "--grammar", path, *extra)
+        lines = r.stderr.strip().splitlines()
+        if r.returncode != 1 or len(lines) != 1 or DEAD_END_SAYS not in lines[0] or "too ambiguous" not in lines[0]:
+            fail(f"dead end {extra}: {r.returncode} {r.stderr!r}")
+        elif extra and (json.loads(r.stdout)["finish_reason"] != "error" or json.loads(r.stdout)["tokens"]):
+            fail(f"dead end --json: {r.stdout!r}")
     print("ok: bad input")
 
     daemon_part(model, tmp)
@@ -210,6 +226,9 @@ def daemon_part(model, tmp):
                 fail(f"{cmd[0]} --json-schema: {r}")
             else:
                 check_schema(cmd[0], schema, r.out.strip().splitlines()[-1], "stop")
+        r = bus.call("Complete", "x", "{'grammar': <'%s'>}" % DEAD_END.strip().replace('"', '\\"'))
+        if r.rc == 0 or "Generation failed: " + DEAD_END_SAYS not in r.err:
+            fail(f"Complete with a grammar that ends at once: {r}")
         g = 'root ::= \\"[\\" [0-9]{1,3} (\\",\\" [0-9]{1,3})* \\"]\\"'
         r = bus.call("Complete", "x", f"{{'max_tokens': <uint32 60>, 'grammar': <\"{g}\">}}")
         if r.rc != 0 or not re.match(r"^\('\[\d{1,3}(,\d{1,3})*\]',", r.out.strip()):

@@ -306,6 +306,7 @@ BAD_CONSTRAINTS = [
     ("grammar", 'root ::= thing\n', "'thing' is used but not defined"),
     ("grammar", "root ::= " + " ".join(f'"{c}"{{4000}}' for c in "abcdefghijklmnopq") + "\n", "too large"),
     ("grammar", 'root ::= "' + "a" * 70000 + '"\n', "at most"),
+    ("grammar", 'root ::= ("a"? "b"?){4096} "x"\n', "too ambiguous"),
 ]
 
 
