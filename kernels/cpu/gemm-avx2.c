@@ -102,9 +102,11 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
 }
 
 /* A tile of T_ tokens from token t over half h0 (nh = 1) or both halves (h0 = 0, nh = 2); the
- * first of the group's tiles prefetches it (pf, cpu.h) */
+ * first of the group's tiles prefetches it, into the plan's level pf_lvl_ (pf, cpu.h), which
+ * the dispatch macros below declare: read once a call (TILE_DISPATCH_HALVES_T), or a constant
+ * in a copy of the tiles for each level (BLOCK_DISPATCH) */
 #define TILE_AT(T_, fn, h0, nh, ...)                                                               \
-        fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0 && (h0) == 0 ? pf_first() : PF_NONE, h0, nh, \
+        fn(g, act, t0 + t, (T_), y + t * ldy, ldy, n_rows, t == 0 && (h0) == 0 ? pf_lvl_ : PF_NONE, h0, nh, \
            ##__VA_ARGS__)
 
 /* The tiles of one pass over half h0 (nh = 1) or both halves (h0 = 0, nh = 2): tmax tokens at a
@@ -143,6 +145,7 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
 #define GEMM_HALVES_FEW_APART(type)                                                                \
         static __attribute__((noinline)) void gemm_##type##_few(const uint8_t *g, const axp_act *act, int t0, \
                                                                 int n_tok, float *y, long ldy, int n_rows) { \
+                const int pf_lvl_ = pf_first();                                                    \
                 TILE_TOKENS(MAX_T, 0, 2, type##_tile);                                             \
         }                                                                                          \
         static void gemm_##type(const uint8_t *g, const axp_act *act, int t0, int n_tok, float *y, long ldy, \
@@ -163,6 +166,12 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
 #define PAIR_T 6
 #define TILE_DISPATCH_HALVES_T(tmax, few, fn, ...)                                                 \
         do {                                                                                       \
+                const int pf_lvl_ = pf_first();                                                    \
+                HALVES_T_(tmax, few, fn, ##__VA_ARGS__);                                           \
+        } while (0)
+/* the same where pf_lvl_ is declared */
+#define HALVES_T_(tmax, few, fn, ...)                                                              \
+        do {                                                                                       \
                 if (n_tok <= (few) && n_rows > 8)                                                  \
                         TILE_TOKENS(tmax, 0, 2, fn, ##__VA_ARGS__);                                \
                 else                                                                               \
@@ -171,13 +180,13 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
         } while (0)
 
 /* Tiles of tmax tokens over both halves of the group (16 rows) where it has more than 8 rows;
- * a group of at most 8 rows as above. */
+ * a group of at most 8 rows as above; pf_lvl_ declared */
 #define TILE_DISPATCH_WHOLE(tmax, fn, ...)                                                         \
         do {                                                                                       \
                 if (n_rows > 8)                                                                    \
                         TILE_TOKENS(tmax, 0, 2, fn, ##__VA_ARGS__);                                \
                 else                                                                               \
-                        TILE_DISPATCH_HALVES_T(tmax, MAX_T, fn, ##__VA_ARGS__);                    \
+                        HALVES_T_(tmax, MAX_T, fn, ##__VA_ARGS__);                                 \
         } while (0)
 
 /* The 32-element block types' prefill tiles: 4 tokens over both halves. With VNNI a (token,
@@ -190,7 +199,19 @@ AI void store_half(float *y, __m256 v, int h, int n_rows) {
  * 245 to 260. The compiler keeps part of the 8 accumulators on the stack, a load and a store
  * a block beside its 64 vpdpbusd. Without VNNI: Q4_0 and Q4_1 141-144 -> 155-163, the
  * others the same. */
-#define BLOCK_DISPATCH(fn, ...) TILE_DISPATCH_WHOLE(MAX_T, fn, ##__VA_ARGS__)
+/* Each level a copy of the tiles with the level a constant: with it read in the loop, plain
+ * AVX2 Q8_0's decode streamed 5% less into L2 than before the plan had a level (bench-kernels
+ * --micro q8_0, the builds taking turns). */
+#define BLOCK_DISPATCH(fn, ...)                                                                    \
+        do {                                                                                       \
+                if (pf_first() == PF_L1) {                                                         \
+                        const int pf_lvl_ = PF_L1;                                                 \
+                        TILE_DISPATCH_WHOLE(MAX_T, fn, ##__VA_ARGS__);                             \
+                } else {                                                                           \
+                        const int pf_lvl_ = PF_L2;                                                 \
+                        TILE_DISPATCH_WHOLE(MAX_T, fn, ##__VA_ARGS__);                             \
+                }                                                                                  \
+        } while (0)
 
 /* Eight u8 (scales_u8) or s8 (scales_s8) scales, one per row of a half, as the 16-bit pairs
  * vpmaddwd multiplies: lane r of the result holds scale r in both of its 16-bit halves. */
