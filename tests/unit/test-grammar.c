@@ -418,8 +418,9 @@ static void test_bounded_strings(void) {
         free(allowed);
 }
 
-/* The matcher's bounds (grammar.h): a start read more than AXP_GRAMMAR_MAX_STACKS ways is
- * refused with a message; a character whose step would go past AXP_GRAMMAR_MAX_STEP is refused
+/* The matcher's bounds (grammar.h): a start read more than AXP_GRAMMAR_MAX_STACKS ways (or
+ * whose walk visits more than AXP_GRAMMAR_MAX_STEP places) is refused with a message; a
+ * character whose step would go past AXP_GRAMMAR_MAX_STEP is refused
  * as the grammar would refuse it, and the rest of the grammar still runs; a grammar of the
  * same shape within them runs whole, its mask agreeing with the token-by-token check. */
 static void test_ambiguity_bounds(void) {
@@ -434,6 +435,10 @@ static void test_ambiguity_bounds(void) {
                 /* 2 x 4096 + 1 places at the start */
                 { "root ::= (\"a\"? \"b\"?){4096} \"x\"\n", false, false },
                 { "root ::= ((\"a\"? \"b\"?){60}){60} \"x\"\n", false, false },
+                /* millions: the walk of the start stops at its bound (it went tens of thousands
+                 * of calls deep, past the thread's stack, and took seconds and gigabytes) */
+                { "root ::= ((((\"a\"? \"b\")? \"c\"?){273}) \"d\"?){273} \"x\"\n", false, false },
+                { "root ::= ((((((\"a\"? \"b\")? \"c\"?){300}) \"d\"?){300}) \"e\"?){40} \"x\"\n", false, false },
                 /* 2001 places, each leading to up to 2000 after an "a": the step's bound */
                 { "root ::= (\"a\"? \"b\"?){1000} \"x\"\n", true, false },
                 { "root ::= (\"a\"? \"b\"?){100} \"x\"\n", true, true },
