@@ -100,8 +100,8 @@ static int32_t constrained(axp_gen *g, const float *logits, int32_t id) {
                                         ;
                 }
         }
-        if (id >= 0)
-                axp_matcher_accept(g->matcher, id);
+        if (id >= 0 && !axp_matcher_accept(g->matcher, id))
+                id = -1; /* allowed by the mask, past the bounds for the state itself (grammar.h) */
         g->mask_s += axp_now() - t0;
         return id;
 }

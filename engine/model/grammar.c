@@ -1281,24 +1281,25 @@ bool axp_matcher_allows(axp_matcher *m, int32_t id) {
         return run_token(m, id, &s);
 }
 
-void axp_matcher_accept(axp_matcher *m, int32_t id) {
+bool axp_matcher_accept(axp_matcher *m, int32_t id) {
         struct wstate s;
         if (id >= 0 && id < m->v->n_vocab && m->v->eog[id]) {
                 m->cur[0] = NULL;
                 m->n_cur = 1;
-                return;
+                return true;
         }
         if (!run_token(m, id, &s))
-                return;
+                return false;
         if (grow((void **) &m->cur, &m->cap_cur, s.n, sizeof(frame *)) < 0) {
                 m->oom = true;
-                return;
+                return false;
         }
         memcpy(m->cur, m->buf + s.off, s.n * sizeof(frame *));
         m->n_cur = s.n;
         m->cp = s.cp;
         m->rem = s.rem;
         m->lo = s.lo;
+        return true;
 }
 
 /* The longest token of trie t. */

@@ -73,8 +73,12 @@ int axp_matcher_new(const axp_grammar *g, const axp_vocab_trie *v, axp_matcher *
 void axp_matcher_free(axp_matcher *m);
 /* May token id come next? (End of generation tokens: only where the grammar is complete.) */
 bool axp_matcher_allows(axp_matcher *m, int32_t id);
-/* Take token id (which must be allowed). */
-void axp_matcher_accept(axp_matcher *m, int32_t id);
+/* Take token id (which must be allowed); false, the state unchanged, where it cannot be taken
+ * after all. That happens only past the bounds above: the mask walks a canonical form of the
+ * state (the places of a long bounded repetition folded together), whose steps may stay within
+ * them where the state's own do not, so the mask may allow a token that the state cannot take
+ * (axp_matcher_overrun is then true). */
+bool axp_matcher_accept(axp_matcher *m, int32_t id);
 /* Write into allowed[0..n_vocab) 1 for each token that may come next, 0 otherwise; returns
  * how many may. */
 int axp_matcher_mask(axp_matcher *m, uint8_t *allowed);
