@@ -1485,7 +1485,8 @@ int axp_matcher_new(const axp_grammar *g, const axp_vocab_trie *v, axp_matcher *
                 }
                 size_t n = m->n_memo - off;
                 if (!m->oom && grow((void **) &m->cur, &m->cap_cur, MAX(n, (size_t) 1), sizeof(frame *)) == 0) {
-                        memcpy(m->cur, m->memo + off, n * sizeof(frame *));
+                        if (n > 0) /* none where the walk stopped at its bound at once */
+                                memcpy(m->cur, m->memo + off, n * sizeof(frame *));
                         m->n_cur = n;
                 } else
                         m->oom = true;

@@ -439,6 +439,8 @@ static void test_ambiguity_bounds(void) {
                  * of calls deep, past the thread's stack, and took seconds and gigabytes) */
                 { "root ::= ((((\"a\"? \"b\")? \"c\"?){273}) \"d\"?){273} \"x\"\n", false, false },
                 { "root ::= ((((((\"a\"? \"b\")? \"c\"?){300}) \"d\"?){300}) \"e\"?){40} \"x\"\n", false, false },
+                /* the walk's bound met before any place is found */
+                { "root ::= (( | \"b\")? (( | \"b\")?){2125}){2125} \"x\"\n", false, false },
                 /* 2001 places, each leading to up to 2000 after an "a": the step's bound */
                 { "root ::= (\"a\"? \"b\"?){1000} \"x\"\n", true, false },
                 { "root ::= (\"a\"? \"b\"?){100} \"x\"\n", true, true },
