@@ -539,13 +539,12 @@ static void list_weight(axp_weight *w, void *ud) {
 /* Decode's prefetch plan for this model's weights, timed on them (axp_cpu_prefetch_tune),
  * where they are large enough to stream from memory: a few passes over up to 512 MB of them
  * for each of the plan's two parts (about 0.2 s) */
-#define PREFETCH_TUNE_MIN_BYTES (64ull << 20)
 
 static void tune_prefetch(cpu_dev *c, axp_model *m) {
         weight_list l = { 0 };
         double t[4];
         for_each_matrix(m, list_weight, &l);
-        (void) axp_cpu_prefetch_tune(c->pool, l.w, l.n, PREFETCH_TUNE_MIN_BYTES, t);
+        (void) axp_cpu_prefetch_tune(c->pool, l.w, l.n, AXP_CPU_PREFETCH_TUNE_MIN_BYTES, t);
         free(l.w);
 }
 

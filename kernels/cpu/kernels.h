@@ -47,6 +47,9 @@ bool axp_cpu_set_prefetch(const char *name);
  * were), or -ENOMEM. */
 int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uint64_t min_bytes,
                           double ret_s[4]);
+/* The min_bytes a model's weights are tuned with (the engine's CPU device, bench-kernels):
+ * fewer would be timed from the caches */
+#define AXP_CPU_PREFETCH_TUNE_MIN_BYTES (64ull << 20)
 
 /* Prepare a weight for fast products: a repacked copy (16-row interleaved groups, at most
  * ~3% larger than the original) in w->priv; products then never read w->data, so the caller

@@ -186,7 +186,7 @@ static void tune_plan(axp_pool *pool, const bench_model *m) {
                 ws[i] = &m->w[i];
         double t[4] = { 0, 0, 0, 0 };
         axp_cpu_set_prefetch(NULL);
-        int r = axp_cpu_prefetch_tune(pool, ws, N_LAYER * 7 + 1, 64ull << 20, t);
+        int r = axp_cpu_prefetch_tune(pool, ws, N_LAYER * 7 + 1, AXP_CPU_PREFETCH_TUNE_MIN_BYTES, t);
         if (r == 1)
                 printf("  prefetch plan %s (tuned: into L2 %.1f ms, into L1 %.1f ms; dense %.1f ms, sparse %.1f ms; "
                        "0 where not timed)\n",
