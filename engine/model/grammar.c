@@ -1146,8 +1146,7 @@ static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t 
                 if (!f || !chars_match(m->g, f->pos, cp))
                         continue;
                 memo_of(m, f);
-                work += f->memo_n == MEMO_OVER ? AXP_GRAMMAR_MAX_STEP + 1 : (size_t) MAX(f->memo_n, 0);
-                if (work > AXP_GRAMMAR_MAX_STEP) {
+                if (f->memo_n == MEMO_OVER || (work += (size_t) f->memo_n) > AXP_GRAMMAR_MAX_STEP) {
                         m->overrun = true;
                         *top = start;
                         return 0;

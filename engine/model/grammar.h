@@ -29,12 +29,12 @@
 #define AXP_JSON_SCHEMA_MAX_BYTES (64 * 1024)
 /* The matcher's work, bounded whatever the grammar: the places (stacks) its state may hold at
  * once, and the stacks one character may lead to, counted over the state's places (with
- * duplicates: the work of the step; the walk that finds them visits at most as many). A grammar written with a bounded repetition of something
- * that can be empty, ("a"? "b"?){4000}, can be at thousands of places at once, each leading to
- * thousands, and took 2 s a token to mask over a 128k vocabulary; the JSON schemas and
- * grammars of the tests stay under 20 places. A grammar whose start holds more places is
- * refused; a character whose step would exceed either bound is refused as the grammar would
- * refuse it. */
+ * duplicates: the work of the step; the walk that finds them visits at most as many). A
+ * grammar written with a bounded repetition of something that can be empty, ("a"? "b"?){4000},
+ * can be at thousands of places at once, each leading to thousands, and took 2 s a token to
+ * mask over a 128k vocabulary; the JSON schemas and grammars of the tests stay under 20
+ * places. A grammar whose start holds more places is refused; a character whose step would
+ * exceed either bound is refused as the grammar would refuse it. */
 #define AXP_GRAMMAR_MAX_STACKS 4096
 #define AXP_GRAMMAR_MAX_STEP (64 * 1024)
 

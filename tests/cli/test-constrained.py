@@ -193,8 +193,10 @@ def main():
         lines = r.stderr.strip().splitlines()
         if r.returncode != 1 or len(lines) != 1 or DEAD_END_SAYS not in lines[0] or "too ambiguous" not in lines[0]:
             fail(f"dead end {extra}: {r.returncode} {r.stderr!r}")
-        elif extra and (json.loads(r.stdout)["finish_reason"] != "error" or json.loads(r.stdout)["tokens"]):
-            fail(f"dead end --json: {r.stdout!r}")
+        elif extra:
+            out = json.loads(r.stdout)
+            if out["finish_reason"] != "error" or out["tokens"]:
+                fail(f"dead end --json: {r.stdout!r}")
     print("ok: bad input")
 
     daemon_part(model, tmp)

@@ -420,9 +420,9 @@ static void test_bounded_strings(void) {
 
 /* The matcher's bounds (grammar.h): a start read more than AXP_GRAMMAR_MAX_STACKS ways (or
  * whose walk visits more than AXP_GRAMMAR_MAX_STEP places) is refused with a message; a
- * character whose step would go past AXP_GRAMMAR_MAX_STEP is refused
- * as the grammar would refuse it, and the rest of the grammar still runs; a grammar of the
- * same shape within them runs whole, its mask agreeing with the token-by-token check. */
+ * character whose step would go past AXP_GRAMMAR_MAX_STEP is refused as the grammar would
+ * refuse it, and the rest of the grammar still runs; a grammar of the same shape within them
+ * runs whole, its mask agreeing with the token-by-token check. */
 static void test_ambiguity_bounds(void) {
         int n_vocab = axp_tokenizer_n_vocab(vocab.tok);
         uint8_t *allowed = malloc(n_vocab);
@@ -461,7 +461,7 @@ static void test_ambiguity_bounds(void) {
                 CHECK_MSG(axp_matcher_allows(m, a) == cases[i].a_allowed, "%s: 'a'", gr);
                 CHECK_MSG(axp_matcher_allows(m, x), "%s: 'x'", gr);
                 mask_agrees(m, allowed, gr);
-                axp_matcher_accept(m, x);
+                CHECK(axp_matcher_accept(m, x));
                 CHECK(axp_matcher_finished(m));
                 axp_matcher_free(m);
                 axp_grammar_free(g);
