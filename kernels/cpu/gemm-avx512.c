@@ -157,8 +157,8 @@ AI void f16_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, 
 /* The K-quants' tiles read the level as they prefetch (their objects take minutes to compile
  * and as many more with two copies) */
 #define TILE_DISPATCH(fn, ...) TILE_DISPATCH_LEVEL(pf_first(), fn, ##__VA_ARGS__)
-/* The block types' and float weights' tiles in a copy for each level, the level a constant in
- * each: with it read in the loop, AVX-512 Q8_0's decode streamed 5-8% less into L2 than before
+/* The 32-element block types' tiles in a copy for each level, the level a constant in each
+ * (float weights' tiles read it, as the K-quants', and measured the same): with it read in the loop, AVX-512 Q8_0's decode streamed 5-8% less into L2 than before
  * the plan had a level (bench-kernels --micro q8_0, the builds taking turns) */
 #define TILE_DISPATCH_LEVELS(fn, ...)                                                              \
         do {                                                                                       \
