@@ -379,7 +379,8 @@ static double cpu_now(void) {
  * or four requests decoded together, one stream of the weights for all); n_tok 1 over 8 copies of an
  * 8192x2048 one (the FFN's down product: a 16-row group's 8192 inputs of weights pass through
  * L1 before the next group reads the activations again); and 64 times over 2048x512 (a megabyte or less, read from L2: what the loop can take in when memory is not
- * the limit; a decode product reaches the memory's rate only if this is well above it);
+ * the limit; a decode product reaches the memory's rate only if this is well above it; the
+ * same with 4 tokens, where a few requests decoded together are bound by their operations);
  * prefill: n_tok 128 with a 2048x2048 matrix. With a list of paths (--isa avx2,avx-vnni)
  * each type is timed on every path, the paths taking turns, best of 5 rounds. */
 #define MICRO_MAX_ISAS 5
@@ -442,9 +443,9 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 long ld = 8192;
                 int n_tok = 128;
                 double best[MICRO_MAX_ISAS], best2[MICRO_MAX_ISAS], best4[MICRO_MAX_ISAS], bestd[MICRO_MAX_ISAS],
-                        bestp[MICRO_MAX_ISAS], bestl[MICRO_MAX_ISAS];
+                        bestp[MICRO_MAX_ISAS], bestl[MICRO_MAX_ISAS], bestl4[MICRO_MAX_ISAS];
                 for (int a = 0; a < n_isa; a++)
-                        best[a] = best2[a] = best4[a] = bestd[a] = bestp[a] = bestl[a] = 1e9;
+                        best[a] = best2[a] = best4[a] = bestd[a] = bestp[a] = bestl[a] = bestl4[a] = 1e9;
                 for (int r = 0; r < 5; r++)
                         for (int a = 0; a < n_isa; a++) {
                                 axp_cpu_set_isa(isa[a]);
@@ -458,6 +459,10 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                                 for (int i = 0; i < 64; i++)
                                         axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 1);
                                 bestl[a] = fmin(bestl[a], cpu_now() - t0);
+                                t0 = cpu_now();
+                                for (int i = 0; i < 64; i++)
+                                        axp_cpu_matmul(one, 1, &l2p, x, 2048, &y, &ld, 4);
+                                bestl4[a] = fmin(bestl4[a], cpu_now() - t0);
                                 const axp_weight *sqp = &sq[a];
                                 t0 = cpu_now();
                                 axp_cpu_matmul(one, 1, &sqp, x, 2048, &y, &ld, n_tok);
@@ -467,9 +472,9 @@ static void micro(const char *types, const char *const *isa, int n_isa) {
                 double bytes_l2 = 64.0 * w[0][0].row_bytes * 512;
                 for (int a = 0; a < n_isa; a++) {
                         printf("  %-6s %-8s decode %5.1f GB/s (2 tokens %5.1f, 4 tokens %5.1f, 8192 in %5.1f, from L2 "
-                               "%5.1f)   prefill (128 tokens) %6.1f GFLOP/s\n",
+                               "%5.1f, 4 tokens %5.1f)   prefill (128 tokens) %6.1f GFLOP/s\n",
                                ty, isa[a], bytes / best[a] / 1e9, bytes / best2[a] / 1e9, bytes / best4[a] / 1e9,
-                               bytes_d / bestd[a] / 1e9, bytes_l2 / bestl[a] / 1e9,
+                               bytes_d / bestd[a] / 1e9, bytes_l2 / bestl[a] / 1e9, bytes_l2 / bestl4[a] / 1e9,
                                2.0 * 2048 * 2048 * n_tok / bestp[a] / 1e9);
                         for (int i = 0; i < 8; i++) {
                                 axp_cpu_weight_release(&w[a][i]);
