@@ -613,7 +613,7 @@ static void describe_model(axp_engine *e) {
         axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
         axp_model_desc *d = &e->model_desc;
 
-        *d = (axp_model_desc) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->size,
+        *d = (axp_model_desc) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->total_size,
                                    .n_ctx = e->n_ctx,
                                    .tools = axp_chat_takes_tools(f, m->chat_template, m->tok) };
         snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));

@@ -1084,42 +1084,57 @@ static uint64_t weight_bytes(const axp_weight *w) {
         return (uint64_t) w->n_out * w->row_bytes;
 }
 
-/* Segments of the model's mapping: each `len` bytes, every `step` bytes, so that any weight
- * lies wholly inside one of them (step = len - the largest weight). */
-typedef struct segs {
+/* Segments of the model's mappings (one a file; a split model has a file a part): each `len`
+ * bytes, every `step` bytes, so that any weight lies wholly inside one of them (step = len -
+ * the largest weight); part i's are the device's weight buffers first .. first + count - 1. */
+typedef struct seg_part {
         const char *base;
-        uint64_t size, len, step;
+        uint64_t size, step;
+        int first, count;
+} seg_part;
+
+typedef struct segs {
+        seg_part *p;
+        uint32_t n;
 } segs;
 
-static int segments_make(ocl_dev *c, axp_model *m, segs *ret, axp_error *err) {
+static int segments_make(ocl_dev *c, axp_model *m, segs *s, axp_error *err) {
         const gguf_file *f = m->gguf;
         uint64_t largest = 0;
         for (uint64_t i = 0; i < f->n_tensors; i++)
                 largest = MAX(largest, f->tensors[i].nbytes);
-        segs s = { f->map, f->size, f->size, f->size };
-        if (s.size > c->info.max_alloc) {
-                s.len = c->info.max_alloc & ~(uint64_t) 4095;
-                if (largest + 4096 > s.len)
-                        return axp_errorf(err, -E2BIG,
-                                          "OpenCL: a weight of %" PRIu64
-                                          " bytes exceeds the device's largest buffer "
-                                          "(%" PRIu64 " bytes)",
-                                          largest, c->info.max_alloc);
-                s.step = (s.len - largest) & ~(uint64_t) 4095;
+        s->p = calloc(f->n_parts, sizeof(*s->p));
+        if (!s->p)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        s->n = f->n_parts;
+        for (uint32_t i = 0; i < f->n_parts; i++) {
+                seg_part *p = &s->p[i];
+                uint64_t len = f->parts[i].size;
+                *p = (seg_part) { .base = f->parts[i].map, .size = len, .step = len, .first = c->n_wbufs };
+                if (p->size > c->info.max_alloc) {
+                        len = c->info.max_alloc & ~(uint64_t) 4095;
+                        if (largest + 4096 > len)
+                                return axp_errorf(err, -E2BIG,
+                                                  "OpenCL: a weight of %" PRIu64
+                                                  " bytes exceeds the device's largest buffer "
+                                                  "(%" PRIu64 " bytes)",
+                                                  largest, c->info.max_alloc);
+                        p->step = (len - largest) & ~(uint64_t) 4095;
+                }
+                for (uint64_t off = 0; off < p->size; off += p->step) {
+                        cl_int e;
+                        cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
+                                                  MIN(len, p->size - off), (void *) (p->base + off), &e);
+                        if (!b)
+                                return cl_fail(err, e, "wrapping the model's weights");
+                        int r = wbuf_add(c, b, err);
+                        if (r < 0)
+                                return r;
+                        p->count++;
+                        if (off + len >= p->size)
+                                break;
+                }
         }
-        for (uint64_t off = 0; off < s.size; off += s.step) {
-                cl_int e;
-                cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR,
-                                          MIN(s.len, s.size - off), (void *) (s.base + off), &e);
-                if (!b)
-                        return cl_fail(err, e, "wrapping the model's weights");
-                int r = wbuf_add(c, b, err);
-                if (r < 0)
-                        return r;
-                if (off + s.len >= s.size)
-                        break;
-        }
-        *ret = s;
         return 0;
 }
 
@@ -1148,12 +1163,22 @@ static int wref_make(ocl_dev *c, const segs *s, const axp_weight *w, bool matrix
                                           w->name, w->n_in);
         }
         if (c->zero_copy) {
-                uint64_t off = (uint64_t) ((const char *) w->data - s->base);
-                /* the last segment runs to the end of the mapping */
-                uint64_t k = MIN(off / s->step, (uint64_t) c->n_wbufs - 1);
-                ret->buf = c->wbufs[k];
-                ret->off = off - k * s->step;
-                return 0;
+                const char *d = w->data;
+                for (uint32_t i = 0; i < s->n; i++) {
+                        const seg_part *p = &s->p[i];
+                        if (d < p->base || d >= p->base + p->size)
+                                continue;
+                        uint64_t off = (uint64_t) (d - p->base);
+                        /* the last segment runs to the end of the mapping */
+                        uint64_t k = MIN(off / p->step, (uint64_t) p->count - 1);
+                        ret->buf = c->wbufs[p->first + k];
+                        ret->off = off - k * p->step;
+                        return 0;
+                }
+                /* not in the files: a vector the model converted to F32 (norms, biases), its
+                 * own buffer as when weights are uploaded. (Taken as an offset from the
+                 * mapping, as it once was, it read past the buffer: what PoCL's CPU device
+                 * forgives and a GPU need not.) */
         }
         cl_int e;
         cl_mem b = clCreateBuffer(c->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, weight_bytes(w),
@@ -1201,7 +1226,9 @@ static int weights_make(ocl_dev *c, axp_model *m, char *moe_why, size_t moe_why_
         int r;
 
         c->zero_copy = c->info.host_unified && !getenv("AXP_OPENCL_UPLOAD");
-        if (c->zero_copy && segments_make(c, m, &s, NULL) < 0) {
+        r = c->zero_copy ? segments_make(c, m, &s, NULL) : 0;
+        _cleanup_free_ seg_part *parts = s.p;
+        if (r < 0) {
                 /* some drivers refuse a read-only mapping: upload instead */
                 weights_release(c);
                 c->zero_copy = false;

@@ -130,6 +130,10 @@ static int set_fixed(gguf_writer *w, const char *key, uint32_t type, const void 
         return set_raw(w, key, strlen(key), type, val, n);
 }
 
+int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v) {
+        return set_fixed(w, key, GGUF_TYPE_UINT16, &v, 2);
+}
+
 int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) {
         return set_fixed(w, key, GGUF_TYPE_UINT32, &v, 4);
 }

@@ -21,6 +21,8 @@ typedef struct gguf_file_impl {
         gguf_file pub;
         size_t *kv_by_key;       /* kv indices sorted by key */
         size_t *tensor_by_name;  /* tensor indices sorted by name */
+        gguf_part part0;         /* pub.parts of a whole file */
+        gguf_file **more;        /* a split model's parts after the first (pub.n_parts - 1) */
 } gguf_file_impl;
 
 typedef struct reader {
@@ -426,6 +428,34 @@ static int parse_tensor_info(reader *r, gguf_file *f, uint64_t i, uint64_t n_ten
         return 0;
 }
 
+/* The tensors sorted by name (for gguf_find_tensor), refusing a name given twice */
+static int index_tensors(gguf_file_impl *fi, const char *src, axp_error *err) {
+        gguf_file *f = &fi->pub;
+        size_t n = f->n_tensors;
+
+        free(fi->tensor_by_name);
+        fi->tensor_by_name = malloc(MAX(n, 1) * sizeof(size_t));
+        if (!fi->tensor_by_name)
+                return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
+        for (size_t i = 0; i < n; i++)
+                fi->tensor_by_name[i] = i;
+        qsort_r(fi->tensor_by_name, n, sizeof(size_t), cmp_tensor_name_idx, f->tensors);
+        for (size_t i = 1; i < n; i++) {
+                const gguf_tensor *a = &f->tensors[fi->tensor_by_name[i - 1]];
+                const gguf_tensor *b = &f->tensors[fi->tensor_by_name[i]];
+                if (cmp_str(a->name, b->name) != 0)
+                        continue;
+                if (f->n_parts > 1)
+                        return axp_errorf(err, -EBADMSG,
+                                          "%s: duplicate tensor name '%s' (in parts %" PRIu32 " and %" PRIu32
+                                          " of the split model)", src, GGUF_SHOW(a->name),
+                                          MIN(a->part, b->part) + 1, MAX(a->part, b->part) + 1);
+                return axp_errorf(err, -EBADMSG, "%s: duplicate tensor name '%s' (tensors %zu and %zu)", src,
+                                  GGUF_SHOW(a->name), fi->tensor_by_name[i - 1] + 1, fi->tensor_by_name[i] + 1);
+        }
+        return 0;
+}
+
 /* Places every tensor in the data section: aligned, inside the file, not overlapping. */
 static int check_tensor_data(reader *r, gguf_file_impl *fi) {
         gguf_file *f = &fi->pub;
@@ -487,6 +517,13 @@ void gguf_close(gguf_file *f) {
         free(f->tensors);
         free(fi->kv_by_key);
         free(fi->tensor_by_name);
+        if (fi->more) {
+                for (uint32_t i = 0; i + 1 < f->n_parts; i++)
+                        gguf_close(fi->more[i]);
+                free(fi->more);
+        }
+        if (f->parts != &fi->part0)
+                free(f->parts);
         if (f->owns_map && f->map)
                 munmap(f->map, f->size);
         free(fi);
@@ -579,21 +616,9 @@ static int parse_body(reader *r, gguf_file_impl **ret) {
                 if (k < 0)
                         return k;
         }
-        fi->tensor_by_name = malloc(MAX(n_tensors, 1) * sizeof(size_t));
-        if (!fi->tensor_by_name)
-                return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
-        for (size_t i = 0; i < n_tensors; i++)
-                fi->tensor_by_name[i] = i;
-        qsort_r(fi->tensor_by_name, n_tensors, sizeof(size_t), cmp_tensor_name_idx, f->tensors);
-        for (size_t i = 1; i < n_tensors; i++) {
-                const gguf_tensor *a = &f->tensors[fi->tensor_by_name[i - 1]];
-                const gguf_tensor *b = &f->tensors[fi->tensor_by_name[i]];
-                if (cmp_str(a->name, b->name) == 0)
-                        return axp_errorf(err, -EBADMSG,
-                                          "%s: duplicate tensor name '%s' (tensors %zu and %zu)", src,
-                                          GGUF_SHOW(a->name), fi->tensor_by_name[i - 1] + 1,
-                                          fi->tensor_by_name[i] + 1);
-        }
+        k = index_tensors(fi, src, err);
+        if (k < 0)
+                return k;
 
         /* the data section starts at the aligned end of the header (r->pos <= size, and the
          * alignment is at most 2^31, so this cannot overflow) */
@@ -601,6 +626,10 @@ static int parse_body(reader *r, gguf_file_impl **ret) {
         k = check_tensor_data(r, fi);
         if (k < 0)
                 return k;
+        fi->part0 = (gguf_part) { .map = data, .size = size };
+        f->parts = &fi->part0;
+        f->n_parts = 1;
+        f->total_size = file_size;
 
         *ret = (gguf_file_impl *) TAKE_PTR(f);
         return 0;
@@ -651,7 +680,7 @@ int gguf_open_buffer(const void *data, size_t size, gguf_file **ret, axp_error *
         return 0;
 }
 
-int gguf_open(const char *path, gguf_file **ret, axp_error *err) {
+static int open_one(const char *path, gguf_file_impl **ret, axp_error *err) {
         gguf_file_impl *fi;
         struct stat st;
         void *map;
@@ -695,7 +724,132 @@ int gguf_open(const char *path, gguf_file **ret, axp_error *err) {
                 return k;
         }
         fi->pub.owns_map = true;
-        *ret = &fi->pub;
+        *ret = fi;
+        return 0;
+}
+
+bool gguf_split_of(const gguf_file *f, uint32_t *no, uint32_t *count) {
+        uint32_t n = 0, i = 0;
+
+        if (!gguf_get_u32(f, "split.count", &n) || n <= 1)
+                return false;
+        (void) gguf_get_u32(f, "split.no", &i);
+        *no = i;
+        *count = n;
+        return true;
+}
+
+/* The name of part i (0-based) of n beside `path`, the first part's (llama.cpp's
+ * PREFIX-%05d-of-%05d.gguf); NULL where path is not named so */
+static char *part_name(const char *path, uint32_t first, uint32_t i, uint32_t n) {
+        char tail[40];
+        size_t len = strlen(path);
+        int t = snprintf(tail, sizeof(tail), "-%05" PRIu32 "-of-%05" PRIu32 ".gguf", first + 1, n);
+        if (len <= (size_t) t || strcmp(path + len - (size_t) t, tail) != 0)
+                return NULL;
+        char *out = malloc(len + 1);
+        if (out)
+                snprintf(out, len + 1, "%.*s-%05" PRIu32 "-of-%05" PRIu32 ".gguf", (int) (len - (size_t) t), path,
+                         i + 1, n);
+        return out;
+}
+
+/* The rest of a split model whose first part fi is: each part opened and checked, and their
+ * tensors added to fi's. */
+static int open_parts(const char *path, gguf_file_impl *fi, uint32_t n, axp_error *err) {
+        gguf_file *f = &fi->pub;
+        uint32_t want = 0;
+        uint64_t total = f->n_tensors, bytes = f->size;
+
+        fi->more = calloc(n - 1, sizeof(*fi->more));
+        gguf_part *parts = calloc(n, sizeof(*parts));
+        if (!fi->more || !parts) {
+                free(parts);
+                return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+        }
+        parts[0] = fi->part0;
+        f->parts = parts;
+        for (uint32_t i = 1; i < n; i++) {
+                _cleanup_free_ char *name = part_name(path, 0, i, n);
+                gguf_file_impl *pi = NULL;
+                uint32_t no = 0, count = 0;
+                if (!name)
+                        return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+                int k = open_one(name, &pi, err);
+                if (k < 0) {
+                        char why[sizeof(err->msg)];
+                        snprintf(why, sizeof(why), "%s", err->msg);
+                        return axp_errorf(err, k, "%s is part 1 of %" PRIu32 " of a split model, and part %" PRIu32
+                                          " cannot be read: %s", path, n, i + 1, why);
+                }
+                fi->more[i - 1] = &pi->pub;
+                f->n_parts = i + 1;
+                if (!gguf_split_of(&pi->pub, &no, &count) || no != i || count != n)
+                        return axp_errorf(err, -EBADMSG,
+                                          "%s: not part %" PRIu32 " of %" PRIu32 " of the split model %s (its split.no "
+                                          "and split.count say %s)", name, i + 1, n, path,
+                                          gguf_find(&pi->pub, "split.count") ? "another" : "none");
+                parts[i] = pi->part0;
+                total += pi->pub.n_tensors;
+                bytes += pi->pub.size;
+        }
+        if (gguf_get_u32(f, "split.tensors.count", &want) && want != total)
+                return axp_errorf(err, -EBADMSG,
+                                  "%s: the split model's split.tensors.count is %" PRIu32 ", and its %" PRIu32
+                                  " parts hold %" PRIu64 " tensors", path, want, n, total);
+
+        gguf_tensor *all = malloc(MAX(total, 1) * sizeof(*all));
+        if (!all)
+                return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+        memcpy(all, f->tensors, f->n_tensors * sizeof(*all));
+        uint64_t at = f->n_tensors;
+        for (uint32_t i = 1; i < n; i++) {
+                const gguf_file *pf = fi->more[i - 1];
+                for (uint64_t j = 0; j < pf->n_tensors; j++) {
+                        all[at] = pf->tensors[j];
+                        all[at++].part = i;
+                }
+        }
+        free(f->tensors);
+        f->tensors = all;
+        f->n_tensors = total;
+        f->total_size = bytes;
+        return index_tensors(fi, path, err);
+}
+
+int gguf_open(const char *path, gguf_file **ret, axp_error *err) {
+        _cleanup_(gguf_closep) gguf_file *f = NULL;
+        gguf_file_impl *fi;
+        uint32_t no, n;
+        int k = open_one(path, &fi, err);
+
+        if (k < 0)
+                return k;
+        f = &fi->pub;
+        if (gguf_split_of(f, &no, &n)) {
+                if (n > GGUF_SPLIT_MAX || no >= n)
+                        return axp_errorf(err, -EBADMSG, "%s: split.no %" PRIu32 " and split.count %" PRIu32
+                                          " do not name a part of a split model (at most %d parts)",
+                                          path, no, n, GGUF_SPLIT_MAX);
+                _cleanup_free_ char *first = part_name(path, no, 0, n);
+                if (no != 0 && first)
+                        return axp_errorf(err, -EINVAL,
+                                          "%s is part %" PRIu32 " of %" PRIu32 " of a split model; open its first part, %s",
+                                          path, no + 1, n, first);
+                if (no != 0)
+                        return axp_errorf(err, -EINVAL,
+                                          "%s is part %" PRIu32 " of %" PRIu32 " of a split model; open its first part "
+                                          "(PREFIX-00001-of-%05" PRIu32 ".gguf)", path, no + 1, n, n);
+                if (!first)
+                        return axp_errorf(err, -EINVAL,
+                                          "%s is part 1 of %" PRIu32 " of a split model, but not named "
+                                          "PREFIX-00001-of-%05" PRIu32 ".gguf, the name the other parts' names "
+                                          "are made from", path, n, n);
+                k = open_parts(path, fi, n, err);
+                if (k < 0)
+                        return k;
+        }
+        *ret = TAKE_PTR(f);
         return 0;
 }
 

@@ -74,10 +74,17 @@ typedef struct gguf_tensor {
         uint32_t n_dims;
         int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the row length; unused dims are 1 */
         uint32_t type;             /* ggml type id, see types.h */
-        uint64_t offset;           /* relative to the data section */
+        uint64_t offset;           /* relative to the data section (of its part's file) */
         const void *data;          /* validated: [data, data + nbytes) is inside the file */
         uint64_t nbytes;
+        uint32_t part;             /* the part of a split model whose file holds it (0-based) */
 } gguf_tensor;
+
+/* One file of a model: the whole model, or one part of a split one */
+typedef struct gguf_part {
+        const void *map;
+        size_t size;
+} gguf_part;
 
 typedef struct gguf_file {
         void *map;
@@ -87,12 +94,28 @@ typedef struct gguf_file {
         uint64_t n_kv;
         gguf_kv *kv;
         uint64_t n_tensors;
-        gguf_tensor *tensors;
+        gguf_tensor *tensors;   /* a split model's: every part's (gguf_open) */
         uint64_t alignment;
         uint64_t data_offset;
+        /* The files the tensors lie in: parts[0] is this one (map, size); a split model opened
+         * by gguf_open has one a part, parts[i] its part i + 1 */
+        uint32_t n_parts;
+        gguf_part *parts;
+        uint64_t total_size; /* the bytes of every part */
 } gguf_file;
 
-/* Open and validate a GGUF file. On failure returns a negative errno and a one-line message. */
+/* A split model is several GGUF files, as llama.cpp's gguf-split writes them and Hugging Face
+ * repositories carry large models: PREFIX-00001-of-0000N.gguf holds the metadata (and maybe
+ * tensors), every part split.no (0-based) and split.count, and the first split.tensors.count. */
+#define GGUF_SPLIT_MAX 9999
+/* Whether f (one file, whichever way it was opened) is a part of a split model: its 0-based
+ * number and the count of parts. false for a whole model (no split.count, or one of 1). */
+bool gguf_split_of(const gguf_file *f, uint32_t *no, uint32_t *count);
+
+/* Open and validate a GGUF file. On failure returns a negative errno and a one-line message.
+ * The first part of a split model brings in the others, found by their names beside it, and
+ * checked as it is: the result holds every part's tensors. Any other part is refused, with
+ * the first part's name. */
 int gguf_open(const char *path, gguf_file **ret, axp_error *err);
 /* Same over a caller-owned buffer (fuzzing, tests). The buffer must outlive the result. */
 int gguf_open_buffer(const void *data, size_t size, gguf_file **ret, axp_error *err);
@@ -160,6 +183,7 @@ typedef struct gguf_writer gguf_writer;
 
 gguf_writer *gguf_writer_new(void);
 void gguf_writer_free(gguf_writer *w);
+int gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v);
 int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
 int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
 int gguf_writer_set_f32(gguf_writer *w, const char *key, float v);

@@ -73,12 +73,14 @@ static void copy_str(char *dst, size_t cap, gguf_str s) {
         dst[n] = 0;
 }
 
+static int probe_checks(const gguf_file *f, const char *src, uint64_t size, axp_model_info *ret,
+                        axp_error *err);
+
 int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *err) {
         _cleanup_(gguf_closep) gguf_file *f = NULL;
         _cleanup_free_ uint8_t *buf = NULL;
         uint64_t have = 0, want;
         struct stat st;
-        gguf_str arch, name;
         int r;
 
         if (fstat(fd, &st) < 0)
@@ -112,6 +114,28 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
         }
         if (r < 0)
                 return r;
+        uint32_t no, n;
+        if (gguf_split_of(f, &no, &n))
+                return axp_errorf(err, -EXDEV,
+                                  "%s is part %" PRIu32 " of %" PRIu32 " of a split model, and a model is installed "
+                                  "from one file: join the parts first with 'agentxpu quantize FIRST-PART OUT.gguf "
+                                  "keep'", src, no + 1, n);
+        return probe_checks(f, src, (uint64_t) st.st_size, ret, err);
+}
+
+int axp_model_probe_path(const char *path, axp_model_info *ret, axp_error *err) {
+        _cleanup_(gguf_closep) gguf_file *f = NULL;
+        int r = gguf_open(path, &f, err);
+
+        if (r < 0)
+                return r;
+        return probe_checks(f, path, f->total_size, ret, err);
+}
+
+/* The checks of an open header (of every part of a split model) */
+static int probe_checks(const gguf_file *f, const char *src, uint64_t size, axp_model_info *ret,
+                        axp_error *err) {
+        gguf_str arch, name;
 
         if (f->n_tensors == 0)
                 return axp_errorf(err, -EBADMSG, "%s holds %s (no tensors); the engine needs a model with weights",
@@ -124,7 +148,7 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                                   src, GGUF_SHOW(arch), axp_arch_list(list, sizeof(list)));
         }
 
-        *ret = (axp_model_info) { .size = (uint64_t) st.st_size };
+        *ret = (axp_model_info) { .size = size, .parts = f->n_parts };
         for (uint64_t i = 0; i < f->n_tensors; i++) {
                 const gguf_tensor *t = &f->tensors[i];
                 const axp_type_traits *tt = axp_type_traits_get(t->type);

@@ -11,7 +11,8 @@ typedef struct axp_model_info {
         char name[128];      /* general.name, "" if the file has none (cut at a character boundary) */
         char arch[32];       /* general.architecture */
         uint64_t parameters; /* elements of every tensor */
-        uint64_t size;       /* bytes of the file */
+        uint64_t size;       /* bytes of the file (of every part of a split model) */
+        uint32_t parts;      /* 1, or a split model's parts (axp_model_probe_path) */
         char types[128];     /* tensor types by count, most first: "Q8_0 28, F32 9" */
         /* the family of chat template the file carries ("llama3", "chatml", "gemma"...,
          * model/chat.h), "unrecognised" for one that none matches (prompts are used raw),
@@ -28,6 +29,10 @@ typedef struct axp_model_info {
  * corrupt), -ENOTSUP (an architecture or type the engine cannot run), -EPROTONOSUPPORT (a
  * GGUF version it cannot read), or the error of reading. */
 int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *err);
+/* The same checks of the model at `path`, mapped: a split model's first part brings in its
+ * other parts (model/gguf.h), where axp_model_probe_fd refuses any part of one (-EXDEV: a
+ * model is installed from one file). */
+int axp_model_probe_path(const char *path, axp_model_info *ret, axp_error *err);
 
 /* Load the model at `path` as the engine would (hyperparameters, every tensor's presence, type
  * and shape, the tokenizer), then free it. */

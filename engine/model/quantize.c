@@ -77,7 +77,7 @@ const char *axp_file_type_name(int ftype) {
         return NULL;
 }
 
-#define TARGETS "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32, Q3_K_M, Q4_K_M, Q5_K_M"
+#define TARGETS "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32, Q3_K_M, Q4_K_M, Q5_K_M, keep"
 
 int axp_quant_target_parse(const char *name, axp_quant_target *ret, axp_error *err) {
         static const struct {
@@ -94,6 +94,10 @@ int axp_quant_target_parse(const char *name, axp_quant_target *ret, axp_error *e
                 return axp_errorf(err, -EINVAL, "unknown type '%s' (one of " TARGETS ")", name ? name : "");
         for (size_t i = 0; name[i]; i++)
                 ret->name[i] = (char) toupper((unsigned char) name[i]);
+        if (strcasecmp(name, "keep") == 0) {
+                ret->keep = true;
+                return 0;
+        }
         for (size_t i = 0; i < ELEMENTSOF(mixes); i++)
                 if (strcasecmp(name, mixes[i].name) == 0) {
                         ret->base = mixes[i].base;
@@ -213,7 +217,7 @@ int axp_quant_plan(const gguf_file *f, const axp_quant_target *t, uint32_t *type
         for (uint64_t i = 0; i < f->n_tensors; i++) {
                 const gguf_tensor *ts = &f->tensors[i];
                 types[i] = ts->type;
-                if (!quantizable(ts))
+                if (t->keep || !quantizable(ts))
                         continue;
                 uint32_t nt = t->base;
                 enum cat c = category(ts->name);
@@ -353,14 +357,21 @@ int axp_quantize_file(const char *in, const char *out, const axp_quant_target *t
         gguf_writer *w = gguf_writer_new();
         if (!w)
                 return axp_errorf(err, -ENOMEM, "out of memory");
+        /* one file out, whole: a split model's parts' keys stay behind */
         for (uint64_t i = 0; i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
-                if (gguf_str_eq(kv->key, "general.file_type") || gguf_str_eq(kv->key, "general.quantization_version"))
+                if (gguf_str_eq(kv->key, "split.no") || gguf_str_eq(kv->key, "split.count") ||
+                    gguf_str_eq(kv->key, "split.tensors.count"))
+                        continue;
+                if (!t->keep && (gguf_str_eq(kv->key, "general.file_type") ||
+                                 gguf_str_eq(kv->key, "general.quantization_version")))
                         continue;
                 gguf_writer_copy_kv(w, kv);
         }
-        gguf_writer_set_u32(w, "general.file_type", (uint32_t) t->file_type);
-        gguf_writer_set_u32(w, "general.quantization_version", 2);
+        if (!t->keep) {
+                gguf_writer_set_u32(w, "general.file_type", (uint32_t) t->file_type);
+                gguf_writer_set_u32(w, "general.quantization_version", 2);
+        }
         for (uint64_t i = 0; i < f->n_tensors; i++) {
                 const gguf_tensor *ts = &f->tensors[i];
                 convs[i] = (conv) { .t = ts, .to = types[i], .n_threads = n_threads };

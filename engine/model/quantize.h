@@ -3,6 +3,7 @@
  * one tensor type, or into one of llama-quantize's mixes with its per-tensor choices. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/util.h"
@@ -15,9 +16,11 @@ int axp_file_type_of(uint32_t type);
 const char *axp_file_type_name(int ftype);
 
 /* A target: a tensor type's name (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, q2_k, q3_k,
- * q4_k, q5_k, q6_k, f16, bf16, f32: every matrix in that type, as llama-quantize --pure) or a
- * mix (Q3_K_M, Q4_K_M, Q5_K_M), any case. */
+ * q4_k, q5_k, q6_k, f16, bf16, f32: every matrix in that type, as llama-quantize --pure), a
+ * mix (Q3_K_M, Q4_K_M, Q5_K_M), any case, or keep: every tensor as it is (a split model's
+ * parts joined into one file). */
 typedef struct axp_quant_target {
+        bool keep;          /* every tensor in its own type, general.file_type as it was */
         uint32_t base;      /* the type matrices get unless the mix says otherwise */
         int mix;            /* 0, or the mix's llama_ftype (12, 15, 17) */
         int file_type;      /* general.file_type to write */

@@ -199,13 +199,8 @@ static const char *tensor_type_name(uint32_t type) {
 /* Whether the engine runs the file at `path`: the header checks that installing a model makes,
  * then a load as the engine would. 0, or a negative errno with the one-line reason. */
 static int verdict(const char *path, axp_model_info *info, axp_error *err) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        int r;
+        int r = axp_model_probe_path(path, info, err);
 
-        if (fd < 0)
-                return axp_errorf(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-        r = axp_model_probe_fd(fd, path, info, err);
-        close(fd);
         if (r < 0)
                 return r;
         return axp_model_check_file(path, err);
@@ -216,7 +211,11 @@ static void print_text_verdict(int r, const axp_model_info *info, const axp_erro
                 printf("does not run: %s\n", err->msg);
                 return;
         }
-        printf("runs: %s, %" PRIu64 " parameters, types %s\n", info->arch, info->parameters, info->types);
+        printf("runs: %s, %" PRIu64 " parameters, types %s", info->arch, info->parameters, info->types);
+        if (info->parts > 1)
+                printf(" (a split model of %" PRIu32 " parts; 'agentxpu model install' takes one file: "
+                       "'agentxpu quantize' with type keep joins them)", info->parts);
+        putchar('\n');
 }
 
 static void print_json_verdict(int r, const axp_model_info *info, const axp_error *err) {
@@ -227,7 +226,8 @@ static void print_json_verdict(int r, const axp_model_info *info, const axp_erro
         } else {
                 fputs("true, \"architecture\": ", stdout);
                 print_json_cstr(info->arch);
-                printf(", \"parameters\": %" PRIu64 ", \"types\": ", info->parameters);
+                printf(", \"parameters\": %" PRIu64 ", \"parts\": %" PRIu32 ", \"types\": ", info->parameters,
+                       info->parts);
                 print_json_cstr(info->types);
         }
         putchar('}');
@@ -242,6 +242,9 @@ static void print_text_dump(const char *path, const gguf_file *f, int r, const a
                " tensors (%" PRIu64 " bytes of data at offset %" PRIu64 ", alignment %" PRIu64 ")\n",
                path, f->version, f->size, f->n_kv, f->n_tensors, tensor_bytes, f->data_offset,
                f->alignment);
+        if (f->n_parts > 1)
+                printf("a split model of %" PRIu32 " parts, %" PRIu64 " bytes in all; its tensors name the part "
+                       "that holds them\n", f->n_parts, f->total_size);
         print_text_verdict(r, info, err);
         printf("\nkey/values:\n");
         for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -267,6 +270,8 @@ static void print_text_dump(const char *path, const gguf_file *f, int r, const a
                 print_text_q(t->name, 80, false);
                 printf(" %s ", tensor_type_name(t->type));
                 print_shape(t);
+                if (f->n_parts > 1)
+                        printf(" part %" PRIu32, t->part + 1);
                 printf(" offset %" PRIu64 " (%" PRIu64 " bytes)\n", t->offset, t->nbytes);
         }
 }
@@ -277,9 +282,9 @@ static void print_json_dump(const char *path, const gguf_file *f, int r, const a
         print_json_cstr(path);
         fputs(", ", stdout);
         print_json_verdict(r, info, err);
-        printf(",\n \"version\": %" PRIu32 ", \"size\": %zu, \"alignment\": %" PRIu64
-               ", \"data_offset\": %" PRIu64 ",\n \"kv\": [",
-               f->version, f->size, f->alignment, f->data_offset);
+        printf(",\n \"version\": %" PRIu32 ", \"size\": %zu, \"parts\": %" PRIu32 ", \"total_size\": %" PRIu64
+               ", \"alignment\": %" PRIu64 ", \"data_offset\": %" PRIu64 ",\n \"kv\": [",
+               f->version, f->size, f->n_parts, f->total_size, f->alignment, f->data_offset);
         for (uint64_t i = 0; i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
                 fputs(i ? ",\n  {\"key\": " : "\n  {\"key\": ", stdout);
@@ -303,7 +308,8 @@ static void print_json_dump(const char *path, const gguf_file *f, int r, const a
                 print_json_str(t->name);
                 printf(", \"type\": \"%s\", \"shape\": ", tensor_type_name(t->type));
                 print_shape(t);
-                printf(", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->offset, t->nbytes);
+                printf(", \"part\": %" PRIu32 ", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->part + 1,
+                       t->offset, t->nbytes);
         }
         fputs("]}\n", stdout);
 }

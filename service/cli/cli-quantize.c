@@ -19,6 +19,8 @@ static int help(FILE *f) {
                 "                 (as llama-quantize --pure)\n"
                 "  a mix:         Q3_K_M, Q4_K_M or Q5_K_M: llama-quantize's per-tensor choices\n"
                 "                 (the output matrix Q6_K, some attn_v and ffn_down more bits)\n"
+                "  keep:          every tensor as it is: the parts of a split model (IN its\n"
+                "                 first, NAME-00001-of-0000N.gguf) joined into one file\n"
                 "Rows that are not a multiple of a type's block fall back as llama-quantize's do\n"
                 "(q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, q2_k and q3_k to q4_0, iq4_xs to\n"
                 "iq4_nl, then f16). Norms and biases keep their type. OUT appears whole or not at\n"
