@@ -100,15 +100,18 @@ def sha256(path):
     return h.hexdigest()
 
 
-def gguf(path, arch="llama", tensor_type=0):
-    """A small GGUF file by hand: general.architecture and one 32x2 tensor of a type id."""
+def gguf(path, arch="llama", tensor_type=0, split=None):
+    """A small GGUF file by hand: general.architecture and one 32x2 tensor of a type id; with
+    split (no, count), llama.cpp's split.no and split.count (uint16) of a split model's part."""
     def s(x):
         b = x.encode()
         return struct.pack("<Q", len(b)) + b
     # IQ2_XXS (16) blocks: 256 elements in 66 bytes
     ne, nbytes = ((256, 2), 132) if tensor_type == 16 else ((32, 2), 256)
-    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 1)
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 3 if split else 1)
     head += s("general.architecture") + struct.pack("<I", 8) + s(arch)
+    if split:
+        head += s("split.no") + struct.pack("<IH", 2, split[0]) + s("split.count") + struct.pack("<IH", 2, split[1])
     head += s("token_embd.weight") + struct.pack("<I", 2) + struct.pack("<qq", *ne)
     head += struct.pack("<IQ", tensor_type, 0)
     head += b"\0" * (-len(head) % 32)
@@ -451,6 +454,10 @@ def test_bad_files_are_refused_before_anything_is_written():
         (text, "InvalidArgument", "not a GGUF file"),
         (gguf(os.path.join(d0, "mamba.gguf"), arch="mamba"), "Unsupported", "architecture 'mamba'"),
         (gguf(os.path.join(d0, "iq2xxs.gguf"), tensor_type=16), "Unsupported", "has type IQ2_XXS"),
+        # a split model's part: a model is installed from one file
+        (gguf(os.path.join(d0, "big-00001-of-00002.gguf"), split=(0, 2)), "InvalidArgument",
+         "is part 1 of 2 of a split model, and a model is installed from one file: join the parts first with "
+         "'agentxpu quantize FIRST-PART OUT.gguf keep'"),
     ]
     with setup(model=other()) as (bus, d):
         for path, error, msg in cases:

@@ -640,6 +640,147 @@ static void test_writer_errors(void) {
 }
 
 /* Copying a whole tokenizer, as mkmodel --vocab-from does, keeps every string. */
+/* Split models -------------------------------------------------------------------------------- */
+
+/* Part `no` (0-based) of a split model of `count` parts named tmp/split-0000N-of-0000C.gguf
+ * (or `name`): the first with a key of its own, tensors named by `tensors` ("a,b", F32 [4]
+ * rows whose values are their name's first letter times 10 plus the index), split.tensors.count
+ * `total` (-1: none) */
+static void write_part(const char *name, int no, int count, int total, const char *tensors) {
+        char path[256], list[64];
+        gguf_writer *w = gguf_writer_new();
+        axp_error err = { 0 };
+        if (name)
+                snprintf(path, sizeof(path), "%s", tmp_path(name));
+        else {
+                char n[64];
+                snprintf(n, sizeof(n), "split-%05d-of-%05d.gguf", no + 1, count);
+                snprintf(path, sizeof(path), "%s", tmp_path(n));
+        }
+        if (no == 0)
+                CHECK(gguf_writer_set_str(w, "general.architecture", "llama") == 0);
+        CHECK(gguf_writer_set_u16(w, "split.no", (uint16_t) no) == 0);
+        CHECK(gguf_writer_set_u16(w, "split.count", (uint16_t) count) == 0);
+        if (total >= 0)
+                CHECK(gguf_writer_set_i32(w, "split.tensors.count", total) == 0);
+        snprintf(list, sizeof(list), "%s", tensors);
+        char *sv = NULL;
+        for (char *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+                const int64_t ne[1] = { 4 };
+                float v[4];
+                for (int i = 0; i < 4; i++)
+                        v[i] = (float) (t[0] * 10 + i);
+                CHECK(gguf_writer_add_tensor(w, t, AXP_TYPE_F32, 1, ne, v, sizeof(v)) == 0);
+        }
+        CHECK_MSG(gguf_writer_write(w, path, &err) == 0, "%s", err.msg);
+        gguf_writer_free(w);
+}
+
+static int open_split(const char *name, gguf_file **f, axp_error *err) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s", tmp_path(name));
+        *f = NULL;
+        return gguf_open(path, f, err);
+}
+
+static void test_split(void) {
+        gguf_file *f = NULL;
+        axp_error err = { 0 };
+        uint32_t no = 9, count = 9;
+
+        /* three parts, the first without tensors (gguf-split --no-tensor-first-split) */
+        write_part(NULL, 0, 3, 3, "");
+        write_part(NULL, 1, 3, 3, "a,b");
+        write_part(NULL, 2, 3, 3, "c");
+        CHECK_MSG(open_split("split-00001-of-00003.gguf", &f, &err) == 0, "%s", err.msg);
+        if (f) {
+                CHECK_EQ_INT(f->n_parts, 3);
+                CHECK_EQ_INT(f->n_tensors, 3);
+                CHECK(gguf_find(f, "general.architecture") != NULL);
+                uint64_t sum = 0;
+                for (uint32_t i = 0; i < f->n_parts; i++)
+                        sum += f->parts[i].size;
+                CHECK_EQ_INT(f->total_size, sum);
+                CHECK(f->parts[0].map == f->map && f->parts[0].size == f->size);
+                const char *names = "abc";
+                for (int i = 0; i < 3; i++) {
+                        const char nm[2] = { names[i], 0 };
+                        const gguf_tensor *t = gguf_find_tensor(f, nm);
+                        CHECK_MSG(t != NULL, "tensor %s", nm);
+                        if (!t)
+                                continue;
+                        CHECK_EQ_INT(t->part, i < 2 ? 1 : 2);
+                        const gguf_part *p = &f->parts[t->part];
+                        CHECK((const char *) t->data >= (const char *) p->map &&
+                              (const char *) t->data + t->nbytes <= (const char *) p->map + p->size);
+                        float v[4];
+                        memcpy(v, t->data, sizeof(v));
+                        CHECK(v[0] == (float) (names[i] * 10) && v[3] == (float) (names[i] * 10 + 3));
+                }
+                CHECK(gguf_split_of(f, &no, &count) && no == 0 && count == 3);
+                gguf_close(f);
+        }
+
+        /* any other part is refused, naming the first */
+        CHECK(open_split("split-00002-of-00003.gguf", &f, &err) == -EINVAL);
+        CHECK_MSG(strstr(err.msg, "is part 2 of 3 of a split model; open its first part") &&
+                          strstr(err.msg, "split-00001-of-00003.gguf"), "%s", err.msg);
+        /* as is a first part not named so (the others' names come from its name) */
+        write_part("model.gguf", 0, 3, 3, "");
+        CHECK(open_split("model.gguf", &f, &err) == -EINVAL);
+        CHECK_MSG(strstr(err.msg, "but not named PREFIX-00001-of-00003.gguf"), "%s", err.msg);
+
+        /* a part missing */
+        char gone[256], moved[256];
+        snprintf(gone, sizeof(gone), "%s", tmp_path("split-00003-of-00003.gguf"));
+        snprintf(moved, sizeof(moved), "%s", tmp_path("moved.gguf"));
+        CHECK(rename(gone, moved) == 0);
+        CHECK(open_split("split-00001-of-00003.gguf", &f, &err) == -ENOENT);
+        CHECK_MSG(strstr(err.msg, "is part 1 of 3 of a split model, and part 3 cannot be read") &&
+                          strstr(err.msg, "No such file"), "%s", err.msg);
+        CHECK(rename(moved, gone) == 0);
+
+        /* a part that says it is another */
+        write_part(NULL, 0, 3, 3, ""); /* (rewritten: unchanged) */
+        write_part("split-00003-of-00003.gguf", 1, 3, 3, "c");
+        CHECK(open_split("split-00001-of-00003.gguf", &f, &err) == -EBADMSG);
+        CHECK_MSG(strstr(err.msg, "not part 3 of 3 of the split model"), "%s", err.msg);
+        write_part(NULL, 2, 3, 3, "c");
+
+        /* a tensor in two parts */
+        write_part(NULL, 2, 3, 3, "a");
+        CHECK(open_split("split-00001-of-00003.gguf", &f, &err) == -EBADMSG);
+        CHECK_MSG(strstr(err.msg, "duplicate tensor name 'a' (in parts 2 and 3 of the split model)"), "%s", err.msg);
+        write_part(NULL, 2, 3, 3, "c");
+
+        /* the count of tensors the first part promises */
+        write_part(NULL, 0, 3, 5, "");
+        CHECK(open_split("split-00001-of-00003.gguf", &f, &err) == -EBADMSG);
+        CHECK_MSG(strstr(err.msg, "split.tensors.count is 5, and its 3 parts hold 3 tensors"), "%s", err.msg);
+
+        /* more parts than any model has, or a number past the count */
+        write_part(NULL, 0, 10000, -1, "a");
+        CHECK(open_split("split-00001-of-10000.gguf", &f, &err) == -EBADMSG);
+        CHECK_MSG(strstr(err.msg, "at most 9999 parts"), "%s", err.msg);
+        write_part("split-00004-of-00003.gguf", 3, 3, -1, "a");
+        CHECK(open_split("split-00004-of-00003.gguf", &f, &err) == -EBADMSG);
+
+        /* split.count 1 is a whole file */
+        write_part("whole.gguf", 0, 1, 1, "a");
+        CHECK_MSG(open_split("whole.gguf", &f, &err) == 0, "%s", err.msg);
+        if (f) {
+                CHECK(!gguf_split_of(f, &no, &count));
+                CHECK_EQ_INT(f->n_parts, 1);
+                CHECK_EQ_INT(f->total_size, f->size);
+                gguf_close(f);
+        }
+
+        const char *left[] = { "split-00001-of-00003.gguf", "split-00002-of-00003.gguf", "split-00003-of-00003.gguf",
+                               "model.gguf", "split-00001-of-10000.gguf", "split-00004-of-00003.gguf", "whole.gguf" };
+        for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++)
+                unlink(tmp_path(left[i]));
+}
+
 static void test_copy_vocab(void) {
         gguf_file *a, *b = NULL;
         gguf_writer *w;
@@ -685,6 +826,7 @@ int main(int argc, char **argv) {
                 RUN(test_writer_roundtrip);
                 RUN(test_writer_api);
                 RUN(test_writer_errors);
+                RUN(test_split);
         }
         if (tmpdir[0])
                 rmdir(tmpdir);
