@@ -626,7 +626,7 @@ static int parse_body(reader *r, gguf_file_impl **ret) {
         k = check_tensor_data(r, fi);
         if (k < 0)
                 return k;
-        fi->part0 = (gguf_part) { .map = data, .size = size };
+        fi->part0 = (gguf_part) { .map = data, .size = size, .data_offset = f->data_offset };
         f->parts = &fi->part0;
         f->n_parts = 1;
         f->total_size = file_size;
@@ -739,9 +739,7 @@ bool gguf_split_of(const gguf_file *f, uint32_t *no, uint32_t *count) {
         return true;
 }
 
-/* The name of part i (0-based) of n beside `path`, the first part's (llama.cpp's
- * PREFIX-%05d-of-%05d.gguf); NULL where path is not named so */
-static char *part_name(const char *path, uint32_t first, uint32_t i, uint32_t n) {
+char *gguf_part_path(const char *path, uint32_t first, uint32_t i, uint32_t n) {
         char tail[40];
         size_t len = strlen(path);
         int t = snprintf(tail, sizeof(tail), "-%05" PRIu32 "-of-%05" PRIu32 ".gguf", first + 1, n);
@@ -754,57 +752,53 @@ static char *part_name(const char *path, uint32_t first, uint32_t i, uint32_t n)
         return out;
 }
 
-/* The rest of a split model whose first part fi is: each part opened and checked, and their
- * tensors added to fi's. */
-static int open_parts(const char *path, gguf_file_impl *fi, uint32_t n, axp_error *err) {
-        gguf_file *f = &fi->pub;
+int gguf_join(gguf_file *first, gguf_file **more, uint32_t n, const char *src, const char *const *names,
+              axp_error *err) {
+        gguf_file_impl *fi = (gguf_file_impl *) first;
+        gguf_file *f = first;
         uint32_t want = 0;
-        uint64_t total = f->n_tensors, bytes = f->size;
+        uint64_t total = f->n_tensors, bytes = f->total_size;
 
-        fi->more = calloc(n - 1, sizeof(*fi->more));
+        /* first owns them from here, whatever happens */
+        fi->more = calloc(MAX(n, 2) - 1, sizeof(*fi->more));
         gguf_part *parts = calloc(n, sizeof(*parts));
         if (!fi->more || !parts) {
                 free(parts);
-                return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+                for (uint32_t i = 0; i + 1 < n; i++)
+                        gguf_close(more[i]);
+                return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
         }
+        memcpy(fi->more, more, (n - 1) * sizeof(*more));
         parts[0] = fi->part0;
         f->parts = parts;
+        f->n_parts = n;
         for (uint32_t i = 1; i < n; i++) {
-                _cleanup_free_ char *name = part_name(path, 0, i, n);
-                gguf_file_impl *pi = NULL;
+                const gguf_file *pf = more[i - 1];
                 uint32_t no = 0, count = 0;
-                if (!name)
-                        return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
-                int k = open_one(name, &pi, err);
-                if (k < 0) {
-                        char why[sizeof(err->msg)];
-                        snprintf(why, sizeof(why), "%s", err->msg);
-                        return axp_errorf(err, k, "%s is part 1 of %" PRIu32 " of a split model, and part %" PRIu32
-                                          " cannot be read: %s", path, n, i + 1, why);
-                }
-                fi->more[i - 1] = &pi->pub;
-                f->n_parts = i + 1;
-                if (!gguf_split_of(&pi->pub, &no, &count) || no != i || count != n)
+                if (!gguf_split_of(pf, &no, &count) || no != i || count != n) {
+                        char part[32];
+                        snprintf(part, sizeof(part), "part %" PRIu32, i + 1);
                         return axp_errorf(err, -EBADMSG,
                                           "%s: not part %" PRIu32 " of %" PRIu32 " of the split model %s (its split.no "
-                                          "and split.count say %s)", name, i + 1, n, path,
-                                          gguf_find(&pi->pub, "split.count") ? "another" : "none");
-                parts[i] = pi->part0;
-                total += pi->pub.n_tensors;
-                bytes += pi->pub.size;
+                                          "and split.count say %s)", names ? names[i - 1] : part, i + 1, n, src,
+                                          gguf_find(pf, "split.count") ? "another" : "none");
+                }
+                parts[i] = pf->parts[0];
+                total += pf->n_tensors;
+                bytes += pf->total_size;
         }
         if (gguf_get_u32(f, "split.tensors.count", &want) && want != total)
                 return axp_errorf(err, -EBADMSG,
                                   "%s: the split model's split.tensors.count is %" PRIu32 ", and its %" PRIu32
-                                  " parts hold %" PRIu64 " tensors", path, want, n, total);
+                                  " parts hold %" PRIu64 " tensors", src, want, n, total);
 
         gguf_tensor *all = malloc(MAX(total, 1) * sizeof(*all));
         if (!all)
-                return axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+                return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
         memcpy(all, f->tensors, f->n_tensors * sizeof(*all));
         uint64_t at = f->n_tensors;
         for (uint32_t i = 1; i < n; i++) {
-                const gguf_file *pf = fi->more[i - 1];
+                const gguf_file *pf = more[i - 1];
                 for (uint64_t j = 0; j < pf->n_tensors; j++) {
                         all[at] = pf->tensors[j];
                         all[at++].part = i;
@@ -814,7 +808,45 @@ static int open_parts(const char *path, gguf_file_impl *fi, uint32_t n, axp_erro
         f->tensors = all;
         f->n_tensors = total;
         f->total_size = bytes;
-        return index_tensors(fi, path, err);
+        return index_tensors(fi, src, err);
+}
+
+/* The rest of a split model whose first part fi is, opened by their names and joined */
+static int open_parts(const char *path, gguf_file_impl *fi, uint32_t n, axp_error *err) {
+        gguf_file **more = calloc(n - 1, sizeof(*more));
+        char **names = calloc(n - 1, sizeof(*names));
+        int k = 0;
+
+        if (!more || !names)
+                k = axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+        for (uint32_t i = 1; i < n && k == 0; i++) {
+                gguf_file_impl *pi = NULL;
+                names[i - 1] = gguf_part_path(path, 0, i, n);
+                if (!names[i - 1]) {
+                        k = axp_errorf(err, -ENOMEM, "%s: out of memory", path);
+                        break;
+                }
+                k = open_one(names[i - 1], &pi, err);
+                if (k < 0) {
+                        char why[sizeof(err->msg)];
+                        snprintf(why, sizeof(why), "%s", err->msg);
+                        axp_errorf(err, k, "%s is part 1 of %" PRIu32 " of a split model, and part %" PRIu32
+                                   " cannot be read: %s", path, n, i + 1, why);
+                        break;
+                }
+                more[i - 1] = &pi->pub;
+        }
+        if (k == 0)
+                k = gguf_join(&fi->pub, more, n, path, (const char *const *) names, err);
+        else if (more)
+                for (uint32_t i = 0; i + 1 < n; i++)
+                        gguf_close(more[i]);
+        if (names)
+                for (uint32_t i = 0; i + 1 < n; i++)
+                        free(names[i]);
+        free(names);
+        free(more);
+        return k;
 }
 
 int gguf_open(const char *path, gguf_file **ret, axp_error *err) {
@@ -831,7 +863,7 @@ int gguf_open(const char *path, gguf_file **ret, axp_error *err) {
                         return axp_errorf(err, -EBADMSG, "%s: split.no %" PRIu32 " and split.count %" PRIu32
                                           " do not name a part of a split model (at most %d parts)",
                                           path, no, n, GGUF_SPLIT_MAX);
-                _cleanup_free_ char *first = part_name(path, no, 0, n);
+                _cleanup_free_ char *first = gguf_part_path(path, no, 0, n);
                 if (no != 0 && first)
                         return axp_errorf(err, -EINVAL,
                                           "%s is part %" PRIu32 " of %" PRIu32 " of a split model; open its first part, %s",

@@ -84,6 +84,7 @@ typedef struct gguf_tensor {
 typedef struct gguf_part {
         const void *map;
         size_t size;
+        uint64_t data_offset; /* where its tensors' offsets count from */
 } gguf_part;
 
 typedef struct gguf_file {
@@ -108,9 +109,21 @@ typedef struct gguf_file {
  * repositories carry large models: PREFIX-00001-of-0000N.gguf holds the metadata (and maybe
  * tensors), every part split.no (0-based) and split.count, and the first split.tensors.count. */
 #define GGUF_SPLIT_MAX 9999
+/* The name of part i (0-based) of a split model of n parts whose part `from` is at `path`
+ * (PREFIX-%05d-of-%05d.gguf, llama.cpp's names), newly allocated; NULL where path is not named
+ * so (or out of memory). */
+char *gguf_part_path(const char *path, uint32_t from, uint32_t i, uint32_t n);
 /* Whether f (one file, whichever way it was opened) is a part of a split model: its 0-based
  * number and the count of parts. false for a whole model (no split.count, or one of 1). */
 bool gguf_split_of(const gguf_file *f, uint32_t *no, uint32_t *count);
+
+/* A split model from its parts opened some other way (gguf_open_prefix of each, say): first,
+ * its part 1, takes the others (more[i] is part i + 2 of n; names[i] its name for messages,
+ * or NULL) and owns them from then on, also on failure (close first alone). The checks
+ * gguf_open makes: each part's split.no and split.count, split.tensors.count, no tensor in
+ * two parts. */
+int gguf_join(gguf_file *first, gguf_file **more, uint32_t n, const char *src, const char *const *names,
+              axp_error *err);
 
 /* Open and validate a GGUF file. On failure returns a negative errno and a one-line message.
  * The first part of a split model brings in the others, found by their names beside it, and

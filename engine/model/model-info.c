@@ -76,13 +76,15 @@ static void copy_str(char *dst, size_t cap, gguf_str s) {
 static int probe_checks(const gguf_file *f, const char *src, uint64_t size, axp_model_info *ret,
                         axp_error *err);
 
-int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *err) {
-        _cleanup_(gguf_closep) gguf_file *f = NULL;
-        _cleanup_free_ uint8_t *buf = NULL;
+/* The header of the file open at fd, from prefixes of it read with pread into *buf (which
+ * the result refers to: free it after closing the result) */
+static int read_header(int fd, const char *src, uint8_t **buf, gguf_file **ret, axp_error *err) {
+        gguf_file *f = NULL;
         uint64_t have = 0, want;
         struct stat st;
         int r;
 
+        *buf = NULL;
         if (fstat(fd, &st) < 0)
                 return axp_errorf(err, -errno, "%s: cannot stat: %s", src, strerror(errno));
         if (!S_ISREG(st.st_mode))
@@ -95,32 +97,116 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
                 uint8_t *nb;
                 if (want > (uint64_t) st.st_size)
                         want = (uint64_t) st.st_size;
-                nb = realloc(buf, (size_t) want);
-                if (!nb)
-                        return axp_errorf(err, -ENOMEM, "%s: out of memory for its header", src);
-                buf = nb;
-                r = read_prefix(fd, src, buf, have, want, err);
+                nb = realloc(*buf, (size_t) want);
+                if (!nb) {
+                        r = axp_errorf(err, -ENOMEM, "%s: out of memory for its header", src);
+                        break;
+                }
+                *buf = nb;
+                r = read_prefix(fd, src, *buf, have, want, err);
                 if (r < 0)
-                        return r;
+                        break;
                 have = want;
                 gguf_close(f);
                 f = NULL;
-                r = gguf_open_prefix(src, buf, (size_t) have, (uint64_t) st.st_size, &f, err);
+                r = gguf_open_prefix(src, *buf, (size_t) have, (uint64_t) st.st_size, &f, err);
                 if (r != -ENOBUFS)
                         break;
-                if (have >= PREFIX_MAX)
-                        return axp_errorf(err, -EBADMSG, "%s: the header is larger than %" PRIu64
-                                          " MiB; no model we can run has one so large", src, PREFIX_MAX >> 20);
+                if (have >= PREFIX_MAX) {
+                        r = axp_errorf(err, -EBADMSG, "%s: the header is larger than %" PRIu64
+                                       " MiB; no model we can run has one so large", src, PREFIX_MAX >> 20);
+                        break;
+                }
         }
+        if (r < 0) {
+                gguf_close(f);
+                free(*buf);
+                *buf = NULL;
+                return r;
+        }
+        *ret = f;
+        return 0;
+}
+
+int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *err) {
+        _cleanup_(gguf_closep) gguf_file *f = NULL;
+        _cleanup_free_ uint8_t *buf = NULL;
+        uint32_t no, n;
+        int r = read_header(fd, src, &buf, &f, err);
+
         if (r < 0)
                 return r;
-        uint32_t no, n;
         if (gguf_split_of(f, &no, &n))
                 return axp_errorf(err, -EXDEV,
-                                  "%s is part %" PRIu32 " of %" PRIu32 " of a split model, and a model is installed "
-                                  "from one file: join the parts first with 'agentxpu quantize FIRST-PART OUT.gguf "
-                                  "keep'", src, no + 1, n);
-        return probe_checks(f, src, (uint64_t) st.st_size, ret, err);
+                                  "%s is part %" PRIu32 " of %" PRIu32 " of a split model: it is installed from its "
+                                  "first part with the others beside it ('agentxpu model install FIRST-PART')",
+                                  src, no + 1, n);
+        return probe_checks(f, src, f->total_size, ret, err);
+}
+
+int axp_model_split_fd(int fd, const char *src, uint32_t *no, uint32_t *count, axp_error *err) {
+        _cleanup_(gguf_closep) gguf_file *f = NULL;
+        _cleanup_free_ uint8_t *buf = NULL;
+        int r = read_header(fd, src, &buf, &f, err);
+
+        if (r < 0)
+                return r;
+        if (!gguf_split_of(f, no, count)) {
+                *no = 0;
+                *count = 1;
+        } else if (*count > GGUF_SPLIT_MAX || *no >= *count)
+                return axp_errorf(err, -EBADMSG, "%s: split.no %" PRIu32 " and split.count %" PRIu32
+                                  " do not name a part of a split model (at most %d parts)", src, *no, *count,
+                                  GGUF_SPLIT_MAX);
+        return 0;
+}
+
+int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_info *ret,
+                        gguf_file **ret_file, uint8_t ***ret_bufs, axp_error *err) {
+        uint8_t **bufs = calloc(n, sizeof(*bufs));
+        gguf_file **more = calloc(MAX(n, 2) - 1, sizeof(*more));
+        gguf_file *first = NULL;
+        uint32_t no = 0, count = 0;
+        int r = 0;
+
+        if (!bufs || !more)
+                r = axp_errorf(err, -ENOMEM, "%s: out of memory", src);
+        for (uint32_t i = 0; i < n && r == 0; i++) {
+                gguf_file *f = NULL;
+                r = read_header(fds[i], src, &bufs[i], &f, err);
+                if (r < 0)
+                        break;
+                if (i == 0)
+                        first = f;
+                else
+                        more[i - 1] = f;
+        }
+        if (r == 0 && (!gguf_split_of(first, &no, &count) || no != 0 || count != n)) {
+                r = axp_errorf(err, -EINVAL, "%s: given as part 1 of a split model of %" PRIu32 " parts, but its "
+                               "split.no and split.count say %s", src, n,
+                               gguf_find(first, "split.count") ? "otherwise" : "it is a whole model");
+        }
+        if (r == 0)
+                r = gguf_join(first, more, n, src, NULL, err);
+        else if (more)
+                for (uint32_t i = 0; i + 1 < n; i++)
+                        gguf_close(more[i]);
+        free(more);
+        if (r == 0)
+                r = probe_checks(first, src, first->total_size, ret, err);
+        if (r < 0 || !ret_file) {
+                gguf_close(first);
+                first = NULL;
+                for (uint32_t i = 0; bufs && i < n; i++)
+                        free(bufs[i]);
+                free(bufs);
+                bufs = NULL;
+        }
+        if (ret_file) {
+                *ret_file = first;
+                *ret_bufs = bufs;
+        }
+        return r;
 }
 
 int axp_model_probe_path(const char *path, axp_model_info *ret, axp_error *err) {
@@ -182,5 +268,78 @@ int axp_model_check_file(const char *path, axp_error *err) {
         int r = axp_model_load(path, &m, err);
 
         axp_model_free(m);
+        return r;
+}
+
+/* Joining a split model's parts: each tensor read from its part's file as the writer asks */
+typedef struct join_src {
+        const gguf_file *f;
+        const gguf_tensor *t;
+        const int *fds;
+        bool (*progress)(void *userdata, uint64_t bytes);
+        void *userdata;
+} join_src;
+
+#define JOIN_CHUNK (4u << 20)
+
+static int join_fill(void *userdata, uint64_t row, uint64_t n_rows, void *dst, axp_error *err) {
+        const join_src *src = userdata;
+        const gguf_tensor *t = src->t;
+        uint64_t row_bytes = axp_type_row_size(t->type, t->ne[0]);
+        uint64_t off = src->f->parts[t->part].data_offset + t->offset + row * row_bytes, n = n_rows * row_bytes;
+
+        for (uint64_t done = 0; done < n;) {
+                ssize_t k = pread(src->fds[t->part], (uint8_t *) dst + done, (size_t) MIN(n - done, (uint64_t) JOIN_CHUNK),
+                                  (off_t) (off + done));
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k < 0)
+                        return axp_errorf(err, -errno, "cannot read part %" PRIu32 " of the model: %s", t->part + 1,
+                                          strerror(errno));
+                if (k == 0)
+                        return axp_errorf(err, -EBADMSG, "part %" PRIu32 " of the model became shorter while it was "
+                                          "read", t->part + 1);
+                done += (uint64_t) k;
+                if (src->progress && !src->progress(src->userdata, (uint64_t) k))
+                        return axp_errorf(err, -ECANCELED, "cancelled");
+        }
+        return 0;
+}
+
+int axp_model_join_fds(const int *fds, uint32_t n, const char *path, bool (*progress)(void *userdata, uint64_t bytes),
+                       void *userdata, axp_error *err) {
+        gguf_file *f = NULL;
+        uint8_t **bufs = NULL;
+        axp_model_info info;
+        int r = axp_model_probe_fds(fds, n, path, &info, &f, &bufs, err);
+
+        if (r < 0)
+                return r;
+        join_src *srcs = calloc(MAX(f->n_tensors, 1), sizeof(*srcs));
+        gguf_writer *w = gguf_writer_new();
+        if (!srcs || !w)
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+        for (uint64_t i = 0; r == 0 && i < f->n_kv; i++) {
+                const gguf_kv *kv = &f->kv[i];
+                if (!gguf_str_eq(kv->key, "split.no") && !gguf_str_eq(kv->key, "split.count") &&
+                    !gguf_str_eq(kv->key, "split.tensors.count"))
+                        gguf_writer_copy_kv(w, kv);
+        }
+        for (uint64_t i = 0; r == 0 && i < f->n_tensors; i++) {
+                const gguf_tensor *t = &f->tensors[i];
+                char *name = gguf_str_dup(t->name);
+                srcs[i] = (join_src) { .f = f, .t = t, .fds = fds, .progress = progress, .userdata = userdata };
+                r = name ? gguf_writer_add_tensor_fill(w, name, t->type, t->n_dims, t->ne, join_fill, &srcs[i])
+                         : axp_errorf(err, -ENOMEM, "out of memory");
+                free(name);
+        }
+        if (r == 0)
+                r = gguf_writer_write(w, path, err);
+        gguf_writer_free(w);
+        free(srcs);
+        gguf_close(f);
+        for (uint32_t i = 0; i < n; i++)
+                free(bufs[i]);
+        free(bufs);
         return r;
 }

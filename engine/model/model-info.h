@@ -3,9 +3,12 @@
  * descriptor (nothing mapped, nothing written) and for listing the models installed. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/util.h"
+
+struct gguf_file;
 
 typedef struct axp_model_info {
         char name[128];      /* general.name, "" if the file has none (cut at a character boundary) */
@@ -33,6 +36,21 @@ int axp_model_probe_fd(int fd, const char *src, axp_model_info *ret, axp_error *
  * other parts (model/gguf.h), where axp_model_probe_fd refuses any part of one (-EXDEV: a
  * model is installed from one file). */
 int axp_model_probe_path(const char *path, axp_model_info *ret, axp_error *err);
+/* Which part of a split model the GGUF file open at fd is (0-based *no of *count), from its
+ * header: 0 of 1 for a whole model. */
+int axp_model_split_fd(int fd, const char *src, uint32_t *no, uint32_t *count, axp_error *err);
+/* axp_model_probe_fd's checks of a split model given as its n parts' files, in order, with
+ * gguf_join's of their places. With ret_file, the joined header on success (its tensors' data
+ * NULL: they are read from the files at gguf_part.data_offset + offset) and the buffers it
+ * refers to: close the one, then free each of the n others and their array. */
+int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_info *ret,
+                        struct gguf_file **ret_file, uint8_t ***ret_bufs, axp_error *err);
+/* A split model's parts (their files open at fds, in order) joined into one GGUF file at
+ * path, written whole or not at all (as gguf_writer_write writes): its keys but the parts'
+ * split.*, every part's tensors in order. progress (or NULL) hears of each read's bytes and
+ * cancels the join (-ECANCELED) by returning false. */
+int axp_model_join_fds(const int *fds, uint32_t n, const char *path, bool (*progress)(void *userdata, uint64_t bytes),
+                       void *userdata, axp_error *err);
 
 /* Load the model at `path` as the engine would (hyperparameters, every tensor's presence, type
  * and shape, the tokenizer), then free it. */

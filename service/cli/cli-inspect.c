@@ -213,8 +213,7 @@ static void print_text_verdict(int r, const axp_model_info *info, const axp_erro
         }
         printf("runs: %s, %" PRIu64 " parameters, types %s", info->arch, info->parameters, info->types);
         if (info->parts > 1)
-                printf(" (a split model of %" PRIu32 " parts; 'agentxpu model install' takes one file: "
-                       "'agentxpu quantize' with type keep joins them)", info->parts);
+                printf(" (a split model of %" PRIu32 " parts)", info->parts);
         putchar('\n');
 }
 

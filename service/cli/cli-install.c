@@ -21,6 +21,8 @@
 #include "cli-bus.h"
 #include "cli.h"
 #include "common/bus-common.h"
+#include "model/gguf.h"
+#include "model/model-info.h"
 
 #define OLLAMA_MODEL_MEDIA_TYPE "application/vnd.ollama.image.model"
 /* polkit may wait for a password */
@@ -75,6 +77,10 @@ static char *name_from_file(const char *path) {
 
         if (n > 5 && strcmp(b + n - 5, ".gguf") == 0)
                 n -= 5;
+        /* a split model's first part: NAME-00001-of-00003 is NAME */
+        if (n > 15 && b[n - 15] == '-' && strncmp(b + n - 9, "-of-", 4) == 0 &&
+            strspn(b + n - 14, "0123456789") == 5 && strspn(b + n - 5, "0123456789") == 5)
+                n -= 15;
         return strndup(b, n);
 }
 
@@ -361,6 +367,9 @@ static int install(const char *address, const char *spec, const char *name_opt) 
         bool cancel_sent = false;
         struct stat st;
         int fd = -1, r;
+        uint32_t part_no = 0, n_parts = 1, n_open = 0;
+        int *parts = NULL;
+        axp_error err = { 0 };
 
         if (strncmp(spec, "ollama:", 7) == 0)
                 r = resolve_ollama(spec + 7, &src);
@@ -390,6 +399,36 @@ static int install(const char *address, const char *spec, const char *name_opt) 
                 r = cli_fail("%s is not a regular file", src.file);
                 goto out;
         }
+        /* A split model: its first part, the others opened beside it (the engine joins them) */
+        if (axp_model_split_fd(fd, src.file, &part_no, &n_parts, &err) == 0 && n_parts > 1) {
+                if (part_no != 0) {
+                        _cleanup_free_ char *first = gguf_part_path(src.file, part_no, 0, n_parts);
+                        r = cli_fail("%s is part %" PRIu32 " of %" PRIu32 " of a split model; install its first part%s%s",
+                                     src.file, part_no + 1, n_parts, first ? ", " : "", first ? first : "");
+                        goto out;
+                }
+                parts = calloc(n_parts - 1, sizeof(int));
+                if (!parts) {
+                        r = cli_fail("out of memory");
+                        goto out;
+                }
+                for (uint32_t i = 1; i < n_parts; i++) {
+                        _cleanup_free_ char *name = gguf_part_path(src.file, 0, i, n_parts);
+                        if (!name) {
+                                r = cli_fail("%s is part 1 of %" PRIu32 " of a split model, but not named "
+                                             "PREFIX-00001-of-%05" PRIu32 ".gguf, from which the others' names are made",
+                                             src.file, n_parts, n_parts);
+                                goto out;
+                        }
+                        parts[i - 1] = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+                        if (parts[i - 1] < 0) {
+                                r = cli_fail("%s is part 1 of %" PRIu32 " of a split model, and part %" PRIu32
+                                             " cannot be opened: %s: %s", src.file, n_parts, i + 1, name, strerror(errno));
+                                goto out;
+                        }
+                        n_open++;
+                }
+        }
 
         if (connect_engine(address, &bus) != 0) {
                 r = 1;
@@ -408,7 +447,22 @@ static int install(const char *address, const char *spec, const char *name_opt) 
                 r = sd_bus_message_new_method_call(bus, &m, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "InstallModel");
         if (r >= 0)
                 r = sd_bus_message_append(m, "hs", fd, name);
-        if (r >= 0 && src.sha256)
+        if (r >= 0 && n_parts > 1) {
+                /* the parts after the first; a store's digest names one file, not a split model */
+                r = sd_bus_message_open_container(m, 'a', "{sv}");
+                if (r >= 0)
+                        r = sd_bus_message_open_container(m, 'e', "sv");
+                if (r >= 0)
+                        r = sd_bus_message_append(m, "s", "parts");
+                if (r >= 0)
+                        r = sd_bus_message_open_container(m, 'v', "ah");
+                if (r >= 0)
+                        r = sd_bus_message_open_container(m, 'a', "h");
+                for (uint32_t i = 0; i + 1 < n_parts && r >= 0; i++)
+                        r = sd_bus_message_append(m, "h", parts[i]);
+                for (int k = 0; k < 4 && r >= 0; k++)
+                        r = sd_bus_message_close_container(m);
+        } else if (r >= 0 && src.sha256)
                 r = sd_bus_message_append(m, "a{sv}", 1, "sha256", "s", src.sha256);
         else if (r >= 0)
                 r = sd_bus_message_append(m, "a{sv}", 0);
@@ -477,6 +531,9 @@ static int install(const char *address, const char *spec, const char *name_opt) 
 out:
         if (fd >= 0)
                 close(fd);
+        for (uint32_t i = 0; i < n_open; i++)
+                close(parts[i]);
+        free(parts);
         source_done(&src);
         return r;
 }
@@ -579,7 +636,9 @@ static int usage(FILE *f) {
                    "                 ollama:NAME[:TAG] (from your Ollama store, ~/.ollama/models or\n"
                    "                 $OLLAMA_MODELS) or hf:ORG/REPO[:FILE] (from your Hugging Face cache,\n"
                    "                 ~/.cache/huggingface/hub or $HF_HUB_CACHE); the name is the file's\n"
-                   "                 (ollama: NAME-TAG) unless --name gives one. Ctrl-C cancels.\n"
+                   "                 (ollama: NAME-TAG) unless --name gives one. A split model\n"
+                   "                 (NAME-00001-of-0000N.gguf ...) installs from its first part,\n"
+                   "                 the others beside it, joined into one file. Ctrl-C cancels.\n"
                    "  list           the models installed; * marks the one loaded\n"
                    "  use NAME       load NAME and keep it as the engine's model across restarts\n"
                    "  remove NAME    delete NAME (not the one loaded)\n\n"

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "common/bus-common.h"
 #include "log.h"
 #include "models.h"
+#include "model/gguf.h"
 #include "polkit.h"
 
 typedef enum AdminAction {
@@ -30,6 +32,8 @@ struct AdminCall {
         char *arg;               /* the model path, the policy or the model's name */
         char *path;              /* UseModel: the model's file */
         int fd;                  /* InstallModel: the caller's file, -1 otherwise */
+        int *parts;              /* InstallModel: a split model's other parts' files */
+        uint32_t n_parts;
         char *sha256;            /* InstallModel: the digest expected, or NULL */
         PolkitQuery *polkit;     /* while asking */
         int result;              /* LoadModel: set by the loader thread */
@@ -55,6 +59,10 @@ static void admin_call_free(AdminCall *a) {
         sd_bus_message_unref(a->call);
         if (a->fd >= 0)
                 close(a->fd);
+        for (uint32_t i = 0; i < a->n_parts; i++)
+                if (a->parts[i] >= 0)
+                        close(a->parts[i]);
+        free(a->parts);
         free(a->arg);
         free(a->path);
         free(a->sha256);
@@ -153,8 +161,10 @@ static void admin_run(AdminCall *a) {
                 (void) sd_bus_reply_method_return(a->call, NULL);
                 break;
         case ADMIN_INSTALL_MODEL:
-                install_start(c, a->call, a->fd, a->arg, a->sha256);
-                a->fd = -1; /* install_start took it */
+                install_start(c, a->call, a->fd, a->parts, a->n_parts, a->arg, a->sha256);
+                a->fd = -1; /* install_start took them */
+                a->parts = NULL;
+                a->n_parts = 0;
                 break;
         case ADMIN_REMOVE_MODEL:
                 models_remove(c, a->call, a->arg);
@@ -217,7 +227,7 @@ static const char *admin_polkit_action(AdminAction action) {
 }
 
 static int admin_start_full(Context *c, sd_bus_message *m, AdminAction action, const char *arg, int fd,
-                            const char *sha256, sd_bus_error *error) {
+                            const int *parts, uint32_t n_parts, const char *sha256, sd_bus_error *error) {
         AdminCall *a;
         uid_t uid;
         int r;
@@ -251,6 +261,21 @@ static int admin_start_full(Context *c, sd_bus_message *m, AdminAction action, c
                         return sd_bus_error_set_errnof(error, r, "Cannot take the file descriptor");
                 }
         }
+        if (n_parts > 0) {
+                a->parts = malloc(n_parts * sizeof(int));
+                if (!a->parts) {
+                        admin_call_free(a);
+                        return -ENOMEM;
+                }
+                for (; a->n_parts < n_parts; a->n_parts++) {
+                        a->parts[a->n_parts] = fcntl(parts[a->n_parts], F_DUPFD_CLOEXEC, 3);
+                        if (a->parts[a->n_parts] < 0) {
+                                r = -errno;
+                                admin_call_free(a);
+                                return sd_bus_error_set_errnof(error, r, "Cannot take the file descriptor");
+                        }
+                }
+        }
         if (a->action == ADMIN_LOAD_MODEL)
                 a->path = strdup(arg);
         if (sha256)
@@ -269,7 +294,7 @@ static int admin_start_full(Context *c, sd_bus_message *m, AdminAction action, c
 
 static int admin_start(Context *c, sd_bus_message *m, AdminAction action, const char *arg,
                        sd_bus_error *error) {
-        return admin_start_full(c, m, action, arg, -1, NULL, error);
+        return admin_start_full(c, m, action, arg, -1, NULL, 0, NULL, error);
 }
 
 static int check_model_name(const char *name, sd_bus_error *error) {
@@ -289,10 +314,36 @@ static bool hex_digest(const char *s) {
         return true;
 }
 
+/* Whether fd is a regular file open for reading; else false with the error set */
+static bool readable_file(int fd, const char *what, sd_bus_error *error) {
+        struct stat st;
+        int flags;
+
+        if (fstat(fd, &st) < 0) {
+                sd_bus_error_set_errnof(error, errno, "Cannot examine the file descriptor of %s", what);
+                return false;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                  "The file descriptor of %s is not a regular file; pass a GGUF file opened for reading",
+                                  what);
+                return false;
+        }
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || (flags & O_ACCMODE) == O_WRONLY || (flags & O_PATH)) {
+                sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "The file descriptor of %s is not open for reading",
+                                  what);
+                return false;
+        }
+        return true;
+}
+
 int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         const char *name, *sha256 = NULL;
-        struct stat st;
-        int fd, r, flags;
+        int parts[GGUF_SPLIT_MAX];
+        uint32_t n_parts = 0;
+        bool has_parts = false;
+        int fd, r;
 
         r = sd_bus_message_read(m, "hs", &fd, &name);
         if (r < 0)
@@ -307,6 +358,27 @@ int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error)
                 r = sd_bus_message_read(m, "s", &key);
                 if (r < 0)
                         return r;
+                if (strcmp(key, "parts") == 0) {
+                        /* a split model: its parts after the first, in order */
+                        if (has_parts)
+                                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "Option 'parts' is given twice");
+                        has_parts = true;
+                        if (sd_bus_message_enter_container(m, 'v', "ah") <= 0 ||
+                            sd_bus_message_enter_container(m, 'a', "h") <= 0)
+                                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                                         "Option 'parts' must be an array of file descriptors (ah)");
+                        int p;
+                        while ((r = sd_bus_message_read(m, "h", &p)) > 0) {
+                                if (n_parts + 2 > GGUF_SPLIT_MAX)
+                                        return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
+                                                                 "A split model has at most %d parts", GGUF_SPLIT_MAX);
+                                parts[n_parts++] = p;
+                        }
+                        if (r < 0 || (r = sd_bus_message_exit_container(m)) < 0 ||
+                            (r = sd_bus_message_exit_container(m)) < 0 || (r = sd_bus_message_exit_container(m)) < 0)
+                                return r;
+                        continue;
+                }
                 if (strcmp(key, "sha256") != 0)
                         return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "Unknown option '%.64s'", key);
                 if (sha256)
@@ -318,16 +390,18 @@ int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error)
         }
         if (r < 0)
                 return r;
-        if (fstat(fd, &st) < 0)
-                return sd_bus_error_set_errnof(error, errno, "Cannot examine the file descriptor");
-        if (!S_ISREG(st.st_mode))
+        if (!readable_file(fd, "the model", error))
+                return -EINVAL;
+        for (uint32_t i = 0; i < n_parts; i++) {
+                char what[32];
+                snprintf(what, sizeof(what), "part %" PRIu32, i + 2);
+                if (!readable_file(parts[i], what, error))
+                        return -EINVAL;
+        }
+        if (sha256 && n_parts > 0)
                 return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
-                                         "The file descriptor is not a regular file; pass a GGUF file opened for reading");
-        flags = fcntl(fd, F_GETFL);
-        if (flags < 0 || (flags & O_ACCMODE) == O_WRONLY || (flags & O_PATH))
-                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
-                                         "The file descriptor is not open for reading");
-        return admin_start_full(userdata, m, ADMIN_INSTALL_MODEL, name, fd, sha256, error);
+                                         "Option 'sha256' names one file's digest; a split model's parts have one each");
+        return admin_start_full(userdata, m, ADMIN_INSTALL_MODEL, name, fd, parts, n_parts, sha256, error);
 }
 
 int method_use_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {

@@ -53,6 +53,8 @@ struct InstallJob {
         char *name;
         char *sha256;            /* the digest the caller expects, or NULL */
         int src_fd, tmp_fd;
+        int *part_fds;           /* a split model's parts after the first (src_fd), joined into one file */
+        uint32_t n_part_fds;
         char *tmp_path, *final_path;
         uint64_t size;
         unsigned delay_ms;       /* AGENTXPU_TEST_COPY_DELAY_MS: a pause per chunk, for tests */
@@ -342,6 +344,9 @@ static void job_free(InstallJob *j) {
         sd_event_source_disable_unref(j->timer);
         if (j->src_fd >= 0)
                 close(j->src_fd);
+        for (uint32_t i = 0; i < j->n_part_fds; i++)
+                close(j->part_fds[i]);
+        free(j->part_fds);
         if (j->tmp_fd >= 0)
                 close(j->tmp_fd);
         if (j->tmp_path)
@@ -453,6 +458,51 @@ static int copy_error(InstallJob *j, int r, const char *what) {
         return axp_errorf(&j->err, r, "Cannot %s: %s", what, strerror(-r));
 }
 
+static bool join_progress(void *userdata, uint64_t bytes) {
+        InstallJob *j = userdata;
+
+        atomic_fetch_add(&j->done_bytes, bytes);
+        if (j->delay_ms)
+                usleep(j->delay_ms * 1000);
+        return !atomic_load(&j->cancel);
+}
+
+/* A split model's parts joined into one file (written over tmp_path), then checked and
+ * renamed into place as a copy is */
+static int job_join(InstallJob *j) {
+        _cleanup_free_ int *fds = malloc((j->n_part_fds + 1) * sizeof(int));
+        int r;
+
+        if (!fds)
+                return axp_errorf(&j->err, -ENOMEM, "Out of memory");
+        fds[0] = j->src_fd;
+        memcpy(fds + 1, j->part_fds, j->n_part_fds * sizeof(int));
+        r = axp_model_join_fds(fds, j->n_part_fds + 1, j->tmp_path, join_progress, j, &j->err);
+        if (r == -ECANCELED || atomic_load(&j->cancel))
+                return axp_errorf(&j->err, -ECANCELED, "The installation of %s was cancelled", j->name);
+        if (r < 0)
+                return r == -ENOSPC || r == -EDQUOT || r == -EFBIG ? copy_error(j, r, "write the model")
+                                                                   : (j->err.code = bus_code(r));
+        /* the writer renamed its file over the one opened for the copy */
+        close(j->tmp_fd);
+        j->tmp_fd = open(j->tmp_path, O_RDONLY | O_CLOEXEC);
+        if (j->tmp_fd < 0 || fsync(j->tmp_fd) < 0)
+                return copy_error(j, -errno, "write the model");
+        atomic_store(&j->phase, JOB_VERIFYING);
+        r = axp_model_check_file(j->tmp_path, &j->err);
+        if (r < 0)
+                return j->err.code = bus_code(r);
+        if (atomic_load(&j->cancel))
+                return axp_errorf(&j->err, -ECANCELED, "The installation of %s was cancelled", j->name);
+        if (renameat2(AT_FDCWD, j->tmp_path, AT_FDCWD, j->final_path, RENAME_NOREPLACE) < 0)
+                return errno == EEXIST ? axp_errorf(&j->err, -EEXIST, "A model named '%s' was installed meanwhile",
+                                                    j->name)
+                                       : copy_error(j, -errno, "rename the copy into place");
+        j->tmp_path = mfree(j->tmp_path);
+        log_info("Installed model %s (%" PRIu32 " parts joined into one file)", j->name, j->n_part_fds + 1);
+        return 0;
+}
+
 static int job_copy(InstallJob *j) {
         _cleanup_free_ uint8_t *buf = malloc(COPY_CHUNK);
         uint8_t got[32], again[32];
@@ -538,7 +588,7 @@ static int job_copy(InstallJob *j) {
 static void *job_thread(void *userdata) {
         InstallJob *j = userdata;
 
-        j->result = job_copy(j);
+        j->result = j->n_part_fds ? job_join(j) : job_copy(j);
         if (j->result < 0 && j->tmp_path)
                 (void) unlink(j->tmp_path);
         bridge_post_install_done(&j->context->bridge, j);
@@ -625,7 +675,8 @@ static const sd_bus_vtable job_vtable[] = {
         SD_BUS_VTABLE_END
 };
 
-void install_start(Context *c, sd_bus_message *call, int fd, const char *name, const char *sha256) {
+void install_start(Context *c, sd_bus_message *call, int fd, int *parts, uint32_t n_parts, const char *name,
+                   const char *sha256) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         axp_model_info info;
         axp_error err = {};
@@ -635,19 +686,22 @@ void install_start(Context *c, sd_bus_message *call, int fd, const char *name, c
         uid_t uid;
         int r;
 
-        if (install_in_progress(c, name)) {
+        if (install_in_progress(c, name) || !(j = calloc(1, sizeof(InstallJob)))) {
+                bool busy = install_in_progress(c, name);
                 close(fd);
-                return reply_error(call, -EBUSY, "'%s' is being installed already; wait for that to end", name);
-        }
-        j = calloc(1, sizeof(InstallJob));
-        if (!j) {
-                close(fd);
+                for (uint32_t i = 0; i < n_parts; i++)
+                        close(parts[i]);
+                free(parts);
+                if (busy)
+                        return reply_error(call, -EBUSY, "'%s' is being installed already; wait for that to end", name);
                 return reply_error(call, -ENOMEM, "Out of memory");
         }
         *j = (InstallJob) {
                 .context = c,
                 .n = ++c->last_job_n,
                 .src_fd = fd,
+                .part_fds = parts,
+                .n_part_fds = n_parts,
                 .tmp_fd = -1,
                 .sent_phase = -1,
                 .sent_bytes = UINT64_MAX,
@@ -676,7 +730,18 @@ void install_start(Context *c, sd_bus_message *call, int fd, const char *name, c
         j->uid = uid;
 
         /* Nothing is written before the file is known to be a model the engine can run. */
-        r = axp_model_probe_fd(fd, "the file", &info, &err);
+        if (n_parts > 0) {
+                int *all = malloc((n_parts + 1) * sizeof(int));
+                if (!all) {
+                        reply_error(call, -ENOMEM, "Out of memory");
+                        return job_free(j);
+                }
+                all[0] = fd;
+                memcpy(all + 1, parts, n_parts * sizeof(int));
+                r = axp_model_probe_fds(all, n_parts + 1, "the file", &info, NULL, NULL, &err);
+                free(all);
+        } else
+                r = axp_model_probe_fd(fd, "the file", &info, &err);
         if (r < 0) {
                 reply_error(call, bus_code(r), "%s", err.msg);
                 return job_free(j);

@@ -34,7 +34,8 @@ int property_get_models(sd_bus *bus, const char *path, const char *iface, const 
 
 /* After polkit said yes: check the name is free and the file a model we can run, then start
  * the job and answer the call with its path (or with the error). Takes `fd`. */
-void install_start(Context *c, sd_bus_message *call, int fd, const char *name, const char *sha256);
+void install_start(Context *c, sd_bus_message *call, int fd, int *parts, uint32_t n_parts, const char *name,
+                   const char *sha256);
 /* RemoveModel, after polkit: answers the call. */
 void models_remove(Context *c, sd_bus_message *call, const char *name);
 /* A job's worker thread is done (from the bridge). */

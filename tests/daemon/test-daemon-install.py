@@ -241,6 +241,44 @@ def test_install_list_use_remove_and_restart():
             assert d2.stop() == 0, d2.text()
 
 
+def test_a_split_model_installs_as_one_file():
+    """A split model (llama.cpp's gguf-split layout) installs from its first part: the command
+    line opens the others beside it and the engine joins them into one file, the same bytes as
+    the model before it was split. A later part, a missing part and the first part alone (a
+    client that passes no 'parts') are refused, nothing written."""
+    split_tool = os.environ.get("AXP_GGUF_SPLIT", "")
+    if not split_tool:
+        raise Skip("the gguf-split test program is not built (run through meson test)")
+    src = small()
+    prefix = os.path.join(folder(), "tiny-split")
+    r = run([split_tool, src, prefix, "3"])
+    assert r.rc == 0, r
+    parts = [f"{prefix}-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+    for p in parts:
+        os.chmod(p, 0o644)
+    with setup() as (bus, d):
+        r = install(bus, parts[0])  # named as the model, the part's number left out
+        assert r.rc == 0 and "Installed tiny-split" in r.out, r
+        assert folder_files(bus) == ["tiny-split.gguf"], folder_files(bus)
+        assert sha256(os.path.join(bus.models, "tiny-split.gguf")) == sha256(src)
+        assert "3 parts joined into one file" in d.text(), d.text()
+        assert model_cmd(bus, "use", "tiny-split").rc == 0
+        still_serves(bus)
+
+        r = install(bus, parts[1], "--name", "bad")
+        assert r.rc == 1 and f"is part 2 of 3 of a split model; install its first part, {parts[0]}" in r.err, r
+        name, message = raw_install(bus, parts[0], "bad")
+        assert name == "org.agentxpu.Error.InvalidArgument" and \
+            "is part 1 of 3 of a split model: it is installed from its first part with the others" in message, message
+        os.rename(parts[2], prefix + "-aside.gguf")
+        try:
+            r = install(bus, parts[0], "--name", "bad")
+            assert r.rc == 1 and "part 3 cannot be opened" in r.err, r
+        finally:
+            os.rename(prefix + "-aside.gguf", parts[2])
+        assert folder_files(bus) == ["tiny-split.gguf"] and temp_files(bus) == [], folder_files(bus)
+
+
 def test_every_architecture_the_engine_runs_installs():
     with setup() as (bus, d):
         for arch in ARCHS:
@@ -454,10 +492,9 @@ def test_bad_files_are_refused_before_anything_is_written():
         (text, "InvalidArgument", "not a GGUF file"),
         (gguf(os.path.join(d0, "mamba.gguf"), arch="mamba"), "Unsupported", "architecture 'mamba'"),
         (gguf(os.path.join(d0, "iq2xxs.gguf"), tensor_type=16), "Unsupported", "has type IQ2_XXS"),
-        # a split model's part: a model is installed from one file
+        # a split model's first part without its second (test_a_split_model_installs_as_one_file)
         (gguf(os.path.join(d0, "big-00001-of-00002.gguf"), split=(0, 2)), "InvalidArgument",
-         "is part 1 of 2 of a split model, and a model is installed from one file: join the parts first with "
-         "'agentxpu quantize FIRST-PART OUT.gguf keep'"),
+         "is part 1 of 2 of a split model"),
     ]
     with setup(model=other()) as (bus, d):
         for path, error, msg in cases:
@@ -831,6 +868,7 @@ if __name__ == "__main__":
         sys.exit(0)
     main([
         test_install_list_use_remove_and_restart,
+        test_a_split_model_installs_as_one_file,
         test_every_architecture_the_engine_runs_installs,
         test_models_property_changes_are_announced,
         test_a_template_not_understood_is_said,
