@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* libFuzzer target: the GGUF reader on arbitrary bytes. Whatever it accepts is walked in
+/* libFuzzer target: the GGUF reader on arbitrary bytes, and a split model's two parts joined
+ * where the input holds a second GGUF file after the first. Whatever it accepts is walked in
  * full (every key, value, array element, string and tensor byte) so that any pointer the
  * reader hands out that reaches past the input is caught by AddressSanitizer; the first and
  * last rows of every tensor of a type the engine computes with are dequantized, so the block
  * decoders meet arbitrary bytes too (scales that are NaN or infinite, any quant bits). */
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +31,45 @@ static uint64_t dequant_row(const gguf_tensor *t, uint64_t r) {
 
 static volatile uint64_t sink;
 
+/* A split model of two parts: the input cut where a second GGUF magic starts, the halves
+ * opened and joined (gguf_join); every tensor of the result lies in its part's bytes. */
+static void fuzz_split(const uint8_t *data, size_t size) {
+        const uint8_t *second = size > 8 ? memmem(data + 4, size - 4, "GGUF", 4) : NULL;
+        gguf_file *a = NULL, *b = NULL;
+        axp_error err = { 0 };
+        uint32_t no, count;
+        uint64_t h = 0;
+
+        if (!second)
+                return;
+        size_t k = (size_t) (second - data);
+        if (gguf_open_buffer(data, k, &a, &err) < 0 || gguf_open_buffer(second, size - k, &b, &err) < 0 ||
+            !gguf_split_of(a, &no, &count) || count != 2) {
+                gguf_close(a);
+                gguf_close(b);
+                return;
+        }
+        if (gguf_join(a, &b, 2, "(buffer)", NULL, &err) < 0) {
+                if (!err.msg[0] || strchr(err.msg, '\n'))
+                        __builtin_trap();
+        } else {
+                if (a->n_parts != 2)
+                        __builtin_trap();
+                for (uint64_t i = 0; i < a->n_tensors; i++) {
+                        const gguf_tensor *t = &a->tensors[i];
+                        const gguf_part *p = &a->parts[t->part];
+                        const uint8_t *d = t->data;
+                        if (t->part > 1 || d < (const uint8_t *) p->map || d + t->nbytes > (const uint8_t *) p->map + p->size ||
+                            gguf_find_tensor(a, GGUF_SHOW(t->name)) == NULL)
+                                __builtin_trap();
+                        if (t->nbytes)
+                                h += d[0] + d[t->nbytes - 1];
+                }
+        }
+        sink = h;
+        gguf_close(a); /* and b, which it took */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -36,6 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         axp_error err = { 0 };
         uint64_t h = 0;
 
+        fuzz_split(data, size);
         if (gguf_open_buffer(data, size, &f, &err) < 0) {
                 /* a one-line message, always */
                 if (!err.msg[0] || strchr(err.msg, '\n'))
