@@ -14,6 +14,8 @@
 #include "model.h"
 #include "kernels/types.h"
 
+_Static_assert(AXP_MODEL_PARTS_MAX == GGUF_SPLIT_MAX, "one bound on a split model's parts");
+
 /* The header is read in growing prefixes: most models' headers (the vocabulary is the bulk)
  * fit in the first, and none we can run needs more than the last. */
 #define PREFIX_FIRST (UINT64_C(8) << 20)

@@ -10,6 +10,9 @@
 
 struct gguf_file;
 
+/* The most parts a split model has (model/gguf.h's GGUF_SPLIT_MAX) */
+#define AXP_MODEL_PARTS_MAX 9999
+
 typedef struct axp_model_info {
         char name[128];      /* general.name, "" if the file has none (cut at a character boundary) */
         char arch[32];       /* general.architecture */

@@ -14,7 +14,6 @@
 #include "common/bus-common.h"
 #include "log.h"
 #include "models.h"
-#include "model/gguf.h"
 #include "polkit.h"
 
 typedef enum AdminAction {
@@ -340,7 +339,7 @@ static bool readable_file(int fd, const char *what, sd_bus_error *error) {
 
 int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         const char *name, *sha256 = NULL;
-        int parts[GGUF_SPLIT_MAX];
+        int parts[AXP_MODEL_PARTS_MAX];
         uint32_t n_parts = 0;
         bool has_parts = false;
         int fd, r;
@@ -369,9 +368,9 @@ int method_install_model(sd_bus_message *m, void *userdata, sd_bus_error *error)
                                                          "Option 'parts' must be an array of file descriptors (ah)");
                         int p;
                         while ((r = sd_bus_message_read(m, "h", &p)) > 0) {
-                                if (n_parts + 2 > GGUF_SPLIT_MAX)
+                                if (n_parts + 2 > AXP_MODEL_PARTS_MAX)
                                         return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT,
-                                                                 "A split model has at most %d parts", GGUF_SPLIT_MAX);
+                                                                 "A split model has at most %d parts", AXP_MODEL_PARTS_MAX);
                                 parts[n_parts++] = p;
                         }
                         if (r < 0 || (r = sd_bus_message_exit_container(m)) < 0 ||
