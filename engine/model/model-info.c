@@ -175,7 +175,9 @@ int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_i
                 r = axp_errorf(err, -ENOMEM, "%s: out of memory", src);
         for (uint32_t i = 0; i < n && r == 0; i++) {
                 gguf_file *f = NULL;
-                r = read_header(fds[i], src, &bufs[i], &f, err);
+                char part[256];
+                snprintf(part, sizeof(part), "%s (part %" PRIu32 " of %" PRIu32 ")", src, i + 1, n);
+                r = read_header(fds[i], i ? part : src, &bufs[i], &f, err);
                 if (r < 0)
                         break;
                 if (i == 0)
