@@ -1089,7 +1089,7 @@ static uint64_t weight_bytes(const axp_weight *w) {
  * the largest weight); part i's are the device's weight buffers first .. first + count - 1. */
 typedef struct seg_part {
         const char *base;
-        uint64_t size, step;
+        uint64_t size, len, step;
         int first, count;
 } seg_part;
 
@@ -1110,7 +1110,7 @@ static int segments_make(ocl_dev *c, axp_model *m, segs *s, axp_error *err) {
         for (uint32_t i = 0; i < f->n_parts; i++) {
                 seg_part *p = &s->p[i];
                 uint64_t len = f->parts[i].size;
-                *p = (seg_part) { .base = f->parts[i].map, .size = len, .step = len, .first = c->n_wbufs };
+                *p = (seg_part) { .base = f->parts[i].map, .size = len, .len = len, .step = len, .first = c->n_wbufs };
                 if (p->size > c->info.max_alloc) {
                         len = c->info.max_alloc & ~(uint64_t) 4095;
                         if (largest + 4096 > len)
@@ -1120,6 +1120,7 @@ static int segments_make(ocl_dev *c, axp_model *m, segs *s, axp_error *err) {
                                                   "(%" PRIu64 " bytes)",
                                                   largest, c->info.max_alloc);
                         p->step = (len - largest) & ~(uint64_t) 4095;
+                        p->len = len;
                 }
                 for (uint64_t off = 0; off < p->size; off += p->step) {
                         cl_int e;
@@ -1173,6 +1174,10 @@ static int wref_make(ocl_dev *c, const segs *s, const axp_weight *w, bool matrix
                         uint64_t k = MIN(off / p->step, (uint64_t) p->count - 1);
                         ret->buf = c->wbufs[p->first + k];
                         ret->off = off - k * p->step;
+                        /* wholly inside its segment, which the kernels read it from */
+                        if (ret->off + weight_bytes(w) > MIN(p->len, p->size - k * p->step))
+                                return axp_errorf(err, -EINVAL, "OpenCL: %s does not lie within one of the "
+                                                  "buffers wrapping the model's files", w->name);
                         return 0;
                 }
                 /* not in the files: a vector the model converted to F32 (norms, biases), its
