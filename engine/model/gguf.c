@@ -795,7 +795,8 @@ int gguf_join(gguf_file *first, gguf_file **more, uint32_t n, const char *src, c
         gguf_tensor *all = malloc(MAX(total, 1) * sizeof(*all));
         if (!all)
                 return axp_errorf(err, -ENOMEM, "%s: out of memory", src);
-        memcpy(all, f->tensors, f->n_tensors * sizeof(*all));
+        if (f->n_tensors) /* a first part may hold none (gguf-split --no-tensor-first-split) */
+                memcpy(all, f->tensors, f->n_tensors * sizeof(*all));
         uint64_t at = f->n_tensors;
         for (uint32_t i = 1; i < n; i++) {
                 const gguf_file *pf = more[i - 1];
