@@ -171,6 +171,14 @@ static char *hf_cache(void) {
 }
 
 /* The one *.gguf file of a snapshot folder, or the list of them for a message. */
+/* Whether a file's name is that of a split model's part after the first
+ * (NAME-0000K-of-0000N.gguf, K > 1): its first part stands for the model */
+static bool later_part(const char *name, size_t len) {
+        const char *p = name + len - 20; /* -00002-of-00003.gguf */
+        return len > 20 && p[0] == '-' && strspn(p + 1, "0123456789") == 5 && strncmp(p + 6, "-of-", 4) == 0 &&
+               strspn(p + 10, "0123456789") == 5 && strncmp(p + 1, "00001", 5) != 0;
+}
+
 static int only_gguf(const char *dir, char **ret, char *list, size_t list_cap) {
         struct dirent *de;
         DIR *d = opendir(dir);
@@ -181,7 +189,7 @@ static int only_gguf(const char *dir, char **ret, char *list, size_t list_cap) {
                 return -errno;
         while ((de = readdir(d))) {
                 size_t len = strlen(de->d_name);
-                if (len <= 5 || strcmp(de->d_name + len - 5, ".gguf") != 0)
+                if (len <= 5 || strcmp(de->d_name + len - 5, ".gguf") != 0 || later_part(de->d_name, len))
                         continue;
                 if (n++ == 0) {
                         free(*ret);

@@ -241,21 +241,29 @@ def test_install_list_use_remove_and_restart():
             assert d2.stop() == 0, d2.text()
 
 
+def split_parts():
+    """small() as a split model of three parts (tiny-split-0000K-of-00003.gguf), made once."""
+    split_tool = os.environ.get("AXP_GGUF_SPLIT", "")
+    if not split_tool:
+        raise Skip("the gguf-split test program is not built (run through meson test)")
+    prefix = os.path.join(folder(), "tiny-split")
+    parts = [f"{prefix}-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+    if not os.path.exists(parts[0]):
+        r = run([split_tool, small(), prefix, "3"])
+        assert r.rc == 0, r
+        for p in parts:
+            os.chmod(p, 0o644)
+    return parts
+
+
 def test_a_split_model_installs_as_one_file():
     """A split model (llama.cpp's gguf-split layout) installs from its first part: the command
     line opens the others beside it and the engine joins them into one file, the same bytes as
     the model before it was split. A later part, a missing part and the first part alone (a
     client that passes no 'parts') are refused, nothing written."""
-    split_tool = os.environ.get("AXP_GGUF_SPLIT", "")
-    if not split_tool:
-        raise Skip("the gguf-split test program is not built (run through meson test)")
     src = small()
-    prefix = os.path.join(folder(), "tiny-split")
-    r = run([split_tool, src, prefix, "3"])
-    assert r.rc == 0, r
-    parts = [f"{prefix}-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
-    for p in parts:
-        os.chmod(p, 0o644)
+    parts = split_parts()
+    prefix = parts[0][:-len("-00001-of-00003.gguf")]
     with setup() as (bus, d):
         r = install(bus, parts[0])  # named as the model, the part's number left out
         assert r.rc == 0 and "Installed tiny-split" in r.out, r
@@ -461,6 +469,8 @@ def test_install_from_a_hugging_face_cache():
                "HF_HUB_CACHE": ""}
         hf_cache(hub, "acme/Tiny-GGUF", "0123abcd", {"tiny-q8_0.gguf": small()})
         hf_cache(hub, "acme/Two-GGUF", "4567cdef", {"a-q8_0.gguf": small(), "b-q8_0.gguf": other()})
+        # a split model's parts: the first stands for them, and the others are opened beside it
+        hf_cache(hub, "acme/Split-GGUF", "89abcdef", {os.path.basename(p): p for p in split_parts()})
         with setup() as (bus, d):
             r = install(bus, "hf:acme/Tiny-GGUF", env=env)
             assert r.rc == 0, r
@@ -470,6 +480,9 @@ def test_install_from_a_hugging_face_cache():
             r = install(bus, "hf:acme/Two-GGUF:b-q8_0", env={"HOME": "/nonexistent", "HF_HUB_CACHE": hub})
             assert r.rc == 0, r
             assert sha256(os.path.join(bus.models, "b-q8_0.gguf")) == sha256(other())
+            r = install(bus, "hf:acme/Split-GGUF", env=env)
+            assert r.rc == 0, r
+            assert sha256(os.path.join(bus.models, "tiny-split.gguf")) == sha256(small())
             r = install(bus, "hf:acme/Missing", env=env)
             assert r.rc == 1 and "not in the Hugging Face cache" in r.err, r
     finally:
