@@ -170,14 +170,18 @@ static char *hf_cache(void) {
         return asprintf(&p, "%s/.cache/huggingface/hub", home()) < 0 ? NULL : p;
 }
 
-/* The one *.gguf file of a snapshot folder, or the list of them for a message. */
 /* Whether a file's name is that of a split model's part after the first
  * (NAME-0000K-of-0000N.gguf, K > 1): its first part stands for the model */
 static bool later_part(const char *name, size_t len) {
+        if (len <= 20)
+                return false;
         const char *p = name + len - 20; /* -00002-of-00003.gguf */
-        return len > 20 && p[0] == '-' && strspn(p + 1, "0123456789") == 5 && strncmp(p + 6, "-of-", 4) == 0 &&
+        return p[0] == '-' && strspn(p + 1, "0123456789") == 5 && strncmp(p + 6, "-of-", 4) == 0 &&
                strspn(p + 10, "0123456789") == 5 && strncmp(p + 1, "00001", 5) != 0;
 }
+
+/* The one *.gguf file of a snapshot folder (a split model's first part standing for its
+ * parts), or the list of them for a message. */
 
 static int only_gguf(const char *dir, char **ret, char *list, size_t list_cap) {
         struct dirent *de;
