@@ -458,6 +458,25 @@ static int copy_error(InstallJob *j, int r, const char *what) {
         return axp_errorf(&j->err, r, "Cannot %s: %s", what, strerror(-r));
 }
 
+/* The engine's own copy at tmp_path, which nobody else writes: loaded as the engine would
+ * load it, made readable and renamed to NAME.gguf (never over another) */
+static int job_place(InstallJob *j) {
+        int r = axp_model_check_file(j->tmp_path, &j->err);
+
+        if (r < 0)
+                return j->err.code = bus_code(r);
+        if (fchmod(j->tmp_fd, 0644) < 0)
+                return copy_error(j, -errno, "make the copy readable");
+        if (atomic_load(&j->cancel))
+                return axp_errorf(&j->err, -ECANCELED, "The installation of %s was cancelled", j->name);
+        if (renameat2(AT_FDCWD, j->tmp_path, AT_FDCWD, j->final_path, RENAME_NOREPLACE) < 0)
+                return errno == EEXIST ? axp_errorf(&j->err, -EEXIST, "A model named '%s' was installed meanwhile",
+                                                    j->name)
+                                       : copy_error(j, -errno, "rename the copy into place");
+        j->tmp_path = mfree(j->tmp_path);
+        return 0;
+}
+
 static bool join_progress(void *userdata, uint64_t bytes) {
         InstallJob *j = userdata;
 
@@ -489,16 +508,9 @@ static int job_join(InstallJob *j) {
         if (j->tmp_fd < 0 || fsync(j->tmp_fd) < 0)
                 return copy_error(j, -errno, "write the model");
         atomic_store(&j->phase, JOB_VERIFYING);
-        r = axp_model_check_file(j->tmp_path, &j->err);
+        r = job_place(j);
         if (r < 0)
-                return j->err.code = bus_code(r);
-        if (atomic_load(&j->cancel))
-                return axp_errorf(&j->err, -ECANCELED, "The installation of %s was cancelled", j->name);
-        if (renameat2(AT_FDCWD, j->tmp_path, AT_FDCWD, j->final_path, RENAME_NOREPLACE) < 0)
-                return errno == EEXIST ? axp_errorf(&j->err, -EEXIST, "A model named '%s' was installed meanwhile",
-                                                    j->name)
-                                       : copy_error(j, -errno, "rename the copy into place");
-        j->tmp_path = mfree(j->tmp_path);
+                return r;
         log_info("Installed model %s (%" PRIu32 " parts joined into one file)", j->name, j->n_part_fds + 1);
         return 0;
 }
@@ -568,19 +580,9 @@ static int job_copy(InstallJob *j) {
                                   "The file's SHA-256 is %s, not the %s its store names it by; the download is "
                                   "damaged: fetch it again", hex, j->sha256);
 
-        /* The engine's own copy, which nobody else writes: load it as the engine would. */
-        r = axp_model_check_file(j->tmp_path, &j->err);
+        r = job_place(j);
         if (r < 0)
-                return j->err.code = bus_code(r);
-        if (fchmod(j->tmp_fd, 0644) < 0)
-                return copy_error(j, -errno, "make the copy readable");
-        if (atomic_load(&j->cancel))
-                return axp_errorf(&j->err, -ECANCELED, "The installation of %s was cancelled", j->name);
-        if (renameat2(AT_FDCWD, j->tmp_path, AT_FDCWD, j->final_path, RENAME_NOREPLACE) < 0)
-                return errno == EEXIST ? axp_errorf(&j->err, -EEXIST, "A model named '%s' was installed meanwhile",
-                                                    j->name)
-                                       : copy_error(j, -errno, "rename the copy into place");
-        j->tmp_path = mfree(j->tmp_path);
+                return r;
         log_info("Installed model %s (%" PRIu64 " bytes, sha256 %s)", j->name, j->size, hex);
         return 0;
 }
