@@ -739,17 +739,44 @@ bool gguf_split_of(const gguf_file *f, uint32_t *no, uint32_t *count) {
         return true;
 }
 
+/* the value of 5 decimal digits at p, or -1 */
+static long digits5(const char *p) {
+        long v = 0;
+        for (int i = 0; i < 5; i++) {
+                if (p[i] < '0' || p[i] > '9')
+                        return -1;
+                v = v * 10 + (p[i] - '0');
+        }
+        return v;
+}
+
+bool gguf_split_suffix(const char *s, size_t len, size_t *prefix, uint32_t *number, uint32_t *count) {
+        if (len <= 15) /* a name before it, too */
+                return false;
+        const char *p = s + len - 15; /* -00002-of-00003 */
+        long a = digits5(p + 1), b = digits5(p + 10);
+        if (p[0] != '-' || a < 0 || strncmp(p + 6, "-of-", 4) != 0 || b < 0)
+                return false;
+        *prefix = len - 15;
+        *number = (uint32_t) a;
+        *count = (uint32_t) b;
+        return true;
+}
+
 char *gguf_part_path(const char *path, uint32_t first, uint32_t i, uint32_t n) {
-        char tail[40];
-        size_t len = strlen(path);
-        int t = snprintf(tail, sizeof(tail), "-%05" PRIu32 "-of-%05" PRIu32 ".gguf", first + 1, n);
-        if (len <= (size_t) t || strcmp(path + len - (size_t) t, tail) != 0)
+        size_t len = strlen(path), prefix;
+        uint32_t number, count;
+        if (len < 5 || strcmp(path + len - 5, ".gguf") != 0 ||
+            !gguf_split_suffix(path, len - 5, &prefix, &number, &count) || number != first + 1 || count != n)
                 return NULL;
         char *out = malloc(len + 1);
         if (out)
-                snprintf(out, len + 1, "%.*s-%05" PRIu32 "-of-%05" PRIu32 ".gguf", (int) (len - (size_t) t), path,
-                         i + 1, n);
+                snprintf(out, len + 1, "%.*s-%05" PRIu32 "-of-%05" PRIu32 ".gguf", (int) prefix, path, i + 1, n);
         return out;
+}
+
+bool gguf_split_key(gguf_str key) {
+        return gguf_str_eq(key, "split.no") || gguf_str_eq(key, "split.count") || gguf_str_eq(key, "split.tensors.count");
 }
 
 int gguf_join(gguf_file *first, gguf_file **more, uint32_t n, const char *src, const char *const *names,

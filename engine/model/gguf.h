@@ -109,10 +109,17 @@ typedef struct gguf_file {
  * repositories carry large models: PREFIX-00001-of-0000N.gguf holds the metadata (and maybe
  * tensors), every part split.no (0-based) and split.count, and the first split.tensors.count. */
 #define GGUF_SPLIT_MAX 9999
+/* Whether the `len` characters at s end in a part's number as llama.cpp names parts
+ * ("-00002-of-00003", before ".gguf") after a name: the number as written (1-based) of
+ * *count, and *prefix, the name's length */
+bool gguf_split_suffix(const char *s, size_t len, size_t *prefix, uint32_t *number, uint32_t *count);
 /* The name of part i (0-based) of a split model of n parts whose part `from` is at `path`
  * (PREFIX-%05d-of-%05d.gguf, llama.cpp's names), newly allocated; NULL where path is not named
  * so (or out of memory). */
 char *gguf_part_path(const char *path, uint32_t from, uint32_t i, uint32_t n);
+/* Whether a key is one of the split keys (split.no, split.count, split.tensors.count): a
+ * part's place, which a model written whole leaves out */
+bool gguf_split_key(gguf_str key);
 /* Whether f (one file, whichever way it was opened) is a part of a split model: its 0-based
  * number and the count of parts. false for a whole model (no split.count, or one of 1). */
 bool gguf_split_of(const gguf_file *f, uint32_t *no, uint32_t *count);

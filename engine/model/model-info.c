@@ -325,8 +325,7 @@ int axp_model_join_fds(const int *fds, uint32_t n, const char *path, bool (*prog
                 r = axp_errorf(err, -ENOMEM, "out of memory");
         for (uint64_t i = 0; r == 0 && i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
-                if (!gguf_str_eq(kv->key, "split.no") && !gguf_str_eq(kv->key, "split.count") &&
-                    !gguf_str_eq(kv->key, "split.tensors.count"))
+                if (!gguf_split_key(kv->key))
                         gguf_writer_copy_kv(w, kv);
         }
         for (uint64_t i = 0; r == 0 && i < f->n_tensors; i++) {

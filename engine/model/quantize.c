@@ -360,8 +360,7 @@ int axp_quantize_file(const char *in, const char *out, const axp_quant_target *t
         /* one file out, whole: a split model's parts' keys stay behind */
         for (uint64_t i = 0; i < f->n_kv; i++) {
                 const gguf_kv *kv = &f->kv[i];
-                if (gguf_str_eq(kv->key, "split.no") || gguf_str_eq(kv->key, "split.count") ||
-                    gguf_str_eq(kv->key, "split.tensors.count"))
+                if (gguf_split_key(kv->key))
                         continue;
                 if (!t->keep && (gguf_str_eq(kv->key, "general.file_type") ||
                                  gguf_str_eq(kv->key, "general.quantization_version")))

@@ -78,9 +78,10 @@ static char *name_from_file(const char *path) {
         if (n > 5 && strcmp(b + n - 5, ".gguf") == 0)
                 n -= 5;
         /* a split model's first part: NAME-00001-of-00003 is NAME */
-        if (n > 15 && b[n - 15] == '-' && strncmp(b + n - 9, "-of-", 4) == 0 &&
-            strspn(b + n - 14, "0123456789") == 5 && strspn(b + n - 5, "0123456789") == 5)
-                n -= 15;
+        size_t prefix;
+        uint32_t number, count;
+        if (gguf_split_suffix(b, n, &prefix, &number, &count))
+                n = prefix;
         return strndup(b, n);
 }
 
@@ -173,11 +174,9 @@ static char *hf_cache(void) {
 /* Whether a file's name is that of a split model's part after the first
  * (NAME-0000K-of-0000N.gguf, K > 1): its first part stands for the model */
 static bool later_part(const char *name, size_t len) {
-        if (len <= 20)
-                return false;
-        const char *p = name + len - 20; /* -00002-of-00003.gguf */
-        return p[0] == '-' && strspn(p + 1, "0123456789") == 5 && strncmp(p + 6, "-of-", 4) == 0 &&
-               strspn(p + 10, "0123456789") == 5 && strncmp(p + 1, "00001", 5) != 0;
+        size_t prefix;
+        uint32_t number, count;
+        return len > 5 && gguf_split_suffix(name, len - 5, &prefix, &number, &count) && number != 1;
 }
 
 /* The one *.gguf file of a snapshot folder (a split model's first part standing for its

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
                 }
                 if (p == 0)
                         for (uint64_t i = 0; i < f->n_kv; i++)
-                                if (strncmp(f->kv[i].key.ptr, "split.", f->kv[i].key.len < 6 ? f->kv[i].key.len : 6) != 0)
+                                if (!gguf_split_key(f->kv[i].key))
                                         gguf_writer_copy_kv(w, &f->kv[i]);
                 gguf_writer_set_u16(w, "split.no", (uint16_t) p);
                 gguf_writer_set_u16(w, "split.count", (uint16_t) n);
