@@ -163,8 +163,11 @@ int axp_model_split_fd(int fd, const char *src, uint32_t *no, uint32_t *count, a
         return 0;
 }
 
-int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_info *ret,
-                        gguf_file **ret_file, uint8_t ***ret_bufs, axp_error *err) {
+/* axp_model_probe_fds; with ret_file, the joined header on success (its tensors' data NULL:
+ * they are read from the files at gguf_part.data_offset + offset) and the n buffers it refers
+ * to: close the one, then free each of the others and their array */
+static int probe_parts(const int *fds, uint32_t n, const char *src, axp_model_info *ret, gguf_file **ret_file,
+                       uint8_t ***ret_bufs, axp_error *err) {
         uint8_t **bufs = calloc(n, sizeof(*bufs));
         gguf_file **more = calloc(MAX(n, 2) - 1, sizeof(*more));
         gguf_file *first = NULL;
@@ -310,12 +313,16 @@ static int join_fill(void *userdata, uint64_t row, uint64_t n_rows, void *dst, a
         return 0;
 }
 
+int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_info *ret, axp_error *err) {
+        return probe_parts(fds, n, src, ret, NULL, NULL, err);
+}
+
 int axp_model_join_fds(const int *fds, uint32_t n, const char *path, bool (*progress)(void *userdata, uint64_t bytes),
                        void *userdata, axp_error *err) {
         gguf_file *f = NULL;
         uint8_t **bufs = NULL;
         axp_model_info info;
-        int r = axp_model_probe_fds(fds, n, path, &info, &f, &bufs, err);
+        int r = probe_parts(fds, n, path, &info, &f, &bufs, err);
 
         if (r < 0)
                 return r;

@@ -8,8 +8,6 @@
 
 #include "base/util.h"
 
-struct gguf_file;
-
 /* The most parts a split model has (model/gguf.h's GGUF_SPLIT_MAX) */
 #define AXP_MODEL_PARTS_MAX 9999
 
@@ -43,11 +41,8 @@ int axp_model_probe_path(const char *path, axp_model_info *ret, axp_error *err);
  * header: 0 of 1 for a whole model. */
 int axp_model_split_fd(int fd, const char *src, uint32_t *no, uint32_t *count, axp_error *err);
 /* axp_model_probe_fd's checks of a split model given as its n parts' files, in order, with
- * gguf_join's of their places. With ret_file, the joined header on success (its tensors' data
- * NULL: they are read from the files at gguf_part.data_offset + offset) and the buffers it
- * refers to: close the one, then free each of the n others and their array. */
-int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_info *ret,
-                        struct gguf_file **ret_file, uint8_t ***ret_bufs, axp_error *err);
+ * gguf_join's of their places. */
+int axp_model_probe_fds(const int *fds, uint32_t n, const char *src, axp_model_info *ret, axp_error *err);
 /* A split model's parts (their files open at fds, in order) joined into one GGUF file at
  * path, written whole or not at all (as gguf_writer_write writes): its keys but the parts'
  * split.*, every part's tensors in order. progress (or NULL) hears of each read's bytes and

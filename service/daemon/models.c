@@ -688,8 +688,9 @@ void install_start(Context *c, sd_bus_message *call, int fd, int *parts, uint32_
         uid_t uid;
         int r;
 
-        if (install_in_progress(c, name) || !(j = calloc(1, sizeof(InstallJob)))) {
-                bool busy = install_in_progress(c, name);
+        bool busy = install_in_progress(c, name);
+        j = busy ? NULL : calloc(1, sizeof(InstallJob));
+        if (!j) {
                 close(fd);
                 for (uint32_t i = 0; i < n_parts; i++)
                         close(parts[i]);
@@ -740,7 +741,7 @@ void install_start(Context *c, sd_bus_message *call, int fd, int *parts, uint32_
                 }
                 all[0] = fd;
                 memcpy(all + 1, parts, n_parts * sizeof(int));
-                r = axp_model_probe_fds(all, n_parts + 1, "the file", &info, NULL, NULL, &err);
+                r = axp_model_probe_fds(all, n_parts + 1, "the file", &info, &err);
                 free(all);
         } else
                 r = axp_model_probe_fd(fd, "the file", &info, &err);

@@ -12,6 +12,7 @@ import filecmp
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -23,7 +24,6 @@ SPLIT = sys.argv[1]
 
 
 def split(src, prefix, n, *flags):
-    import subprocess
     p = subprocess.run([SPLIT, src, prefix, str(n), *flags], capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         clitest.skip(f"gguf-split failed: {p.stderr.strip()}")
