@@ -1173,14 +1173,20 @@ static size_t advance(axp_matcher *m, size_t off, size_t n, uint32_t cp, size_t 
         return *top - start;
 }
 
+/* Whether some character the partial one can still become (its code points lo..hi, less the
+ * surrogates, which no UTF-8 text holds) is one a stack may take next. */
 static bool viable_partial(axp_matcher *m, size_t off, size_t n, uint32_t cp, uint32_t rem, uint32_t least) {
         uint32_t lo = MAX(cp << (6 * rem), least), hi = MIN((cp << (6 * rem)) | ((1u << (6 * rem)) - 1), 0x10FFFFu);
-        if (lo > hi)
-                return false;
-        for (size_t i = 0; i < n; i++) {
-                frame *f = m->buf[off + i];
-                if (f && chars_meet(m->g, f->pos, lo, hi))
-                        return true;
+        /* the code points either side of the surrogates (0xD800..0xDFFF) */
+        uint32_t span[2][2] = { { lo, MIN(hi, 0xD7FFu) }, { MAX(lo, 0xE000u), hi } };
+        for (size_t s = 0; s < 2; s++) {
+                if (span[s][0] > span[s][1])
+                        continue;
+                for (size_t i = 0; i < n; i++) {
+                        frame *f = m->buf[off + i];
+                        if (f && chars_meet(m->g, f->pos, span[s][0], span[s][1]))
+                                return true;
+                }
         }
         return false;
 }

@@ -296,7 +296,7 @@ def agent_last_step(bus, t, tools):
         m = re.search(r"'prompt_tokens': <uint32 (\d+)>", r.out)
         return r, int(m.group(1)) if m else None
 
-    _, auto_tokens = complete(f"'tools': <'{t}'>, 'tool_choice': <'auto'>")
+    _, auto_tokens = complete(f"'seed': <uint64 0>, 'tools': <'{t}'>, 'tool_choice': <'auto'>")
     for seed in range(4):
         r, n = complete(f"'seed': <uint64 {seed}>, 'tools': <'{t}'>, 'tool_choice': <'none'>")
         if (r.rc != 0 or not re.search(r"'finish_reason': <'(stop|length)'>", r.out) or "'tool_call'" in r.out

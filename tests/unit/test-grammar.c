@@ -353,6 +353,55 @@ static void test_spanning(void) {
         axp_grammar_free(g);
 }
 
+/* The token whose bytes are the one byte b. */
+static int32_t byte_token(uint8_t b) {
+        for (int32_t id = 0; id < axp_tokenizer_n_vocab(vocab.tok); id++) {
+                char buf[8];
+                if (axp_token_to_piece(vocab.tok, id, false, buf, sizeof(buf)) == 1 && (uint8_t) buf[0] == b)
+                        return id;
+        }
+        return -1;
+}
+
+static void mask_agrees(axp_matcher *m, uint8_t *allowed, const char *where);
+
+/* A partial character is allowed only where it can still become one that UTF-8 holds: after
+ * 0xED, a continuation byte of 0xA0 or more makes a surrogate (U+D800..U+DFFF), which no byte
+ * can finish; were it taken, no token could follow (a sampled byte token did that once). */
+static void test_no_surrogates(void) {
+        axp_grammar *g = NULL;
+        axp_matcher *m = NULL;
+        axp_error err = {};
+        const char *gr = "root ::= [^\\x00]*\n";
+        int32_t ed = byte_token(0xED), b9 = byte_token(0xB9), a0 = byte_token(0xA0), x9f = byte_token(0x9F),
+                x80 = byte_token(0x80);
+        uint8_t *allowed = malloc((size_t) axp_tokenizer_n_vocab(vocab.tok));
+        CHECK(ed >= 0 && b9 >= 0 && a0 >= 0 && x9f >= 0 && x80 >= 0 && allowed);
+        CHECK_MSG(axp_grammar_parse(gr, strlen(gr), &g, &err) == 0, "%s", err.msg);
+        CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+        CHECK(axp_matcher_allows(m, ed));
+        CHECK(axp_matcher_accept(m, ed));
+        CHECK(!axp_matcher_allows(m, b9));
+        CHECK(!axp_matcher_allows(m, a0));
+        CHECK(axp_matcher_allows(m, x9f));
+        mask_agrees(m, allowed, "after 0xED");
+        CHECK(axp_matcher_accept(m, x9f));
+        CHECK(axp_matcher_allows(m, x80)); /* U+D7C0 */
+        CHECK(axp_matcher_accept(m, x80));
+        CHECK(axp_matcher_complete(m));
+        /* a class of surrogates alone allows nothing at all */
+        axp_matcher_free(m);
+        axp_grammar_free(g);
+        gr = "root ::= [\\uD800-\\uDFFF] | \"a\"\n";
+        if (axp_grammar_parse(gr, strlen(gr), &g, &err) == 0) {
+                CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+                CHECK(!axp_matcher_allows(m, ed));
+                axp_matcher_free(m);
+                axp_grammar_free(g);
+        }
+        free(allowed);
+}
+
 /* Every token: the mask says what the token-by-token check says. */
 static void mask_agrees(axp_matcher *m, uint8_t *allowed, const char *where) {
         int n_vocab = axp_tokenizer_n_vocab(vocab.tok), n = axp_matcher_mask(m, allowed), count = 0;
@@ -483,6 +532,7 @@ int main(void) {
         }
         RUN(test_refused);
         RUN(test_spanning);
+        RUN(test_no_surrogates);
         RUN(test_shapes);
         RUN(test_bounded_strings);
         RUN(test_ambiguity_bounds);
