@@ -226,6 +226,8 @@ static int parse_char(parser *ps, uint32_t *cp) {
                 }
                 if (v > 0x10FFFF)
                         return FAIL(ps, at, "escape beyond U+10FFFF");
+                if (v >= 0xD800 && v <= 0xDFFF)
+                        return FAIL(ps, at, "U+%04X is a UTF-16 surrogate, not a character (UTF-8 text holds none)", v);
                 *cp = v;
                 return 0;
         }
@@ -239,6 +241,8 @@ static int parse_char(parser *ps, uint32_t *cp) {
                         return FAIL(ps, at, "invalid UTF-8");
                 v = v << 6 | (k & 0x3F);
         }
+        if ((v >= 0xD800 && v <= 0xDFFF) || v > 0x10FFFF || v < (n == 2 ? 0x80u : n == 3 ? 0x800u : n == 4 ? 0x10000u : 0))
+                return FAIL(ps, at, "invalid UTF-8");
         ps->p += n;
         *cp = v;
         return 0;
@@ -552,7 +556,8 @@ static size_t add_len(size_t a, size_t b) {
 }
 
 /* The fewest bytes a character class's match takes: 1 where an ASCII character matches, else
- * the UTF-8 length of the smallest code point it takes (INF_LEN if none). */
+ * the UTF-8 length of the smallest code point it takes (INF_LEN if none; the surrogates are
+ * none, and a positive class's ranges never start or end in them, as the parser refuses). */
 static size_t chars_min_len(const axp_grammar *g, const gelem *e) {
         if (e->ascii[0] | e->ascii[1])
                 return 1;
@@ -568,6 +573,8 @@ static size_t chars_min_len(const axp_grammar *g, const gelem *e) {
         }
         for (bool moved = true; moved && c <= 0x10FFFF;) {
                 moved = false;
+                if (c >= 0xD800 && c <= 0xDFFF) /* no character: the class's range skips past them */
+                        c = 0xE000;
                 for (uint32_t i = 0; i < e->n_ranges; i++) {
                         uint32_t lo = g->ranges[2 * (e->range + i)], hi = g->ranges[2 * (e->range + i) + 1];
                         if (lo <= c && c <= hi) {

@@ -5,8 +5,9 @@
  * anyOf...). Either must parse or fail with a message, within the sanitizers. A grammar that
  * parses then drives the matcher over a small synthetic byte-level vocabulary for a few
  * tokens, the first byte's high bits picking which allowed token each step takes: every
- * mask must agree with the token-by-token check, and every allowed token be taken, within the
- * matcher's bounds (grammar.h). */
+ * mask must agree with the token-by-token check, every allowed token be taken, and some token
+ * be allowed at every step (none may lead where nothing can follow), within the matcher's
+ * bounds (grammar.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,11 @@ static void generate(const axp_grammar *g, unsigned pick) {
                 return;
         for (int step = 0; step < STEPS; step++) {
                 int n = axp_matcher_mask(m, allowed);
+                /* a grammar that parses can always go on (or end) from where it stands */
+                if (n == 0 && !axp_matcher_overrun(m)) {
+                        fprintf(stderr, "step %d: no token may follow\n", step);
+                        abort();
+                }
                 if (n <= 0)
                         break;
                 int k = (int) ((pick + 7u * (unsigned) step) % (unsigned) n), id = -1;
