@@ -657,10 +657,33 @@ static void call_unref(Call *c) {
                 g_array_unref(c->turns);
         conversation_drop(c->b, c->conv, true);
         g_clear_pointer(&c->options, g_variant_unref);
-        if (c->text)
-                g_string_free(c->text, TRUE);
+        for (guint i = 0; i < c->n_choices; i++) {
+                Choice *ch = &c->choices[i];
+                g_string_free(ch->text, TRUE);
+                g_free(ch->reason);
+                g_free((char *) ch->st.finish_reason);
+                g_free((char *) ch->st.tool_call);
+        }
+        g_free(c->choices);
         g_free(c->api_data);
         g_free(c);
+}
+
+/* Whether an engine request of the call is under way. */
+static bool call_busy(Call *c) {
+        for (guint i = 0; i < c->n_choices; i++)
+                if (c->choices[i].job)
+                        return true;
+        return false;
+}
+
+/* Cancel the call's engine requests (all but `keep`'s); they report nothing more. */
+static void call_cancel(Call *c, Choice *keep) {
+        for (guint i = 0; i < c->n_choices; i++)
+                if (&c->choices[i] != keep && c->choices[i].job) {
+                        engine_job_cancel(c->choices[i].job);
+                        c->choices[i].job = NULL;
+                }
 }
 
 /* The client left, or the answer is out: nothing more goes to it. */
@@ -672,13 +695,12 @@ static void call_gone(Call *c, bool left) {
         if (c->gone)
                 return;
         c->gone = true;
-        if (c->job) {
+        if (call_busy(c)) {
                 if (left)
                         g_message("%s %s: the client left; its request is cancelled",
                                   soup_server_message_get_method(c->msg),
                                   g_uri_get_path(soup_server_message_get_uri(c->msg)));
-                engine_job_cancel(c->job);
-                c->job = NULL;
+                call_cancel(c, NULL);
         }
 }
 
@@ -719,11 +741,11 @@ static gboolean on_socket(GSocket *sock, GIOCondition cond, gpointer data) {
 
 static void on_msg_finished(SoupServerMessage *msg, gpointer data) {
         Call *c = data;
-        call_gone(c, c->job != NULL);
+        call_gone(c, call_busy(c));
         call_unref(c);
 }
 
-Call *call_new(Bridge *b, SoupServerMessage *msg, const CallOps *ops) {
+Call *call_new(Bridge *b, SoupServerMessage *msg, const CallOps *ops, guint n) {
         Call *c = g_new0(Call, 1);
         c->ref = 1;
         c->b = b;
@@ -731,7 +753,10 @@ Call *call_new(Bridge *b, SoupServerMessage *msg, const CallOps *ops) {
         c->ops = ops;
         c->created = g_get_real_time() / G_USEC_PER_SEC;
         c->t0 = g_get_monotonic_time();
-        c->text = g_string_new(NULL);
+        c->n_choices = MAX(n, 1);
+        c->choices = g_new0(Choice, c->n_choices);
+        for (guint i = 0; i < c->n_choices; i++)
+                c->choices[i] = (Choice) { .call = c, .index = i, .text = g_string_new(NULL) };
         return c;
 }
 
@@ -759,13 +784,30 @@ void call_fail(Call *c, const Fail *f) {
 
 static void call_submit(Call *c);
 
+/* A choice's request failed: the others are cancelled, and the client told (in the stream
+ * where its headers went). */
+static void choice_failed(Choice *ch, const Fail *f) {
+        Call *c = ch->call;
+        call_cancel(c, ch);
+        if (c->headers_sent) {
+                GUri *uri = soup_server_message_get_uri(c->msg);
+                if (!c->gone) {
+                        g_message("%s %s: the stream ends early: %s", soup_server_message_get_method(c->msg),
+                                  g_uri_get_path(uri), f->message);
+                        c->ops->stream_error(c, f);
+                }
+        } else
+                call_fail(c, f);
+}
+
 static void job_started(void *userdata, const char *error_name, const char *message) {
-        Call *c = userdata;
+        Choice *ch = userdata;
+        Call *c = ch->call;
         SoupMessageHeaders *h;
 
         if (error_name || message) {
                 g_auto(Fail) f = {};
-                c->job = NULL;
+                ch->job = NULL;
                 if (c->conv && c->cached_tokens > 0 &&
                     g_strcmp0(error_name, "org.agentxpu.Error.NotFound") == 0) {
                         /* the engine no longer has the flow (it restarted): the whole
@@ -778,10 +820,12 @@ static void job_started(void *userdata, const char *error_name, const char *mess
                         return;
                 }
                 fail_from_engine(&f, error_name, message);
-                call_fail(c, &f);
+                choice_failed(ch, &f);
                 return;
         }
-        if (!c->stream)
+        /* streamed: the headers go once every choice's request is taken (one the engine
+         * refuses is then still an HTTP error) */
+        if (++c->started < c->n_choices || !c->stream || c->headers_sent)
                 return;
         h = soup_server_message_get_response_headers(c->msg);
         soup_server_message_set_status(c->msg, 200, NULL);
@@ -796,41 +840,60 @@ static void job_started(void *userdata, const char *error_name, const char *mess
         soup_message_body_set_accumulate(soup_server_message_get_response_body(c->msg), FALSE);
         c->headers_sent = true;
         c->ops->begin(c);
+        /* what the choices taken earlier wrote meanwhile */
+        for (guint i = 0; i < c->n_choices; i++) {
+                Choice *o = &c->choices[i];
+                if (o->text->len > 0 && !o->held)
+                        c->ops->token(c, o, o->text->str);
+                if (o->done && c->ops->choice_done)
+                        c->ops->choice_done(c, o);
+        }
         soup_server_message_unpause(c->msg);
 }
 
 static void job_token(void *userdata, const char *text) {
-        Call *c = userdata;
-        bool first = c->text->len == 0;
+        Choice *ch = userdata;
+        Call *c = ch->call;
+        bool first = ch->text->len == 0;
 
-        g_string_append(c->text, text);
+        g_string_append(ch->text, text);
         if (!c->stream)
                 return;
         /* With tools, an answer that begins as a call could begin with '{', '<' or '[' (the
          * family's call begins with one of them, and text never does): it is held back and
          * the API's finish writes it as a call, or as text if it was none. */
-        if (c->tools && (c->held || (first && c->text->str[0] && strchr("{<[", c->text->str[0])))) {
-                c->held = true;
+        if (c->tools && (ch->held || (first && ch->text->str[0] && strchr("{<[", ch->text->str[0])))) {
+                ch->held = true;
                 return;
         }
-        c->ops->token(c, text);
+        if (c->headers_sent) /* else written when they go */
+                c->ops->token(c, ch, text);
 }
 
 static void job_finished(void *userdata, const char *reason, const char *error,
                          const EngineStats *st) {
-        Call *c = userdata;
+        Choice *ch = userdata;
+        Call *c = ch->call;
         g_auto(Fail) f = {};
 
-        c->job = NULL;
+        ch->job = NULL;
         if (strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0) {
                 if (c->conv && st->generated_tokens > 0) {
                         /* the flow holds the conversation, the turn and the answer but for its
                          * last token, which the next turn feeds first */
                         conversation_put(c->b, g_steal_pointer(&c->conv), c->model, c->turns,
-                                         c->prompt, c->text->str,
+                                         c->prompt, ch->text->str,
                                          c->cached_tokens + st->prompt_tokens + st->generated_tokens - 1);
                 }
-                c->ops->finish(c, reason, st);
+                ch->done = true;
+                ch->reason = g_strdup(reason);
+                ch->st = *st;
+                ch->st.finish_reason = g_strdup(st->finish_reason);
+                ch->st.tool_call = g_strdup(st->tool_call);
+                if (c->headers_sent && c->ops->choice_done)
+                        c->ops->choice_done(c, ch);
+                if (--c->pending == 0)
+                        c->ops->finish(c);
                 return;
         }
         if (strcmp(reason, "cancelled") == 0)
@@ -839,13 +902,7 @@ static void job_finished(void *userdata, const char *reason, const char *error,
         else
                 fail_set(&f, error && g_str_has_prefix(error, "The engine left") ? 503 : 500,
                          "server_error", NULL, "The request failed: %s", error ? error : reason);
-        if (c->stream) {
-                GUri *uri = soup_server_message_get_uri(c->msg);
-                g_message("%s %s: the stream ends early: %s", soup_server_message_get_method(c->msg),
-                          g_uri_get_path(uri), f.message);
-                c->ops->stream_error(c, &f);
-        } else
-                call_fail(c, &f);
+        choice_failed(ch, &f);
 }
 
 static const EngineJobCallbacks job_callbacks = {
@@ -854,8 +911,10 @@ static const EngineJobCallbacks job_callbacks = {
         .finished = job_finished,
 };
 
-/* The call's options with its earlier turns from `first` on and its flow. */
-static GVariant *submission_options(Call *c, guint first) {
+/* A choice's options with the call's earlier turns from `first` on and its flow; choice i
+ * of several samples with the seed given plus i (the same seed would draw the same answer). */
+static GVariant *submission_options(Choice *ch, guint first) {
+        Call *c = ch->call;
         GVariantBuilder opts;
         GVariantIter it;
         const char *key;
@@ -864,7 +923,11 @@ static GVariant *submission_options(Call *c, guint first) {
         g_variant_builder_init(&opts, G_VARIANT_TYPE_VARDICT);
         g_variant_iter_init(&it, c->options);
         while (g_variant_iter_next(&it, "{&sv}", &key, &v)) {
-                g_variant_builder_add(&opts, "{sv}", key, v);
+                if (ch->index > 0 && strcmp(key, "seed") == 0 && g_variant_is_of_type(v, G_VARIANT_TYPE_UINT64))
+                        g_variant_builder_add(&opts, "{sv}", key,
+                                              g_variant_new_uint64(g_variant_get_uint64(v) + ch->index));
+                else
+                        g_variant_builder_add(&opts, "{sv}", key, v);
                 g_variant_unref(v);
         }
         if (c->turns && first < c->turns->len) {
@@ -889,8 +952,13 @@ static GVariant *submission_options(Call *c, guint first) {
 }
 
 static void submit_now(Call *c, guint first) {
-        c->job = engine_link_submit(c->b->link, c->proactive, c->prompt, submission_options(c, first),
-                                    &job_callbacks, c);
+        c->pending = c->n_choices;
+        c->started = 0;
+        for (guint i = 0; i < c->n_choices; i++) {
+                Choice *ch = &c->choices[i];
+                ch->job = engine_link_submit(c->b->link, c->proactive, c->prompt, submission_options(ch, first),
+                                             &job_callbacks, ch);
+        }
 }
 
 static void flow_opened(void *userdata, const char *path, const char *error_name,
@@ -1026,7 +1094,8 @@ void call_start(Call *c) {
         g_autoptr(GVariant) stop = g_variant_lookup_value(c->options, "stop", NULL);
         /* a stop string ends the answer inside the flow's KV cache, which then holds text the
          * client never saw */
-        if (stop)
+        /* several answers: none of them continues the conversation on a flow */
+        if (stop || c->n_choices > 1)
                 c->cacheable = false;
         soup_server_message_pause(c->msg);
         c->disconnected_id = g_signal_connect(c->msg, "disconnected", G_CALLBACK(on_disconnected), c);

@@ -97,7 +97,7 @@ static void send_line(Call *c, JsonBuilder *jb) {
 static void ol_begin(Call *c) {
 }
 
-static void ol_token(Call *c, const char *text) {
+static void ol_token(Call *c, Choice *ch, const char *text) {
         g_autoptr(JsonBuilder) jb = line_begin(c);
         add_text(c, jb, text);
         json_builder_set_member_name(jb, "done");
@@ -105,18 +105,22 @@ static void ol_token(Call *c, const char *text) {
         send_line(c, jb);
 }
 
-static void ol_finish(Call *c, const char *reason, const EngineStats *st) {
+/* Ollama's answer is one: the call's only choice. */
+static void ol_finish(Call *c) {
         OllamaData *d = c->api_data;
+        Choice *ch = &c->choices[0];
+        const EngineStats *st = &ch->st;
+        const char *reason = ch->reason;
         g_autoptr(JsonBuilder) jb = NULL;
         g_autofree char *name = NULL;
         g_autoptr(JsonNode) args = NULL;
         bool call = d->chat && g_strcmp0(st->finish_reason, "tool_calls") == 0 &&
                     tool_call_read(st->tool_call, &name, &args);
 
-        if (c->stream && (call || c->held)) {
+        if (c->stream && (call || ch->held)) {
                 /* held back as a possible call: the call, or the text after all */
                 g_autoptr(JsonBuilder) held = line_begin(c);
-                add_message(c, held, c->text->str, call ? name : NULL, args);
+                add_message(c, held, ch->text->str, call ? name : NULL, args);
                 json_builder_set_member_name(held, "done");
                 json_builder_add_boolean_value(held, FALSE);
                 send_line(c, held);
@@ -125,7 +129,7 @@ static void ol_finish(Call *c, const char *reason, const EngineStats *st) {
         if (c->stream)
                 add_text(c, jb, "");
         else
-                add_message(c, jb, c->text->str, call ? name : NULL, args);
+                add_message(c, jb, ch->text->str, call ? name : NULL, args);
         add_done(c, jb, reason, st);
         if (c->stream) {
                 send_line(c, jb);
@@ -357,7 +361,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         if (system && *system && !raw)
                 g_variant_builder_add(&opts, "{sv}", "system", g_variant_new_string(system));
 
-        c = call_new(b, msg, &ollama_ops);
+        c = call_new(b, msg, &ollama_ops, 1);
         c->api_data = g_new0(OllamaData, 1);
         ((OllamaData *) c->api_data)->chat = chat;
         c->stream = stream;

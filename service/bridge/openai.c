@@ -9,6 +9,10 @@ typedef struct OpenAIData {
         bool chat;
 } OpenAIData;
 
+/* The most choices (n) a request may ask for: as many requests as the engine lets one user
+ * run at once by default ([Limits] RequestsPerUser=); a lower limit answers 429. */
+#define MAX_CHOICES 16
+
 static JsonBuilder *chunk_begin(Call *c, bool chat) {
         JsonBuilder *jb = json_builder_new();
         json_builder_begin_object(jb);
@@ -23,19 +27,26 @@ static JsonBuilder *chunk_begin(Call *c, bool chat) {
         return jb;
 }
 
-/* usage, as OpenAI reports it: the whole prompt, of which cached_tokens were in a
- * conversation's KV cache already; and llama-server's timings, whose prompt_n is the tokens
- * prefilled for this request. */
-static void add_usage(Call *c, JsonBuilder *jb, const EngineStats *st) {
-        gint64 prompt = (gint64) c->cached_tokens + st->prompt_tokens;
+/* usage, as OpenAI reports it: the whole prompt (once, however many choices), of which
+ * cached_tokens were in a conversation's KV cache already, and every choice's tokens; and
+ * llama-server's timings, whose prompt_n is the tokens prefilled for the first choice, its
+ * predicted_n every choice's tokens. */
+static void add_usage(Call *c, JsonBuilder *jb) {
+        const EngineStats *st = &c->choices[0].st;
+        gint64 prompt = (gint64) c->cached_tokens + st->prompt_tokens, generated = 0;
+        double predicted_s = 0;
+        for (guint i = 0; i < c->n_choices; i++) {
+                generated += c->choices[i].st.generated_tokens;
+                predicted_s = MAX(predicted_s, c->choices[i].st.latency_s - c->choices[i].st.ttft_s);
+        }
         json_builder_set_member_name(jb, "usage");
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "prompt_tokens");
         json_builder_add_int_value(jb, prompt);
         json_builder_set_member_name(jb, "completion_tokens");
-        json_builder_add_int_value(jb, st->generated_tokens);
+        json_builder_add_int_value(jb, generated);
         json_builder_set_member_name(jb, "total_tokens");
-        json_builder_add_int_value(jb, prompt + st->generated_tokens);
+        json_builder_add_int_value(jb, prompt + generated);
         json_builder_set_member_name(jb, "prompt_tokens_details");
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "cached_tokens");
@@ -51,16 +62,17 @@ static void add_usage(Call *c, JsonBuilder *jb, const EngineStats *st) {
         json_builder_set_member_name(jb, "prompt_ms");
         json_builder_add_double_value(jb, st->ttft_s * 1e3);
         json_builder_set_member_name(jb, "predicted_n");
-        json_builder_add_int_value(jb, st->generated_tokens);
+        json_builder_add_int_value(jb, generated);
         json_builder_set_member_name(jb, "predicted_ms");
-        json_builder_add_double_value(jb, (st->latency_s - st->ttft_s) * 1e3);
+        json_builder_add_double_value(jb, predicted_s * 1e3);
         json_builder_end_object(jb);
 }
 
 /* OpenAI's tool_calls: one call, its arguments as JSON text; `index` in streamed deltas. */
-static void add_tool_calls(Call *c, JsonBuilder *jb, const char *name, JsonNode *args, bool stream) {
+static void add_tool_calls(Call *c, Choice *ch, JsonBuilder *jb, const char *name, JsonNode *args, bool stream) {
         g_autofree char *arguments = node_to_json(args, NULL);
-        g_autofree char *id = g_strdup_printf("call_%s", c->id);
+        g_autofree char *id = ch->index ? g_strdup_printf("call_%s-%u", c->id, ch->index)
+                                        : g_strdup_printf("call_%s", c->id);
         json_builder_set_member_name(jb, "tool_calls");
         json_builder_begin_array(jb);
         json_builder_begin_object(jb);
@@ -83,13 +95,11 @@ static void add_tool_calls(Call *c, JsonBuilder *jb, const char *name, JsonNode 
         json_builder_end_array(jb);
 }
 
-/* A chat message (or delta) that is a tool call. */
-static void add_call_choice(Call *c, JsonBuilder *jb, bool stream, const char *name, JsonNode *args) {
-        json_builder_set_member_name(jb, "choices");
-        json_builder_begin_array(jb);
+/* A chat message (or delta) that is a tool call, as an element of "choices". */
+static void add_call_choice(Call *c, Choice *ch, JsonBuilder *jb, bool stream, const char *name, JsonNode *args) {
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "index");
-        json_builder_add_int_value(jb, 0);
+        json_builder_add_int_value(jb, ch->index);
         json_builder_set_member_name(jb, stream ? "delta" : "message");
         json_builder_begin_object(jb);
         if (!stream) {
@@ -98,7 +108,7 @@ static void add_call_choice(Call *c, JsonBuilder *jb, bool stream, const char *n
                 json_builder_set_member_name(jb, "content");
                 json_builder_add_null_value(jb);
         }
-        add_tool_calls(c, jb, name, args, stream);
+        add_tool_calls(c, ch, jb, name, args, stream);
         json_builder_end_object(jb);
         json_builder_set_member_name(jb, "logprobs");
         json_builder_add_null_value(jb);
@@ -108,17 +118,15 @@ static void add_call_choice(Call *c, JsonBuilder *jb, bool stream, const char *n
         else
                 json_builder_add_string_value(jb, "tool_calls");
         json_builder_end_object(jb);
-        json_builder_end_array(jb);
 }
 
-/* One choice: a delta (chat, streamed), a message (chat, whole) or text (completions). */
-static void add_choice(JsonBuilder *jb, bool chat, bool stream, const char *role, const char *text,
+/* One choice, as an element of "choices": a delta (chat, streamed), a message (chat, whole)
+ * or text (completions). */
+static void add_choice(JsonBuilder *jb, guint index, bool chat, bool stream, const char *role, const char *text,
                        const char *finish_reason) {
-        json_builder_set_member_name(jb, "choices");
-        json_builder_begin_array(jb);
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "index");
-        json_builder_add_int_value(jb, 0);
+        json_builder_add_int_value(jb, index);
         if (chat) {
                 json_builder_set_member_name(jb, stream ? "delta" : "message");
                 json_builder_begin_object(jb);
@@ -143,7 +151,6 @@ static void add_choice(JsonBuilder *jb, bool chat, bool stream, const char *role
         else
                 json_builder_add_null_value(jb);
         json_builder_end_object(jb);
-        json_builder_end_array(jb);
 }
 
 /* "data: JSON\n\n" */
@@ -161,10 +168,9 @@ static void send_event(Call *c, JsonBuilder *jb) {
         call_write(c, event, len);
 }
 
-static void stream_chunk(Call *c, const char *role, const char *text, const char *finish) {
-        OpenAIData *d = c->api_data;
-        g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
-        add_choice(jb, d->chat, true, role, text, finish);
+/* A streamed chunk of one choice: its "choices" holds that choice alone; with
+ * include_usage, "usage" is null but in the last chunk. */
+static void send_chunk(Call *c, JsonBuilder *jb) {
         if (c->include_usage) {
                 json_builder_set_member_name(jb, "usage");
                 json_builder_add_null_value(jb);
@@ -172,52 +178,64 @@ static void stream_chunk(Call *c, const char *role, const char *text, const char
         send_event(c, jb);
 }
 
+static void stream_chunk(Call *c, guint index, const char *role, const char *text, const char *finish) {
+        OpenAIData *d = c->api_data;
+        g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
+        json_builder_set_member_name(jb, "choices");
+        json_builder_begin_array(jb);
+        add_choice(jb, index, d->chat, true, role, text, finish);
+        json_builder_end_array(jb);
+        send_chunk(c, jb);
+}
+
+/* Whether a finished choice's answer is a tool call (then its name and arguments). */
+static bool choice_call(Call *c, Choice *ch, char **ret_name, JsonNode **ret_args) {
+        OpenAIData *d = c->api_data;
+        return d->chat && g_strcmp0(ch->st.finish_reason, "tool_calls") == 0 &&
+               tool_call_read(ch->st.tool_call, ret_name, ret_args);
+}
+
 static void oa_begin(Call *c) {
         OpenAIData *d = c->api_data;
         if (d->chat)
-                stream_chunk(c, "assistant", "", NULL);
+                for (guint i = 0; i < c->n_choices; i++)
+                        stream_chunk(c, i, "assistant", "", NULL);
 }
 
-static void oa_token(Call *c, const char *text) {
-        stream_chunk(c, NULL, text, NULL);
+static void oa_token(Call *c, Choice *ch, const char *text) {
+        stream_chunk(c, ch->index, NULL, text, NULL);
 }
 
-static void oa_finish(Call *c, const char *reason, const EngineStats *st) {
+/* Streamed: the choice's call or held text, then its finish_reason. */
+static void oa_choice_done(Call *c, Choice *ch) {
         OpenAIData *d = c->api_data;
         g_autofree char *name = NULL;
         g_autoptr(JsonNode) args = NULL;
-        bool call = d->chat && g_strcmp0(st->finish_reason, "tool_calls") == 0 &&
-                    tool_call_read(st->tool_call, &name, &args);
+        bool call = choice_call(c, ch, &name, &args);
 
-        if (call)
-                reason = "tool_calls";
+        if (call) {
+                g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
+                json_builder_set_member_name(jb, "choices");
+                json_builder_begin_array(jb);
+                add_call_choice(c, ch, jb, true, name, args);
+                json_builder_end_array(jb);
+                send_chunk(c, jb);
+        } else if (ch->held)
+                /* held back as a possible call, and text after all */
+                stream_chunk(c, ch->index, NULL, ch->text->str, NULL);
+        stream_chunk(c, ch->index, NULL, d->chat ? NULL : "", call ? "tool_calls" : ch->reason);
+}
+
+static void oa_finish(Call *c) {
+        OpenAIData *d = c->api_data;
+
         if (c->stream) {
-                if (call) {
-                        g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
-                        add_call_choice(c, jb, true, name, args);
-                        if (c->include_usage) {
-                                json_builder_set_member_name(jb, "usage");
-                                json_builder_add_null_value(jb);
-                        }
-                        send_event(c, jb);
-                } else if (c->held)
-                        /* held back as a possible call, and text after all */
-                        stream_chunk(c, NULL, c->text->str, NULL);
-                {
-                        g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
-                        add_choice(jb, d->chat, true, NULL, d->chat ? NULL : "", reason);
-                        if (c->include_usage) {
-                                json_builder_set_member_name(jb, "usage");
-                                json_builder_add_null_value(jb);
-                        }
-                        send_event(c, jb);
-                }
                 if (c->include_usage) {
                         g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
                         json_builder_set_member_name(jb, "choices");
                         json_builder_begin_array(jb);
                         json_builder_end_array(jb);
-                        add_usage(c, jb, st);
+                        add_usage(c, jb);
                         send_event(c, jb);
                 }
                 call_write(c, "data: [DONE]\n\n", strlen("data: [DONE]\n\n"));
@@ -234,11 +252,19 @@ static void oa_finish(Call *c, const char *reason, const EngineStats *st) {
         json_builder_add_int_value(jb, c->created);
         json_builder_set_member_name(jb, "model");
         json_builder_add_string_value(jb, c->model);
-        if (call)
-                add_call_choice(c, jb, false, name, args);
-        else
-                add_choice(jb, d->chat, false, d->chat ? "assistant" : NULL, c->text->str, reason);
-        add_usage(c, jb, st);
+        json_builder_set_member_name(jb, "choices");
+        json_builder_begin_array(jb);
+        for (guint i = 0; i < c->n_choices; i++) {
+                Choice *ch = &c->choices[i];
+                g_autofree char *name = NULL;
+                g_autoptr(JsonNode) args = NULL;
+                if (choice_call(c, ch, &name, &args))
+                        add_call_choice(c, ch, jb, false, name, args);
+                else
+                        add_choice(jb, i, d->chat, false, d->chat ? "assistant" : NULL, ch->text->str, ch->reason);
+        }
+        json_builder_end_array(jb);
+        add_usage(c, jb);
         json_builder_end_object(jb);
         if (!c->gone) {
                 respond_json(c->msg, 200, json_builder_get_root(jb));
@@ -270,19 +296,18 @@ static const CallOps openai_ops = {
         .stream_type = "text/event-stream",
         .begin = oa_begin,
         .token = oa_token,
+        .choice_done = oa_choice_done,
         .finish = oa_finish,
         .stream_error = oa_stream_error,
 };
 
-/* response_format, tools and tool_choice into the engine's options; n must be 1. *ret_tools:
+/* response_format, tools and tool_choice into the engine's options. *ret_tools:
  * tools go to the engine; *ret_calls: its answer may be a call. */
 static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_tools, bool *ret_calls, Fail *f) {
         JsonObject *rf = NULL;
         JsonArray *tools = NULL, *functions = NULL;
         const char *type = NULL, *choice = NULL, *only = NULL;
         JsonNode *n;
-        gint64 count = 1;
-        bool set = false;
 
         *ret_tools = *ret_calls = false;
         if (!field_object(o, "response_format", &rf, f))
@@ -353,11 +378,19 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
                         *ret_calls = !none;
                 }
         }
+        return true;
+}
+
+/* n: how many choices, each generated by an engine request of its own. */
+static bool field_choices(JsonObject *o, guint *ret, Fail *f) {
+        gint64 count = 1;
+        bool set = false;
+
         if (!field_int(o, "n", &count, &set, f))
                 return false;
-        if (count != 1)
-                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
-                                "'n' must be 1: one choice per request");
+        if (count < 1 || count > MAX_CHOICES)
+                return fail_bad(f, "'n' must be from 1 to %d, got %" G_GINT64_FORMAT, MAX_CHOICES, count);
+        *ret = (guint) count;
         return true;
 }
 
@@ -448,13 +481,15 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         const char *model = NULL;
         bool stream = false, usage = false, proactive, tools = false, calls = false;
         guint32 max_tokens = 0;
+        guint n = 1;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
-            !structured_options(o, &opts, &tools, &calls, &f) || !refuse_unsupported(o, chat, &f) ||
+            !structured_options(o, &opts, &tools, &calls, &f) || !field_choices(o, &n, &f) ||
+            !refuse_unsupported(o, chat, &f) ||
             !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model) {
@@ -485,7 +520,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 g_variant_builder_add(&opts, "{sv}", "raw", g_variant_new_boolean(TRUE));
         }
 
-        c = call_new(b, msg, &openai_ops);
+        c = call_new(b, msg, &openai_ops, n);
         c->api_data = g_new0(OpenAIData, 1);
         ((OpenAIData *) c->api_data)->chat = chat;
         c->stream = stream;

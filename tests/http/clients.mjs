@@ -81,6 +81,13 @@ out.openai_tool_loop = { first_prompt_tokens: called.usage.prompt_tokens, finish
                          message: answered.choices[0].message, usage: answered.usage,
                          stream_finish: answeredStream.choices[0].finish_reason };
 
+// Several choices (n): whole, and streamed, gathered by index as the library's helper does.
+const several = { ...chat, max_tokens: 8, temperature: 1.0, seed: 5, n: 3 };
+out.openai_choices = (await openai.chat.completions.create(several)).choices
+  .map((c) => [c.index, c.message.content, c.finish_reason]);
+out.openai_choices_stream = (await openai.beta.chat.completions.stream(several).finalChatCompletion()).choices
+  .map((c) => [c.index, c.message.content, c.finish_reason]);
+
 // A conversation that comes back: its second turn continues the first's flow.
 const turn1 = await openai.chat.completions.create({ ...chat, messages: ask });
 const turn2 = await openai.chat.completions.create({ ...chat, messages: [...ask, turn1.choices[0].message,

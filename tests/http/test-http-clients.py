@@ -89,6 +89,10 @@ def test_official_openai_and_ollama_clients():
             assert call["finish"] == "tool_calls", call
             fn = call["message"]["tool_calls"][0]["function"]
             assert fn["name"] == "get_weather" and json.loads(fn["arguments"])["unit"] in ("C", "F"), call
+        # n: three choices, the same whole and streamed (the same seeds), not all alike
+        many = got["openai_choices"]
+        assert [c[0] for c in many] == [0, 1, 2] and all(c[2] == "length" and c[1] for c in many), many
+        assert len({c[1] for c in many}) > 1 and got["openai_choices_stream"] == many, (many, got["openai_choices_stream"])
         # the loop's second request holds the call and its result: more prompt than the first
         loop = got["openai_tool_loop"]
         assert loop["usage"]["prompt_tokens"] > loop["first_prompt_tokens"], loop

@@ -887,6 +887,91 @@ def test_tool_choice_none_after_a_tool_result():
         assert status == 200 and r["message"]["content"] and not r["message"].get("tool_calls"), r
 
 
+def test_several_choices():
+    """OpenAI's n: n answers, each its own engine request, choice i sampled with the seed plus
+    i (so each is the answer of n=1 with that seed); usage counts the prompt once and every
+    choice's tokens. Streamed, each chunk carries one choice's index; every index gets its
+    role, its text and its finish_reason, and [DONE] comes once, after all. Tool calls: each
+    choice's own. n of 0, over the bound or not an integer is refused; more choices than the
+    engine lets one user run is 429 with nothing left running."""
+    def ask(b, messages, max_tokens, **kw):
+        status, answer = b.json("/v1/chat/completions", dict(model=model_name(b), max_tokens=max_tokens,
+                                                             messages=messages, **kw))
+        assert status == 200, answer
+        return answer
+
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        hello = [{"role": "user", "content": "Hello"}]
+        one = [ask(b, hello, 12, temperature=1.0, seed=7 + i)["choices"][0]["message"]["content"] for i in range(3)]
+        assert len(set(one)) > 1, one
+        r = ask(b, hello, 12, temperature=1.0, seed=7, n=3)
+        assert [c["index"] for c in r["choices"]] == [0, 1, 2], r
+        assert [c["message"]["content"] for c in r["choices"]] == one, (r, one)
+        assert all(c["finish_reason"] == "length" for c in r["choices"]), r
+        single = ask(b, hello, 12, temperature=0)["usage"]
+        assert r["usage"]["prompt_tokens"] == single["prompt_tokens"], (r["usage"], single)
+        assert r["usage"]["completion_tokens"] == 36 and r["usage"]["total_tokens"] == single["prompt_tokens"] + 36, r
+
+        # completions, greedy: every choice the same text
+        status, body = b.json("/v1/completions", {"model": m, "prompt": "Once upon a time", "max_tokens": 6,
+                                                  "temperature": 0, "n": 2})
+        assert status == 200 and len(body["choices"]) == 2, body
+        assert body["choices"][0]["text"] == body["choices"][1]["text"] == complete(bus, "Once upon a time", 6, raw=True)
+
+        # streamed: the chunks of the choices interleave, each names its index
+        status, text = b.curl("/v1/chat/completions", {"model": m, "max_tokens": 12, "temperature": 1.0, "seed": 7,
+                                                       "n": 3, "stream": True, "stream_options": {"include_usage": True},
+                                                       "messages": hello})
+        assert status == 200, text
+        events = sse_events(text)
+        assert events[-1] == "[DONE]" and events.count("[DONE]") == 1, events[-3:]
+        chunks = [json.loads(e) for e in events[:-1]]
+        got, roles, finish = ["", "", ""], [0, 0, 0], [None, None, None]
+        for c in chunks[:-1]:
+            assert len(c["choices"]) == 1 and c["usage"] is None, c
+            ch = c["choices"][0]
+            assert finish[ch["index"]] is None, ("a chunk after its choice finished", c)
+            roles[ch["index"]] += ch["delta"].get("role") == "assistant"
+            got[ch["index"]] += ch["delta"].get("content") or ""
+            finish[ch["index"]] = ch["finish_reason"]
+        assert roles == [1, 1, 1] and finish == ["length"] * 3 and got == one, (roles, finish, got, one)
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 36, chunks[-1]
+
+        # each choice's call, each with an id of its own, streamed as given whole
+        hi = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = ask(b, hi, 64, tools=TOOLS, tool_choice="required", temperature=1.0, seed=3, n=2)
+        assert [c["finish_reason"] for c in r["choices"]] == ["tool_calls"] * 2, r
+        calls = [c["message"]["tool_calls"][0] for c in r["choices"]]
+        assert calls[0]["id"] != calls[1]["id"] and all(c["function"]["name"] == "get_weather" for c in calls), r
+        status, text = b.curl("/v1/chat/completions", dict(model=m, max_tokens=64, temperature=1.0, seed=3, n=2,
+                                                           messages=hi, tools=TOOLS, tool_choice="required",
+                                                           stream=True))
+        assert status == 200, text
+        streamed = {}
+        for e in sse_events(text)[:-1]:
+            ch = json.loads(e)["choices"][0]
+            for t in ch["delta"].get("tool_calls", []):
+                streamed[ch["index"]] = (t["id"], t["function"]["name"], json.loads(t["function"]["arguments"]))
+        assert {i: v[1:] for i, v in streamed.items()} == {
+            i: (c["function"]["name"], json.loads(c["function"]["arguments"])) for i, c in enumerate(calls)}, (streamed, calls)
+        assert streamed[0][0] != streamed[1][0], streamed
+
+        for n, want in ((0, "'n' must be from 1 to 16, got 0"), (17, "'n' must be from 1 to 16, got 17"),
+                        ("2", "'n' must be an integer")):
+            status, body = b.json("/v1/chat/completions", {"model": m, "messages": hello, "n": n})
+            assert status == 400 and want in body["error"]["message"], (n, status, body)
+
+    with serving(config="[Limits]\nRequestsPerUser=2\n") as (bus, d, b):
+        for stream in (False, True):
+            status, body = b.curl("/v1/chat/completions", {"model": model_name(b), "max_tokens": 200, "n": 3,
+                                                           "stream": stream,
+                                                           "messages": [{"role": "user", "content": "Hello"}]})
+            assert status == 429 and "rate_limit_exceeded" in body, (status, body)
+            wait_for(lambda: engine_idle(bus), "the other choices to be cancelled")
+        assert ask(b, [{"role": "user", "content": "Hello"}], 4, n=2)["usage"]["completion_tokens"] == 8
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -925,4 +1010,5 @@ if __name__ == "__main__":
         test_conversation_reuses_its_flow,
         test_structured_output_with_curl,
         test_tool_choice_none_after_a_tool_result,
+        test_several_choices,
     ])
