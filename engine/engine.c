@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "model/quantize.h"
 #include "heg/kv-budget.h"
+#include "heg/prefix-cache.h"
 #include "heg/seq.h"
 #include "sched/scheduler.h"
 #include "model/tokenizer.h"
@@ -60,6 +61,10 @@ struct ereq {
         bool gen_ok;
         axp_seq own_seq;   /* without a flow */
         axp_kv_hold kv;    /* own_seq's reservation in the KV-cache budget (without a flow) */
+        /* without a flow: the tokens fed so far (the prompt, then each one sampled to go on),
+         * what own_seq's positions hold, for the prompt cache */
+        int32_t *toks;
+        int n_toks, cap_toks;
         axp_seq *seq;
         flow *flow;
         int32_t prev_pending; /* the flow's pending token this turn consumed */
@@ -108,6 +113,7 @@ struct axp_engine {
         int n_ctx;
         uint32_t kv_type;          /* AXP_TYPE_F16, AXP_TYPE_F32 or AXP_TYPE_Q8_0 */
         axp_kv_budget kv_budget;   /* its limit set for each model (setup_model) */
+        axp_prefix_cache prefix;   /* finished requests' caches, emptied when the model goes */
 
         ereq *reqs;
         flow *flows;
@@ -142,6 +148,7 @@ void axp_engine_config_default(axp_engine_config *c) {
                 .proactive_cpu_share = 0.25,
                 .proactive_idle = true,
                 .piggyback_slack = 0,
+                .prompt_cache = 8,
         };
 }
 
@@ -194,6 +201,20 @@ static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
                 return false;
         }
         *ret_token = tok;
+        if (!q->flow && q->toks) {
+                if (q->n_toks == q->cap_toks) {
+                        int cap = 2 * q->cap_toks;
+                        int32_t *t = realloc(q->toks, sizeof(int32_t) * (size_t) cap);
+                        if (!t) { /* out of memory: this request's cache is not kept */
+                                free(q->toks);
+                                q->toks = NULL;
+                                return true;
+                        }
+                        q->toks = t;
+                        q->cap_toks = cap;
+                }
+                q->toks[q->n_toks++] = tok;
+        }
         return true;
 }
 
@@ -218,6 +239,7 @@ static void req_free(ereq *q) {
                         axp_kv_budget_release(&q->e->kv_budget, &q->kv);
         }
         free(q->answer);
+        free(q->toks);
         free(q);
 }
 
@@ -283,6 +305,13 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         }
         if (q->flow && q->flow->closing)
                 engine_flow_free(q->e, q->flow);
+        /* an answer's cache, every position holding what the tokens say, for a later prompt
+         * that begins the same way */
+        if (!q->flow && q->toks && (reason == AXP_FINISH_STOP || reason == AXP_FINISH_LENGTH) &&
+            q->own_seq.model && q->own_seq.n_past <= q->n_toks) {
+                axp_seq_truncate(&q->own_seq, q->own_seq.n_past);
+                axp_prefix_cache_put(&q->e->prefix, &q->e->kv_budget, &q->own_seq, q->toks);
+        }
         if (q->cbs.finished)
                 q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
         req_unlink(q->e, q);
@@ -493,7 +522,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (!q)
                 return axp_errorf(a->err, -ENOMEM, "out of memory");
         q->e = e;
-        if ((r = axp_kv_budget_reserve(&e->kv_budget, f ? &f->kv : &q->kv, kv_need, a->err)) < 0)
+        if ((r = axp_prefix_cache_reserve(&e->prefix, &e->kv_budget, f ? &f->kv : &q->kv, kv_need, a->err)) < 0)
                 return r;
         _cleanup_(flow_turn_done) flow_turn turn = { e, f };
         q->kind = a->kind;
@@ -515,6 +544,11 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 if (r < 0)
                         return r;
                 q->seq = &q->own_seq;
+                q->cap_toks = MAX(n_all + 16, 64);
+                if ((q->toks = malloc(sizeof(int32_t) * (size_t) q->cap_toks))) {
+                        memcpy(q->toks, all, sizeof(int32_t) * (size_t) n_all);
+                        q->n_toks = n_all;
+                }
         }
         r = axp_gen_init(&q->gen, e->model, &o->sampling, o->stop, o->n_stop, max_tokens, all,
                          n_all, a->err);
@@ -535,14 +569,24 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 f->pending = -1;
                 f->busy = q;
         }
+        /* positions a finished request's cache holds in common with this prompt are copied,
+         * not prefilled (a flow's first turn too); none where that fails */
+        int cached = 0;
+        if (q->seq->n_past == 0 && (!f || f->pending < 0)) {
+                axp_error ignored = { 0 };
+                int k = axp_prefix_cache_seed(&e->prefix, q->seq, all, n_all, &ignored);
+                cached = MAX(k, 0);
+        }
         q->submitting = true;
-        r = axp_sched_submit(e->sched, a->kind, q->seq, all, n_all, &req_ops, q, &q->id, a->err);
+        r = axp_sched_submit(e->sched, a->kind, q->seq, all + cached, n_all - cached, &req_ops, q, &q->id, a->err);
         q->submitting = false;
         if (r < 0) {
                 /* refused: nothing was queued and no callback ran */
                 if (f) {
                         f->pending = q->prev_pending;
                         f->busy = NULL;
+                        if (cached)
+                                axp_seq_truncate(&f->seq, 0); /* the copied positions go */
                 }
                 req_unlink(e, q);
                 return r;
@@ -590,7 +634,8 @@ static void status_snapshot(axp_engine *e, axp_engine_status *ret) {
                 .running = st.running,
                 .model_serial = e->model_serial,
                 .kv_memory = e->model ? e->kv_budget.limit : 0,
-                .kv_memory_used = e->kv_budget.used,
+                .kv_memory_used = e->kv_budget.used - e->prefix.bytes,
+                .kv_memory_cached = e->prefix.bytes,
         };
         /* a long name ends before the character the buffer cannot hold whole */
         if (n >= sizeof(ret->model)) {
@@ -625,7 +670,7 @@ static bool status_equal(const axp_engine_status *a, const axp_engine_status *b)
         return a->queued_reactive == b->queued_reactive &&
                a->queued_proactive == b->queued_proactive && a->running == b->running &&
                a->model_serial == b->model_serial && a->kv_memory == b->kv_memory &&
-               a->kv_memory_used == b->kv_memory_used && strcmp(a->model, b->model) == 0 &&
+               a->kv_memory_used == b->kv_memory_used && a->kv_memory_cached == b->kv_memory_cached && strcmp(a->model, b->model) == 0 &&
                strcmp(a->policy, b->policy) == 0;
 }
 
@@ -833,6 +878,7 @@ static int setup_model(axp_engine *e, axp_model *m, axp_error *err) {
 static void teardown_model(axp_engine *e) {
         axp_sched_free(e->sched);
         e->sched = NULL;
+        axp_prefix_cache_clear(&e->prefix, &e->kv_budget);
         /* a flow's context belongs to the old model: it starts afresh with the next one */
         for (flow *f = e->flows; f; f = f->next) {
                 if (f->seq.model)
@@ -959,8 +1005,10 @@ int axp_engine_new(const axp_engine_config *c, axp_engine **ret, axp_error *err)
         if (!(c->preempt_bound_s > 0) || c->b_cap < 0 || c->max_batch < 1 ||
             c->max_batch > AXP_MAX_BATCH || !(c->proactive_duty >= 0 && c->proactive_duty <= 1) ||
             !(c->proactive_cpu_share > 0 && c->proactive_cpu_share <= 1) ||
-            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10))
+            c->n_ctx < 0 || c->n_threads < 0 || !(c->piggyback_slack <= 10) || c->prompt_cache < 0 ||
+            c->prompt_cache > AXP_PROMPT_CACHE_MAX)
                 return axp_errorf(err, -EINVAL, "an engine setting is out of range");
+        axp_prefix_cache_init(&e->prefix, c->prompt_cache);
         if (axp_kv_type_from_name(c->kv_type ? c->kv_type : "f16", &e->kv_type) < 0)
                 return axp_errorf(err, -EINVAL, "unknown KV cache type '%s' (f16, f32 or q8_0)", c->kv_type);
         if ((r = axp_mailbox_new(&e->mb)) < 0)
@@ -1016,6 +1064,7 @@ void axp_engine_free(axp_engine *e) {
                 teardown_model(e);
         while (e->flows)
                 engine_flow_free(e, e->flows);
+        axp_prefix_cache_free(&e->prefix, &e->kv_budget);
         /* every hold was given back once */
         assert(e->kv_budget.used == 0 && e->kv_budget.holders == 0);
         for (int i = 0; i < e->n_devs; i++) {

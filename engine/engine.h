@@ -43,6 +43,7 @@ typedef struct axp_engine_status {
         uint64_t kv_memory;      /* the KV-cache budget in bytes (kv_memory below, "auto"
                                   * resolved for the model in place; 0 without a model) */
         uint64_t kv_memory_used; /* what requests and open flows hold of it now */
+        uint64_t kv_memory_cached; /* what the prompt cache holds of it (given back first) */
 } axp_engine_status;
 
 typedef struct axp_engine_config {
@@ -75,6 +76,11 @@ typedef struct axp_engine_config {
          * flow's turn: of the positions the flow may reach, and the flow keeps what its cache
          * holds between turns) and gives it back when it finishes. UINT64_MAX: no limit. */
         uint64_t kv_memory;
+        /* The prompt cache (heg/prefix-cache.h): how many finished requests' KV caches are
+         * kept, so that a request beginning as one of them did prefills only the rest
+         * (PromptCache=; default 8, 0: none). Up to half the KV budget, given back first. */
+        int prompt_cache;
+#define AXP_PROMPT_CACHE_MAX 64
 
         /* Told, on the engine's thread, each time the status changes: once before
          * axp_engine_new returns, after every change of the queues, the model or the policy,

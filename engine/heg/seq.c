@@ -263,6 +263,31 @@ void axp_seq_release_activations(axp_seq *s) {
         s->act_cap = 0;
 }
 
+bool axp_seq_model_has_swa(const axp_hparams *hp) {
+        return has_swa(hp);
+}
+
+int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err) {
+        const axp_hparams *hp = &src->model->hp;
+        if (dst->model != src->model || dst->kv_type != src->kv_type || has_swa(hp) || n < 0 ||
+            n > src->n_past || n > dst->n_ctx_max || dst->n_past != 0 || dst->n_new != 0)
+                return axp_errorf(err, -EINVAL, "a KV cache cannot start with that one's positions");
+        int r = kv_grow(dst, n, 1, err);
+        if (r < 0)
+                return r;
+        const size_t hb = axp_kv_head_bytes(hp, src->kv_type);
+        /* each head's rows 0 .. n - 1 lie one after the other */
+        for (int l = 0; l < hp->n_layer; l++)
+                for (int h = 0; h < hp->n_head_kv; h++) {
+                        size_t to = axp_kv_offset(hb, dst->kv_cap, h, 0), from = axp_kv_offset(hb, src->kv_cap, h, 0);
+                        memcpy((char *) dst->k[l] + to, (const char *) src->k[l] + from, (size_t) n * hb);
+                        memcpy((char *) dst->v[l] + to, (const char *) src->v[l] + from, (size_t) n * hb);
+                }
+        dst->n_past = n;
+        check(dst);
+        return 0;
+}
+
 void axp_seq_truncate(axp_seq *s, int n) {
         assert(n >= s->n_past || s->swa_cap == 0 || s->swa_cap >= s->n_ctx_max ||
                s->n_past - n <= s->swa_cap - s->model->hp.n_swa);

@@ -10,6 +10,7 @@
  * holds the whole context, so a 256-aligned block of positions is contiguous in it. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -96,3 +97,9 @@ void axp_seq_release_activations(axp_seq *s);
 /* Forget KV positions >= n (n <= n_past; a sliding-window layer's ring must still hold the
  * window behind n: n_past - n <= swa_cap - n_swa). */
 void axp_seq_truncate(axp_seq *s, int n);
+/* Whether the model has sliding-window layers (their rings do not keep every position). */
+bool axp_seq_model_has_swa(const axp_hparams *hp);
+/* Give dst (empty: n_past 0, nothing pending) src's first n positions (n <= src->n_past),
+ * copied; both of one model and KV type, without sliding-window layers (-EINVAL otherwise).
+ * -ENOMEM leaves dst empty. */
+int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err);

@@ -28,12 +28,14 @@ static JsonBuilder *chunk_begin(Call *c, bool chat) {
 }
 
 /* usage, as OpenAI reports it: the whole prompt (once, however many choices), of which
- * cached_tokens were in a conversation's KV cache already, and every choice's tokens; and
- * llama-server's timings, whose prompt_n is the tokens prefilled for the first choice, its
- * predicted_n every choice's tokens. */
+ * cached_tokens were in a KV cache already (a conversation's flow, or the engine's prompt
+ * cache: those it did not prefill), and every choice's tokens; and llama-server's timings,
+ * whose prompt_n is the tokens prefilled for the first choice, its predicted_n every choice's
+ * tokens. */
 static void add_usage(Call *c, JsonBuilder *jb) {
         const EngineStats *st = &c->choices[0].st;
         gint64 prompt = (gint64) c->cached_tokens + st->prompt_tokens, generated = 0;
+        gint64 cached = (gint64) c->cached_tokens + MAX((gint64) st->prompt_tokens - st->prefill_tokens, 0);
         double predicted_s = 0;
         for (guint i = 0; i < c->n_choices; i++) {
                 generated += c->choices[i].st.generated_tokens;
@@ -50,13 +52,13 @@ static void add_usage(Call *c, JsonBuilder *jb) {
         json_builder_set_member_name(jb, "prompt_tokens_details");
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "cached_tokens");
-        json_builder_add_int_value(jb, (gint64) c->cached_tokens);
+        json_builder_add_int_value(jb, cached);
         json_builder_end_object(jb);
         json_builder_end_object(jb);
         json_builder_set_member_name(jb, "timings");
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "cache_n");
-        json_builder_add_int_value(jb, (gint64) c->cached_tokens);
+        json_builder_add_int_value(jb, cached);
         json_builder_set_member_name(jb, "prompt_n");
         json_builder_add_int_value(jb, st->prefill_tokens);
         json_builder_set_member_name(jb, "prompt_ms");

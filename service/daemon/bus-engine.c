@@ -65,8 +65,9 @@ static int property_get_max_tokens(sd_bus *bus, const char *path, const char *if
         return sd_bus_message_append(reply, "u", c->config.max_tokens);
 }
 
-/* KVMemory, KVMemoryUsed: the KV-cache budget (KVMemory=, auto resolved for the model in
- * place) and what requests and open flows hold of it, as the engine last told them. */
+/* KVMemory, KVMemoryUsed, KVMemoryCached: the KV-cache budget (KVMemory=, auto resolved for
+ * the model in place), what requests and open flows hold of it and what the prompt cache
+ * holds, as the engine last told them. */
 static int property_get_kv_memory(sd_bus *bus, const char *path, const char *iface, const char *property,
                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Context *c = userdata;
@@ -74,7 +75,9 @@ static int property_get_kv_memory(sd_bus *bus, const char *path, const char *ifa
 
         if (c->engine)
                 st = c->status;
-        return sd_bus_message_append(reply, "t", strcmp(property, "KVMemory") == 0 ? st.kv_memory : st.kv_memory_used);
+        return sd_bus_message_append(reply, "t", strcmp(property, "KVMemory") == 0       ? st.kv_memory
+                                                 : strcmp(property, "KVMemoryCached") == 0 ? st.kv_memory_cached
+                                                                                           : st.kv_memory_used);
 }
 
 static int property_get_status(sd_bus *bus, const char *path, const char *iface, const char *property,
@@ -388,6 +391,7 @@ const sd_bus_vtable engine_vtable[] = {
         SD_BUS_PROPERTY("MaxTokens", "u", property_get_max_tokens, 0, 0),
         SD_BUS_PROPERTY("KVMemory", "t", property_get_kv_memory, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("KVMemoryUsed", "t", property_get_kv_memory, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("KVMemoryCached", "t", property_get_kv_memory, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
 
         SD_BUS_METHOD_WITH_ARGS("Reactive",
                                 SD_BUS_ARGS("s", prompt, "a{sv}", options),

@@ -113,7 +113,7 @@ static void context_update_idle(Context *c) {
 void context_emit_status(Context *c) {
         const axp_engine_status *st = &c->status;
         axp_engine_status *sent = &c->status_sent;
-        const char *changed[10];
+        const char *changed[12]; /* every property below and the NULL */
         bool model_news, model_waits;
         size_t n = 0;
 
@@ -141,6 +141,8 @@ void context_emit_status(Context *c) {
                 changed[n++] = "KVMemory";
         if (st->kv_memory_used != sent->kv_memory_used)
                 changed[n++] = "KVMemoryUsed";
+        if (st->kv_memory_cached != sent->kv_memory_cached)
+                changed[n++] = "KVMemoryCached";
         if (model_waits) {
                 axp_engine_status announced = *sent;
                 *sent = *st;

@@ -106,6 +106,7 @@ static const ConfigKey config_keys[] = {
         { "Engine", "DynamicDevice",      VALUE_DEVICE,   offsetof(DaemonConfig, dynamic_dev) },
         { "Engine", "ContextSize",        VALUE_INT,      ENGINE_FIELD(n_ctx) },
         { "Engine", "KVType",             VALUE_KV_TYPE,  offsetof(DaemonConfig, kv_type) },
+        { "Engine", "PromptCache",        VALUE_INT,      ENGINE_FIELD(prompt_cache) },
         { "Engine", "PreemptBoundSec",    VALUE_SECONDS,  ENGINE_FIELD(preempt_bound_s) },
         { "Engine", "BatchCap",           VALUE_INT,      ENGINE_FIELD(b_cap) },
         { "Engine", "MaxBatch",           VALUE_INT,      ENGINE_FIELD(max_batch) },

@@ -253,7 +253,9 @@ def test_fifty_clients_a_third_leaving():
         print(f"    daemon RSS: idle {idle} KiB, after 50 clients {first} KiB, after each 50 more {later} KiB",
               flush=True)
         assert min(later) <= first + 2048, (idle, first, later)
-        assert min(later) <= idle + 8192, (idle, first, later)
+        # the prompt cache keeps some finished requests' KV caches: that much more is held
+        cached = bus.props()["KVMemoryCached"] // 1024
+        assert 0 < cached and min(later) <= idle + 8192 + cached, (idle, first, later, cached)
 
 
 def generated(bus, path):

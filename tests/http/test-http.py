@@ -665,7 +665,8 @@ def chat(b, messages, n=8, path="/v1/chat/completions", **kw):
 
 
 def test_conversation_reuses_its_flow():
-    with serving() as (bus, d, b):
+    # the prompt cache off: what is in a KV cache already is the flows' alone
+    with serving(config="[Engine]\nPromptCache=0\n") as (bus, d, b):
         u1 = "Tell me about the sea, " + " ".join(["the waves and the tide"] * 12) + "."
         first = chat(b, [{"role": "user", "content": u1}])
         a1 = first["choices"][0]["message"]["content"]
@@ -792,7 +793,9 @@ def test_structured_output_with_curl():
         status, text = b.curl("/api/chat", {"model": m, "messages": loop + [{"role": "user", "content": "And Oslo?"}],
                                             "tools": TOOLS, "options": {"num_predict": 8, "temperature": 0}})
         assert status == 200, text
-        assert json.loads(text.strip().split("\n")[-1])["prompt_eval_count"] > lines[-1]["prompt_eval_count"], text
+        # (the prompt cache holds the turns before it: what is evaluated is the new turn)
+        last = json.loads(text.strip().split("\n")[-1])
+        assert last["done"] is True and 0 < last["prompt_eval_count"] < lines[-1]["prompt_eval_count"], text
 
 
 def test_http_1_0_streams_are_not_chunked():
@@ -972,6 +975,41 @@ def test_several_choices():
         assert ask(b, [{"role": "user", "content": "Hello"}], 4, n=2)["usage"]["completion_tokens"] == 8
 
 
+def test_prompt_cache_serves_agents():
+    """An agent sends the same system prompt and tools with each new question: the engine's
+    prompt cache copies what an earlier request held of it instead of prefilling it again
+    (usage.prompt_tokens_details.cached_tokens, llama-server's timings.cache_n and prompt_n,
+    D-Bus's KVMemoryCached), and each answer is the one an engine without the cache gives."""
+    system = "You are a careful agent. " + " ".join(f"Rule {i}: check the weather before you answer." for i in range(12))
+    questions = ["What is the weather in Paris?", "What is the weather in Oslo?", "And tomorrow in Paris?"]
+
+    def ask_all(b):
+        out = []
+        for q in questions:
+            r = chat(b, [{"role": "system", "content": system}, {"role": "user", "content": q}], n=12,
+                     tools=TOOLS, tool_choice="auto")
+            out.append(r)
+        return out
+
+    with serving(config="[Engine]\nPromptCache=0\n") as (bus, d, b):
+        plain = ask_all(b)
+        assert bus.props()["KVMemoryCached"] == 0
+    with serving() as (bus, d, b):
+        cached = ask_all(b)
+        assert bus.props()["KVMemoryCached"] > 0 and bus.props()["KVMemoryUsed"] == 0, bus.props()
+    for i, (p, c) in enumerate(zip(plain, cached)):
+        assert p["choices"] == c["choices"], (i, p, c)
+        assert p["usage"]["prompt_tokens"] == c["usage"]["prompt_tokens"], (i, p["usage"], c["usage"])
+        assert p["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, p["usage"]
+        if i == 0:
+            assert c["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, c["usage"]
+        else:
+            # the system prompt and the tools at least, the question not
+            hit = c["usage"]["prompt_tokens_details"]["cached_tokens"]
+            assert token_count(system, bos=False) < hit < c["usage"]["prompt_tokens"], (i, c["usage"])
+            assert c["timings"]["cache_n"] == hit and c["timings"]["prompt_n"] == c["usage"]["prompt_tokens"] - hit, c
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -1011,4 +1049,5 @@ if __name__ == "__main__":
         test_structured_output_with_curl,
         test_tool_choice_none_after_a_tool_result,
         test_several_choices,
+        test_prompt_cache_serves_agents,
     ])

@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "devices/forward.h"
 #include "heg/kv-budget.h"
+#include "heg/prefix-cache.h"
 #include "heg/seq.h"
 #include "model/generate.h"
 #include "mkmodel.h"
@@ -124,6 +125,8 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
 static bool small_chunks;
 /* the engine's KVMemory budget (0: auto) */
 static uint64_t kv_memory;
+/* the engine's PromptCache= (-1: its default) */
+static int prompt_cache = -1;
 
 static axp_engine *new_engine_on(const char *policy, const char *static_dev, const char *dynamic_dev) {
         axp_engine_config c;
@@ -141,6 +144,8 @@ static axp_engine *new_engine_on(const char *policy, const char *static_dev, con
         c.calib_cache = calib_path;
         c.kv_type = kv_type;
         c.kv_memory = kv_memory;
+        if (prompt_cache >= 0)
+                c.prompt_cache = prompt_cache;
         if (axp_engine_new(&c, &e, &err) < 0)
                 fprintf(stderr, "engine: %s\n", err.msg);
         return e;
@@ -659,6 +664,113 @@ static void test_kv_budget(void) {
         kv_memory = 0;
 }
 
+/* The prompt cache --------------------------------------------------------------------------- */
+
+static uint64_t kv_cached(axp_engine *e) {
+        axp_engine_status st;
+        axp_engine_status_get(e, &st);
+        return st.kv_memory_cached;
+}
+
+static void run_one(axp_engine *e, const char *prompt, int max_tokens, uint64_t flow, result *r) {
+        uint64_t id;
+        axp_error err = { 0 };
+        CHECK_MSG(submit_held(e, prompt, max_tokens, flow, r, &id, &err) == 0, "%s", err.msg);
+        result_wait(r);
+        CHECK(r->reason == AXP_FINISH_LENGTH);
+}
+
+/* A finished request's cache is kept: the same prompt again prefills its last token alone, a
+ * longer one what is new, and each answer is the reference's, the one a whole prefill gives
+ * (for every KV cache type); a flow's first turn takes from it too. The cache is not what
+ * requests hold; it makes room when a request needs it, a new model empties it, and with
+ * PromptCache=0 nothing is kept. */
+static void test_prompt_cache(void) {
+        static const char *const types[] = { NULL, "q8_0" };
+        static char want[8192];
+        static result r1, r2, r3, r4;
+        char longer[1024];
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_error err = { 0 };
+        uint64_t flow;
+
+        snprintf(longer, sizeof(longer), "%s And then it says so.", prompts[3]);
+        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+                kv_type = types[t];
+                CHECK(axp_model_load(model_path, &m, &err) == 0);
+                CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+                size_t want_n = reference(m, d, longer, 12, want, sizeof(want));
+                axp_device_free(d);
+                axp_model_free(m);
+
+                axp_engine *e = new_engine("agentxpu");
+                CHECK(e != NULL);
+                if (!e)
+                        return;
+                run_one(e, prompts[3], 12, 0, &r1);
+                CHECK(r1.st.prefill_tokens == r1.st.prompt_tokens && r1.st.prompt_tokens > AXP_PREFIX_MIN);
+                CHECK(kv_used(e) == 0 && kv_cached(e) > 0);
+                run_one(e, prompts[3], 12, 0, &r2);
+                CHECK_EQ_INT(r2.st.prefill_tokens, 1);
+                CHECK(r2.len == r1.len && memcmp(r2.text, r1.text, r1.len) == 0);
+                run_one(e, longer, 12, 0, &r3);
+                CHECK(r3.st.prompt_tokens > r1.st.prompt_tokens && r3.st.prefill_tokens < r3.st.prompt_tokens);
+                /* what r1's cache held: its prompt and its answer, all but the last token */
+                CHECK(r3.st.prompt_tokens - r3.st.prefill_tokens <= r1.st.prompt_tokens + 11);
+                CHECK_MSG(r3.len == want_n && memcmp(r3.text, want, want_n) == 0, "kv %s: '%.*s' vs '%s'",
+                          kv_type ? kv_type : "f16", (int) r3.len, r3.text, want);
+                /* a flow's first turn starts from it, and its next turn goes on as usual */
+                CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+                run_one(e, longer, 12, flow, &r4);
+                CHECK_EQ_INT(r4.st.prefill_tokens, 1);
+                CHECK(r4.len == want_n && memcmp(r4.text, want, want_n) == 0);
+                run_one(e, " Then what?", 4, flow, &r4);
+                CHECK(r4.st.prefill_tokens == r4.st.prompt_tokens);
+                CHECK(axp_engine_flow_close(e, flow) == 0);
+                /* a new model: nothing of the old one's is kept */
+                CHECK(axp_engine_load_model(e, model_path, &err) == 0);
+                CHECK(kv_cached(e) == 0);
+                run_one(e, prompts[3], 12, 0, &r2);
+                CHECK(r2.st.prefill_tokens == r2.st.prompt_tokens);
+                CHECK(r2.len == r1.len && memcmp(r2.text, r1.text, r1.len) == 0);
+                axp_engine_free(e);
+        }
+        kv_type = NULL;
+
+        /* a budget of about two requests: the cache gives its room to requests */
+        CHECK(axp_model_load(model_path, &m, &err) == 0);
+        const uint64_t x = axp_kv_cache_bytes(&m->hp, AXP_TYPE_F16, 300, 64);
+        axp_model_free(m);
+        kv_memory = 2 * x + x / 4;
+        axp_engine *e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        run_one(e, prompts[3], 12, 0, &r1);
+        CHECK(kv_cached(e) > 0);
+        uint64_t ida, idb;
+        CHECK(submit_held(e, prompts[0], 250, 0, &r2, &ida, &err) == 0);
+        CHECK_MSG(submit_held(e, prompts[1], 250, 0, &r3, &idb, &err) == 0, "%s", err.msg);
+        CHECK(kv_cached(e) == 0);
+        cancel_wait(e, ida, &r2);
+        cancel_wait(e, idb, &r3);
+        axp_engine_free(e);
+        kv_memory = 0;
+
+        /* PromptCache=0: nothing kept */
+        prompt_cache = 0;
+        e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        run_one(e, prompts[3], 12, 0, &r1);
+        run_one(e, prompts[3], 12, 0, &r2);
+        CHECK(r2.st.prefill_tokens == r2.st.prompt_tokens && kv_cached(e) == 0);
+        axp_engine_free(e);
+        prompt_cache = -1;
+}
+
 /* Swapping models under load while other threads read the status --------------------------- */
 
 /* What status_changed was told, from which thread. */
@@ -858,6 +970,7 @@ int main(void) {
         RUN(test_free_with_requests_in_flight);
         RUN(test_flow_reuses_kv);
         RUN(test_kv_budget);
+        RUN(test_prompt_cache);
         RUN(test_swap_models_under_load);
         unlink(model_path);
         unlink(model_b_path);

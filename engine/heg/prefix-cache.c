@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine's prompt cache (prefix-cache.h). */
+#include "prefix-cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void axp_prefix_cache_init(axp_prefix_cache *c, int max_entries) {
+        *c = (axp_prefix_cache) { .max_entries = MAX(max_entries, 0) };
+}
+
+static void entry_drop(axp_prefix_cache *c, axp_kv_budget *b, int i) {
+        axp_prefix_entry *e = &c->e[i];
+        c->bytes -= e->kv.bytes;
+        axp_kv_budget_release(b, &e->kv);
+        axp_seq_free(&e->seq);
+        free(e->tokens);
+        c->e[i] = c->e[--c->n];
+}
+
+void axp_prefix_cache_clear(axp_prefix_cache *c, axp_kv_budget *b) {
+        while (c->n > 0)
+                entry_drop(c, b, c->n - 1);
+}
+
+void axp_prefix_cache_free(axp_prefix_cache *c, axp_kv_budget *b) {
+        axp_prefix_cache_clear(c, b);
+        free(c->e);
+        c->e = NULL;
+}
+
+bool axp_prefix_cache_fits_model(const axp_hparams *hp) {
+        return !axp_seq_model_has_swa(hp);
+}
+
+static int common(const int32_t *a, int na, const int32_t *b, int nb) {
+        int i = 0;
+        while (i < na && i < nb && a[i] == b[i])
+                i++;
+        return i;
+}
+
+int axp_prefix_cache_seed(axp_prefix_cache *c, axp_seq *dst, const int32_t *tokens, int n, axp_error *err) {
+        int best = -1, len = 0;
+        for (int i = 0; i < c->n; i++) {
+                axp_prefix_entry *e = &c->e[i];
+                if (e->seq.model != dst->model || e->seq.kv_type != dst->kv_type)
+                        continue;
+                int k = common(e->tokens, e->seq.n_past, tokens, n - 1);
+                if (k > len) {
+                        len = k;
+                        best = i;
+                }
+        }
+        if (best < 0 || len < AXP_PREFIX_MIN)
+                return 0;
+        int r = axp_seq_copy_prefix(dst, &c->e[best].seq, len, err);
+        if (r < 0)
+                return r;
+        c->e[best].used = ++c->clock;
+        c->hits++;
+        c->hit_tokens += (uint64_t) len;
+        return len;
+}
+
+bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b) {
+        if (c->n == 0)
+                return false;
+        int lru = 0;
+        for (int i = 1; i < c->n; i++)
+                if (c->e[i].used < c->e[lru].used)
+                        lru = i;
+        entry_drop(c, b, lru);
+        return true;
+}
+
+void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, const int32_t *tokens) {
+        const int n = seq->n_past;
+        const uint64_t bytes = axp_seq_kv_bytes(seq);
+        int32_t *copy = NULL;
+
+        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp) ||
+            bytes > b->limit / 2)
+                goto drop;
+        for (int i = 0; i < c->n; i++) {
+                axp_prefix_entry *e = &c->e[i];
+                if (e->seq.model != seq->model || e->seq.kv_type != seq->kv_type)
+                        continue;
+                int k = common(e->tokens, e->seq.n_past, tokens, n);
+                if (k == n) { /* it holds all of this already */
+                        e->used = ++c->clock;
+                        goto drop;
+                }
+                if (k == e->seq.n_past) /* a beginning of this: this one replaces it */
+                        entry_drop(c, b, i--);
+        }
+        while (c->n > 0 && (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2))
+                axp_prefix_cache_evict(c, b);
+        if (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2)
+                goto drop;
+        copy = malloc(sizeof(int32_t) * (size_t) n);
+        if (!copy)
+                goto drop;
+        if (!c->e && !(c->e = calloc((size_t) c->max_entries, sizeof(*c->e))))
+                goto drop;
+        memcpy(copy, tokens, sizeof(int32_t) * (size_t) n);
+        axp_seq_release_activations(seq);
+        axp_prefix_entry *e = &c->e[c->n++];
+        *e = (axp_prefix_entry) { .tokens = copy, .seq = *seq, .used = ++c->clock };
+        memset(seq, 0, sizeof(*seq));
+        /* the memory is in use already: the budget takes it without refusing */
+        axp_kv_budget_set(b, &e->kv, bytes);
+        c->bytes += bytes;
+        return;
+drop:
+        free(copy);
+        axp_seq_free(seq);
+}
+
+int axp_prefix_cache_reserve(axp_prefix_cache *c, axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes,
+                             axp_error *err) {
+        for (;;) {
+                axp_error e = { 0 };
+                int r = axp_kv_budget_reserve(b, h, bytes, &e);
+                if (r != -EBUSY || !axp_prefix_cache_evict(c, b)) {
+                        if (r < 0 && err)
+                                *err = e;
+                        return r;
+                }
+        }
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine's prompt cache: the KV caches of finished requests, kept by the tokens they hold,
+ * so that a request whose prompt begins as one of them did (the same system prompt, tools and
+ * earlier turns, as agents send them again and again) copies those positions instead of
+ * prefilling them. The CPU kernels give the same bits whatever the batching (each position's
+ * K and V depend only on the tokens before it), so an answer is the one a full prefill gives.
+ *
+ * Entries hold a share of the KV budget (kv-budget.h) and give it back first: the least
+ * recently used goes when a request or flow needs the room, when there are more than
+ * `max_entries`, or when together they would hold more than half the budget. Models with
+ * sliding-window layers keep no entries (their rings do not hold every position). Not
+ * thread-safe: the engine's thread owns it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "heg/kv-budget.h"
+#include "heg/seq.h"
+
+/* Fewer positions in common than this are prefilled as usual. */
+#define AXP_PREFIX_MIN 16
+
+typedef struct axp_prefix_entry {
+        int32_t *tokens;        /* the tokens at positions 0 .. seq.n_past - 1 */
+        axp_seq seq;
+        axp_kv_hold kv;
+        uint64_t used;          /* when last put or taken (the cache's clock) */
+} axp_prefix_entry;
+
+typedef struct axp_prefix_cache {
+        axp_prefix_entry *e;
+        int n, max_entries;     /* max_entries 0: the cache is off */
+        uint64_t clock;
+        uint64_t bytes;         /* what the entries hold of the budget */
+        /* counters since start: requests that took positions from an entry, and the positions */
+        uint64_t hits, hit_tokens;
+} axp_prefix_cache;
+
+void axp_prefix_cache_init(axp_prefix_cache *c, int max_entries);
+/* Every entry freed and its hold given back (before a model goes: entries use it). */
+void axp_prefix_cache_clear(axp_prefix_cache *c, axp_kv_budget *b);
+void axp_prefix_cache_free(axp_prefix_cache *c, axp_kv_budget *b);
+
+/* Whether a model's caches can be kept and shared here (no sliding-window layers). */
+bool axp_prefix_cache_fits_model(const axp_hparams *hp);
+
+/* Start dst (initialised, empty, of the same model and KV type) with the longest run of
+ * positions that an entry holds in common with tokens[0..n), at most n - 1 of them (the last
+ * token is fed for its logits) and none if fewer than AXP_PREFIX_MIN. Returns how many
+ * positions dst holds now (its n_past), or a negative errno (dst then holds none). */
+int axp_prefix_cache_seed(axp_prefix_cache *c, axp_seq *dst, const int32_t *tokens, int n, axp_error *err);
+
+/* Keep a finished request's cache: seq (taken; zeroed) holding tokens[0..seq->n_past). An
+ * entry that holds a beginning of it goes; nothing is kept where an entry already holds all
+ * of it, or it is shorter than AXP_PREFIX_MIN, or it alone would hold more than half the
+ * budget. The least recently used entries go to make room. */
+void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, const int32_t *tokens);
+
+/* Free the least recently used entry, giving its hold back; false if there is none. */
+bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b);
+
+/* axp_kv_budget_reserve, with entries evicted (least recently used first) while the budget
+ * is full (-EBUSY) and one is left. */
+int axp_prefix_cache_reserve(axp_prefix_cache *c, axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes,
+                             axp_error *err);
