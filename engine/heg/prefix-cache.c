@@ -74,13 +74,29 @@ bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b) {
         return true;
 }
 
+/* A request's cache was sized for the answer it might have given (up to the context): one
+ * kept holds its positions and little more, copied into one of that size. */
+#define SLACK 256
+
+static void shrink(axp_seq *seq) {
+        axp_seq small = { 0 };
+        axp_error e = { 0 };
+        if (seq->kv_cap <= seq->n_past + SLACK)
+                return;
+        if (axp_seq_init(&small, seq->model, seq->kv_type, seq->n_ctx_max, seq->n_past, &e) == 0 &&
+            axp_seq_copy_prefix(&small, seq, seq->n_past, &e) == 0) {
+                axp_seq_free(seq);
+                *seq = small;
+        } else
+                axp_seq_free(&small); /* out of memory: kept as it is */
+}
+
 void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, const int32_t *tokens) {
         const int n = seq->n_past;
-        const uint64_t bytes = axp_seq_kv_bytes(seq);
+        uint64_t bytes;
         int32_t *copy = NULL;
 
-        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp) ||
-            bytes > b->limit / 2)
+        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
                 goto drop;
         for (int i = 0; i < c->n; i++) {
                 axp_prefix_entry *e = &c->e[i];
@@ -94,6 +110,9 @@ void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, c
                 if (k == e->seq.n_past) /* a beginning of this: this one replaces it */
                         entry_drop(c, b, i--);
         }
+        shrink(seq);
+        if ((bytes = axp_seq_kv_bytes(seq)) > b->limit / 2)
+                goto drop;
         while (c->n > 0 && (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2))
                 axp_prefix_cache_evict(c, b);
         if (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2)

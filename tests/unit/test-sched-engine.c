@@ -734,6 +734,30 @@ static void test_prompt_cache(void) {
                 run_one(e, prompts[3], 12, 0, &r2);
                 CHECK(r2.st.prefill_tokens == r2.st.prompt_tokens);
                 CHECK(r2.len == r1.len && memcmp(r2.text, r1.text, r1.len) == 0);
+                /* a cache sized for a long answer is kept at the size of what it holds: a
+                 * stop string ends this one early, with room reserved for 900 tokens */
+                if (t == 0 && r1.len > 8) {
+                        char stop[8];
+                        memcpy(stop, r1.text + r1.len - 6, 6);
+                        stop[6] = 0;
+                        axp_request_opts o;
+                        greedy_opts(&o, 900);
+                        const char *stops[] = { stop };
+                        o.stop = stops;
+                        o.n_stop = 1;
+                        axp_request_cbs cb = cbs_for(&r4);
+                        uint64_t id;
+                        result_init(&r4);
+                        CHECK(axp_engine_load_model(e, model_path, &err) == 0); /* the cache emptied */
+                        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[3], &o, &cb, &id, &err) == 0);
+                        result_wait(&r4);
+                        CHECK(r4.reason == AXP_FINISH_STOP && r4.st.generated_tokens < 20);
+                        CHECK(axp_model_load(model_path, &m, &err) == 0);
+                        const int held = (int) (r4.st.prompt_tokens + r4.st.generated_tokens - 1);
+                        CHECK_MSG(kv_cached(e) == axp_kv_cache_bytes(&m->hp, AXP_TYPE_F16, MAX(held, 256), 1),
+                                  "%" PRIu64 " cached for %d positions", kv_cached(e), held);
+                        axp_model_free(m);
+                }
                 axp_engine_free(e);
         }
         kv_type = NULL;
