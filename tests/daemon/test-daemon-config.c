@@ -36,6 +36,7 @@ static void test_every_key(void) {
                 "DynamicDevice=opencl:1\n"
                 "ContextSize=2048\n"
                 "KVType=f32\n"
+                "PromptCache=3\n"
                 "PreemptBoundSec=0.05\n"
                 "BatchCap=2\n"
                 "MaxBatch=16\n"
@@ -71,6 +72,7 @@ static void test_every_key(void) {
         CHECK(strcmp(c.engine.dynamic_dev, "opencl:1") == 0);
         CHECK_EQ_INT(c.engine.n_ctx, 2048);
         CHECK(strcmp(c.engine.kv_type, "f32") == 0);
+        CHECK_EQ_INT(c.engine.prompt_cache, 3);
         CHECK_NEAR(c.engine.preempt_bound_s, 0.05, 1e-12);
         CHECK_EQ_INT(c.engine.b_cap, 2);
         CHECK_EQ_INT(c.engine.max_batch, 16);
