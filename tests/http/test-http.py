@@ -965,6 +965,17 @@ def test_several_choices():
             status, body = b.json("/v1/chat/completions", {"model": m, "messages": hello, "n": n})
             assert status == 400 and want in body["error"]["message"], (n, status, body)
 
+        # a client that leaves: every choice's request is cancelled
+        for stream in (True, False):
+            p = b.curl_spawn("/v1/chat/completions", {"model": m, "max_tokens": 4000, "n": 3, "stream": stream,
+                                                      "messages": hello})
+            wait_for(lambda: bus.props()["Running"] == 3, "the three choices to run")
+            if stream:
+                assert p.stdout.readline().startswith("data: ")
+            p.kill()
+            p.wait()
+            wait_for(lambda: engine_idle(bus), "every choice to be cancelled")
+
     with serving(config="[Limits]\nRequestsPerUser=2\n") as (bus, d, b):
         for stream in (False, True):
             status, body = b.curl("/v1/chat/completions", {"model": model_name(b), "max_tokens": 200, "n": 3,
