@@ -195,6 +195,10 @@ static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
         int32_t tok = axp_gen_next(&q->gen, seq->logits);
 
         q->last_tok = tok;
+        /* the prompt is in the cache now: kept for requests that begin the same way and come
+         * while this one decodes (n requests of one prompt, agents sharing a system prompt) */
+        if (q->gen.n_generated == 1 && !q->flow && q->toks && seq->n_past <= q->n_toks)
+                axp_prefix_cache_put_copy(&q->e->prefix, &q->e->kv_budget, seq, q->toks);
         deliver_text(q);
         if (q->gen.done) {
                 *ret_reason = q->gen.reason;

@@ -136,6 +136,28 @@ drop:
         axp_seq_free(seq);
 }
 
+void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, const axp_seq *seq, const int32_t *tokens) {
+        const int n = seq->n_past;
+        axp_seq copy = { 0 };
+        axp_error e = { 0 };
+
+        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
+                return;
+        for (int i = 0; i < c->n; i++)
+                if (c->e[i].seq.model == seq->model && c->e[i].seq.kv_type == seq->kv_type &&
+                    common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n) {
+                        c->e[i].used = ++c->clock;
+                        return; /* held already */
+                }
+        if (axp_seq_init(&copy, seq->model, seq->kv_type, seq->n_ctx_max, n, &e) < 0)
+                return;
+        if (axp_seq_copy_prefix(&copy, seq, n, &e) < 0) {
+                axp_seq_free(&copy);
+                return;
+        }
+        axp_prefix_cache_put(c, b, &copy, tokens);
+}
+
 int axp_prefix_cache_reserve(axp_prefix_cache *c, axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes,
                              axp_error *err) {
         for (;;) {

@@ -57,6 +57,11 @@ int axp_prefix_cache_seed(axp_prefix_cache *c, axp_seq *dst, const int32_t *toke
  * budget. The least recently used entries go to make room. */
 void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, const int32_t *tokens);
 
+/* The same for a request still running, once its prompt is in its cache (so that requests
+ * with its beginning that come while it decodes find it): its positions are copied, seq stays
+ * as it is. */
+void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, const axp_seq *seq, const int32_t *tokens);
+
 /* Free the least recently used entry, giving its hold back; false if there is none. */
 bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b);
 

@@ -762,6 +762,31 @@ static void test_prompt_cache(void) {
         }
         kv_type = NULL;
 
+        /* a prompt is kept once it is in its request's cache, before the request ends (one
+         * cancelled keeps nothing when it ends): one that begins the same way and comes while
+         * the first decodes takes it */
+        {
+                axp_engine *e = new_engine("agentxpu");
+                uint64_t ida;
+                CHECK(e != NULL);
+                if (!e)
+                        return;
+                CHECK(submit_held(e, longer, 900, 0, &r1, &ida, &err) == 0);
+                for (;;) {
+                        pthread_mutex_lock(&r1.lock);
+                        int n = r1.n_token_calls;
+                        pthread_mutex_unlock(&r1.lock);
+                        if (n > 0)
+                                break;
+                        usleep(1000);
+                }
+                cancel_wait(e, ida, &r1);
+                CHECK(r1.reason == AXP_FINISH_CANCELLED);
+                run_one(e, longer, 4, 0, &r2);
+                CHECK_EQ_INT(r2.st.prefill_tokens, 1);
+                axp_engine_free(e);
+        }
+
         /* a budget of about two requests: the cache gives its room to requests */
         CHECK(axp_model_load(model_path, &m, &err) == 0);
         const uint64_t x = axp_kv_cache_bytes(&m->hp, AXP_TYPE_F16, 300, 64);
