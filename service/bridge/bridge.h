@@ -182,6 +182,7 @@ struct Call {
          * samples with seed + i); started: those the engine took, pending: those not finished */
         Choice *choices;
         guint n_choices, started, pending;
+        bool rest_submitted;    /* the choices after the first have gone to the engine */
         bool gone;              /* answered or its client left */
         bool headers_sent;      /* streamed: the status and headers are out */
         gulong disconnected_id, finished_id;

@@ -783,6 +783,7 @@ void call_fail(Call *c, const Fail *f) {
 }
 
 static void call_submit(Call *c);
+static void submit_rest(Call *c);
 
 /* A choice's request failed: the others are cancelled, and the client told (in the stream
  * where its headers went). */
@@ -857,6 +858,8 @@ static void job_token(void *userdata, const char *text) {
         bool first = ch->text->len == 0;
 
         g_string_append(ch->text, text);
+        if (ch->index == 0)
+                submit_rest(c);
         if (!c->stream)
                 return;
         /* With tools, an answer that begins as a call could begin with '{', '<' or '[' (the
@@ -886,6 +889,8 @@ static void job_finished(void *userdata, const char *reason, const char *error,
                                          c->cached_tokens + st->prompt_tokens + st->generated_tokens - 1);
                 }
                 ch->done = true;
+                if (ch->index == 0)
+                        submit_rest(c);
                 ch->reason = g_strdup(reason);
                 ch->st = *st;
                 ch->st.finish_reason = g_strdup(st->finish_reason);
@@ -951,14 +956,28 @@ static GVariant *submission_options(Choice *ch, guint first) {
         return g_variant_builder_end(&opts);
 }
 
+static void submit_choice(Choice *ch, guint first) {
+        Call *c = ch->call;
+        ch->job = engine_link_submit(c->b->link, c->proactive, c->prompt, submission_options(ch, first),
+                                     &job_callbacks, ch);
+}
+
+/* The first choice goes alone; the others once its prompt is prefilled (its first token, or
+ * its end), when the engine's prompt cache holds it, so that they prefill next to nothing
+ * rather than the whole prompt each. */
 static void submit_now(Call *c, guint first) {
         c->pending = c->n_choices;
         c->started = 0;
-        for (guint i = 0; i < c->n_choices; i++) {
-                Choice *ch = &c->choices[i];
-                ch->job = engine_link_submit(c->b->link, c->proactive, c->prompt, submission_options(ch, first),
-                                             &job_callbacks, ch);
-        }
+        c->rest_submitted = c->n_choices == 1;
+        submit_choice(&c->choices[0], first);
+}
+
+static void submit_rest(Call *c) {
+        if (c->rest_submitted || c->gone)
+                return;
+        c->rest_submitted = true;
+        for (guint i = 1; i < c->n_choices; i++)
+                submit_choice(&c->choices[i], 0);
 }
 
 static void flow_opened(void *userdata, const char *path, const char *error_name,

@@ -906,10 +906,16 @@ def test_several_choices():
     with serving() as (bus, d, b):
         m = model_name(b)
         hello = [{"role": "user", "content": "Hello"}]
-        one = [ask(b, hello, 12, temperature=1.0, seed=7 + i)["choices"][0]["message"]["content"] for i in range(3)]
-        assert len(set(one)) > 1, one
         r = ask(b, hello, 12, temperature=1.0, seed=7, n=3)
         assert [c["index"] for c in r["choices"]] == [0, 1, 2], r
+        # the later choices went once the first one's prompt was in the engine's prompt cache:
+        # the first prefilled the prompt, they its last token alone
+        nodes = sorted(map(int, bus.request_nodes()))[-3:]
+        stats = [bus.busctl("get-property", NAME, f"{PATH}/request/{n}", REQ_IFACE, "Stats").json["data"]
+                 for n in nodes]
+        assert [s["prefill_tokens"]["data"] for s in stats] == [r["usage"]["prompt_tokens"], 1, 1], stats
+        one = [ask(b, hello, 12, temperature=1.0, seed=7 + i)["choices"][0]["message"]["content"] for i in range(3)]
+        assert len(set(one)) > 1, one
         assert [c["message"]["content"] for c in r["choices"]] == one, (r, one)
         assert all(c["finish_reason"] == "length" for c in r["choices"]), r
         single = ask(b, hello, 12, temperature=0)["usage"]
