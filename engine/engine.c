@@ -65,6 +65,7 @@ struct ereq {
          * what own_seq's positions hold, for the prompt cache */
         int32_t *toks;
         int n_toks, cap_toks;
+        uint64_t cache_scope; /* whose prompt cache entries it takes and leaves */
         axp_seq *seq;
         flow *flow;
         int32_t prev_pending; /* the flow's pending token this turn consumed */
@@ -198,7 +199,7 @@ static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
         /* the prompt is in the cache now: kept for requests that begin the same way and come
          * while this one decodes (n requests of one prompt, agents sharing a system prompt) */
         if (q->gen.n_generated == 1 && !q->flow && q->toks && seq->n_past <= q->n_toks)
-                axp_prefix_cache_put_copy(&q->e->prefix, &q->e->kv_budget, seq, q->toks);
+                axp_prefix_cache_put_copy(&q->e->prefix, &q->e->kv_budget, q->cache_scope, seq, q->toks);
         deliver_text(q);
         if (q->gen.done) {
                 *ret_reason = q->gen.reason;
@@ -314,7 +315,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         if (!q->flow && q->toks && (reason == AXP_FINISH_STOP || reason == AXP_FINISH_LENGTH) &&
             q->own_seq.model && q->own_seq.n_past <= q->n_toks) {
                 axp_seq_truncate(&q->own_seq, q->own_seq.n_past);
-                axp_prefix_cache_put(&q->e->prefix, &q->e->kv_budget, &q->own_seq, q->toks);
+                axp_prefix_cache_put(&q->e->prefix, &q->e->kv_budget, q->cache_scope, &q->own_seq, q->toks);
         }
         if (q->cbs.finished)
                 q->cbs.finished(q->cbs.userdata, q->id, reason, &stats);
@@ -533,6 +534,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         q->cbs = a->cbs ? *a->cbs : (axp_request_cbs) { 0 };
         q->flow = f;
         q->prompt_tokens = (uint32_t) n_all;
+        q->cache_scope = o->cache_scope;
         q->last_tok = -1;
         if (f) {
                 if (!f->seq.model) {
@@ -578,7 +580,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         int cached = 0;
         if (q->seq->n_past == 0 && (!f || f->pending < 0)) {
                 axp_error ignored = { 0 };
-                int k = axp_prefix_cache_seed(&e->prefix, q->seq, all, n_all, &ignored);
+                int k = axp_prefix_cache_seed(&e->prefix, o->cache_scope, q->seq, all, n_all, &ignored);
                 cached = MAX(k, 0);
         }
         q->submitting = true;

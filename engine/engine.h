@@ -133,6 +133,11 @@ typedef struct axp_request_opts {
          * finished callback's stats say which (finish_reason, tool_call). */
         const char *tools;
         const char *tool_choice;
+        /* Whose entries of the prompt cache this request may take and leave (the daemon: the
+         * caller's uid): requests of one scope never start from another's, since what a
+         * cache saves shows in their statistics and their time to first token. 0 is a scope
+         * like any other. */
+        uint64_t cache_scope;
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);

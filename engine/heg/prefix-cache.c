@@ -40,11 +40,17 @@ static int common(const int32_t *a, int na, const int32_t *b, int nb) {
         return i;
 }
 
-int axp_prefix_cache_seed(axp_prefix_cache *c, axp_seq *dst, const int32_t *tokens, int n, axp_error *err) {
+/* Whether an entry may serve (or be replaced by) a request of this scope and cache. */
+static bool same_kind(const axp_prefix_entry *e, uint64_t scope, const axp_seq *s) {
+        return e->scope == scope && e->seq.model == s->model && e->seq.kv_type == s->kv_type;
+}
+
+int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, const int32_t *tokens, int n,
+                          axp_error *err) {
         int best = -1, len = 0;
         for (int i = 0; i < c->n; i++) {
                 axp_prefix_entry *e = &c->e[i];
-                if (e->seq.model != dst->model || e->seq.kv_type != dst->kv_type)
+                if (!same_kind(e, scope, dst))
                         continue;
                 int k = common(e->tokens, e->seq.n_past, tokens, n - 1);
                 if (k > len) {
@@ -91,7 +97,8 @@ static void shrink(axp_seq *seq) {
                 axp_seq_free(&small); /* out of memory: kept as it is */
 }
 
-void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, const int32_t *tokens) {
+void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, axp_seq *seq,
+                          const int32_t *tokens) {
         const int n = seq->n_past;
         uint64_t bytes;
         int32_t *copy = NULL;
@@ -100,7 +107,7 @@ void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, c
                 goto drop;
         for (int i = 0; i < c->n; i++) {
                 axp_prefix_entry *e = &c->e[i];
-                if (e->seq.model != seq->model || e->seq.kv_type != seq->kv_type)
+                if (!same_kind(e, scope, seq))
                         continue;
                 int k = common(e->tokens, e->seq.n_past, tokens, n);
                 if (k == n) { /* it holds all of this already */
@@ -125,7 +132,7 @@ void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, c
         memcpy(copy, tokens, sizeof(int32_t) * (size_t) n);
         axp_seq_release_activations(seq);
         axp_prefix_entry *e = &c->e[c->n++];
-        *e = (axp_prefix_entry) { .tokens = copy, .seq = *seq, .used = ++c->clock };
+        *e = (axp_prefix_entry) { .scope = scope, .tokens = copy, .seq = *seq, .used = ++c->clock };
         memset(seq, 0, sizeof(*seq));
         /* the memory is in use already: the budget takes it without refusing */
         axp_kv_budget_set(b, &e->kv, bytes);
@@ -136,7 +143,8 @@ drop:
         axp_seq_free(seq);
 }
 
-void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, const axp_seq *seq, const int32_t *tokens) {
+void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, const axp_seq *seq,
+                               const int32_t *tokens) {
         const int n = seq->n_past;
         axp_seq copy = { 0 };
         axp_error e = { 0 };
@@ -144,8 +152,7 @@ void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, const axp_
         if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
                 return;
         for (int i = 0; i < c->n; i++)
-                if (c->e[i].seq.model == seq->model && c->e[i].seq.kv_type == seq->kv_type &&
-                    common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n) {
+                if (same_kind(&c->e[i], scope, seq) && common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n) {
                         c->e[i].used = ++c->clock;
                         return; /* held already */
                 }
@@ -155,7 +162,7 @@ void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, const axp_
                 axp_seq_free(&copy);
                 return;
         }
-        axp_prefix_cache_put(c, b, &copy, tokens);
+        axp_prefix_cache_put(c, b, scope, &copy, tokens);
 }
 
 int axp_prefix_cache_reserve(axp_prefix_cache *c, axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes,

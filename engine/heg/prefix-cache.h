@@ -22,6 +22,7 @@
 #define AXP_PREFIX_MIN 16
 
 typedef struct axp_prefix_entry {
+        uint64_t scope;         /* whose it is: only requests of the same scope take it */
         int32_t *tokens;        /* the tokens at positions 0 .. seq.n_past - 1 */
         axp_seq seq;
         axp_kv_hold kv;
@@ -46,21 +47,24 @@ void axp_prefix_cache_free(axp_prefix_cache *c, axp_kv_budget *b);
 bool axp_prefix_cache_fits_model(const axp_hparams *hp);
 
 /* Start dst (initialised, empty, of the same model and KV type) with the longest run of
- * positions that an entry holds in common with tokens[0..n), at most n - 1 of them (the last
- * token is fed for its logits) and none if fewer than AXP_PREFIX_MIN. Returns how many
- * positions dst holds now (its n_past), or a negative errno (dst then holds none). */
-int axp_prefix_cache_seed(axp_prefix_cache *c, axp_seq *dst, const int32_t *tokens, int n, axp_error *err);
+ * positions that an entry of `scope` holds in common with tokens[0..n), at most n - 1 of them
+ * (the last token is fed for its logits) and none if fewer than AXP_PREFIX_MIN. Returns how
+ * many positions dst holds now (its n_past), or a negative errno (dst then holds none). */
+int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, const int32_t *tokens, int n,
+                          axp_error *err);
 
-/* Keep a finished request's cache: seq (taken; zeroed) holding tokens[0..seq->n_past). An
- * entry that holds a beginning of it goes; nothing is kept where an entry already holds all
+/* Keep a finished request's cache, for requests of `scope`: seq (taken; zeroed) holding
+ * tokens[0..seq->n_past). An entry of that scope that holds a beginning of it goes; nothing is kept where an entry already holds all
  * of it, or it is shorter than AXP_PREFIX_MIN, or it alone would hold more than half the
  * budget. The least recently used entries go to make room. */
-void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, axp_seq *seq, const int32_t *tokens);
+void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, axp_seq *seq,
+                          const int32_t *tokens);
 
 /* The same for a request still running, once its prompt is in its cache (so that requests
  * with its beginning that come while it decodes find it): its positions are copied, seq stays
  * as it is. */
-void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, const axp_seq *seq, const int32_t *tokens);
+void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, const axp_seq *seq,
+                               const int32_t *tokens);
 
 /* Free the least recently used entry, giving its hold back; false if there is none. */
 bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b);

@@ -259,6 +259,8 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
         req->complete = complete;
 
         bridge_request_cbs(&c->bridge, &cbs);
+        /* one user's requests never start from another's cache */
+        o.opts.cache_scope = (uint64_t) cl->uid;
         r = axp_engine_submit(c->engine, kind, prompt, &o.opts, &cbs, &id, &err);
         if (r < 0) {
                 request_free(req); /* frees the client too if this was all it had */

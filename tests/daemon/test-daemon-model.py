@@ -324,6 +324,29 @@ def test_flow_turn_prefills_only_new_tokens():
     assert a[1][1] < a[0][1], (a, b)
 
 
+def test_prompt_cache_is_per_user():
+    """The prompt cache serves the user whose requests filled it alone: what a cache saves
+    shows in a request's Stats (prefill_tokens) and in its time to first token, so another
+    user's request with the same prompt prefills it whole."""
+    prompt = "Tell me about the sea, " + " ".join(["the waves and the tide"] * 12) + "."
+
+    def prefilled(user=None):
+        r = bus.call("Complete", prompt, "{'max_tokens': <uint32 4>, 'temperature': <0.0>}", user=user)
+        assert r.rc == 0, r
+        m = re.search(r"'prompt_tokens': <uint32 (\d+)>, 'prefill_tokens': <uint32 (\d+)>", r.out)
+        return int(m.group(1)), int(m.group(2)), gvariant_first_string(r.out)
+
+    with engine() as (bus, d):
+        first = prefilled()
+        assert first[0] == first[1], first
+        other = prefilled("nobody")
+        assert other == first, (other, first)
+        again = prefilled()
+        assert again == (first[0], 1, first[2]), (again, first)
+        assert prefilled("nobody") == (first[0], 1, first[2])
+        assert bus.props()["KVMemoryCached"] > 0
+
+
 def token_count(text, bos=True):
     r = run([CLI, "tokenize", "-m", model(), "-p", text, "--json"] + ([] if bos else ["--no-bos"]))
     assert r.rc == 0, r
@@ -709,6 +732,7 @@ TESTS = [
     test_reactive_overtakes_busy_proactive_work,
     test_gdbus_example_client,
     test_flow_turn_prefills_only_new_tokens,
+    test_prompt_cache_is_per_user,
     test_sigterm_cancels_running_requests_and_exits_0,
     test_a_load_waiting_on_requests_holds_no_one_up,
     test_cli_ends_when_the_engine_dies_mid_stream,

@@ -683,8 +683,8 @@ static void run_one(axp_engine *e, const char *prompt, int max_tokens, uint64_t 
 /* A finished request's cache is kept: the same prompt again prefills its last token alone, a
  * longer one what is new, and each answer is the reference's, the one a whole prefill gives
  * (for every KV cache type); a flow's first turn takes from it too. The cache is not what
- * requests hold; it makes room when a request needs it, a new model empties it, and with
- * PromptCache=0 nothing is kept. */
+ * requests hold; it makes room when a request needs it, a new model empties it, a request of
+ * another scope never takes it, and with PromptCache=0 nothing is kept. */
 static void test_prompt_cache(void) {
         static const char *const types[] = { NULL, "q8_0" };
         static char want[8192];
@@ -783,6 +783,29 @@ static void test_prompt_cache(void) {
                 cancel_wait(e, ida, &r1);
                 CHECK(r1.reason == AXP_FINISH_CANCELLED);
                 run_one(e, longer, 4, 0, &r2);
+                CHECK_EQ_INT(r2.st.prefill_tokens, 1);
+                axp_engine_free(e);
+        }
+
+        /* another scope (the daemon's: another user) never starts from this one's */
+        {
+                axp_engine *e = new_engine("agentxpu");
+                CHECK(e != NULL);
+                if (!e)
+                        return;
+                run_one(e, prompts[3], 4, 0, &r1);
+                axp_request_opts o;
+                greedy_opts(&o, 4);
+                o.cache_scope = 1000;
+                axp_request_cbs cb = cbs_for(&r2);
+                uint64_t id;
+                result_init(&r2);
+                CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[3], &o, &cb, &id, &err) == 0);
+                result_wait(&r2);
+                CHECK(r2.st.prefill_tokens == r2.st.prompt_tokens);
+                result_init(&r2);
+                CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[3], &o, &cb, &id, &err) == 0);
+                result_wait(&r2);
                 CHECK_EQ_INT(r2.st.prefill_tokens, 1);
                 axp_engine_free(e);
         }
