@@ -787,6 +787,30 @@ static void test_prompt_cache(void) {
                 axp_engine_free(e);
         }
 
+        /* the dynamic role on OpenCL (PoCL here): a prompt begun from the cache gives the
+         * reference's answer there too */
+        axp_device *probe = NULL;
+        if (axp_device_open("opencl", 1, &probe, NULL) == 0) {
+                axp_device_free(probe);
+                CHECK(axp_model_load(model_path, &m, &err) == 0);
+                CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+                size_t want_n = reference(m, d, longer, 12, want, sizeof(want));
+                axp_device_free(d);
+                axp_model_free(m);
+                small_chunks = true;
+                axp_engine *e = new_engine_on("agentxpu", "cpu", "opencl");
+                small_chunks = false;
+                CHECK(e != NULL);
+                if (!e)
+                        return;
+                run_one(e, prompts[3], 12, 0, &r1);
+                run_one(e, longer, 12, 0, &r3);
+                CHECK(r3.st.prefill_tokens < r3.st.prompt_tokens);
+                CHECK_MSG(r3.len == want_n && memcmp(r3.text, want, want_n) == 0, "opencl: '%.*s' vs '%s'",
+                          (int) r3.len, r3.text, want);
+                axp_engine_free(e);
+        }
+
         /* another scope (the daemon's: another user) never starts from this one's */
         {
                 axp_engine *e = new_engine("agentxpu");
