@@ -363,9 +363,20 @@ int cli_generate(int argc, char **argv) {
         }
 
         double t0 = axp_now();
-        for (int i = 0; i < np; i++)
-                if (axp_forward_prefill(dev, &cs.c[i].seq, prompt, n_prompt, a.chunk, &err) < 0)
+        long n_prefilled = 0;
+        for (int i = 0; i < np; i++) {
+                /* the prompt is prefilled once: the other completions copy its cache but for the
+                 * last position, whose logits each computes (the same bits whatever the
+                 * batching); not where sliding-window rings keep less than every position */
+                axp_error cerr = { 0 };
+                int from = i > 0 && n_prompt > 1 &&
+                                           axp_seq_copy_prefix(&cs.c[i].seq, &cs.c[0].seq, n_prompt - 1, &cerr) == 0
+                                   ? n_prompt - 1
+                                   : 0;
+                if (axp_forward_prefill(dev, &cs.c[i].seq, prompt + from, n_prompt - from, a.chunk, &err) < 0)
                         return cli_fail("%s", err.msg);
+                n_prefilled += n_prompt - from;
+        }
         double t1 = axp_now(), t2 = t1;
 
         /* one completion on text output streams; otherwise each keeps its text */
@@ -440,7 +451,7 @@ int cli_generate(int argc, char **argv) {
         if (np > 1)
                 printf("]");
         printf(", \"timings\": {\"prefill_tokens_per_s\": %.3f, \"decode_tokens_per_s\": %.3f",
-               t1 > t0 ? (double) np * n_prompt / (t1 - t0) : 0, n_decoded > 0 && t2 > t1 ? n_decoded / (t2 - t1) : 0);
+               t1 > t0 ? (double) n_prefilled / (t1 - t0) : 0, n_decoded > 0 && t2 > t1 ? n_decoded / (t2 - t1) : 0);
         if (cs.c[0].gen.matcher)
                 printf(", \"grammar_ms_per_token\": %.4f, \"grammar_masked_steps\": %u",
                        n_toks > 0 ? mask_s * 1e3 / n_toks : 0, n_masked);
