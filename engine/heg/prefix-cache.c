@@ -64,8 +64,6 @@ int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, con
         if (r < 0)
                 return r;
         c->e[best].used = ++c->clock;
-        c->hits++;
-        c->hit_tokens += (uint64_t) len;
         return len;
 }
 
@@ -97,29 +95,37 @@ static void shrink(axp_seq *seq) {
                 axp_seq_free(&small); /* out of memory: kept as it is */
 }
 
+/* Whether seq's positions (tokens) are worth an entry: the cache is on, they are enough, the
+ * model keeps every position, and no entry of the scope holds them all already (that one is
+ * then used now). */
+static bool wanted(axp_prefix_cache *c, uint64_t scope, const axp_seq *seq, const int32_t *tokens) {
+        const int n = seq->n_past;
+        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
+                return false;
+        for (int i = 0; i < c->n; i++)
+                if (same_kind(&c->e[i], scope, seq) && common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n) {
+                        c->e[i].used = ++c->clock;
+                        return false;
+                }
+        return true;
+}
+
 void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, axp_seq *seq,
                           const int32_t *tokens) {
         const int n = seq->n_past;
         uint64_t bytes;
         int32_t *copy = NULL;
 
-        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
+        if (!wanted(c, scope, seq, tokens))
                 goto drop;
-        for (int i = 0; i < c->n; i++) {
-                axp_prefix_entry *e = &c->e[i];
-                if (!same_kind(e, scope, seq))
-                        continue;
-                int k = common(e->tokens, e->seq.n_past, tokens, n);
-                if (k == n) { /* it holds all of this already */
-                        e->used = ++c->clock;
-                        goto drop;
-                }
-                if (k == e->seq.n_past) /* a beginning of this: this one replaces it */
-                        entry_drop(c, b, i--);
-        }
         shrink(seq);
         if ((bytes = axp_seq_kv_bytes(seq)) > b->limit / 2)
                 goto drop;
+        /* an entry holding a beginning of this: this one replaces it */
+        for (int i = 0; i < c->n; i++)
+                if (same_kind(&c->e[i], scope, seq) &&
+                    common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == c->e[i].seq.n_past)
+                        entry_drop(c, b, i--);
         while (c->n > 0 && (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2))
                 axp_prefix_cache_evict(c, b);
         if (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2)
@@ -149,13 +155,8 @@ void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, uint64_t s
         axp_seq copy = { 0 };
         axp_error e = { 0 };
 
-        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
+        if (!wanted(c, scope, seq, tokens))
                 return;
-        for (int i = 0; i < c->n; i++)
-                if (same_kind(&c->e[i], scope, seq) && common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n) {
-                        c->e[i].used = ++c->clock;
-                        return; /* held already */
-                }
         if (axp_seq_init(&copy, seq->model, seq->kv_type, seq->n_ctx_max, n, &e) < 0)
                 return;
         if (axp_seq_copy_prefix(&copy, seq, n, &e) < 0) {

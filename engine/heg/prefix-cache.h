@@ -34,8 +34,6 @@ typedef struct axp_prefix_cache {
         int n, max_entries;     /* max_entries 0: the cache is off */
         uint64_t clock;
         uint64_t bytes;         /* what the entries hold of the budget */
-        /* counters since start: requests that took positions from an entry, and the positions */
-        uint64_t hits, hit_tokens;
 } axp_prefix_cache;
 
 void axp_prefix_cache_init(axp_prefix_cache *c, int max_entries);
