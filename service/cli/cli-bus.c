@@ -1041,7 +1041,7 @@ int cli_status(int argc, char **argv) {
         };
         const char *address = NULL;
         uint32_t queued_reactive = 0, queued_proactive = 0, running = 0;
-        uint64_t kv_memory = 0, kv_used = 0;
+        uint64_t kv_memory = 0, kv_used = 0, kv_cached = 0;
         int c, r;
 
         optind = 1;
@@ -1103,7 +1103,11 @@ int cli_status(int argc, char **argv) {
                         uint32_t ignored;
                         r = sd_bus_message_read(reply, "v", "u", u ?: &ignored);
                 } else if (strcmp(contents, "t") == 0 && strncmp(key, "KVMemory", 8) == 0) {
-                        r = sd_bus_message_read(reply, "v", "t", key[8] ? &kv_used : &kv_memory);
+                        uint64_t ignored;
+                        r = sd_bus_message_read(reply, "v", "t", strcmp(key, "KVMemory") == 0         ? &kv_memory
+                                                               : strcmp(key, "KVMemoryUsed") == 0   ? &kv_used
+                                                               : strcmp(key, "KVMemoryCached") == 0 ? &kv_cached
+                                                                                                    : &ignored);
                 } else
                         r = sd_bus_message_skip(reply, "v");
                 if (r >= 0)
@@ -1115,7 +1119,13 @@ int cli_status(int argc, char **argv) {
                 char used[32], limit[32];
                 axp_format_bytes(kv_used, used, sizeof(used));
                 axp_format_bytes(kv_memory, limit, sizeof(limit));
-                printf("KV cache: %s of %s in use (KVMemory=)\n", used, limit);
+                printf("KV cache: %s of %s in use (KVMemory=)", used, limit);
+                if (kv_cached > 0) {
+                        char cached[32];
+                        axp_format_bytes(kv_cached, cached, sizeof(cached));
+                        printf(", %s more kept by the prompt cache", cached);
+                }
+                putchar('\n');
         }
         printf("Queued:   %u reactive, %u proactive\n", queued_reactive, queued_proactive);
         printf("Running:  %u\n", running);

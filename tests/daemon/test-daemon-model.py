@@ -345,6 +345,10 @@ def test_prompt_cache_is_per_user():
         assert again == (first[0], 1, first[2]), (again, first)
         assert prefilled("nobody") == (first[0], 1, first[2])
         assert bus.props()["KVMemoryCached"] > 0
+        # agentxpu status tells what requests hold apart from what the cache keeps
+        r = bus.cli("status")
+        assert r.rc == 0 and re.search(r"^KV cache: 0 bytes of [0-9.]+ [MG]iB in use \(KVMemory=\), "
+                                       r"[0-9.]+ [KMG]iB more kept by the prompt cache$", r.out, re.M), r.out
 
 
 def token_count(text, bos=True):
