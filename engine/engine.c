@@ -196,10 +196,10 @@ static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
         int32_t tok = axp_gen_next(&q->gen, seq->logits);
 
         q->last_tok = tok;
-        /* the prompt is in the cache now: kept for requests that begin the same way and come
+        /* the prompt is in the cache now: shared with requests that begin the same way and come
          * while this one decodes (n requests of one prompt, agents sharing a system prompt) */
         if (q->gen.n_generated == 1 && !q->flow && q->toks && seq->n_past <= q->n_toks)
-                axp_prefix_cache_put_copy(&q->e->prefix, &q->e->kv_budget, q->cache_scope, seq, q->toks);
+                axp_prefix_cache_share(&q->e->prefix, q, q->cache_scope, seq, q->toks);
         deliver_text(q);
         if (q->gen.done) {
                 *ret_reason = q->gen.reason;
@@ -310,6 +310,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         }
         if (q->flow && q->flow->closing)
                 engine_flow_free(q->e, q->flow);
+        axp_prefix_cache_forget(&q->e->prefix, q);
         /* an answer's cache, every position holding what the tokens say, for a later prompt
          * that begins the same way */
         if (!q->flow && q->toks && (reason == AXP_FINISH_STOP || reason == AXP_FINISH_LENGTH) &&

@@ -25,8 +25,13 @@ void axp_prefix_cache_clear(axp_prefix_cache *c, axp_kv_budget *b) {
 
 void axp_prefix_cache_free(axp_prefix_cache *c, axp_kv_budget *b) {
         axp_prefix_cache_clear(c, b);
+        while (c->n_live > 0)
+                axp_prefix_cache_forget(c, c->live[c->n_live - 1].owner);
         free(c->e);
+        free(c->live);
         c->e = NULL;
+        c->live = NULL;
+        c->cap_live = 0;
 }
 
 bool axp_prefix_cache_fits_model(const axp_hparams *hp) {
@@ -48,6 +53,7 @@ static bool same_kind(const axp_prefix_entry *e, uint64_t scope, const axp_seq *
 int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, const int32_t *tokens, int n,
                           axp_error *err) {
         int best = -1, len = 0;
+        const axp_seq *from = NULL;
         for (int i = 0; i < c->n; i++) {
                 axp_prefix_entry *e = &c->e[i];
                 if (!same_kind(e, scope, dst))
@@ -56,14 +62,27 @@ int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, con
                 if (k > len) {
                         len = k;
                         best = i;
+                        from = &e->seq;
                 }
         }
-        if (best < 0 || len < AXP_PREFIX_MIN)
+        for (int i = 0; i < c->n_live; i++) {
+                axp_prefix_live *l = &c->live[i];
+                if (l->scope != scope || l->seq->model != dst->model || l->seq->kv_type != dst->kv_type)
+                        continue;
+                int k = common(l->tokens, l->n, tokens, n - 1);
+                if (k > len) {
+                        len = k;
+                        best = -1;
+                        from = l->seq;
+                }
+        }
+        if (!from || len < AXP_PREFIX_MIN)
                 return 0;
-        int r = axp_seq_copy_prefix(dst, &c->e[best].seq, len, err);
+        int r = axp_seq_copy_prefix(dst, from, len, err);
         if (r < 0)
                 return r;
-        c->e[best].used = ++c->clock;
+        if (best >= 0)
+                c->e[best].used = ++c->clock;
         return len;
 }
 
@@ -149,21 +168,33 @@ drop:
         axp_seq_free(seq);
 }
 
-void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, const axp_seq *seq,
-                               const int32_t *tokens) {
+void axp_prefix_cache_share(axp_prefix_cache *c, const void *owner, uint64_t scope, const axp_seq *seq,
+                            const int32_t *tokens) {
         const int n = seq->n_past;
-        axp_seq copy = { 0 };
-        axp_error e = { 0 };
-
         if (!wanted(c, scope, seq, tokens))
                 return;
-        if (axp_seq_init(&copy, seq->model, seq->kv_type, seq->n_ctx_max, n, &e) < 0)
-                return;
-        if (axp_seq_copy_prefix(&copy, seq, n, &e) < 0) {
-                axp_seq_free(&copy);
-                return;
+        if (c->n_live == c->cap_live) {
+                int cap = MAX(8, 2 * c->cap_live);
+                axp_prefix_live *l = realloc(c->live, sizeof(*l) * (size_t) cap);
+                if (!l)
+                        return;
+                c->live = l;
+                c->cap_live = cap;
         }
-        axp_prefix_cache_put(c, b, scope, &copy, tokens);
+        int32_t *copy = malloc(sizeof(int32_t) * (size_t) n);
+        if (!copy)
+                return;
+        memcpy(copy, tokens, sizeof(int32_t) * (size_t) n);
+        c->live[c->n_live++] = (axp_prefix_live) { owner, scope, seq, copy, n };
+}
+
+void axp_prefix_cache_forget(axp_prefix_cache *c, const void *owner) {
+        for (int i = 0; i < c->n_live; i++)
+                if (c->live[i].owner == owner) {
+                        free(c->live[i].tokens);
+                        c->live[i] = c->live[--c->n_live];
+                        return;
+                }
 }
 
 int axp_prefix_cache_reserve(axp_prefix_cache *c, axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes,

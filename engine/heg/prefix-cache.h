@@ -5,6 +5,10 @@
  * prefilling them. The CPU kernels give the same bits whatever the batching (each position's
  * K and V depend only on the tokens before it), so an answer is the one a full prefill gives.
  *
+ * Running requests share their caches too, from their first token until they end (without
+ * a copy, holding nothing of the budget): requests that come meanwhile, n answers to one
+ * prompt or agents with one system prompt, start from them.
+ *
  * Entries hold a share of the KV budget (kv-budget.h) and give it back first: the least
  * recently used goes when a request or flow needs the room, when there are more than
  * `max_entries`, or when together they would hold more than half the budget. Models with
@@ -29,9 +33,22 @@ typedef struct axp_prefix_entry {
         uint64_t used;          /* when last put or taken (the cache's clock) */
 } axp_prefix_entry;
 
+/* A request still running, once its prompt is in its cache: requests that begin the same way
+ * and come while it decodes copy from its cache (the prompt's positions are never written
+ * again while it runs). It holds nothing of the budget and is forgotten when it ends. */
+typedef struct axp_prefix_live {
+        const void *owner;      /* the request */
+        uint64_t scope;
+        const axp_seq *seq;     /* its cache: positions 0 .. n - 1 hold its prompt */
+        int32_t *tokens;        /* the prompt's n tokens (a copy) */
+        int n;
+} axp_prefix_live;
+
 typedef struct axp_prefix_cache {
         axp_prefix_entry *e;
         int n, max_entries;     /* max_entries 0: the cache is off */
+        axp_prefix_live *live;
+        int n_live, cap_live;
         uint64_t clock;
         uint64_t bytes;         /* what the entries hold of the budget */
 } axp_prefix_cache;
@@ -58,11 +75,12 @@ int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, con
 void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, axp_seq *seq,
                           const int32_t *tokens);
 
-/* The same for a request still running, once its prompt is in its cache (so that requests
- * with its beginning that come while it decodes find it): its positions are copied, seq stays
- * as it is. */
-void axp_prefix_cache_put_copy(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope, const axp_seq *seq,
-                               const int32_t *tokens);
+/* A request still running whose cache holds its prompt, tokens[0..seq->n_past), now: others
+ * may start from it until axp_prefix_cache_forget(owner), which must come before seq changes
+ * otherwise than by growing (its end). Nothing happens where it would not be kept. */
+void axp_prefix_cache_share(axp_prefix_cache *c, const void *owner, uint64_t scope, const axp_seq *seq,
+                            const int32_t *tokens);
+void axp_prefix_cache_forget(axp_prefix_cache *c, const void *owner);
 
 /* Free the least recently used entry, giving its hold back; false if there is none. */
 bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b);

@@ -4,7 +4,8 @@
  * AXP_PREFIX_MIN), bytes and all; entries of another scope, model or KV type are not used;
  * an entry that holds a beginning of a new one goes, one that holds all of it keeps it out;
  * the least recently used go past max_entries, past half the budget, and when a reservation
- * needs the room; every hold goes back. */
+ * needs the room; a running request's cache serves others until it is forgotten; every hold
+ * goes back. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,49 @@ static void test_room(void) {
         CHECK(b.used == 0 && b.holders == 0);
 }
 
+/* A running request's cache, shared: others start from it (holding nothing of the budget)
+ * until it is forgotten; one the cache already holds whole is not shared again. */
+static void test_live(void) {
+        axp_kv_budget b = { .limit = UINT64_C(1) << 30 };
+        axp_prefix_cache c;
+        int32_t a[100], x[100];
+        for (int i = 0; i < 100; i++)
+                a[i] = x[i] = 10 + i;
+        x[30] = 5;
+        int owner1, owner2;
+        axp_seq running;
+        filled(&running, a, 64);
+        axp_prefix_cache_init(&c, 4);
+        axp_prefix_cache_share(&c, &owner1, 0, &running, a);
+        CHECK(c.n_live == 1 && c.n == 0 && b.used == 0);
+        CHECK_EQ_INT(seed(&c, 0, a, 100, true), 64);
+        CHECK_EQ_INT(seed(&c, 0, x, 100, true), 30);
+        CHECK_EQ_INT(seed(&c, 7, a, 100, false), 0);
+        /* it grows (decodes) and stays shared up to its prompt */
+        running.n_past = 70;
+        CHECK_EQ_INT(seed(&c, 0, a, 100, true), 64);
+        /* an entry already holding all of a prompt: not shared again */
+        put(&c, &b, 0, a, 80);
+        axp_seq other;
+        filled(&other, a, 50);
+        axp_prefix_cache_share(&c, &owner2, 0, &other, a);
+        CHECK(c.n_live == 1);
+        /* the longer of the two serves */
+        CHECK_EQ_INT(seed(&c, 0, a, 100, true), 80);
+        axp_prefix_cache_forget(&c, &owner2); /* never shared: nothing to forget */
+        axp_prefix_cache_forget(&c, &owner1);
+        CHECK(c.n_live == 0 && c.n == 1);
+        axp_seq_free(&running);
+        axp_seq_free(&other);
+        /* freed while shared: the cache lets go of it */
+        filled(&running, x, 40);
+        axp_prefix_cache_share(&c, &owner1, 0, &running, x);
+        CHECK(c.n_live == 1);
+        axp_prefix_cache_free(&c, &b);
+        CHECK(c.n_live == 0 && b.used == 0 && b.holders == 0);
+        axp_seq_free(&running);
+}
+
 int main(void) {
         char dir[] = "/tmp/axp-test-prefix-XXXXXX", path[64];
         axp_mkmodel_params mp;
@@ -172,6 +216,7 @@ int main(void) {
         rmdir(dir);
         RUN(test_longest_run);
         RUN(test_room);
+        RUN(test_live);
         axp_model_free(model);
         TEST_EXIT();
 }

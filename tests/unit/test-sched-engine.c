@@ -762,9 +762,8 @@ static void test_prompt_cache(void) {
         }
         kv_type = NULL;
 
-        /* a prompt is kept once it is in its request's cache, before the request ends (one
-         * cancelled keeps nothing when it ends): one that begins the same way and comes while
-         * the first decodes takes it */
+        /* a request shares its prompt's cache once it is prefilled, before it ends: one that
+         * begins the same way and comes while the first decodes takes it */
         {
                 axp_engine *e = new_engine("agentxpu");
                 uint64_t ida;
@@ -780,10 +779,11 @@ static void test_prompt_cache(void) {
                                 break;
                         usleep(1000);
                 }
-                cancel_wait(e, ida, &r1);
-                CHECK(r1.reason == AXP_FINISH_CANCELLED);
                 run_one(e, longer, 4, 0, &r2);
                 CHECK_EQ_INT(r2.st.prefill_tokens, 1);
+                /* still running then (one cancelled leaves nothing when it ends) */
+                cancel_wait(e, ida, &r1);
+                CHECK(r1.reason == AXP_FINISH_CANCELLED);
                 axp_engine_free(e);
         }
 
