@@ -457,6 +457,9 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 first_turn = f->seq.n_past == 0 && f->pending < 0;
         }
 
+        if (o->suffix && (o->flow || o->n_messages > 0 || o->tools || o->system))
+                return axp_errorf(a->err, -EINVAL, "fill in the middle (a suffix) takes the text before and after "
+                                                   "the cursor alone: no messages, system prompt, tools or flow");
         const char *system = first_turn ? (o->system ? o->system : f ? f->system : NULL) : NULL;
         if ((r = check_messages(o, o->raw || (f && f->raw), a->err)) < 0)
                 return r;
@@ -464,7 +467,10 @@ static int do_submit(axp_engine *e, submit_args *a) {
         axp_chat_family tools_family = AXP_CHAT_RAW;
         if (!o->tools && o->tool_choice && strcmp(o->tool_choice, "none") != 0)
                 return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
-        if (o->tools || has_tool_turns(o)) {
+        if (o->suffix) {
+                if ((r = axp_tokenize_fim(e->model->tok, a->prompt, o->suffix, &toks, &n, a->err)) < 0)
+                        return r;
+        } else if (o->tools || has_tool_turns(o)) {
                 /* without tools, earlier calls and results are written as the template writes
                  * them without a tool list, and the answer is text, as with tool_choice none
                  * (or follows the grammar or schema given) */
@@ -494,13 +500,14 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 text = format_turn(e, a->prompt, system, o, o->raw || (f && f->raw), first_turn,
                                    f ? f->pending : -1);
         }
-        if (!text)
-                return axp_errorf(a->err, -ENOMEM, "out of memory");
-        r = axp_tokenize(e->model->tok, text, strlen(text),
-                         AXP_TOK_PARSE_SPECIAL | (first_turn ? AXP_TOK_ADD_BOS : 0), &toks, &n,
-                         a->err);
-        if (r < 0)
-                return r;
+        if (!o->suffix) {
+                if (!text)
+                        return axp_errorf(a->err, -ENOMEM, "out of memory");
+                r = axp_tokenize(e->model->tok, text, strlen(text),
+                                 AXP_TOK_PARSE_SPECIAL | (first_turn ? AXP_TOK_ADD_BOS : 0), &toks, &n, a->err);
+                if (r < 0)
+                        return r;
+        }
         /* a flow's next turn first feeds the token its last answer ended with */
         n_all = n + (f && f->pending >= 0);
         if (n_all == 0)

@@ -138,6 +138,11 @@ typedef struct axp_request_opts {
          * cache saves shows in their statistics and their time to first token. 0 is a scope
          * like any other. */
         uint64_t cache_scope;
+        /* Fill in the middle (code completion): the prompt is the text before the cursor and
+         * this the text after it; the answer is what goes between, the prompt llama.cpp's
+         * /infill one (axp_tokenize_fim). NULL: none. Not with messages, a system prompt,
+         * tools or a flow; -EINVAL for a model without FIM tokens. */
+        const char *suffix;
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);

@@ -263,6 +263,7 @@ struct axp_tokenizer {
         int16_t cpt_byte[0x144]; /* BPE: the byte a stand-in codepoint means, or -1 */
 
         int32_t bos, eos, eot, eom, unk;
+        axp_fim_tokens fim; /* -1 where the vocabulary has none */
 };
 
 static inline const char *tok_text(const axp_tokenizer *t, int32_t id) {
@@ -540,11 +541,11 @@ static void detect_special(axp_tokenizer *t, const gguf_file *f) {
         if (t->eom < 0)
                 t->eom = detect(t, eom);
         if (pre < 0)
-                detect(t, fim_pre);
+                pre = detect(t, fim_pre);
         if (suf < 0)
-                detect(t, fim_suf);
+                suf = detect(t, fim_suf);
         if (mid < 0)
-                detect(t, fim_mid);
+                mid = detect(t, fim_mid);
         if (pad < 0)
                 pad = detect(t, fim_pad);
         if (rep < 0)
@@ -552,6 +553,7 @@ static void detect_special(axp_tokenizer *t, const gguf_file *f) {
         if (sep < 0)
                 sep = detect(t, fim_sep);
 
+        t->fim = (axp_fim_tokens) { .pre = pre, .suf = suf, .mid = mid, .rep = rep, .sep = sep };
         int32_t ids[] = { pad, rep, sep, t->eos, t->eot, t->eom };
         for (size_t i = 0; i < ELEMENTSOF(ids); i++)
                 if (ids[i] >= 0)
@@ -874,8 +876,55 @@ int32_t axp_tokenizer_bos(const axp_tokenizer *t) {
         return t->bos;
 }
 
+int axp_tokenize_fim(const axp_tokenizer *t, const char *prefix, const char *suffix, int32_t **ret, int *ret_n,
+                     axp_error *err) {
+        const axp_fim_tokens *fim = &t->fim;
+        _cleanup_free_ int32_t *pre = NULL, *suf = NULL, *repo = NULL, *file = NULL;
+        int n_pre = 0, n_suf = 0, n_repo = 0, n_file = 0, r;
+
+        if (fim->pre < 0 || fim->suf < 0 || fim->mid < 0)
+                return axp_errorf(err, -EINVAL, "this model has no fill-in-the-middle tokens "
+                                                "(such as <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>)");
+        if ((r = axp_tokenize(t, prefix, strlen(prefix), 0, &pre, &n_pre, err)) < 0 ||
+            (r = axp_tokenize(t, suffix, strlen(suffix), 0, &suf, &n_suf, err)) < 0 ||
+            (fim->rep >= 0 && (r = axp_tokenize(t, "myproject\n", 10, 0, &repo, &n_repo, err)) < 0) ||
+            (fim->sep >= 0 && (r = axp_tokenize(t, "filename\n", 9, 0, &file, &n_file, err)) < 0))
+                return r;
+        int32_t *out = malloc(sizeof(int32_t) * (size_t) (n_repo + n_file + n_pre + n_suf + 6));
+        int n = 0;
+        if (!out)
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        /* llama.cpp's /infill: the repository and the file first, then the prefix */
+        if (fim->rep >= 0) {
+                out[n++] = fim->rep;
+                memcpy(out + n, repo, sizeof(int32_t) * (size_t) n_repo);
+                n += n_repo;
+        }
+        if (fim->sep >= 0) {
+                out[n++] = fim->sep;
+                memcpy(out + n, file, sizeof(int32_t) * (size_t) n_file);
+                n += n_file;
+        }
+        if (t->add_bos && t->bos >= 0)
+                out[n++] = t->bos;
+        out[n++] = fim->pre;
+        memcpy(out + n, pre, sizeof(int32_t) * (size_t) n_pre);
+        n += n_pre;
+        out[n++] = fim->suf;
+        memcpy(out + n, suf, sizeof(int32_t) * (size_t) n_suf);
+        n += n_suf;
+        out[n++] = fim->mid;
+        *ret = out;
+        *ret_n = n;
+        return 0;
+}
+
 int32_t axp_tokenizer_eos(const axp_tokenizer *t) {
         return t->eos;
+}
+
+const axp_fim_tokens *axp_tokenizer_fim(const axp_tokenizer *t) {
+        return &t->fim;
 }
 
 bool axp_tokenizer_add_bos(const axp_tokenizer *t) {

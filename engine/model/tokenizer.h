@@ -32,6 +32,21 @@ int32_t axp_tokenizer_eos(const axp_tokenizer *t); /* -1 if none */
 bool axp_tokenizer_add_bos(const axp_tokenizer *t);
 /* End of generation: EOS, EOT (<|eot_id|>, <|im_end|>, <|end|>, ...). */
 bool axp_tokenizer_is_eog(const axp_tokenizer *t, int32_t id);
+/* Fill-in-the-middle: the tokens that open the prefix, the suffix and the middle, and the
+ * repository and file separators of repo-level FIM (Qwen2.5-Coder's), from the GGUF's
+ * tokenizer.ggml.fim_*_token_id or found by their text as llama.cpp finds them; -1 where
+ * the vocabulary has none. */
+typedef struct axp_fim_tokens {
+        int32_t pre, suf, mid, rep, sep;
+} axp_fim_tokens;
+const axp_fim_tokens *axp_tokenizer_fim(const axp_tokenizer *t);
+/* Fill in the middle: the tokens of llama.cpp's /infill prompt for the text before the cursor
+ * (prefix) and after it (suffix): with repo-level FIM tokens first FIM_REP "myproject\n"
+ * FIM_SEP "filename\n", then [BOS where the vocabulary adds one] FIM_PRE prefix FIM_SUF
+ * suffix FIM_MID, the texts tokenized without special tokens. -EINVAL for a vocabulary
+ * without FIM tokens, saying so. *ret is malloc'd. */
+int axp_tokenize_fim(const axp_tokenizer *t, const char *prefix, const char *suffix, int32_t **ret, int *ret_n,
+                     axp_error *err);
 /* Token id of an exact token text (e.g. "<|im_start|>"), -1 if absent. */
 int32_t axp_tokenizer_find(const axp_tokenizer *t, const char *text);
 

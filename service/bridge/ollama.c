@@ -197,7 +197,7 @@ static bool ollama_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_ma
 
 /* format ("json" or a JSON Schema) and tools into the engine's options; what the engine
  * cannot take is refused. */
-static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_tools, Fail *f) {
+static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, bool *ret_tools, Fail *f) {
         JsonNode *n = json_object_get_member(o, "format");
         JsonArray *a = NULL;
         const char *tmpl = NULL;
@@ -235,7 +235,7 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
                 return fail_bad(f, "'template' is not supported: the engine applies the model's own "
                                 "chat template");
         /* what would change the answer, refused rather than dropped: thinking (Ollama answers a
-         * model without it so too), a suffix to fill up to, and an earlier answer's context */
+         * model without it so too), a suffix in a chat, and an earlier answer's context */
         {
                 bool think = false;
                 const char *suffix = NULL;
@@ -251,8 +251,8 @@ static bool structured_options(JsonObject *o, GVariantBuilder *opts, bool *ret_t
                                         "separate thinking");
                 if (!field_string(o, "suffix", &suffix, f) || !field_array(o, "context", &context, f))
                         return false;
-                if (suffix && *suffix)
-                        return fail_bad(f, "'suffix' (fill in the middle) is not supported");
+                if (suffix && *suffix && chat)
+                        return fail_bad(f, "'suffix' (fill in the middle) is /api/generate's");
                 if (context && json_array_get_length(context) > 0)
                         return fail_bad(f, "'context' is not supported: send the conversation's "
                                         "messages to /api/chat");
@@ -327,7 +327,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
-            !field_object(o, "options", &options, &f) || !structured_options(o, &opts, &tools, &f) ||
+            !field_object(o, "options", &options, &f) || !structured_options(o, chat, &opts, &tools, &f) ||
             (options && !ollama_options(options, &opts, &max_tokens, &f)) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model || !*model) {
@@ -346,10 +346,16 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 if (!messages_to_turns(msgs, false, turns, &prompt, &f))
                         goto fail;
         } else {
-                const char *p = NULL;
+                const char *p = NULL, *suffix = NULL;
                 if (!field_string(o, "prompt", &p, &f) || !field_string(o, "system", &system, &f) ||
-                    !field_bool(o, "raw", &raw, &raw_set, &f))
+                    !field_bool(o, "raw", &raw, &raw_set, &f) || !field_string(o, "suffix", &suffix, &f))
                         goto fail;
+                /* fill in the middle: the prompt before the cursor, the suffix after it, in the
+                 * model's FIM tokens (a code model's template does the same with them) */
+                if (suffix && *suffix) {
+                        g_variant_builder_add(&opts, "{sv}", "suffix", g_variant_new_string(suffix));
+                        system = NULL;
+                }
                 if (!p || !*p) {
                         answer_loaded(b, msg, o, model, chat);
                         return;

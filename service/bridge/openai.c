@@ -397,13 +397,11 @@ static bool field_choices(JsonObject *o, guint *ret, Fail *f) {
 }
 
 /* Fields whose meaning the engine cannot honour: refused, never silently dropped (a client that
- * asked for token probabilities, its prompt echoed or a suffix to fill up to would take the
- * answer for what it asked). false, null, 0 and "" are what clients send when they ask for
- * none of it. */
+ * asked for token probabilities or its prompt echoed would take the answer for what it
+ * asked). false, null, 0 and "" are what clients send when they ask for none of it. */
 static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
         bool on = false, set = false;
         gint64 k = 0, top = 0, best = 1;
-        const char *suffix = NULL;
         JsonObject *bias = NULL;
 
         if (!field_object(o, "logit_bias", &bias, f))
@@ -422,15 +420,11 @@ static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
                                 "token probabilities");
         if (chat)
                 return true;
-        if (!field_bool(o, "echo", &on, NULL, f) || !field_string(o, "suffix", &suffix, f) ||
-            !field_int(o, "best_of", &best, &set, f))
+        if (!field_bool(o, "echo", &on, NULL, f) || !field_int(o, "best_of", &best, &set, f))
                 return false;
         if (on)
                 return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
                                 "'echo' is not supported");
-        if (suffix && *suffix)
-                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
-                                "'suffix' (fill in the middle) is not supported");
         if (best != 1)
                 return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
                                 "'best_of' must be 1");
@@ -518,7 +512,13 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                         goto fail;
                 }
                 prompt = g_strdup(json_node_get_string(n));
-                /* completions continue the text as it is */
+                /* completions continue the text as it is; with a suffix they fill in the middle
+                 * (the model's FIM tokens around the prompt and the suffix) */
+                const char *suffix = NULL;
+                if (!field_string(o, "suffix", &suffix, &f))
+                        goto fail;
+                if (suffix && *suffix)
+                        g_variant_builder_add(&opts, "{sv}", "suffix", g_variant_new_string(suffix));
                 g_variant_builder_add(&opts, "{sv}", "raw", g_variant_new_boolean(TRUE));
         }
 

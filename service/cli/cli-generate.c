@@ -29,6 +29,9 @@ static int usage(FILE *f) {
                    "  --stop TEXT        stop before TEXT (repeatable)\n"
                    "  --system TEXT      system prompt for the chat template\n"
                    "  --raw              no chat template: BOS as the model says, special-token text parsed\n"
+                   "  --suffix TEXT      fill in the middle: the prompt is the text before the cursor,\n"
+                   "                     TEXT the text after it (the model's FIM tokens, as\n"
+                   "                     llama.cpp's /infill; no chat template)\n"
                    "  --threads N        CPU threads (default: one per core)\n"
                    "  --device DEV       where every kernel runs: cpu (default), opencl, opencl:N, auto\n"
                    "  --chunk N          prefill chunk length (default 256)\n"
@@ -54,7 +57,7 @@ static int usage(FILE *f) {
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
        OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
-       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL };
+       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL, OPT_SUFFIX };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -73,11 +76,13 @@ static const struct option options[] = {
         { "json-schema", required_argument, NULL, OPT_SCHEMA }, { "grammar", required_argument, NULL, OPT_GRAMMAR },
         { "tools", required_argument, NULL, OPT_TOOLS }, { "tool-choice", required_argument, NULL, OPT_TOOL_CHOICE },
         { "parallel", required_argument, NULL, OPT_PARALLEL },
+        { "suffix", required_argument, NULL, OPT_SUFFIX },
         {}
 };
 
 typedef struct gen_args {
-        const char *model, *prompt, *file, *system, *device, *schema_file, *grammar_file, *tools_file, *tool_choice;
+        const char *model, *prompt, *file, *system, *device, *schema_file, *grammar_file, *tools_file, *tool_choice,
+                *suffix;
         int n_predict, threads, chunk, parallel;
         uint32_t kv_type;
         bool raw, json;
@@ -181,6 +186,11 @@ static int parse(int argc, char **argv, gen_args *a) {
                 case OPT_GRAMMAR: a->grammar_file = optarg; break;
                 case OPT_TOOLS: a->tools_file = optarg; break;
                 case OPT_TOOL_CHOICE: a->tool_choice = optarg; break;
+                case OPT_SUFFIX:
+                        if (!cli_utf8("--suffix", optarg, strlen(optarg)))
+                                return 2;
+                        a->suffix = optarg;
+                        break;
                 case 'h': return usage(stdout) - 1; /* -1: stop, exit 0 */
                 default: return 2;
                 }
@@ -193,6 +203,9 @@ static int parse(int argc, char **argv, gen_args *a) {
                 return cli_usage_error("--tools needs the chat template (not --raw)");
         if (a->tool_choice && !a->tools_file)
                 return cli_usage_error("--tool-choice needs --tools");
+        if (a->suffix && (a->tools_file || a->system || a->raw))
+                return cli_usage_error("--suffix takes the text before and after the cursor alone "
+                                       "(not --tools, --system or --raw)");
         return 0;
 }
 
@@ -200,6 +213,12 @@ static int parse(int argc, char **argv, gen_args *a) {
 static int build_prompt(const axp_model *m, const gen_args *a, const char *text, size_t len,
                         const char *tools, char **ret_grammar, axp_chat_family *ret_family, int32_t **ret,
                         int *ret_n) {
+        if (a->suffix) {
+                axp_error err = { 0 };
+                if (!cli_no_nul(a->file ? a->file : "the prompt", text, len))
+                        return 1;
+                return axp_tokenize_fim(m->tok, text, a->suffix, ret, ret_n, &err) < 0 ? cli_fail("%s", err.msg) : 0;
+        }
         if (tools) {
                 axp_error err = { 0 };
                 if (!cli_no_nul(a->file ? a->file : "the prompt", text, len))

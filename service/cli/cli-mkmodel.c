@@ -49,6 +49,8 @@ static int help(FILE *f) {
                 "  --experts N        qwen3moe's experts per layer (default 8)\n"
                 "  --experts-used K   qwen3moe's experts per token (default 2)\n"
                 "  --tied             no output.weight: the LM head uses token_embd\n"
+                "  --fim              the built-in vocabulary with Qwen2.5-Coder's fill-in-the-middle\n"
+                "                     tokens and their tokenizer.ggml.fim_*_token_id keys\n"
                 "  --no-eog           the LM head never favours control tokens (end of generation\n"
                 "                     among them): generation runs to its token limit\n"
                 "  --seed S           random seed (default 1)\n"
@@ -73,7 +75,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
+               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -92,6 +94,7 @@ int cli_mkmodel(int argc, char **argv) {
                 { "rope-dim", required_argument, NULL, O_ROPE_DIM },
                 { "longrope", required_argument, NULL, O_LONGROPE },
                 { "tied", no_argument, NULL, O_TIED },
+                { "fim", no_argument, NULL, O_FIM },
                 { "no-eog", no_argument, NULL, O_NO_EOG },
                 { "seed", required_argument, NULL, O_SEED },
                 { "name", required_argument, NULL, O_NAME },
@@ -176,6 +179,9 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_TIED:
                         p.tied = true;
                         break;
+                case O_FIM:
+                        p.fim = true;
+                        break;
                 case O_NO_EOG:
                         p.no_eog = true;
                         break;
@@ -206,6 +212,8 @@ int cli_mkmodel(int argc, char **argv) {
                 return cli_usage_error("unexpected argument '%s'", argv[optind]);
         if (!p.path)
                 return cli_usage_error("no output file (-o FILE)");
+        if (p.fim && p.vocab_from)
+                return cli_usage_error("--fim adds to the built-in vocabulary, not to --vocab-from's");
 
         t0 = axp_now();
         k = axp_mkmodel(&p, &err);

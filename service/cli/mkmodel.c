@@ -232,6 +232,7 @@ typedef struct vocab {
         char **merges;
         size_t n_merges;
         int32_t bos, eos, eot, pad;
+        int32_t fim; /* the first of fim_special's tokens, -1: none */
 } vocab;
 
 static void vocab_free(vocab *v) {
@@ -471,7 +472,11 @@ out:
         return k;
 }
 
-static int builtin_vocab(enum axp_arch arch, vocab *v) {
+/* Qwen2.5-Coder's, in its order: prefix, middle, suffix, pad, repository, file separator */
+static const char *const fim_special[] = { "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                                           "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>" };
+
+static int builtin_vocab(enum axp_arch arch, bool fim, vocab *v) {
         static const char *const llama_special[] = {
                 "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                 "<|end_header_id|>", "<|eot_id|>",
@@ -508,6 +513,13 @@ static int builtin_vocab(enum axp_arch arch, vocab *v) {
                 k = vocab_add(v, strdup(special[i]), 3);
                 if (k < 0)
                         return k;
+        }
+        v->fim = -1;
+        if (fim) {
+                v->fim = (int32_t) v->n;
+                for (size_t i = 0; i < ELEMENTSOF(fim_special); i++)
+                        if ((k = vocab_add(v, strdup(fim_special[i]), 3)) < 0)
+                                return k;
         }
         if (arch == AXP_ARCH_LLAMA) {
                 v->bos = first_special;     /* <|begin_of_text|> */
@@ -548,10 +560,10 @@ static bool *control_rows(const int32_t *ttype, size_t n, const int32_t *ids, si
         return rows;
 }
 
-static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, const char *chat_template, int *ret_n_vocab,
-                               bool **ret_control) {
+static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, bool fim, const char *chat_template,
+                               int *ret_n_vocab, bool **ret_control) {
         vocab v = { 0 };
-        int k = builtin_vocab(arch, &v);
+        int k = builtin_vocab(arch, fim, &v);
         if (k >= 0 && ret_control) {
                 int32_t ids[2] = { v.eos, v.eot };
                 if (!(*ret_control = control_rows(v.ttype, v.n, ids, 2)))
@@ -569,6 +581,14 @@ static int write_builtin_vocab(gguf_writer *w, enum axp_arch arch, const char *c
                 gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t) v.eot);
                 if (v.pad >= 0)
                         gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t) v.pad);
+                if (v.fim >= 0) {
+                        static const char *const keys[] = { "tokenizer.ggml.fim_pre_token_id",
+                                "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_suf_token_id",
+                                "tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                "tokenizer.ggml.fim_sep_token_id" };
+                        for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+                                gguf_writer_set_u32(w, keys[i], (uint32_t) (v.fim + (int32_t) i));
+                }
                 gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", arch == AXP_ARCH_LLAMA);
                 gguf_writer_set_str(w, "tokenizer.chat_template",
                                     chat_template ? chat_template
@@ -781,7 +801,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
 
         if (p->vocab_from)
                 k = copy_vocab(w, p->vocab_from, p->chat_template, &n_vocab, p->no_eog ? &control : NULL, err);
-        else if ((k = write_builtin_vocab(w, p->arch, p->chat_template, &n_vocab, p->no_eog ? &control : NULL)) < 0)
+        else if ((k = write_builtin_vocab(w, p->arch, p->fim, p->chat_template, &n_vocab,
+                                          p->no_eog ? &control : NULL)) < 0)
                 axp_errorf(err, k, "cannot build the vocabulary: %s", strerror(-k));
         if (k < 0)
                 goto out;

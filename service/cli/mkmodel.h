@@ -24,6 +24,10 @@ typedef struct axp_mkmodel_params {
                                  * original context, long and short frequency factors and the
                                  * attention factor sqrt(1 + ln(n_ctx / n_ctx_orig) / ln(n_ctx_orig)) */
         bool tied;              /* no output.weight: the LM head is token_embd */
+        bool fim;               /* the built-in vocabulary with Qwen2.5-Coder's fill-in-the-middle
+                                 * tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>,
+                                 * <|fim_pad|>, <|repo_name|>, <|file_sep|>) and their
+                                 * tokenizer.ggml.fim_*_token_id keys */
         bool no_eog;            /* zero the LM head's rows of control tokens (end of
                                  * generation among them): their logits are always 0, below
                                  * many others, so generation runs to its token limit (for

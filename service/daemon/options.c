@@ -38,6 +38,7 @@ static const OptionSpec option_specs[] = {
         { "grammar",           "s",  "string" },
         { "tools",             "s",  "string" },
         { "tool_choice",       "s",  "string" },
+        { "suffix",            "s",  "string" },
 };
 
 static bool spec_allowed(const OptionSpec *s, OptionSet set) {
@@ -289,6 +290,16 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 if (r < 0)
                         return r;
                 o->opts.system = *s ? s : NULL;
+        } else if (strcmp(key, "suffix") == 0) {
+                /* fill in the middle: the text after the cursor (the engine says if the model
+                 * has no FIM tokens) */
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                r = prompt_check("suffix", s, true, c, error);
+                if (r < 0)
+                        return r;
+                o->opts.suffix = s;
         } else if (strcmp(key, "flow") == 0) {
                 r = sd_bus_message_read_basic(m, 'o', &s);
                 if (r < 0)

@@ -177,9 +177,10 @@ class Bridge:
 
 
 @contextlib.contextmanager
-def serving(config="", bridge_args=(), tcp=True, activated=False):
-    """The engine and the bridge on a private bus: (bus, daemon, bridge)."""
-    m = model()
+def serving(config="", bridge_args=(), tcp=True, activated=False, model_path=None):
+    """The engine and the bridge on a private bus: (bus, daemon, bridge); the test model unless
+    model_path names another."""
+    m = model_path or model()
     bus = TestBus()
     try:
         d = Daemon(bus, DAEMON, config=config, args=["--model", m])
