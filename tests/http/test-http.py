@@ -415,9 +415,9 @@ def bad_inputs(m):
         ("echo asked for", "/v1/completions", dict(gen, echo=True), (), 400, "'echo' is not supported"),
         # fill in the middle with a model that has no FIM tokens, or in a chat
         ("a suffix, no FIM tokens", "/v1/completions", dict(gen, suffix="end"), (), 400,
-         "this model has no fill-in-the-middle tokens"),
+         "his model has no fill-in-the-middle tokens"),
         ("a suffix, no FIM tokens", "/api/generate", dict(gen, suffix="end"), (), 400,
-         "this model has no fill-in-the-middle tokens"),
+         "his model has no fill-in-the-middle tokens"),
         ("a suffix in a chat", "/api/chat", dict(chat, suffix="end"), (), 400, "is /api/generate's"),
         ("an earlier answer's context", "/api/generate", dict(gen, context=[1, 2, 3]), (), 400, "'context'"),
         ("thinking asked for", "/api/chat", dict(chat, think=True), (), 400, "'think' is not supported"),
@@ -1031,6 +1031,44 @@ def test_prompt_cache_serves_agents():
             assert c["timings"]["cache_n"] == hit and c["timings"]["prompt_n"] == c["usage"]["prompt_tokens"] - hit, c
 
 
+def test_fill_in_the_middle():
+    """Code completion in an editor: OpenAI's /v1/completions and Ollama's /api/generate with a
+    suffix fill in the middle with the model's FIM tokens (a model made with mkmodel --fim):
+    the answer is what `agentxpu generate --suffix` gives, whole and streamed, and the prompt
+    counts what llama.cpp's /infill prompt holds."""
+    from httptest import CLI, run
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="axp-test-fim-")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "coder.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--arch", "qwen2", "--seed", "3", "--dim", "256", "--layers", "2",
+             "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", "2048", "--no-eog", "--fim"])
+    assert r.rc == 0, r
+    prefix, suffix = "def area(r):\n    ", "\n    return a\n"
+    r = run([CLI, "generate", "-m", path, "-p", prefix, "--suffix", suffix, "-n", "10", "--temperature", "0", "--json"])
+    assert r.rc == 0, r
+    want = json.loads(r.out)
+    with serving(model_path=path) as (bus, d, b):
+        m = model_name(b)
+        status, body = b.json("/v1/completions", {"model": m, "prompt": prefix, "suffix": suffix, "max_tokens": 10,
+                                                  "temperature": 0})
+        assert status == 200 and body["choices"][0]["text"] == want["text"], (body, want)
+        assert body["usage"]["prompt_tokens"] == len(want["prompt_tokens"]), (body["usage"], want)
+        status, text = b.curl("/v1/completions", {"model": m, "prompt": prefix, "suffix": suffix, "max_tokens": 10,
+                                                  "temperature": 0, "stream": True})
+        assert status == 200, text
+        got = "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(text)[:-1])
+        assert got == want["text"], (got, want)
+        status, body = b.json("/api/generate", {"model": m, "prompt": prefix, "suffix": suffix, "stream": False,
+                                                "options": {"num_predict": 10, "temperature": 0}})
+        assert status == 200 and body["response"] == want["text"], (body, want)
+        assert body["prompt_eval_count"] <= len(want["prompt_tokens"]), body
+        # an empty suffix is none: the prompt continued as it is
+        status, body = b.json("/v1/completions", {"model": m, "prompt": prefix, "suffix": "", "max_tokens": 4,
+                                                  "temperature": 0})
+        assert status == 200 and body["usage"]["prompt_tokens"] < len(want["prompt_tokens"]), body
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -1071,4 +1109,5 @@ if __name__ == "__main__":
         test_tool_choice_none_after_a_tool_result,
         test_several_choices,
         test_prompt_cache_serves_agents,
+        test_fill_in_the_middle,
     ])
