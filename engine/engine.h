@@ -28,6 +28,7 @@ typedef struct axp_model_desc {
         char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
         char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
         bool tools;              /* the template takes tools (options tools, tool_choice) */
+        bool fim;                /* the vocabulary has fill-in-the-middle tokens (option suffix) */
 } axp_model_desc;
 
 /* What the engine is doing, as one self-contained snapshot. */

@@ -474,17 +474,19 @@ static void list_answer(SoupServerMessage *msg, const char *want, const char *mo
 
 /* POST /api/show {"model": NAME} (older clients: "name"): what editors ask before they use
  * a model: its details, its context ("<arch>.context_length" in model_info, the positions a
- * request gets here) and its capabilities ("tools" where the chat template takes them). */
+ * request gets here) and its capabilities ("tools" where the chat template takes them,
+ * "insert" where the vocabulary has fill-in-the-middle tokens). */
 static void show_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
                         int unused) {
         const char *arch = info_str(info, "architecture"), *ft = info_str(info, "file_type");
         guint64 n_ctx = info_u64(info, "context_length");
-        gboolean tools = FALSE;
+        gboolean tools = FALSE, fim = FALSE;
         g_autofree char *ctx_key = g_strdup_printf("%s.context_length", arch);
         g_autofree char *params = g_strdup_printf("num_ctx %" G_GUINT64_FORMAT, n_ctx);
         g_autoptr(JsonBuilder) jb = json_builder_new();
 
         (void) g_variant_lookup(info, "tools", "b", &tools);
+        (void) g_variant_lookup(info, "fim", "b", &fim);
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "modelfile");
         json_builder_add_string_value(jb, "");
@@ -511,6 +513,8 @@ static void show_answer(SoupServerMessage *msg, const char *want, const char *mo
         json_builder_add_string_value(jb, "completion");
         if (tools)
                 json_builder_add_string_value(jb, "tools");
+        if (fim) /* Ollama's word for a suffix it fills up to */
+                json_builder_add_string_value(jb, "insert");
         json_builder_end_array(jb);
         json_builder_set_member_name(jb, "modified_at");
         json_builder_add_string_value(jb, "1970-01-01T00:00:00Z");

@@ -616,7 +616,7 @@ def test_model_info_describes_the_model():
         info = {k: v["data"] for k, v in p["ModelInfo"].items()}
         assert info == {"name": p["Model"], "architecture": "llama", "parameters": int(m.group(1)),
                         "size": os.path.getsize(model()), "context_length": 1000, "file_type": "Q8_0", "chat_template": "llama3",
-                        "tools": False}, info
+                        "tools": False, "fim": False}, info
         r = bus.cli("status")
         want = "          llama, %.1f million parameters, Q8_0, context 1000, chat template llama3\n" % (
             int(m.group(1)) / 1e6)
@@ -629,12 +629,12 @@ def test_model_info_describes_the_model():
                 "{% endfor %}")
     r = run([CLI, "mkmodel", "-o", path, "--seed", "9", "--dim", "512", "--layers", "2", "--heads", "8",
              "--kv-heads", "4", "--ffn", "1536", "--ctx", "2048", "--type", "q4_k", "--name", "tools-model",
-             "--chat-template", template])
+             "--chat-template", template, "--fim"])
     assert r.rc == 0, r
     with engine(model_path=path) as (bus, d):
         info = {k: v["data"] for k, v in bus.props()["ModelInfo"].items()}
-        assert (info["name"], info["context_length"], info["file_type"], info["chat_template"], info["tools"]) == \
-            ("tools-model", 2048, "Q4_K_S", "llama3", True), info
+        assert (info["name"], info["context_length"], info["file_type"], info["chat_template"], info["tools"],
+                info["fim"]) == ("tools-model", 2048, "Q4_K_S", "llama3", True, True), info
     # a name from the file that would forge a line of `agentxpu status` stays on its own
     path = os.path.join(os.path.dirname(model()), "odd-name.gguf")
     r = run([CLI, "mkmodel", "-o", path, "--seed", "9", "--dim", "64", "--layers", "1", "--heads", "2",

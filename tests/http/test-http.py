@@ -1059,6 +1059,8 @@ def test_fill_in_the_middle():
         assert status == 200, text
         got = "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(text)[:-1])
         assert got == want["text"], (got, want)
+        status, body = b.json("/api/show", {"model": m})
+        assert status == 200 and body["capabilities"] == ["completion", "insert"], body
         status, body = b.json("/api/generate", {"model": m, "prompt": prefix, "suffix": suffix, "stream": False,
                                                 "options": {"num_predict": 10, "temperature": 0}})
         assert status == 200 and body["response"] == want["text"], (body, want)
