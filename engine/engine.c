@@ -671,12 +671,12 @@ static void describe_model(axp_engine *e) {
         const char *ft = axp_file_type_name(m->file_type);
         axp_chat_family f = axp_chat_detect(m->chat_template, m->tok);
         axp_model_desc *d = &e->model_desc;
+        const axp_fim_tokens *fim = axp_tokenizer_fim(m->tok);
 
         *d = (axp_model_desc) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->total_size,
                                    .n_ctx = e->n_ctx,
                                    .tools = axp_chat_takes_tools(f, m->chat_template, m->tok),
-                                   .fim = axp_tokenizer_fim(m->tok)->pre >= 0 && axp_tokenizer_fim(m->tok)->suf >= 0 &&
-                                          axp_tokenizer_fim(m->tok)->mid >= 0 };
+                                   .fim = fim->pre >= 0 && fim->suf >= 0 && fim->mid >= 0 };
         snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));
         snprintf(d->file_type, sizeof(d->file_type), "%s", ft ? ft : "");
         snprintf(d->chat, sizeof(d->chat), "%s", axp_chat_family_name(f));
