@@ -781,9 +781,13 @@ static void test_prompt_cache(void) {
                 }
                 run_one(e, longer, 4, 0, &r2);
                 CHECK_EQ_INT(r2.st.prefill_tokens, 1);
-                /* still running then (one cancelled leaves nothing when it ends) */
-                cancel_wait(e, ida, &r1);
-                CHECK(r1.reason == AXP_FINISH_CANCELLED);
+                /* it was still running then, unless this thread was held up for all of its 900
+                 * tokens (then its end left the entry, and this proves nothing more) */
+                (void) axp_engine_cancel(e, ida);
+                result_wait(&r1);
+                CHECK(r1.reason == AXP_FINISH_CANCELLED || r1.reason == AXP_FINISH_LENGTH);
+                if (r1.reason != AXP_FINISH_CANCELLED)
+                        printf("  note: the first request ended before the second came\n");
                 axp_engine_free(e);
         }
 
