@@ -974,11 +974,12 @@ static int print_model_info(sd_bus_message *m) {
         const char *arch = "", *file_type = "", *chat = "";
         uint64_t params = 0;
         uint32_t n_ctx = 0;
-        int tools = 0, r;
+        int tools = 0, fim = 0, r;
         const cli_dict_field fields[] = {
                 { "architecture", 's', &arch },      { "file_type", 's', &file_type },
                 { "chat_template", 's', &chat },     { "parameters", 't', &params },
                 { "context_length", 'u', &n_ctx },   { "tools", 'b', &tools },
+                { "fim", 'b', &fim },
         };
 
         r = cli_read_dict(m, fields, sizeof(fields) / sizeof(fields[0]));
@@ -988,9 +989,10 @@ static int print_model_info(sd_bus_message *m) {
                 const bool billions = params >= 1000000000;
                 printf("          ");
                 cli_put_visible(arch);
-                printf(", %.*f %s parameters, %s, context %u, chat template %s%s\n", billions ? 2 : 1,
+                printf(", %.*f %s parameters, %s, context %u, chat template %s%s%s\n", billions ? 2 : 1,
                        (double) params / (billions ? 1e9 : 1e6), billions ? "billion" : "million",
-                       *file_type ? file_type : "type unknown", n_ctx, chat, tools ? " (takes tools)" : "");
+                       *file_type ? file_type : "type unknown", n_ctx, chat, tools ? " (takes tools)" : "",
+                       fim ? ", fills in the middle" : "");
         }
         return 0;
 }

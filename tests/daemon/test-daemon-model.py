@@ -635,6 +635,8 @@ def test_model_info_describes_the_model():
         info = {k: v["data"] for k, v in bus.props()["ModelInfo"].items()}
         assert (info["name"], info["context_length"], info["file_type"], info["chat_template"], info["tools"],
                 info["fim"]) == ("tools-model", 2048, "Q4_K_S", "llama3", True, True), info
+        r = bus.cli("status")
+        assert r.rc == 0 and "chat template llama3 (takes tools), fills in the middle\n" in r.out, r.out
     # a name from the file that would forge a line of `agentxpu status` stays on its own
     path = os.path.join(os.path.dirname(model()), "odd-name.gguf")
     r = run([CLI, "mkmodel", "-o", path, "--seed", "9", "--dim", "64", "--layers", "1", "--heads", "2",
