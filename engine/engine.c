@@ -64,7 +64,8 @@ struct ereq {
         /* without a flow: the tokens fed so far (the prompt, then each one sampled to go on),
          * what own_seq's positions hold, for the prompt cache */
         int32_t *toks;
-        int n_toks, cap_toks;
+        int n_toks;
+        size_t cap_toks;
         uint64_t cache_scope; /* whose prompt cache entries it takes and leaves */
         axp_seq *seq;
         flow *flow;
@@ -207,16 +208,10 @@ static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
         }
         *ret_token = tok;
         if (!q->flow && q->toks) {
-                if (q->n_toks == q->cap_toks) {
-                        int cap = 2 * q->cap_toks;
-                        int32_t *t = realloc(q->toks, sizeof(int32_t) * (size_t) cap);
-                        if (!t) { /* out of memory: this request's cache is not kept */
-                                free(q->toks);
-                                q->toks = NULL;
-                                return true;
-                        }
-                        q->toks = t;
-                        q->cap_toks = cap;
+                if (axp_grow((void **) &q->toks, &q->cap_toks, (size_t) q->n_toks + 1, sizeof(int32_t)) < 0) {
+                        free(q->toks); /* out of memory: this request's cache is not kept */
+                        q->toks = NULL;
+                        return true;
                 }
                 q->toks[q->n_toks++] = tok;
         }
@@ -558,8 +553,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 if (r < 0)
                         return r;
                 q->seq = &q->own_seq;
-                q->cap_toks = MAX(n_all + 16, 64);
-                if ((q->toks = malloc(sizeof(int32_t) * (size_t) q->cap_toks))) {
+                if (axp_grow((void **) &q->toks, &q->cap_toks, (size_t) n_all + 16, sizeof(int32_t)) == 0) {
                         memcpy(q->toks, all, sizeof(int32_t) * (size_t) n_all);
                         q->n_toks = n_all;
                 }

@@ -45,6 +45,22 @@ double axp_quantile(double *v, size_t n, double q) {
         return v[k < 1 ? 0 : MIN(k, n) - 1];
 }
 
+int axp_grow(void **v, size_t *cap, size_t need, size_t size) {
+        if (need <= *cap)
+                return 0;
+        size_t c = MAX(*cap, (size_t) 8);
+        while (c < need)
+                c = c > SIZE_MAX / 2 ? need : 2 * c;
+        if (c > SIZE_MAX / size)
+                return -ENOMEM;
+        void *n = realloc(*v, c * size);
+        if (!n)
+                return -ENOMEM;
+        *v = n;
+        *cap = c;
+        return 0;
+}
+
 void *axp_alloc(size_t size) {
         void *p = NULL;
         if (size == 0)

@@ -57,6 +57,11 @@ double axp_quantile(double *v, size_t n, double q);
 /* Aligned allocation (64 bytes), zeroed. Free with free(). */
 void *axp_alloc(size_t size);
 
+/* An array *v of *cap elements of `size` bytes grown (realloc, doubling, at least 8) to hold
+ * at least `need`; the new elements are not initialised. -ENOMEM (nothing changed) where
+ * memory or size_t runs out. */
+int axp_grow(void **v, size_t *cap, size_t need, size_t size);
+
 #include <stdio.h>
 /* s (len bytes) as a JSON string literal, quotes included, handed to put piece by piece:
  * quotes, backslashes and control characters (DEL and C1 too, which JSON allows raw but a

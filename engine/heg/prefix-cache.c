@@ -173,14 +173,8 @@ void axp_prefix_cache_share(axp_prefix_cache *c, const void *owner, uint64_t sco
         const int n = seq->n_past;
         if (!wanted(c, scope, seq, tokens))
                 return;
-        if (c->n_live == c->cap_live) {
-                int cap = MAX(8, 2 * c->cap_live);
-                axp_prefix_live *l = realloc(c->live, sizeof(*l) * (size_t) cap);
-                if (!l)
-                        return;
-                c->live = l;
-                c->cap_live = cap;
-        }
+        if (axp_grow((void **) &c->live, &c->cap_live, (size_t) c->n_live + 1, sizeof(*c->live)) < 0)
+                return;
         int32_t *copy = malloc(sizeof(int32_t) * (size_t) n);
         if (!copy)
                 return;

@@ -48,7 +48,8 @@ typedef struct axp_prefix_cache {
         axp_prefix_entry *e;
         int n, max_entries;     /* max_entries 0: the cache is off */
         axp_prefix_live *live;
-        int n_live, cap_live;
+        int n_live;
+        size_t cap_live;
         uint64_t clock;
         uint64_t bytes;         /* what the entries hold of the budget */
 } axp_prefix_cache;

@@ -290,18 +290,11 @@ static int cmp_tensor_off_idx(const void *a, const void *b, void *ctx) {
 /* Grows a zeroed array to hold at least n entries. Arrays grow as entries are parsed, so
  * memory follows the bytes actually present rather than a count field. */
 static int grow(void **arr, size_t *cap, size_t n, size_t elsz) {
-        size_t ncap;
-        void *p;
-        if (n <= *cap)
-                return 0;
-        ncap = MAX(MAX(*cap * 2, n), (size_t) 64);
-        p = realloc(*arr, ncap * elsz);
-        if (!p)
-                return -ENOMEM;
-        memset((char *) p + *cap * elsz, 0, (ncap - *cap) * elsz);
-        *arr = p;
-        *cap = ncap;
-        return 0;
+        size_t old = *cap;
+        int r = axp_grow(arr, cap, n, elsz);
+        if (r == 0 && *cap > old)
+                memset((char *) *arr + old * elsz, 0, (*cap - old) * elsz);
+        return r;
 }
 
 /* The key/value section ended inside key i (0-based) of n_kv; `where` names the key once

@@ -105,30 +105,18 @@ static int line_of(parser *ps, const char *at) {
                 axp_errorf((ps)->err, -EINVAL, "grammar, line %d: %s", line_of(ps, at), _m);    \
         })
 
-static int grow(void **v, size_t *cap, size_t need, size_t size) {
-        if (need <= *cap)
-                return 0;
-        size_t c = MAX(*cap * 2, MAX(need, (size_t) 8));
-        void *n = realloc(*v, c * size);
-        if (!n)
-                return -ENOMEM;
-        *v = n;
-        *cap = c;
-        return 0;
-}
-
 static int seq_push(parser *ps, pseq *s, pelem e) {
         if (++ps->n_elems > MAX_ELEMS)
                 return axp_errorf(ps->err, -EINVAL, "the grammar is too large (more than %u symbols)",
                                   MAX_ELEMS);
-        if (grow((void **) &s->v, &s->cap, s->n + 1, sizeof(pelem)) < 0)
+        if (axp_grow((void **) &s->v, &s->cap, s->n + 1, sizeof(pelem)) < 0)
                 return axp_errorf(ps->err, -ENOMEM, "out of memory");
         s->v[s->n++] = e;
         return 0;
 }
 
 static int add_range(parser *ps, uint32_t lo, uint32_t hi) {
-        if (grow((void **) &ps->ranges, &ps->cap_ranges, ps->n_ranges + 2, sizeof(uint32_t)) < 0)
+        if (axp_grow((void **) &ps->ranges, &ps->cap_ranges, ps->n_ranges + 2, sizeof(uint32_t)) < 0)
                 return axp_errorf(ps->err, -ENOMEM, "out of memory");
         ps->ranges[ps->n_ranges++] = lo;
         ps->ranges[ps->n_ranges++] = hi;
@@ -136,7 +124,7 @@ static int add_range(parser *ps, uint32_t lo, uint32_t hi) {
 }
 
 static int rule_add(parser *ps, const char *name, size_t len, int line) {
-        if (grow((void **) &ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof(prule)) < 0)
+        if (axp_grow((void **) &ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof(prule)) < 0)
                 return axp_errorf(ps->err, -ENOMEM, "out of memory");
         prule *r = &ps->rules[ps->n_rules];
         *r = (prule) { .name = strndup(name, len), .line = line };
@@ -163,7 +151,7 @@ static int rule_generated(parser *ps, uint32_t parent, int line) {
 
 static pseq *rule_new_alt(parser *ps, uint32_t rule) {
         prule *r = &ps->rules[rule];
-        if (grow((void **) &r->alts, &r->cap_alts, r->n_alts + 1, sizeof(pseq)) < 0)
+        if (axp_grow((void **) &r->alts, &r->cap_alts, r->n_alts + 1, sizeof(pseq)) < 0)
                 return NULL;
         r->alts[r->n_alts] = (pseq) {};
         return &r->alts[r->n_alts++];
@@ -1027,7 +1015,7 @@ static frame *intern(axp_matcher *m, const gelem *pos, frame *parent) {
 }
 
 static void memo_push(axp_matcher *m, frame *f) {
-        if (grow((void **) &m->memo, &m->cap_memo, m->n_memo + 1, sizeof(frame *)) < 0) {
+        if (axp_grow((void **) &m->memo, &m->cap_memo, m->n_memo + 1, sizeof(frame *)) < 0) {
                 m->oom = true;
                 return;
         }
@@ -1035,7 +1023,7 @@ static void memo_push(axp_matcher *m, frame *f) {
 }
 
 static bool dfs_push(axp_matcher *m, size_t *n, frame *f) {
-        if (grow((void **) &m->dfs, &m->cap_dfs, *n + 1, sizeof(frame *)) < 0) {
+        if (axp_grow((void **) &m->dfs, &m->cap_dfs, *n + 1, sizeof(frame *)) < 0) {
                 m->oom = true;
                 return false;
         }
@@ -1135,7 +1123,7 @@ static bool chars_meet(const axp_grammar *g, const gelem *e, uint32_t lo, uint32
 }
 
 static bool ensure_buf(axp_matcher *m, size_t need) {
-        if (grow((void **) &m->buf, &m->cap_buf, need, sizeof(frame *)) < 0) {
+        if (axp_grow((void **) &m->buf, &m->cap_buf, need, sizeof(frame *)) < 0) {
                 m->oom = true;
                 return false;
         }
@@ -1302,7 +1290,7 @@ bool axp_matcher_accept(axp_matcher *m, int32_t id) {
         }
         if (!run_token(m, id, &s))
                 return false;
-        if (grow((void **) &m->cur, &m->cap_cur, s.n, sizeof(frame *)) < 0) {
+        if (axp_grow((void **) &m->cur, &m->cap_cur, s.n, sizeof(frame *)) < 0) {
                 m->oom = true;
                 return false;
         }
@@ -1384,7 +1372,7 @@ static int walk(axp_matcher *m, int t, uint8_t *allowed, uint64_t *bits) {
 static int mask_trie(axp_matcher *m, int t, uint8_t *allowed) {
         const axp_vocab_trie *v = m->v;
         size_t n = 0, words = ((size_t) v->n_vocab + 63) / 64;
-        if (grow((void **) &m->key, &m->cap_key, MAX(m->n_cur, (size_t) 1), sizeof(frame *)) < 0) {
+        if (axp_grow((void **) &m->key, &m->cap_key, MAX(m->n_cur, (size_t) 1), sizeof(frame *)) < 0) {
                 m->oom = true;
                 return 0;
         }
@@ -1496,7 +1484,7 @@ int axp_matcher_new(const axp_grammar *g, const axp_vocab_trie *v, axp_matcher *
                                 over = true;
                 }
                 size_t n = m->n_memo - off;
-                if (!m->oom && grow((void **) &m->cur, &m->cap_cur, MAX(n, (size_t) 1), sizeof(frame *)) == 0) {
+                if (!m->oom && axp_grow((void **) &m->cur, &m->cap_cur, MAX(n, (size_t) 1), sizeof(frame *)) == 0) {
                         if (n > 0) /* none where the walk stopped at its bound at once */
                                 memcpy(m->cur, m->memo + off, n * sizeof(frame *));
                         m->n_cur = n;

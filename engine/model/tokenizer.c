@@ -985,26 +985,10 @@ static void tok_ctx_done(tok_ctx *c) {
         free(c->heap);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-        if (need <= *cap)
-                return 0;
-        size_t c = *cap ? *cap : 64;
-        while (c < need)
-                c *= 2;
-        if (c > SIZE_MAX / elem)
-                return -ENOMEM;
-        void *q = realloc(*p, c * elem);
-        if (!q)
-                return -ENOMEM;
-        *p = q;
-        *cap = c;
-        return 0;
-}
-
 static int push_token(tok_ctx *c, int32_t id) {
         if (c->n_out >= INT32_MAX)
                 return -E2BIG;
-        int r = grow((void **) &c->out, &c->cap_out, c->n_out + 1, sizeof(int32_t));
+        int r = axp_grow((void **) &c->out, &c->cap_out, c->n_out + 1, sizeof(int32_t));
         if (r < 0)
                 return r;
         c->out[c->n_out++] = id;
@@ -1014,7 +998,7 @@ static int push_token(tok_ctx *c, int32_t id) {
 static int buf_put(tok_ctx *c, const void *p, size_t n) {
         if (c->n_buf + n > UINT32_MAX)
                 return -E2BIG;
-        int r = grow((void **) &c->buf, &c->cap_buf, c->n_buf + n, 1);
+        int r = axp_grow((void **) &c->buf, &c->cap_buf, c->n_buf + n, 1);
         if (r < 0)
                 return r;
         memcpy(c->buf + c->n_buf, p, n);
@@ -1023,7 +1007,7 @@ static int buf_put(tok_ctx *c, const void *p, size_t n) {
 }
 
 static int sym_push(tok_ctx *c, uint32_t start, uint32_t len, int32_t id) {
-        int r = grow((void **) &c->sym, &c->cap_sym, c->n_sym + 1, sizeof(sym));
+        int r = axp_grow((void **) &c->sym, &c->cap_sym, c->n_sym + 1, sizeof(sym));
         if (r < 0)
                 return r;
         int32_t i = c->n_sym++;
@@ -1034,7 +1018,7 @@ static int sym_push(tok_ctx *c, uint32_t start, uint32_t len, int32_t id) {
 }
 
 static int heap_push(tok_ctx *c, uint32_t priority, int32_t left, uint32_t size, int32_t result) {
-        int r = grow((void **) &c->heap, &c->cap_heap, c->n_heap + 1, sizeof(bigram));
+        int r = axp_grow((void **) &c->heap, &c->cap_heap, c->n_heap + 1, sizeof(bigram));
         if (r < 0)
                 return r;
         bigram b = { (uint64_t) priority << 32 | (uint32_t) left, left, size, result, 0 };
@@ -1155,7 +1139,7 @@ static int bpe_fragment(tok_ctx *c, const uint8_t *text, size_t len) {
         size_t n = 0;
         int r;
 
-        if ((r = grow((void **) &c->cpts, &c->cap_cpts, len, sizeof(uint32_t))) < 0)
+        if ((r = axp_grow((void **) &c->cpts, &c->cap_cpts, len, sizeof(uint32_t))) < 0)
                 return r;
         for (size_t i = 0; i < len;) {
                 size_t k;
@@ -1272,7 +1256,7 @@ static void frag_list_done(frag_list *l) {
 }
 
 static int frag_push(frag_list *l, int32_t tok, size_t off, size_t len) {
-        int r = grow((void **) &l->v, &l->cap, l->n + 1, sizeof(frag));
+        int r = axp_grow((void **) &l->v, &l->cap, l->n + 1, sizeof(frag));
         if (r < 0)
                 return r;
         l->v[l->n++] = (frag) { tok, off, len };

@@ -26,6 +26,22 @@ static void test_alloc_aligned(void) {
         CHECK(p[99] == 0);
 }
 
+/* axp_grow: at least what is asked, doubling, the contents kept; a size past size_t refused
+ * with nothing changed. */
+static void test_grow(void) {
+        int *v = NULL;
+        size_t cap = 0;
+        CHECK(axp_grow((void **) &v, &cap, 3, sizeof(int)) == 0 && v && cap == 8);
+        for (int i = 0; i < 8; i++)
+                v[i] = i;
+        CHECK(axp_grow((void **) &v, &cap, 8, sizeof(int)) == 0 && cap == 8);
+        CHECK(axp_grow((void **) &v, &cap, 9, sizeof(int)) == 0 && cap == 16 && v[7] == 7);
+        CHECK(axp_grow((void **) &v, &cap, 100, sizeof(int)) == 0 && cap == 128 && v[5] == 5);
+        int *before = v;
+        CHECK(axp_grow((void **) &v, &cap, SIZE_MAX / 2, sizeof(int)) == -ENOMEM && v == before && cap == 128);
+        free(v);
+}
+
 static void test_quantile(void) {
         double v[] = { 5, 1, 4, 2, 3, 10, 9, 8, 7, 6 };
         double one[] = { 42 };
@@ -124,6 +140,7 @@ int main(void) {
         RUN(test_errorf);
         RUN(test_overflow);
         RUN(test_alloc_aligned);
+        RUN(test_grow);
         RUN(test_quantile);
         RUN(test_write_visible);
         RUN(test_visible_one_line);
