@@ -876,6 +876,14 @@ int32_t axp_tokenizer_bos(const axp_tokenizer *t) {
         return t->bos;
 }
 
+/* A FIM marker token, then the tokens of text (tokenized without special tokens), at the end
+ * of out[0..*n); out has room. */
+static void fim_put(int32_t *out, int *n, int32_t marker, const int32_t *toks, int n_toks) {
+        out[(*n)++] = marker;
+        memcpy(out + *n, toks, sizeof(int32_t) * (size_t) n_toks);
+        *n += n_toks;
+}
+
 int axp_tokenize_fim(const axp_tokenizer *t, const char *prefix, const char *suffix, int32_t **ret, int *ret_n,
                      axp_error *err) {
         const axp_fim_tokens *fim = &t->fim;
@@ -895,24 +903,14 @@ int axp_tokenize_fim(const axp_tokenizer *t, const char *prefix, const char *suf
         if (!out)
                 return axp_errorf(err, -ENOMEM, "out of memory");
         /* llama.cpp's /infill: the repository and the file first, then the prefix */
-        if (fim->rep >= 0) {
-                out[n++] = fim->rep;
-                memcpy(out + n, repo, sizeof(int32_t) * (size_t) n_repo);
-                n += n_repo;
-        }
-        if (fim->sep >= 0) {
-                out[n++] = fim->sep;
-                memcpy(out + n, file, sizeof(int32_t) * (size_t) n_file);
-                n += n_file;
-        }
+        if (fim->rep >= 0)
+                fim_put(out, &n, fim->rep, repo, n_repo);
+        if (fim->sep >= 0)
+                fim_put(out, &n, fim->sep, file, n_file);
         if (t->add_bos && t->bos >= 0)
                 out[n++] = t->bos;
-        out[n++] = fim->pre;
-        memcpy(out + n, pre, sizeof(int32_t) * (size_t) n_pre);
-        n += n_pre;
-        out[n++] = fim->suf;
-        memcpy(out + n, suf, sizeof(int32_t) * (size_t) n_suf);
-        n += n_suf;
+        fim_put(out, &n, fim->pre, pre, n_pre);
+        fim_put(out, &n, fim->suf, suf, n_suf);
         out[n++] = fim->mid;
         *ret = out;
         *ret_n = n;
