@@ -197,12 +197,15 @@ static bool ollama_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_ma
 
 /* format ("json" or a JSON Schema) and tools into the engine's options; what the engine
  * cannot take is refused. */
-static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, bool *ret_tools, Fail *f) {
+/* format, tools and (generate) a suffix into the engine's options; *ret_tools: tools given,
+ * *ret_fim: a suffix to fill up to. */
+static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, bool *ret_tools, bool *ret_fim,
+                               Fail *f) {
         JsonNode *n = json_object_get_member(o, "format");
         JsonArray *a = NULL;
         const char *tmpl = NULL;
 
-        *ret_tools = false;
+        *ret_tools = *ret_fim = false;
         if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
                 const char *v = json_node_get_string(n);
                 if (strcmp(v, "json") == 0) {
@@ -235,7 +238,9 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
                 return fail_bad(f, "'template' is not supported: the engine applies the model's own "
                                 "chat template");
         /* what would change the answer, refused rather than dropped: thinking (Ollama answers a
-         * model without it so too), a suffix in a chat, and an earlier answer's context */
+         * model without it so too), a suffix in a chat, and an earlier answer's context; a
+         * suffix to /api/generate fills in the middle (the prompt before the cursor, the suffix
+         * after it, in the model's FIM tokens, as a code model's template does with them) */
         {
                 bool think = false;
                 const char *suffix = NULL;
@@ -251,8 +256,12 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
                                         "separate thinking");
                 if (!field_string(o, "suffix", &suffix, f) || !field_array(o, "context", &context, f))
                         return false;
-                if (suffix && *suffix && chat)
-                        return fail_bad(f, "'suffix' (fill in the middle) is /api/generate's");
+                if (suffix && *suffix) {
+                        if (chat)
+                                return fail_bad(f, "'suffix' (fill in the middle) is /api/generate's");
+                        g_variant_builder_add(opts, "{sv}", "suffix", g_variant_new_string(suffix));
+                        *ret_fim = true;
+                }
                 if (context && json_array_get_length(context) > 0)
                         return fail_bad(f, "'context' is not supported: send the conversation's "
                                         "messages to /api/chat");
@@ -321,13 +330,13 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(GArray) turns = NULL;
         JsonObject *o, *options = NULL;
         const char *model = NULL, *system = NULL;
-        bool stream = true, raw = false, raw_set = false, proactive, tools = false;
+        bool stream = true, raw = false, raw_set = false, proactive, tools = false, fim = false;
         guint32 max_tokens = 0;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
-            !field_object(o, "options", &options, &f) || !structured_options(o, chat, &opts, &tools, &f) ||
+            !field_object(o, "options", &options, &f) || !structured_options(o, chat, &opts, &tools, &fim, &f) ||
             (options && !ollama_options(options, &opts, &max_tokens, &f)) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model || !*model) {
@@ -346,16 +355,10 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 if (!messages_to_turns(msgs, false, turns, &prompt, &f))
                         goto fail;
         } else {
-                const char *p = NULL, *suffix = NULL;
+                const char *p = NULL;
                 if (!field_string(o, "prompt", &p, &f) || !field_string(o, "system", &system, &f) ||
-                    !field_bool(o, "raw", &raw, &raw_set, &f) || !field_string(o, "suffix", &suffix, &f))
+                    !field_bool(o, "raw", &raw, &raw_set, &f))
                         goto fail;
-                /* fill in the middle: the prompt before the cursor, the suffix after it, in the
-                 * model's FIM tokens (a code model's template does the same with them) */
-                if (suffix && *suffix) {
-                        g_variant_builder_add(&opts, "{sv}", "suffix", g_variant_new_string(suffix));
-                        system = NULL;
-                }
                 if (!p || !*p) {
                         answer_loaded(b, msg, o, model, chat);
                         return;
@@ -364,7 +367,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
                 if (raw)
                         g_variant_builder_add(&opts, "{sv}", "raw", g_variant_new_boolean(TRUE));
         }
-        if (system && *system && !raw)
+        /* filling in the middle takes no system prompt */
+        if (system && *system && !raw && !fim)
                 g_variant_builder_add(&opts, "{sv}", "system", g_variant_new_string(system));
 
         c = call_new(b, msg, &ollama_ops, 1);
