@@ -129,8 +129,7 @@ typedef struct Choice {
         EngineJob *job;
         GString *text;          /* the answer so far */
         bool held;              /* streamed with tools: text is held back, maybe a call */
-        bool done;              /* finished with stop or length */
-        char *reason;           /* stop or length */
+        char *reason;           /* once it finished: stop or length; NULL before */
         EngineStats st;         /* when done; its finish_reason and tool_call are the choice's own */
 } Choice;
 

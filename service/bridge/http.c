@@ -846,7 +846,7 @@ static void job_started(void *userdata, const char *error_name, const char *mess
                 Choice *o = &c->choices[i];
                 if (o->text->len > 0 && !o->held)
                         c->ops->token(c, o, o->text->str);
-                if (o->done && c->ops->choice_done)
+                if (o->reason && c->ops->choice_done)
                         c->ops->choice_done(c, o);
         }
         soup_server_message_unpause(c->msg);
@@ -888,7 +888,6 @@ static void job_finished(void *userdata, const char *reason, const char *error,
                                          c->prompt, ch->text->str,
                                          c->cached_tokens + st->prompt_tokens + st->generated_tokens - 1);
                 }
-                ch->done = true;
                 if (ch->index == 0)
                         submit_rest(c);
                 ch->reason = g_strdup(reason);
