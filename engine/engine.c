@@ -183,6 +183,12 @@ static void env_hurry(void *ud, int dev) {
 /* Requests ------------------------------------------------------------------------------------- */
 
 static void deliver_text(ereq *q) {
+        size_t n_lp = q->gen.logprobs ? axp_gen_logprobs_ready(&q->gen) : 0;
+        if (n_lp > 0) {
+                if (q->cbs.logprobs)
+                        q->cbs.logprobs(q->cbs.userdata, q->id, q->gen.lp, n_lp, q->e->model->tok);
+                axp_gen_logprobs_drop(&q->gen, n_lp);
+        }
         if (q->tools && q->gen.out_len > 0 &&
             axp_strbuf_append(&q->answer, &q->answer_len, &q->answer_cap, q->gen.out, q->gen.out_len) < 0)
                 q->tools = false; /* out of memory: reported as text */
@@ -452,6 +458,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 first_turn = f->seq.n_past == 0 && f->pending < 0;
         }
 
+        if (o->logprobs && o->top_logprobs > AXP_LOGPROBS_MAX)
+                return axp_errorf(a->err, -EINVAL, "top_logprobs is at most %d", AXP_LOGPROBS_MAX);
         if (o->suffix && (o->flow || o->n_messages > 0 || o->tools || o->system))
                 return axp_errorf(a->err, -EINVAL, "fill in the middle (a suffix) takes the text before and after "
                                                    "the cursor alone: no messages, system prompt, tools or flow");
@@ -563,6 +571,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (r < 0)
                 return r;
         q->gen_ok = true;
+        if (o->logprobs)
+                axp_gen_want_logprobs(&q->gen, o->top_logprobs);
         if ((r = axp_gen_constrain(&q->gen, tools_grammar ? tools_grammar : o->grammar, o->json_schema,
                                    a->err)) < 0)
                 return r;

@@ -144,6 +144,11 @@ typedef struct axp_request_opts {
          * /infill one (axp_tokenize_fim). NULL: none. Not with messages, a system prompt,
          * tools or a flow; -EINVAL for a model without FIM tokens. */
         const char *suffix;
+        /* Each generated token's log-probability and those of the top_logprobs (at most
+         * AXP_LOGPROBS_MAX) most likely tokens at its step (model/generate.h), to
+         * cbs.logprobs. */
+        bool logprobs;
+        uint32_t top_logprobs;
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);
@@ -151,6 +156,11 @@ void axp_request_opts_default(axp_request_opts *o);
 typedef struct axp_request_cbs {
         /* A piece of text (whole UTF-8 characters, stop strings removed). */
         void (*token)(void *userdata, uint64_t id, const char *text, size_t len);
+        /* With opts.logprobs: the records of the tokens whose text the next token callback
+         * brings (or that made none), in order, before it; `tok` gives their bytes
+         * (axp_token_to_piece). Both valid during the call only. */
+        void (*logprobs)(void *userdata, uint64_t id, const axp_token_logprob *lp, size_t n,
+                         const axp_tokenizer *tok);
         /* Always called exactly once per accepted request, last. */
         void (*finished)(void *userdata, uint64_t id, axp_finish_reason reason,
                          const axp_req_stats *stats);

@@ -28,7 +28,85 @@ void axp_gen_free(axp_gen *g) {
         axp_sampler_free(g->sampler);
         axp_stopper_done(&g->stopper);
         free(g->out);
+        free(g->lp);
         memset(g, 0, sizeof(*g));
+}
+
+/* Text to the stopper, the bytes it releases counted */
+static bool gen_feed(axp_gen *g, const char *text, size_t len) {
+        size_t before = g->out_len;
+        bool stop = axp_stopper_feed(&g->stopper, text, len, &g->out, &g->out_len, &g->out_cap);
+        g->released_total += g->out_len - before;
+        return stop;
+}
+
+void axp_gen_want_logprobs(axp_gen *g, uint32_t top) {
+        g->logprobs = true;
+        g->top_logprobs = top < AXP_LOGPROBS_MAX ? top : AXP_LOGPROBS_MAX;
+}
+
+size_t axp_gen_logprobs_ready(const axp_gen *g) {
+        size_t n = 0;
+        if (g->done)
+                return g->n_lp;
+        while (n < g->n_lp && g->lp[n].end <= g->released_total)
+                n++;
+        return n;
+}
+
+void axp_gen_logprobs_drop(axp_gen *g, size_t n) {
+        if (n >= g->n_lp) {
+                g->n_lp = 0;
+                return;
+        }
+        memmove(g->lp, g->lp + n, (g->n_lp - n) * sizeof(*g->lp));
+        g->n_lp -= n;
+}
+
+/* Whether logit a ranks above b (token ids breaking ties) */
+static bool ranks_above(float a, int32_t ia, float b, int32_t ib) {
+        return a > b || (a == b && ia < ib);
+}
+
+void axp_logprob_compute(const float *logits, int n, int32_t token, uint32_t n_top, axp_token_logprob *ret) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++)
+                if (logits[i] > mx) /* false for NaN */
+                        mx = logits[i];
+        double sum = 0;
+        if (mx > -INFINITY)
+                for (int i = 0; i < n; i++)
+                        if (logits[i] > -INFINITY)
+                                sum += expf(logits[i] - mx);
+        /* every logit -inf or NaN: no distribution; each token -inf but the chosen one */
+        float lse = mx > -INFINITY ? mx + (float) log(sum) : 0;
+        float lt = token >= 0 && token < n ? logits[token] : NAN;
+        ret->token = token;
+        ret->logprob = lt > -INFINITY ? lt - lse : mx > -INFINITY ? -INFINITY : 0;
+        ret->n_top = 0;
+        if (n_top > AXP_LOGPROBS_MAX)
+                n_top = AXP_LOGPROBS_MAX;
+        if (n_top > (uint32_t) n)
+                n_top = (uint32_t) n;
+        /* insertion into a short list in rank order: most logits fail the first comparison */
+        float v[AXP_LOGPROBS_MAX];
+        uint32_t k = 0;
+        for (int i = 0; i < n && n_top > 0; i++) {
+                float x = isnan(logits[i]) ? -INFINITY : logits[i];
+                if (k == n_top && !ranks_above(x, i, v[k - 1], ret->top[k - 1].token))
+                        continue;
+                uint32_t j = k < n_top ? k++ : k - 1;
+                while (j > 0 && ranks_above(x, i, v[j - 1], ret->top[j - 1].token)) {
+                        v[j] = v[j - 1];
+                        ret->top[j] = ret->top[j - 1];
+                        j--;
+                }
+                v[j] = x;
+                ret->top[j].token = i;
+        }
+        for (uint32_t j = 0; j < k; j++)
+                ret->top[j].logprob = v[j] > -INFINITY ? v[j] - lse : -INFINITY;
+        ret->n_top = k;
 }
 
 void axp_gen_finish(axp_gen *g, axp_finish_reason reason) {
@@ -37,11 +115,19 @@ void axp_gen_finish(axp_gen *g, axp_finish_reason reason) {
         char *text = NULL;
         size_t len = 0, cap = 0;
         axp_detok_flush(&g->detok, &text, &len, &cap);
+        g->text_total += len;
         if (len > 0 && !g->stopper.stopped)
-                axp_stopper_feed(&g->stopper, text, len, &g->out, &g->out_len, &g->out_cap);
+                gen_feed(g, text, len);
         free(text);
-        if (!g->stopper.stopped)
+        if (!g->stopper.stopped) {
+                size_t before = g->out_len;
                 axp_stopper_flush(&g->stopper, &g->out, &g->out_len, &g->out_cap);
+                g->released_total += g->out_len - before;
+        }
+        /* a stop string and what followed it are not the answer: neither are the tokens that
+         * made only them */
+        while (g->stopper.stopped && g->n_lp > 0 && g->lp[g->n_lp - 1].start >= g->released_total)
+                g->n_lp--;
         g->done = true;
         g->reason = reason;
 }
@@ -124,10 +210,20 @@ int32_t axp_gen_next(axp_gen *g, const float *logits) {
                 axp_gen_finish(g, AXP_FINISH_STOP);
                 return id;
         }
+        axp_token_logprob *rec = NULL;
+        if (g->logprobs && axp_grow((void **) &g->lp, &g->cap_lp, g->n_lp + 1, sizeof(*g->lp)) == 0) {
+                rec = &g->lp[g->n_lp++];
+                axp_logprob_compute(logits, g->model->hp.n_vocab, id, g->top_logprobs, rec);
+        }
         char *text = NULL;
         size_t len = 0, cap = 0;
         axp_detok_push(&g->detok, id, &text, &len, &cap);
-        bool stop = len > 0 && axp_stopper_feed(&g->stopper, text, len, &g->out, &g->out_len, &g->out_cap);
+        if (rec) {
+                rec->start = g->text_total;
+                rec->end = g->text_total + len;
+        }
+        g->text_total += len;
+        bool stop = len > 0 && gen_feed(g, text, len);
         free(text);
         if (stop || (g->matcher && axp_matcher_finished(g->matcher)))
                 axp_gen_finish(g, AXP_FINISH_STOP);

@@ -22,6 +22,27 @@ typedef enum axp_finish_reason {
 
 const char *axp_finish_reason_name(axp_finish_reason r);
 
+/* Log-probabilities of the generated tokens (OpenAI's and Ollama's logprobs): each token's,
+ * and those of the most likely tokens at its step, from the model's own distribution (the
+ * log-softmax of the logits, before penalties, temperature, truncation or a grammar). */
+#define AXP_LOGPROBS_MAX 20
+typedef struct axp_logprob_alt {
+        int32_t token;
+        float logprob;
+} axp_logprob_alt;
+
+typedef struct axp_token_logprob {
+        int32_t token;
+        float logprob;
+        uint32_t n_top;                     /* the most likely first; ties by token id */
+        axp_logprob_alt top[AXP_LOGPROBS_MAX];
+        uint64_t start, end;                /* its text: bytes start..end of the generated text */
+} axp_token_logprob;
+
+/* The n_top most likely of n logits (n_top <= AXP_LOGPROBS_MAX) and the log-probability of
+ * `token` among them all, in *ret (start and end not set). NaN logits count as -inf. */
+void axp_logprob_compute(const float *logits, int n, int32_t token, uint32_t n_top, axp_token_logprob *ret);
+
 typedef struct axp_gen {
         const axp_model *model;
         axp_sampler *sampler;
@@ -44,6 +65,14 @@ typedef struct axp_gen {
         /* text released so far but not yet taken by the caller */
         char *out;
         size_t out_len, out_cap;
+        /* logprobs (axp_gen_want_logprobs): one record a generated token (end of generation
+         * tokens have none), kept until the text it makes is released */
+        bool logprobs;
+        uint32_t top_logprobs;
+        axp_token_logprob *lp;
+        size_t n_lp, cap_lp;
+        uint64_t text_total;     /* bytes of text the tokens made so far */
+        uint64_t released_total; /* bytes of it released to out (the rest held or a stop string) */
 } axp_gen;
 
 /* The prompt's tokens feed the repetition penalty. */
@@ -57,6 +86,16 @@ void axp_gen_free(axp_gen *g);
  * say what is wrong: invalid or unsupported input, or output that cannot fit in the token
  * limit. */
 int axp_gen_constrain(axp_gen *g, const char *grammar, const char *json_schema, axp_error *err);
+
+/* Record each generated token's log-probability and the `top` most likely alternatives at its
+ * step (at most AXP_LOGPROBS_MAX). Call before the first step. */
+void axp_gen_want_logprobs(axp_gen *g, uint32_t top);
+
+/* How many of the first records in g->lp belong to text released so far (all of them once the
+ * request is done; a stop string's tokens have none) */
+size_t axp_gen_logprobs_ready(const axp_gen *g);
+/* The first n records taken */
+void axp_gen_logprobs_drop(axp_gen *g, size_t n);
 
 /* Choose the next token from logits and return it. If it ends the generation (end of
  * generation token, stop string, token limit), g->done is set and g->reason says why; else

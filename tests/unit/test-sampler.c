@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/generate.h"
 #include "model/sampler.h"
 #include "test.h"
 #include "base/util.h"
@@ -394,6 +395,61 @@ static void test_stopper(void) {
         free(s.out);
 }
 
+/* Log-probabilities: the log-softmax of the logits, the most likely tokens in order (ties by
+ * token id), NaN and -inf as tokens no draw can take. */
+static void test_logprobs(void) {
+        float l[4];
+        axp_token_logprob r;
+        four(l);
+        axp_logprob_compute(l, 4, 2, 3, &r);
+        CHECK_EQ_INT(r.token, 2);
+        CHECK(fabsf(r.logprob - logf(0.15f)) < 1e-6f);
+        CHECK_EQ_INT(r.n_top, 3);
+        const int order[3] = { 0, 1, 2 };
+        const float p[3] = { 0.5f, 0.3f, 0.15f };
+        for (int i = 0; i < 3; i++) {
+                CHECK_EQ_INT(r.top[i].token, order[i]);
+                CHECK(fabsf(r.top[i].logprob - logf(p[i])) < 1e-6f);
+        }
+        /* shifted logits, the same distribution; no alternatives asked for */
+        for (int i = 0; i < 4; i++)
+                l[i] += 1000;
+        axp_logprob_compute(l, 4, 3, 0, &r);
+        CHECK(fabsf(r.logprob - logf(0.05f)) < 1e-4f);
+        CHECK_EQ_INT(r.n_top, 0);
+        /* more asked for than there are tokens; ties by id; NaN and -inf last */
+        float m[6] = { 1, NAN, 2, 1, -INFINITY, 2 };
+        axp_logprob_compute(m, 6, 4, AXP_LOGPROBS_MAX + 5, &r);
+        CHECK_EQ_INT(r.n_top, 6);
+        const int want[6] = { 2, 5, 0, 3, 1, 4 };
+        for (int i = 0; i < 6; i++)
+                CHECK_MSG(r.top[i].token == want[i], "rank %d: token %d, not %d", i, r.top[i].token, want[i]);
+        double z = log(2 * exp(2.0) + 2 * exp(1.0));
+        CHECK(fabs(r.top[0].logprob - (2 - z)) < 1e-6 && fabs(r.top[2].logprob - (1 - z)) < 1e-6);
+        CHECK(isinf(r.logprob) && r.logprob < 0 && isinf(r.top[5].logprob) && isinf(r.top[4].logprob));
+        /* a large vocabulary: the top 20 of 50000 in order, the same as a full sort gives */
+        enum { N = 50000 };
+        static float big[N];
+        uint64_t x = 12345;
+        for (int i = 0; i < N; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                big[i] = (float) (x >> 40) / (1 << 20) - 8; /* repeats, so ties occur */
+        }
+        axp_logprob_compute(big, N, 7, AXP_LOGPROBS_MAX, &r);
+        CHECK_EQ_INT(r.n_top, AXP_LOGPROBS_MAX);
+        for (int i = 0; i < AXP_LOGPROBS_MAX; i++) {
+                int32_t t = r.top[i].token;
+                int above = 0;
+                for (int j = 0; j < N; j++)
+                        above += big[j] > big[t] || (big[j] == big[t] && j < t);
+                CHECK_MSG(above == i, "rank %d holds a token with %d above it", i, above);
+        }
+        double sum = 0;
+        for (int i = 0; i < N; i++)
+                sum += exp(big[i] - big[r.top[0].token]);
+        CHECK(fabs(r.logprob - (big[7] - big[r.top[0].token] - log(sum))) < 1e-4);
+}
+
 int main(void) {
         RUN(test_defaults);
         RUN(test_greedy);
@@ -404,5 +460,6 @@ int main(void) {
         RUN(test_frequency_and_presence_penalties);
         RUN(test_large_vocab);
         RUN(test_stopper);
+        RUN(test_logprobs);
         TEST_EXIT();
 }

@@ -21,6 +21,7 @@
 #include "model/generate.h"
 #include "mkmodel.h"
 #include "model/tokenizer.h"
+#include "base/utf8.h"
 #include "test.h"
 #include "kernels/types.h"
 
@@ -1030,6 +1031,164 @@ static void test_swap_models_under_load(void) {
               told.last.queued_proactive == 0);
 }
 
+/* Log-probabilities through the engine ------------------------------------------------------ */
+
+typedef struct lp_result {
+        result r;
+        axp_token_logprob lp[64];
+        size_t n_lp;
+        bool early; /* a text callback brought text of a token whose record had not come */
+        bool late;  /* a record came after text past its token */
+} lp_result;
+
+static void on_lp_token(void *ud, uint64_t id, const char *text, size_t len) {
+        lp_result *l = ud;
+        on_token(&l->r, id, text, len);
+        pthread_mutex_lock(&l->r.lock);
+        /* the records come before the text their tokens make: every record here ends within
+         * the text delivered so far */
+        if (l->n_lp > 0 && l->lp[l->n_lp - 1].end > l->r.len)
+                l->early = true;
+        pthread_mutex_unlock(&l->r.lock);
+}
+
+static void on_lp(void *ud, uint64_t id, const axp_token_logprob *lp, size_t n, const axp_tokenizer *tok) {
+        lp_result *l = ud;
+        pthread_mutex_lock(&l->r.lock);
+        for (size_t i = 0; i < n; i++) {
+                if (lp[i].start < l->r.len)
+                        l->late = true;
+                if (l->n_lp < 64)
+                        l->lp[l->n_lp++] = lp[i];
+                char piece[64];
+                CHECK(axp_token_to_piece(tok, lp[i].token, false, piece, sizeof(piece)) >= 0);
+        }
+        pthread_mutex_unlock(&l->r.lock);
+}
+
+/* The reference's records: greedy as reference(), with a stop string */
+static size_t reference_lp(axp_model *m, axp_device *d, const char *prompt, int max_tokens, const char *stop,
+                           uint32_t top, axp_token_logprob *ret, char *out, size_t cap) {
+        _cleanup_free_ int32_t *toks = NULL;
+        axp_seq q = { 0 };
+        axp_gen g = { 0 };
+        axp_sampler_params sp;
+        axp_error err = { 0 };
+        int n = 0;
+
+        axp_sampler_params_default(&sp);
+        sp.temperature = 0;
+        CHECK(axp_tokenize(m->tok, prompt, strlen(prompt), AXP_TOK_PARSE_SPECIAL | AXP_TOK_ADD_BOS,
+                           &toks, &n, &err) == 0);
+        uint32_t kt = AXP_TYPE_F16;
+        CHECK(axp_kv_type_from_name(kv_type ? kv_type : "f16", &kt) == 0);
+        CHECK(axp_seq_init(&q, m, kt, m->hp.n_ctx_train, n + max_tokens, &err) == 0);
+        CHECK(axp_gen_init(&g, m, &sp, stop ? &stop : NULL, stop ? 1 : 0, max_tokens, toks, n, &err) == 0);
+        axp_gen_want_logprobs(&g, top);
+        CHECK(axp_forward_prefill(d, &q, toks, n, 0, &err) == 0);
+        while (!g.done) {
+                int32_t id = axp_gen_next(&g, q.logits);
+                if (g.done)
+                        break;
+                CHECK(axp_forward_decode(d, &(axp_seq *) { &q }, &id, 1, &err) == 0);
+        }
+        axp_gen_finish(&g, AXP_FINISH_LENGTH);
+        size_t n_lp = axp_gen_logprobs_ready(&g);
+        CHECK(n_lp == g.n_lp && n_lp <= 64);
+        memcpy(ret, g.lp, n_lp * sizeof(*ret));
+        size_t len = MIN(g.out_len, cap - 1);
+        memcpy(out, g.out, len);
+        out[len] = 0;
+        axp_gen_free(&g);
+        axp_seq_free(&q);
+        return n_lp;
+}
+
+/* The engine's records are the reference's, in order, each before the text of its token; a
+ * stop string's tokens have none; more than AXP_LOGPROBS_MAX alternatives is refused. */
+static void test_logprobs(void) {
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_error err = { 0 };
+        static axp_token_logprob want[64];
+        static char text[8192];
+        const char *prompt = prompts[1];
+
+        CHECK(axp_model_load(model_path, &m, &err) == 0);
+        CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+        size_t n_want = reference_lp(m, d, prompt, 24, NULL, 5, want, text, sizeof(text));
+        CHECK_EQ_INT((int) n_want, 24); /* the model has no end of generation token */
+        /* a stop string from the middle of the answer: three bytes, none of them NUL */
+        char stop[4] = { 0 };
+        size_t at = want[12].start;
+        for (; at + 3 <= want[23].end; at++)
+                if (text[at] && text[at + 1] && text[at + 2] && axp_utf8_valid(text + at, 3, NULL))
+                        break;
+        CHECK(at + 3 <= want[23].end);
+        memcpy(stop, text + at, 3);
+        const char *first = strstr(text, stop);
+        size_t cut = first ? (size_t) (first - text) : 0, n_cut = 0;
+        while (n_cut < n_want && want[n_cut].start < cut)
+                n_cut++;
+        CHECK(n_cut > 0 && n_cut < n_want);
+        static axp_token_logprob want_stop[64];
+        static char text_stop[8192];
+        CHECK_EQ_INT((int) reference_lp(m, d, prompt, 24, stop, 5, want_stop, text_stop, sizeof(text_stop)),
+                     (int) n_cut);
+        axp_device_free(d);
+        axp_model_free(m);
+
+        axp_engine *e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        for (int run = 0; run < 2; run++) {
+                static lp_result l;
+                memset(&l, 0, sizeof(l));
+                result_init(&l.r);
+                axp_request_opts o;
+                axp_request_cbs cb = { .token = on_lp_token, .logprobs = on_lp, .finished = on_finished,
+                                       .userdata = &l };
+                greedy_opts(&o, 24);
+                o.logprobs = true;
+                o.top_logprobs = 5;
+                const char *stops[1] = { stop };
+                if (run == 1) {
+                        o.stop = stops;
+                        o.n_stop = 1;
+                }
+                uint64_t id;
+                CHECK(axp_engine_submit(e, AXP_REACTIVE, prompt, &o, &cb, &id, &err) == 0);
+                result_wait(&l.r);
+                size_t n = run == 1 ? n_cut : n_want;
+                const axp_token_logprob *w = run == 1 ? want_stop : want;
+                CHECK_MSG(l.n_lp == n, "run %d: %zu records, not %zu", run, l.n_lp, n);
+                CHECK(!l.early && !l.late);
+                for (size_t i = 0; i < MIN(n, l.n_lp); i++) {
+                        CHECK(l.lp[i].token == w[i].token && l.lp[i].n_top == 5);
+                        CHECK(l.lp[i].start == w[i].start && l.lp[i].end == w[i].end);
+                        CHECK_MSG(fabsf(l.lp[i].logprob - w[i].logprob) < 1e-4f, "token %zu: %g vs %g", i,
+                                  l.lp[i].logprob, w[i].logprob);
+                        /* greedy: the chosen token is the most likely */
+                        CHECK(l.lp[i].top[0].token == l.lp[i].token);
+                        for (int k = 0; k < 5; k++)
+                                CHECK(l.lp[i].top[k].token == w[i].top[k].token);
+                }
+        }
+        /* a record holds at most AXP_LOGPROBS_MAX alternatives */
+        axp_request_opts o;
+        greedy_opts(&o, 4);
+        o.logprobs = true;
+        o.top_logprobs = AXP_LOGPROBS_MAX + 1;
+        result r;
+        result_init(&r);
+        axp_request_cbs cb = cbs_for(&r);
+        uint64_t id;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompt, &o, &cb, &id, &err) == -EINVAL);
+        CHECK(strstr(err.msg, "top_logprobs") != NULL);
+        axp_engine_free(e);
+}
+
 int main(void) {
         char dir[] = "/tmp/axp-test-engine-XXXXXX";
         axp_mkmodel_params mp;
@@ -1071,6 +1230,7 @@ int main(void) {
         RUN(test_flow_reuses_kv);
         RUN(test_kv_budget);
         RUN(test_prompt_cache);
+        RUN(test_logprobs);
         RUN(test_swap_models_under_load);
         unlink(model_path);
         unlink(model_b_path);
