@@ -197,6 +197,10 @@ static void deliver_text(ereq *q) {
         q->gen.out_len = 0;
 }
 
+int axp_engine_token_piece(const axp_tokenizer *tok, int32_t id, char *buf, int cap) {
+        return axp_token_to_piece(tok, id, false, buf, cap);
+}
+
 static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
                      axp_finish_reason *ret_reason) {
         ereq *q = ud;

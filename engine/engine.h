@@ -158,7 +158,7 @@ typedef struct axp_request_cbs {
         void (*token)(void *userdata, uint64_t id, const char *text, size_t len);
         /* With opts.logprobs: the records of the tokens whose text the next token callback
          * brings (or that made none), in order, before it; `tok` gives their bytes
-         * (axp_token_to_piece). Both valid during the call only. */
+         * (axp_engine_token_piece). Both valid during the call only. */
         void (*logprobs)(void *userdata, uint64_t id, const axp_token_logprob *lp, size_t n,
                          const axp_tokenizer *tok);
         /* Always called exactly once per accepted request, last. */
@@ -166,6 +166,10 @@ typedef struct axp_request_cbs {
                          const axp_req_stats *stats);
         void *userdata;
 } axp_request_cbs;
+
+/* The bytes token `id` stands for (axp_token_to_piece: control tokens give none), in buf;
+ * their number, or the negative size needed where cap is too small. */
+int axp_engine_token_piece(const axp_tokenizer *tok, int32_t id, char *buf, int cap);
 
 /* Tokenizes and queues a request. Errors (nothing queued, no callback): -EINVAL (bad
  * options), -E2BIG (prompt beyond the context, or a request whose KV cache could not fit in

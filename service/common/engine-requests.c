@@ -79,6 +79,10 @@ void engine_requests_signal(EngineRequests *r, const char *sender, const char *p
                 const char *text;
                 g_variant_get(params, "(&s)", &text);
                 r->ops.token(e->req, text);
+        } else if (strcmp(member, "Logprobs") == 0 && r->ops.logprobs &&
+                   g_variant_is_of_type(params, G_VARIANT_TYPE("(a(sayda(sayd)))"))) {
+                g_autoptr(GVariant) tokens = g_variant_get_child_value(params, 0);
+                r->ops.logprobs(e->req, tokens);
         } else if (strcmp(member, "Finished") == 0 && g_variant_is_of_type(params, G_VARIANT_TYPE("(sa{sv})"))) {
                 const char *reason, *error = NULL;
                 g_autoptr(GVariant) stats = NULL;

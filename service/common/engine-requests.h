@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What the engine's GDBus clients (the session monitor, service/monitor/engine-client.c, and
  * the HTTP bridge, service/bridge/engine-link.c) share: the engine's names, and the table of
- * their requests in flight, by object path, with the Token and Finished signals routed to
+ * their requests in flight, by object path, with the Token, Logprobs and Finished signals routed to
  * them. A signal is taken only from the bus name that answered the request's call (any peer
  * can send a signal); one that arrives before that answer is handled (the answer and the
  * signals reach a GDBus client through different queues) is kept, at most 256 of them, and
@@ -19,6 +19,9 @@ typedef struct EngineRequests EngineRequests;
 
 typedef struct EngineRequestsOps {
         void (*token)(void *req, const char *text);
+        /* The Logprobs signal's records, a(sayda(sayd)), of the text the next token brings
+         * (NULL: not wanted) */
+        void (*logprobs)(void *req, GVariant *tokens);
         /* The request is over and already out of the table. reason: the engine's ("stop",
          * "length", "cancelled", "error" with `error`), or engine_requests_lose()'s; stats:
          * the Finished signal's a{sv}, NULL when lost. */

@@ -70,8 +70,80 @@ static void on_finished(void *userdata, uint64_t id, axp_finish_reason reason,
         bridge_push(b, ev);
 }
 
+/* Records put as bridge_logprob_next reads them; n < 0: only their size */
+static size_t put_u32(char *p, uint32_t v) {
+        if (p)
+                memcpy(p, &v, 4);
+        return 4;
+}
+
+static size_t put_piece(char *p, const axp_tokenizer *tok, int32_t id, float lp, bool token, uint32_t n_alt) {
+        char buf[512];
+        int n = axp_engine_token_piece(tok, id, buf, sizeof(buf));
+        size_t len = n < 0 ? 0 : (size_t) n, at = 0; /* a piece longer than any known token's: none */
+        at += put_u32(p ? p + at : NULL, (uint32_t) len);
+        if (p)
+                memcpy(p + at, buf, len);
+        at += len;
+        if (p)
+                memcpy(p + at, &lp, 4);
+        at += 4;
+        if (token)
+                at += put_u32(p ? p + at : NULL, n_alt);
+        return at;
+}
+
+static size_t put_records(char *p, const axp_token_logprob *lp, size_t n, const axp_tokenizer *tok) {
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+                at += put_piece(p ? p + at : NULL, tok, lp[i].token, lp[i].logprob, true, lp[i].n_top);
+                for (uint32_t j = 0; j < lp[i].n_top; j++)
+                        at += put_piece(p ? p + at : NULL, tok, lp[i].top[j].token, lp[i].top[j].logprob, false, 0);
+        }
+        return at;
+}
+
+static void on_logprobs(void *userdata, uint64_t id, const axp_token_logprob *lp, size_t n, const axp_tokenizer *tok) {
+        Bridge *b = userdata;
+        size_t len = put_records(NULL, lp, n, tok);
+        BridgeEvent *ev = bridge_event_new(BRIDGE_LOGPROBS, len);
+
+        /* out of memory: lost, as a token would be */
+        if (!ev)
+                return;
+        ev->id = id;
+        ev->len = len;
+        put_records(ev->text, lp, n, tok);
+        bridge_push(b, ev);
+}
+
+bool bridge_logprob_next(const char **p, const char *end, bool token, BridgeLogprob *ret) {
+        const char *q = *p;
+        uint32_t len;
+
+        if ((size_t) (end - q) < 8)
+                return false;
+        memcpy(&len, q, 4);
+        q += 4;
+        if ((size_t) (end - q) < (size_t) len + 4 + (token ? 4 : 0))
+                return false;
+        ret->bytes = q;
+        ret->len = len;
+        q += len;
+        memcpy(&ret->logprob, q, 4);
+        q += 4;
+        ret->n_alt = 0;
+        if (token) {
+                memcpy(&ret->n_alt, q, 4);
+                q += 4;
+        }
+        *p = q;
+        return true;
+}
+
 void bridge_request_cbs(Bridge *b, axp_request_cbs *ret) {
         *ret = (axp_request_cbs) {
+                .logprobs = on_logprobs,
                 .token = on_token,
                 .finished = on_finished,
                 .userdata = b,

@@ -17,6 +17,7 @@ typedef enum BridgeEventType {
         BRIDGE_JOB_DONE, /* a job run on a worker thread (LoadModel) is over */
         BRIDGE_STATUS,   /* the engine's status changed */
         BRIDGE_INSTALL_DONE, /* an InstallModel job's worker is over */
+        BRIDGE_LOGPROBS,     /* records of log-probabilities (bridge_logprobs_next) */
 } BridgeEventType;
 
 typedef struct BridgeEvent BridgeEvent;
@@ -30,8 +31,9 @@ struct BridgeEvent {
                 axp_engine_status status;    /* STATUS: a copy */
         };
         void *job;                   /* JOB_DONE: the job's own pointer */
-        size_t len;                  /* TOKEN: bytes of text */
-        char text[];                 /* TOKEN: NUL-terminated; FINISHED: the tool call, if any */
+        size_t len;                  /* TOKEN: bytes of text; LOGPROBS: of the records */
+        char text[];                 /* TOKEN: NUL-terminated; FINISHED: the tool call, if any;
+                                      * LOGPROBS: the records */
 };
 
 /* Called for each event in order, then once with NULL at the end of a batch. */
@@ -56,6 +58,17 @@ void bridge_status_changed(void *userdata, const axp_engine_status *status);
 /* From any thread. */
 void bridge_post_job_done(Bridge *b, void *job);
 void bridge_post_install_done(Bridge *b, void *job);
+
+/* LOGPROBS records, one after another: a token's (its bytes, log-probability and number of
+ * alternatives) followed by its alternatives' (their bytes and log-probabilities). Each call
+ * reads the next from *p (up to end) and moves *p past it; false at the end. */
+typedef struct BridgeLogprob {
+        const char *bytes;
+        uint32_t len;
+        float logprob;
+        uint32_t n_alt; /* a token's record: the alternatives that follow it */
+} BridgeLogprob;
+bool bridge_logprob_next(const char **p, const char *end, bool token, BridgeLogprob *ret);
 
 /* Handle everything queued now (the event loop calls this when the eventfd fires; shutdown
  * calls it after the engine stopped to deliver the last events). */

@@ -257,6 +257,7 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
                 return r;
         }
         req->complete = complete;
+        req->logprobs_wanted = o.opts.logprobs;
 
         bridge_request_cbs(&c->bridge, &cbs);
         /* one user's requests never start from another's cache */

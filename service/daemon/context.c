@@ -185,6 +185,11 @@ void context_on_engine_event(void *userdata, const BridgeEvent *ev) {
                 if (r)
                         request_on_token(r, ev->text, ev->len);
                 break;
+        case BRIDGE_LOGPROBS:
+                r = idmap_get(&c->requests_by_id, ev->id);
+                if (r)
+                        request_on_logprobs(r, ev->text, ev->len);
+                break;
         case BRIDGE_FINISHED:
                 r = idmap_get(&c->requests_by_id, ev->id);
                 if (r)

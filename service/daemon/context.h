@@ -64,6 +64,9 @@ struct Request {
         axp_utf8_stream utf8;    /* the engine's text, made whole characters */
         char *text;              /* Complete: the answer so far; else text not yet sent */
         size_t text_len, text_cap;
+        bool logprobs_wanted;    /* option logprobs given */
+        char *logprobs;          /* Complete with option logprobs: the records so far (bridge.h) */
+        size_t logprobs_len, logprobs_cap;
 
         sd_event_source *expire; /* drops a finished request's object after the grace period */
         LIST_FIELDS(Request, requests); /* in its client's list */

@@ -39,6 +39,7 @@ static const OptionSpec option_specs[] = {
         { "tools",             "s",  "string" },
         { "tool_choice",       "s",  "string" },
         { "suffix",            "s",  "string" },
+        { "logprobs",          "u",  "uint32" },
 };
 
 static bool spec_allowed(const OptionSpec *s, OptionSet set) {
@@ -246,6 +247,17 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 if (r < 0)
                         return r;
                 o->opts.sampling.temperature = (float) d;
+        } else if (strcmp(key, "logprobs") == 0) {
+                /* each token's log-probability and that many alternatives' */
+                r = sd_bus_message_read_basic(m, 'u', &u);
+                if (r < 0)
+                        return r;
+                if (u > AXP_LOGPROBS_MAX) {
+                        snprintf(why, sizeof(why), "must be from 0 to %d alternatives, got %u", AXP_LOGPROBS_MAX, u);
+                        return bad_value(error, key, why);
+                }
+                o->opts.logprobs = true;
+                o->opts.top_logprobs = u;
         } else if (strcmp(key, "top_k") == 0) {
                 r = sd_bus_message_read_basic(m, 'u', &u);
                 if (r < 0)

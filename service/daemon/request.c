@@ -74,6 +74,7 @@ void request_free(Request *r) {
         sd_event_source_disable_unref(r->expire);
         sd_bus_message_unref(r->complete_call);
         free(r->text);
+        free(r->logprobs);
         free(r->tool_call);
         free(r->path);
         free(r->owner);
@@ -108,7 +109,59 @@ void request_orphan(Request *r) {
         (void) request_cancel(r);
 }
 
-int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, const char *reason) {
+/* A piece of a token: its text (its bytes made valid UTF-8, any NUL as U+FFFD), its bytes and its
+ * log-probability */
+static int append_piece(sd_bus_message *m, const BridgeLogprob *p) {
+        axp_utf8_stream u = { .no_nul = true };
+        _cleanup_free_ char *t = NULL;
+        size_t tl = 0, tc = 0;
+        int k;
+
+        k = axp_utf8_stream_push(&u, p->bytes, p->len, &t, &tl, &tc);
+        if (k >= 0)
+                k = axp_utf8_stream_flush(&u, &t, &tl, &tc);
+        if (k < 0)
+                return k;
+        k = sd_bus_message_append(m, "s", t ? t : "");
+        if (k >= 0)
+                k = sd_bus_message_append_array(m, 'y', p->bytes, p->len);
+        if (k >= 0)
+                k = sd_bus_message_append(m, "d", (double) p->logprob);
+        return k;
+}
+
+/* The records as a(sayda(sayd)): each token's text, bytes, log-probability and alternatives */
+static int append_logprobs(sd_bus_message *m, const char *records, size_t len) {
+        const char *p = records, *end = records + len;
+        BridgeLogprob tok, alt;
+        int k;
+
+        k = sd_bus_message_open_container(m, 'a', "(sayda(sayd))");
+        while (k >= 0 && bridge_logprob_next(&p, end, true, &tok)) {
+                k = sd_bus_message_open_container(m, 'r', "sayda(sayd)");
+                if (k >= 0)
+                        k = append_piece(m, &tok);
+                if (k >= 0)
+                        k = sd_bus_message_open_container(m, 'a', "(sayd)");
+                for (uint32_t i = 0; k >= 0 && i < tok.n_alt && bridge_logprob_next(&p, end, false, &alt); i++) {
+                        k = sd_bus_message_open_container(m, 'r', "sayd");
+                        if (k >= 0)
+                                k = append_piece(m, &alt);
+                        if (k >= 0)
+                                k = sd_bus_message_close_container(m);
+                }
+                if (k >= 0)
+                        k = sd_bus_message_close_container(m);
+                if (k >= 0)
+                        k = sd_bus_message_close_container(m);
+        }
+        if (k >= 0)
+                k = sd_bus_message_close_container(m);
+        return k;
+}
+
+int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, const char *reason,
+                 const char *logprobs, size_t logprobs_len) {
         int r;
 
         r = sd_bus_message_open_container(m, 'a', "{sv}");
@@ -137,6 +190,21 @@ int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, co
         }
         if (st->tool_call) {
                 r = sd_bus_message_append(m, "{sv}", "tool_call", "s", st->tool_call);
+                if (r < 0)
+                        return r;
+        }
+        if (logprobs) {
+                r = sd_bus_message_open_container(m, 'e', "sv");
+                if (r >= 0)
+                        r = sd_bus_message_append(m, "s", "logprobs");
+                if (r >= 0)
+                        r = sd_bus_message_open_container(m, 'v', "a(sayda(sayd))");
+                if (r >= 0)
+                        r = append_logprobs(m, logprobs, logprobs_len);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(m);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(m);
                 if (r < 0)
                         return r;
         }
@@ -230,6 +298,31 @@ void request_on_token(Request *r, const char *text, size_t len) {
         request_take_text(r, text, len);
 }
 
+void request_on_logprobs(Request *r, const char *records, size_t len) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+        int k;
+
+        if (r->finished || !r->client || len == 0)
+                return;
+        if (r->complete) {
+                /* for the reply; out of memory: those records are lost, as a signal would be */
+                if (axp_grow((void **) &r->logprobs, &r->logprobs_cap, r->logprobs_len + len, 1) < 0) {
+                        log_oom();
+                        return;
+                }
+                memcpy(r->logprobs + r->logprobs_len, records, len);
+                r->logprobs_len += len;
+                return;
+        }
+        k = request_new_signal(r, AXP_BUS_REQUEST_IFACE, "Logprobs", &m);
+        if (k >= 0)
+                k = append_logprobs(m, records, len);
+        if (k >= 0)
+                k = sd_bus_send(r->context->bus, m, NULL);
+        if (k < 0)
+                log_warning_errno(k, "Failed to send Logprobs of %s", r->path);
+}
+
 static void request_reply_complete(Request *r) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         sd_bus_message *call = r->complete_call;
@@ -250,7 +343,9 @@ static void request_reply_complete(Request *r) {
                 if (k >= 0)
                         k = sd_bus_message_append(reply, "s", r->text ?: "");
                 if (k >= 0)
-                        k = stats_append(reply, &r->stats, false, axp_finish_reason_name(r->reason));
+                        k = stats_append(reply, &r->stats, false, axp_finish_reason_name(r->reason),
+                                         r->logprobs_wanted ? (r->logprobs ? r->logprobs : "") : NULL,
+                                         r->logprobs_len);
                 if (k >= 0)
                         k = sd_bus_send(NULL, reply, NULL);
                 if (k < 0)
@@ -309,7 +404,7 @@ void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_sta
         if (k >= 0)
                 k = sd_bus_message_append(m, "s", axp_finish_reason_name(reason));
         if (k >= 0)
-                k = stats_append(m, &r->stats, reason == AXP_FINISH_ERROR, NULL);
+                k = stats_append(m, &r->stats, reason == AXP_FINISH_ERROR, NULL, NULL, 0);
         if (k >= 0)
                 k = sd_bus_send(c->bus, m, NULL);
         if (k < 0)
@@ -386,7 +481,7 @@ static int property_get_stats(sd_bus *bus, const char *path, const char *iface, 
         if (k < 0)
                 return k;
         request_refresh(r);
-        return stats_append(reply, &r->stats, r->finished && r->reason == AXP_FINISH_ERROR, NULL);
+        return stats_append(reply, &r->stats, r->finished && r->reason == AXP_FINISH_ERROR, NULL, NULL, 0);
 }
 
 static int method_cancel(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -415,6 +510,7 @@ const sd_bus_vtable request_vtable[] = {
         SD_BUS_METHOD("Cancel", NULL, NULL, method_cancel, SD_BUS_VTABLE_UNPRIVILEGED),
 
         SD_BUS_SIGNAL_WITH_ARGS("Token", SD_BUS_ARGS("s", text), 0),
+        SD_BUS_SIGNAL_WITH_ARGS("Logprobs", SD_BUS_ARGS("a(sayda(sayd))", tokens), 0),
         SD_BUS_SIGNAL_WITH_ARGS("Finished", SD_BUS_ARGS("s", reason, "a{sv}", stats), 0),
         SD_BUS_VTABLE_END
 };

@@ -23,7 +23,11 @@ void request_orphan(Request *r);
 int request_cancel(Request *r);
 
 void request_on_token(Request *r, const char *text, size_t len);
+/* The log-probabilities of tokens whose text comes next (bridge.h's records) */
+void request_on_logprobs(Request *r, const char *records, size_t len);
 void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_stats *stats);
 
-/* Append the stats a{sv} (with `reason` first when not NULL). */
-int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, const char *reason);
+/* Append the stats a{sv} (with `reason` first when not NULL, and "logprobs" when records are
+ * given). */
+int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, const char *reason,
+                 const char *logprobs, size_t logprobs_len);

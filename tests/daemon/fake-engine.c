@@ -486,6 +486,11 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
         return 0;
 }
 
+/* No tokenizer here, and no request asks for log-probabilities of fake tokens */
+int axp_engine_token_piece(const axp_tokenizer *tok, int32_t id, char *buf, int cap) {
+        return 0;
+}
+
 int axp_engine_cancel(axp_engine *e, uint64_t id) {
         int r = -ENOENT;
 

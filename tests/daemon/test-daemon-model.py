@@ -604,6 +604,52 @@ def test_penalties_from_the_command_line():
     assert r.rc == 2 and "--presence-penalty" in r.err, r
 
 
+
+LOGPROB = re.compile(r"""\((?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)"), (?:@ay )?\[(?:byte )?([^\]]*)\], """
+                     r"""(-?inf|[-0-9.e+]+)(, (?:@a\(sayd\) )?\[)?""")
+
+
+def logprobs_of(out):
+    """The records of a Complete reply's 'logprobs': [(bytes, logprob, [(bytes, logprob)...])]"""
+    at = out.index("'logprobs': <")
+    records = []
+    for m in LOGPROB.finditer(out, at):
+        b = bytes(int(x, 16) for x in m.group(3).split(", ") if x)
+        lp = float(m.group(4))
+        if m.group(5):
+            records.append((b, lp, []))
+        else:
+            records[-1][2].append((b, lp))
+    return records
+
+
+def test_logprobs():
+    """Option logprobs: each generated token's bytes and log-probability and its alternatives',
+    most likely first, in the reply's stats; the tokens' bytes make the text; more than 20
+    alternatives is an InvalidArgument."""
+    with engine() as (bus, d):
+        r = bus.call("Complete", "Hello", GREEDY[:-1] + ", 'logprobs': <uint32 3>}")
+        assert r.rc == 0, r
+        text = gvariant_first_string(r.out)
+        records = logprobs_of(r.out)
+        assert len(records) == 8, records
+        for b, lp, alts in records:
+            assert lp <= 0 and len(alts) == 3, (b, lp, alts)
+            # greedy: the chosen token is the most likely
+            assert alts[0] == (b, lp), (b, lp, alts)
+            assert alts[0][1] >= alts[1][1] >= alts[2][1], alts
+        assert b"".join(b for b, _, _ in records).decode("utf-8", "replace") == text, (records, text)
+        # without the option, none
+        r = bus.call("Complete", "Hello", GREEDY)
+        assert r.rc == 0 and "'logprobs'" not in r.out, r
+        # only the chosen token's
+        r = bus.call("Complete", "Hello", GREEDY[:-1] + ", 'logprobs': <uint32 0>}")
+        assert r.rc == 0, r
+        assert [(b, lp) for b, lp, _ in logprobs_of(r.out)] == [(b, lp) for b, lp, _ in records], r.out
+        assert all(not alts for _, _, alts in logprobs_of(r.out)), r.out
+        r = bus.call("Complete", "Hello", "{'logprobs': <uint32 21>}")
+        assert r.rc != 0 and "InvalidArgument" in r.err and "from 0 to 20" in r.err, r
+
 def test_model_info_describes_the_model():
     """ModelInfo describes the loaded model as the file says (the parameters as `agentxpu
     inspect` counts them) and the context a request gets (ContextSize=), for clients such as
@@ -739,6 +785,7 @@ TESTS = [
     test_gdbus_example_client,
     test_flow_turn_prefills_only_new_tokens,
     test_prompt_cache_is_per_user,
+    test_logprobs,
     test_sigterm_cancels_running_requests_and_exits_0,
     test_a_load_waiting_on_requests_holds_no_one_up,
     test_cli_ends_when_the_engine_dies_mid_stream,
