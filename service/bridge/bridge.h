@@ -130,6 +130,10 @@ typedef struct Choice {
         GString *text;          /* the answer so far */
         bool held;              /* streamed with tools: text is held back, maybe a call */
         char *reason;           /* once it finished: stop or length; NULL before */
+        /* with logprobs: each generated token's record, (sayda(sayd)) (the engine's option
+         * logprobs); the first logprobs_sent of them are written (streamed) */
+        GPtrArray *logprobs;
+        guint logprobs_sent;
         EngineStats st;         /* when done; its finish_reason and tool_call are the choice's own */
 } Choice;
 
@@ -188,6 +192,21 @@ struct Call {
         GSource *watch;         /* the connection, to notice a client that leaves */
         void *api_data;
 };
+
+/* The records of a choice from..to as an array of {"token", "logprob", "bytes", "top_logprobs":
+ * [{"token", "logprob", "bytes"}...]} (OpenAI's chat logprobs.content, Ollama's logprobs); a
+ * log-probability of -inf (or below) as -9999.0, as OpenAI writes one */
+void add_logprob_entries(JsonBuilder *jb, Choice *ch, guint from, guint to);
+/* A record's token (its text, its bytes and its log-probability) and its alternatives */
+typedef struct LogprobToken {
+        const char *text;
+        const guint8 *bytes;
+        gsize n_bytes;
+        double logprob;
+        GVariant *alternatives; /* a(sayd) */
+} LogprobToken;
+void logprob_token_read(GVariant *record, LogprobToken *ret);
+double logprob_value(double lp);
 
 /* A call with n answers (n >= 1); conversations go on flows only where n is 1. */
 Call *call_new(Bridge *b, SoupServerMessage *msg, const CallOps *ops, guint n);

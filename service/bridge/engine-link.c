@@ -66,11 +66,17 @@ static void on_token(void *req, const char *text) {
                 j->cb.token(j->userdata, text);
 }
 
+static void on_logprobs(void *req, GVariant *tokens) {
+        EngineJob *j = req;
+        if (!j->detached && j->cb.logprobs)
+                j->cb.logprobs(j->userdata, tokens);
+}
+
 static void on_finished(void *req, const char *reason, const char *error, GVariant *stats) {
         job_finish(req, reason, error, stats);
 }
 
-static const EngineRequestsOps job_ops = { .token = on_token, .finished = on_finished,
+static const EngineRequestsOps job_ops = { .token = on_token, .logprobs = on_logprobs, .finished = on_finished,
                                            .drop = (void (*)(void *)) job_free };
 
 static void on_signal(GDBusConnection *conn, const char *sender, const char *path,

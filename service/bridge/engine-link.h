@@ -27,6 +27,9 @@ typedef struct EngineJobCallbacks {
         void (*started)(void *userdata, const char *error_name, const char *message);
         /* A piece of text, whole UTF-8 characters. */
         void (*token)(void *userdata, const char *text);
+        /* With option logprobs: the records (a(sayda(sayd))) of the tokens whose text the next
+         * token callback brings. */
+        void (*logprobs)(void *userdata, GVariant *tokens);
         /* The last callback: `reason` is stop, length, cancelled or error (with `error`).
          * The job is freed after it returns. */
         void (*finished)(void *userdata, const char *reason, const char *error,

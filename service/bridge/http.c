@@ -660,6 +660,8 @@ static void call_unref(Call *c) {
         for (guint i = 0; i < c->n_choices; i++) {
                 Choice *ch = &c->choices[i];
                 g_string_free(ch->text, TRUE);
+                if (ch->logprobs)
+                        g_ptr_array_unref(ch->logprobs);
                 g_free(ch->reason);
                 g_free((char *) ch->st.finish_reason);
                 g_free((char *) ch->st.tool_call);
@@ -873,6 +875,70 @@ static void job_token(void *userdata, const char *text) {
                 c->ops->token(c, ch, text);
 }
 
+static void job_logprobs(void *userdata, GVariant *tokens) {
+        Choice *ch = userdata;
+        GVariantIter it;
+        GVariant *record;
+
+        if (!ch->logprobs)
+                ch->logprobs = g_ptr_array_new_with_free_func((GDestroyNotify) g_variant_unref);
+        g_variant_iter_init(&it, tokens);
+        while ((record = g_variant_iter_next_value(&it)))
+                g_ptr_array_add(ch->logprobs, record);
+}
+
+double logprob_value(double lp) {
+        return lp > -9999.0 ? lp : -9999.0; /* -inf, or NaN, which JSON cannot hold */
+}
+
+void logprob_token_read(GVariant *record, LogprobToken *ret) {
+        g_autoptr(GVariant) bytes = NULL;
+        g_variant_get(record, "(&s@ayd@a(sayd))", &ret->text, &bytes, &ret->logprob, &ret->alternatives);
+        ret->bytes = g_variant_get_fixed_array(bytes, &ret->n_bytes, 1);
+}
+
+/* {"token", "logprob", "bytes"} of one piece */
+static void add_logprob_piece(JsonBuilder *jb, const char *text, const guint8 *bytes, gsize n, double lp) {
+        json_builder_set_member_name(jb, "token");
+        json_builder_add_string_value(jb, text);
+        json_builder_set_member_name(jb, "logprob");
+        json_builder_add_double_value(jb, logprob_value(lp));
+        json_builder_set_member_name(jb, "bytes");
+        json_builder_begin_array(jb);
+        for (gsize i = 0; i < n; i++)
+                json_builder_add_int_value(jb, bytes[i]);
+        json_builder_end_array(jb);
+}
+
+void add_logprob_entries(JsonBuilder *jb, Choice *ch, guint from, guint to) {
+        json_builder_begin_array(jb);
+        for (guint i = from; ch->logprobs && i < to && i < ch->logprobs->len; i++) {
+                LogprobToken t;
+                logprob_token_read(g_ptr_array_index(ch->logprobs, i), &t);
+                json_builder_begin_object(jb);
+                add_logprob_piece(jb, t.text, t.bytes, t.n_bytes, t.logprob);
+                json_builder_set_member_name(jb, "top_logprobs");
+                json_builder_begin_array(jb);
+                GVariantIter it;
+                const char *text;
+                GVariant *bytes;
+                double lp;
+                g_variant_iter_init(&it, t.alternatives);
+                while (g_variant_iter_next(&it, "(&s@ayd)", &text, &bytes, &lp)) {
+                        gsize n;
+                        const guint8 *b = g_variant_get_fixed_array(bytes, &n, 1);
+                        json_builder_begin_object(jb);
+                        add_logprob_piece(jb, text, b, n, lp);
+                        json_builder_end_object(jb);
+                        g_variant_unref(bytes);
+                }
+                json_builder_end_array(jb);
+                json_builder_end_object(jb);
+                g_variant_unref(t.alternatives);
+        }
+        json_builder_end_array(jb);
+}
+
 static void job_finished(void *userdata, const char *reason, const char *error,
                          const EngineStats *st) {
         Choice *ch = userdata;
@@ -912,6 +978,7 @@ static void job_finished(void *userdata, const char *reason, const char *error,
 static const EngineJobCallbacks job_callbacks = {
         .started = job_started,
         .token = job_token,
+        .logprobs = job_logprobs,
         .finished = job_finished,
 };
 

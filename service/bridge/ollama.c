@@ -9,6 +9,7 @@
 
 typedef struct OllamaData {
         bool chat;
+        bool logprobs; /* asked for */
 } OllamaData;
 
 static JsonBuilder *line_begin(Call *c) {
@@ -58,6 +59,17 @@ static void add_text(Call *c, JsonBuilder *jb, const char *text) {
         add_message(c, jb, text, NULL, NULL);
 }
 
+/* With logprobs: "logprobs", the records of the choice not yet written */
+static void add_logprobs(Call *c, JsonBuilder *jb, Choice *ch) {
+        OllamaData *d = c->api_data;
+        guint to = ch->logprobs ? ch->logprobs->len : 0;
+        if (!d->logprobs)
+                return;
+        json_builder_set_member_name(jb, "logprobs");
+        add_logprob_entries(jb, ch, ch->logprobs_sent, to);
+        ch->logprobs_sent = to;
+}
+
 static void add_int(JsonBuilder *jb, const char *name, gint64 v) {
         json_builder_set_member_name(jb, name);
         json_builder_add_int_value(jb, v);
@@ -100,6 +112,7 @@ static void ol_begin(Call *c) {
 static void ol_token(Call *c, Choice *ch, const char *text) {
         g_autoptr(JsonBuilder) jb = line_begin(c);
         add_text(c, jb, text);
+        add_logprobs(c, jb, ch);
         json_builder_set_member_name(jb, "done");
         json_builder_add_boolean_value(jb, FALSE);
         send_line(c, jb);
@@ -121,6 +134,7 @@ static void ol_finish(Call *c) {
                 /* held back as a possible call: the call, or the text after all */
                 g_autoptr(JsonBuilder) held = line_begin(c);
                 add_message(c, held, ch->text->str, call ? name : NULL, args);
+                add_logprobs(c, held, ch);
                 json_builder_set_member_name(held, "done");
                 json_builder_add_boolean_value(held, FALSE);
                 send_line(c, held);
@@ -130,6 +144,7 @@ static void ol_finish(Call *c) {
                 add_text(c, jb, "");
         else
                 add_message(c, jb, ch->text->str, call ? name : NULL, args);
+        add_logprobs(c, jb, ch);
         add_done(c, jb, reason, st);
         if (c->stream) {
                 send_line(c, jb);
@@ -330,15 +345,25 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(GArray) turns = NULL;
         JsonObject *o, *options = NULL;
         const char *model = NULL, *system = NULL;
-        bool stream = true, raw = false, raw_set = false, proactive, tools = false, fim = false;
+        bool stream = true, raw = false, raw_set = false, proactive, tools = false, fim = false, logprobs = false;
         guint32 max_tokens = 0;
+        gint64 top = 0;
+        bool top_set = false;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "options", &options, &f) || !structured_options(o, chat, &opts, &tools, &fim, &f) ||
-            (options && !ollama_options(options, &opts, &max_tokens, &f)) || !parse_priority(msg, o, &proactive, &f))
+            (options && !ollama_options(options, &opts, &max_tokens, &f)) || !parse_priority(msg, o, &proactive, &f) ||
+            !field_bool(o, "logprobs", &logprobs, NULL, &f) || !field_int(o, "top_logprobs", &top, &top_set, &f))
                 goto fail;
+        /* each token's log-probability, and top_logprobs alternatives' (Ollama's fields) */
+        if (top_set && (top < 0 || top > 20)) {
+                fail_bad(&f, "top_logprobs must be from 0 to 20, got %" G_GINT64_FORMAT, top);
+                goto fail;
+        }
+        if (logprobs)
+                g_variant_builder_add(&opts, "{sv}", "logprobs", g_variant_new_uint32((guint32) top));
         if (!model || !*model) {
                 fail_bad(&f, "model is required");
                 goto fail;
@@ -374,6 +399,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c = call_new(b, msg, &ollama_ops, 1);
         c->api_data = g_new0(OllamaData, 1);
         ((OllamaData *) c->api_data)->chat = chat;
+        ((OllamaData *) c->api_data)->logprobs = logprobs;
         c->stream = stream;
         c->max_tokens = max_tokens;
         c->max_tokens_clamp = true;

@@ -7,7 +7,14 @@
 
 typedef struct OpenAIData {
         bool chat;
+        bool logprobs; /* asked for: each choice says logprobs, null without */
 } OpenAIData;
+
+/* A choice's records from..to, for its "logprobs" */
+typedef struct LpRange {
+        Choice *ch;
+        guint from, to;
+} LpRange;
 
 /* The most choices (n) a request may ask for: as many requests as the engine lets one user
  * run at once by default ([Limits] RequestsPerUser=); a lower limit answers 429. */
@@ -124,8 +131,71 @@ static void add_call_choice(Call *c, Choice *ch, JsonBuilder *jb, bool stream, c
 
 /* One choice, as an element of "choices": a delta (chat, streamed), a message (chat, whole)
  * or text (completions). */
+/* "logprobs": chat's {"content": [...], "refusal": null}; completions' {"tokens",
+ * "token_logprobs", "top_logprobs", "text_offset"}, the offsets in characters of the text */
+static void add_logprobs(JsonBuilder *jb, bool chat, const LpRange *lp) {
+        json_builder_set_member_name(jb, "logprobs");
+        if (!lp) {
+                json_builder_add_null_value(jb);
+                return;
+        }
+        json_builder_begin_object(jb);
+        if (chat) {
+                json_builder_set_member_name(jb, "content");
+                add_logprob_entries(jb, lp->ch, lp->from, lp->to);
+                json_builder_set_member_name(jb, "refusal");
+                json_builder_add_null_value(jb);
+                json_builder_end_object(jb);
+                return;
+        }
+        GPtrArray *r = lp->ch->logprobs;
+        guint to = r ? MIN(lp->to, r->len) : 0;
+        glong offset = 0;
+        for (guint i = 0; i < lp->from && i < to; i++) {
+                LogprobToken t;
+                logprob_token_read(g_ptr_array_index(r, i), &t);
+                offset += g_utf8_strlen(t.text, -1);
+                g_variant_unref(t.alternatives);
+        }
+        static const char *const members[] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
+        for (int m = 0; m < 4; m++) {
+                json_builder_set_member_name(jb, members[m]);
+                json_builder_begin_array(jb);
+                glong at = offset;
+                for (guint i = lp->from; i < to; i++) {
+                        LogprobToken t;
+                        logprob_token_read(g_ptr_array_index(r, i), &t);
+                        if (m == 0)
+                                json_builder_add_string_value(jb, t.text);
+                        else if (m == 1)
+                                json_builder_add_double_value(jb, logprob_value(t.logprob));
+                        else if (m == 2) {
+                                /* {token: logprob}; a token that two pieces write alike keeps the first */
+                                GVariantIter it;
+                                const char *text;
+                                double v;
+                                json_builder_begin_object(jb);
+                                g_variant_iter_init(&it, t.alternatives);
+                                g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
+                                while (g_variant_iter_next(&it, "(&s@ayd)", &text, NULL, &v))
+                                        if (g_hash_table_add(seen, (gpointer) text)) {
+                                                json_builder_set_member_name(jb, text);
+                                                json_builder_add_double_value(jb, logprob_value(v));
+                                        }
+                                json_builder_end_object(jb);
+                        } else {
+                                json_builder_add_int_value(jb, at);
+                                at += g_utf8_strlen(t.text, -1);
+                        }
+                        g_variant_unref(t.alternatives);
+                }
+                json_builder_end_array(jb);
+        }
+        json_builder_end_object(jb);
+}
+
 static void add_choice(JsonBuilder *jb, guint index, bool chat, bool stream, const char *role, const char *text,
-                       const char *finish_reason) {
+                       const char *finish_reason, const LpRange *lp) {
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "index");
         json_builder_add_int_value(jb, index);
@@ -145,8 +215,7 @@ static void add_choice(JsonBuilder *jb, guint index, bool chat, bool stream, con
                 json_builder_set_member_name(jb, "text");
                 json_builder_add_string_value(jb, text ? text : "");
         }
-        json_builder_set_member_name(jb, "logprobs");
-        json_builder_add_null_value(jb);
+        add_logprobs(jb, chat, lp);
         json_builder_set_member_name(jb, "finish_reason");
         if (finish_reason)
                 json_builder_add_string_value(jb, finish_reason);
@@ -180,12 +249,16 @@ static void send_chunk(Call *c, JsonBuilder *jb) {
         send_event(c, jb);
 }
 
-static void stream_chunk(Call *c, guint index, const char *role, const char *text, const char *finish) {
+/* ch: with logprobs, the chunk carries its records not yet written */
+static void stream_chunk(Call *c, guint index, const char *role, const char *text, const char *finish, Choice *ch) {
         OpenAIData *d = c->api_data;
         g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
+        LpRange lp = { ch, ch ? ch->logprobs_sent : 0, ch && ch->logprobs ? ch->logprobs->len : 0 };
+        if (ch)
+                ch->logprobs_sent = lp.to;
         json_builder_set_member_name(jb, "choices");
         json_builder_begin_array(jb);
-        add_choice(jb, index, d->chat, true, role, text, finish);
+        add_choice(jb, index, d->chat, true, role, text, finish, d->logprobs && ch ? &lp : NULL);
         json_builder_end_array(jb);
         send_chunk(c, jb);
 }
@@ -201,11 +274,11 @@ static void oa_begin(Call *c) {
         OpenAIData *d = c->api_data;
         if (d->chat)
                 for (guint i = 0; i < c->n_choices; i++)
-                        stream_chunk(c, i, "assistant", "", NULL);
+                        stream_chunk(c, i, "assistant", "", NULL, NULL);
 }
 
 static void oa_token(Call *c, Choice *ch, const char *text) {
-        stream_chunk(c, ch->index, NULL, text, NULL);
+        stream_chunk(c, ch->index, NULL, text, NULL, ch);
 }
 
 /* Streamed: the choice's call or held text, then its finish_reason. */
@@ -224,8 +297,8 @@ static void oa_choice_done(Call *c, Choice *ch) {
                 send_chunk(c, jb);
         } else if (ch->held)
                 /* held back as a possible call, and text after all */
-                stream_chunk(c, ch->index, NULL, ch->text->str, NULL);
-        stream_chunk(c, ch->index, NULL, d->chat ? NULL : "", call ? "tool_calls" : ch->reason);
+                stream_chunk(c, ch->index, NULL, ch->text->str, NULL, ch);
+        stream_chunk(c, ch->index, NULL, d->chat ? NULL : "", call ? "tool_calls" : ch->reason, ch);
 }
 
 static void oa_finish(Call *c) {
@@ -262,8 +335,11 @@ static void oa_finish(Call *c) {
                 g_autoptr(JsonNode) args = NULL;
                 if (choice_call(c, ch, &name, &args))
                         add_call_choice(c, ch, jb, false, name, args);
-                else
-                        add_choice(jb, i, d->chat, false, d->chat ? "assistant" : NULL, ch->text->str, ch->reason);
+                else {
+                        LpRange lp = { ch, 0, G_MAXUINT };
+                        add_choice(jb, i, d->chat, false, d->chat ? "assistant" : NULL, ch->text->str, ch->reason,
+                                   d->logprobs ? &lp : NULL);
+                }
         }
         json_builder_end_array(jb);
         add_usage(c, jb);
@@ -397,11 +473,11 @@ static bool field_choices(JsonObject *o, guint *ret, Fail *f) {
 }
 
 /* Fields whose meaning the engine cannot honour: refused, never silently dropped (a client that
- * asked for token probabilities or its prompt echoed would take the answer for what it
- * asked). false, null, 0 and "" are what clients send when they ask for none of it. */
+ * asked for its prompt echoed would take the answer for what it asked). false, null, 0 and ""
+ * are what clients send when they ask for none of it. */
 static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
         bool on = false, set = false;
-        gint64 k = 0, top = 0, best = 1;
+        gint64 best = 1;
         JsonObject *bias = NULL;
 
         if (!field_object(o, "logit_bias", &bias, f))
@@ -410,14 +486,6 @@ static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
                 return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
                                 "'logit_bias' is not supported: its token ids are those of OpenAI's "
                                 "tokenizer, not this model's");
-        if (chat ? !field_bool(o, "logprobs", &on, NULL, f) : !field_int(o, "logprobs", &k, &set, f))
-                return false;
-        if (!field_int(o, "top_logprobs", &top, &set, f))
-                return false;
-        if (on || k > 0 || top > 0)
-                return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
-                                "'logprobs' and 'top_logprobs' are not supported: the engine reports no "
-                                "token probabilities");
         if (chat)
                 return true;
         if (!field_bool(o, "echo", &on, NULL, f) || !field_int(o, "best_of", &best, &set, f))
@@ -428,6 +496,27 @@ static bool refuse_unsupported(JsonObject *o, bool chat, Fail *f) {
         if (best != 1)
                 return fail_set(f, 400, "invalid_request_error", "unsupported_parameter",
                                 "'best_of' must be 1");
+        return true;
+}
+
+/* logprobs into the engine's option: chat's "logprobs": true with "top_logprobs" 0 to 20
+ * alternatives, completions' "logprobs" 0 to 20 (null: none). *ret_on: asked for. */
+static bool logprobs_options(JsonObject *o, bool chat, GVariantBuilder *opts, bool *ret_on, Fail *f) {
+        bool on = false, top_set = false;
+        gint64 top = 0;
+
+        if (chat ? !field_bool(o, "logprobs", &on, NULL, f) ||
+                           !field_int(o, "top_logprobs", &top, &top_set, f)
+                 : !field_int(o, "logprobs", &top, &on, f))
+                return false;
+        const char *name = chat ? "top_logprobs" : "logprobs";
+        if ((on || top_set) && (top < 0 || top > 20))
+                return fail_bad(f, "'%s' must be from 0 to 20, got %" G_GINT64_FORMAT, name, top);
+        if (chat && !on && top > 0)
+                return fail_bad(f, "'top_logprobs' needs 'logprobs': true");
+        if (on)
+                g_variant_builder_add(opts, "{sv}", "logprobs", g_variant_new_uint32((guint32) top));
+        *ret_on = on;
         return true;
 }
 
@@ -475,7 +564,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(GArray) turns = NULL;
         JsonObject *o, *so = NULL;
         const char *model = NULL;
-        bool stream = false, usage = false, proactive, tools = false, calls = false;
+        bool stream = false, usage = false, proactive, tools = false, calls = false, logprobs = false;
         guint32 max_tokens = 0;
         guint n = 1;
         Call *c;
@@ -485,7 +574,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
             !structured_options(o, &opts, &tools, &calls, &f) || !field_choices(o, &n, &f) ||
-            !refuse_unsupported(o, chat, &f) ||
+            !refuse_unsupported(o, chat, &f) || !logprobs_options(o, chat, &opts, &logprobs, &f) ||
             !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
         if (!model) {
@@ -525,6 +614,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c = call_new(b, msg, &openai_ops, n);
         c->api_data = g_new0(OpenAIData, 1);
         ((OpenAIData *) c->api_data)->chat = chat;
+        ((OpenAIData *) c->api_data)->logprobs = logprobs;
         c->stream = stream;
         c->max_tokens = max_tokens;
         c->include_usage = stream && usage;

@@ -88,6 +88,12 @@ out.openai_choices = (await openai.chat.completions.create(several)).choices
 out.openai_choices_stream = (await openai.beta.chat.completions.stream(several).finalChatCompletion()).choices
   .map((c) => [c.index, c.message.content, c.finish_reason]);
 
+// Token probabilities: whole, and gathered from a stream by the library's helper.
+const withLogprobs = { ...chat, max_tokens: 4, logprobs: true, top_logprobs: 2 };
+out.openai_logprobs = (await openai.chat.completions.create(withLogprobs)).choices[0].logprobs.content;
+out.openai_logprobs_stream = (await openai.beta.chat.completions.stream(withLogprobs).finalChatCompletion())
+  .choices[0].logprobs.content;
+
 // A conversation that comes back: its second turn continues the first's flow.
 const turn1 = await openai.chat.completions.create({ ...chat, messages: ask });
 const turn2 = await openai.chat.completions.create({ ...chat, messages: [...ask, turn1.choices[0].message,
@@ -119,6 +125,8 @@ for await (const part of await ollama.generate({ model, prompt: "Hello", options
 out.ollama_generate_stream = { response: gtext, done_reason: gdone };
 const messages = [{ role: "user", content: "Hello" }];
 out.ollama_chat = (await ollama.chat({ model, messages, options })).message.content;
+out.ollama_logprobs = (await ollama.chat({ model, messages, options: { num_predict: 4, temperature: 0 },
+                                           logprobs: true, top_logprobs: 2 })).logprobs;
 let chtext = "";
 for await (const part of await ollama.chat({ model, messages, options, stream: true }))
   chtext += part.message.content;

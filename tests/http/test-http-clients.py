@@ -93,6 +93,14 @@ def test_official_openai_and_ollama_clients():
         many = got["openai_choices"]
         assert [c[0] for c in many] == [0, 1, 2] and all(c[2] == "length" and c[1] for c in many), many
         assert len({c[1] for c in many}) > 1 and got["openai_choices_stream"] == many, (many, got["openai_choices_stream"])
+        # token probabilities: four tokens, two alternatives each, the chosen one first (greedy);
+        # the same whole, streamed and through Ollama's client (the same prompt)
+        lp = got["openai_logprobs"]
+        assert len(lp) == 4 and all(len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"]
+                                    for e in lp), lp
+        assert got["openai_logprobs_stream"] == lp, (got["openai_logprobs_stream"], lp)
+        assert [(e["token"], e["logprob"]) for e in got["ollama_logprobs"]] == [(e["token"], e["logprob"]) for e in lp], \
+            (got["ollama_logprobs"], lp)
         # the loop's second request holds the call and its result: more prompt than the first
         loop = got["openai_tool_loop"]
         assert loop["usage"]["prompt_tokens"] > loop["first_prompt_tokens"], loop

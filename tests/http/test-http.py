@@ -1071,6 +1071,69 @@ def test_fill_in_the_middle():
         assert status == 200 and body["usage"]["prompt_tokens"] < len(want["prompt_tokens"]), body
 
 
+def test_logprobs():
+    """OpenAI's logprobs (chat: logprobs and top_logprobs; completions: logprobs) and Ollama's:
+    each token's log-probability and its alternatives', the same whole and streamed and on
+    every API (one engine, greedy), the most likely first; out of range is a 400."""
+    with serving() as (bus, d, b):
+        m = model_name(b)
+        ask = {"model": m, "max_tokens": 8, "temperature": 0}
+        msgs = [{"role": "user", "content": "Hello"}]
+        status, body = b.json("/v1/chat/completions", dict(ask, messages=msgs, logprobs=True, top_logprobs=3))
+        assert status == 200, body
+        ch = body["choices"][0]
+        content = ch["logprobs"]["content"]
+        assert len(content) == 8 and ch["logprobs"]["refusal"] is None, ch
+        for e in content:
+            assert len(e["top_logprobs"]) == 3 and e["logprob"] <= 0, e
+            assert e["top_logprobs"][0] == {k: e[k] for k in ("token", "logprob", "bytes")}, e
+            assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"] >= e["top_logprobs"][2]["logprob"]
+        assert bytes(x for e in content for x in e["bytes"]).decode("utf-8", "replace") == ch["message"]["content"]
+        # streamed: each chunk holds the records of its text; together the same
+        status, text = b.curl("/v1/chat/completions", dict(ask, messages=msgs, logprobs=True, top_logprobs=3,
+                                                           stream=True))
+        assert status == 200, text
+        chunks = [json.loads(e)["choices"] for e in sse_events(text)[:-1]]
+        streamed = [r for c in chunks if c and c[0]["logprobs"] for r in c[0]["logprobs"]["content"]]
+        assert streamed == content, (streamed, content)
+        for c in chunks:
+            if c and c[0]["delta"].get("content"):
+                lp = c[0]["logprobs"]["content"]
+                assert bytes(x for e in lp for x in e["bytes"]).decode("utf-8", "replace") == c[0]["delta"]["content"]
+        # without logprobs: null
+        status, body = b.json("/v1/chat/completions", dict(ask, messages=msgs))
+        assert status == 200 and body["choices"][0]["logprobs"] is None, body
+        # completions' form, on the raw prompt; and Ollama's, whole and streamed
+        status, body = b.json("/v1/completions", dict(ask, prompt="Hello", logprobs=2))
+        assert status == 200, body
+        lp = body["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) == 8 and len(lp["token_logprobs"]) == 8 and len(lp["text_offset"]) == 8, lp
+        assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"]), lp
+        for tok, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            assert len(top) <= 2 and top.get(tok) == v == max(top.values()), (tok, v, top)
+        raw = {"model": m, "prompt": "Hello", "raw": True, "logprobs": True, "top_logprobs": 2,
+               "options": {"num_predict": 8, "temperature": 0}}
+        status, whole = b.json("/api/generate", dict(raw, stream=False))
+        assert status == 200, whole
+        assert [e["logprob"] for e in whole["logprobs"]] == lp["token_logprobs"], (whole, lp)
+        assert [e["token"] for e in whole["logprobs"]] == lp["tokens"], (whole, lp)
+        status, text = b.curl("/api/generate", raw)
+        assert status == 200, text
+        assert [e for o in ndjson(text) for e in o.get("logprobs", [])] == whole["logprobs"], text
+        # several choices: each its own
+        status, body = b.json("/v1/chat/completions", dict(ask, messages=msgs, logprobs=True, n=2, seed=3,
+                                                           temperature=1.0))
+        assert status == 200 and all(len(c["logprobs"]["content"]) == 8 for c in body["choices"]), body
+        for bad, why in ((dict(ask, messages=msgs, logprobs=True, top_logprobs=21), "from 0 to 20"),
+                         (dict(ask, messages=msgs, top_logprobs=2), "needs 'logprobs': true")):
+            status, body = b.json("/v1/chat/completions", bad)
+            assert status == 400 and why in body["error"]["message"], (bad, body)
+        status, body = b.json("/v1/completions", dict(ask, prompt="Hello", logprobs=21))
+        assert status == 400 and "from 0 to 20" in body["error"]["message"], body
+        status, body = b.json("/api/chat", {"model": m, "messages": msgs, "logprobs": True, "top_logprobs": -1})
+        assert status == 400 and "from 0 to 20" in body["error"], body
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -1112,4 +1175,5 @@ if __name__ == "__main__":
         test_several_choices,
         test_prompt_cache_serves_agents,
         test_fill_in_the_middle,
+        test_logprobs,
     ])
