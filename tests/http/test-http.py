@@ -410,8 +410,8 @@ def bad_inputs(m):
         ("a lone surrogate", "/v1/completions", '{"model": "%s", "prompt": "ab\\ude00"}' % m, (), 400,
          "low surrogate without its high surrogate"),
         # fields that change what the answer means: refused, not dropped
-        ("logprobs asked for", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=2), (), 400,
-         "'logprobs' and 'top_logprobs' are not supported"),
+        ("too many alternatives", "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=21), (), 400,
+         "'top_logprobs' must be from 0 to 20, got 21"),
         ("echo asked for", "/v1/completions", dict(gen, echo=True), (), 400, "'echo' is not supported"),
         # fill in the middle with a model that has no FIM tokens, or in a chat
         ("a suffix, no FIM tokens", "/v1/completions", dict(gen, suffix="end"), (), 400,
