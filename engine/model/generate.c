@@ -68,16 +68,81 @@ static bool ranks_above(float a, int32_t ia, float b, int32_t ib) {
         return a > b || (a == b && ia < ib);
 }
 
+/* Four floats at once in GCC's vector extensions (SSE2 on a baseline x86-64 build, NEON on
+ * arm64): libm's expf is a call a logit, 0.5 ms a token on a 151936-entry vocabulary
+ * against 0.17 this way (bench-sampler). */
+typedef float vf __attribute__((vector_size(16)));
+typedef int32_t vi __attribute__((vector_size(16)));
+#define VW 4
+
+static inline vf vf_select(vi mask, vf a, vf b) {
+        return (vf) (((vi) a & mask) | ((vi) b & ~mask));
+}
+
+static inline vf vf_splat(float x) {
+        return (vf) { x, x, x, x };
+}
+
+static inline vf vf_load(const float *p) {
+        vf v;
+        memcpy(&v, p, sizeof(v));
+        return v;
+}
+
+/* e^x for x <= 0, to a few ulp: x below -87 (or NaN) counts as -87, whose e^x no sum of a
+ * vocabulary's terms beside the largest one (1) can notice */
+static inline vf exp_nonpositive(vf x) {
+        const vf lo = vf_splat(-87.0f), shift = vf_splat(12582912.0f); /* 1.5 * 2^23 rounds */
+        x = vf_select(x > lo, x, lo);
+        vf n = (x * 1.44269504f + shift) - shift;
+        vf r = x - n * 0.693145752f; /* ln 2 in two parts */
+        r = r - n * 1.42860677e-6f;
+        /* e^r on [-ln2/2, ln2/2]: its Taylor series to r^7 */
+        vf p = vf_splat(1.98412698e-4f);
+        p = p * r + 1.38888889e-3f;
+        p = p * r + 8.33333333e-3f;
+        p = p * r + 4.16666667e-2f;
+        p = p * r + 1.66666667e-1f;
+        p = p * r + 0.5f;
+        p = p * r + 1.0f;
+        p = p * r + 1.0f;
+        vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+        return p * (vf) bits;
+}
+
+enum { LP_LANES = 16 }; /* the top's scan: four vectors a step */
+
 void axp_logprob_compute(const float *logits, int n, int32_t token, uint32_t n_top, axp_token_logprob *ret) {
+        /* the largest logit, NaN left out (a > b is false for it) */
+        vf vm0 = vf_splat(-INFINITY), vm1 = vm0;
+        int i = 0;
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+                vf x0 = vf_load(logits + i), x1 = vf_load(logits + i + VW);
+                vm0 = vf_select(x0 > vm0, x0, vm0);
+                vm1 = vf_select(x1 > vm1, x1, vm1);
+        }
         float mx = -INFINITY;
-        for (int i = 0; i < n; i++)
-                if (logits[i] > mx) /* false for NaN */
-                        mx = logits[i];
+        for (int j = 0; j < VW; j++) {
+                mx = vm0[j] > mx ? vm0[j] : mx;
+                mx = vm1[j] > mx ? vm1[j] : mx;
+        }
+        for (; i < n; i++)
+                mx = logits[i] > mx ? logits[i] : mx;
+        /* sum e^(l - max), two chains */
         double sum = 0;
-        if (mx > -INFINITY)
-                for (int i = 0; i < n; i++)
-                        if (logits[i] > -INFINITY)
-                                sum += expf(logits[i] - mx);
+        if (mx > -INFINITY) {
+                vf acc0 = vf_splat(0), acc1 = acc0, m = vf_splat(mx);
+                for (i = 0; i + 2 * VW <= n; i += 2 * VW) {
+                        acc0 += exp_nonpositive(vf_load(logits + i) - m);
+                        acc1 += exp_nonpositive(vf_load(logits + i + VW) - m);
+                }
+                for (; i < n; i++) {
+                        float x = logits[i] - mx;
+                        acc0[0] += x > -87.0f ? exp_nonpositive(vf_splat(x))[0] : 0;
+                }
+                for (int j = 0; j < VW; j++)
+                        sum += (double) acc0[j] + acc1[j];
+        }
         /* every logit -inf or NaN: no distribution; each token -inf but the chosen one */
         float lse = mx > -INFINITY ? mx + (float) log(sum) : 0;
         float lt = token >= 0 && token < n ? logits[token] : NAN;
@@ -88,21 +153,33 @@ void axp_logprob_compute(const float *logits, int n, int32_t token, uint32_t n_t
                 n_top = AXP_LOGPROBS_MAX;
         if (n_top > (uint32_t) n)
                 n_top = (uint32_t) n;
-        /* insertion into a short list in rank order: most logits fail the first comparison */
+        /* insertion into a short list in rank order; once it is full, a run of logits all
+         * below its last (their largest below it: vectorized) is passed over whole */
         float v[AXP_LOGPROBS_MAX];
         uint32_t k = 0;
-        for (int i = 0; i < n && n_top > 0; i++) {
-                float x = isnan(logits[i]) ? -INFINITY : logits[i];
-                if (k == n_top && !ranks_above(x, i, v[k - 1], ret->top[k - 1].token))
-                        continue;
-                uint32_t j = k < n_top ? k++ : k - 1;
-                while (j > 0 && ranks_above(x, i, v[j - 1], ret->top[j - 1].token)) {
-                        v[j] = v[j - 1];
-                        ret->top[j] = ret->top[j - 1];
-                        j--;
+        for (int b = 0; b < n && n_top > 0; b += LP_LANES) {
+                int e = b + LP_LANES < n ? b + LP_LANES : n;
+                if (k == n_top && e - b == LP_LANES) {
+                        vf t = vf_splat(v[k - 1]);
+                        vi below = (vf_load(logits + b) < t) & (vf_load(logits + b + VW) < t) &
+                                   (vf_load(logits + b + 2 * VW) < t) & (vf_load(logits + b + 3 * VW) < t);
+                        /* NaN is never below: such a run is looked at */
+                        if (below[0] && below[1] && below[2] && below[3])
+                                continue;
                 }
-                v[j] = x;
-                ret->top[j].token = i;
+                for (int t = b; t < e; t++) {
+                        float x = isnan(logits[t]) ? -INFINITY : logits[t];
+                        if (k == n_top && !ranks_above(x, t, v[k - 1], ret->top[k - 1].token))
+                                continue;
+                        uint32_t j = k < n_top ? k++ : k - 1;
+                        while (j > 0 && ranks_above(x, t, v[j - 1], ret->top[j - 1].token)) {
+                                v[j] = v[j - 1];
+                                ret->top[j] = ret->top[j - 1];
+                                j--;
+                        }
+                        v[j] = x;
+                        ret->top[j].token = t;
+                }
         }
         for (uint32_t j = 0; j < k; j++)
                 ret->top[j].logprob = v[j] > -INFINITY ? v[j] - lse : -INFINITY;

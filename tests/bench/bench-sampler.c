@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Sampler speed on a 151936-entry vocabulary for a few settings. Prints only.
+/* Sampler speed on a 151936-entry vocabulary for a few settings, and what a token's
+ * log-probabilities cost (the option logprobs) on top. Prints only.
  * Run: meson test -C build --benchmark --verbose bench-sampler */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "model/generate.h"
 #include "model/sampler.h"
 #include "base/util.h"
 
@@ -19,6 +21,19 @@ static void bench(const char *name, const float *logits, int n, axp_sampler_para
         } while ((dt = axp_now() - t0) < 0.3);
         printf("%-44s %8.1f us/token\n", name, dt / reps * 1e6);
         axp_sampler_free(s);
+}
+
+static void bench_logprobs(const float *logits, int n, uint32_t top) {
+        axp_token_logprob r;
+        int reps = 0;
+        double t0 = axp_now(), dt;
+        do {
+                axp_logprob_compute(logits, n, reps % n, top, &r);
+                reps++;
+        } while ((dt = axp_now() - t0) < 0.3);
+        char name[64];
+        snprintf(name, sizeof(name), "logprobs, %u alternatives", top);
+        printf("%-44s %8.1f us/token\n", name, dt / reps * 1e6);
 }
 
 int main(void) {
@@ -44,6 +59,9 @@ int main(void) {
         bench("temperature only", l, n, p);
         p.temperature = 0;
         bench("greedy", l, n, p);
+        bench_logprobs(l, n, 0);
+        bench_logprobs(l, n, 5);
+        bench_logprobs(l, n, 20);
         free(l);
         return 0;
 }
