@@ -197,15 +197,18 @@ struct Call {
  * [{"token", "logprob", "bytes"}...]} (OpenAI's chat logprobs.content, Ollama's logprobs); a
  * log-probability of -inf (or below) as -9999.0, as OpenAI writes one */
 void add_logprob_entries(JsonBuilder *jb, Choice *ch, guint from, guint to);
-/* A record's token (its text, its bytes and its log-probability) and its alternatives */
+/* A record's token (its text, its bytes and its log-probability) and its alternatives, read
+ * from the record (valid while it is); logprob_token_clear lets go of its parts */
 typedef struct LogprobToken {
         const char *text;
         const guint8 *bytes;
         gsize n_bytes;
         double logprob;
         GVariant *alternatives; /* a(sayd) */
+        GVariant *bytes_v;
 } LogprobToken;
 void logprob_token_read(GVariant *record, LogprobToken *ret);
+void logprob_token_clear(LogprobToken *t);
 double logprob_value(double lp);
 
 /* A call with n answers (n >= 1); conversations go on flows only where n is 1. */

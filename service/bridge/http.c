@@ -892,9 +892,13 @@ double logprob_value(double lp) {
 }
 
 void logprob_token_read(GVariant *record, LogprobToken *ret) {
-        g_autoptr(GVariant) bytes = NULL;
-        g_variant_get(record, "(&s@ayd@a(sayd))", &ret->text, &bytes, &ret->logprob, &ret->alternatives);
-        ret->bytes = g_variant_get_fixed_array(bytes, &ret->n_bytes, 1);
+        g_variant_get(record, "(&s@ayd@a(sayd))", &ret->text, &ret->bytes_v, &ret->logprob, &ret->alternatives);
+        ret->bytes = g_variant_get_fixed_array(ret->bytes_v, &ret->n_bytes, 1);
+}
+
+void logprob_token_clear(LogprobToken *t) {
+        g_clear_pointer(&t->alternatives, g_variant_unref);
+        g_clear_pointer(&t->bytes_v, g_variant_unref);
 }
 
 /* {"token", "logprob", "bytes"} of one piece */
@@ -934,7 +938,7 @@ void add_logprob_entries(JsonBuilder *jb, Choice *ch, guint from, guint to) {
                 }
                 json_builder_end_array(jb);
                 json_builder_end_object(jb);
-                g_variant_unref(t.alternatives);
+                logprob_token_clear(&t);
         }
         json_builder_end_array(jb);
 }

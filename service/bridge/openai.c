@@ -155,7 +155,7 @@ static void add_logprobs(JsonBuilder *jb, bool chat, const LpRange *lp) {
                 LogprobToken t;
                 logprob_token_read(g_ptr_array_index(r, i), &t);
                 offset += g_utf8_strlen(t.text, -1);
-                g_variant_unref(t.alternatives);
+                logprob_token_clear(&t);
         }
         static const char *const members[] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
         for (int m = 0; m < 4; m++) {
@@ -187,7 +187,7 @@ static void add_logprobs(JsonBuilder *jb, bool chat, const LpRange *lp) {
                                 json_builder_add_int_value(jb, at);
                                 at += g_utf8_strlen(t.text, -1);
                         }
-                        g_variant_unref(t.alternatives);
+                        logprob_token_clear(&t);
                 }
                 json_builder_end_array(jb);
         }
