@@ -4,6 +4,7 @@
  * waiting for the answer), so the engine's state has one owner and needs no locks; the
  * devices run kernels on their executors' threads and post completions to the same mailbox. */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ struct ereq {
         int32_t prev_pending; /* the flow's pending token this turn consumed */
         int32_t last_tok;
         uint32_t prompt_tokens;
+        bool prompt_cut;   /* fill in the middle, fitted: text was left out */
         /* with tools: the family that wrote the turn, and the answer so far, read back as a
          * call when the request finishes */
         bool tools;
@@ -286,6 +288,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         axp_gen_finish(&q->gen, reason);
         deliver_text(q);
         stats.prompt_tokens = q->prompt_tokens;
+        stats.prompt_cut = q->prompt_cut;
         stats.generated_tokens = q->gen.n_generated;
         /* a step's own failure (the grammar), where the scheduler had none to say */
         if (reason == AXP_FINISH_ERROR && !stats.error[0] && q->gen.error[0])
@@ -437,7 +440,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         flow *f = NULL;
         _cleanup_(req_freep) ereq *q = NULL;
         int n = 0, n_all, r;
-        bool first_turn = true;
+        bool first_turn = true, prompt_cut = false;
         uint32_t max_tokens;
 
         if (!e->model)
@@ -474,8 +477,20 @@ static int do_submit(axp_engine *e, submit_args *a) {
         axp_chat_family tools_family = AXP_CHAT_RAW;
         if (!o->tools && o->tool_choice && strcmp(o->tool_choice, "none") != 0)
                 return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
+        if ((o->fim_middle || o->n_fim_extra || o->fim_fit) && !o->suffix)
+                return axp_errorf(a->err, -EINVAL, "fim_middle, fim_extra and fim_fit go with a suffix");
         if (o->suffix) {
-                if ((r = axp_tokenize_fim(e->model->tok, a->prompt, o->suffix, &toks, &n, a->err)) < 0)
+                const axp_fim_prompt fp = {
+                        .prefix = a->prompt,
+                        .suffix = o->suffix,
+                        .middle = o->fim_middle,
+                        .extra = o->fim_extra,
+                        .n_extra = o->n_fim_extra,
+                        .fit = o->fim_fit,
+                        .n_ctx = e->n_ctx,
+                        .n_predict = (int) MIN(o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS, (uint32_t) INT_MAX),
+                };
+                if ((r = axp_tokenize_fim(e->model->tok, &fp, &toks, &n, &prompt_cut, a->err)) < 0)
                         return r;
         } else if (o->tools || has_tool_turns(o)) {
                 /* without tools, earlier calls and results are written as the template writes
@@ -549,6 +564,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         q->cbs = a->cbs ? *a->cbs : (axp_request_cbs) { 0 };
         q->flow = f;
         q->prompt_tokens = (uint32_t) n_all;
+        q->prompt_cut = prompt_cut;
         q->cache_scope = o->cache_scope;
         q->last_tok = -1;
         if (f) {

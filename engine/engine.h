@@ -142,8 +142,15 @@ typedef struct axp_request_opts {
         /* Fill in the middle (code completion): the prompt is the text before the cursor and
          * this the text after it; the answer is what goes between, the prompt llama.cpp's
          * /infill one (axp_tokenize_fim). NULL: none. Not with messages, a system prompt,
-         * tools or a flow; -EINVAL for a model without FIM tokens. */
+         * tools or a flow; -EINVAL for a model without FIM tokens. With it: the text typed at
+         * the cursor (after the prompt, tokenized on its own), other files' chunks before the
+         * file, and whether to fit the prompt as llama-server's /infill does (max_tokens as its
+         * n_predict; else a prompt over the context is -E2BIG). */
         const char *suffix;
+        const char *fim_middle;
+        const axp_fim_chunk *fim_extra;
+        size_t n_fim_extra;
+        bool fim_fit;
         /* Each generated token's log-probability and those of the top_logprobs (at most
          * AXP_LOGPROBS_MAX) most likely tokens at its step (model/generate.h), to
          * cbs.logprobs. */

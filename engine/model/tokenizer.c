@@ -12,7 +12,9 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/strbuf.h"
@@ -878,43 +880,102 @@ int32_t axp_tokenizer_bos(const axp_tokenizer *t) {
 
 /* A FIM marker token, then the tokens of text (tokenized without special tokens), at the end
  * of out[0..*n); out has room. */
-static void fim_put(int32_t *out, int *n, int32_t marker, const int32_t *toks, int n_toks) {
-        out[(*n)++] = marker;
-        memcpy(out + *n, toks, sizeof(int32_t) * (size_t) n_toks);
-        *n += n_toks;
+/* A growing array of token ids */
+typedef struct tokvec {
+        int32_t *v;
+        size_t n, cap;
+} tokvec;
+
+static int tokvec_put(tokvec *tv, const int32_t *toks, size_t n) {
+        if (axp_grow((void **) &tv->v, &tv->cap, tv->n + n, sizeof(int32_t)) < 0)
+                return -ENOMEM;
+        memcpy(tv->v + tv->n, toks, sizeof(int32_t) * n);
+        tv->n += n;
+        return 0;
 }
 
-int axp_tokenize_fim(const axp_tokenizer *t, const char *prefix, const char *suffix, int32_t **ret, int *ret_n,
+static int tokvec_put1(tokvec *tv, int32_t id) {
+        return tokvec_put(tv, &id, 1);
+}
+
+/* text's tokens (no special tokens) after tv's */
+static int tokvec_text(tokvec *tv, const axp_tokenizer *t, const char *text, axp_error *err) {
+        _cleanup_free_ int32_t *toks = NULL;
+        int n = 0, r;
+        if ((r = axp_tokenize(t, text, strlen(text), 0, &toks, &n, err)) < 0)
+                return r;
+        return tokvec_put(tv, toks, (size_t) n) < 0 ? axp_errorf(err, -ENOMEM, "out of memory") : 0;
+}
+
+int axp_tokenize_fim(const axp_tokenizer *t, const axp_fim_prompt *p, int32_t **ret, int *ret_n, bool *ret_cut,
                      axp_error *err) {
         const axp_fim_tokens *fim = &t->fim;
-        _cleanup_free_ int32_t *pre = NULL, *suf = NULL, *repo = NULL, *file = NULL;
-        int n_pre = 0, n_suf = 0, n_repo = 0, n_file = 0, r;
+        tokvec extra = { 0 }, pre = { 0 }, mid = { 0 }, suf = { 0 }, out = { 0 };
+        int r;
 
         if (fim->pre < 0 || fim->suf < 0 || fim->mid < 0)
                 return axp_errorf(err, -EINVAL, "this model has no fill-in-the-middle tokens "
                                                 "(such as <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>)");
-        if ((r = axp_tokenize(t, prefix, strlen(prefix), 0, &pre, &n_pre, err)) < 0 ||
-            (r = axp_tokenize(t, suffix, strlen(suffix), 0, &suf, &n_suf, err)) < 0 ||
-            (fim->rep >= 0 && (r = axp_tokenize(t, "myproject\n", 10, 0, &repo, &n_repo, err)) < 0) ||
-            (fim->sep >= 0 && (r = axp_tokenize(t, "filename\n", 9, 0, &file, &n_file, err)) < 0))
-                return r;
-        int32_t *out = malloc(sizeof(int32_t) * (size_t) (n_repo + n_file + n_pre + n_suf + 6));
-        int n = 0;
-        if (!out)
-                return axp_errorf(err, -ENOMEM, "out of memory");
-        /* llama.cpp's /infill: the repository and the file first, then the prefix */
-        if (fim->rep >= 0)
-                fim_put(out, &n, fim->rep, repo, n_repo);
-        if (fim->sep >= 0)
-                fim_put(out, &n, fim->sep, file, n_file);
-        if (t->add_bos && t->bos >= 0)
-                out[n++] = t->bos;
-        fim_put(out, &n, fim->pre, pre, n_pre);
-        fim_put(out, &n, fim->suf, suf, n_suf);
-        out[n++] = fim->mid;
-        *ret = out;
-        *ret_n = n;
-        return 0;
+        /* the repository, the other files' chunks and this file's line, before the prefix */
+        if (fim->rep >= 0 && ((r = tokvec_put1(&extra, fim->rep)) < 0 ||
+                              (r = tokvec_text(&extra, t, "myproject\n", err)) < 0))
+                goto done;
+        for (size_t i = 0; i < p->n_extra; i++) {
+                const char *name = p->extra[i].filename ? p->extra[i].filename : "tmp";
+                if (fim->sep >= 0) {
+                        _cleanup_free_ char *line = NULL;
+                        if (asprintf(&line, "%s\n", name) < 0) {
+                                r = axp_errorf(err, -ENOMEM, "out of memory");
+                                goto done;
+                        }
+                        if ((r = tokvec_put1(&extra, fim->sep)) < 0 || (r = tokvec_text(&extra, t, line, err)) < 0)
+                                goto done;
+                } else if ((r = tokvec_text(&extra, t, "\n\n--- snippet ---\n\n", err)) < 0)
+                        goto done;
+                if ((r = tokvec_text(&extra, t, p->extra[i].text ? p->extra[i].text : "", err)) < 0)
+                        goto done;
+        }
+        if (fim->sep >= 0 && ((r = tokvec_put1(&extra, fim->sep)) < 0 ||
+                              (r = tokvec_text(&extra, t, "filename\n", err)) < 0))
+                goto done;
+        if ((r = tokvec_text(&pre, t, p->prefix, err)) < 0 || (r = tokvec_text(&suf, t, p->suffix, err)) < 0 ||
+            (p->middle && (r = tokvec_text(&mid, t, p->middle, err)) < 0))
+                goto done;
+
+        /* llama-server's fit: the prefix's end, the suffix's beginning, the extra's end */
+        size_t take_pre = pre.n, take_suf = suf.n, take_extra = extra.n;
+        if (p->fit) {
+                const long batch = AXP_FIM_BATCH;
+                take_pre = MIN(pre.n, (size_t) (3 * (batch / 4)));
+                take_suf = MIN(suf.n, (size_t) MAX(0L, batch / 4 - (2 + (long) mid.n)));
+                take_extra = MIN(extra.n, (size_t) MAX(0L, (long) p->n_ctx - batch - 2L * p->n_predict));
+        }
+        if (ret_cut)
+                *ret_cut = take_pre < pre.n || take_suf < suf.n || take_extra < extra.n;
+        if ((r = tokvec_put(&out, extra.v + (extra.n - take_extra), take_extra)) < 0 ||
+            (t->add_bos && t->bos >= 0 && (r = tokvec_put1(&out, t->bos)) < 0) ||
+            (r = tokvec_put1(&out, fim->pre)) < 0 ||
+            (r = tokvec_put(&out, pre.v + (pre.n - take_pre), take_pre)) < 0 ||
+            (r = tokvec_put(&out, mid.v, mid.n)) < 0 || (r = tokvec_put1(&out, fim->suf)) < 0 ||
+            (r = tokvec_put(&out, suf.v, take_suf)) < 0 || (r = tokvec_put1(&out, fim->mid)) < 0) {
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+                goto done;
+        }
+        if (out.n > INT_MAX) {
+                r = axp_errorf(err, -E2BIG, "the prompt is too long");
+                goto done;
+        }
+        *ret = out.v;
+        *ret_n = (int) out.n;
+        out.v = NULL;
+        r = 0;
+done:
+        free(extra.v);
+        free(pre.v);
+        free(mid.v);
+        free(suf.v);
+        free(out.v);
+        return r;
 }
 
 int32_t axp_tokenizer_eos(const axp_tokenizer *t) {

@@ -40,12 +40,36 @@ typedef struct axp_fim_tokens {
         int32_t pre, suf, mid, rep, sep;
 } axp_fim_tokens;
 const axp_fim_tokens *axp_tokenizer_fim(const axp_tokenizer *t);
-/* Fill in the middle: the tokens of llama.cpp's /infill prompt for the text before the cursor
- * (prefix) and after it (suffix): with repo-level FIM tokens first FIM_REP "myproject\n"
- * FIM_SEP "filename\n", then [BOS where the vocabulary adds one] FIM_PRE prefix FIM_SUF
- * suffix FIM_MID, the texts tokenized without special tokens. -EINVAL for a vocabulary
- * without FIM tokens, saying so. *ret is malloc'd. */
-int axp_tokenize_fim(const axp_tokenizer *t, const char *prefix, const char *suffix, int32_t **ret, int *ret_n,
+/* Fill in the middle: llama.cpp's /infill prompt. */
+typedef struct axp_fim_chunk {
+        const char *filename; /* NULL: "tmp", as llama.cpp names one without */
+        const char *text;
+} axp_fim_chunk;
+
+/* llama-server's default batch, whose share the prefix and suffix take when fitted */
+#define AXP_FIM_BATCH 2048
+
+typedef struct axp_fim_prompt {
+        const char *prefix;          /* the text before the cursor */
+        const char *suffix;          /* after it */
+        const char *middle;          /* typed at the cursor, after the prefix (/infill's "prompt"); NULL: none */
+        const axp_fim_chunk *extra;  /* other files' text, before the file's (/infill's input_extra) */
+        size_t n_extra;
+        /* fit as llama-server's /infill does (n_batch AXP_FIM_BATCH): the prefix keeps its last
+         * 3/4 batch tokens, the suffix its first batch/4 - 2 - middle's, and the tokens before
+         * the prefix (the repository, the extra chunks, the file line) their last
+         * n_ctx - batch - 2 n_predict; without, nothing is cut */
+        bool fit;
+        int n_ctx, n_predict;
+} axp_fim_prompt;
+
+/* The tokens of the prompt p: with repo-level FIM tokens first FIM_REP "myproject\n", then
+ * each extra chunk as FIM_SEP "filename\n" text (without FIM_SEP, after "\n\n--- snippet
+ * ---\n\n"), and FIM_SEP "filename\n"; then [BOS where the vocabulary adds one] FIM_PRE prefix
+ * middle FIM_SUF suffix FIM_MID, each text tokenized on its own without special tokens.
+ * *ret_cut: whether fitting cut any. -EINVAL for a vocabulary without FIM tokens, saying so.
+ * *ret is malloc'd. */
+int axp_tokenize_fim(const axp_tokenizer *t, const axp_fim_prompt *p, int32_t **ret, int *ret_n, bool *ret_cut,
                      axp_error *err);
 /* Token id of an exact token text (e.g. "<|im_start|>"), -1 if absent. */
 int32_t axp_tokenizer_find(const axp_tokenizer *t, const char *text);

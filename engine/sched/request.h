@@ -38,4 +38,5 @@ typedef struct axp_req_stats {
          * else the finish reason's name; and the call, {"name":...,"arguments":{...}}. */
         const char *finish_reason;
         const char *tool_call;
+        bool prompt_cut;          /* fill in the middle, fitted: parts of the text were left out */
 } axp_req_stats;

@@ -9,6 +9,7 @@
  *                  the engine and back (streamed or whole; cancelled when its client leaves)
  *   openai.c       /v1/chat/completions, /v1/completions, /v1/models
  *   ollama.c       /api/chat, /api/generate, /api/tags, /api/ps, /api/version
+ *   llamacpp.c     llama-server's /infill (code editors' fill in the middle)
  *   conversations.c  the flows kept open for conversations that may come back, so that a
  *                  conversation's next turn prefills only what is new
  *   engine-link.c  the engine on the bus (GDBus) */
@@ -89,6 +90,9 @@ bool field_array(JsonObject *o, const char *key, JsonArray **ret, Fail *f);
 bool field_object(JsonObject *o, const char *key, JsonObject **ret, Fail *f);
 /* "stop": a string or an array of strings, added to `opts` as `as`. */
 bool field_stop(JsonObject *o, const char *key, GVariantBuilder *opts, Fail *f);
+/* The sampling fields Ollama's options and llama-server's requests name alike (temperature,
+ * top_k, top_p, min_p, seed, stop, the penalties) into the engine's options */
+bool sampler_fields(JsonObject *o, GVariantBuilder *opts, Fail *f);
 
 /* The body as a JSON object; 413 when over the cap, 400 when not an object. */
 JsonObject *body_object(Bridge *b, SoupServerMessage *msg, JsonParser **ret_parser, Fail *f);
@@ -150,6 +154,8 @@ typedef struct CallOps {
         void (*finish)(Call *c);
         /* streamed, after the headers went: the request failed */
         void (*stream_error)(Call *c, const Fail *f);
+        /* frees the call's api_data (NULL: g_free) */
+        void (*free_data)(void *api_data);
 } CallOps;
 
 /* A conversation's flow: the engine's KV cache holds the conversation whose key it is. */
@@ -167,6 +173,7 @@ struct Call {
         const CallOps *ops;
         bool stream, include_usage, proactive;
         char *model, *id;       /* the model as the client named it, the answer's id */
+        bool any_model;         /* none named: the engine's, whatever it is */
         gint64 created;         /* seconds since the epoch */
         gint64 t0;              /* monotonic µs, when it came */
         char *prompt;
@@ -240,6 +247,7 @@ void conversations_clear(Bridge *b);
 /* Routes of each API; return false when the path is not theirs. */
 bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
 bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
+bool llamacpp_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
 void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
                   gpointer data);
 /* After a request's headers: answers what it can before the body, keeps the body up to the cap */

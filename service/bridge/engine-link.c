@@ -45,6 +45,7 @@ static void stats_parse(GVariant *stats, EngineStats *ret) {
         g_variant_lookup(stats, "prompt_tokens", "u", &ret->prompt_tokens);
         g_variant_lookup(stats, "prefill_tokens", "u", &ret->prefill_tokens);
         g_variant_lookup(stats, "generated_tokens", "u", &ret->generated_tokens);
+        g_variant_lookup(stats, "prompt_cut", "b", &ret->prompt_cut);
         g_variant_lookup(stats, "ttft_s", "d", &ret->ttft_s);
         g_variant_lookup(stats, "latency_s", "d", &ret->latency_s);
         g_variant_lookup(stats, "finish_reason", "&s", &ret->finish_reason);

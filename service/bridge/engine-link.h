@@ -15,6 +15,7 @@ typedef struct EngineJob EngineJob;
 
 typedef struct EngineStats {
         guint prompt_tokens, prefill_tokens, generated_tokens;
+        gboolean prompt_cut;    /* fill in the middle, fitted: text was left out */
         double ttft_s, latency_s;
         /* with tools: "tool_calls" and the call ({"name", "arguments"} as JSON) when the
          * answer is one; NULL otherwise. Valid during the callback. */

@@ -244,6 +244,33 @@ bool field_stop(JsonObject *o, const char *key, GVariantBuilder *opts, Fail *f) 
         return true;
 }
 
+bool sampler_fields(JsonObject *o, GVariantBuilder *opts, Fail *f) {
+        static const char *const doubles[] = { "temperature", "top_p", "min_p", "repeat_penalty",
+                                               "frequency_penalty", "presence_penalty" };
+        gint64 k = 0, seed = 0;
+        bool has_k = false, has_seed = false;
+
+        if (!field_int(o, "top_k", &k, &has_k, f) || !field_int(o, "seed", &seed, &has_seed, f) ||
+            !field_stop(o, "stop", opts, f))
+                return false;
+        if (has_k) {
+                if (k < 0 || k > G_MAXUINT32)
+                        return fail_bad(f, "'top_k' must be from 0, got %" G_GINT64_FORMAT, k);
+                g_variant_builder_add(opts, "{sv}", "top_k", g_variant_new_uint32(k));
+        }
+        if (has_seed)
+                g_variant_builder_add(opts, "{sv}", "seed", g_variant_new_uint64((guint64) seed));
+        for (size_t i = 0; i < G_N_ELEMENTS(doubles); i++) {
+                double v = 0;
+                bool set = false;
+                if (!field_number(o, doubles[i], &v, &set, f))
+                        return false;
+                if (set)
+                        g_variant_builder_add(opts, "{sv}", doubles[i], g_variant_new_double(v));
+        }
+        return true;
+}
+
 /* json-glib's parser recurses once per level of nesting, so a few megabytes of '[' (under the
  * body cap) would overflow the stack. A JSON text's depth (its open arrays and objects, the
  * outermost counted) is measured before it parses: whether it is within JSON_MAX_NESTING. The
@@ -667,7 +694,10 @@ static void call_unref(Call *c) {
                 g_free((char *) ch->st.tool_call);
         }
         g_free(c->choices);
-        g_free(c->api_data);
+        if (c->ops->free_data)
+                c->ops->free_data(c->api_data);
+        else
+                g_free(c->api_data);
         g_free(c);
 }
 
@@ -1171,6 +1201,10 @@ static void call_got_model(void *userdata, const char *model, GVariant *info, co
                 call_unref(c);
                 return;
         }
+        if (c->any_model && model) {
+                g_free(c->model);
+                c->model = g_strdup(model);
+        }
         if (!model_check(c->ops->api, c->model, model, error_name, message, &f)) {
                 call_fail(c, &f);
                 call_unref(c);
@@ -1284,7 +1318,8 @@ void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, 
                 respond_unauthorized(msg, api);
                 return;
         }
-        if (openai_route(b, msg, method, path) || ollama_route(b, msg, method, path))
+        if (openai_route(b, msg, method, path) || ollama_route(b, msg, method, path) ||
+            llamacpp_route(b, msg, method, path))
                 return;
         if (strcmp(path, "/") == 0 && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)) {
                 static const char text[] = "agentxpu is running";

@@ -179,34 +179,16 @@ static const CallOps ollama_ops = {
 /* Ollama's "options" into the engine's; options the engine has no use for (num_ctx,
  * mirostat, ...) are accepted and left alone, as Ollama does with unknown ones. */
 static bool ollama_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_max, Fail *f) {
-        static const char *const doubles[] = { "temperature", "top_p", "min_p", "repeat_penalty",
-                                               "frequency_penalty", "presence_penalty" };
-        gint64 n = 0, k = 0, seed = 0;
-        bool has_n = false, has_k = false, has_seed = false;
+        gint64 n = 0;
+        bool has_n = false;
 
-        if (!field_int(o, "num_predict", &n, &has_n, f) || !field_int(o, "top_k", &k, &has_k, f) ||
-            !field_int(o, "seed", &seed, &has_seed, f) || !field_stop(o, "stop", opts, f))
+        if (!field_int(o, "num_predict", &n, &has_n, f) || !sampler_fields(o, opts, f))
                 return false;
         /* num_predict -1 (no limit) and -2 (fill the context): the engine's limit (*ret_max 0) */
         if (has_n && n == 0)
                 return fail_bad(f, "'num_predict' must be positive, or -1 for no limit");
         if (has_n && n > 0)
                 *ret_max = n > G_MAXUINT32 ? G_MAXUINT32 : (guint32) n;
-        if (has_k) {
-                if (k < 0 || k > G_MAXUINT32)
-                        return fail_bad(f, "'top_k' must be from 0, got %" G_GINT64_FORMAT, k);
-                g_variant_builder_add(opts, "{sv}", "top_k", g_variant_new_uint32(k));
-        }
-        if (has_seed)
-                g_variant_builder_add(opts, "{sv}", "seed", g_variant_new_uint64((guint64) seed));
-        for (size_t i = 0; i < G_N_ELEMENTS(doubles); i++) {
-                double v = 0;
-                bool set = false;
-                if (!field_number(o, doubles[i], &v, &set, f))
-                        return false;
-                if (set)
-                        g_variant_builder_add(opts, "{sv}", doubles[i], g_variant_new_double(v));
-        }
         return true;
 }
 

@@ -217,7 +217,8 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
                 axp_error err = { 0 };
                 if (!cli_no_nul(a->file ? a->file : "the prompt", text, len))
                         return 1;
-                return axp_tokenize_fim(m->tok, text, a->suffix, ret, ret_n, &err) < 0 ? cli_fail("%s", err.msg) : 0;
+                return axp_tokenize_fim(m->tok, &(axp_fim_prompt) { .prefix = text, .suffix = a->suffix }, ret, ret_n, NULL,
+                                        &err) < 0 ? cli_fail("%s", err.msg) : 0;
         }
         if (tools) {
                 axp_error err = { 0 };

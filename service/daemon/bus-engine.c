@@ -213,8 +213,9 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
         r = request_options_parse(m, complete ? OPTIONS_COMPLETE : OPTIONS_SUBMIT, &c->config, &o, error);
         if (r < 0)
                 return r;
-        /* empty only where the earlier turns end with a tool's result, which the model answers */
-        if (!prompt[0] && !(o.opts.n_messages > 0 && strcmp(o.opts.messages[o.opts.n_messages - 1].role, "tool") == 0))
+        /* empty only where the earlier turns end with a tool's result, which the model answers,
+         * or before a suffix (the cursor at the file's beginning) */
+        if (!prompt[0] && !o.opts.suffix && !(o.opts.n_messages > 0 && strcmp(o.opts.messages[o.opts.n_messages - 1].role, "tool") == 0))
                 return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "The prompt is empty");
         if (complete)
                 kind = o.priority;

@@ -40,6 +40,9 @@ static const OptionSpec option_specs[] = {
         { "tool_choice",       "s",  "string" },
         { "suffix",            "s",  "string" },
         { "logprobs",          "u",  "uint32" },
+        { "fim_middle",        "s",  "string" },
+        { "fim_extra",         "a(ss)", "array of (filename, text)" },
+        { "fim_fit",           "b",  "boolean" },
 };
 
 static bool spec_allowed(const OptionSpec *s, OptionSet set) {
@@ -55,7 +58,7 @@ static bool spec_allowed(const OptionSpec *s, OptionSet set) {
 }
 
 static int unknown_key(sd_bus_error *error, const char *key, OptionSet set) {
-        char known[256] = "";
+        char known[512] = "";
 
         for (size_t i = 0; i < ELEMENTSOF(option_specs); i++) {
                 if (!spec_allowed(&option_specs[i], set))
@@ -75,6 +78,8 @@ void request_options_done(RequestOptions *o) {
         o->stop = NULL;
         free(o->messages);
         o->messages = NULL;
+        free(o->fim_extra);
+        o->fim_extra = NULL;
 }
 
 const char *path_child(const char *path, const char *prefix) {
@@ -173,6 +178,38 @@ static int read_stop(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o
                 return r;
         o->opts.stop = o->stop;
         o->opts.n_stop = n;
+        return sd_bus_message_exit_container(m);
+}
+
+/* fim_extra a(ss): (filename, text) chunks of other files, before the file's text; all of
+ * them within the prompt's limit. */
+static int read_fim_extra(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o, sd_bus_error *error) {
+        const char *name, *text;
+        char why[160];
+        size_t n = 0, cap = 0, bytes = 0;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "(ss)");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read(m, "(ss)", &name, &text)) > 0) {
+                bytes += strlen(name) + strlen(text);
+                if (bytes > c->max_prompt_bytes) {
+                        snprintf(why, sizeof(why), "holds more than %zu bytes", c->max_prompt_bytes);
+                        return bad_value(error, "fim_extra", why);
+                }
+                if (!axp_utf8_valid(name, strlen(name), NULL) || !axp_utf8_valid(text, strlen(text), NULL)) {
+                        snprintf(why, sizeof(why), "has chunk %zu not valid UTF-8", n + 1);
+                        return bad_value(error, "fim_extra", why);
+                }
+                if (axp_grow((void **) &o->fim_extra, &cap, n + 1, sizeof(*o->fim_extra)) < 0)
+                        return -ENOMEM;
+                o->fim_extra[n++] = (axp_fim_chunk) { *name ? name : NULL, text };
+        }
+        if (r < 0)
+                return r;
+        o->opts.fim_extra = o->fim_extra;
+        o->opts.n_fim_extra = n;
         return sd_bus_message_exit_container(m);
 }
 
@@ -312,6 +349,22 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 if (r < 0)
                         return r;
                 o->opts.suffix = s;
+        } else if (strcmp(key, "fim_middle") == 0) {
+                /* fill in the middle: the text typed at the cursor, after the prompt */
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                r = prompt_check("fim_middle", s, true, c, error);
+                if (r < 0)
+                        return r;
+                o->opts.fim_middle = *s ? s : NULL;
+        } else if (strcmp(key, "fim_extra") == 0) {
+                return read_fim_extra(m, c, o, error);
+        } else if (strcmp(key, "fim_fit") == 0) {
+                r = sd_bus_message_read_basic(m, 'b', &b);
+                if (r < 0)
+                        return r;
+                o->opts.fim_fit = b;
         } else if (strcmp(key, "flow") == 0) {
                 r = sd_bus_message_read_basic(m, 'o', &s);
                 if (r < 0)
@@ -424,5 +477,6 @@ int request_options_parse(sd_bus_message *m, OptionSet set, const DaemonConfig *
         *ret = o;
         o.stop = NULL; /* now owned by *ret */
         o.messages = NULL;
+        o.fim_extra = NULL;
         return 0;
 }

@@ -24,6 +24,7 @@ typedef struct RequestOptions {
         axp_request_opts opts;  /* .stop points at `stop`; .flow is left 0 for the caller */
         const char **stop;
         axp_turn *messages;     /* .messages points at it */
+        axp_fim_chunk *fim_extra; /* .fim_extra points at it */
         uint64_t flow;          /* N of /org/agentxpu/Engine/flow/N, 0: none */
         axp_kind priority;      /* Complete: reactive unless options.priority says otherwise */
 } RequestOptions;

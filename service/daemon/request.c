@@ -193,6 +193,11 @@ int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, co
                 if (r < 0)
                         return r;
         }
+        if (st->prompt_cut) {
+                r = sd_bus_message_append(m, "{sv}", "prompt_cut", "b", 1);
+                if (r < 0)
+                        return r;
+        }
         if (logprobs) {
                 r = sd_bus_message_open_container(m, 'e', "sv");
                 if (r >= 0)

@@ -1134,6 +1134,82 @@ def test_logprobs():
         assert status == 400 and "from 0 to 20" in body["error"], body
 
 
+def test_infill_for_code_editors():
+    """llama-server's /infill, as llama.vim and llama.vscode call it: the prefix, the suffix,
+    the text typed at the cursor ("prompt") and other files' chunks ("input_extra") make
+    llama.cpp's repo-level FIM prompt (its tokens are the pieces' tokens in order, and the
+    answer is generate --raw's for that text written out); response_fields picks fields by
+    path; streamed, the events' content makes the same answer; n_predict 0 prefills only, and
+    the next request takes that from the prompt cache; a prefix past 3/4 of llama-server's
+    batch is cut from the front ("truncated"); a model without FIM tokens and bad fields are
+    400s."""
+    from httptest import CLI, run
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="axp-test-infill-")
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "coder.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--arch", "qwen2", "--seed", "3", "--dim", "256", "--layers", "2",
+             "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", "8192", "--no-eog", "--fim"])
+    assert r.rc == 0, r
+
+    def tokens(text, special=False):
+        r = run([CLI, "tokenize", "-m", path, "-p", text, "--json", "--no-bos"] +
+                ([] if special else ["--no-parse-special"]))
+        assert r.rc == 0, r
+        return json.loads(r.out)["tokens"]
+
+    chunk, prefix, middle, suffix = "import math\n", "def area(r):\n", "    return", "\n\nprint(area(2))\n"
+    sp = {n: tokens(f"<|{n}|>", True) for n in ("repo_name", "file_sep", "fim_prefix", "fim_suffix", "fim_middle")}
+    want = (sp["repo_name"] + tokens("myproject\n") + sp["file_sep"] + tokens("a.py\n") + tokens(chunk) +
+            sp["file_sep"] + tokens("filename\n") + sp["fim_prefix"] + tokens(prefix) + tokens(middle) +
+            sp["fim_suffix"] + tokens(suffix) + sp["fim_middle"])
+    written = ("<|repo_name|>myproject\n<|file_sep|>a.py\n" + chunk + "<|file_sep|>filename\n<|fim_prefix|>" + prefix +
+               middle + "<|fim_suffix|>" + suffix + "<|fim_middle|>")
+    assert tokens(written, True) == want, "the texts tokenize alike written out"
+    r = run([CLI, "generate", "-m", path, "--raw", "-p", written, "-n", "10", "--temperature", "0", "--json"])
+    assert r.rc == 0, r
+    answer = json.loads(r.out)["text"]
+    req = {"input_prefix": prefix, "input_suffix": suffix, "prompt": middle, "n_predict": 10, "temperature": 0,
+           "input_extra": [{"filename": "a.py", "text": chunk}], "id_slot": 0, "cache_prompt": True,
+           "samplers": ["top_k", "top_p", "infill"], "t_max_predict_ms": 1000}
+    with serving(model_path=path) as (bus, d, b):
+        status, body = b.json("/infill", req)
+        assert status == 200, body
+        assert body["content"] == answer and body["tokens_evaluated"] == len(want), (body, answer, len(want))
+        assert body["tokens_predicted"] == 10 and body["stop"] is True and body["truncated"] is False, body
+        assert body["stop_type"] == "limit" and body["timings"]["predicted_n"] == 10, body
+        fields = ["content", "timings/prompt_n", "timings/predicted_per_second", "truncated", "tokens_cached", "nothing/here"]
+        status, picked = b.json("/infill", dict(req, response_fields=fields))
+        assert status == 200 and sorted(picked) == sorted(fields[:-1]) and picked["content"] == answer, picked
+        status, text = b.curl("/infill", dict(req, stream=True))
+        assert status == 200, text
+        events = [json.loads(e) for e in sse_events(text)]
+        assert "".join(e["content"] for e in events) == answer and events[-1]["stop"] is True, events
+        assert all(e["stop"] is False for e in events[:-1]), events
+        # the editor sends its extra context ahead with n_predict 0: the next request's
+        # prompt begins with it, from the prompt cache
+        other = [{"filename": "b.py", "text": "def volume(r, h):\n    return area(r) * h\n" * 4}]
+        status, body = b.json("/infill", {"input_prefix": "", "input_suffix": "", "input_extra": other, "n_predict": 0})
+        assert status == 200 and body["content"] == "" and body["tokens_predicted"] == 0, body
+        status, body = b.json("/infill", dict(req, input_extra=other))
+        assert status == 200 and body["timings"]["cache_n"] >= 40, body
+        # a prefix past 3/4 of the batch: its end is kept
+        long_prefix = "x = 1\n" * 1200
+        status, body = b.json("/infill", dict(req, input_prefix=long_prefix, n_predict=2))
+        assert status == 200 and body["truncated"] is True, body
+        assert body["tokens_evaluated"] < len(tokens(long_prefix)), body
+        for bad, why in (({"input_prefix": "a"}, '"input_suffix" is required'),
+                         (dict(req, input_extra="x"), "'input_extra' must be an array"),
+                         (dict(req, input_extra=[{"filename": "a"}]), "'input_extra' must be an array of"),
+                         (dict(req, n_predict=-2), "'n_predict' must be"),
+                         (dict(req, model="other"), "does not exist")):
+            status, body = b.json("/infill", bad)
+            assert status in (400, 404) and why in body["error"]["message"], (bad, body)
+    with serving() as (bus, d, b):
+        status, body = b.json("/infill", {"input_prefix": "a", "input_suffix": "b"})
+        assert status == 400 and "no fill-in-the-middle tokens" in body["error"]["message"], body
+
+
 def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
     with serving() as (bus, d, b):
         m = model_name(b)
@@ -1176,4 +1252,5 @@ if __name__ == "__main__":
         test_prompt_cache_serves_agents,
         test_fill_in_the_middle,
         test_logprobs,
+        test_infill_for_code_editors,
     ])
