@@ -7,7 +7,9 @@ one, FIM_PRE prefix FIM_SUF suffix FIM_MID, the texts tokenized without special 
 qwen2 model's answer is the one --raw gives for that text written out. A model without FIM
 tokens is refused in one line; --suffix with --system or --raw is a usage error. Through the
 daemon, Complete with a suffix answers what generate --suffix does, and refuses a system
-prompt beside it.
+prompt beside it; fim_middle and fim_extra put their texts' tokens in llama.cpp's places, and
+fim_fit leaves out what llama-server's fit leaves out (saying prompt_cut); without a suffix
+those options are refused.
 Env: AXP_CLI, AXP_ENGINE_DAEMON, AXP_TEST_BUS_CONF."""
 import json
 import os
@@ -117,6 +119,27 @@ def daemon_part(model, want):
         r = bus.call("Complete", prefix, f"{{'suffix': <'{suffix}'>, 'system': <'Be brief.'>}}")
         if r.rc == 0 or "ill in the middle (a suffix) takes" not in r.err:
             fail(f"a suffix with a system prompt: {r}")
+        # what an editor sends: the cursor at the file's beginning, text typed at it, another
+        # file's chunk; each text's tokens in their place (llama.cpp's /infill prompt)
+        ask = (f"{{'max_tokens': <uint32 2>, 'suffix': <'{suffix}'>, 'fim_middle': <'x = '>, "
+               "'fim_extra': <[('a.py', 'import os\\n')]>")
+        text = lambda s: tokens(model, s, "--no-bos", "--no-parse-special")  # noqa: E731
+        before = 3 + sum(len(text(s)) for s in ("myproject\n", "a.py\n", "import os\n", "filename\n"))
+        want_n = before + 3 + sum(len(text(s)) for s in ("x = ", SUFFIX))
+        r = bus.call("Complete", "", ask + "}")
+        m = re.search(r"'prompt_tokens': <uint32 (\d+)>", r.out)
+        if r.rc != 0 or not m or int(m.group(1)) != want_n or "prompt_cut" in r.out:
+            fail(f"Complete with fim_middle and fim_extra: {r} (want {want_n} prompt tokens)")
+        # fitted as llama-server fits it: a context of 1024 has no room for the tokens before
+        # the prefix (1024 - 2048 - 2 * 2 < 0)
+        r = bus.call("Complete", "", ask + ", 'fim_fit': <true>}")
+        m = re.search(r"'prompt_tokens': <uint32 (\d+)>", r.out)
+        if r.rc != 0 or not m or int(m.group(1)) != want_n - before or "'prompt_cut': <true>" not in r.out:
+            fail(f"Complete with fim_fit: {r} (want {want_n - before} prompt tokens)")
+        for opts in ("{'fim_middle': <'x'>}", "{'fim_extra': <[('a', 'b')]>}", "{'fim_fit': <true>}"):
+            r = bus.call("Complete", prefix, opts)
+            if r.rc == 0 or "go with a suffix" not in r.err:
+                fail(f"{opts} without a suffix: {r}")
         print("ok: the daemon")
     finally:
         bus.close()
