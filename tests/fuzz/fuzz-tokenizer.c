@@ -9,6 +9,7 @@
  * loaded once). A first byte of 0xff instead makes the rest a GGUF file whose vocabulary is
  * loaded (it must load or fail with a message) and, if it loads, used on a few texts. Run
  * with tools/run-fuzz. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static const unsigned modes[] = { 0, AXP_TOK_PARSE_SPECIAL, AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL };
 
 static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text, size_t len);
+static void fuzz_fim(const axp_tokenizer *t, const char *text, size_t len);
 
 /* A hostile vocabulary: loading fails cleanly or gives a tokenizer that works. */
 static void fuzz_vocab_file(const uint8_t *data, size_t size) {
@@ -94,7 +96,54 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         const fuzz_vocab *fv = &vocabs[data[0] % n_vocabs];
         fuzz_text(fv->v.tok, fv->byte_level, (const char *) data + 1, size - 1);
+        fuzz_fim(fv->v.tok, (const char *) data + 1, size - 1);
         return 0;
+}
+
+/* Fill in the middle with the text cut in four (prefix, typed text, another file's chunk,
+ * suffix), fitted in a small context and not: llama.cpp's markers in their places, or a
+ * one-line refusal for a vocabulary without them. */
+static void fuzz_fim(const axp_tokenizer *t, const char *text, size_t len) {
+        if (memchr(text, 0, len))
+                return;
+        char *s = malloc(len + 4);
+        if (!s)
+                abort();
+        const char *part[4];
+        size_t at = 0;
+        for (int i = 0; i < 4; i++) {
+                size_t n = i < 3 ? len / 4 : len - 3 * (len / 4);
+                memcpy(s + at + i, text + at, n);
+                s[at + i + n] = 0;
+                part[i] = s + at + i;
+                at += n;
+        }
+        const axp_fim_tokens *fim = axp_tokenizer_fim(t);
+        axp_fim_chunk chunk = { .filename = part[2][0] ? part[2] : NULL, .text = part[2] };
+        for (int fit = 0; fit < 2; fit++) {
+                axp_fim_prompt p = { .prefix = part[0], .suffix = part[3], .middle = part[1], .extra = &chunk,
+                                     .n_extra = 1, .fit = fit, .n_ctx = 2048 + (int) len, .n_predict = 4 };
+                int32_t *ids = NULL;
+                int n = 0;
+                bool cut = false;
+                axp_error err = {};
+                int r = axp_tokenize_fim(t, &p, &ids, &n, &cut, &err);
+                if (r < 0) {
+                        if (r != -EINVAL || fim->pre >= 0 || !err.msg[0] || strchr(err.msg, '\n'))
+                                abort();
+                        continue;
+                }
+                if (n < 3 || ids[n - 1] != fim->mid || (!fit && cut))
+                        abort();
+                for (int i = 0; i < n; i++)
+                        if (ids[i] < 0 || ids[i] >= axp_tokenizer_n_vocab(t))
+                                abort();
+                /* fitted: the prefix at most 1536 tokens, the suffix 510, the extra part len - 8 */
+                if (fit && n > 1536 + 512 + (int) len + 8)
+                        abort();
+                free(ids);
+        }
+        free(s);
 }
 
 static void fuzz_text(const axp_tokenizer *t, bool byte_level, const char *text, size_t len) {
