@@ -133,6 +133,7 @@ typedef struct Choice {
         EngineJob *job;
         GString *text;          /* the answer so far */
         bool held;              /* streamed with tools: text is held back, maybe a call */
+        bool stopping;          /* enough of it (CallOps.enough): the engine was asked to stop */
         char *reason;           /* once it finished: stop or length; NULL before */
         /* with logprobs: each generated token's record, (sayda(sayd)) (the engine's option
          * logprobs); the first logprobs_sent of them are written (streamed) */
@@ -154,6 +155,9 @@ typedef struct CallOps {
         void (*finish)(Call *c);
         /* streamed, after the headers went: the request failed */
         void (*stream_error)(Call *c, const Fail *f);
+        /* after each piece of a choice's text: whether it is enough (a time limit), when the
+         * engine is asked to stop it and it finishes as "length" (NULL: never) */
+        bool (*enough)(Call *c, Choice *ch);
         /* frees the call's api_data (NULL: g_free) */
         void (*free_data)(void *api_data);
 } CallOps;

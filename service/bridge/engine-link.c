@@ -286,6 +286,11 @@ void engine_job_cancel(EngineJob *j) {
         }
 }
 
+void engine_job_stop(EngineJob *j) {
+        if (j && !j->detached && j->path)
+                send_cancel(j->l, j->owner, j->path);
+}
+
 typedef struct ModelCall {
         EngineModelCallback cb;
         void *userdata;

@@ -51,6 +51,9 @@ EngineJob *engine_link_submit(EngineLink *l, bool proactive, const char *prompt,
                               const EngineJobCallbacks *cb, void *userdata);
 /* Cancel it in the engine at once (or as soon as the engine names it) and call nothing more. */
 void engine_job_cancel(EngineJob *j);
+/* Ask the engine to stop it: it finishes as "cancelled" (or as it was finishing anyway), its
+ * text so far and its stats told as ever. */
+void engine_job_stop(EngineJob *j);
 
 /* The engine's model: its ModelInfo property (a{sv}, empty when no model is loaded):
  * `cb(userdata, model, info, error_name, message)`, model being its "name" ("" without), both

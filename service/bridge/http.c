@@ -892,6 +892,10 @@ static void job_token(void *userdata, const char *text) {
         g_string_append(ch->text, text);
         if (ch->index == 0)
                 submit_rest(c);
+        if (c->ops->enough && !ch->stopping && c->ops->enough(c, ch)) {
+                ch->stopping = true;
+                engine_job_stop(ch->job);
+        }
         if (!c->stream)
                 return;
         /* With tools, an answer that begins as a call could begin with '{', '<' or '[' (the
@@ -980,6 +984,9 @@ static void job_finished(void *userdata, const char *reason, const char *error,
         g_auto(Fail) f = {};
 
         ch->job = NULL;
+        /* stopped here as enough: a limit, like max_tokens */
+        if (ch->stopping && strcmp(reason, "cancelled") == 0)
+                reason = "length";
         if (strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0) {
                 if (c->conv && st->generated_tokens > 0) {
                         /* the flow holds the conversation, the turn and the answer but for its

@@ -7,15 +7,18 @@
  * tokens_evaluated, truncated, timings, ...), whole or streamed as SSE events, and
  * "response_fields" picks fields from it by path ("timings/prompt_n") as llama-server does.
  * n_predict 0 only prefills (an editor sends its extra context ahead that way), which leaves
- * the prompt in the engine's prompt cache for the next request. Fields it has no use for
- * (id_slot, cache_prompt, samplers, n_indent, t_max_prompt_ms, t_max_predict_ms) are left
- * alone, as llama-server leaves unknown ones. */
+ * the prompt in the engine's prompt cache for the next request. t_max_predict_ms ends the
+ * answer once that long has passed since its first text and it holds a new line, as
+ * llama-server does (stop_type "limit"). Fields it has no use for (id_slot, cache_prompt,
+ * samplers, n_indent, t_max_prompt_ms) are left alone, as llama-server leaves unknown ones. */
 #include "bridge.h"
 
 #include <string.h>
 
 typedef struct InfillData {
         bool warm_up;                   /* n_predict 0: the prompt prefilled, no text */
+        gint64 t_max_predict_us;        /* 0: none */
+        gint64 t_first;                 /* monotonic µs of the first text */
         JsonArray *fields;              /* response_fields, or NULL for the whole object */
         JsonParser *parser;             /* holds fields */
 } InfillData;
@@ -176,6 +179,15 @@ static void infill_stream_error(Call *c, const Fail *f) {
         call_end(c);
 }
 
+/* t_max_predict_ms: past it since the first text, and a line is complete */
+static bool infill_enough(Call *c, Choice *ch) {
+        InfillData *d = c->api_data;
+        gint64 now = g_get_monotonic_time();
+        if (!d->t_first)
+                d->t_first = now;
+        return d->t_max_predict_us > 0 && now - d->t_first > d->t_max_predict_us && strchr(ch->text->str, '\n');
+}
+
 static const CallOps infill_ops = {
         .api = API_OPENAI,
         .stream_type = "text/event-stream",
@@ -183,6 +195,7 @@ static const CallOps infill_ops = {
         .token = infill_token,
         .finish = infill_finish,
         .stream_error = infill_stream_error,
+        .enough = infill_enough,
         .free_data = (void (*)(void *)) infill_data_free,
 };
 
@@ -218,14 +231,15 @@ static void infill(Bridge *b, SoupServerMessage *msg) {
         JsonObject *o;
         JsonArray *fields = NULL;
         const char *prefix = NULL, *suffix = NULL, *middle = NULL, *model = NULL;
-        bool stream = false, proactive, n_set = false;
-        gint64 n_predict = -1;
+        bool stream = false, proactive, n_set = false, t_set = false;
+        gint64 n_predict = -1, t_max = 0;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "input_prefix", &prefix, &f) || !field_string(o, "input_suffix", &suffix, &f) ||
             !field_string(o, "prompt", &middle, &f) || !field_string(o, "model", &model, &f) ||
             !field_bool(o, "stream", &stream, NULL, &f) || !field_int(o, "n_predict", &n_predict, &n_set, &f) ||
+            !field_int(o, "t_max_predict_ms", &t_max, &t_set, &f) ||
             !field_array(o, "response_fields", &fields, &f) || !extra_option(o, &opts, &f) ||
             !sampler_fields(o, &opts, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
@@ -255,6 +269,7 @@ static void infill(Bridge *b, SoupServerMessage *msg) {
         InfillData *d = g_new0(InfillData, 1);
         c->api_data = d;
         d->warm_up = n_predict == 0;
+        d->t_max_predict_us = t_max > 0 ? MIN(t_max, G_MAXINT64 / 1000) * 1000 : 0;
         if (fields) {
                 d->fields = fields;
                 d->parser = g_object_ref(parser);

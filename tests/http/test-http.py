@@ -1140,7 +1140,8 @@ def test_infill_for_code_editors():
     llama.cpp's repo-level FIM prompt (its tokens are the pieces' tokens in order, and the
     answer is generate --raw's for that text written out); response_fields picks fields by
     path; streamed, the events' content makes the same answer; n_predict 0 prefills only, and
-    the next request takes that from the prompt cache; a prefix past 3/4 of llama-server's
+    the next request takes that from the prompt cache; t_max_predict_ms ends an answer at a
+    line past that time; a prefix past 3/4 of llama-server's
     batch is cut from the front ("truncated"); a model without FIM tokens and bad fields are
     400s."""
     from httptest import CLI, run
@@ -1186,6 +1187,15 @@ def test_infill_for_code_editors():
         events = [json.loads(e) for e in sse_events(text)]
         assert "".join(e["content"] for e in events) == answer and events[-1]["stop"] is True, events
         assert all(e["stop"] is False for e in events[:-1]), events
+        # t_max_predict_ms: past it, the answer ends once a line is complete (seed 46 draws a new
+        # line after 182 characters here)
+        sampled = dict(req, n_predict=200, temperature=1.0, seed=46)
+        status, full = b.json("/infill", sampled)
+        nl = full["content"].find("\n")
+        assert status == 200 and 0 <= nl < len(full["content"]) - 100, full
+        status, cut = b.json("/infill", dict(sampled, t_max_predict_ms=1))
+        assert status == 200 and cut["stop_type"] == "limit" and full["content"].startswith(cut["content"]), cut
+        assert nl < len(cut["content"]) < len(full["content"]) and cut["tokens_predicted"] < 200, (cut, nl)
         # the editor sends its extra context ahead with n_predict 0: the next request's
         # prompt begins with it, from the prompt cache
         other = [{"filename": "b.py", "text": "def volume(r, h):\n    return area(r) * h\n" * 4}]
