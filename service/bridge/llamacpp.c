@@ -45,6 +45,19 @@ static void add_member_double(JsonBuilder *jb, const char *name, double v) {
         json_builder_add_double_value(jb, v);
 }
 
+/* What every object of llama-server's answer begins with */
+static void add_head(JsonBuilder *jb, const char *text, bool stop, int id_slot) {
+        add_member_int(jb, "index", 0);
+        json_builder_set_member_name(jb, "content");
+        json_builder_add_string_value(jb, text);
+        json_builder_set_member_name(jb, "tokens");
+        json_builder_begin_array(jb);
+        json_builder_end_array(jb);
+        add_member_int(jb, "id_slot", id_slot);
+        json_builder_set_member_name(jb, "stop");
+        json_builder_add_boolean_value(jb, stop);
+}
+
 /* llama-server's completion object for the answer, at its end */
 static JsonNode *final_object(Call *c) {
         InfillData *d = c->api_data;
@@ -56,15 +69,7 @@ static JsonNode *final_object(Call *c) {
         double prompt_ms = st->ttft_s * 1e3, predicted_ms = (st->latency_s - st->ttft_s) * 1e3;
         g_autoptr(JsonBuilder) jb = object_begin();
 
-        add_member_int(jb, "index", 0);
-        json_builder_set_member_name(jb, "content");
-        json_builder_add_string_value(jb, text);
-        json_builder_set_member_name(jb, "tokens");
-        json_builder_begin_array(jb);
-        json_builder_end_array(jb);
-        add_member_int(jb, "id_slot", 0);
-        json_builder_set_member_name(jb, "stop");
-        json_builder_add_boolean_value(jb, TRUE);
+        add_head(jb, text, true, 0);
         json_builder_set_member_name(jb, "model");
         json_builder_add_string_value(jb, c->model);
         add_member_int(jb, "tokens_predicted", generated);
@@ -130,15 +135,7 @@ static void infill_token(Call *c, Choice *ch, const char *text) {
         if (d->warm_up)
                 return;
         g_autoptr(JsonBuilder) jb = object_begin();
-        add_member_int(jb, "index", 0);
-        json_builder_set_member_name(jb, "content");
-        json_builder_add_string_value(jb, text);
-        json_builder_set_member_name(jb, "tokens");
-        json_builder_begin_array(jb);
-        json_builder_end_array(jb);
-        json_builder_set_member_name(jb, "stop");
-        json_builder_add_boolean_value(jb, FALSE);
-        add_member_int(jb, "id_slot", -1);
+        add_head(jb, text, false, -1);
         json_builder_end_object(jb);
         g_autoptr(JsonNode) node = json_builder_get_root(jb);
         send_sse(c, node);

@@ -262,6 +262,15 @@ static int read_messages(sd_bus_message *m, const DaemonConfig *c, RequestOption
         return sd_bus_message_exit_container(m);
 }
 
+/* A text option (what names it in messages) within the prompt's limits */
+static int read_text(sd_bus_message *m, const char *what, const DaemonConfig *c, const char **ret,
+                     sd_bus_error *error) {
+        int r = sd_bus_message_read_basic(m, 's', ret);
+        if (r < 0)
+                return r;
+        return prompt_check(what, *ret, true, c, error);
+}
+
 static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonConfig *c,
                       RequestOptions *o, sd_bus_error *error) {
         const char *key = spec->key, *s;
@@ -332,29 +341,20 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
         } else if (strcmp(key, "messages") == 0) {
                 return read_messages(m, c, o, error);
         } else if (strcmp(key, "system") == 0) {
-                r = sd_bus_message_read_basic(m, 's', &s);
-                if (r < 0)
-                        return r;
-                r = prompt_check("system prompt", s, true, c, error);
+                r = read_text(m, "system prompt", c, &s, error);
                 if (r < 0)
                         return r;
                 o->opts.system = *s ? s : NULL;
         } else if (strcmp(key, "suffix") == 0) {
                 /* fill in the middle: the text after the cursor (the engine says if the model
                  * has no FIM tokens) */
-                r = sd_bus_message_read_basic(m, 's', &s);
-                if (r < 0)
-                        return r;
-                r = prompt_check("suffix", s, true, c, error);
+                r = read_text(m, "suffix", c, &s, error);
                 if (r < 0)
                         return r;
                 o->opts.suffix = s;
         } else if (strcmp(key, "fim_middle") == 0) {
                 /* fill in the middle: the text typed at the cursor, after the prompt */
-                r = sd_bus_message_read_basic(m, 's', &s);
-                if (r < 0)
-                        return r;
-                r = prompt_check("fim_middle", s, true, c, error);
+                r = read_text(m, "fim_middle", c, &s, error);
                 if (r < 0)
                         return r;
                 o->opts.fim_middle = *s ? s : NULL;

@@ -86,9 +86,10 @@ static const char *kv_type;
 static size_t want_len[4];
 
 /* The reference: tokenize raw, prefill and decode greedily on a device of our own, with the
- * engine's KV cache type. */
-static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max_tokens, char *out,
-                        size_t cap) {
+ * engine's KV cache type; with `stop`, that stop string; with lp, each token's record (top
+ * alternatives, *ret_n_lp of them, at most 64). */
+static size_t reference_gen(axp_model *m, axp_device *d, const char *prompt, int max_tokens, const char *stop,
+                            uint32_t top, axp_token_logprob *lp, size_t *ret_n_lp, char *out, size_t cap) {
         _cleanup_free_ int32_t *toks = NULL;
         axp_seq q = { 0 };
         axp_gen g = { 0 };
@@ -104,7 +105,9 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
         uint32_t kt = AXP_TYPE_F16;
         CHECK(axp_kv_type_from_name(kv_type ? kv_type : "f16", &kt) == 0);
         CHECK(axp_seq_init(&q, m, kt, m->hp.n_ctx_train, n + max_tokens, &err) == 0);
-        CHECK(axp_gen_init(&g, m, &sp, NULL, 0, max_tokens, toks, n, &err) == 0);
+        CHECK(axp_gen_init(&g, m, &sp, stop ? &stop : NULL, stop ? 1 : 0, max_tokens, toks, n, &err) == 0);
+        if (lp)
+                axp_gen_want_logprobs(&g, top);
         CHECK(axp_forward_prefill(d, &q, toks, n, 0, &err) == 0);
         while (!g.done) {
                 int32_t id = axp_gen_next(&g, q.logits);
@@ -113,12 +116,23 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
                 CHECK(axp_forward_decode(d, &(axp_seq *) { &q }, &id, 1, &err) == 0);
         }
         axp_gen_finish(&g, AXP_FINISH_LENGTH);
+        if (lp) {
+                size_t n_lp = axp_gen_logprobs_ready(&g);
+                CHECK(n_lp == g.n_lp && n_lp <= 64);
+                memcpy(lp, g.lp, MIN(n_lp, 64) * sizeof(*lp));
+                *ret_n_lp = n_lp;
+        }
         len = MIN(g.out_len, cap - 1);
         memcpy(out, g.out, len);
         out[len] = 0;
         axp_gen_free(&g);
         axp_seq_free(&q);
         return len;
+}
+
+static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max_tokens, char *out,
+                        size_t cap) {
+        return reference_gen(m, d, prompt, max_tokens, NULL, 0, NULL, NULL, out, cap);
 }
 
 /* A tiny preemption bound gives the smallest S_chk (16 tokens), so short prompts still split
@@ -1066,41 +1080,11 @@ static void on_lp(void *ud, uint64_t id, const axp_token_logprob *lp, size_t n, 
         pthread_mutex_unlock(&l->r.lock);
 }
 
-/* The reference's records: greedy as reference(), with a stop string */
+/* The reference's records, with a stop string or none */
 static size_t reference_lp(axp_model *m, axp_device *d, const char *prompt, int max_tokens, const char *stop,
                            uint32_t top, axp_token_logprob *ret, char *out, size_t cap) {
-        _cleanup_free_ int32_t *toks = NULL;
-        axp_seq q = { 0 };
-        axp_gen g = { 0 };
-        axp_sampler_params sp;
-        axp_error err = { 0 };
-        int n = 0;
-
-        axp_sampler_params_default(&sp);
-        sp.temperature = 0;
-        CHECK(axp_tokenize(m->tok, prompt, strlen(prompt), AXP_TOK_PARSE_SPECIAL | AXP_TOK_ADD_BOS,
-                           &toks, &n, &err) == 0);
-        uint32_t kt = AXP_TYPE_F16;
-        CHECK(axp_kv_type_from_name(kv_type ? kv_type : "f16", &kt) == 0);
-        CHECK(axp_seq_init(&q, m, kt, m->hp.n_ctx_train, n + max_tokens, &err) == 0);
-        CHECK(axp_gen_init(&g, m, &sp, stop ? &stop : NULL, stop ? 1 : 0, max_tokens, toks, n, &err) == 0);
-        axp_gen_want_logprobs(&g, top);
-        CHECK(axp_forward_prefill(d, &q, toks, n, 0, &err) == 0);
-        while (!g.done) {
-                int32_t id = axp_gen_next(&g, q.logits);
-                if (g.done)
-                        break;
-                CHECK(axp_forward_decode(d, &(axp_seq *) { &q }, &id, 1, &err) == 0);
-        }
-        axp_gen_finish(&g, AXP_FINISH_LENGTH);
-        size_t n_lp = axp_gen_logprobs_ready(&g);
-        CHECK(n_lp == g.n_lp && n_lp <= 64);
-        memcpy(ret, g.lp, n_lp * sizeof(*ret));
-        size_t len = MIN(g.out_len, cap - 1);
-        memcpy(out, g.out, len);
-        out[len] = 0;
-        axp_gen_free(&g);
-        axp_seq_free(&q);
+        size_t n_lp = 0;
+        reference_gen(m, d, prompt, max_tokens, stop, top, ret, &n_lp, out, cap);
         return n_lp;
 }
 
