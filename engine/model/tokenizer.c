@@ -887,6 +887,8 @@ typedef struct tokvec {
 } tokvec;
 
 static int tokvec_put(tokvec *tv, const int32_t *toks, size_t n) {
+        if (n == 0)
+                return 0; /* toks may be NULL */
         if (axp_grow((void **) &tv->v, &tv->cap, tv->n + n, sizeof(int32_t)) < 0)
                 return -ENOMEM;
         memcpy(tv->v + tv->n, toks, sizeof(int32_t) * n);
@@ -896,6 +898,11 @@ static int tokvec_put(tokvec *tv, const int32_t *toks, size_t n) {
 
 static int tokvec_put1(tokvec *tv, int32_t id) {
         return tokvec_put(tv, &id, 1);
+}
+
+/* src's n ids from `from` after tv's */
+static int tokvec_put_from(tokvec *tv, const tokvec *src, size_t from, size_t n) {
+        return n ? tokvec_put(tv, src->v + from, n) : 0;
 }
 
 /* text's tokens (no special tokens) after tv's */
@@ -952,12 +959,11 @@ int axp_tokenize_fim(const axp_tokenizer *t, const axp_fim_prompt *p, int32_t **
         }
         if (ret_cut)
                 *ret_cut = take_pre < pre.n || take_suf < suf.n || take_extra < extra.n;
-        if ((r = tokvec_put(&out, extra.v + (extra.n - take_extra), take_extra)) < 0 ||
+        if ((r = tokvec_put_from(&out, &extra, extra.n - take_extra, take_extra)) < 0 ||
             (t->add_bos && t->bos >= 0 && (r = tokvec_put1(&out, t->bos)) < 0) ||
-            (r = tokvec_put1(&out, fim->pre)) < 0 ||
-            (r = tokvec_put(&out, pre.v + (pre.n - take_pre), take_pre)) < 0 ||
-            (r = tokvec_put(&out, mid.v, mid.n)) < 0 || (r = tokvec_put1(&out, fim->suf)) < 0 ||
-            (r = tokvec_put(&out, suf.v, take_suf)) < 0 || (r = tokvec_put1(&out, fim->mid)) < 0) {
+            (r = tokvec_put1(&out, fim->pre)) < 0 || (r = tokvec_put_from(&out, &pre, pre.n - take_pre, take_pre)) < 0 ||
+            (r = tokvec_put_from(&out, &mid, 0, mid.n)) < 0 || (r = tokvec_put1(&out, fim->suf)) < 0 ||
+            (r = tokvec_put_from(&out, &suf, 0, take_suf)) < 0 || (r = tokvec_put1(&out, fim->mid)) < 0) {
                 r = axp_errorf(err, -ENOMEM, "out of memory");
                 goto done;
         }
