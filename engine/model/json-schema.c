@@ -120,8 +120,11 @@ static void put_literal(gen *g, const json_value *v) {
         put(g, "\"");
 }
 
+/* A \u escape names a character: a code point outside the surrogates, or a high surrogate
+ * escaped with its low one (a lone surrogate escape is no text, and JSON readers refuse it) */
 static const char *const BASE =
-        "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+        "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+        "[dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2}))\n"
         "string ::= \"\\\"\" char* \"\\\"\"\n"
         "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
         "number ::= integer (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?\n"

@@ -402,6 +402,42 @@ static void test_no_surrogates(void) {
         free(allowed);
 }
 
+/* Whether a grammar takes text whole, fed one byte token at a time */
+static bool takes_text(const char *gbnf, const char *text) {
+        axp_grammar *g = NULL;
+        axp_matcher *m = NULL;
+        axp_error err = {};
+        bool ok = true;
+        CHECK_MSG(axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0, "%s", err.msg);
+        CHECK(axp_matcher_new(g, trie, &m, &err) == 0);
+        for (const char *c = text; ok && *c; c++) {
+                int32_t t = byte_token((uint8_t) *c);
+                ok = t >= 0 && axp_matcher_allows(m, t) && axp_matcher_accept(m, t);
+        }
+        ok = ok && axp_matcher_complete(m);
+        axp_matcher_free(m);
+        axp_grammar_free(g);
+        return ok;
+}
+
+/* A JSON string's \u escapes name characters: a lone surrogate escape (which JSON readers,
+ * the monitor's among them, refuse) is not JSON a schema's answer may hold; a pair is. */
+static void test_json_escapes(void) {
+        char *gbnf = NULL;
+        axp_error err = {};
+        const char *schema = "{\"type\": \"string\"}";
+        CHECK_MSG(axp_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &err) == 0, "%s", err.msg);
+        static const char *const good[] = { "\"ab\"", "\"\\u00e9\"", "\"\\ud83d\\ude00\"", "\"\\uD83D\\uDE00\"",
+                                            "\"\\uE000\\n\"", "\"\\ud7ff\"" };
+        static const char *const bad[] = { "\"\\ud800\"", "\"\\uDC00\"", "\"\\ud83d\\u0041\"", "\"\\ud83d\"",
+                                           "\"\\ude00\\ud83d\"" };
+        for (size_t i = 0; i < ELEMENTSOF(good); i++)
+                CHECK_MSG(takes_text(gbnf, good[i]), "%s refused", good[i]);
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                CHECK_MSG(!takes_text(gbnf, bad[i]), "%s taken", bad[i]);
+        free(gbnf);
+}
+
 /* Every token: the mask says what the token-by-token check says. */
 static void mask_agrees(axp_matcher *m, uint8_t *allowed, const char *where) {
         int n_vocab = axp_tokenizer_n_vocab(vocab.tok), n = axp_matcher_mask(m, allowed), count = 0;
@@ -533,6 +569,7 @@ int main(void) {
         RUN(test_refused);
         RUN(test_spanning);
         RUN(test_no_surrogates);
+        RUN(test_json_escapes);
         RUN(test_shapes);
         RUN(test_bounded_strings);
         RUN(test_ambiguity_bounds);
