@@ -37,6 +37,8 @@ static int usage(FILE *f) {
                    "  --chunk N          prefill chunk length (default 256)\n"
                    "  --kv-type T        KV cache: f16 (default), f32 or q8_0\n"
                    "  --json             print one JSON object with tokens, text and timings\n"
+                   "  --logprobs N       with --json: each token's log-probability and the N (0..20)\n"
+                   "                     most likely tokens' at its step (\"logprobs\")\n"
                    "  --json-schema FILE the output is JSON valid under the JSON Schema in FILE\n"
                    "  --grammar FILE     the output follows the GBNF grammar in FILE (rule root)\n"
                    "  --tools FILE       the tools the model may call (OpenAI's function list, JSON):\n"
@@ -57,7 +59,7 @@ static int usage(FILE *f) {
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
        OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
-       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL, OPT_SUFFIX };
+       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL, OPT_SUFFIX, OPT_LOGPROBS };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -77,6 +79,7 @@ static const struct option options[] = {
         { "tools", required_argument, NULL, OPT_TOOLS }, { "tool-choice", required_argument, NULL, OPT_TOOL_CHOICE },
         { "parallel", required_argument, NULL, OPT_PARALLEL },
         { "suffix", required_argument, NULL, OPT_SUFFIX },
+        { "logprobs", required_argument, NULL, OPT_LOGPROBS },
         {}
 };
 
@@ -84,6 +87,7 @@ typedef struct gen_args {
         const char *model, *prompt, *file, *system, *device, *schema_file, *grammar_file, *tools_file, *tool_choice,
                 *suffix;
         int n_predict, threads, chunk, parallel;
+        int logprobs; /* alternatives; -1: none */
         uint32_t kv_type;
         bool raw, json;
         const char *stops[16];
@@ -96,6 +100,7 @@ static int parse(int argc, char **argv, gen_args *a) {
         a->n_predict = 128;
         a->chunk = 256;
         a->parallel = 1;
+        a->logprobs = -1;
         a->kv_type = AXP_TYPE_F16;
         uint64_t u;
         double d;
@@ -191,6 +196,11 @@ static int parse(int argc, char **argv, gen_args *a) {
                                 return 2;
                         a->suffix = optarg;
                         break;
+                case OPT_LOGPROBS:
+                        if (!cli_uint("--logprobs", optarg, 0, AXP_LOGPROBS_MAX, &u))
+                                return 2;
+                        a->logprobs = (int) u;
+                        break;
                 case 'h': return usage(stdout) - 1; /* -1: stop, exit 0 */
                 default: return 2;
                 }
@@ -203,6 +213,8 @@ static int parse(int argc, char **argv, gen_args *a) {
                 return cli_usage_error("--tools needs the chat template (not --raw)");
         if (a->tool_choice && !a->tools_file)
                 return cli_usage_error("--tool-choice needs --tools");
+        if (a->logprobs >= 0 && !a->json)
+                return cli_usage_error("--logprobs goes with --json");
         if (a->suffix && (a->tools_file || a->system || a->raw))
                 return cli_usage_error("--suffix takes the text before and after the cursor alone "
                                        "(not --tools, --system or --raw)");
@@ -264,6 +276,27 @@ static void print_completion(const int32_t *toks, int n_toks, const char *text, 
         printf(", \"finish_reason\": \"%s\"", call ? "tool_calls" : axp_finish_reason_name(g->reason));
         if (call)
                 printf(", \"tool_call\": %s", call);
+        if (!g->logprobs)
+                return;
+        /* each token's id, bytes as text (a token may end inside a character: JSON escapes
+         * what is not whole UTF-8), log-probability and alternatives */
+        printf(", \"logprobs\": [");
+        for (size_t i = 0; i < g->n_lp; i++) {
+                const axp_token_logprob *r = &g->lp[i];
+                printf("%s{", i ? ", " : "");
+                for (uint32_t j = 0; j <= r->n_top; j++) {
+                        int32_t id = j ? r->top[j - 1].token : r->token;
+                        char piece[256];
+                        int n = axp_token_to_piece(g->model->tok, id, false, piece, sizeof(piece));
+                        if (j == 1)
+                                printf(", \"top_logprobs\": [");
+                        printf("%s\"token\": %d, \"piece\": ", j > 1 ? "}, {" : j ? "{" : "", id);
+                        axp_json_string(stdout, piece, n > 0 ? (size_t) n : 0);
+                        printf(", \"logprob\": %.9g", j ? r->top[j - 1].logprob : r->logprob);
+                }
+                printf("%s}", r->n_top ? "}]" : "");
+        }
+        printf("]");
 }
 
 /* Keep the text the generation released (appended to *all), or print it. */
@@ -380,6 +413,8 @@ int cli_generate(int argc, char **argv) {
                     axp_gen_init(&c->gen, m, &sp, a.stops, a.n_stops, (uint32_t) budget, prompt, n_prompt, &err) < 0 ||
                     axp_gen_constrain(&c->gen, tools_grammar ? tools_grammar : grammar, schema, &err) < 0)
                         return cli_fail("%s", err.msg);
+                if (a.logprobs >= 0)
+                        axp_gen_want_logprobs(&c->gen, (uint32_t) a.logprobs);
         }
 
         double t0 = axp_now();

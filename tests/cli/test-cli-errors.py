@@ -62,7 +62,7 @@ NUMBERS = [
     ("generate", "--top-k", "uint"), ("generate", "--top-p", "double"),
     ("generate", "--min-p", "double"), ("generate", "--repeat-penalty", "double"),
     ("generate", "--seed", "uint"), ("generate", "--threads", "uint"),
-    ("generate", "--chunk", "uint"), ("generate", "--parallel", "uint"),
+    ("generate", "--chunk", "uint"), ("generate", "--parallel", "uint"), ("generate", "--logprobs", "uint"),
     ("logits", "--threads", "uint"), ("logits", "--chunk", "uint"),
     ("bench", "--reactive-rate", "double"), ("bench", "--proactive-rate", "double"),
     ("bench", "--minutes", "double"), ("bench", "--seed", "uint"), ("bench", "--threads", "uint"),
@@ -148,6 +148,12 @@ def check_numbers():
         # past the options: the command fails later, on the bus or the file
         if p.returncode != 1 or "must be a number" in p.stderr.decode():
             fail(f"{' '.join(args)}: status {p.returncode}, stderr {lines(p.stderr)}")
+    # generate --logprobs: 0 to 20 alternatives, with --json only
+    for args, want in ((["--logprobs", "21", "--json"], "--logprobs must be a number from 0 to 20, got '21'"),
+                       (["--logprobs", "2"], "--logprobs goes with --json")):
+        p = run("generate", "-m", "/nonexistent.gguf", "-p", "hi", *args)
+        if p.returncode != 2 or want not in p.stderr.decode():
+            fail(f"generate {' '.join(args)}: status {p.returncode}, stderr {lines(p.stderr)}")
     print(f"ok   {len(NUMBERS)} number options refuse garbage and numbers out of range")
 
 

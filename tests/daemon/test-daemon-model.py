@@ -625,8 +625,8 @@ def logprobs_of(out):
 
 def test_logprobs():
     """Option logprobs: each generated token's bytes and log-probability and its alternatives',
-    most likely first, in the reply's stats; the tokens' bytes make the text; more than 20
-    alternatives is an InvalidArgument."""
+    most likely first, in the reply's stats, as `generate --logprobs` gives them in-process; the
+    tokens' bytes make the text; more than 20 alternatives is an InvalidArgument."""
     with engine() as (bus, d):
         r = bus.call("Complete", "Hello", GREEDY[:-1] + ", 'logprobs': <uint32 3>}")
         assert r.rc == 0, r
@@ -639,6 +639,15 @@ def test_logprobs():
             assert alts[0] == (b, lp), (b, lp, alts)
             assert alts[0][1] >= alts[1][1] >= alts[2][1], alts
         assert b"".join(b for b, _, _ in records).decode("utf-8", "replace") == text, (records, text)
+        # the command line's generate, in-process, gives the same log-probabilities
+        gen = run([CLI, "generate", "-m", model(), "-p", "Hello", "--raw", "-n", "8", "--temperature", "0", "--json",
+                   "--logprobs", "3"])
+        assert gen.rc == 0, gen
+        cli = json.loads(gen.out)["logprobs"]
+        assert len(cli) == 8, cli
+        for (b, lp, alts), c in zip(records, cli):
+            assert abs(lp - c["logprob"]) < 1e-5 and len(c["top_logprobs"]) == 3, (lp, c)
+            assert all(abs(a[1] - t["logprob"]) < 1e-5 for a, t in zip(alts, c["top_logprobs"])), (alts, c)
         # without the option, none
         r = bus.call("Complete", "Hello", GREEDY)
         assert r.rc == 0 and "'logprobs'" not in r.out, r
