@@ -155,9 +155,10 @@ typedef struct CallOps {
         void (*finish)(Call *c);
         /* streamed, after the headers went: the request failed */
         void (*stream_error)(Call *c, const Fail *f);
-        /* after each piece of a choice's text: whether it is enough (a time limit), when the
-         * engine is asked to stop it and it finishes as "length" (NULL: never) */
-        bool (*enough)(Call *c, Choice *ch);
+        /* after each piece of a choice's text (the piece: the end of ch->text): whether it is
+         * enough (a time limit), when the engine is asked to stop it and it finishes as
+         * "length" (NULL: never) */
+        bool (*enough)(Call *c, Choice *ch, const char *piece);
         /* frees the call's api_data (NULL: g_free) */
         void (*free_data)(void *api_data);
 } CallOps;

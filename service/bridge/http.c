@@ -892,7 +892,7 @@ static void job_token(void *userdata, const char *text) {
         g_string_append(ch->text, text);
         if (ch->index == 0)
                 submit_rest(c);
-        if (c->ops->enough && !ch->stopping && c->ops->enough(c, ch)) {
+        if (c->ops->enough && !ch->stopping && c->ops->enough(c, ch, text)) {
                 ch->stopping = true;
                 engine_job_stop(ch->job);
         }

@@ -7,10 +7,12 @@
  * tokens_evaluated, truncated, timings, ...), whole or streamed as SSE events, and
  * "response_fields" picks fields from it by path ("timings/prompt_n") as llama-server does.
  * n_predict 0 only prefills (an editor sends its extra context ahead that way), which leaves
- * the prompt in the engine's prompt cache for the next request. t_max_predict_ms ends the
- * answer once that long has passed since its first text and it holds a new line, as
- * llama-server does (stop_type "limit"). Fields it has no use for (id_slot, cache_prompt,
- * samplers, n_indent, t_max_prompt_ms) are left alone, as llama-server leaves unknown ones. */
+ * the prompt in the engine's prompt cache for the next request. As llama-server does
+ * (stop_type "limit"): t_max_predict_ms ends the answer at a piece holding a new line once
+ * that long has passed since its first text, and n_indent at a line indented less than that
+ * many spaces or tabs, that line cut after its indentation. Fields it has no use for
+ * (id_slot, cache_prompt, samplers, t_max_prompt_ms) are left alone, as llama-server leaves
+ * unknown ones. */
 #include "bridge.h"
 
 #include <string.h>
@@ -19,6 +21,9 @@ typedef struct InfillData {
         bool warm_up;                   /* n_predict 0: the prompt prefilled, no text */
         gint64 t_max_predict_us;        /* 0: none */
         gint64 t_first;                 /* monotonic µs of the first text */
+        gint64 n_indent;                /* 0: none */
+        gsize last_nl;                  /* n_indent: where the line after the last new line seen begins */
+        gsize cut;                      /* n_indent: the answer ends here (0: not cut) */
         JsonArray *fields;              /* response_fields, or NULL for the whole object */
         JsonParser *parser;             /* holds fields */
 } InfillData;
@@ -63,7 +68,7 @@ static JsonNode *final_object(Call *c) {
         InfillData *d = c->api_data;
         Choice *ch = &c->choices[0];
         const EngineStats *st = &ch->st;
-        const char *text = d->warm_up ? "" : ch->text->str;
+        g_autofree char *text = g_strndup(d->warm_up ? "" : ch->text->str, d->cut ? d->cut : ch->text->len);
         gint64 generated = d->warm_up ? 0 : st->generated_tokens;
         gint64 cached = MAX((gint64) st->prompt_tokens - st->prefill_tokens, 0);
         double prompt_ms = st->ttft_s * 1e3, predicted_ms = (st->latency_s - st->ttft_s) * 1e3;
@@ -132,10 +137,12 @@ static void infill_begin(Call *c) {
 
 static void infill_token(Call *c, Choice *ch, const char *text) {
         InfillData *d = c->api_data;
-        if (d->warm_up)
+        gsize len = strlen(text), at = ch->text->len - len; /* where the piece begins */
+        if (d->warm_up || (d->cut && d->cut <= at))
                 return;
+        g_autofree char *piece = g_strndup(text, d->cut ? d->cut - at : len);
         g_autoptr(JsonBuilder) jb = object_begin();
-        add_head(jb, text, false, -1);
+        add_head(jb, piece, false, -1);
         json_builder_end_object(jb);
         g_autoptr(JsonNode) node = json_builder_get_root(jb);
         send_sse(c, node);
@@ -176,13 +183,31 @@ static void infill_stream_error(Call *c, const Fail *f) {
         call_end(c);
 }
 
-/* t_max_predict_ms: past it since the first text, and a line is complete */
-static bool infill_enough(Call *c, Choice *ch) {
+/* llama-server's limits after each piece: n_indent (the line after the last new line, once it
+ * shows text, indented less: cut where its text begins), then t_max_predict_ms (past it
+ * since the first text, at a piece that holds a new line) */
+static bool infill_enough(Call *c, Choice *ch, const char *piece) {
         InfillData *d = c->api_data;
+        const char *s = ch->text->str;
         gint64 now = g_get_monotonic_time();
         if (!d->t_first)
                 d->t_first = now;
-        return d->t_max_predict_us > 0 && now - d->t_first > d->t_max_predict_us && strchr(ch->text->str, '\n');
+        if (d->n_indent > 0) {
+                if (d->last_nl > 0) {
+                        gsize pos = d->last_nl;
+                        gint64 indent = 0;
+                        while (s[pos] == ' ' || s[pos] == '\t')
+                                pos++, indent++;
+                        if (s[pos] && indent < d->n_indent) {
+                                d->cut = pos;
+                                return true;
+                        }
+                }
+                const char *nl = strchr(s + d->last_nl, '\n');
+                if (nl)
+                        d->last_nl = (gsize) (nl - s) + 1;
+        }
+        return d->t_max_predict_us > 0 && now - d->t_first > d->t_max_predict_us && strchr(piece, '\n');
 }
 
 static const CallOps infill_ops = {
@@ -228,15 +253,15 @@ static void infill(Bridge *b, SoupServerMessage *msg) {
         JsonObject *o;
         JsonArray *fields = NULL;
         const char *prefix = NULL, *suffix = NULL, *middle = NULL, *model = NULL;
-        bool stream = false, proactive, n_set = false, t_set = false;
-        gint64 n_predict = -1, t_max = 0;
+        bool stream = false, proactive, n_set = false, t_set = false, i_set = false;
+        gint64 n_predict = -1, t_max = 0, n_indent = 0;
         Call *c;
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "input_prefix", &prefix, &f) || !field_string(o, "input_suffix", &suffix, &f) ||
             !field_string(o, "prompt", &middle, &f) || !field_string(o, "model", &model, &f) ||
             !field_bool(o, "stream", &stream, NULL, &f) || !field_int(o, "n_predict", &n_predict, &n_set, &f) ||
-            !field_int(o, "t_max_predict_ms", &t_max, &t_set, &f) ||
+            !field_int(o, "t_max_predict_ms", &t_max, &t_set, &f) || !field_int(o, "n_indent", &n_indent, &i_set, &f) ||
             !field_array(o, "response_fields", &fields, &f) || !extra_option(o, &opts, &f) ||
             !sampler_fields(o, &opts, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;
@@ -267,6 +292,7 @@ static void infill(Bridge *b, SoupServerMessage *msg) {
         c->api_data = d;
         d->warm_up = n_predict == 0;
         d->t_max_predict_us = t_max > 0 ? MIN(t_max, G_MAXINT64 / 1000) * 1000 : 0;
+        d->n_indent = MAX(n_indent, 0);
         if (fields) {
                 d->fields = fields;
                 d->parser = g_object_ref(parser);

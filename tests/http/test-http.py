@@ -1141,7 +1141,7 @@ def test_infill_for_code_editors():
     answer is generate --raw's for that text written out); response_fields picks fields by
     path; streamed, the events' content makes the same answer; n_predict 0 prefills only, and
     the next request takes that from the prompt cache; t_max_predict_ms ends an answer at a
-    line past that time; a prefix past 3/4 of llama-server's
+    line past that time, n_indent at a line indented less; a prefix past 3/4 of llama-server's
     batch is cut from the front ("truncated"); a model without FIM tokens and bad fields are
     400s."""
     from httptest import CLI, run
@@ -1196,6 +1196,15 @@ def test_infill_for_code_editors():
         status, cut = b.json("/infill", dict(sampled, t_max_predict_ms=1))
         assert status == 200 and cut["stop_type"] == "limit" and full["content"].startswith(cut["content"]), cut
         assert nl < len(cut["content"]) < len(full["content"]) and cut["tokens_predicted"] < 200, (cut, nl)
+        # n_indent: the first line indented less ends the answer, cut where its text begins
+        pos = nl + 1
+        while full["content"][pos] in " \t":
+            pos += 1
+        status, short = b.json("/infill", dict(sampled, n_indent=pos - nl))
+        assert status == 200 and short["content"] == full["content"][:pos] and short["stop_type"] == "limit", \
+            (short, full["content"][:pos])
+        status, text = b.curl("/infill", dict(sampled, n_indent=pos - nl, stream=True))
+        assert status == 200 and "".join(json.loads(e)["content"] for e in sse_events(text)) == full["content"][:pos]
         # the editor sends its extra context ahead with n_predict 0: the next request's
         # prompt begins with it, from the prompt cache
         other = [{"filename": "b.py", "text": "def volume(r, h):\n    return area(r) * h\n" * 4}]
