@@ -181,11 +181,28 @@ static int read_stop(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o
         return sd_bus_message_exit_container(m);
 }
 
-/* fim_extra a(ss): (filename, text) chunks of other files, before the file's text; all of
- * them within the prompt's limit. */
+/* A text of an a(ss) option's `i`th item (what names it: "turn", "chunk"): its bytes added to
+ * *bytes, all of the option's within the prompt's limit, and valid UTF-8. */
+static int check_item_text(const char *key, const char *what, size_t i, const char *s, size_t *bytes,
+                           const DaemonConfig *c, sd_bus_error *error) {
+        char why[96];
+        size_t n = strlen(s);
+
+        *bytes += n;
+        if (*bytes > c->max_prompt_bytes) {
+                snprintf(why, sizeof(why), "holds more than %zu bytes", c->max_prompt_bytes);
+                return bad_value(error, key, why);
+        }
+        if (!axp_utf8_valid(s, n, NULL)) {
+                snprintf(why, sizeof(why), "has %s %zu not valid UTF-8", what, i + 1);
+                return bad_value(error, key, why);
+        }
+        return 0;
+}
+
+/* fim_extra a(ss): (filename, text) chunks of other files, before the file's text */
 static int read_fim_extra(sd_bus_message *m, const DaemonConfig *c, RequestOptions *o, sd_bus_error *error) {
         const char *name, *text;
-        char why[160];
         size_t n = 0, cap = 0, bytes = 0;
         int r;
 
@@ -193,15 +210,9 @@ static int read_fim_extra(sd_bus_message *m, const DaemonConfig *c, RequestOptio
         if (r < 0)
                 return r;
         while ((r = sd_bus_message_read(m, "(ss)", &name, &text)) > 0) {
-                bytes += strlen(name) + strlen(text);
-                if (bytes > c->max_prompt_bytes) {
-                        snprintf(why, sizeof(why), "holds more than %zu bytes", c->max_prompt_bytes);
-                        return bad_value(error, "fim_extra", why);
-                }
-                if (!axp_utf8_valid(name, strlen(name), NULL) || !axp_utf8_valid(text, strlen(text), NULL)) {
-                        snprintf(why, sizeof(why), "has chunk %zu not valid UTF-8", n + 1);
-                        return bad_value(error, "fim_extra", why);
-                }
+                if ((r = check_item_text("fim_extra", "chunk", n, name, &bytes, c, error)) < 0 ||
+                    (r = check_item_text("fim_extra", "chunk", n, text, &bytes, c, error)) < 0)
+                        return r;
                 if (axp_grow((void **) &o->fim_extra, &cap, n + 1, sizeof(*o->fim_extra)) < 0)
                         return -ENOMEM;
                 o->fim_extra[n++] = (axp_fim_chunk) { *name ? name : NULL, text };
@@ -236,23 +247,10 @@ static int read_messages(sd_bus_message *m, const DaemonConfig *c, RequestOption
                                  n + 1, role, strlen(role) > 32 ? "..." : "");
                         return bad_value(error, "messages", why);
                 }
-                bytes += strlen(content);
-                if (bytes > c->max_prompt_bytes) {
-                        snprintf(why, sizeof(why), "holds more than %zu bytes", c->max_prompt_bytes);
-                        return bad_value(error, "messages", why);
-                }
-                if (!axp_utf8_valid(content, strlen(content), NULL)) {
-                        snprintf(why, sizeof(why), "has turn %zu not valid UTF-8", n + 1);
-                        return bad_value(error, "messages", why);
-                }
-                if (n == cap) {
-                        size_t ncap = cap ? cap * 2 : 8;
-                        axp_turn *p = realloc(o->messages, ncap * sizeof(*p));
-                        if (!p)
-                                return -ENOMEM;
-                        o->messages = p;
-                        cap = ncap;
-                }
+                if ((r = check_item_text("messages", "turn", n, content, &bytes, c, error)) < 0)
+                        return r;
+                if (axp_grow((void **) &o->messages, &cap, n + 1, sizeof(*o->messages)) < 0)
+                        return -ENOMEM;
                 o->messages[n++] = (axp_turn) { role, content };
         }
         if (r < 0)
