@@ -148,48 +148,43 @@ static void add_logprobs(JsonBuilder *jb, bool chat, const LpRange *lp) {
                 json_builder_end_object(jb);
                 return;
         }
+        /* one pass: the records before `from` give the first offset */
         GPtrArray *r = lp->ch->logprobs;
         guint to = r ? MIN(lp->to, r->len) : 0;
-        glong offset = 0;
-        for (guint i = 0; i < lp->from && i < to; i++) {
+        JsonArray *tokens = json_array_new(), *values = json_array_new(), *tops = json_array_new(),
+                  *offsets = json_array_new();
+        glong at = 0;
+        for (guint i = 0; i < to; i++) {
                 LogprobToken t;
                 logprob_token_read(g_ptr_array_index(r, i), &t);
-                offset += g_utf8_strlen(t.text, -1);
+                if (i >= lp->from) {
+                        json_array_add_string_element(tokens, t.text);
+                        json_array_add_double_element(values, logprob_value(t.logprob));
+                        json_array_add_int_element(offsets, at);
+                        /* {token: logprob}; a token that two pieces write alike keeps the first */
+                        JsonObject *top = json_object_new();
+                        GVariantIter it;
+                        const char *text;
+                        double v;
+                        g_variant_iter_init(&it, t.alternatives);
+                        while (g_variant_iter_next(&it, "(&s@ayd)", &text, NULL, &v))
+                                if (!json_object_has_member(top, text))
+                                        json_object_set_double_member(top, text, logprob_value(v));
+                        json_array_add_object_element(tops, top);
+                }
+                at += g_utf8_strlen(t.text, -1);
                 logprob_token_clear(&t);
         }
-        static const char *const members[] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
-        for (int m = 0; m < 4; m++) {
-                json_builder_set_member_name(jb, members[m]);
-                json_builder_begin_array(jb);
-                glong at = offset;
-                for (guint i = lp->from; i < to; i++) {
-                        LogprobToken t;
-                        logprob_token_read(g_ptr_array_index(r, i), &t);
-                        if (m == 0)
-                                json_builder_add_string_value(jb, t.text);
-                        else if (m == 1)
-                                json_builder_add_double_value(jb, logprob_value(t.logprob));
-                        else if (m == 2) {
-                                /* {token: logprob}; a token that two pieces write alike keeps the first */
-                                GVariantIter it;
-                                const char *text;
-                                double v;
-                                json_builder_begin_object(jb);
-                                g_variant_iter_init(&it, t.alternatives);
-                                g_autoptr(GHashTable) seen = g_hash_table_new(g_str_hash, g_str_equal);
-                                while (g_variant_iter_next(&it, "(&s@ayd)", &text, NULL, &v))
-                                        if (g_hash_table_add(seen, (gpointer) text)) {
-                                                json_builder_set_member_name(jb, text);
-                                                json_builder_add_double_value(jb, logprob_value(v));
-                                        }
-                                json_builder_end_object(jb);
-                        } else {
-                                json_builder_add_int_value(jb, at);
-                                at += g_utf8_strlen(t.text, -1);
-                        }
-                        logprob_token_clear(&t);
-                }
-                json_builder_end_array(jb);
+        const struct {
+                const char *name;
+                JsonArray *a;
+        } members[] = { { "tokens", tokens }, { "token_logprobs", values }, { "top_logprobs", tops },
+                        { "text_offset", offsets } };
+        for (size_t m = 0; m < G_N_ELEMENTS(members); m++) {
+                json_builder_set_member_name(jb, members[m].name);
+                JsonNode *n = json_node_alloc();
+                json_node_take_array(json_node_init(n, JSON_NODE_ARRAY), members[m].a);
+                json_builder_add_value(jb, n);
         }
         json_builder_end_object(jb);
 }
