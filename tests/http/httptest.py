@@ -65,6 +65,25 @@ def model():
     return path
 
 
+_coders = {}
+
+
+def coder_model(ctx):
+    """A small qwen2 model with Qwen2.5-Coder's fill-in-the-middle tokens (mkmodel --fim) and a
+    context of ctx, made once per run and context."""
+    if ctx in _coders:
+        return _coders[ctx]
+    folder = tempfile.mkdtemp(prefix="axp-test-coder-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.chmod(folder, 0o755)
+    path = os.path.join(folder, "coder.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--arch", "qwen2", "--seed", "3", "--dim", "256", "--layers", "2",
+             "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", str(ctx), "--no-eog", "--fim"])
+    assert r.rc == 0, r
+    _coders[ctx] = path
+    return path
+
+
 def free_port():
     """A loopback TCP port that nobody listens on now (systemd-socket-activate takes no port 0)."""
     with socket.socket() as s:

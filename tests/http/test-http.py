@@ -1036,14 +1036,8 @@ def test_fill_in_the_middle():
     suffix fill in the middle with the model's FIM tokens (a model made with mkmodel --fim):
     the answer is what `agentxpu generate --suffix` gives, whole and streamed, and the prompt
     counts what llama.cpp's /infill prompt holds."""
-    from httptest import CLI, run
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="axp-test-fim-")
-    os.chmod(folder, 0o755)
-    path = os.path.join(folder, "coder.gguf")
-    r = run([CLI, "mkmodel", "-o", path, "--arch", "qwen2", "--seed", "3", "--dim", "256", "--layers", "2",
-             "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", "2048", "--no-eog", "--fim"])
-    assert r.rc == 0, r
+    from httptest import CLI, coder_model, run
+    path = coder_model(2048)
     prefix, suffix = "def area(r):\n    ", "\n    return a\n"
     r = run([CLI, "generate", "-m", path, "-p", prefix, "--suffix", suffix, "-n", "10", "--temperature", "0", "--json"])
     assert r.rc == 0, r
@@ -1144,14 +1138,8 @@ def test_infill_for_code_editors():
     line past that time, n_indent at a line indented less; a prefix past 3/4 of llama-server's
     batch is cut from the front ("truncated"); a model without FIM tokens and bad fields are
     400s."""
-    from httptest import CLI, run
-    import tempfile
-    folder = tempfile.mkdtemp(prefix="axp-test-infill-")
-    os.chmod(folder, 0o755)
-    path = os.path.join(folder, "coder.gguf")
-    r = run([CLI, "mkmodel", "-o", path, "--arch", "qwen2", "--seed", "3", "--dim", "256", "--layers", "2",
-             "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", "8192", "--no-eog", "--fim"])
-    assert r.rc == 0, r
+    from httptest import CLI, coder_model, run
+    path = coder_model(8192)
 
     def tokens(text, special=False):
         r = run([CLI, "tokenize", "-m", path, "-p", text, "--json", "--no-bos"] +
