@@ -109,7 +109,8 @@ typedef struct ocl_dev {
         cl_command_queue q;
         cl_program prog;
         int wg;
-        int kl_max;     /* items sharing one row of a matmul */
+        int kl_fixed;   /* items sharing one row of a matmul: 1 on a CPU, AXP_OPENCL_KL's where
+                           set, 0 where items_per_row chooses by the product's shape */
         bool copy_mode; /* activations copied in and out instead of wrapped */
         cl_kernel k_matmul[N_WTYPES], k_matmul_id[N_WTYPES], k_embed[N_WTYPES];
         cl_kernel k_act[ACT__MAX]; /* NULL for ACT_F32 */
@@ -509,6 +510,27 @@ static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int 
         }
 }
 
+/* Items of a work-group that share one row of a product (a power of two, one unit of the
+ * row at most each: a block of 32, or a super-block of 256 where the activations are Q8_K).
+ * Fewer items a row means the items of a warp take more rows, and so read fewer of the
+ * activations' blocks at once, each for several rows; more items means more items in all
+ * where a pass has few rows to give them. On a GPU (NVIDIA H200, bench-opencl with every
+ * AXP_OPENCL_KL from 2 to 64 on the 1B shapes) one token a pass ran fastest with 8 items a row
+ * of super-blocks and 16 of blocks (up to 1.6x the time with the row's units all taken at
+ * once, as before), and 64 tokens with 2 and 4 (2x to 7x). A CPU runs a work-group's items
+ * one after the other: one row per item is cheapest there. */
+static int items_per_row(const ocl_dev *c, int n_in, bool super_blocks, bool few_tokens) {
+        const int n_units = n_in / (super_blocks ? 256 : 32);
+        int cap = c->kl_fixed;
+        if (!cap)
+                cap = few_tokens ? (super_blocks ? 8 : 16) : (super_blocks ? 2 : 4);
+        cap = MIN(cap, c->wg);
+        int kl = 1;
+        while (kl < n_units && kl < cap)
+                kl *= 2;
+        return kl;
+}
+
 /* Y_i[t * ldy_i + r] = W_i X^T for weights of the same input length sharing the input X (n_tok
  * rows at x_off + t * ldx). The input is converted once per kind of activations the weights
  * take, as the CPU kernels do (one in-order queue: the scratch planes are reused safely).
@@ -529,11 +551,8 @@ static int matmuls_at(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long 
                             (r = act_convert(c, act, x, x_off, ldx, k, n_tok, err)) < 0)
                                 return r;
                         converted = true;
-                        /* one item per unit at most: a block of 32, a super-block of 256 */
-                        const int n_units = (int) (k / (act == ACT_Q8_K ? 256 : 32));
-                        int kl = 1;
-                        while (kl < n_units && kl < c->kl_max)
-                                kl *= 2;
+                        const int kl = items_per_row(c, k, act == ACT_Q8_K,
+                                                     blk ? n_tok <= n_blk : n_tok <= TT);
                         const int rows_per_group = c->wg / kl;
                         const size_t gx = (size_t) DIV_ROUND_UP(wi->w->n_out, rows_per_group) *
                                           (size_t) c->wg,
@@ -1512,12 +1531,10 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                         return cl_fail(err, e, name);
         }
         c->wg = wg;
-        /* a CPU runs a work-group's items one after the other: one row per item is cheapest
-         * there; a GPU wants the items of a row to read neighbouring blocks */
-        c->kl_max = c->info.kind == AXP_DEV_CPU ? 1 : wg;
+        c->kl_fixed = c->info.kind == AXP_DEV_CPU ? 1 : 0; /* items_per_row */
         const char *kl = getenv("AXP_OPENCL_KL");
         if (kl && atoi(kl) > 0)
-                c->kl_max = atoi(kl);
+                c->kl_fixed = atoi(kl);
         return 0;
 }
 
