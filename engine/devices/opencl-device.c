@@ -102,6 +102,12 @@ typedef struct run {
         int row, t, n;
 } run;
 
+typedef struct prof_sum {
+        const char *name;
+        uint64_t n;
+        double s;
+} prof_sum;
+
 typedef struct ocl_dev {
         axp_opencl_info info;
         cl_device_id dev;
@@ -158,6 +164,16 @@ typedef struct ocl_dev {
         int n_wraps;
         dirty *dirt; /* grown as a task needs: the cache's heads are apart, a region each */
         int n_dirt, dirt_cap;
+
+        /* AXP_OPENCL_PROFILE=1 (for tuning): the device time of each kernel and the host's
+         * time of each kind of task, summed and printed when the device is closed */
+        bool profile;
+        cl_event *pev;
+        const char **pev_name;
+        int n_pev, pev_cap;
+        prof_sum prof[24];
+        int n_prof;
+        prof_sum task_prof[AXP_OP__COUNT];
 } ocl_dev;
 
 static const char *cl_err_name(cl_int e) {
@@ -344,6 +360,76 @@ typedef struct karg {
 #define ARGS(...) (karg[]) { __VA_ARGS__ }, (int) (sizeof((karg[]) { __VA_ARGS__ }) / sizeof(karg))
 
 /* global work size gx by gy; lx = local size in x (0: let the runtime choose). */
+/* Profiling (AXP_OPENCL_PROFILE) ------------------------------------------------------------------ */
+
+static void prof_add(prof_sum *tab, int *n, int cap, const char *name, double s) {
+        int i = 0;
+        while (i < *n && strcmp(tab[i].name, name) != 0)
+                i++;
+        if (i == *n) {
+                if (*n == cap)
+                        return;
+                tab[(*n)++] = (prof_sum) { name, 0, 0 };
+        }
+        tab[i].n++;
+        tab[i].s += s;
+}
+
+static void prof_event(ocl_dev *c, cl_event ev, const char *name) {
+        if (c->n_pev == c->pev_cap) {
+                const int cap = MAX(256, 2 * c->pev_cap);
+                cl_event *e = realloc(c->pev, sizeof(*e) * (size_t) cap);
+                if (e)
+                        c->pev = e;
+                const char **nm = realloc(c->pev_name, sizeof(*nm) * (size_t) cap);
+                if (nm)
+                        c->pev_name = nm;
+                if (!e || !nm) {
+                        clReleaseEvent(ev);
+                        return;
+                }
+                c->pev_cap = cap;
+        }
+        c->pev[c->n_pev] = ev;
+        c->pev_name[c->n_pev++] = name;
+}
+
+/* After the queue finished: the kernels' device times into the sums. */
+static void prof_collect(ocl_dev *c) {
+        for (int i = 0; i < c->n_pev; i++) {
+                cl_ulong t0 = 0, t1 = 0;
+                if (clGetEventProfilingInfo(c->pev[i], CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                            NULL) == CL_SUCCESS &&
+                    clGetEventProfilingInfo(c->pev[i], CL_PROFILING_COMMAND_END, sizeof(t1), &t1,
+                                            NULL) == CL_SUCCESS && t1 >= t0)
+                        prof_add(c->prof, &c->n_prof, (int) ELEMENTSOF(c->prof), c->pev_name[i],
+                                 (double) (t1 - t0) * 1e-9);
+                clReleaseEvent(c->pev[i]);
+        }
+        c->n_pev = 0;
+}
+
+static void prof_print(ocl_dev *c) {
+        double tasks = 0, kernels = 0;
+        fprintf(stderr, "agentxpu: OpenCL profile of %s (device time per kernel, host time per task):\n",
+                c->info.name);
+        for (int i = 0; i < c->n_prof; i++) {
+                kernels += c->prof[i].s;
+                fprintf(stderr, "  kernel %-18s %8" PRIu64 " runs %10.3f ms %9.2f us each\n",
+                        c->prof[i].name, c->prof[i].n, c->prof[i].s * 1e3,
+                        c->prof[i].s * 1e6 / (double) c->prof[i].n);
+        }
+        for (int i = 0; i < AXP_OP__COUNT; i++) {
+                const prof_sum *p = &c->task_prof[i];
+                if (!p->n)
+                        continue;
+                tasks += p->s;
+                fprintf(stderr, "  task   %-18s %8" PRIu64 " runs %10.3f ms %9.2f us each\n",
+                        axp_op_name(i), p->n, p->s * 1e3, p->s * 1e6 / (double) p->n);
+        }
+        fprintf(stderr, "  kernels %.3f ms of the tasks' %.3f ms\n", kernels * 1e3, tasks * 1e3);
+}
+
 static int launch(ocl_dev *c, cl_kernel k, const char *name, size_t gx, size_t gy, size_t lx,
                   const karg *args, int n_args, axp_error *err) {
         cl_int e;
@@ -353,7 +439,11 @@ static int launch(ocl_dev *c, cl_kernel k, const char *name, size_t gx, size_t g
         if (gx == 0 || gy == 0)
                 return 0;
         size_t gws[2] = { gx, gy }, lws[2] = { lx, 1 };
-        e = clEnqueueNDRangeKernel(c->q, k, 2, NULL, gws, lx ? lws : NULL, 0, NULL, NULL);
+        cl_event ev = NULL;
+        e = clEnqueueNDRangeKernel(c->q, k, 2, NULL, gws, lx ? lws : NULL, 0, NULL,
+                                   c->profile ? &ev : NULL);
+        if (ev)
+                prof_event(c, ev, name);
         return e == CL_SUCCESS ? 0 : cl_fail(err, e, name);
 }
 
@@ -429,6 +519,8 @@ static int finish_task(ocl_dev *c, axp_error *err) {
         }
         cl_int f = clFinish(c->q);
         c->n_dirt = 0;
+        if (c->profile)
+                prof_collect(c);
         if (e != CL_SUCCESS)
                 return cl_fail(err, e, "returning results to the host");
         return f == CL_SUCCESS ? 0 : cl_fail(err, f, "running the task");
@@ -1055,6 +1147,7 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
         if ((r = collect_rows(c, t, t->op == AXP_OP_HEAD, &n, err)) < 0)
                 return r;
 
+        const double t0 = c->profile ? axp_now() : 0;
         switch (t->op) {
         case AXP_OP_EMBED: r = run_embed(c, t, n, err); break;
         case AXP_OP_K1: r = run_k1(c, t, n, err); break;
@@ -1068,6 +1161,10 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
         /* even after a failure: nothing may still run on the request's memory when we return */
         int f = finish_task(c, r < 0 ? NULL : err);
         release_wraps(c);
+        if (c->profile && t->op >= 0 && t->op < AXP_OP__COUNT) {
+                c->task_prof[t->op].n++;
+                c->task_prof[t->op].s += axp_now() - t0;
+        }
         if (r >= 0 && f < 0)
                 r = f;
         if (r >= 0 && t->op == AXP_OP_HEAD)
@@ -1564,6 +1661,10 @@ static size_t kernels_max_wg(ocl_dev *c) {
 static void ocl_free(axp_device *dev) {
         ocl_dev *c = dev->priv;
         if (c) {
+                if (c->profile)
+                        prof_print(c);
+                free(c->pev);
+                free(c->pev_name);
                 model_release(c);
                 release_kernels(c);
                 if (c->q)
@@ -1626,7 +1727,9 @@ int axp_opencl_device_new(int index, axp_device **ret, axp_error *err) {
         cl_context_properties props[] = { CL_CONTEXT_PLATFORM, (cl_context_properties) f.p, 0 };
         if (!(c->ctx = clCreateContext(props, 1, &f.d, NULL, NULL, &e)))
                 return cl_fail(err, e, "creating a context");
-        if (!(c->q = clCreateCommandQueue(c->ctx, f.d, 0, &e)))
+        c->profile = getenv("AXP_OPENCL_PROFILE") && atoi(getenv("AXP_OPENCL_PROFILE")) > 0;
+        if (!(c->q = clCreateCommandQueue(c->ctx, f.d,
+                                          c->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &e)))
                 return cl_fail(err, e, "creating a command queue");
 
         size_t max_wg = 0;

@@ -72,6 +72,18 @@ def main():
                 got, why = tokens(model, "--device", "opencl")
                 if got != ocl:
                     fail(f"{os.path.basename(model)} on OpenCL: {got or why} where the whole file gives {ocl}")
+            # AXP_OPENCL_PROFILE: the same tokens, and each kernel's and each task's time at the end
+            p = run("generate", "-m", whole, "-p", "The quick brown fox", "--raw", "--json", "-n", "16",
+                    "--temperature", "0", "--device", "opencl",
+                    env=dict(os.environ, AXP_OPENCL_PROFILE="1"))
+            got = json.loads(p.stdout)["tokens"] if p.returncode == 0 else None
+            prof = [l.split() for l in p.stderr.splitlines() if l.startswith("  ")]
+            kernels = {l[1] for l in prof if l[0] == "kernel"}
+            tasks = {" ".join(l[1:3]) for l in prof if l[0] == "task"}
+            if got != ocl or not {"matmul", "attention", "act_q8_k"} <= kernels or \
+                    not {"K1 qkv", "K2 attn", "K3 ffn"} <= tasks or \
+                    not any(l[0] == "kernels" and "of the tasks'" in " ".join(l) for l in prof):
+                fail(f"AXP_OPENCL_PROFILE=1: tokens {got}, where {ocl}; stderr {p.stderr[-800:]!r}")
 
         # inspect: runs, three parts, each tensor's part
         p = run("inspect", "-m", first, "--json", check=True)
