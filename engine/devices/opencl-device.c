@@ -32,6 +32,7 @@ extern const char axp_opencl_source[]; /* the .cl files of kernels/opencl, embed
 #define TILE   256 /* rows per pass of a token-wise kernel: bounds the scratch buffers */
 #define MAX_HD 256 /* largest head dimension the attention kernel is built for */
 #define TT     8   /* tokens per work-group of a matrix product */
+#define GPU_ITEMS_PER_ROW 8 /* items sharing a row of a matrix product on a GPU (items_per_row) */
 
 /* How a product's activations are taken, per weight type, as the CPU kernels take them
  * (kernels/cpu/kernels.h): as they are, rounded to f16 or bf16, or quantized to 8 bits per
@@ -115,8 +116,7 @@ typedef struct ocl_dev {
         cl_command_queue q;
         cl_program prog;
         int wg;
-        int kl_fixed;   /* items sharing one row of a matmul: 1 on a CPU, AXP_OPENCL_KL's where
-                           set, 0 where items_per_row chooses by the product's shape */
+        int kl_fixed;   /* items sharing one row of a matmul at most (items_per_row) */
         bool copy_mode; /* activations copied in and out instead of wrapped */
         cl_kernel k_matmul[N_WTYPES], k_matmul_id[N_WTYPES], k_embed[N_WTYPES];
         cl_kernel k_act[ACT__MAX]; /* NULL for ACT_F32 */
@@ -605,18 +605,17 @@ static int act_convert(ocl_dev *c, int act, cl_mem x, long x_off, long ldx, int 
 /* Items of a work-group that share one row of a product (a power of two, one unit of the
  * row at most each: a block of 32, or a super-block of 256 where the activations are Q8_K).
  * Fewer items a row means the items of a warp take more rows, and so read fewer of the
- * activations' blocks at once, each for several rows; more items means more items in all
- * where a pass has few rows to give them. On a GPU (NVIDIA H200, bench-opencl with every
- * AXP_OPENCL_KL from 2 to 64 on the 1B shapes) one token a pass ran fastest with 8 items a row
- * of super-blocks and 16 of blocks (up to 1.6x the time with the row's units all taken at
- * once, as before), and 64 tokens with 2 and 4 (2x to 7x). A CPU runs a work-group's items
- * one after the other: one row per item is cheapest there. */
-static int items_per_row(const ocl_dev *c, int n_in, bool super_blocks, bool few_tokens) {
+ * activations' blocks at once, each for several rows; more means more items in all where a
+ * pass has few rows. On a GPU at most 8 (GPU_ITEMS_PER_ROW): on an NVIDIA H200 (bench-opencl
+ * with AXP_OPENCL_KL from 2 to 64, the 1B shapes) 8 was the fastest or within 10% of it for one
+ * token on every type measured, and 1.5x to 3.6x faster than all of a row's units at once (64)
+ * for 64 tokens, where 2 or 4 would be faster still. It may not depend on the tokens of the pass:
+ * the sums' order would then depend on how a prompt is chunked, and a chunked prefill must give
+ * the logits of a whole one (test-forward). A CPU runs a work-group's items one after the
+ * other: one row per item is cheapest there. */
+static int items_per_row(const ocl_dev *c, int n_in, bool super_blocks) {
         const int n_units = n_in / (super_blocks ? 256 : 32);
-        int cap = c->kl_fixed;
-        if (!cap)
-                cap = few_tokens ? (super_blocks ? 8 : 16) : (super_blocks ? 2 : 4);
-        cap = MIN(cap, c->wg);
+        const int cap = MIN(c->kl_fixed, c->wg);
         int kl = 1;
         while (kl < n_units && kl < cap)
                 kl *= 2;
@@ -643,8 +642,7 @@ static int matmuls_at(ocl_dev *c, int n_w, const wref *const *w, cl_mem x, long 
                             (r = act_convert(c, act, x, x_off, ldx, k, n_tok, err)) < 0)
                                 return r;
                         converted = true;
-                        const int kl = items_per_row(c, k, act == ACT_Q8_K,
-                                                     blk ? n_tok <= n_blk : n_tok <= TT);
+                        const int kl = items_per_row(c, k, act == ACT_Q8_K);
                         const int rows_per_group = c->wg / kl;
                         const size_t gx = (size_t) DIV_ROUND_UP(wi->w->n_out, rows_per_group) *
                                           (size_t) c->wg,
@@ -1628,7 +1626,7 @@ static int build(ocl_dev *c, int wg, axp_error *err) {
                         return cl_fail(err, e, name);
         }
         c->wg = wg;
-        c->kl_fixed = c->info.kind == AXP_DEV_CPU ? 1 : 0; /* items_per_row */
+        c->kl_fixed = c->info.kind == AXP_DEV_CPU ? 1 : GPU_ITEMS_PER_ROW; /* items_per_row */
         const char *kl = getenv("AXP_OPENCL_KL");
         if (kl && atoi(kl) > 0)
                 c->kl_fixed = atoi(kl);
