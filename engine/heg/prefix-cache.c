@@ -34,10 +34,6 @@ void axp_prefix_cache_free(axp_prefix_cache *c, axp_kv_budget *b) {
         c->cap_live = 0;
 }
 
-bool axp_prefix_cache_fits_model(const axp_hparams *hp) {
-        return !axp_seq_model_has_swa(hp);
-}
-
 static int common(const int32_t *a, int na, const int32_t *b, int nb) {
         int i = 0;
         while (i < na && i < nb && a[i] == b[i])
@@ -59,7 +55,9 @@ int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, con
                 if (!same_kind(e, scope, dst))
                         continue;
                 int k = common(e->tokens, e->seq.n_past, tokens, n - 1);
-                if (k > len) {
+                /* a sliding-window layer's ring holds the window behind its last positions
+                 * only: a prompt must go on from (about) where the entry ends */
+                if (k > len && axp_seq_can_copy_prefix(&e->seq, k)) {
                         len = k;
                         best = i;
                         from = &e->seq;
@@ -114,15 +112,16 @@ static void shrink(axp_seq *seq) {
                 axp_seq_free(&small); /* out of memory: kept as it is */
 }
 
-/* Whether seq's positions (tokens) are worth an entry: the cache is on, they are enough, the
- * model keeps every position, and no entry of the scope holds them all already (that one is
- * then used now). */
+/* Whether seq's positions (tokens) are worth an entry: the cache is on, they are enough,
+ * and no entry of the scope holds them all already and can give them (that one is then used
+ * now). */
 static bool wanted(axp_prefix_cache *c, uint64_t scope, const axp_seq *seq, const int32_t *tokens) {
         const int n = seq->n_past;
-        if (c->max_entries == 0 || n < AXP_PREFIX_MIN || !axp_prefix_cache_fits_model(&seq->model->hp))
+        if (c->max_entries == 0 || n < AXP_PREFIX_MIN)
                 return false;
         for (int i = 0; i < c->n; i++)
-                if (same_kind(&c->e[i], scope, seq) && common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n) {
+                if (same_kind(&c->e[i], scope, seq) && common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == n &&
+                    axp_seq_can_copy_prefix(&c->e[i].seq, n)) {
                         c->e[i].used = ++c->clock;
                         return false;
                 }
@@ -140,10 +139,12 @@ void axp_prefix_cache_put(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope,
         shrink(seq);
         if ((bytes = axp_seq_kv_bytes(seq)) > b->limit / 2)
                 goto drop;
-        /* an entry holding a beginning of this: this one replaces it */
+        /* an entry holding a beginning of this: this one replaces it (where its rings can
+         * give that beginning) */
         for (int i = 0; i < c->n; i++)
                 if (same_kind(&c->e[i], scope, seq) &&
-                    common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == c->e[i].seq.n_past)
+                    common(c->e[i].tokens, c->e[i].seq.n_past, tokens, n) == c->e[i].seq.n_past &&
+                    axp_seq_can_copy_prefix(seq, c->e[i].seq.n_past))
                         entry_drop(c, b, i--);
         while (c->n > 0 && (c->n >= c->max_entries || c->bytes + bytes > b->limit / 2))
                 axp_prefix_cache_evict(c, b);
@@ -171,7 +172,8 @@ drop:
 void axp_prefix_cache_share(axp_prefix_cache *c, const void *owner, uint64_t scope, const axp_seq *seq,
                             const int32_t *tokens) {
         const int n = seq->n_past;
-        if (!wanted(c, scope, seq, tokens))
+        /* a running request's rings are rewritten as it decodes, while others would copy */
+        if (axp_seq_model_has_swa(&seq->model->hp) || !wanted(c, scope, seq, tokens))
                 return;
         if (axp_grow((void **) &c->live, &c->cap_live, (size_t) c->n_live + 1, sizeof(*c->live)) < 0)
                 return;

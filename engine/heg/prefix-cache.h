@@ -11,8 +11,12 @@
  *
  * Entries hold a share of the KV budget (kv-budget.h) and give it back first: the least
  * recently used goes when a request or flow needs the room, when there are more than
- * `max_entries`, or when together they would hold more than half the budget. Models with
- * sliding-window layers keep no entries (their rings do not hold every position). Not
+ * `max_entries`, or when together they would hold more than half the budget.
+ *
+ * A model with sliding-window layers (Gemma 3) keeps entries too, but their rings hold only
+ * the window behind an entry's last positions: a prompt takes from one only where it goes on
+ * from where the entry ends (give or take the ring's spare rows), as the next turn of a chat
+ * does; and running requests share nothing (their rings are rewritten as they decode). Not
  * thread-safe: the engine's thread owns it. */
 #pragma once
 
@@ -59,11 +63,9 @@ void axp_prefix_cache_init(axp_prefix_cache *c, int max_entries);
 void axp_prefix_cache_clear(axp_prefix_cache *c, axp_kv_budget *b);
 void axp_prefix_cache_free(axp_prefix_cache *c, axp_kv_budget *b);
 
-/* Whether a model's caches can be kept and shared here (no sliding-window layers). */
-bool axp_prefix_cache_fits_model(const axp_hparams *hp);
-
 /* Start dst (initialised, empty, of the same model and KV type) with the longest run of
- * positions that an entry of `scope` holds in common with tokens[0..n), at most n - 1 of them
+ * positions that an entry of `scope` holds in common with tokens[0..n) and can give
+ * (axp_seq_can_copy_prefix), at most n - 1 of them
  * (the last token is fed for its logits) and none if fewer than AXP_PREFIX_MIN. Returns how
  * many positions dst holds now (its n_past), or a negative errno (dst then holds none). */
 int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, const int32_t *tokens, int n,

@@ -17,6 +17,12 @@ static void check(const axp_seq *s) {
         assert(s->swa_cap <= s->n_ctx_max && (s->swa_cap >= s->n_ctx_max || s->swa_cap % RING_ALIGN == 0));
         assert(s->n_new >= 0 && s->n_past + s->n_new <= s->kv_cap && s->n_new <= s->act_cap);
         assert(s->logits_pos < s->n_past + s->n_new);
+        assert(s->swa_cap == 0 ? s->swa_from == 0 : s->swa_from >= MAX(s->n_past - s->swa_cap, 0));
+}
+
+/* The first position a sliding-window layer's queries at position pos and after still see. */
+static int window_start(const axp_hparams *hp, int pos) {
+        return hp->n_swa > 0 && pos >= hp->n_swa ? pos - hp->n_swa + 1 : 0;
 }
 
 int axp_kv_type_from_name(const char *name, uint32_t *ret) {
@@ -151,6 +157,9 @@ static int kv_grow(axp_seq *s, int n, int span, axp_error *err) {
                 s->k[l] = nk[l];
                 s->v[l] = nv[l];
         }
+        /* a new ring took the window behind n_past alone */
+        if (swa_cap != s->swa_cap)
+                s->swa_from = MAX(s->swa_from, window_start(hp, s->n_past));
         s->kv_cap = cap;
         s->swa_cap = swa_cap;
         return 0;
@@ -248,9 +257,11 @@ void axp_seq_set_span(axp_seq *s, int span) {
 }
 
 void axp_seq_end(axp_seq *s) {
-        check(s);
         s->n_past += s->n_new;
         s->n_new = 0;
+        /* the ring's rows now hold its last swa_cap positions */
+        if (s->swa_cap)
+                s->swa_from = MAX(s->swa_from, s->n_past - s->swa_cap);
         check(s);
 }
 
@@ -267,33 +278,57 @@ bool axp_seq_model_has_swa(const axp_hparams *hp) {
         return has_swa(hp);
 }
 
+bool axp_seq_can_copy_prefix(const axp_seq *src, int n) {
+        return n >= 0 && n <= src->n_past && (!src->swa_cap || window_start(&src->model->hp, n) >= src->swa_from);
+}
+
+/* Positions [p0, p1) of layer l from src's rows to dst's, each head's run in at most a few
+ * pieces where a ring wraps. */
+static void copy_rows(axp_seq *dst, const axp_seq *src, int l, int p0, int p1) {
+        const axp_hparams *hp = &src->model->hp;
+        const size_t hb = axp_kv_head_bytes(hp, src->kv_type);
+        const int rd = axp_seq_kv_rows(dst, l), rs = axp_seq_kv_rows(src, l);
+        for (int p = p0; p < p1;) {
+                /* a run that wraps in neither */
+                const int n = MIN(p1 - p, MIN(rd - p % rd, rs - p % rs));
+                for (int h = 0; h < hp->n_head_kv; h++) {
+                        size_t to = axp_kv_offset(hb, rd, h, p % rd), from = axp_kv_offset(hb, rs, h, p % rs);
+                        memcpy((char *) dst->k[l] + to, (const char *) src->k[l] + from, (size_t) n * hb);
+                        memcpy((char *) dst->v[l] + to, (const char *) src->v[l] + from, (size_t) n * hb);
+                }
+                p += n;
+        }
+}
+
 int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err) {
         const axp_hparams *hp = &src->model->hp;
-        if (dst->model != src->model || dst->kv_type != src->kv_type || has_swa(hp) || n < 0 ||
-            n > src->n_past || n > dst->n_ctx_max || dst->n_past != 0 || dst->n_new != 0)
+        if (dst->model != src->model || dst->kv_type != src->kv_type || !axp_seq_can_copy_prefix(src, n) ||
+            n > dst->n_ctx_max || dst->n_past != 0 || dst->n_new != 0)
                 return axp_errorf(err, -EINVAL, "a KV cache cannot start with that one's positions");
         int r = kv_grow(dst, n, 1, err);
         if (r < 0)
                 return r;
-        const size_t hb = axp_kv_head_bytes(hp, src->kv_type);
-        /* each head's rows 0 .. n - 1 lie one after the other */
+        /* a ring takes what it can hold of the positions src's still holds, the window behind n
+         * at least (kv_grow made it that long) */
+        const int from = dst->swa_cap ? MAX(src->swa_from, n - dst->swa_cap) : 0;
         for (int l = 0; l < hp->n_layer; l++)
-                for (int h = 0; h < hp->n_head_kv; h++) {
-                        size_t to = axp_kv_offset(hb, dst->kv_cap, h, 0), from = axp_kv_offset(hb, src->kv_cap, h, 0);
-                        memcpy((char *) dst->k[l] + to, (const char *) src->k[l] + from, (size_t) n * hb);
-                        memcpy((char *) dst->v[l] + to, (const char *) src->v[l] + from, (size_t) n * hb);
-                }
+                copy_rows(dst, src, l, axp_layer_is_swa(hp, l) ? from : 0, n);
         dst->n_past = n;
+        dst->swa_from = from;
         check(dst);
         return 0;
 }
 
 void axp_seq_truncate(axp_seq *s, int n) {
-        assert(n >= s->n_past || s->swa_cap == 0 || s->swa_cap >= s->n_ctx_max ||
+        assert(n >= s->n_past || n == 0 || s->swa_cap == 0 || s->swa_cap >= s->n_ctx_max ||
                s->n_past - n <= s->swa_cap - s->model->hp.n_swa);
+        /* the pending tokens may have written their rows, over the ring's oldest */
+        if (s->swa_cap)
+                s->swa_from = MAX(s->swa_from, s->n_past + s->n_new - s->swa_cap);
         if (n >= 0 && n < s->n_past)
                 s->n_past = n;
         s->n_new = 0;
+        s->swa_from = MIN(s->swa_from, s->n_past);
         if (s->logits_pos >= s->n_past)
                 s->logits_pos = -1;
         check(s);

@@ -26,6 +26,8 @@ typedef struct axp_seq {
                             * runs (the caller's chunk); 0: all the pending tokens */
         int n_ctx_max;     /* hard cap on positions (the context length) */
         int n_past;        /* positions committed to the KV cache */
+        int swa_from;      /* the sliding-window layers' rings hold positions swa_from ..
+                            * n_past - 1 (0 without such layers) */
         void **k, **v;     /* per layer: [n_head_kv][kv_cap or swa_cap][head_dim] of kv_type
                             * (axp_kv_offset): one KV head's rows side by side, which
                             * attention reads as one stream */
@@ -95,11 +97,14 @@ void axp_seq_end(axp_seq *s);
 /* Drop the activation buffers (keep the KV cache), e.g. while a flow waits for its next turn. */
 void axp_seq_release_activations(axp_seq *s);
 /* Forget KV positions >= n (n <= n_past; a sliding-window layer's ring must still hold the
- * window behind n: n_past - n <= swa_cap - n_swa). */
+ * window behind n: n_past - n <= swa_cap - n_swa, or n is 0). */
 void axp_seq_truncate(axp_seq *s, int n);
 /* Whether the model has sliding-window layers (their rings do not keep every position). */
 bool axp_seq_model_has_swa(const axp_hparams *hp);
-/* Give dst (empty: n_past 0, nothing pending) src's first n positions (n <= src->n_past),
- * copied; both of one model and KV type, without sliding-window layers (-EINVAL otherwise).
- * -ENOMEM leaves dst empty. */
+/* Whether src can give a cache its first n positions (n <= src->n_past): its sliding-window
+ * layers' rings still hold the window behind position n (always without such layers). */
+bool axp_seq_can_copy_prefix(const axp_seq *src, int n);
+/* Give dst (empty: n_past 0, nothing pending) src's first n positions, copied (the window
+ * behind n on a sliding-window layer); both of one model and KV type, and
+ * axp_seq_can_copy_prefix(src, n) (-EINVAL otherwise). -ENOMEM leaves dst empty. */
 int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err);

@@ -11,6 +11,7 @@
 #include "devices/device.h"
 #include "devices/discovery.h"
 #include "devices/forward.h"
+#include "heg/prefix-cache.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/reference.h"
@@ -520,6 +521,61 @@ static void test_q8_0_kv(void) {
 #define RING_PROMPT 600
 #define RING_DECODE 8
 
+/* The prompt cache with sliding-window layers (gemma3, window 40): an entry made in chunks of
+ * 64 keeps rings of 256 rows, which after 500 positions hold 244 .. 499 (shrunk into a cache of
+ * its size, the same). A prompt that goes on from position 283 or later (the window behind it
+ * in the ring) starts from it and gets the logits of a whole prefill of itself; one that parts
+ * from it sooner takes nothing; a running request shares nothing. */
+static void test_prompt_cache_rings(void) {
+        axp_model *m = load_model("gemma3", "f32", 17, "--layers 6 --swa 40 --tied --ctx 1024");
+        m = prepare(m);
+        CHECK(m != NULL);
+        if (!m)
+                return;
+        const int nv = m->hp.n_vocab;
+        int32_t a[600], x[600];
+        prompt_tokens(m, a, 600, 31);
+        axp_error err = { 0 };
+        axp_kv_budget b = { .limit = UINT64_C(1) << 32 };
+        axp_prefix_cache c;
+        axp_prefix_cache_init(&c, 4);
+        axp_seq e;
+        CHECK(axp_seq_init(&e, m, AXP_TYPE_F16, 1024, 1000, &err) == 0);
+        CHECK_MSG(axp_forward_prefill(dev, &e, a, 500, 64, &err) == 0, "%s", err.msg);
+        CHECK(e.swa_cap == 256 && e.swa_from == 500 - 256);
+        CHECK(!axp_seq_can_copy_prefix(&e, 244 + 38) && axp_seq_can_copy_prefix(&e, 244 + 39));
+        /* running, it is not shared */
+        axp_prefix_cache_share(&c, &e, 0, &e, a);
+        CHECK_EQ_INT(c.n_live, 0);
+        axp_prefix_cache_put(&c, &b, 0, &e, a);
+        CHECK(c.n == 1 && c.e[0].seq.n_past == 500 && c.e[0].seq.swa_from == 244 && c.e[0].seq.kv_cap < 1000);
+
+        /* prompts that leave a after 600 positions (none), 283 (the window behind, 244 .. 282, in
+         * the ring across its wrap), 282 (244 is no longer there) and 200 */
+        const int part[] = { 600, 283, 282, 200 }, want[] = { 500, 283, 0, 0 };
+        for (size_t i = 0; i < ELEMENTSOF(part); i++) {
+                memcpy(x, a, sizeof(x));
+                prompt_tokens(m, x + part[i], 600 - part[i], 77 + (unsigned) i);
+                axp_seq s, w;
+                CHECK(axp_seq_init(&s, m, AXP_TYPE_F16, 1024, 600, &err) == 0);
+                CHECK(axp_seq_init(&w, m, AXP_TYPE_F16, 1024, 600, &err) == 0);
+                const int k = axp_prefix_cache_seed(&c, 0, &s, x, 600, &err);
+                CHECK_MSG(k == want[i], "parting after %d: %d positions from the cache, not %d", part[i], k,
+                          want[i]);
+                CHECK_MSG(axp_forward_prefill(dev, &s, x + k, 600 - k, 64, &err) == 0, "%s", err.msg);
+                CHECK_MSG(axp_forward_prefill(dev, &w, x, 600, 64, &err) == 0, "%s", err.msg);
+                const double d = rel_err_f(s.logits, w.logits, nv);
+                printf("  gemma3, rings of 256: parting after %d, %d positions from the cache, logits %.2e "
+                       "from a whole prefill's\n", part[i], k, d);
+                CHECK(d <= 1e-6);
+                axp_seq_free(&s);
+                axp_seq_free(&w);
+        }
+        axp_prefix_cache_free(&c, &b);
+        CHECK(b.used == 0);
+        model_done(m);
+}
+
 static void test_ring(void) {
         /* the README's figures: Gemma-3-1B's shape, F16, one request at full context */
         axp_hparams g1b = { .n_layer = 26, .n_head_kv = 1, .head_dim = 256, .n_swa = 512, .swa_period = 6 };
@@ -669,6 +725,7 @@ int main(void) {
         RUN(test_q8_0_kv);
         RUN(test_kv_buffers);
         RUN(test_ring);
+        RUN(test_prompt_cache_rings);
         RUN(test_context_overflow);
         axp_device_free(dev);
         char cmd[300];
