@@ -28,7 +28,7 @@
 #define MODEL_NAME "model-one"
 #define MODEL_B_NAME "model-two"
 
-static char model_path[256], model_b_path[256], calib_path[256];
+static char model_path[256], model_b_path[256], calib_path[256], gemma_path[256];
 
 typedef struct result {
         pthread_mutex_t lock;
@@ -886,6 +886,44 @@ static void test_prompt_cache(void) {
         prompt_cache = -1;
 }
 
+/* A model with sliding-window layers (gemma3, window 8) keeps its caches too: a chat's next
+ * turn (the last prompt, its answer and a question) starts from the last turn's cache and gets
+ * the answer a whole prefill gives. */
+static void test_prompt_cache_sliding_window(void) {
+        static char want[8192], turn2[8192];
+        static result r1, r2;
+        char saved[256];
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_error err = { 0 };
+
+        snprintf(saved, sizeof(saved), "%s", model_path);
+        snprintf(model_path, sizeof(model_path), "%s", gemma_path);
+        axp_engine *e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (e) {
+                run_one(e, prompts[3], 12, 0, &r1);
+                CHECK(r1.st.prefill_tokens == r1.st.prompt_tokens && kv_cached(e) > 0);
+                const size_t n1 = strlen(prompts[3]);
+                memcpy(turn2, prompts[3], n1);
+                memcpy(turn2 + n1, r1.text, r1.len);
+                snprintf(turn2 + n1 + r1.len, sizeof(turn2) - n1 - r1.len, " And then?");
+                run_one(e, turn2, 12, 0, &r2);
+                printf("  gemma3: the next turn prefilled %u of its %u tokens\n", (unsigned) r2.st.prefill_tokens,
+                       (unsigned) r2.st.prompt_tokens);
+                CHECK(r2.st.prompt_tokens - r2.st.prefill_tokens >= r1.st.prompt_tokens / 2);
+                CHECK(axp_model_load(gemma_path, &m, &err) == 0);
+                CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+                size_t want_n = reference(m, d, turn2, 12, want, sizeof(want));
+                axp_device_free(d);
+                axp_model_free(m);
+                CHECK_MSG(r2.len == want_n && memcmp(r2.text, want, want_n) == 0, "'%.*s' vs '%s'", (int) r2.len,
+                          r2.text, want);
+                axp_engine_free(e);
+        }
+        snprintf(model_path, sizeof(model_path), "%s", saved);
+}
+
 /* Swapping models under load while other threads read the status --------------------------- */
 
 /* What status_changed was told, from which thread. */
@@ -1205,6 +1243,20 @@ int main(void) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
         }
+        /* sliding-window layers (gemma3, a window of 8) */
+        snprintf(gemma_path, sizeof(gemma_path), "%s/gemma3.gguf", dir);
+        axp_mkmodel_defaults(&mp);
+        mp.arch = AXP_ARCH_GEMMA3;
+        mp.type = AXP_TYPE_Q8_0;
+        mp.n_ctx = 1024;
+        mp.n_swa = 8;
+        mp.seed = 13;
+        mp.no_eog = true;
+        mp.path = gemma_path;
+        if (axp_mkmodel(&mp, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return 1;
+        }
         RUN(test_concurrent_requests_match_reference);
         RUN(test_roles_on_two_devices);
         RUN(test_auto_leaves_a_slower_discrete_gpu);
@@ -1214,10 +1266,12 @@ int main(void) {
         RUN(test_flow_reuses_kv);
         RUN(test_kv_budget);
         RUN(test_prompt_cache);
+        RUN(test_prompt_cache_sliding_window);
         RUN(test_logprobs);
         RUN(test_swap_models_under_load);
         unlink(model_path);
         unlink(model_b_path);
+        unlink(gemma_path);
         unlink(calib_path);
         rmdir(dir);
         TEST_EXIT();
