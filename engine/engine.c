@@ -290,6 +290,8 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         stats.prompt_tokens = q->prompt_tokens;
         stats.prompt_cut = q->prompt_cut;
         stats.generated_tokens = q->gen.n_generated;
+        if (reason == AXP_FINISH_STOP && q->gen_ok && q->gen.stopper.stopped)
+                stats.stop_word = q->gen.stopper.stops[q->gen.stopper.matched];
         /* a step's own failure (the grammar), where the scheduler had none to say */
         if (reason == AXP_FINISH_ERROR && !stats.error[0] && q->gen.error[0])
                 snprintf(stats.error, sizeof(stats.error), "%s", q->gen.error);

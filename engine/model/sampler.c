@@ -363,8 +363,10 @@ bool axp_stopper_feed(axp_stopper *s, const char *text, size_t len, char **out, 
         const char *first = NULL;
         for (size_t i = 0; i < s->n_stops; i++) {
                 const char *m = memmem(s->held, s->n_held, s->stops[i], strlen(s->stops[i]));
-                if (m && (!first || m < first))
+                if (m && (!first || m < first)) {
                         first = m;
+                        s->matched = (int) i;
+                }
         }
         if (first) {
                 axp_strbuf_append(out, out_len, out_cap, s->held, first - s->held);

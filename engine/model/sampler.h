@@ -41,6 +41,8 @@ typedef struct axp_stopper {
         char *held;
         size_t n_held;
         bool stopped;
+        int matched;    /* once stopped: which of stops was seen (the first listed of those
+                           beginning at the same byte) */
 } axp_stopper;
 
 void axp_stopper_init(axp_stopper *s, const char *const *stops, size_t n);

@@ -39,4 +39,7 @@ typedef struct axp_req_stats {
         const char *finish_reason;
         const char *tool_call;
         bool prompt_cut;          /* fill in the middle, fitted: parts of the text were left out */
+        /* the stop string that ended the answer (AXP_FINISH_STOP), in the finished callback
+         * only (the engine's until it returns); NULL where none did */
+        const char *stop_word;
 } axp_req_stats;

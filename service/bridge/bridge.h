@@ -139,7 +139,8 @@ typedef struct Choice {
          * logprobs); the first logprobs_sent of them are written (streamed) */
         GPtrArray *logprobs;
         guint logprobs_sent;
-        EngineStats st;         /* when done; its finish_reason and tool_call are the choice's own */
+        EngineStats st;         /* when done; its finish_reason, tool_call and stop_word are the
+                                 * choice's own */
 } Choice;
 
 typedef struct CallOps {

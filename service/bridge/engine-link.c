@@ -50,6 +50,7 @@ static void stats_parse(GVariant *stats, EngineStats *ret) {
         g_variant_lookup(stats, "latency_s", "d", &ret->latency_s);
         g_variant_lookup(stats, "finish_reason", "&s", &ret->finish_reason);
         g_variant_lookup(stats, "tool_call", "&s", &ret->tool_call);
+        g_variant_lookup(stats, "stop_word", "&s", &ret->stop_word);
 }
 
 /* The job is over: tell its caller (unless detached) and free it. */

@@ -20,6 +20,7 @@ typedef struct EngineStats {
         /* with tools: "tool_calls" and the call ({"name", "arguments"} as JSON) when the
          * answer is one; NULL otherwise. Valid during the callback. */
         const char *finish_reason, *tool_call;
+        const char *stop_word;  /* the stop string that ended the answer; NULL: none */
 } EngineStats;
 
 typedef struct EngineJobCallbacks {

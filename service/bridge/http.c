@@ -692,6 +692,7 @@ static void call_unref(Call *c) {
                 g_free(ch->reason);
                 g_free((char *) ch->st.finish_reason);
                 g_free((char *) ch->st.tool_call);
+                g_free((char *) ch->st.stop_word);
         }
         g_free(c->choices);
         if (c->ops->free_data)
@@ -1001,6 +1002,7 @@ static void job_finished(void *userdata, const char *reason, const char *error,
                 ch->st = *st;
                 ch->st.finish_reason = g_strdup(st->finish_reason);
                 ch->st.tool_call = g_strdup(st->tool_call);
+                ch->st.stop_word = g_strdup(st->stop_word);
                 if (c->headers_sent && c->ops->choice_done)
                         c->ops->choice_done(c, ch);
                 if (--c->pending == 0)

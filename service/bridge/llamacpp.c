@@ -83,11 +83,12 @@ static JsonNode *final_object(Call *c) {
         json_builder_add_boolean_value(jb, strchr(text, '\n') != NULL);
         json_builder_set_member_name(jb, "truncated");
         json_builder_add_boolean_value(jb, st->prompt_cut);
-        /* the engine tells an end of generation from a stop string by neither: both are "stop" */
         json_builder_set_member_name(jb, "stop_type");
-        json_builder_add_string_value(jb, g_strcmp0(ch->reason, "length") == 0 && !d->warm_up ? "limit" : "eos");
+        json_builder_add_string_value(jb, g_strcmp0(ch->reason, "length") == 0 && !d->warm_up ? "limit"
+                                          : st->stop_word                                       ? "word"
+                                                                                                : "eos");
         json_builder_set_member_name(jb, "stopping_word");
-        json_builder_add_string_value(jb, "");
+        json_builder_add_string_value(jb, st->stop_word ? st->stop_word : "");
         add_member_int(jb, "tokens_cached", (gint64) st->prompt_tokens + generated);
         json_builder_set_member_name(jb, "timings");
         json_builder_begin_object(jb);

@@ -52,20 +52,25 @@ static void on_finished(void *userdata, uint64_t id, axp_finish_reason reason,
 
         /* Finished must never be lost (it frees the request's object): retry the small
          * allocation rather than drop it. */
-        const char *call = stats ? stats->tool_call : NULL;
-        size_t call_len = call ? strlen(call) : 0;
-        while (!(ev = bridge_event_new(BRIDGE_FINISHED, call_len)))
+        const char *call = stats ? stats->tool_call : NULL, *word = stats ? stats->stop_word : NULL;
+        size_t call_len = call ? strlen(call) : 0, word_len = word ? strlen(word) : 0;
+        while (!(ev = bridge_event_new(BRIDGE_FINISHED, call_len + 1 + word_len)))
                 usleep(1000);
         ev->id = id;
         ev->reason = reason;
         if (stats)
                 ev->stats = *stats;
         ev->stats.error[sizeof(ev->stats.error) - 1] = 0;
-        /* the call is the engine's only during this callback; finish_reason is a constant */
+        /* the call and the stop string are the engine's only during this callback (each
+         * copied with its NUL: the event is zeroed); finish_reason is a constant */
         if (call) {
                 memcpy(ev->text, call, call_len);
                 ev->len = call_len;
                 ev->stats.tool_call = ev->text;
+        }
+        if (word) {
+                memcpy(ev->text + call_len + 1, word, word_len);
+                ev->stats.stop_word = ev->text + call_len + 1;
         }
         bridge_push(b, ev);
 }

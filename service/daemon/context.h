@@ -57,8 +57,9 @@ struct Request {
         axp_req_state state;     /* as last seen by the daemon */
         bool finished;
         axp_finish_reason reason;
-        axp_req_stats stats;     /* final, once finished; its tool_call points to ours */
+        axp_req_stats stats;     /* final, once finished; its tool_call and stop_word point to ours */
         char *tool_call;
+        char *stop_word;
 
         sd_bus_message *complete_call; /* Complete: replied at finish; the request has no object */
         axp_utf8_stream utf8;    /* the engine's text, made whole characters */

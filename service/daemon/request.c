@@ -76,6 +76,7 @@ void request_free(Request *r) {
         free(r->text);
         free(r->logprobs);
         free(r->tool_call);
+        free(r->stop_word);
         free(r->path);
         free(r->owner);
         free(r);
@@ -195,6 +196,11 @@ int stats_append(sd_bus_message *m, const axp_req_stats *st, bool with_error, co
         }
         if (st->prompt_cut) {
                 r = sd_bus_message_append(m, "{sv}", "prompt_cut", "b", 1);
+                if (r < 0)
+                        return r;
+        }
+        if (st->stop_word) {
+                r = sd_bus_message_append(m, "{sv}", "stop_word", "s", st->stop_word);
                 if (r < 0)
                         return r;
         }
@@ -384,6 +390,9 @@ void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_sta
         r->stats.tool_call = r->tool_call;
         if (stats->tool_call && !r->tool_call)
                 r->stats.finish_reason = "stop"; /* out of memory: the text is still there */
+        free(r->stop_word);
+        r->stop_word = stats->stop_word ? strdup(stats->stop_word) : NULL;
+        r->stats.stop_word = r->stop_word; /* out of memory: not said */
         if (f && f->busy == r) {
                 f->busy = NULL;
                 flow_idle(f);

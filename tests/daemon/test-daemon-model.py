@@ -107,6 +107,24 @@ def test_complete_matches_generate():
         assert gen.out.rstrip("\n") == text, (gen.out, text)
 
 
+def test_stop_word():
+    """Option stop: the answer ends before the first stop string it holds, and the stats name
+    that one (stop_word); an answer that no stop string ended has none."""
+    with engine() as (bus, d):
+        r = bus.call("Complete", "Hello", GREEDY)
+        assert r.rc == 0 and "'stop_word'" not in r.out, r
+        text = gvariant_first_string(r.out)
+        at = next((i for i in range(1, len(text) - 1) if text[i:i + 2].isalnum() and text[i:i + 2].isascii()), None)
+        if at is None:
+            raise Skip(f"no two letters or digits in the answer {text!r}")
+        word = text[at:at + 2]
+        first = text.find(word)
+        r = bus.call("Complete", "Hello", GREEDY[:-1] + f", 'stop': <['zzzz', '{word}', 'qqqq']>}}")
+        assert r.rc == 0, r
+        assert gvariant_first_string(r.out) == text[:first], (r.out, text, word)
+        assert f"'stop_word': <'{word}'>" in r.out and "'reason': <'stop'>" in r.out, r.out
+
+
 def test_longrope_follows_the_engine_context():
     """A LongRoPE model (Phi-3.5/Phi-4-mini's scaling) rotates with its short factors within its
     original context and its long ones past it: the engine chooses by its ContextSize, as
@@ -784,6 +802,7 @@ def test_kv_memory_budget():
 
 TESTS = [
     test_complete_matches_generate,
+    test_stop_word,
     test_longrope_follows_the_engine_context,
     test_no_byte_of_the_answer_is_dropped,
     test_q8_0_kv_cache,

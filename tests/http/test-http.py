@@ -1193,6 +1193,13 @@ def test_infill_for_code_editors():
             (short, full["content"][:pos])
         status, text = b.curl("/infill", dict(sampled, n_indent=pos - nl, stream=True))
         assert status == 200 and "".join(json.loads(e)["content"] for e in sse_events(text)) == full["content"][:pos]
+        # a stop string ends it as a "word", the one that did named
+        word = full["content"][nl + 4:nl + 7]
+        at = full["content"].find(word)
+        status, stopped = b.json("/infill", dict(sampled, stop=["\u0001never", word]))
+        assert status == 200 and stopped["content"] == full["content"][:at], (stopped, word)
+        assert stopped["stop_type"] == "word" and stopped["stopping_word"] == word, stopped
+        assert full["stop_type"] == "limit" and full["stopping_word"] == "", full
         # the editor sends its extra context ahead with n_predict 0: the next request's
         # prompt begins with it, from the prompt cache
         other = [{"filename": "b.py", "text": "def volume(r, h):\n    return area(r) * h\n" * 4}]

@@ -354,7 +354,7 @@ static void test_stopper(void) {
         CHECK(!feed(&s, "wer"));
         CHECK(feed(&s, "> trailing"));
         CHECK(strcmp(released(&s), "Hello world</b> ") == 0);
-        CHECK(s.st.stopped);
+        CHECK(s.st.stopped && s.st.matched == 0);
         CHECK(feed(&s, "more"));
         axp_stopper_flush(&s.st, &s.out, &s.len, &s.cap);
         CHECK(strcmp(released(&s), "Hello world</b> ") == 0);
@@ -377,12 +377,14 @@ static void test_stopper(void) {
         axp_stopper_init(&s.st, two, 2);
         CHECK(feed(&s, "abcd"));
         CHECK(strcmp(released(&s), "a") == 0);
+        CHECK_EQ_INT(s.st.matched, 1); /* "bc", the one seen */
         axp_stopper_done(&s.st);
         free(s.out);
         s = (stream) {};
         axp_stopper_init(&s.st, two, 2);
         CHECK(feed(&s, "cd!"));
         CHECK(s.len == 0);
+        CHECK_EQ_INT(s.st.matched, 0);
         axp_stopper_done(&s.st);
         free(s.out);
 
