@@ -1211,10 +1211,18 @@ static void test_logprobs(void) {
         axp_engine_free(e);
 }
 
+static int make_model(const axp_mkmodel_params *mp) {
+        axp_error err = { 0 };
+        if (axp_mkmodel(mp, &err) < 0) {
+                fprintf(stderr, "%s\n", err.msg);
+                return -1;
+        }
+        return 0;
+}
+
 int main(void) {
         char dir[] = "/tmp/axp-test-engine-XXXXXX";
         axp_mkmodel_params mp;
-        axp_error err = { 0 };
 
         if (!mkdtemp(dir))
                 TEST_SKIP("cannot make a temporary folder");
@@ -1230,19 +1238,15 @@ int main(void) {
         mp.no_eog = true;
         mp.path = model_path;
         mp.name = MODEL_NAME;
-        if (axp_mkmodel(&mp, &err) < 0) {
-                fprintf(stderr, "%s\n", err.msg);
+        if (make_model(&mp) < 0)
                 return 1;
-        }
         /* the same shape (the calibration cache serves both), other weights and name */
         snprintf(model_b_path, sizeof(model_b_path), "%s/model-b.gguf", dir);
         mp.seed = 12;
         mp.name = MODEL_B_NAME;
         mp.path = model_b_path;
-        if (axp_mkmodel(&mp, &err) < 0) {
-                fprintf(stderr, "%s\n", err.msg);
+        if (make_model(&mp) < 0)
                 return 1;
-        }
         /* sliding-window layers (gemma3, a window of 8) */
         snprintf(gemma_path, sizeof(gemma_path), "%s/gemma3.gguf", dir);
         axp_mkmodel_defaults(&mp);
@@ -1253,10 +1257,8 @@ int main(void) {
         mp.seed = 13;
         mp.no_eog = true;
         mp.path = gemma_path;
-        if (axp_mkmodel(&mp, &err) < 0) {
-                fprintf(stderr, "%s\n", err.msg);
+        if (make_model(&mp) < 0)
                 return 1;
-        }
         RUN(test_concurrent_requests_match_reference);
         RUN(test_roles_on_two_devices);
         RUN(test_auto_leaves_a_slower_discrete_gpu);
