@@ -195,6 +195,12 @@ int axp_engine_flow_open(axp_engine *e, const char *system, bool raw, uint64_t *
                          axp_error *err);
 int axp_engine_flow_close(axp_engine *e, uint64_t flow);
 
+/* Forget what the prompt cache keeps of requests of `scope` (axp_request_opts.cache_scope: the
+ * daemon's is the user's): its entries go, and its requests still running neither share their
+ * caches from now on nor leave one when they end. Flows are not touched (their owners close
+ * them). *ret_n: the entries that went. -ENOMEM where the engine's thread could not be asked. */
+int axp_engine_forget_prompt_cache(axp_engine *e, uint64_t scope, uint32_t *ret_n);
+
 /* Snapshot of a request's state and stats; -ENOENT if unknown. */
 int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state,
                             axp_req_stats *ret_stats);

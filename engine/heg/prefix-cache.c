@@ -193,6 +193,19 @@ void axp_prefix_cache_forget(axp_prefix_cache *c, const void *owner) {
                 }
 }
 
+int axp_prefix_cache_forget_scope(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope) {
+        int n = 0;
+        for (int i = 0; i < c->n; i++)
+                if (c->e[i].scope == scope) {
+                        entry_drop(c, b, i--);
+                        n++;
+                }
+        for (int i = 0; i < c->n_live; i++)
+                if (c->live[i].scope == scope)
+                        axp_prefix_cache_forget(c, c->live[i--].owner);
+        return n;
+}
+
 int axp_prefix_cache_reserve(axp_prefix_cache *c, axp_kv_budget *b, axp_kv_hold *h, uint64_t bytes,
                              axp_error *err) {
         for (;;) {

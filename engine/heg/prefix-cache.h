@@ -85,6 +85,10 @@ void axp_prefix_cache_share(axp_prefix_cache *c, const void *owner, uint64_t sco
                             const int32_t *tokens);
 void axp_prefix_cache_forget(axp_prefix_cache *c, const void *owner);
 
+/* Free every entry of `scope` and forget its running requests' shares (a user who asks that
+ * nothing of theirs be kept); returns how many entries went. */
+int axp_prefix_cache_forget_scope(axp_prefix_cache *c, axp_kv_budget *b, uint64_t scope);
+
 /* Free the least recently used entry, giving its hold back; false if there is none. */
 bool axp_prefix_cache_evict(axp_prefix_cache *c, axp_kv_budget *b);
 

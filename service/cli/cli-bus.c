@@ -852,6 +852,50 @@ int cli_cancel(int argc, char **argv) {
         return 0;
 }
 
+int cli_forget(int argc, char **argv) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        static const struct option options[] = {
+                { "address", required_argument, NULL, ARG_ADDRESS },
+                { "help", no_argument, NULL, 'h' },
+                {}
+        };
+        const char *address = NULL;
+        uint32_t n = 0;
+        int c, r;
+
+        optind = 1;
+        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
+                switch (c) {
+                case ARG_ADDRESS:
+                        address = optarg;
+                        break;
+                case 'h':
+                        printf("usage: agentxpu forget [--address ADDRESS]\n\n"
+                               "Drop what the engine service's prompt cache keeps of your earlier requests (their\n"
+                               "KV caches and tokens); your requests still running keep none when they end.\n"
+                               "Conversations you keep open (chat, flows) are yours to close.\n");
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (optind != argc)
+                return cli_usage_error("takes no arguments");
+
+        if (connect_engine(address, &bus) != 0)
+                return 1;
+        r = sd_bus_call_method(bus, AXP_BUS_NAME, AXP_BUS_PATH, AXP_BUS_IFACE, "ForgetPromptCache", &e, &reply,
+                               NULL);
+        if (r < 0)
+                return call_fail("ForgetPromptCache", address, &e, r);
+        r = sd_bus_message_read(reply, "u", &n);
+        if (r < 0)
+                return cli_fail("unexpected reply to ForgetPromptCache: %s", strerror(-r));
+        printf("%u cached prompt%s dropped\n", n, n == 1 ? "" : "s");
+        return 0;
+}
+
 static int print_devices(sd_bus_message *m) {
         const char *name, *kind;
         int r, n = 0;

@@ -24,6 +24,7 @@ int cli_ask(int argc, char **argv);
 int cli_submit(int argc, char **argv);
 int cli_status(int argc, char **argv);
 int cli_cancel(int argc, char **argv);
+int cli_forget(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 /* service/cli-install.c: agentxpu model install|list|use|remove */

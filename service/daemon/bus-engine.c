@@ -380,6 +380,25 @@ static int method_close_flow(sd_bus_message *m, void *userdata, sd_bus_error *er
         return sd_bus_reply_method_return(m, NULL);
 }
 
+static int method_forget_prompt_cache(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Context *c = userdata;
+        uint32_t n = 0;
+        uid_t uid;
+        int r;
+
+        r = context_sender_uid(c, m, &uid);
+        if (r < 0)
+                return sd_bus_error_set_errnof(error, r, "Cannot identify the caller");
+        if (c->engine) {
+                /* the scope the caller's requests are made with (method_submit) */
+                r = axp_engine_forget_prompt_cache(c->engine, (uint64_t) uid, &n);
+                if (r < 0)
+                        return sd_bus_error_set_errnof(error, r, "Cannot reach the engine");
+                context_changed(c);
+        }
+        return sd_bus_reply_method_return(m, "u", n);
+}
+
 const sd_bus_vtable engine_vtable[] = {
         SD_BUS_VTABLE_START(0),
         SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
@@ -417,6 +436,10 @@ const sd_bus_vtable engine_vtable[] = {
                                 SD_BUS_ARGS("o", flow),
                                 SD_BUS_NO_RESULT,
                                 method_close_flow, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ForgetPromptCache",
+                                SD_BUS_NO_ARGS,
+                                SD_BUS_RESULT("u", entries),
+                                method_forget_prompt_cache, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("LoadModel",
                                 SD_BUS_ARGS("s", path),
                                 SD_BUS_NO_RESULT,

@@ -544,6 +544,15 @@ int axp_engine_flow_close(axp_engine *e, uint64_t flow) {
         return r;
 }
 
+/* The fake keeps no prompt cache: nothing to forget. */
+int axp_engine_forget_prompt_cache(axp_engine *e, uint64_t scope, uint32_t *ret_n) {
+        (void) e;
+        (void) scope;
+        if (ret_n)
+                *ret_n = 0;
+        return 0;
+}
+
 int axp_engine_request_info(axp_engine *e, uint64_t id, axp_req_state *ret_state, axp_req_stats *ret_stats) {
         int r = -ENOENT;
 

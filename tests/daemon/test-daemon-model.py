@@ -125,6 +125,34 @@ def test_stop_word():
         assert f"'stop_word': <'{word}'>" in r.out and "'reason': <'stop'>" in r.out, r.out
 
 
+def test_forget_prompt_cache():
+    """ForgetPromptCache (agentxpu forget): what the prompt cache keeps of the caller's requests
+    goes, and their next request prefills all of its prompt; another user's call drops none of
+    it."""
+    prompt = "The prompt cache keeps what a request prefilled, so that the next one that begins the same way does not."
+
+    def prefill():
+        r = bus.call("Complete", prompt, GREEDY)
+        assert r.rc == 0, r
+        st = dict(re.findall(r"'(prompt_tokens|prefill_tokens)': <uint32 (\d+)>", r.out))
+        return int(st["prefill_tokens"]), int(st["prompt_tokens"])
+
+    with engine() as (bus, d):
+        done, n = prefill()
+        assert done == n > 16, (done, n)
+        assert prefill() == (1, n)
+        assert bus.props()["KVMemoryCached"] > 0
+        r = bus.cli("forget", user="nobody")
+        assert r.rc == 0 and r.out == "0 cached prompts dropped\n", r
+        assert bus.props()["KVMemoryCached"] > 0
+        r = bus.cli("forget")
+        assert r.rc == 0 and r.out == "1 cached prompt dropped\n", r
+        assert bus.props()["KVMemoryCached"] == 0
+        assert prefill() == (n, n)
+        r = bus.call("ForgetPromptCache")
+        assert r.rc == 0 and r.out.strip() == "(uint32 1,)", r
+
+
 def test_longrope_follows_the_engine_context():
     """A LongRoPE model (Phi-3.5/Phi-4-mini's scaling) rotates with its short factors within its
     original context and its long ones past it: the engine chooses by its ContextSize, as
@@ -803,6 +831,7 @@ def test_kv_memory_budget():
 TESTS = [
     test_complete_matches_generate,
     test_stop_word,
+    test_forget_prompt_cache,
     test_longrope_follows_the_engine_context,
     test_no_byte_of_the_answer_is_dropped,
     test_q8_0_kv_cache,

@@ -886,6 +886,60 @@ static void test_prompt_cache(void) {
         prompt_cache = -1;
 }
 
+/* Forgetting a scope's prompt cache: its entries go (not another scope's), its next request
+ * prefills all of its prompt, and a request of it still running then keeps none when it ends. */
+static void test_forget_prompt_cache(void) {
+        static result r1, r2;
+        axp_error err = { 0 };
+        axp_request_opts o;
+        axp_request_cbs cb = cbs_for(&r2);
+        uint32_t n = 99;
+        uint64_t id;
+
+        axp_engine *e = new_engine("agentxpu");
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        run_one(e, prompts[3], 4, 0, &r1);
+        /* another scope's entry stays */
+        greedy_opts(&o, 4);
+        o.cache_scope = 7;
+        result_init(&r2);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[3], &o, &cb, &id, &err) == 0);
+        result_wait(&r2);
+        const uint64_t one = kv_cached(e) / 2;
+        CHECK(one > 0);
+        CHECK(axp_engine_forget_prompt_cache(e, 0, &n) == 0);
+        CHECK_EQ_INT(n, 1);
+        CHECK(kv_cached(e) == one);
+        run_one(e, prompts[3], 4, 0, &r1);
+        CHECK(r1.st.prefill_tokens == r1.st.prompt_tokens);
+        result_init(&r2);
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, prompts[3], &o, &cb, &id, &err) == 0);
+        result_wait(&r2);
+        CHECK_EQ_INT(r2.st.prefill_tokens, 1);
+
+        /* a request running when its scope is forgotten leaves nothing when it ends */
+        CHECK(axp_engine_forget_prompt_cache(e, 0, &n) == 0 && n == 1);
+        CHECK(axp_engine_forget_prompt_cache(e, 7, &n) == 0 && n == 1);
+        CHECK(kv_cached(e) == 0);
+        CHECK(submit_held(e, prompts[1], 200, 0, &r1, &id, &err) == 0);
+        for (;;) {
+                pthread_mutex_lock(&r1.lock);
+                int k = r1.n_token_calls;
+                pthread_mutex_unlock(&r1.lock);
+                if (k > 0)
+                        break;
+                usleep(1000);
+        }
+        CHECK(axp_engine_forget_prompt_cache(e, 0, &n) == 0);
+        result_wait(&r1);
+        CHECK(r1.reason == AXP_FINISH_LENGTH);
+        /* n 1: it had ended before (its entry went then); 0: it ran, and kept none */
+        CHECK_MSG(n <= 1 && kv_cached(e) == 0, "%u forgotten, %" PRIu64 " bytes cached", n, kv_cached(e));
+        axp_engine_free(e);
+}
+
 /* A model with sliding-window layers (gemma3, window 8) keeps its caches too: a chat's next
  * turn (the last prompt, its answer and a question) starts from the last turn's cache and gets
  * the answer a whole prefill gives. */
@@ -1269,6 +1323,7 @@ int main(void) {
         RUN(test_kv_budget);
         RUN(test_prompt_cache);
         RUN(test_prompt_cache_sliding_window);
+        RUN(test_forget_prompt_cache);
         RUN(test_logprobs);
         RUN(test_swap_models_under_load);
         unlink(model_path);
