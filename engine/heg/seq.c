@@ -305,11 +305,14 @@ int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err)
         if (dst->model != src->model || dst->kv_type != src->kv_type || !axp_seq_can_copy_prefix(src, n) ||
             n > dst->n_ctx_max || dst->n_past != 0 || dst->n_new != 0)
                 return axp_errorf(err, -EINVAL, "a KV cache cannot start with that one's positions");
-        int r = kv_grow(dst, n, 1, err);
+        /* rings long enough for every position src's still holds (as long as its, at most),
+         * so that a prompt may leave them as far before n as it could leave src */
+        const int span = src->swa_cap ? MAX(n - src->swa_from - hp->n_swa + 1, 1) : 1;
+        int r = kv_grow(dst, n, span, err);
         if (r < 0)
                 return r;
         /* a ring takes what it can hold of the positions src's still holds, the window behind n
-         * at least (kv_grow made it that long) */
+         * at least */
         const int from = dst->swa_cap ? MAX(src->swa_from, n - dst->swa_cap) : 0;
         for (int l = 0; l < hp->n_layer; l++)
                 copy_rows(dst, src, l, axp_layer_is_swa(hp, l) ? from : 0, n);

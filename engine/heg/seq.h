@@ -104,7 +104,8 @@ bool axp_seq_model_has_swa(const axp_hparams *hp);
 /* Whether src can give a cache its first n positions (n <= src->n_past): its sliding-window
  * layers' rings still hold the window behind position n (always without such layers). */
 bool axp_seq_can_copy_prefix(const axp_seq *src, int n);
-/* Give dst (empty: n_past 0, nothing pending) src's first n positions, copied (the window
- * behind n on a sliding-window layer); both of one model and KV type, and
+/* Give dst (empty: n_past 0, nothing pending) src's first n positions, copied (on a
+ * sliding-window layer those src's ring still holds, its rings grown to hold them); both of
+ * one model and KV type, and
  * axp_seq_can_copy_prefix(src, n) (-EINVAL otherwise). -ENOMEM leaves dst empty. */
 int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err);

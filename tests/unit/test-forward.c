@@ -521,19 +521,46 @@ static void test_q8_0_kv(void) {
 #define RING_PROMPT 600
 #define RING_DECODE 8
 
+/* Prompts that leave a (600 tokens) after part[i] positions take want[i] of them from c, and
+ * each then gets the logits of a whole prefill of itself. */
+static void check_parts(axp_model *m, axp_prefix_cache *c, const int32_t *a, const int *part, const int *want,
+                        int n, const char *label) {
+        const int nv = m->hp.n_vocab;
+        int32_t x[600];
+        axp_error err = { 0 };
+        for (int i = 0; i < n; i++) {
+                memcpy(x, a, sizeof(x));
+                prompt_tokens(m, x + part[i], 600 - part[i], 77 + (unsigned) i);
+                axp_seq s, w;
+                CHECK(axp_seq_init(&s, m, AXP_TYPE_F16, 1024, 600, &err) == 0);
+                CHECK(axp_seq_init(&w, m, AXP_TYPE_F16, 1024, 600, &err) == 0);
+                const int k = axp_prefix_cache_seed(c, 0, &s, x, 600, &err);
+                CHECK_MSG(k == want[i], "%s, parting after %d: %d positions from the cache, not %d", label, part[i],
+                          k, want[i]);
+                CHECK_MSG(axp_forward_prefill(dev, &s, x + k, 600 - k, 64, &err) == 0, "%s", err.msg);
+                CHECK_MSG(axp_forward_prefill(dev, &w, x, 600, 64, &err) == 0, "%s", err.msg);
+                const double d = rel_err_f(s.logits, w.logits, nv);
+                printf("  gemma3, %s: parting after %d, %d positions from the cache, logits %.2e from a whole "
+                       "prefill's\n", label, part[i], k, d);
+                CHECK(d <= 1e-6);
+                axp_seq_free(&s);
+                axp_seq_free(&w);
+        }
+}
+
 /* The prompt cache with sliding-window layers (gemma3, window 40): an entry made in chunks of
  * 64 keeps rings of 256 rows, which after 500 positions hold 244 .. 499 (shrunk into a cache of
  * its size, the same). A prompt that goes on from position 283 or later (the window behind it
  * in the ring) starts from it and gets the logits of a whole prefill of itself; one that parts
- * from it sooner takes nothing; a running request shares nothing. */
+ * from it sooner takes nothing; a running request shares nothing. An entry made in chunks of
+ * 300 (rings of 512, which hold all 500) keeps them all when it is shrunk, and gives any. */
 static void test_prompt_cache_rings(void) {
         axp_model *m = load_model("gemma3", "f32", 17, "--layers 6 --swa 40 --tied --ctx 1024");
         m = prepare(m);
         CHECK(m != NULL);
         if (!m)
                 return;
-        const int nv = m->hp.n_vocab;
-        int32_t a[600], x[600];
+        int32_t a[600];
         prompt_tokens(m, a, 600, 31);
         axp_error err = { 0 };
         axp_kv_budget b = { .limit = UINT64_C(1) << 32 };
@@ -549,28 +576,20 @@ static void test_prompt_cache_rings(void) {
         CHECK_EQ_INT(c.n_live, 0);
         axp_prefix_cache_put(&c, &b, 0, &e, a);
         CHECK(c.n == 1 && c.e[0].seq.n_past == 500 && c.e[0].seq.swa_from == 244 && c.e[0].seq.kv_cap < 1000);
-
         /* prompts that leave a after 600 positions (none), 283 (the window behind, 244 .. 282, in
          * the ring across its wrap), 282 (244 is no longer there) and 200 */
-        const int part[] = { 600, 283, 282, 200 }, want[] = { 500, 283, 0, 0 };
-        for (size_t i = 0; i < ELEMENTSOF(part); i++) {
-                memcpy(x, a, sizeof(x));
-                prompt_tokens(m, x + part[i], 600 - part[i], 77 + (unsigned) i);
-                axp_seq s, w;
-                CHECK(axp_seq_init(&s, m, AXP_TYPE_F16, 1024, 600, &err) == 0);
-                CHECK(axp_seq_init(&w, m, AXP_TYPE_F16, 1024, 600, &err) == 0);
-                const int k = axp_prefix_cache_seed(&c, 0, &s, x, 600, &err);
-                CHECK_MSG(k == want[i], "parting after %d: %d positions from the cache, not %d", part[i], k,
-                          want[i]);
-                CHECK_MSG(axp_forward_prefill(dev, &s, x + k, 600 - k, 64, &err) == 0, "%s", err.msg);
-                CHECK_MSG(axp_forward_prefill(dev, &w, x, 600, 64, &err) == 0, "%s", err.msg);
-                const double d = rel_err_f(s.logits, w.logits, nv);
-                printf("  gemma3, rings of 256: parting after %d, %d positions from the cache, logits %.2e "
-                       "from a whole prefill's\n", part[i], k, d);
-                CHECK(d <= 1e-6);
-                axp_seq_free(&s);
-                axp_seq_free(&w);
-        }
+        check_parts(m, &c, a, (const int[]) { 600, 283, 282, 200 }, (const int[]) { 500, 283, 0, 0 }, 4,
+                    "rings of 256");
+        axp_prefix_cache_free(&c, &b);
+        CHECK(b.used == 0);
+
+        axp_prefix_cache_init(&c, 4);
+        CHECK(axp_seq_init(&e, m, AXP_TYPE_F16, 1024, 1000, &err) == 0);
+        CHECK_MSG(axp_forward_prefill(dev, &e, a, 500, 300, &err) == 0, "%s", err.msg);
+        CHECK(e.swa_cap == 512 && e.swa_from == 0);
+        axp_prefix_cache_put(&c, &b, 0, &e, a);
+        CHECK(c.n == 1 && c.e[0].seq.swa_from == 0 && c.e[0].seq.swa_cap == 512 && c.e[0].seq.kv_cap < 1000);
+        check_parts(m, &c, a, (const int[]) { 200 }, (const int[]) { 200 }, 1, "rings of 512");
         axp_prefix_cache_free(&c, &b);
         CHECK(b.used == 0);
         model_done(m);
