@@ -359,7 +359,6 @@ typedef struct karg {
 #define KF(v)     ((karg) { sizeof(cl_float), &(cl_float) { (cl_float) (v) } })
 #define ARGS(...) (karg[]) { __VA_ARGS__ }, (int) (sizeof((karg[]) { __VA_ARGS__ }) / sizeof(karg))
 
-/* global work size gx by gy; lx = local size in x (0: let the runtime choose). */
 /* Profiling (AXP_OPENCL_PROFILE) ------------------------------------------------------------------ */
 
 static void prof_add(prof_sum *tab, int *n, int cap, const char *name, double s) {
@@ -430,6 +429,7 @@ static void prof_print(ocl_dev *c) {
         fprintf(stderr, "  kernels %.3f ms of the tasks' %.3f ms\n", kernels * 1e3, tasks * 1e3);
 }
 
+/* global work size gx by gy; lx = local size in x (0: let the runtime choose). */
 static int launch(ocl_dev *c, cl_kernel k, const char *name, size_t gx, size_t gy, size_t lx,
                   const karg *args, int n_args, axp_error *err) {
         cl_int e;
