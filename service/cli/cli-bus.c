@@ -815,32 +815,47 @@ close:
         return status;
 }
 
-int cli_cancel(int argc, char **argv) {
-        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+/* The options of a command that takes --address and --help alone, and no argument or
+ * (n_args 1) a request's path after them: 0 to go on (*ret_address set, NULL for the system
+ * bus), -1 after --help printed usage, 2 for a usage error. */
+static int address_options(int argc, char **argv, const char *usage, int n_args, const char **ret_address) {
         static const struct option options[] = {
                 { "address", required_argument, NULL, ARG_ADDRESS },
                 { "help", no_argument, NULL, 'h' },
                 {}
         };
-        const char *address = NULL;
-        int c, r;
+        int c;
 
+        *ret_address = NULL;
         optind = 1;
         while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
                 switch (c) {
                 case ARG_ADDRESS:
-                        address = optarg;
+                        *ret_address = optarg;
                         break;
                 case 'h':
-                        printf("usage: agentxpu cancel [--address ADDRESS] PATH\n\n"
-                               "Cancel a request of yours (PATH as submit printed it).\n");
-                        return 0;
+                        fputs(usage, stdout);
+                        return -1;
                 default:
                         return 2;
                 }
-        if (optind + 1 != argc)
-                return cli_usage_error("wants exactly one request PATH");
+        if (argc - optind != n_args)
+                return n_args ? cli_usage_error("wants exactly one request PATH") : cli_usage_error("takes no arguments");
+        return 0;
+}
+
+int cli_cancel(int argc, char **argv) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
+        const char *address;
+        int r;
+
+        r = address_options(argc, argv,
+                            "usage: agentxpu cancel [--address ADDRESS] PATH\n\n"
+                            "Cancel a request of yours (PATH as submit printed it).\n",
+                            1, &address);
+        if (r != 0)
+                return MAX(r, 0);
         if (!sd_bus_object_path_is_valid(argv[optind]))
                 return cli_usage_error("'%s' is not an object path", argv[optind]);
 
@@ -856,32 +871,18 @@ int cli_forget(int argc, char **argv) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        static const struct option options[] = {
-                { "address", required_argument, NULL, ARG_ADDRESS },
-                { "help", no_argument, NULL, 'h' },
-                {}
-        };
-        const char *address = NULL;
+        const char *address;
         uint32_t n = 0;
-        int c, r;
+        int r;
 
-        optind = 1;
-        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
-                switch (c) {
-                case ARG_ADDRESS:
-                        address = optarg;
-                        break;
-                case 'h':
-                        printf("usage: agentxpu forget [--address ADDRESS]\n\n"
-                               "Drop what the engine service's prompt cache keeps of your earlier requests (their\n"
-                               "KV caches and tokens); your requests still running keep none when they end.\n"
-                               "Conversations you keep open (chat, flows) are yours to close.\n");
-                        return 0;
-                default:
-                        return 2;
-                }
-        if (optind != argc)
-                return cli_usage_error("takes no arguments");
+        r = address_options(argc, argv,
+                            "usage: agentxpu forget [--address ADDRESS]\n\n"
+                            "Drop what the engine service's prompt cache keeps of your earlier requests (their\n"
+                            "KV caches and tokens); your requests still running keep none when they end.\n"
+                            "Conversations you keep open (chat, flows) are yours to close.\n",
+                            0, &address);
+        if (r != 0)
+                return MAX(r, 0);
 
         if (connect_engine(address, &bus) != 0)
                 return 1;
@@ -1080,32 +1081,18 @@ int cli_status(int argc, char **argv) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
-        static const struct option options[] = {
-                { "address", required_argument, NULL, ARG_ADDRESS },
-                { "help", no_argument, NULL, 'h' },
-                {}
-        };
-        const char *address = NULL;
+        const char *address;
         uint32_t queued_reactive = 0, queued_proactive = 0, running = 0;
         uint64_t kv_memory = 0, kv_used = 0, kv_cached = 0;
-        int c, r;
+        int r;
 
-        optind = 1;
-        while ((c = cli_getopt(argc, argv, "h", options)) >= 0)
-                switch (c) {
-                case ARG_ADDRESS:
-                        address = optarg;
-                        break;
-                case 'h':
-                        printf("usage: agentxpu status [--address ADDRESS]\n\n"
-                               "The engine's model, devices, policy, CPU guard and queues, and your\n"
-                               "requests.\n");
-                        return 0;
-                default:
-                        return 2;
-                }
-        if (optind != argc)
-                return cli_usage_error("takes no arguments");
+        r = address_options(argc, argv,
+                            "usage: agentxpu status [--address ADDRESS]\n\n"
+                            "The engine's model, devices, policy, CPU guard and queues, and your\n"
+                            "requests.\n",
+                            0, &address);
+        if (r != 0)
+                return MAX(r, 0);
 
         if (connect_engine(address, &bus) != 0)
                 return 1;

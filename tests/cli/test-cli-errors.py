@@ -30,7 +30,7 @@ def run(*args, **kw):
 
 
 BUS_COMMANDS = [["ask", "hi"], ["submit", "hi"], ["chat"], ["status"],
-                ["cancel", "/org/agentxpu/Engine/request/1"]]
+                ["cancel", "/org/agentxpu/Engine/request/1"], ["forget"]]
 
 
 def lines(b):
@@ -53,6 +53,7 @@ COMMANDS = {
     "chat": [],
     "status": [],
     "cancel": ["/org/agentxpu/Engine/request/1"],
+    "forget": [],
 }
 
 # Every number option: (command, option, kind). "bus" doubles are any finite number: the
