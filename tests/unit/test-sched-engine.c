@@ -687,6 +687,18 @@ static uint64_t kv_cached(axp_engine *e) {
         return st.kv_memory_cached;
 }
 
+/* Until the request has streamed its first text */
+static void wait_first_token(result *r) {
+        for (;;) {
+                pthread_mutex_lock(&r->lock);
+                int n = r->n_token_calls;
+                pthread_mutex_unlock(&r->lock);
+                if (n > 0)
+                        return;
+                usleep(1000);
+        }
+}
+
 static void run_one(axp_engine *e, const char *prompt, int max_tokens, uint64_t flow, result *r) {
         uint64_t id;
         axp_error err = { 0 };
@@ -786,14 +798,7 @@ static void test_prompt_cache(void) {
                 if (!e)
                         return;
                 CHECK(submit_held(e, longer, 900, 0, &r1, &ida, &err) == 0);
-                for (;;) {
-                        pthread_mutex_lock(&r1.lock);
-                        int n = r1.n_token_calls;
-                        pthread_mutex_unlock(&r1.lock);
-                        if (n > 0)
-                                break;
-                        usleep(1000);
-                }
+                wait_first_token(&r1);
                 run_one(e, longer, 4, 0, &r2);
                 CHECK_EQ_INT(r2.st.prefill_tokens, 1);
                 /* it was still running then, unless this thread was held up for all of its 900
@@ -924,14 +929,7 @@ static void test_forget_prompt_cache(void) {
         CHECK(axp_engine_forget_prompt_cache(e, 7, &n) == 0 && n == 1);
         CHECK(kv_cached(e) == 0);
         CHECK(submit_held(e, prompts[1], 200, 0, &r1, &id, &err) == 0);
-        for (;;) {
-                pthread_mutex_lock(&r1.lock);
-                int k = r1.n_token_calls;
-                pthread_mutex_unlock(&r1.lock);
-                if (k > 0)
-                        break;
-                usleep(1000);
-        }
+        wait_first_token(&r1);
         CHECK(axp_engine_forget_prompt_cache(e, 0, &n) == 0);
         result_wait(&r1);
         CHECK(r1.reason == AXP_FINISH_LENGTH);
