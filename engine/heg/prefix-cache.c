@@ -68,7 +68,9 @@ int axp_prefix_cache_seed(axp_prefix_cache *c, uint64_t scope, axp_seq *dst, con
                 if (l->scope != scope || l->seq->model != dst->model || l->seq->kv_type != dst->kv_type)
                         continue;
                 int k = common(l->tokens, l->n, tokens, n - 1);
-                if (k > len) {
+                /* with sliding-window layers: while its rings still hold the window, as it
+                 * decodes (its pending token's row counted) */
+                if (k > len && axp_seq_can_copy_prefix(l->seq, k)) {
                         len = k;
                         best = -1;
                         from = l->seq;
@@ -172,8 +174,7 @@ drop:
 void axp_prefix_cache_share(axp_prefix_cache *c, const void *owner, uint64_t scope, const axp_seq *seq,
                             const int32_t *tokens) {
         const int n = seq->n_past;
-        /* a running request's rings are rewritten as it decodes, while others would copy */
-        if (axp_seq_model_has_swa(&seq->model->hp) || !wanted(c, scope, seq, tokens))
+        if (!wanted(c, scope, seq, tokens))
                 return;
         if (axp_grow((void **) &c->live, &c->cap_live, (size_t) c->n_live + 1, sizeof(*c->live)) < 0)
                 return;

@@ -16,7 +16,8 @@
  * A model with sliding-window layers (Gemma 3) keeps entries too, but their rings hold only
  * the window behind an entry's last positions: a prompt takes from one only where it goes on
  * from where the entry ends (give or take the ring's spare rows), as the next turn of a chat
- * does; and running requests share nothing (their rings are rewritten as they decode). Not
+ * does; a running request's cache serves while its rings still hold the window behind the
+ * prompt, the rows its pending token is writing counted (axp_seq_can_copy_prefix). Not
  * thread-safe: the engine's thread owns it. */
 #pragma once
 

@@ -278,8 +278,14 @@ bool axp_seq_model_has_swa(const axp_hparams *hp) {
         return has_swa(hp);
 }
 
+/* The first position the rings hold and keep while the pending tokens' rows are written (a
+ * running request's, which devices may be writing now: they overwrite the ring's oldest). */
+static int held_from(const axp_seq *s) {
+        return s->swa_cap ? MAX(s->swa_from, s->n_past + s->n_new - s->swa_cap) : 0;
+}
+
 bool axp_seq_can_copy_prefix(const axp_seq *src, int n) {
-        return n >= 0 && n <= src->n_past && (!src->swa_cap || window_start(&src->model->hp, n) >= src->swa_from);
+        return n >= 0 && n <= src->n_past && (!src->swa_cap || window_start(&src->model->hp, n) >= held_from(src));
 }
 
 /* Positions [p0, p1) of layer l from src's rows to dst's, each head's run in at most a few
@@ -307,13 +313,13 @@ int axp_seq_copy_prefix(axp_seq *dst, const axp_seq *src, int n, axp_error *err)
                 return axp_errorf(err, -EINVAL, "a KV cache cannot start with that one's positions");
         /* rings long enough for every position src's still holds (as long as its, at most),
          * so that a prompt may leave them as far before n as it could leave src */
-        const int span = src->swa_cap ? MAX(n - src->swa_from - hp->n_swa + 1, 1) : 1;
+        const int held = held_from(src), span = src->swa_cap ? MAX(n - held - hp->n_swa + 1, 1) : 1;
         int r = kv_grow(dst, n, span, err);
         if (r < 0)
                 return r;
         /* a ring takes what it can hold of the positions src's still holds, the window behind n
          * at least */
-        const int from = dst->swa_cap ? MAX(src->swa_from, n - dst->swa_cap) : 0;
+        const int from = dst->swa_cap ? MAX(held, n - dst->swa_cap) : 0;
         for (int l = 0; l < hp->n_layer; l++)
                 copy_rows(dst, src, l, axp_layer_is_swa(hp, l) ? from : 0, n);
         dst->n_past = n;

@@ -102,7 +102,9 @@ void axp_seq_truncate(axp_seq *s, int n);
 /* Whether the model has sliding-window layers (their rings do not keep every position). */
 bool axp_seq_model_has_swa(const axp_hparams *hp);
 /* Whether src can give a cache its first n positions (n <= src->n_past): its sliding-window
- * layers' rings still hold the window behind position n (always without such layers). */
+ * layers' rings still hold the window behind position n, and keep it while its pending tokens'
+ * rows are written (always without such layers). Only rows no pending token writes are read,
+ * so src may be a running request's cache whose pending tokens devices are working on. */
 bool axp_seq_can_copy_prefix(const axp_seq *src, int n);
 /* Give dst (empty: n_past 0, nothing pending) src's first n positions, copied (on a
  * sliding-window layer those src's ring still holds, its rings grown to hold them); both of

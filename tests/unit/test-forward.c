@@ -549,11 +549,14 @@ static void check_parts(axp_model *m, axp_prefix_cache *c, const int32_t *a, con
 }
 
 /* The prompt cache with sliding-window layers (gemma3, window 40): an entry made in chunks of
- * 64 keeps rings of 256 rows, which after 500 positions hold 244 .. 499 (shrunk into a cache of
- * its size, the same). A prompt that goes on from position 283 or later (the window behind it
+ * 64 keeps rings of 256 rows, which after 500 positions hold 244 .. 499 (264 .. 499 once 20
+ * pending tokens may have written theirs, shrunk into a cache of its size the same). A prompt
+ * that goes on from position 303 or later (the window behind it
  * in the ring) starts from it and gets the logits of a whole prefill of itself; one that parts
- * from it sooner takes nothing; a running request shares nothing. An entry made in chunks of
- * 300 (rings of 512, which hold all 500) keeps them all when it is shrunk, and gives any. */
+ * from it sooner takes nothing. Running with tokens pending, it gives what their rows leave
+ * (and as an entry after they were dropped, what they may have written over is gone). An
+ * entry made in chunks of 300 (rings of 512, which hold all 500) keeps them all when it is
+ * shrunk, and gives any. */
 static void test_prompt_cache_rings(void) {
         axp_model *m = load_model("gemma3", "f32", 17, "--layers 6 --swa 40 --tied --ctx 1024");
         m = prepare(m);
@@ -571,14 +574,20 @@ static void test_prompt_cache_rings(void) {
         CHECK_MSG(axp_forward_prefill(dev, &e, a, 500, 64, &err) == 0, "%s", err.msg);
         CHECK(e.swa_cap == 256 && e.swa_from == 500 - 256);
         CHECK(!axp_seq_can_copy_prefix(&e, 244 + 38) && axp_seq_can_copy_prefix(&e, 244 + 39));
-        /* running, it is not shared */
+        /* running, with 20 tokens pending whose rows (500 .. 519) go over those of 244 .. 263,
+         * it shares the positions whose window it keeps meanwhile: from 264 + 39 on */
         axp_prefix_cache_share(&c, &e, 0, &e, a);
-        CHECK_EQ_INT(c.n_live, 0);
+        CHECK_EQ_INT(c.n_live, 1);
+        CHECK(axp_seq_begin(&e, a + 500, 20, &err) == 0 && e.swa_cap == 256);
+        check_parts(m, &c, a, (const int[]) { 303, 302 }, (const int[]) { 303, 0 }, 2, "running, rings of 256");
+        axp_seq_truncate(&e, e.n_past);
+        axp_prefix_cache_forget(&c, &e);
         axp_prefix_cache_put(&c, &b, 0, &e, a);
-        CHECK(c.n == 1 && c.e[0].seq.n_past == 500 && c.e[0].seq.swa_from == 244 && c.e[0].seq.kv_cap < 1000);
-        /* prompts that leave a after 600 positions (none), 283 (the window behind, 244 .. 282, in
-         * the ring across its wrap), 282 (244 is no longer there) and 200 */
-        check_parts(m, &c, a, (const int[]) { 600, 283, 282, 200 }, (const int[]) { 500, 283, 0, 0 }, 4,
+        /* its pending rows dropped, the ring is taken to hold 264 .. 499 from then on */
+        CHECK(c.n == 1 && c.e[0].seq.n_past == 500 && c.e[0].seq.swa_from == 264 && c.e[0].seq.kv_cap < 1000);
+        /* prompts that leave a after 600 positions (none), 303 (the window behind, 264 .. 302, in
+         * the ring across its wrap), 302 (264 is no longer there) and 200 */
+        check_parts(m, &c, a, (const int[]) { 600, 303, 302, 200 }, (const int[]) { 500, 303, 0, 0 }, 4,
                     "rings of 256");
         axp_prefix_cache_free(&c, &b);
         CHECK(b.used == 0);
