@@ -68,7 +68,6 @@ struct ereq {
         int n_toks;
         size_t cap_toks;
         uint64_t cache_scope; /* whose prompt cache entries it takes and leaves */
-        bool keep_nothing;    /* its scope's cache was forgotten while it ran: it leaves none */
         axp_seq *seq;
         flow *flow;
         int32_t prev_pending; /* the flow's pending token this turn consumed */
@@ -212,7 +211,7 @@ static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
         q->last_tok = tok;
         /* the prompt is in the cache now: shared with requests that begin the same way and come
          * while this one decodes (n requests of one prompt, agents sharing a system prompt) */
-        if (q->gen.n_generated == 1 && !q->flow && q->toks && !q->keep_nothing && seq->n_past <= q->n_toks)
+        if (q->gen.n_generated == 1 && !q->flow && q->toks && seq->n_past <= q->n_toks)
                 axp_prefix_cache_share(&q->e->prefix, q, q->cache_scope, seq, q->toks);
         deliver_text(q);
         if (q->gen.done) {
@@ -324,7 +323,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         axp_prefix_cache_forget(&q->e->prefix, q);
         /* an answer's cache, every position holding what the tokens say, for a later prompt
          * that begins the same way */
-        if (!q->flow && q->toks && !q->keep_nothing && (reason == AXP_FINISH_STOP || reason == AXP_FINISH_LENGTH) &&
+        if (!q->flow && q->toks && (reason == AXP_FINISH_STOP || reason == AXP_FINISH_LENGTH) &&
             q->own_seq.model && q->own_seq.n_past <= q->n_toks) {
                 axp_seq_truncate(&q->own_seq, q->own_seq.n_past);
                 axp_prefix_cache_put(&q->e->prefix, &q->e->kv_budget, q->cache_scope, &q->own_seq, q->toks);
@@ -1236,9 +1235,15 @@ static void api_forget(axp_engine *e, void *arg) {
         forget_args *a = arg;
         a->ret = 0;
         a->n = (uint32_t) axp_prefix_cache_forget_scope(&e->prefix, &e->kv_budget, a->scope);
+        /* its requests still running: their tokens go, so that they neither share their
+         * caches nor leave one (as when the tokens find no memory) */
         for (ereq *q = e->reqs; q; q = q->next)
-                if (q->cache_scope == a->scope)
-                        q->keep_nothing = true;
+                if (q->cache_scope == a->scope) {
+                        free(q->toks);
+                        q->toks = NULL;
+                        q->n_toks = 0;
+                        q->cap_toks = 0;
+                }
 }
 
 int axp_engine_forget_prompt_cache(axp_engine *e, uint64_t scope, uint32_t *ret_n) {
