@@ -135,6 +135,22 @@ static size_t reference(axp_model *m, axp_device *d, const char *prompt, int max
         return reference_gen(m, d, prompt, max_tokens, NULL, 0, NULL, NULL, out, cap);
 }
 
+/* reference() for the model at path, on a CPU device of its own */
+static size_t reference_of(const char *path, const char *prompt, int max_tokens, char *out, size_t cap) {
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_error err = { 0 };
+        size_t n = 0;
+
+        CHECK(axp_model_load(path, &m, &err) == 0);
+        CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+        if (m && d)
+                n = reference(m, d, prompt, max_tokens, out, cap);
+        axp_device_free(d);
+        axp_model_free(m);
+        return n;
+}
+
 /* A tiny preemption bound gives the smallest S_chk (16 tokens), so short prompts still split
  * into static chunks and a dynamic remainder. */
 static bool small_chunks;
@@ -718,18 +734,13 @@ static void test_prompt_cache(void) {
         static result r1, r2, r3, r4;
         char longer[1024];
         axp_model *m = NULL;
-        axp_device *d = NULL;
         axp_error err = { 0 };
         uint64_t flow;
 
         snprintf(longer, sizeof(longer), "%s And then it says so.", prompts[3]);
         for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
                 kv_type = types[t];
-                CHECK(axp_model_load(model_path, &m, &err) == 0);
-                CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
-                size_t want_n = reference(m, d, longer, 12, want, sizeof(want));
-                axp_device_free(d);
-                axp_model_free(m);
+                size_t want_n = reference_of(model_path, longer, 12, want, sizeof(want));
 
                 axp_engine *e = new_engine("agentxpu");
                 CHECK(e != NULL);
@@ -816,11 +827,7 @@ static void test_prompt_cache(void) {
         axp_device *probe = NULL;
         if (axp_device_open("opencl", 1, &probe, NULL) == 0) {
                 axp_device_free(probe);
-                CHECK(axp_model_load(model_path, &m, &err) == 0);
-                CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
-                size_t want_n = reference(m, d, longer, 12, want, sizeof(want));
-                axp_device_free(d);
-                axp_model_free(m);
+                size_t want_n = reference_of(model_path, longer, 12, want, sizeof(want));
                 small_chunks = true;
                 axp_engine *e = new_engine_on("agentxpu", "cpu", "opencl");
                 small_chunks = false;
@@ -945,9 +952,6 @@ static void test_prompt_cache_sliding_window(void) {
         static char want[8192], turn2[8192];
         static result r1, r2;
         char saved[256];
-        axp_model *m = NULL;
-        axp_device *d = NULL;
-        axp_error err = { 0 };
 
         snprintf(saved, sizeof(saved), "%s", model_path);
         snprintf(model_path, sizeof(model_path), "%s", gemma_path);
@@ -964,11 +968,7 @@ static void test_prompt_cache_sliding_window(void) {
                 printf("  gemma3: the next turn prefilled %u of its %u tokens\n", (unsigned) r2.st.prefill_tokens,
                        (unsigned) r2.st.prompt_tokens);
                 CHECK(r2.st.prompt_tokens - r2.st.prefill_tokens >= r1.st.prompt_tokens / 2);
-                CHECK(axp_model_load(gemma_path, &m, &err) == 0);
-                CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
-                size_t want_n = reference(m, d, turn2, 12, want, sizeof(want));
-                axp_device_free(d);
-                axp_model_free(m);
+                size_t want_n = reference_of(gemma_path, turn2, 12, want, sizeof(want));
                 CHECK_MSG(r2.len == want_n && memcmp(r2.text, want, want_n) == 0, "'%.*s' vs '%s'", (int) r2.len,
                           r2.text, want);
                 axp_engine_free(e);
