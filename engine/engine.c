@@ -73,7 +73,11 @@ struct ereq {
         int32_t prev_pending; /* the flow's pending token this turn consumed */
         int32_t last_tok;
         uint32_t prompt_tokens;
-        bool prompt_cut;   /* fill in the middle, fitted: text was left out */
+        bool prompt_cut;   /* fill in the middle fitted, or an embedding truncated: text was left out */
+        /* an embedding (opts.embed) in place of an answer: how it pools, whether normalized */
+        bool embed;
+        enum axp_pooling pooling;
+        bool embed_normalize;
         /* with tools: the family that wrote the turn, and the answer so far, read back as a
          * call when the request finishes */
         bool tools;
@@ -203,9 +207,31 @@ int axp_engine_token_piece(const axp_tokenizer *tok, int32_t id, char *buf, int 
         return axp_token_to_piece(tok, id, false, buf, cap);
 }
 
+/* An embedding request's prefill is over: its tokens' final residual stream is still in the
+ * seq's activations (axp_seq_end keeps them), every position its own (no prompt cache). */
+static void req_embed(ereq *q, axp_seq *seq, axp_finish_reason *ret_reason) {
+        const axp_model *m = q->e->model;
+        _cleanup_free_ float *v = malloc(sizeof(float) * (size_t) m->hp.n_embd);
+
+        assert(seq->n_past == (int) q->prompt_tokens && seq->x);
+        if (!v) {
+                snprintf(q->gen.error, sizeof(q->gen.error), "out of memory for the embedding");
+                *ret_reason = AXP_FINISH_ERROR;
+                return;
+        }
+        axp_embedding_pool(m, seq->x, seq->n_past, q->pooling, q->embed_normalize, v);
+        if (q->cbs.embedding)
+                q->cbs.embedding(q->cbs.userdata, q->id, v, (size_t) m->hp.n_embd);
+        *ret_reason = AXP_FINISH_STOP;
+}
+
 static bool req_next(void *ud, uint64_t id, axp_seq *seq, int32_t *ret_token,
                      axp_finish_reason *ret_reason) {
         ereq *q = ud;
+        if (q->embed) {
+                req_embed(q, seq, ret_reason);
+                return false;
+        }
         int32_t tok = axp_gen_next(&q->gen, seq->logits);
 
         q->last_tok = tok;
@@ -472,6 +498,16 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (o->suffix && (o->flow || o->n_messages > 0 || o->tools || o->system))
                 return axp_errorf(a->err, -EINVAL, "fill in the middle (a suffix) takes the text before and after "
                                                    "the cursor alone: no messages, system prompt, tools or flow");
+        enum axp_pooling pooling = AXP_POOLING_MEAN;
+        if (o->embed) {
+                if (o->flow || o->n_messages > 0 || o->system || o->tools || o->tool_choice || o->grammar ||
+                    o->json_schema || o->suffix || o->logprobs)
+                        return axp_errorf(a->err, -EINVAL, "an embedding takes its text alone: no flow, earlier turns, "
+                                                           "system prompt, tools, grammar, schema, suffix or logprobs");
+                if ((r = axp_embedding_pooling(e->model, o->pooling, &pooling, a->err)) < 0)
+                        return r;
+        } else if (o->pooling != AXP_POOLING_MODEL || o->embed_normalize || o->embed_truncate)
+                return axp_errorf(a->err, -EINVAL, "pooling, normalizing and truncating are an embedding's");
         const char *system = first_turn ? (o->system ? o->system : f ? f->system : NULL) : NULL;
         if ((r = check_messages(o, o->raw || (f && f->raw), a->err)) < 0)
                 return r;
@@ -521,7 +557,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
                         tools_grammar = NULL;
                 }
         } else {
-                text = format_turn(e, a->prompt, system, o, o->raw || (f && f->raw), first_turn,
+                /* an embedding's text as it is */
+                text = format_turn(e, a->prompt, system, o, o->raw || o->embed || (f && f->raw), first_turn,
                                    f ? f->pending : -1);
         }
         if (!o->suffix) {
@@ -543,6 +580,11 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 all[0] = f->pending;
         memcpy(all + (n_all - n), toks, sizeof(int32_t) * n);
 
+        /* an embedding asked to fit loses its end (one position stays free, as for an answer) */
+        if (o->embed && o->embed_truncate && n_all >= MIN(e->n_ctx, PREFILL_MAX_CTX + 1)) {
+                n_all = MIN(e->n_ctx - 1, PREFILL_MAX_CTX);
+                prompt_cut = true;
+        }
         /* one position more for the answer's first token */
         int used = f ? f->seq.n_past : 0;
         if (used + n_all + 1 > e->n_ctx)
@@ -550,7 +592,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         if (n_all > PREFILL_MAX_CTX)
                 return axp_errorf(a->err, -E2BIG, "the prompt is %d tokens; one turn may prefill at most %d",
                                   n_all, PREFILL_MAX_CTX);
-        max_tokens = o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS;
+        max_tokens = o->embed ? 1 : o->max_tokens ? o->max_tokens : DEFAULT_MAX_TOKENS;
         /* the most positions the cache can reach this turn: its worst case in the budget */
         const int reach = (int) MIN((uint64_t) e->n_ctx, (uint64_t) used + n_all + max_tokens);
         const uint64_t kv_need = axp_kv_cache_bytes(&e->model->hp, e->kv_type, reach, n_all);
@@ -569,6 +611,9 @@ static int do_submit(axp_engine *e, submit_args *a) {
         q->prompt_cut = prompt_cut;
         q->cache_scope = o->cache_scope;
         q->last_tok = -1;
+        q->embed = o->embed;
+        q->pooling = pooling;
+        q->embed_normalize = o->embed_normalize;
         if (f) {
                 if (!f->seq.model) {
                         r = axp_seq_init(&f->seq, e->model, e->kv_type, e->n_ctx, n_all, a->err);
@@ -583,7 +628,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 if (r < 0)
                         return r;
                 q->seq = &q->own_seq;
-                if (axp_grow((void **) &q->toks, &q->cap_toks, (size_t) n_all + 16, sizeof(int32_t)) == 0) {
+                /* the tokens the prompt cache keeps by (an embedding's: none) */
+                if (!o->embed && axp_grow((void **) &q->toks, &q->cap_toks, (size_t) n_all + 16, sizeof(int32_t)) == 0) {
                         memcpy(q->toks, all, sizeof(int32_t) * (size_t) n_all);
                         q->n_toks = n_all;
                 }
@@ -612,7 +658,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
         /* positions a finished request's cache holds in common with this prompt are copied,
          * not prefilled (a flow's first turn too); none where that fails */
         int cached = 0;
-        if (q->seq->n_past == 0 && (!f || f->pending < 0)) {
+        if (q->seq->n_past == 0 && (!f || f->pending < 0) && !o->embed) {
                 axp_error ignored = { 0 };
                 int k = axp_prefix_cache_seed(&e->prefix, o->cache_scope, q->seq, all, n_all, &ignored);
                 cached = MAX(k, 0);

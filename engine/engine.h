@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/embedding.h"
 #include "model/model-info.h"
 #include "model/sampler.h"
 #include "base/util.h"
@@ -156,6 +157,19 @@ typedef struct axp_request_opts {
          * cbs.logprobs. */
         bool logprobs;
         uint32_t top_logprobs;
+        /* An embedding of the prompt in place of an answer (model/embedding.h): the prompt as
+         * it is (no chat template; BOS and EOS where the vocabulary adds them), run through the
+         * model once, its tokens' final hidden states pooled (`pooling`; AXP_POOLING_MODEL:
+         * the model's) and, with embed_normalize, scaled to unit length; to cbs.embedding,
+         * then finished with AXP_FINISH_STOP and no generated tokens. Scheduled as any
+         * prefill of its kind. Not with a flow, earlier turns, a system prompt, tools, a
+         * grammar or schema, a suffix or logprobs (-EINVAL); it neither takes from nor leaves
+         * anything in the prompt cache (every token's state is needed). With embed_truncate a
+         * prompt beyond the context loses its end to fit (stats.prompt_cut), else -E2BIG. */
+        bool embed;
+        enum axp_pooling pooling;
+        bool embed_normalize;
+        bool embed_truncate;
 } axp_request_opts;
 
 void axp_request_opts_default(axp_request_opts *o);
@@ -168,6 +182,9 @@ typedef struct axp_request_cbs {
          * (axp_engine_token_piece). Both valid during the call only. */
         void (*logprobs)(void *userdata, uint64_t id, const axp_token_logprob *lp, size_t n,
                          const axp_tokenizer *tok);
+        /* With opts.embed: the embedding, n floats (the model's width), once, before finished;
+         * valid during the call only. */
+        void (*embedding)(void *userdata, uint64_t id, const float *v, size_t n);
         /* Always called exactly once per accepted request, last. */
         void (*finished)(void *userdata, uint64_t id, axp_finish_reason reason,
                          const axp_req_stats *stats);

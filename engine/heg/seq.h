@@ -35,7 +35,9 @@ typedef struct axp_seq {
         int n_new;
         int act_cap;
         int32_t *tokens;   /* [n_new] */
-        float *x;          /* [n_new][n_embd]: residual stream */
+        float *x;          /* [n_new][n_embd]: residual stream; axp_seq_end leaves the committed
+                            * tokens' rows in place until the next axp_seq_begin (an embedding
+                            * pools them, model/embedding.h) */
         float *qa;         /* [n_new][n_head * head_dim]: queries, then attention output */
         float *logits;     /* [n_vocab]: written by HEAD */
         int logits_pos;    /* position whose logits are in `logits`, -1 if none */

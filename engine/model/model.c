@@ -316,6 +316,18 @@ static int load_hparams(load_ctx *c) {
         if (hp->rope_base_swa == 0)
                 hp->rope_base_swa = hp->rope_base;
 
+        /* an embedding model's pooling (llama.cpp's numbers: 0 none, 1 mean, 2 cls, 3 last, 4
+         * rank); none, or no key, is a chat model's: its embeddings pool the mean. A
+         * reranker's (or a later kind) still loads and generates; its embeddings are refused. */
+        hp->pooling = AXP_POOLING_MEAN;
+        if (gguf_find(m->gguf, arch_key(c, "pooling_type"))) {
+                uint32_t pt;
+                if (!gguf_get_u32(m->gguf, c->key, &pt))
+                        return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' is not an unsigned integer",
+                                          c->file, c->key);
+                hp->pooling = pt == 0 ? AXP_POOLING_MEAN : pt <= 3 ? (enum axp_pooling) pt : AXP_POOLING_OTHER;
+        }
+
         gguf_str scaling;
         if (gguf_get_str(m->gguf, arch_key(c, "rope.scaling.type"), &scaling) &&
             !gguf_str_eq(scaling, "none")) {

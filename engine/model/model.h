@@ -32,6 +32,16 @@ enum axp_ffn_act {
         AXP_FFN_GELU_TANH, /* GeGLU with the tanh form of GELU: gemma3 */
 };
 
+/* How an embedding pools its tokens' final hidden states (llama.cpp's pooling_type; the file's
+ * `{arch}.pooling_type`: 1 mean, 2 cls, 3 last) */
+enum axp_pooling {
+        AXP_POOLING_MODEL = 0, /* the file's, mean where it names none (a chat model) */
+        AXP_POOLING_MEAN,      /* the mean over the prompt's tokens */
+        AXP_POOLING_CLS,       /* the first token's */
+        AXP_POOLING_LAST,      /* the last token's (Qwen3-Embedding, decoder embedding models) */
+        AXP_POOLING_OTHER,     /* a file's other pooling (4: a reranker's score): no embeddings */
+};
+
 enum axp_rope_type {
         AXP_ROPE_NORM, /* rotates adjacent pairs (x[2i], x[2i+1]): llama */
         AXP_ROPE_NEOX, /* rotates (x[i], x[i + n/2]): qwen2, qwen3 */
@@ -79,6 +89,9 @@ typedef struct axp_hparams {
         int n_ff_exp;
         bool expert_norm;
         float expert_scale;
+        /* what an embedding of this model pools (never AXP_POOLING_MODEL): the file's
+         * `{arch}.pooling_type`, mean where it has none */
+        enum axp_pooling pooling;
 } axp_hparams;
 
 static inline bool axp_layer_is_swa(const axp_hparams *hp, int l) {

@@ -232,6 +232,10 @@ static void lm_head(axp_ref *r, double *logits) {
         matvec(r, logits, &m->output, r->h);
 }
 
+void axp_ref_normed(const axp_ref *r, double *out) {
+        rmsnorm(out, r->x, &r->m->output_norm, r->m->hp.n_embd, r->m->hp.rms_eps);
+}
+
 /* The forward passes, one per family -----------------------------------------------------------
  * Each runs one token at position r->pos, leaves its keys and values in the cache, and writes
  * the logits if asked. */

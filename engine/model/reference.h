@@ -26,6 +26,10 @@ static inline void axp_ref_freep(axp_ref **r) {
  * (without, the LM head is skipped: prompt positions before the last need none). */
 int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err);
 
+/* After axp_ref_step: the token's final hidden state through the output norm, n_embd doubles
+ * (what an embedding pools, model/embedding.h). */
+void axp_ref_normed(const axp_ref *r, double *out);
+
 /* Run tokens[0..n) from position 0 and return the logits of positions first..n-1:
  * *ret holds (n - first) * n_vocab doubles, position first's first, malloc'd. */
 int axp_ref_logits(const axp_model *m, const int32_t *tokens, int n, int first, double **ret,

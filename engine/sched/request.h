@@ -38,7 +38,7 @@ typedef struct axp_req_stats {
          * else the finish reason's name; and the call, {"name":...,"arguments":{...}}. */
         const char *finish_reason;
         const char *tool_call;
-        bool prompt_cut;          /* fill in the middle, fitted: parts of the text were left out */
+        bool prompt_cut;          /* fill in the middle fitted, or an embedding truncated: text was left out */
         /* the stop string that ended the answer (AXP_FINISH_STOP), in the finished callback
          * only (the engine's until it returns); NULL where none did */
         const char *stop_word;

@@ -11,6 +11,7 @@
 #include "base/parse.h"
 #include "cli.h"
 #include "mkmodel.h"
+#include "model/embedding.h"
 #include "kernels/types.h"
 
 static int help(FILE *f) {
@@ -46,6 +47,8 @@ static int help(FILE *f) {
                 "  --swa N            the sliding window (gemma3: default 16; another\n"
                 "                     architecture gets the key, as Mistral's llama files carry\n"
                 "                     it, and attends to the whole context as llama.cpp does)\n"
+                "  --pooling P        an embedding model's pooling_type: mean, cls or last\n"
+                "                     (default: none written, as a chat model's file)\n"
                 "  --experts N        qwen3moe's experts per layer (default 8)\n"
                 "  --experts-used K   qwen3moe's experts per token (default 2)\n"
                 "  --tied             no output.weight: the LM head uses token_embd\n"
@@ -75,7 +78,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
+               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_POOLING, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -96,6 +99,7 @@ int cli_mkmodel(int argc, char **argv) {
                 { "tied", no_argument, NULL, O_TIED },
                 { "fim", no_argument, NULL, O_FIM },
                 { "no-eog", no_argument, NULL, O_NO_EOG },
+                { "pooling", required_argument, NULL, O_POOLING },
                 { "seed", required_argument, NULL, O_SEED },
                 { "name", required_argument, NULL, O_NAME },
                 { "chat-template", required_argument, NULL, O_TEMPLATE },
@@ -135,6 +139,10 @@ int cli_mkmodel(int argc, char **argv) {
                         break;
                 case O_VOCAB:
                         p.vocab_from = optarg;
+                        break;
+                case O_POOLING:
+                        if (axp_pooling_from_name(optarg, &p.pooling) < 0 || p.pooling == AXP_POOLING_MODEL)
+                                return cli_usage_error("unknown --pooling '%s' (mean, cls, last)", optarg);
                         break;
                 case O_DIM:
                         ok = parse_int("--dim", optarg, 1, 1 << 16, &p.n_embd);

@@ -798,6 +798,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 ARCH_F32("rope.freq_base_swa", 10000.0f);
         } else if (p->n_swa > 0) /* the key alone (Mistral 7B v0.1's llama files carry it) */
                 ARCH_U32("attention.sliding_window", p->n_swa);
+        if (p->pooling != AXP_POOLING_MODEL)
+                ARCH_U32("pooling_type", (uint32_t) p->pooling);
 
         if (p->vocab_from)
                 k = copy_vocab(w, p->vocab_from, p->chat_template, &n_vocab, p->no_eog ? &control : NULL, err);

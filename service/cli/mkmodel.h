@@ -36,6 +36,8 @@ typedef struct axp_mkmodel_params {
         int n_swa;              /* the sliding window; 0: 16 for gemma3, none written for the others */
         int n_expert, n_expert_used; /* qwen3moe's experts per layer and per token; 0: 8 and 2
                                       * (each expert's FFN is n_ff long) */
+        enum axp_pooling pooling; /* an embedding model's {arch}.pooling_type (mean, cls,
+                                   * last); AXP_POOLING_MODEL: none written (a chat model) */
         uint64_t seed;          /* same seed and shape: same weights, for every --type */
         const char *name;       /* general.name; NULL: "synthetic-<arch>-<type>" */
         int n_threads;          /* 0: one per online CPU */

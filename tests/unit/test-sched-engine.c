@@ -4,6 +4,7 @@
  * cancel, flows, errors, policies, stats, devices, model reloading and the status told to
  * status_changed behave as engine.h says. No timing is asserted. */
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "heg/prefix-cache.h"
 #include "heg/seq.h"
 #include "model/generate.h"
+#include "model/reference.h"
 #include "mkmodel.h"
 #include "model/tokenizer.h"
 #include "base/utf8.h"
@@ -28,7 +30,7 @@
 #define MODEL_NAME "model-one"
 #define MODEL_B_NAME "model-two"
 
-static char model_path[256], model_b_path[256], calib_path[256], gemma_path[256];
+static char model_path[256], model_b_path[256], calib_path[256], gemma_path[256], embed_path[256];
 
 typedef struct result {
         pthread_mutex_t lock;
@@ -976,6 +978,219 @@ static void test_prompt_cache_sliding_window(void) {
         snprintf(model_path, sizeof(model_path), "%s", saved);
 }
 
+/* Embeddings ------------------------------------------------------------------------------------ */
+
+typedef struct embedded {
+        result r; /* first: the finished callback's */
+        float v[1024];
+        size_t n;
+        int n_calls;
+} embedded;
+
+static void on_embedding(void *ud, uint64_t id, const float *v, size_t n) {
+        embedded *x = ud;
+        pthread_mutex_lock(&x->r.lock);
+        x->n_calls++;
+        x->n = n;
+        memcpy(x->v, v, MIN(n, ELEMENTSOF(x->v)) * sizeof(float));
+        pthread_mutex_unlock(&x->r.lock);
+}
+
+static int submit_embed(axp_engine *e, axp_kind kind, const char *text, enum axp_pooling pool, bool normalize,
+                        embedded *x, axp_error *err) {
+        axp_request_opts o;
+        axp_request_cbs cb = { .token = on_token, .embedding = on_embedding, .finished = on_finished, .userdata = x };
+        uint64_t id;
+
+        axp_request_opts_default(&o);
+        o.embed = true;
+        o.pooling = pool;
+        o.embed_normalize = normalize;
+        memset(x, 0, sizeof(*x));
+        result_init(&x->r);
+        return axp_engine_submit(e, kind, text, &o, &cb, &id, err);
+}
+
+/* What the embedding of text is, computed without the engine: the whole prompt prefilled at
+ * once on a CPU device of its own, its residual stream pooled. Also the reference forward
+ * pass's (double precision, one token at a time), pooled the same way, in ref. */
+static size_t embedding_of(const char *path, const char *text, enum axp_pooling pool, bool normalize, float *out,
+                           double *ref) {
+        _cleanup_free_ int32_t *toks = NULL;
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_ref *rf = NULL;
+        axp_seq q = { 0 };
+        axp_error err = { 0 };
+        _cleanup_free_ double *h = NULL;
+        size_t dim = 0;
+        int n = 0;
+
+        CHECK(axp_model_load(path, &m, &err) == 0);
+        CHECK(axp_cpu_device_new(1, &d, &err) == 0 && axp_device_prepare(d, m, &err) == 0);
+        if (!m || !d)
+                goto out;
+        if (pool == AXP_POOLING_MODEL)
+                pool = m->hp.pooling;
+        dim = (size_t) m->hp.n_embd;
+        CHECK(axp_tokenize(m->tok, text, strlen(text), AXP_TOK_PARSE_SPECIAL | AXP_TOK_ADD_BOS, &toks, &n, &err) == 0);
+        uint32_t kt = AXP_TYPE_F16;
+        CHECK(axp_seq_init(&q, m, kt, m->hp.n_ctx_train, n, &err) == 0);
+        CHECK(axp_forward_prefill(d, &q, toks, n, 0, &err) == 0);
+        axp_embedding_pool(m, q.x, n, pool, normalize, out);
+        axp_seq_free(&q);
+        /* the reference: each position's normed state, pooled in double */
+        h = calloc(dim, sizeof(double));
+        CHECK(h && axp_ref_new(m, n, &rf, &err) == 0);
+        for (size_t i = 0; i < dim; i++)
+                ref[i] = 0;
+        for (int t = 0; rf && h && t < n; t++) {
+                CHECK(axp_ref_step(rf, toks[t], NULL, &err) == 0);
+                if (pool == AXP_POOLING_MEAN || (pool == AXP_POOLING_CLS && t == 0) ||
+                    (pool == AXP_POOLING_LAST && t == n - 1)) {
+                        axp_ref_normed(rf, h);
+                        for (size_t i = 0; i < dim; i++)
+                                ref[i] += pool == AXP_POOLING_MEAN ? h[i] / n : h[i];
+                }
+        }
+        if (normalize) {
+                double ss = 0;
+                for (size_t i = 0; i < dim; i++)
+                        ss += ref[i] * ref[i];
+                for (size_t i = 0; i < dim; i++)
+                        ref[i] /= sqrt(ss);
+        }
+        axp_ref_free(rf);
+out:
+        axp_device_free(d);
+        axp_model_free(m);
+        return dim;
+}
+
+/* The engine's embedding is the whole prefill's, bit for bit, and within a float's rounding
+ * of the reference forward pass's (cosine and largest difference against the largest value). */
+static void check_embedding(const embedded *x, const char *path, const char *text, enum axp_pooling pool,
+                            bool normalize, const char *what) {
+        static float want[1024];
+        static double ref[1024];
+        size_t dim = embedding_of(path, text, pool, normalize, want, ref);
+
+        CHECK_MSG(x->r.reason == AXP_FINISH_STOP && x->n_calls == 1 && x->n == dim, "%s: reason %d, %d calls of %zu",
+                  what, (int) x->r.reason, x->n_calls, x->n);
+        CHECK_MSG(x->r.len == 0 && x->r.st.generated_tokens == 0 && x->r.st.prefill_tokens == x->r.st.prompt_tokens,
+                  "%s: %zu bytes of text, %u generated, %u of %u prefilled", what, x->r.len,
+                  (unsigned) x->r.st.generated_tokens, (unsigned) x->r.st.prefill_tokens,
+                  (unsigned) x->r.st.prompt_tokens);
+        CHECK_MSG(dim > 0 && memcmp(x->v, want, dim * sizeof(float)) == 0, "%s: not the whole prefill's embedding",
+                  what);
+        double dot = 0, na = 0, nb = 0, diff = 0, amax = 0, ss = 0;
+        for (size_t i = 0; i < dim; i++) {
+                dot += x->v[i] * ref[i];
+                na += (double) x->v[i] * x->v[i];
+                nb += ref[i] * ref[i];
+                diff = fmax(diff, fabs(x->v[i] - ref[i]));
+                amax = fmax(amax, fabs(ref[i]));
+                ss += (double) x->v[i] * x->v[i];
+        }
+        double cosine = dot / sqrt(na * nb);
+        printf("  %s: %zu values, cosine to the reference %.6f, largest difference %.2e of %.2e\n", what, dim, cosine,
+               diff, amax);
+        CHECK_MSG(cosine > 0.9995 && diff < 0.03 * amax, "%s: cosine %.6f, difference %.3g of %.3g", what, cosine,
+                  diff, amax);
+        if (normalize)
+                CHECK_MSG(fabs(ss - 1) < 1e-4, "%s: length %.6f", what, sqrt(ss));
+}
+
+/* An embedding runs as a prefill of its kind (in chunks beside other requests) and gives the
+ * whole prefill's pooled states: mean (the default of a chat model's file), cls and last,
+ * normalized or not; a file that names its pooling gets it; sliding-window layers too. Asked
+ * with what only an answer takes, or too long, it is refused; asked to fit, it is cut. */
+static void test_embedding(void) {
+        static char want0[8192];
+        static embedded x[4];
+        static result gen;
+        static char longer[6000];
+        axp_error err = { 0 };
+        char saved[256];
+
+        small_chunks = true;
+        axp_engine *e = new_engine("agentxpu");
+        small_chunks = false;
+        CHECK(e != NULL);
+        if (!e)
+                return;
+        /* beside a generation, proactive and reactive */
+        size_t want0_n = reference_of(model_path, prompts[0], 16, want0, sizeof(want0));
+        uint64_t gid;
+        CHECK(submit_held(e, prompts[0], 16, 0, &gen, &gid, &err) == 0);
+        CHECK_MSG(submit_embed(e, AXP_PROACTIVE, prompts[3], AXP_POOLING_MODEL, true, &x[0], &err) == 0, "%s", err.msg);
+        CHECK(submit_embed(e, AXP_REACTIVE, prompts[1], AXP_POOLING_LAST, false, &x[1], &err) == 0);
+        CHECK(submit_embed(e, AXP_REACTIVE, prompts[3], AXP_POOLING_CLS, true, &x[2], &err) == 0);
+        CHECK(submit_embed(e, AXP_PROACTIVE, prompts[2], AXP_POOLING_MEAN, false, &x[3], &err) == 0);
+        for (int i = 0; i < 4; i++)
+                result_wait(&x[i].r);
+        result_wait(&gen);
+        CHECK_MSG(gen.len == want0_n && memcmp(gen.text, want0, want0_n) == 0, "the answer beside them: '%.*s' vs '%s'",
+                  (int) gen.len, gen.text, want0);
+        check_embedding(&x[0], model_path, prompts[3], AXP_POOLING_MEAN, true, "mean, normalized, proactive");
+        check_embedding(&x[1], model_path, prompts[1], AXP_POOLING_LAST, false, "last");
+        check_embedding(&x[2], model_path, prompts[3], AXP_POOLING_CLS, true, "cls, normalized");
+        check_embedding(&x[3], model_path, prompts[2], AXP_POOLING_MEAN, false, "mean of a short text");
+        CHECK(x[0].r.st.prompt_tokens > 16); /* more than a chunk */
+
+        /* what only an answer takes */
+        axp_request_opts o;
+        axp_request_cbs cb = { .finished = on_finished, .userdata = &gen };
+        uint64_t id, flow;
+        CHECK(axp_engine_flow_open(e, NULL, true, &flow, &err) == 0);
+        axp_request_opts_default(&o);
+        o.embed = true;
+        o.flow = flow;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL && strstr(err.msg, "flow"));
+        axp_request_opts_default(&o);
+        o.embed = true;
+        o.json_schema = "{}";
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL);
+        axp_request_opts_default(&o);
+        o.pooling = AXP_POOLING_LAST; /* without embed */
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL);
+        axp_request_opts_default(&o);
+        o.embed = true;
+        o.pooling = (enum axp_pooling) 9;
+        CHECK(axp_engine_submit(e, AXP_REACTIVE, "x", &o, &cb, &id, &err) == -EINVAL);
+        CHECK(axp_engine_flow_close(e, flow) == 0);
+        /* beyond the context: refused, or cut to fit */
+        for (size_t i = 0; i + 1 < sizeof(longer); i++)
+                longer[i] = (char) ('a' + (i * 7 + i / 13) % 26);
+        CHECK(submit_embed(e, AXP_REACTIVE, longer, AXP_POOLING_MODEL, true, &x[0], &err) == -E2BIG);
+        axp_request_opts_default(&o);
+        o.embed = o.embed_truncate = o.embed_normalize = true;
+        axp_request_cbs cbe = { .embedding = on_embedding, .finished = on_finished, .userdata = &x[0] };
+        memset(&x[0], 0, sizeof(x[0]));
+        result_init(&x[0].r);
+        CHECK_MSG(axp_engine_submit(e, AXP_REACTIVE, longer, &o, &cbe, &id, &err) == 0, "%s", err.msg);
+        result_wait(&x[0].r);
+        CHECK(x[0].r.reason == AXP_FINISH_STOP && x[0].n_calls == 1 && x[0].r.st.prompt_cut);
+        CHECK_EQ_INT((int) x[0].r.st.prompt_tokens, 1023);
+        axp_engine_free(e);
+
+        /* a file that names its pooling (last, as Qwen3-Embedding's), and sliding-window layers */
+        snprintf(saved, sizeof(saved), "%s", model_path);
+        for (int k = 0; k < 2; k++) {
+                snprintf(model_path, sizeof(model_path), "%s", k ? gemma_path : embed_path);
+                e = new_engine("agentxpu");
+                CHECK(e != NULL);
+                if (!e)
+                        break;
+                CHECK(submit_embed(e, AXP_REACTIVE, prompts[3], AXP_POOLING_MODEL, true, &x[0], &err) == 0);
+                result_wait(&x[0].r);
+                check_embedding(&x[0], model_path, prompts[3], k ? AXP_POOLING_MEAN : AXP_POOLING_LAST, true,
+                                k ? "gemma3 (sliding window 8), mean" : "a file's own pooling (last)");
+                axp_engine_free(e);
+        }
+        snprintf(model_path, sizeof(model_path), "%s", saved);
+}
+
 /* Swapping models under load while other threads read the status --------------------------- */
 
 /* What status_changed was told, from which thread. */
@@ -1311,6 +1526,15 @@ int main(void) {
         mp.path = gemma_path;
         if (make_model(&mp) < 0)
                 return 1;
+        /* an embedding model's file (qwen3, last-token pooling, as Qwen3-Embedding's) */
+        snprintf(embed_path, sizeof(embed_path), "%s/embed.gguf", dir);
+        axp_mkmodel_defaults(&mp);
+        mp.arch = AXP_ARCH_QWEN3;
+        mp.pooling = AXP_POOLING_LAST;
+        mp.seed = 14;
+        mp.path = embed_path;
+        if (make_model(&mp) < 0)
+                return 1;
         RUN(test_concurrent_requests_match_reference);
         RUN(test_roles_on_two_devices);
         RUN(test_auto_leaves_a_slower_discrete_gpu);
@@ -1323,10 +1547,12 @@ int main(void) {
         RUN(test_prompt_cache_sliding_window);
         RUN(test_forget_prompt_cache);
         RUN(test_logprobs);
+        RUN(test_embedding);
         RUN(test_swap_models_under_load);
         unlink(model_path);
         unlink(model_b_path);
         unlink(gemma_path);
+        unlink(embed_path);
         unlink(calib_path);
         rmdir(dir);
         TEST_EXIT();
