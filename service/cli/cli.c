@@ -38,6 +38,7 @@ static const cli_command commands[] = {
         { "chat", cli_chat, "a conversation with the engine service (one flow)" },
         { "status", cli_status, "the engine service's model, devices, policy and queues" },
         { "cancel", cli_cancel, "cancel a request of yours" },
+        { "embed", cli_embed, "an embedding of a text from the engine service (a JSON array)" },
         { "forget", cli_forget, "drop what the engine service's prompt cache keeps of your requests" },
         { "model", cli_model, "install, list, choose or remove the engine service's models" },
         { "serve", cli_serve, "OpenAI- and Ollama-compatible HTTP endpoints for your session (agentxpu-http)" },

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 int cli_generate(int argc, char **argv);
+int cli_embed(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_mkmodel(int argc, char **argv);

@@ -75,6 +75,19 @@ static void on_finished(void *userdata, uint64_t id, axp_finish_reason reason,
         bridge_push(b, ev);
 }
 
+static void on_embedding(void *userdata, uint64_t id, const float *v, size_t n) {
+        Bridge *b = userdata;
+        BridgeEvent *ev;
+
+        /* the request's one answer: retry the allocation (a few KB) rather than lose it */
+        while (!(ev = bridge_event_new(BRIDGE_EMBEDDING, n * sizeof(float))))
+                usleep(1000);
+        ev->id = id;
+        ev->len = n * sizeof(float);
+        memcpy(ev->text, v, ev->len);
+        bridge_push(b, ev);
+}
+
 /* Records put as bridge_logprob_next reads them; n < 0: only their size */
 static size_t put_u32(char *p, uint32_t v) {
         if (p)
@@ -149,6 +162,7 @@ bool bridge_logprob_next(const char **p, const char *end, bool token, BridgeLogp
 void bridge_request_cbs(Bridge *b, axp_request_cbs *ret) {
         *ret = (axp_request_cbs) {
                 .logprobs = on_logprobs,
+                .embedding = on_embedding,
                 .token = on_token,
                 .finished = on_finished,
                 .userdata = b,

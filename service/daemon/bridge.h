@@ -18,6 +18,7 @@ typedef enum BridgeEventType {
         BRIDGE_STATUS,   /* the engine's status changed */
         BRIDGE_INSTALL_DONE, /* an InstallModel job's worker is over */
         BRIDGE_LOGPROBS,     /* records of log-probabilities (bridge_logprobs_next) */
+        BRIDGE_EMBEDDING,    /* an embedding: len bytes of floats in text */
 } BridgeEventType;
 
 typedef struct BridgeEvent BridgeEvent;
@@ -31,9 +32,11 @@ struct BridgeEvent {
                 axp_engine_status status;    /* STATUS: a copy */
         };
         void *job;                   /* JOB_DONE: the job's own pointer */
-        size_t len;                  /* TOKEN: bytes of text; LOGPROBS: of the records */
+        size_t len;                  /* TOKEN: bytes of text; LOGPROBS: of the records;
+                                      * EMBEDDING: of the floats */
         char text[];                 /* TOKEN: NUL-terminated; FINISHED: the tool call, if any;
-                                      * LOGPROBS: the records */
+                                      * LOGPROBS: the records; EMBEDDING: the floats (unaligned:
+                                      * copy them out) */
 };
 
 /* Called for each event in order, then once with NULL at the end of a batch. */

@@ -193,7 +193,9 @@ static int check_limits(Context *c, Client *cl, sd_bus_error *error) {
         return 0;
 }
 
-static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, sd_bus_error *error) {
+/* Reactive and Proactive (a request object that streams), Complete (one reply with the text)
+ * and Embed (complete and embed: one reply with the embedding) */
+static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, bool embed, sd_bus_error *error) {
         _cleanup_(request_options_done) RequestOptions o = {};
         axp_request_cbs cbs;
         axp_error err = {};
@@ -207,16 +209,17 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
         r = sd_bus_message_read(m, "s", &prompt);
         if (r < 0)
                 return r;
-        r = prompt_check("prompt", prompt, true, &c->config, error);
+        r = prompt_check(embed ? "text" : "prompt", prompt, true, &c->config, error);
         if (r < 0)
                 return r;
-        r = request_options_parse(m, complete ? OPTIONS_COMPLETE : OPTIONS_SUBMIT, &c->config, &o, error);
+        r = request_options_parse(m, embed ? OPTIONS_EMBED : complete ? OPTIONS_COMPLETE : OPTIONS_SUBMIT, &c->config,
+                                  &o, error);
         if (r < 0)
                 return r;
         /* empty only where the earlier turns end with a tool's result, which the model answers,
          * or before a suffix (the cursor at the file's beginning) */
         if (!prompt[0] && !o.opts.suffix && !(o.opts.n_messages > 0 && strcmp(o.opts.messages[o.opts.n_messages - 1].role, "tool") == 0))
-                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, "The prompt is empty");
+                return sd_bus_error_setf(error, AXP_ERROR_INVALID_ARGUMENT, embed ? "The text is empty" : "The prompt is empty");
         if (complete)
                 kind = o.priority;
         if (c->stopping || !c->engine)
@@ -258,6 +261,7 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
                 return r;
         }
         req->complete = complete;
+        req->embed = embed;
         req->logprobs_wanted = o.opts.logprobs;
 
         bridge_request_cbs(&c->bridge, &cbs);
@@ -278,7 +282,7 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
                 f->busy = req;
                 req->flow = f;
         }
-        log_debug("%s: %s request from %s (uid %u)", req->path, axp_kind_name(kind), cl->name,
+        log_debug("%s: %s %s from %s (uid %u)", req->path, axp_kind_name(kind), embed ? "embedding" : "request", cl->name,
                   (unsigned) cl->uid);
         context_changed(c);
 
@@ -290,15 +294,19 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, s
 }
 
 static int method_reactive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_REACTIVE, false, error);
+        return submit(userdata, m, AXP_REACTIVE, false, false, error);
 }
 
 static int method_proactive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_PROACTIVE, false, error);
+        return submit(userdata, m, AXP_PROACTIVE, false, false, error);
 }
 
 static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_REACTIVE, true, error);
+        return submit(userdata, m, AXP_REACTIVE, true, false, error);
+}
+
+static int method_embed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return submit(userdata, m, AXP_REACTIVE, true, true, error);
 }
 
 static int method_open_flow(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -428,6 +436,10 @@ const sd_bus_vtable engine_vtable[] = {
                                 SD_BUS_ARGS("s", prompt, "a{sv}", options),
                                 SD_BUS_RESULT("s", text, "a{sv}", stats),
                                 method_complete, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Embed",
+                                SD_BUS_ARGS("s", text, "a{sv}", options),
+                                SD_BUS_RESULT("ad", embedding, "a{sv}", stats),
+                                method_embed, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("OpenFlow",
                                 SD_BUS_ARGS("a{sv}", options),
                                 SD_BUS_RESULT("o", flow),

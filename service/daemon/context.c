@@ -190,6 +190,11 @@ void context_on_engine_event(void *userdata, const BridgeEvent *ev) {
                 if (r)
                         request_on_logprobs(r, ev->text, ev->len);
                 break;
+        case BRIDGE_EMBEDDING:
+                r = idmap_get(&c->requests_by_id, ev->id);
+                if (r)
+                        request_on_embedding(r, ev->text, ev->len / sizeof(float));
+                break;
         case BRIDGE_FINISHED:
                 r = idmap_get(&c->requests_by_id, ev->id);
                 if (r)

@@ -53,7 +53,10 @@ struct Request {
         char *owner;             /* unique name: destination of its signals */
         uid_t uid;
         axp_kind kind;
-        bool complete;           /* made by Complete: no object, no signals, one reply */
+        bool complete;           /* made by Complete or Embed: no object, no signals, one reply */
+        bool embed;              /* made by Embed: the reply is the embedding */
+        float *embedding;        /* Embed: the engine's answer, n_embedding floats */
+        size_t n_embedding;
         axp_req_state state;     /* as last seen by the daemon */
         bool finished;
         axp_finish_reason reason;

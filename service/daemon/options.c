@@ -16,6 +16,8 @@ typedef struct OptionSpec {
         const char *type_name; /* for messages */
         bool complete_only;
         bool flow_ok;          /* accepted by OpenFlow */
+        bool embed_ok;         /* accepted by Embed */
+        bool embed_only;
 } OptionSpec;
 
 static const OptionSpec option_specs[] = {
@@ -33,7 +35,7 @@ static const OptionSpec option_specs[] = {
         { "messages",          "a(ss)", "array of (role, content)" },
         { "flow",              "o",  "object path" },
         { "raw",               "b",  "boolean", .flow_ok = true },
-        { "priority",          "s",  "string", .complete_only = true },
+        { "priority",          "s",  "string", .complete_only = true, .embed_ok = true },
         { "json_schema",       "s",  "string" },
         { "grammar",           "s",  "string" },
         { "tools",             "s",  "string" },
@@ -43,16 +45,24 @@ static const OptionSpec option_specs[] = {
         { "fim_middle",        "s",  "string" },
         { "fim_extra",         "a(ss)", "array of (filename, text)" },
         { "fim_fit",           "b",  "boolean" },
+        { "pooling",           "s",  "string", .embed_ok = true, .embed_only = true },
+        { "normalize",         "b",  "boolean", .embed_ok = true, .embed_only = true },
+        { "truncate",          "b",  "boolean", .embed_ok = true, .embed_only = true },
 };
+
+/* request_options_parse marks the keys seen in 32 bits */
+_Static_assert(ELEMENTSOF(option_specs) <= 32, "too many options for the seen mask");
 
 static bool spec_allowed(const OptionSpec *s, OptionSet set) {
         switch (set) {
         case OPTIONS_SUBMIT:
-                return !s->complete_only;
+                return !s->complete_only && !s->embed_only;
         case OPTIONS_COMPLETE:
-                return true;
+                return !s->embed_only;
         case OPTIONS_FLOW:
                 return s->flow_ok;
+        case OPTIONS_EMBED:
+                return s->embed_ok;
         }
         return false;
 }
@@ -401,6 +411,17 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                         o->opts.json_schema = s;
                 else
                         o->opts.grammar = s;
+        } else if (strcmp(key, "pooling") == 0) {
+                r = sd_bus_message_read_basic(m, 's', &s);
+                if (r < 0)
+                        return r;
+                if (axp_pooling_from_name(s, &o->opts.pooling) < 0)
+                        return bad_value(error, key, "must be 'model', 'mean', 'cls' or 'last'");
+        } else if (strcmp(key, "normalize") == 0 || strcmp(key, "truncate") == 0) {
+                r = sd_bus_message_read_basic(m, 'b', &b);
+                if (r < 0)
+                        return r;
+                *(key[0] == 'n' ? &o->opts.embed_normalize : &o->opts.embed_truncate) = b;
         } else if (strcmp(key, "priority") == 0) {
                 r = sd_bus_message_read_basic(m, 's', &s);
                 if (r < 0)
@@ -423,6 +444,10 @@ int request_options_parse(sd_bus_message *m, OptionSet set, const DaemonConfig *
         int r;
 
         axp_request_opts_default(&o.opts);
+        if (set == OPTIONS_EMBED) { /* normalized unless asked otherwise, as OpenAI's */
+                o.opts.embed = true;
+                o.opts.embed_normalize = true;
+        }
 
         r = sd_bus_message_enter_container(m, 'a', "{sv}");
         if (r < 0)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The options a{sv} of Reactive, Proactive, Complete and OpenFlow: every key known, every
+/* The options a{sv} of Reactive, Proactive, Complete, OpenFlow and Embed: every key known, every
  * type checked, every value within its range; anything else is InvalidArgument naming the
  * key. Strings point into the message, which must outlive the parsed options. */
 #pragma once
@@ -18,6 +18,7 @@ typedef enum OptionSet {
         OPTIONS_SUBMIT,   /* Reactive, Proactive */
         OPTIONS_COMPLETE, /* as SUBMIT, plus priority */
         OPTIONS_FLOW,     /* OpenFlow: system, raw */
+        OPTIONS_EMBED,    /* Embed: priority, pooling, normalize, truncate */
 } OptionSet;
 
 typedef struct RequestOptions {

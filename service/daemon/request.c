@@ -77,6 +77,7 @@ void request_free(Request *r) {
         free(r->logprobs);
         free(r->tool_call);
         free(r->stop_word);
+        free(r->embedding);
         free(r->path);
         free(r->owner);
         free(r);
@@ -334,6 +335,33 @@ void request_on_logprobs(Request *r, const char *records, size_t len) {
                 log_warning_errno(k, "Failed to send Logprobs of %s", r->path);
 }
 
+void request_on_embedding(Request *r, const void *v, size_t n) {
+        if (r->finished || !r->client || !r->embed || r->embedding)
+                return;
+        r->embedding = malloc(sizeof(float) * MAX(n, 1));
+        if (!r->embedding) { /* the reply says the request failed */
+                log_oom();
+                return;
+        }
+        memcpy(r->embedding, v, sizeof(float) * n);
+        r->n_embedding = n;
+}
+
+/* Embed's reply: the embedding as doubles, then the stats */
+static int append_embedding(sd_bus_message *reply, const Request *r) {
+        _cleanup_free_ double *d = malloc(sizeof(double) * MAX(r->n_embedding, 1));
+        int k;
+
+        if (!d)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->n_embedding; i++)
+                d[i] = r->embedding[i];
+        k = sd_bus_message_append_array(reply, 'd', d, sizeof(double) * r->n_embedding);
+        if (k < 0)
+                return k;
+        return stats_append(reply, &r->stats, false, axp_finish_reason_name(r->reason), NULL, 0);
+}
+
 static void request_reply_complete(Request *r) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         sd_bus_message *call = r->complete_call;
@@ -350,7 +378,19 @@ static void request_reply_complete(Request *r) {
                                                        ? r->stats.error : "internal error");
                 break;
         default:
+                if (r->embed && !r->embedding) {
+                        k = sd_bus_reply_method_errorf(call, SD_BUS_ERROR_NO_MEMORY, "Out of memory for the embedding");
+                        break;
+                }
                 k = sd_bus_message_new_method_return(call, &reply);
+                if (k >= 0 && r->embed) {
+                        k = append_embedding(reply, r);
+                        if (k >= 0)
+                                k = sd_bus_send(NULL, reply, NULL);
+                        if (k < 0)
+                                k = sd_bus_reply_method_errnof(call, k, "Failed to build the reply");
+                        break;
+                }
                 if (k >= 0)
                         k = sd_bus_message_append(reply, "s", r->text ?: "");
                 if (k >= 0)
@@ -363,7 +403,7 @@ static void request_reply_complete(Request *r) {
                         k = sd_bus_reply_method_errnof(call, k, "Failed to build the reply");
         }
         if (k < 0)
-                log_warning_errno(k, "Failed to reply to Complete of %s", r->owner);
+                log_warning_errno(k, "Failed to reply to %s of %s", r->embed ? "Embed" : "Complete", r->owner);
 }
 
 static int on_expire(sd_event_source *s, uint64_t usec, void *userdata) {

@@ -25,6 +25,8 @@ int request_cancel(Request *r);
 void request_on_token(Request *r, const char *text, size_t len);
 /* The log-probabilities of tokens whose text comes next (bridge.h's records) */
 void request_on_logprobs(Request *r, const char *records, size_t len);
+/* An Embed request's embedding: n floats at v (unaligned), kept for the reply */
+void request_on_embedding(Request *r, const void *v, size_t n);
 void request_on_finished(Request *r, axp_finish_reason reason, const axp_req_stats *stats);
 
 /* Append the stats a{sv} (with `reason` first when not NULL, and "logprobs" when records are

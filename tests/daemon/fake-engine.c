@@ -12,7 +12,8 @@
  * word "bytes" the tokens are instead the pieces of byte_pieces, in turn. With the word
  * "controls", each token ends with the control characters a model may emit: BEL, an ESC
  * sequence and CSI (U+009B). With the word "silent" it stays queued, telling nothing, until
- * it is cancelled. */
+ * it is cancelled. An embedding (opts.embed) is four numbers after its prefill step: the
+ * prompt's words, 1 if normalized, its pooling's number, 1 if truncate was asked. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -33,6 +34,8 @@ struct fake_req {
         axp_request_cbs cbs;
         uint32_t max_tokens, generated, prompt_tokens, prefill_tokens;
         bool cancelled, fail, short_answer, bytes, controls, silent;
+        bool embed;
+        float embedding[4];
         char **stop;
         size_t n_stop;
         char text[4096];
@@ -106,6 +109,16 @@ void axp_request_opts_default(axp_request_opts *o) {
                         .repeat_last_n = 64,
                 },
         };
+}
+
+int axp_pooling_from_name(const char *name, enum axp_pooling *ret) {
+        static const char *const names[] = { "model", "mean", "cls", "last" };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (strcmp(name, names[i]) == 0) {
+                        *ret = (enum axp_pooling) i;
+                        return 0;
+                }
+        return -EINVAL;
 }
 
 const char *axp_kind_name(axp_kind k) {
@@ -268,6 +281,13 @@ static void step(axp_engine *e) {
                 }
                 if (r->fail) {
                         finish(e, r, AXP_FINISH_ERROR);
+                        continue;
+                }
+                if (r->embed) {
+                        pthread_mutex_unlock(&e->lock);
+                        r->cbs.embedding(r->cbs.userdata, r->id, r->embedding, 4);
+                        pthread_mutex_lock(&e->lock);
+                        finish(e, r, AXP_FINISH_STOP);
                         continue;
                 }
                 r->state = AXP_STATE_DECODE;
@@ -465,6 +485,8 @@ int axp_engine_submit(axp_engine *e, axp_kind kind, const char *prompt, const ax
                 .bytes = has_word(prompt, "bytes"),
                 .controls = has_word(prompt, "controls"),
                 .silent = has_word(prompt, "silent"),
+                .embed = opts->embed,
+                .embedding = { (float) tokens, opts->embed_normalize, (float) opts->pooling, opts->embed_truncate },
                 .flow = opts->flow,
                 .t_submit = axp_now(),
         };

@@ -125,6 +125,60 @@ def test_stop_word():
         assert f"'stop_word': <'{word}'>" in r.out and "'reason': <'stop'>" in r.out, r.out
 
 
+def embedding_of(out):
+    """The numbers of Embed's reply as gdbus prints it: ([x, ...], {stats})"""
+    return [float(x) for x in out[out.index("[") + 1:out.index("]")].split(",")]
+
+
+def test_embed():
+    """Embed (agentxpu embed): the text's embedding, the model's width of numbers, unit length
+    unless normalize is false, the same for the same text and another for another, a proactive
+    one too; the command prints the method's numbers. An empty text, options only an answer
+    takes, an unknown pooling and a text beyond the context are refused (truncate cuts it)."""
+    text = "The cat sat on the mat."
+    with engine(config="[Engine]\nContextSize=64\n") as (bus, d):
+        r = bus.call("Embed", text, "{}")
+        assert r.rc == 0, r
+        v = embedding_of(r.out)
+        assert len(v) == 512, len(v)
+        assert abs(sum(x * x for x in v) - 1) < 1e-4, sum(x * x for x in v)
+        assert "'reason': <'stop'>" in r.out and "'generated_tokens': <uint32 0>" in r.out, r.out
+        again = bus.call("Embed", text, "{'priority': <'proactive'>}")
+        assert again.rc == 0 and embedding_of(again.out) == v, again
+        other = embedding_of(bus.call("Embed", "A dog ran in the park.", "{}").out)
+        assert other != v
+        raw = bus.call("Embed", text, "{'normalize': <false>, 'pooling': <'mean'>}")
+        assert raw.rc == 0, raw
+        w = embedding_of(raw.out)
+        n = sum(x * x for x in w) ** 0.5
+        assert abs(n - 1) > 1e-3 and all(abs(a - b / n) < 1e-5 for a, b in zip(v, w)), n
+        last = embedding_of(bus.call("Embed", text, "{'pooling': <'last'>}").out)
+        assert last != v
+        # the command line: the same numbers, as JSON
+        r = bus.cli("embed", text)
+        assert r.rc == 0, r
+        assert all(abs(a - b) < 1e-7 for a, b in zip(json.loads(r.out), v)), r.out[:200]
+        r = bus.cli("embed", "--pooling", "last", "--proactive", "--stats", "-p", text)
+        assert r.rc == 0 and "tokens" in r.err, r
+        assert all(abs(a - b) < 1e-7 for a, b in zip(json.loads(r.out), last)), r.out[:200]
+        # refused
+        for args, what in [((text, "{'max_tokens': <uint32 8>}"), "Unknown option 'max_tokens'"),
+                           ((text, "{'pooling': <'best'>}"), "pooling"),
+                           ((text, "{'normalize': <'yes'>}"), "must be of type b"),
+                           (("", "{}"), "The text is empty")]:
+            r = bus.call("Embed", *args)
+            assert r.rc != 0 and what in r.err, (args, r)
+        long = "word " * 200
+        r = bus.call("Embed", long, "{}")
+        assert r.rc != 0 and "context" in r.err, r
+        r = bus.call("Embed", long, "{'truncate': <true>}")
+        assert r.rc == 0 and "'prompt_cut': <true>" in r.out and "'prompt_tokens': <uint32 63>" in r.out, r.out
+        r = bus.cli("embed", "--truncate", "--stats", long)
+        assert r.rc == 0 and "cut to fit" in r.err, r
+        r = bus.cli("embed", "--pooling", "best", text)
+        assert r.rc == 2 and "--pooling" in r.err, r
+
+
 def test_forget_prompt_cache():
     """ForgetPromptCache (agentxpu forget): what the prompt cache keeps of the caller's requests
     goes, and their next request prefills all of its prompt; another user's call drops none of
@@ -831,6 +885,7 @@ def test_kv_memory_budget():
 TESTS = [
     test_complete_matches_generate,
     test_stop_word,
+    test_embed,
     test_forget_prompt_cache,
     test_longrope_follows_the_engine_context,
     test_no_byte_of_the_answer_is_dropped,

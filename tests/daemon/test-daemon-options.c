@@ -143,6 +143,33 @@ static void test_every_option_lands(void) {
         (void) msg;
 }
 
+/* Embed's options: an embedding, normalized unless asked otherwise */
+static void test_embed_options(void) {
+        const Opt opts[] = {
+                { "pooling", "s", .str = "last" },
+                { "truncate", "b", 1 },
+                { "priority", "s", .str = "proactive" },
+        };
+        const Opt off[] = { { "normalize", "b", 0 } };
+        RequestOptions o;
+        char msg[512];
+
+        CHECK_EQ_INT(parse(NULL, 0, OPTIONS_EMBED, &o, msg, sizeof(msg)), 0);
+        CHECK(o.opts.embed && o.opts.embed_normalize && !o.opts.embed_truncate && o.opts.pooling == AXP_POOLING_MODEL);
+        request_options_done(&o);
+        CHECK_EQ_INT(parse(opts, ELEMENTSOF(opts), OPTIONS_EMBED, &o, msg, sizeof(msg)), 0);
+        CHECK(o.opts.embed && o.opts.embed_normalize && o.opts.embed_truncate && o.opts.pooling == AXP_POOLING_LAST);
+        CHECK(o.priority == AXP_PROACTIVE);
+        request_options_done(&o);
+        CHECK_EQ_INT(parse(off, ELEMENTSOF(off), OPTIONS_EMBED, &o, msg, sizeof(msg)), 0);
+        CHECK(o.opts.embed && !o.opts.embed_normalize);
+        request_options_done(&o);
+        /* other sets make no embedding */
+        CHECK_EQ_INT(parse(NULL, 0, OPTIONS_COMPLETE, &o, msg, sizeof(msg)), 0);
+        CHECK(!o.opts.embed && !o.opts.embed_normalize);
+        request_options_done(&o);
+}
+
 typedef struct BadCase {
         Opt opt[2];
         size_t n;
@@ -181,6 +208,12 @@ static void test_bad_options_are_refused_by_name(void) {
                 { { { "priority", "s", .str = "now" } }, 1, OPTIONS_COMPLETE, "'priority' must be 'reactive' or 'proactive'" },
                 { { { "temperature", "d", 0.5 } }, 1, OPTIONS_FLOW, "Unknown option 'temperature'; accepted here: system, raw" },
                 { { { "raw", "b", 1 }, { "raw", "b", 0 } }, 2, OPTIONS_SUBMIT, "'raw' is given twice" },
+                { { { "max_tokens", "u", 8 } }, 1, OPTIONS_EMBED,
+                  "Unknown option 'max_tokens'; accepted here: priority, pooling, normalize, truncate" },
+                { { { "pooling", "s", .str = "mean" } }, 1, OPTIONS_SUBMIT, "Unknown option 'pooling'" },
+                { { { "truncate", "b", 1 } }, 1, OPTIONS_COMPLETE, "Unknown option 'truncate'" },
+                { { { "pooling", "s", .str = "best" } }, 1, OPTIONS_EMBED, "'pooling' must be 'model', 'mean', 'cls' or 'last'" },
+                { { { "normalize", "s", .str = "yes" } }, 1, OPTIONS_EMBED, "'normalize' must be of type b" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
@@ -277,6 +310,7 @@ int main(void) {
         bus_setup();
         RUN(test_no_options_gives_defaults);
         RUN(test_every_option_lands);
+        RUN(test_embed_options);
         RUN(test_bad_options_are_refused_by_name);
         RUN(test_hostile_key_is_named_briefly);
         RUN(test_prompt_check);
