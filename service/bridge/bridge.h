@@ -10,6 +10,7 @@
  *   openai.c       /v1/chat/completions, /v1/completions, /v1/models
  *   ollama.c       /api/chat, /api/generate, /api/tags, /api/ps, /api/version
  *   llamacpp.c     llama-server's /infill (code editors' fill in the middle)
+ *   embeddings.c   /v1/embeddings, /api/embed, /api/embeddings
  *   conversations.c  the flows kept open for conversations that may come back, so that a
  *                  conversation's next turn prefills only what is new
  *   engine-link.c  the engine on the bus (GDBus) */
@@ -72,6 +73,11 @@ typedef void (*ModelAnswer)(SoupServerMessage *msg, const char *want, const char
                             int arg);
 void model_query(Bridge *b, SoupServerMessage *msg, Api api, const char *want, ModelAnswer answer,
                  int arg);
+/* Whether the engine's answer to "which model" (engine_link_get_model: model, or NULL with the
+ * error) serves the client's `want`; fills `f` otherwise (404 in the API's words, 503 with no
+ * model). */
+bool model_check(Api api, const char *want, const char *model, const char *error_name, const char *message,
+                 Fail *f);
 
 /* Answers `msg` with the error as the API's clients expect it, and logs one line. */
 void respond_error(SoupServerMessage *msg, Api api, const Fail *f);
@@ -254,6 +260,7 @@ void conversations_clear(Bridge *b);
 bool openai_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
 bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
 bool llamacpp_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
+bool embeddings_route(Bridge *b, SoupServerMessage *msg, const char *method, const char *path);
 void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query,
                   gpointer data);
 /* After a request's headers: answers what it can before the body, keeps the body up to the cap */

@@ -384,6 +384,57 @@ guint engine_link_generation(EngineLink *l) {
         return l->generation;
 }
 
+typedef struct EmbedCall {
+        EngineEmbedCallback cb;
+        void *userdata;
+        char *message;
+} EmbedCall;
+
+static void on_embedded(GObject *src, GAsyncResult *res, gpointer data) {
+        g_autofree EmbedCall *c = data;
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, &e);
+        g_autoptr(GVariant) v = NULL, stats = NULL;
+        EngineStats st;
+
+        if (!r) {
+                g_autofree char *remote = g_dbus_error_get_remote_error(e);
+                g_dbus_error_strip_remote_error(e);
+                c->cb(c->userdata, NULL, NULL, remote, e->message);
+                return;
+        }
+        g_variant_get(r, "(@ad@a{sv})", &v, &stats);
+        stats_parse(stats, &st);
+        c->cb(c->userdata, v, &st, NULL, NULL);
+}
+
+static gboolean embed_failure_cb(gpointer data) {
+        EmbedCall *c = data;
+        c->cb(c->userdata, NULL, NULL, "org.freedesktop.DBus.Error.NoServer", c->message);
+        g_free(c->message);
+        g_free(c);
+        return G_SOURCE_REMOVE;
+}
+
+void engine_link_embed(EngineLink *l, const char *text, GVariant *options, EngineEmbedCallback cb,
+                       void *userdata) {
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GVariant) opts = g_variant_ref_sink(options);
+        EmbedCall *c = g_new0(EmbedCall, 1);
+
+        c->cb = cb;
+        c->userdata = userdata;
+        if (!ensure_connection(l, &e)) {
+                c->message = g_strdup_printf("Cannot connect to %s: %s",
+                                             l->address ? l->address : "the system bus", e->message);
+                g_idle_add(embed_failure_cb, c);
+                return;
+        }
+        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE, "Embed",
+                               g_variant_new("(s@a{sv})", text, opts), G_VARIANT_TYPE("(ada{sv})"),
+                               G_DBUS_CALL_FLAGS_NONE, G_MAXINT, NULL, on_embedded, c);
+}
+
 typedef struct FlowCall {
         EngineFlowCallback cb;
         void *userdata;

@@ -15,7 +15,7 @@ typedef struct EngineJob EngineJob;
 
 typedef struct EngineStats {
         guint prompt_tokens, prefill_tokens, generated_tokens;
-        gboolean prompt_cut;    /* fill in the middle, fitted: text was left out */
+        gboolean prompt_cut;    /* fill in the middle fitted, or an embedding cut: text was left out */
         double ttft_s, latency_s;
         /* with tools: "tool_calls" and the call ({"name", "arguments"} as JSON) when the
          * answer is one; NULL otherwise. Valid during the callback. */
@@ -63,6 +63,15 @@ void engine_job_stop(EngineJob *j);
 typedef void (*EngineModelCallback)(void *userdata, const char *model, GVariant *info,
                                     const char *error_name, const char *message);
 void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata);
+
+/* Embed: `cb(userdata, embedding, stats, error_name, message)`, embedding the reply's `ad`
+ * (the callback's to read, not to keep) and NULL on failure. `options` (a{sv}, floating or
+ * not; consumed) are Embed's. No time limit but the bus's connection: a proactive embedding
+ * may wait long behind other work. */
+typedef void (*EngineEmbedCallback)(void *userdata, GVariant *embedding, const EngineStats *stats,
+                                    const char *error_name, const char *message);
+void engine_link_embed(EngineLink *l, const char *text, GVariant *options, EngineEmbedCallback cb,
+                       void *userdata);
 
 /* OpenFlow: `cb(userdata, path, error_name, message)` with path NULL on failure. */
 typedef void (*EngineFlowCallback)(void *userdata, const char *path, const char *error_name,

@@ -53,6 +53,8 @@ void fail_from_engine(Fail *f, const char *error_name, const char *message) {
         else if (strcmp(n, "org.agentxpu.Error.AccessDenied") == 0 ||
                  strcmp(n, "org.freedesktop.DBus.Error.AccessDenied") == 0)
                 fail_set(f, 403, "permission_error", NULL, "%s", message);
+        else if (strcmp(n, "org.agentxpu.Error.Unsupported") == 0)
+                fail_set(f, 400, "invalid_request_error", "unsupported", "%s", message);
         else if (strcmp(n, "org.agentxpu.Error.NoModel") == 0)
                 fail_set(f, 503, "server_error", "no_model", "%s", message);
         else if (strcmp(n, "org.agentxpu.Error.Cancelled") == 0)
@@ -1144,8 +1146,8 @@ static bool model_matches(const char *have, const char *want) {
 
 /* Whether the engine's answer to "which model" (model, or NULL with the error) serves the
  * client's `want`; fills `f` otherwise. */
-static bool model_check(Api api, const char *want, const char *model, const char *error_name,
-                        const char *message, Fail *f) {
+bool model_check(Api api, const char *want, const char *model, const char *error_name, const char *message,
+                 Fail *f) {
         if (!model)
                 fail_from_engine(f, error_name, message);
         else if (!*model)
@@ -1327,7 +1329,8 @@ void http_handler(SoupServer *server, SoupServerMessage *msg, const char *path, 
                 respond_unauthorized(msg, api);
                 return;
         }
-        if (openai_route(b, msg, method, path) || ollama_route(b, msg, method, path) ||
+        if (embeddings_route(b, msg, method, path) || openai_route(b, msg, method, path) ||
+            ollama_route(b, msg, method, path) ||
             llamacpp_route(b, msg, method, path))
                 return;
         if (strcmp(path, "/") == 0 && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)) {

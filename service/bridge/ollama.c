@@ -586,7 +586,7 @@ bool ollama_route(Bridge *b, SoupServerMessage *msg, const char *method, const c
                                 return true;
                         }
                 if (g_str_has_prefix(path, "/api/")) {
-                        /* pull, push, create, delete, embed...: the models are the engine's */
+                        /* pull, push, create, delete...: the models are the engine's */
                         fail_set(&f, 404, NULL, NULL, "%s %s is not supported by agentxpu", method,
                                  path);
                         respond_error(msg, API_OLLAMA, &f);

@@ -102,6 +102,14 @@ out.openai_conversation = { first: turn1.usage, second: turn2.usage };
 out.openai_bad_token = await apiError(new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong", maxRetries: 0 })
                                         .models.list());
 
+// Embeddings: the library's default encoding (base64, which it decodes), and floats.
+const texts = ["The cat sat on the mat.", "A dog ran in the park."];
+const emb = await openai.embeddings.create({ model, input: texts });
+out.openai_embeddings = { data: emb.data.map((d) => [d.index, d.embedding.length, d.embedding.slice(0, 4)]),
+                          usage: emb.usage };
+out.openai_embedding_float = (await openai.embeddings.create({ model, input: texts[0], encoding_format: "float" }))
+  .data[0].embedding.slice(0, 4);
+
 // The Unix socket, through an agent that connects there (no token: the socket is the user's).
 class UnixAgent extends http.Agent {
   createConnection(options, callback) {
@@ -150,5 +158,8 @@ out.ollama_format_schema = (await ollama.generate({ model, prompt: "Weather?", f
                                                    options: { num_predict: 64, temperature: 0 } })).response;
 const otools = await ollama.chat({ model, messages: ask, tools, options: { num_predict: 64, temperature: 0 } });
 out.ollama_tools = otools.message;
+
+out.ollama_embed = (await ollama.embed({ model, input: texts })).embeddings.map((e) => [e.length, e.slice(0, 4)]);
+out.ollama_embeddings = (await ollama.embeddings({ model, prompt: texts[0] })).embedding.slice(0, 4);
 
 console.log(JSON.stringify(out));

@@ -67,6 +67,9 @@ def test_official_openai_and_ollama_clients():
         chat16 = complete(bus, "Hello", 16)
         chat10 = complete(bus, "Hello", 10)
         comp12 = complete(bus, "Once upon a time", 12, raw=True)
+        texts = ["The cat sat on the mat.", "A dog ran in the park."]
+        embeds = [json.loads(bus.cli("embed", t).out) for t in texts]
+        raw0 = json.loads(bus.cli("embed", "--no-normalize", texts[0]).out)
         r = subprocess.run(["node", "clients.mjs", b.base, b.token, m, b.socket], cwd=folder, capture_output=True,
                            text=True, timeout=300)
         assert r.returncode == 0, (r.stdout, r.stderr, b.text())
@@ -128,6 +131,16 @@ def test_official_openai_and_ollama_clients():
         assert "not found" in got["ollama_unknown_model"]["message"]
         assert isinstance(json.loads(got["ollama_format_json"]), dict), got["ollama_format_json"]
         assert json.loads(got["ollama_format_schema"])["city"] in ("Paris", "Oslo"), got["ollama_format_schema"]
+        # embeddings: the engine's (agentxpu embed) for each text, through both libraries
+        def near(got, want):
+            return len(got) == len(want) and all(abs(a - b) < 2e-7 for a, b in zip(got, want))
+        emb = got["openai_embeddings"]
+        assert [d[0] for d in emb["data"]] == [0, 1] and all(d[1] == 512 for d in emb["data"]), emb
+        assert all(near(d[2], e[:4]) for d, e in zip(emb["data"], embeds)), (emb, [e[:4] for e in embeds])
+        assert emb["usage"]["prompt_tokens"] > 0 and near(got["openai_embedding_float"], embeds[0][:4]), got
+        assert [e[0] for e in got["ollama_embed"]] == [512, 512], got["ollama_embed"]
+        assert all(near(g[1], e[:4]) for g, e in zip(got["ollama_embed"], embeds)), got["ollama_embed"]
+        assert near(got["ollama_embeddings"], raw0[:4]), (got["ollama_embeddings"], raw0[:4])
         # a model of random weights answers in text or with a call; a call is Ollama's shape
         for call in got["ollama_tools"].get("tool_calls") or []:
             assert call["function"]["name"] == "get_weather" and isinstance(call["function"]["arguments"], dict), call

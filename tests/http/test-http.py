@@ -1238,6 +1238,86 @@ def test_engine_leaving_mid_stream_ends_the_stream_with_an_error():
         assert p.returncode == 0
 
 
+def test_embeddings():
+    """/v1/embeddings, /api/embed and /api/embeddings with curl: each input's vector is the
+    engine's Embed (agentxpu embed) for its text, in order, unit length (the older Ollama route
+    not); base64 is the same float32 bytes; usage and prompt_eval_count count the tokens;
+    Ollama's embed cuts a text beyond the context unless truncate is false; bad inputs are the
+    API's 400s, another model 404, GET 405."""
+    import base64
+    import struct
+    texts = ["The cat sat on the mat.", "A dog ran in the park.", "Embeddings map text to vectors.",
+             "Short", "Five inputs go four at a time."]
+    with serving(config="[Engine]\nContextSize=128\n") as (bus, d, b):
+        m = model_name(b)
+        want = []
+        for t in texts:
+            r = bus.cli("embed", "--stats", t)
+            assert r.rc == 0, r
+            want.append(json.loads(r.out))
+        tokens = [int(bus.cli("embed", "--stats", t).err.split()[0]) for t in texts]
+
+        def close(got, exp, scale=1.0):
+            return len(got) == len(exp) == 512 and all(abs(a - b * scale) < 2e-7 for a, b in zip(got, exp))
+
+        status, body = b.json("/v1/embeddings", {"model": m, "input": texts})
+        assert status == 200, body
+        assert body["object"] == "list" and body["model"] == m, body.keys()
+        assert [x["index"] for x in body["data"]] == list(range(5)) and body["data"][0]["object"] == "embedding"
+        assert all(close(x["embedding"], w) for x, w in zip(body["data"], want))
+        assert body["usage"] == {"prompt_tokens": sum(tokens), "total_tokens": sum(tokens)}, (body["usage"], tokens)
+        status, body = b.json("/v1/embeddings", {"model": m, "input": texts[0], "encoding_format": "base64",
+                                                  "priority": "background"})
+        assert status == 200, body
+        raw = base64.b64decode(body["data"][0]["embedding"])
+        assert close(list(struct.unpack("<512f", raw)), want[0])
+
+        status, body = b.json("/api/embed", {"model": m, "input": texts[:2]})
+        assert status == 200, body
+        assert body["model"] == m and len(body["embeddings"]) == 2 and body["prompt_eval_count"] == sum(tokens[:2])
+        assert close(body["embeddings"][0], want[0]) and close(body["embeddings"][1], want[1])
+        assert body["total_duration"] > 0
+        status, body = b.json("/api/embed", {"model": m + ":latest", "input": texts[3]})
+        assert status == 200 and close(body["embeddings"][0], want[3]), body
+        status, body = b.json("/api/embeddings", {"model": m, "prompt": texts[0]})
+        assert status == 200, body
+        v = body["embedding"]
+        norm = sum(x * x for x in v) ** 0.5
+        assert abs(norm - 1) > 1e-3 and close(v, want[0], norm), norm
+
+        long = "word " * 300
+        status, body = b.json("/api/embed", {"model": m, "input": long})
+        assert status == 200 and body["prompt_eval_count"] == 127, body
+        status, body = b.json("/api/embed", {"model": m, "input": long, "truncate": False})
+        assert status == 400 and "context" in body["error"], body
+        status, body = b.json("/v1/embeddings", {"model": m, "input": long})
+        assert status == 400 and body["error"]["code"] == "context_length_exceeded", body
+
+        for path, req, what in [
+                ("/v1/embeddings", {"input": "x"}, "'model' is required"),
+                ("/v1/embeddings", {"model": m}, "'input' is required"),
+                ("/v1/embeddings", {"model": m, "input": []}, "empty array"),
+                ("/v1/embeddings", {"model": m, "input": ["a", ""]}, "empty string"),
+                ("/v1/embeddings", {"model": m, "input": [1, 2, 3]}, "token ids"),
+                ("/v1/embeddings", {"model": m, "input": 7}, "must be a string"),
+                ("/v1/embeddings", {"model": m, "input": "x", "encoding_format": "int8"}, "'encoding_format'"),
+                ("/v1/embeddings", {"model": m, "input": "x", "dimensions": 256}, "'dimensions' is 256"),
+                ("/api/embed", {"model": m, "input": "x", "truncate": "yes"}, "'truncate'"),
+                ("/api/embed", {"model": m, "input": "x", "options": 3}, "'options'"),
+                ("/api/embeddings", {"model": m, "prompt": ["a"]}, "'prompt' must be a string")]:
+            status, body = b.json(path, req)
+            err = body["error"]["message"] if path.startswith("/v1") else body["error"]
+            assert status == 400 and what in err, (path, req, status, body)
+        status, body = b.json("/v1/embeddings", {"model": "text-embedding-3-small", "input": "x"})
+        assert status == 404 and body["error"]["code"] == "model_not_found", body
+        status, body = b.json("/api/embed", {"model": "nomic-embed-text", "input": "x"})
+        assert status == 404 and "not found" in body["error"], body
+        status, _ = b.curl("/v1/embeddings")
+        assert status == 405
+        status, body = b.json("/v1/embeddings", {"model": m, "input": texts[1], "dimensions": 512})
+        assert status == 200 and close(body["data"][0]["embedding"], want[1]), body
+
+
 if __name__ == "__main__":
     main([
         test_socket_mode_and_token_file,
@@ -1267,4 +1347,5 @@ if __name__ == "__main__":
         test_fill_in_the_middle,
         test_logprobs,
         test_infill_for_code_editors,
+        test_embeddings,
     ])
