@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* agentxpu embed: an embedding of a text from the engine service (Engine.Embed), printed as a
- * JSON array of numbers on one line. */
+/* agentxpu embed: an embedding of a text from the engine service (Engine.Embed), or with -m
+ * of a model run in-process as the engine runs it, printed as a JSON array of numbers on one
+ * line. */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -8,6 +9,10 @@
 #include <systemd/sd-bus.h>
 
 #include "base/util.h"
+#include "devices/forward.h"
+#include "heg/seq.h"
+#include "kernels/types.h"
+#include "model/embedding.h"
 #include "cli.h"
 #include "cli-bus.h"
 #include "cli-model.h"
@@ -18,8 +23,12 @@ static int usage(FILE *f) {
                    "\n"
                    "An embedding of the text from the engine service: the model's last hidden states\n"
                    "of its tokens, pooled, as a JSON array of numbers on one line (unit length unless\n"
-                   "--no-normalize). The text is taken as it is, without the chat template.\n"
+                   "--no-normalize). The text is taken as it is, without the chat template. With -m,\n"
+                   "the model runs in this process instead (no service), as the engine runs it.\n"
                    "\n"
+                   "  -m, --model FILE    run this GGUF model in-process\n"
+                   "  --device SPEC       with -m: cpu (default), opencl, ...\n"
+                   "  --threads N         with -m: CPU threads (default: one per core)\n"
                    "  -p, --prompt TEXT   the text\n"
                    "  -f, --file FILE     the text from a file\n"
                    "  --pooling P         mean, cls or last (default: the model's; mean for a chat\n"
@@ -33,11 +42,77 @@ static int usage(FILE *f) {
         return f == stderr ? 2 : 0;
 }
 
+/* The embedding as one JSON line */
+static void print_vector(const double *v, const float *f, size_t n) {
+        fputc('[', stdout);
+        for (size_t i = 0; i < n; i++)
+                printf("%s%.9g", i ? ", " : "", v ? v[i] : (double) f[i]);
+        fputs("]\n", stdout);
+}
+
+/* -m: the engine's embedding (engine.c, req_embed) without the service: the text's tokens
+ * prefilled at once on the device, their residual stream pooled */
+static int embed_here(const char *path, const char *device, int threads, const char *text, size_t len,
+                      const char *pooling, bool normalize, bool truncate, bool stats) {
+        _cleanup_free_ int32_t *toks = NULL;
+        _cleanup_free_ float *v = NULL;
+        axp_model *m = NULL;
+        axp_device *d = NULL;
+        axp_seq q = { 0 };
+        axp_error err = { 0 };
+        enum axp_pooling pool = AXP_POOLING_MODEL;
+        bool cut = false;
+        double t0 = axp_now();
+        int n = 0, r;
+
+        if (pooling)
+                (void) axp_pooling_from_name(pooling, &pool);
+        if ((r = cli_load(path, device, threads, &m, &d)) != 0)
+                return r;
+        if (axp_embedding_pooling(m, pool, &pool, &err) < 0) {
+                r = cli_fail("%s", err.msg);
+                goto out;
+        }
+        if ((r = cli_tokenize_raw(m, text, len, &toks, &n)) != 0)
+                goto out;
+        if (n > m->hp.n_ctx_train) {
+                if (!truncate) {
+                        r = cli_fail("the text is %d tokens and the model's context holds %d (--truncate cuts it)", n,
+                                     m->hp.n_ctx_train);
+                        goto out;
+                }
+                n = m->hp.n_ctx_train;
+                cut = true;
+        }
+        if (axp_seq_init(&q, m, AXP_TYPE_F16, n, n, &err) < 0 || axp_forward_prefill(d, &q, toks, n, 0, &err) < 0) {
+                r = cli_fail("%s", err.msg);
+                goto out;
+        }
+        if (!(v = malloc(sizeof(float) * (size_t) m->hp.n_embd))) {
+                r = cli_fail("out of memory");
+                goto out;
+        }
+        axp_embedding_pool(m, q.x, n, pool, normalize, v);
+        print_vector(NULL, v, (size_t) m->hp.n_embd);
+        if (stats)
+                fprintf(stderr, "%d tokens%s, %.3f s (%s pooling)\n", n, cut ? " (the text was cut to fit)" : "",
+                        axp_now() - t0, axp_pooling_name(pool));
+        r = fflush(stdout) == 0 ? 0 : cli_fail("cannot write the embedding");
+out:
+        axp_seq_free(&q);
+        axp_device_free(d);
+        axp_model_free(m);
+        return r;
+}
+
 int cli_embed(int argc, char **argv) {
-        enum { O_ADDRESS = 256, O_POOLING, O_NO_NORMALIZE, O_TRUNCATE, O_PROACTIVE, O_STATS };
+        enum { O_ADDRESS = 256, O_POOLING, O_NO_NORMALIZE, O_TRUNCATE, O_PROACTIVE, O_STATS, O_DEVICE, O_THREADS };
         static const struct option options[] = {
                 { "prompt", required_argument, NULL, 'p' },
                 { "file", required_argument, NULL, 'f' },
+                { "model", required_argument, NULL, 'm' },
+                { "device", required_argument, NULL, O_DEVICE },
+                { "threads", required_argument, NULL, O_THREADS },
                 { "pooling", required_argument, NULL, O_POOLING },
                 { "no-normalize", no_argument, NULL, O_NO_NORMALIZE },
                 { "truncate", no_argument, NULL, O_TRUNCATE },
@@ -51,17 +126,24 @@ int cli_embed(int argc, char **argv) {
         _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
         _cleanup_free_ char *text = NULL;
-        const char *address = NULL, *prompt = NULL, *file = NULL, *pooling = NULL;
+        const char *address = NULL, *prompt = NULL, *file = NULL, *pooling = NULL, *model = NULL, *device = NULL;
+        uint64_t threads = 0;
         bool normalize = true, truncate = false, proactive = false, stats = false;
         const double *v;
         size_t len, size;
         int c, r;
 
         optind = 1;
-        while ((c = cli_getopt(argc, argv, "p:f:h", options)) >= 0)
+        while ((c = cli_getopt(argc, argv, "p:f:m:h", options)) >= 0)
                 switch (c) {
                 case 'p': prompt = optarg; break;
                 case 'f': file = optarg; break;
+                case 'm': model = optarg; break;
+                case O_DEVICE: device = optarg; break;
+                case O_THREADS:
+                        if (!cli_uint("--threads", optarg, 1, 1024, &threads))
+                                return 2;
+                        break;
                 case O_POOLING:
                         if (strcmp(optarg, "mean") != 0 && strcmp(optarg, "cls") != 0 && strcmp(optarg, "last") != 0)
                                 return cli_usage_error("unknown --pooling '%s' (mean, cls, last)", optarg);
@@ -84,6 +166,13 @@ int cli_embed(int argc, char **argv) {
                 return r;
         if (memchr(text, 0, len))
                 return cli_usage_error("the text holds a NUL byte");
+        if (model) {
+                if (address || proactive)
+                        return cli_usage_error("--address and --proactive are the service's; -m runs the model here");
+                return embed_here(model, device, (int) threads, text, len, pooling, normalize, truncate, stats);
+        }
+        if (device || threads)
+                return cli_usage_error("--device and --threads go with -m");
 
         if (connect_engine(address, &bus) != 0)
                 return 1;
@@ -108,10 +197,7 @@ int cli_embed(int argc, char **argv) {
         r = sd_bus_message_read_array(reply, 'd', (const void **) &v, &size);
         if (r < 0)
                 return cli_fail("unexpected reply to Embed: %s", strerror(-r));
-        fputc('[', stdout);
-        for (size_t i = 0; i < size / sizeof(double); i++)
-                printf("%s%.9g", i ? ", " : "", v[i]);
-        fputs("]\n", stdout);
+        print_vector(v, NULL, size / sizeof(double));
         if (stats) {
                 uint32_t prompt_tokens = 0;
                 double latency = 0;

@@ -177,6 +177,16 @@ def test_embed():
         assert r.rc == 0 and "cut to fit" in r.err, r
         r = bus.cli("embed", "--pooling", "best", text)
         assert r.rc == 2 and "--pooling" in r.err, r
+    # in-process (-m): the engine's numbers without the service
+    r = run([CLI, "embed", "-m", model(), text])
+    assert r.rc == 0 and all(abs(a - b) < 1e-7 for a, b in zip(json.loads(r.out), v)), r.out[:200]
+    r = run([CLI, "embed", "-m", model(), "--pooling", "last", "--stats", text])
+    assert r.rc == 0 and "last pooling" in r.err, r
+    assert all(abs(a - b) < 1e-7 for a, b in zip(json.loads(r.out), last)), r.out[:200]
+    r = run([CLI, "embed", "-m", model(), "--proactive", text])
+    assert r.rc == 2 and "-m runs the model here" in r.err, r
+    r = run([CLI, "embed", "--threads", "2", text])
+    assert r.rc == 2 and "go with -m" in r.err, r
 
 
 def test_forget_prompt_cache():
