@@ -140,6 +140,30 @@ def test_complete_replies_with_text_and_stats():
         assert r.json["data"][1]["reason"]["data"] == "stop", r
 
 
+def test_embed_replies_and_its_caller_may_leave():
+    """Embed replies with the engine's numbers (the test double's: the prompt's tokens, then
+    what the options asked) and Complete's stats, and leaves no object; a caller that leaves
+    before the answer has its request cancelled, and the daemon goes on serving."""
+    with engine() as (bus, d):
+        r = bus.call("Embed", "one two three", "{}")
+        assert r.rc == 0, r
+        assert r.out.startswith("([7.0, 1.0, 0.0, 0.0], {"), r.out
+        assert "'reason': <'stop'>" in r.out and "'generated_tokens': <uint32 0>" in r.out, r.out
+        r = bus.call("Embed", "one", "{'normalize': <false>, 'pooling': <'last'>, 'truncate': <true>, "
+                                     "'priority': <'proactive'>}")
+        assert r.rc == 0 and r.out.startswith("([5.0, 0.0, 3.0, 1.0], {"), r
+        assert bus.request_nodes() == []
+        p = bus.spawn(["gdbus", "call", "--address", bus.address, "--dest", NAME, "--object-path", PATH,
+                       "--method", f"{IFACE}.Embed", "silent please", "{}"],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: bus.props()["QueuedReactive"] + bus.props()["Running"] == 1, "the embedding queued")
+        p.kill()
+        p.wait()
+        wait_for(lambda: engine_idle(bus), "the orphan cancelled")
+        assert bus.call("Embed", "again", "{}").rc == 0
+        assert d.proc.poll() is None, d.text()
+
+
 def parse_monitor(text):
     """dbus-monitor's output as a list of (header dict, [argument lines])."""
     msgs = []
@@ -866,6 +890,7 @@ def test_startup_errors_are_clear():
 TESTS = [
     test_introspection_matches_xml,
     test_complete_replies_with_text_and_stats,
+    test_embed_replies_and_its_caller_may_leave,
     test_tokens_unicast_in_order_and_bystander_sees_none,
     test_tokens_are_whole_characters_and_no_byte_is_dropped,
     test_client_that_leaves_has_its_request_cancelled_and_freed,
