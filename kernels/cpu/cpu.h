@@ -340,7 +340,16 @@ bool axp_cpu_set_bf16_dot(bool on);
  * and as a loop it streamed 20-21 against 23-25 GB/s), each prefetch held in its step by a
  * compiler barrier: 15-17 -> 17-19 GB/s, ahead in 7 pairs of 7. Q3_K's prefetch is its own
  * (prefetch_q3_K, below). */
-#define PF_AHEAD 2 /* superblocks */
+/* How far ahead of the superblock being read the K-quants' and IQ4_XS's prefetches reach, in
+ * bytes of the group's stream (they fetch that superblock's share of lines from there, so
+ * every line is fetched whatever the distance). It was 2 superblocks (2.7 KB for Q2_K, 4.4
+ * for IQ4_XS, 4.7 for Q4_K, 6.8 for Q6_K): on this AMD EPYC's shared cores one token's
+ * product streamed, per core from memory (bench-kernels --micro, the builds taking turns,
+ * three rounds, GB/s, AVX-512 / AVX2), Q2_K 15 / 13.5 -> 26 / 23, IQ4_XS 19.5 / 18.5 -> 24
+ * / 23, Q4_K 20 / 20.5 -> 20.5 / 26.5, Q5_K 22 / 23.3 -> 21 / 26, Q6_K 22 / 26 -> 21.5 / 25
+ * (two tokens: Q6_K 24.5 / 24 -> 24 / 26); 6 and 7 KB gave less for the small superblocks,
+ * 10 KB less for Q6_K's and IQ4_XS's one token. Q3_K has its own (PF_Q3_K_BYTES). */
+#define PF_AHEAD_BYTES 8192
 /* Which tiles prefetch: a product's first tile over a group (the kernels' pf), the one that
  * brings the group in from memory: decode's one or two tokens, several requests decoded
  * together (3 to 8 rows on AVX-512, 3 and 4 on the AVX2 builds) and a prefill's

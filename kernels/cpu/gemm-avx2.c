@@ -786,7 +786,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 8; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5, pf);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (high ? 360 : 320), high ? 6 : 5, pf);
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
                         __m256i sc16[2]; /* scales as s16 pairs (int32 with VNNI) */
                         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -915,7 +915,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 16; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4, pf);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * 212, 4, pf);
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
                         __m256i w[2][4], scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -1077,7 +1077,7 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         UNROLL for (int e = 0; e < 2; e++) {
                                 const int j = jp + e;
                                 if (pf)
-                                        prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * (PK_Q2_K_SB / 16), 2, pf);
+                                        prefetch_lines(sb + PF_AHEAD_BYTES + j * (PK_Q2_K_SB / 16), 2, pf);
                                 __m256i scj[2], w[2][4];
                                 UNROLL for (int hh = 0; hh < NH; hh++) {
                                         /* 8 rows' (scale | min << 4) bytes of sub-blocks 2p, 2p + 1 */
@@ -1167,11 +1167,6 @@ AI void scales6_all(const uint8_t *lo, const uint8_t *hi, int nj, int8_t *out) {
                 _mm_storeu_si128((__m128i *) (out + 16 * (4 * k + 2)), _mm256_extracti128_si256(e, 1));
                 _mm_storeu_si128((__m128i *) (out + 16 * (4 * k + 3)), _mm256_extracti128_si256(o, 1));
         }
-}
-
-/* Sub-block j's scales of half h from scales6_all, as floats */
-AI __m256 scale6(const int8_t *sc, int j, int h) {
-        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (sc + 16 * j + 8 * h))));
 }
 
 /* Q3_K: the four quads of a pair's sub-block 2p (odd = 0) or 2p + 1 (odd = 1) from its three
@@ -1289,8 +1284,11 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
 GEMM_HALVES_FEW_APART(q3_K)
 
 /* IQ4_XS: the signed levels with the sign trick of IQ4_NL (|w| times a with w's sign; for one
- * token |a| times w with a's sign, the levels never being -128), per sub-block of 32, times the
- * signed 6-bit scale in float. */
+ * token |a| times w with a's sign, the levels never being -128). A sub-block's pair sums go
+ * into vpmaddwd with its signed 6-bit scales in place of ones, so the superblock's dot (at
+ * most 8 * 32 * 127 * 127 * 32, well within int32) is summed exactly in integers and meets a
+ * float once a superblock, as the K-quants'; with VNNI each sub-block's vpdpbusd sum times its
+ * scale (vpmulld): the same integers. */
 AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y, long ldy,
                     int n_rows, int pf, int h0, int NH) {
         int64_t k = act->k, ns = k / QK_K;
@@ -1305,32 +1303,34 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
         const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) axp_iq4nl_values));
 #ifdef AXP_AVX_VNNI
         const __m256i lut128 = _mm256_xor_si256(lut, _mm256_set1_epi8((char) 0x80));
-#else
-        const __m256i ones = _mm256_set1_epi16(1);
 #endif
         for (int64_t s = 0; s < ns; s++) {
                 const uint8_t *sb = g + s * PK_IQ4_XS_SB;
-                __m256 sacc[MAX_T][2];
+                __m256i iacc[MAX_T][2];
                 UNROLL for (int t = 0; t < T; t++)
                         UNROLL for (int hh = 0; hh < NH; hh++)
-                                sacc[t][hh] = _mm256_setzero_ps();
+                                iacc[t][hh] = _mm256_setzero_si256();
                 int8_t sc6[8 * 16];
                 scales6_all(sb + 32, sb + 96, 8, sc6);
                 for (int j = 0; j < 8; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * (PK_IQ4_XS_SB / 8), 5, pf);
-                        __m256 scj[2];
-                        UNROLL for (int hh = 0; hh < NH; hh++)
-                                scj[hh] = scale6(sc6, j, h0 + hh);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (PK_IQ4_XS_SB / 8), 5, pf);
+                        __m256i scj[2];
+                        UNROLL for (int hh = 0; hh < NH; hh++) {
+                                const int8_t *sp = sc6 + 16 * j + 8 * (h0 + hh);
+#ifdef AXP_AVX_VNNI
+                                scj[hh] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) sp));
+#else
+                                scj[hh] = scales_s8(sp);
+#endif
+                        }
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
+#ifdef AXP_AVX_VNNI
                         __m256i isum[MAX_T][2];
                         UNROLL for (int t = 0; t < T; t++)
                                 UNROLL for (int hh = 0; hh < NH; hh++)
-#ifdef AXP_AVX_VNNI
                                         /* the levels + 128 as u8: less 128 times the activations' sum */
                                         isum[t][hh] = _mm256_set1_epi32(-128 * act_q8_K_bs32(row[t], s)[j]);
-#else
-                                        isum[t][hh] = _mm256_setzero_si256();
 #endif
                         UNROLL for (int jj = 0; jj < 8; jj++) {
                                 __m256i ws[2], aw[2];
@@ -1357,21 +1357,23 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
 #else
                                                 __m256i p16 = T == 1 ? _mm256_maddubs_epi16(aa, _mm256_sign_epi8(ws[hh], av))
                                                                      : _mm256_maddubs_epi16(aw[hh], _mm256_sign_epi8(av, ws[hh]));
-                                                isum[t][hh] = madd_acc(isum[t][hh], p16, ones);
-                                                CHAIN(isum[t][hh]);
+                                                iacc[t][hh] = madd_acc(iacc[t][hh], p16, scj[hh]);
+                                                CHAIN(iacc[t][hh]);
 #endif
                                         }
                                 }
                         }
+#ifdef AXP_AVX_VNNI
                         UNROLL for (int t = 0; t < T; t++)
                                 UNROLL for (int hh = 0; hh < NH; hh++)
-                                        sacc[t][hh] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][hh]), scj[hh], sacc[t][hh]);
+                                        iacc[t][hh] = _mm256_add_epi32(iacc[t][hh], _mm256_mullo_epi32(isum[t][hh], scj[hh]));
+#endif
                 }
                 UNROLL for (int hh = 0; hh < NH; hh++) {
                         __m256 d = _mm256_cvtph_ps(ldu16(sb + 16 * (h0 + hh)));
                         UNROLL for (int t = 0; t < T; t++)
-                                acc[t][hh] = _mm256_fmadd_ps(_mm256_set1_ps(act_q8_K_d(row[t], s)),
-                                                             _mm256_mul_ps(d, sacc[t][hh]), acc[t][hh]);
+                                acc[t][hh] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(act_q8_K_d(row[t], s))),
+                                                             _mm256_cvtepi32_ps(iacc[t][hh]), acc[t][hh]);
                 }
         }
         UNROLL for (int t = 0; t < T; t++)

@@ -418,10 +418,10 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
                         }
                 }
-                for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
+                for (int j = 0; j < 8; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         /* one token is memory bound: keep more of the stream in flight */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * sb_bytes + j * (high ? 360 : 320), high ? 6 : 5, pf);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (high ? 360 : 320), high ? 6 : 5, pf);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         if (in_place)
@@ -511,9 +511,9 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 corr[t] = _mm512_dpwssd_epi32(corr[t], sc16, bs);
                         }
                 }
-                for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
+                for (int j = 0; j < 16; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q6_K_SB + j * 212, 4, pf);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * 212, 4, pf);
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
                                 ld32(sb + 32 + 32 * (j / 2)));
@@ -589,9 +589,9 @@ AI void q2_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                                 msum[t] = _mm512_dpwssd_epi32(msum[t], m16, bs);
                         }
                 }
-                for (int j = 0; j < 16; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
+                for (int j = 0; j < 16; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_Q2_K_SB + j * 84, 2, pf);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * 84, 2, pf);
                         __m512i w32 = _mm512_cvtepu16_epi32(ld32(sb + 64 + 32 * (j / 2)));
                         __m512i scj = _mm512_and_si512((j & 1) ? _mm512_srli_epi32(w32, 8) : w32, m15);
                         __m512i v = _mm512_load_si512(sb + PK_Q2_K_HEAD + 64 * j);
@@ -676,7 +676,7 @@ AI void q3_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                         isb[t] = _mm512_setzero_si512();
                 _Alignas(64) int8_t ev[8 * 16], od[8 * 16];
                 scales6_split(h + 32, h + 160, 8, ev, od);
-                UNROLL for (int j = 0; j < 16; j++) { /* unrolled (PF_AHEAD, cpu.h) */
+                UNROLL for (int j = 0; j < 16; j++) { /* unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         const uint8_t *vp = qs + 192 * (j / 2);
                         if (pf && !(j & 1)) {
                                 prefetch_q3_K(g, s, j / 2, pf);
@@ -759,9 +759,9 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                         sacc[t] = _mm512_setzero_ps();
                 _Alignas(64) int8_t ev[4 * 16], od[4 * 16];
                 scales6_split(sb + 32, sb + 96, 4, ev, od);
-                for (int j = 0; j < 8; j++) { /* not unrolled (PF_AHEAD, cpu.h) */
+                for (int j = 0; j < 8; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD * PK_IQ4_XS_SB + j * 272, 4, pf);
+                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (PK_IQ4_XS_SB / 8), 5, pf);
                         __m512 scj = _mm512_cvtepi32_ps(scale6_i32(ev, od, j));
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
                         __m512i w[8];
