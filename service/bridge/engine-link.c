@@ -384,103 +384,97 @@ guint engine_link_generation(EngineLink *l) {
         return l->generation;
 }
 
-typedef struct EmbedCall {
-        EngineEmbedCallback cb;
+/* A method call of the engine whose answer goes to `done`: the reply, or NULL with the D-Bus
+ * error (a connection that cannot be made answers NoServer from the main loop, never from
+ * inside the call). OpenFlow and Embed. */
+typedef struct EngineCall EngineCall;
+struct EngineCall {
+        void (*done)(EngineCall *c, GVariant *reply, const char *error_name, const char *message);
+        union {
+                EngineEmbedCallback embed;
+                EngineFlowCallback flow;
+        } cb;
         void *userdata;
         char *message;
-} EmbedCall;
+};
 
-static void on_embedded(GObject *src, GAsyncResult *res, gpointer data) {
-        g_autofree EmbedCall *c = data;
+static void on_call_done(GObject *src, GAsyncResult *res, gpointer data) {
+        g_autofree EngineCall *c = data;
         g_autoptr(GError) e = NULL;
         g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, &e);
-        g_autoptr(GVariant) v = NULL, stats = NULL;
-        EngineStats st;
 
         if (!r) {
                 g_autofree char *remote = g_dbus_error_get_remote_error(e);
                 g_dbus_error_strip_remote_error(e);
-                c->cb(c->userdata, NULL, NULL, remote, e->message);
+                c->done(c, NULL, remote, e->message);
                 return;
         }
-        g_variant_get(r, "(@ad@a{sv})", &v, &stats);
-        stats_parse(stats, &st);
-        c->cb(c->userdata, v, &st, NULL, NULL);
+        c->done(c, r, NULL, NULL);
 }
 
-static gboolean embed_failure_cb(gpointer data) {
-        EmbedCall *c = data;
-        c->cb(c->userdata, NULL, NULL, "org.freedesktop.DBus.Error.NoServer", c->message);
+static gboolean call_failure_cb(gpointer data) {
+        EngineCall *c = data;
+        c->done(c, NULL, "org.freedesktop.DBus.Error.NoServer", c->message);
         g_free(c->message);
         g_free(c);
         return G_SOURCE_REMOVE;
+}
+
+/* `params` floating; timeout_ms as g_dbus_connection_call's */
+static void engine_call(EngineLink *l, const char *method, GVariant *params, const char *reply_type, int timeout_ms,
+                        EngineCall *c) {
+        g_autoptr(GError) e = NULL;
+        g_autoptr(GVariant) p = g_variant_ref_sink(params);
+
+        if (!ensure_connection(l, &e)) {
+                c->message = g_strdup_printf("Cannot connect to %s: %s",
+                                             l->address ? l->address : "the system bus", e->message);
+                g_idle_add(call_failure_cb, c);
+                return;
+        }
+        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE, method, p,
+                               G_VARIANT_TYPE(reply_type), G_DBUS_CALL_FLAGS_NONE, timeout_ms, NULL, on_call_done, c);
+}
+
+
+static void embed_done(EngineCall *c, GVariant *reply, const char *error_name, const char *message) {
+        EngineEmbedCallback cb = c->cb.embed;
+        g_autoptr(GVariant) v = NULL, stats = NULL;
+        EngineStats st;
+
+        if (!reply) {
+                cb(c->userdata, NULL, NULL, error_name, message);
+                return;
+        }
+        g_variant_get(reply, "(@ad@a{sv})", &v, &stats);
+        stats_parse(stats, &st);
+        cb(c->userdata, v, &st, NULL, NULL);
 }
 
 void engine_link_embed(EngineLink *l, const char *text, GVariant *options, EngineEmbedCallback cb,
                        void *userdata) {
-        g_autoptr(GError) e = NULL;
         g_autoptr(GVariant) opts = g_variant_ref_sink(options);
-        EmbedCall *c = g_new0(EmbedCall, 1);
 
-        c->cb = cb;
-        c->userdata = userdata;
-        if (!ensure_connection(l, &e)) {
-                c->message = g_strdup_printf("Cannot connect to %s: %s",
-                                             l->address ? l->address : "the system bus", e->message);
-                g_idle_add(embed_failure_cb, c);
-                return;
-        }
-        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE, "Embed",
-                               g_variant_new("(s@a{sv})", text, opts), G_VARIANT_TYPE("(ada{sv})"),
-                               G_DBUS_CALL_FLAGS_NONE, G_MAXINT, NULL, on_embedded, c);
+        EngineCall *c = g_new0(EngineCall, 1);
+
+        *c = (EngineCall) { .done = embed_done, .cb.embed = cb, .userdata = userdata };
+        engine_call(l, "Embed", g_variant_new("(s@a{sv})", text, opts), "(ada{sv})", G_MAXINT, c);
 }
 
-typedef struct FlowCall {
-        EngineFlowCallback cb;
-        void *userdata;
-        char *message;
-} FlowCall;
+static void flow_done(EngineCall *c, GVariant *reply, const char *error_name, const char *message) {
+        const char *path = NULL;
 
-static void on_flow_opened(GObject *src, GAsyncResult *res, gpointer data) {
-        g_autofree FlowCall *c = data;
-        g_autoptr(GError) e = NULL;
-        g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, &e);
-        const char *path;
-
-        if (!r) {
-                g_autofree char *remote = g_dbus_error_get_remote_error(e);
-                g_dbus_error_strip_remote_error(e);
-                c->cb(c->userdata, NULL, remote, e->message);
-                return;
-        }
-        g_variant_get(r, "(&o)", &path);
-        c->cb(c->userdata, path, NULL, NULL);
-}
-
-static gboolean flow_failure_cb(gpointer data) {
-        FlowCall *c = data;
-        c->cb(c->userdata, NULL, "org.freedesktop.DBus.Error.NoServer", c->message);
-        g_free(c->message);
-        g_free(c);
-        return G_SOURCE_REMOVE;
+        if (reply)
+                g_variant_get(reply, "(&o)", &path);
+        c->cb.flow(c->userdata, path, error_name, message);
 }
 
 void engine_link_open_flow(EngineLink *l, EngineFlowCallback cb, void *userdata) {
-        g_autoptr(GError) e = NULL;
-        FlowCall *c = g_new0(FlowCall, 1);
+        EngineCall *c = g_new0(EngineCall, 1);
 
-        c->cb = cb;
-        c->userdata = userdata;
-        if (!ensure_connection(l, &e)) {
-                c->message = g_strdup_printf("Cannot connect to %s: %s",
-                                             l->address ? l->address : "the system bus", e->message);
-                g_idle_add(flow_failure_cb, c);
-                return;
-        }
-        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE,
-                               "OpenFlow", g_variant_new("(@a{sv})", g_variant_new("a{sv}", NULL)),
-                               G_VARIANT_TYPE("(o)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
-                               NULL, on_flow_opened, c);
+        *c = (EngineCall) { .done = flow_done, .cb.flow = cb, .userdata = userdata };
+        engine_call(l, "OpenFlow", g_variant_new("(@a{sv})", g_variant_new("a{sv}", NULL)), "(o)", SUBMIT_TIMEOUT_MS,
+                    c);
 }
 
 void engine_link_close_flow(EngineLink *l, const char *path) {
