@@ -65,3 +65,5 @@ echo "== the same engine through gdbus: org.agentxpu.Engine.Complete"
 gdbus call --address "$ADDR" --dest org.agentxpu.Engine --object-path /org/agentxpu/Engine \
         --method org.agentxpu.Engine.Complete "Hello" \
         "{'max_tokens': <uint32 8>, 'temperature': <0.0>, 'raw': <true>}"
+echo "== an embedding of a text (the first numbers of its vector): agentxpu embed"
+"$AXP" embed --address "$ADDR" --stats "The cat sat on the mat." | cut -c1-100
