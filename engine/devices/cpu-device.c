@@ -96,15 +96,6 @@ static void for_rows(cpu_dev *c, const axp_task *t, int base, int n, row_fn fn, 
                 axp_pool_run(c->pool, rows_worker, &j);
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-        double sum = 0;
-        for (int i = 0; i < n; i++)
-                sum += (double) x[i] * x[i];
-        float scale = 1.0f / sqrtf((float) (sum / n) + eps);
-        for (int i = 0; i < n; i++)
-                out[i] = x[i] * scale * w[i];
-}
-
 static void rope(const cpu_dev *c, int layer, float *x, int n_heads, int pos) {
         const axp_hparams *hp = &c->model->hp;
         const int half = hp->rope_dim / 2;
@@ -148,7 +139,7 @@ static void k1_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         k1_ctx *k = ctx;
         const axp_hparams *hp = &c->model->hp;
         row_ref *r = &c->rows[base + i];
-        rmsnorm(k->h + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd, k->l->attn_norm.data,
+        axp_cpu_rmsnorm(k->h + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd, k->l->attn_norm.data,
                 hp->n_embd, hp->rms_eps);
 }
 
@@ -164,7 +155,7 @@ static void head_norm(float *x, const axp_weight *w, int n_heads, int hd, float 
         if (!w->data)
                 return;
         for (int h = 0; h < n_heads; h++)
-                rmsnorm(x + h * hd, x + h * hd, w->data, hd, eps);
+                axp_cpu_rmsnorm(x + h * hd, x + h * hd, w->data, hd, eps);
 }
 
 static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
@@ -267,10 +258,10 @@ static void k3_residual_norm_row(cpu_dev *c, const axp_task *t, int base, int i,
         row_ref *r = &c->rows[base + i];
         float *x = r->seq->x + (size_t) r->t * hp->n_embd, *o = k->o + (size_t) i * hp->n_embd;
         if (k->l->post_attn_norm.data)
-                rmsnorm(o, o, k->l->post_attn_norm.data, hp->n_embd, hp->rms_eps);
+                axp_cpu_rmsnorm(o, o, k->l->post_attn_norm.data, hp->n_embd, hp->rms_eps);
         for (int j = 0; j < hp->n_embd; j++)
                 x[j] += o[j];
-        rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
+        axp_cpu_rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
 }
 
 static void k3_swiglu_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
@@ -286,7 +277,7 @@ static void k3_residual_row(cpu_dev *c, const axp_task *t, int base, int i, void
         row_ref *r = &c->rows[base + i];
         float *x = r->seq->x + (size_t) r->t * d, *o = k->o + (size_t) i * d;
         if (k->l->post_ffn_norm.data)
-                rmsnorm(o, o, k->l->post_ffn_norm.data, d, c->model->hp.rms_eps);
+                axp_cpu_rmsnorm(o, o, k->l->post_ffn_norm.data, d, c->model->hp.rms_eps);
         for (int j = 0; j < d; j++)
                 x[j] += o[j];
 }
@@ -433,7 +424,7 @@ static int run_k3_moe(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
 static void head_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {
         const axp_hparams *hp = &c->model->hp;
         row_ref *r = &c->rows[base + i];
-        rmsnorm((float *) ctx + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd,
+        axp_cpu_rmsnorm((float *) ctx + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd,
                 c->model->output_norm.data, hp->n_embd, hp->rms_eps);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "embedding.h"
+#include "kernels/cpu/kernels.h"
 
 static const char *const names[] = {
         [AXP_POOLING_MODEL] = "model",
@@ -37,38 +38,35 @@ int axp_embedding_pooling(const axp_model *m, enum axp_pooling asked, enum axp_p
         return 0;
 }
 
-/* acc += rmsnorm(x) * w, as llama.cpp's RMS norm (its sum of squares in double, the scale in
- * float) */
-static void add_normed(double *acc, const float *x, const float *w, int d, float eps) {
-        double ss = 0;
+/* acc += x through the output norm (row: scratch for it) */
+static void add_normed(double *acc, float *row, const float *x, const axp_model *m) {
+        const int d = m->hp.n_embd;
+        axp_cpu_rmsnorm(row, x, m->output_norm.data, d, m->hp.rms_eps);
         for (int i = 0; i < d; i++)
-                ss += (double) x[i] * x[i];
-        const float scale = 1.0f / sqrtf((float) (ss / d) + eps);
-        for (int i = 0; i < d; i++)
-                acc[i] += (double) (x[i] * scale * w[i]);
+                acc[i] += row[i];
 }
 
 void axp_embedding_pool(const axp_model *m, const float *x, int n, enum axp_pooling pool, bool normalize,
                         float *out) {
         const int d = m->hp.n_embd;
-        const float *w = m->output_norm.data;
-        double *acc = calloc((size_t) d, sizeof(double));
+        _cleanup_free_ double *acc = calloc((size_t) d, sizeof(double));
+        _cleanup_free_ float *row = malloc(sizeof(float) * (size_t) d);
         double scale = 1.0;
 
-        if (!acc) { /* d doubles: a few KB; nothing better to give than zeros */
+        if (!acc || !row) { /* a few KB; nothing better to give than zeros */
                 memset(out, 0, sizeof(float) * (size_t) d);
                 return;
         }
         switch (pool) {
         case AXP_POOLING_CLS:
-                add_normed(acc, x, w, d, m->hp.rms_eps);
+                add_normed(acc, row, x, m);
                 break;
         case AXP_POOLING_LAST:
-                add_normed(acc, x + (size_t) (n - 1) * d, w, d, m->hp.rms_eps);
+                add_normed(acc, row, x + (size_t) (n - 1) * d, m);
                 break;
         default:
                 for (int t = 0; t < n; t++)
-                        add_normed(acc, x + (size_t) t * d, w, d, m->hp.rms_eps);
+                        add_normed(acc, row, x + (size_t) t * d, m);
                 scale = 1.0 / n;
                 break;
         }
@@ -80,5 +78,4 @@ void axp_embedding_pool(const axp_model *m, const float *x, int n, enum axp_pool
         }
         for (int i = 0; i < d; i++)
                 out[i] = (float) (acc[i] * scale);
-        free(acc);
 }

@@ -390,6 +390,15 @@ bool axp_cpu_isa_available(const char *name) {
         return false;
 }
 
+void axp_cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+                sum += (double) x[i] * x[i];
+        float scale = 1.0f / sqrtf((float) (sum / n) + eps);
+        for (int i = 0; i < n; i++)
+                out[i] = x[i] * scale * w[i];
+}
+
 void axp_cpu_glu(int act, float *g, const float *u, long n) {
         axp_cpu_ops_get()->glu(act, g, u, n);
 }

@@ -97,6 +97,10 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
 enum { AXP_GLU_SILU, AXP_GLU_GELU_TANH };
 void axp_cpu_glu(int act, float *g, const float *u, long n);
 
+/* RMS norm of one row: out[i] = x[i] * scale * w[i], scale = 1 / sqrtf(mean of x^2 + eps) with
+ * the sum of squares in double, as llama.cpp's; out may be x. Plain C on every path. */
+void axp_cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
 /* Write n values (one position's K or V) as a row of a KV cache of kv_type: F32 as they are,
  * F16 rounded to nearest even, Q8_0 (n a multiple of 32) in blocks of 32 as llama.cpp's CPU
  * writes its q8_0 cache (d = f16(amax / 127), q = round-half-even(x * (127 / amax))). */
