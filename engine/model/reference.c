@@ -225,15 +225,14 @@ static void moe(axp_ref *r, const axp_layer *L, const double *h, double *out) {
         }
 }
 
-/* logits = W_out rmsnorm(x), W_out being token_embd where the output is tied */
-static void lm_head(axp_ref *r, double *logits) {
-        const axp_model *m = r->m;
-        rmsnorm(r->h, r->x, &m->output_norm, m->hp.n_embd, m->hp.rms_eps);
-        matvec(r, logits, &m->output, r->h);
-}
-
 void axp_ref_normed(const axp_ref *r, double *out) {
         rmsnorm(out, r->x, &r->m->output_norm, r->m->hp.n_embd, r->m->hp.rms_eps);
+}
+
+/* logits = W_out rmsnorm(x), W_out being token_embd where the output is tied */
+static void lm_head(axp_ref *r, double *logits) {
+        axp_ref_normed(r, r->h);
+        matvec(r, logits, &r->m->output, r->h);
 }
 
 /* The forward passes, one per family -----------------------------------------------------------
