@@ -53,20 +53,17 @@ static void print_vector(const double *v, const float *f, size_t n) {
 /* -m: the engine's embedding (engine.c, req_embed) without the service: the text's tokens
  * prefilled at once on the device, their residual stream pooled */
 static int embed_here(const char *path, const char *device, int threads, const char *text, size_t len,
-                      const char *pooling, bool normalize, bool truncate, bool stats) {
+                      enum axp_pooling pool, bool normalize, bool truncate, bool stats) {
         _cleanup_free_ int32_t *toks = NULL;
         _cleanup_free_ float *v = NULL;
         axp_model *m = NULL;
         axp_device *d = NULL;
         axp_seq q = { 0 };
         axp_error err = { 0 };
-        enum axp_pooling pool = AXP_POOLING_MODEL;
         bool cut = false;
         double t0 = axp_now();
         int n = 0, r;
 
-        if (pooling)
-                (void) axp_pooling_from_name(pooling, &pool);
         if ((r = cli_load(path, device, threads, &m, &d)) != 0)
                 return r;
         if (axp_embedding_pooling(m, pool, &pool, &err) < 0) {
@@ -126,7 +123,8 @@ int cli_embed(int argc, char **argv) {
         _cleanup_bus_error_ sd_bus_error e = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
         _cleanup_free_ char *text = NULL;
-        const char *address = NULL, *prompt = NULL, *file = NULL, *pooling = NULL, *model = NULL, *device = NULL;
+        const char *address = NULL, *prompt = NULL, *file = NULL, *model = NULL, *device = NULL;
+        enum axp_pooling pool = AXP_POOLING_MODEL;
         uint64_t threads = 0;
         bool normalize = true, truncate = false, proactive = false, stats = false;
         const double *v;
@@ -145,9 +143,8 @@ int cli_embed(int argc, char **argv) {
                                 return 2;
                         break;
                 case O_POOLING:
-                        if (strcmp(optarg, "mean") != 0 && strcmp(optarg, "cls") != 0 && strcmp(optarg, "last") != 0)
+                        if (axp_pooling_from_name(optarg, &pool) < 0 || pool == AXP_POOLING_MODEL)
                                 return cli_usage_error("unknown --pooling '%s' (mean, cls, last)", optarg);
-                        pooling = optarg;
                         break;
                 case O_NO_NORMALIZE: normalize = false; break;
                 case O_TRUNCATE: truncate = true; break;
@@ -169,7 +166,7 @@ int cli_embed(int argc, char **argv) {
         if (model) {
                 if (address || proactive)
                         return cli_usage_error("--address and --proactive are the service's; -m runs the model here");
-                return embed_here(model, device, (int) threads, text, len, pooling, normalize, truncate, stats);
+                return embed_here(model, device, (int) threads, text, len, pool, normalize, truncate, stats);
         }
         if (device || threads)
                 return cli_usage_error("--device and --threads go with -m");
@@ -184,8 +181,8 @@ int cli_embed(int argc, char **argv) {
         if (r >= 0)
                 r = sd_bus_message_append(call, "{sv}{sv}{sv}", "priority", "s", proactive ? "proactive" : "reactive",
                                           "normalize", "b", normalize, "truncate", "b", truncate);
-        if (r >= 0 && pooling)
-                r = sd_bus_message_append(call, "{sv}", "pooling", "s", pooling);
+        if (r >= 0 && pool != AXP_POOLING_MODEL)
+                r = sd_bus_message_append(call, "{sv}", "pooling", "s", axp_pooling_name(pool));
         if (r >= 0)
                 r = sd_bus_message_close_container(call);
         if (r < 0)
