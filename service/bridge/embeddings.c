@@ -39,7 +39,7 @@ typedef struct Embedding {
         bool base64;
         gint64 dimensions;      /* > 0: the width the client expects */
         GVariant **vectors;     /* the engine's `ad` of each input, once answered */
-        guint next, in_flight, answered;
+        guint next, answered;   /* inputs sent, and answered: next - answered are in the engine */
         guint prompt_tokens;
         bool gone, failed;
         gulong disconnected_id;
@@ -188,7 +188,6 @@ static void on_input_embedded(void *userdata, GVariant *v, const EngineStats *st
         g_autofree InputCall *c = userdata;
         Embedding *e = c->e;
 
-        e->in_flight--;
         if (!v) {
                 g_auto(Fail) f = {};
                 fail_from_engine(&f, error_name, message);
@@ -208,11 +207,10 @@ static void on_input_embedded(void *userdata, GVariant *v, const EngineStats *st
 }
 
 static void send_next(Embedding *e) {
-        while (e->in_flight < EMBED_IN_FLIGHT && e->next < e->inputs->len) {
+        while (e->next - e->answered < EMBED_IN_FLIGHT && e->next < e->inputs->len) {
                 InputCall *c = g_new0(InputCall, 1);
                 c->e = e;
                 c->index = e->next++;
-                e->in_flight++;
                 e->ref++;
                 engine_link_embed(e->b->link, g_ptr_array_index(e->inputs, c->index), g_variant_ref(e->options),
                                   on_input_embedded, c);
