@@ -187,6 +187,14 @@ def test_embed():
     assert r.rc == 2 and "-m runs the model here" in r.err, r
     r = run([CLI, "embed", "--threads", "2", text])
     assert r.rc == 2 and "go with -m" in r.err, r
+    # a file that names its pooling (mkmodel --pooling) is pooled so by default
+    path = os.path.join(os.path.dirname(model()), "last.gguf")
+    r = run([CLI, "mkmodel", "-o", path, "--arch", "qwen3", "--pooling", "last", "--seed", "5"])
+    assert r.rc == 0, r
+    r = run([CLI, "embed", "-m", path, "--stats", text])
+    assert r.rc == 0 and "(last pooling)" in r.err, r
+    r = run([CLI, "mkmodel", "-o", path, "--pooling", "model"])
+    assert r.rc == 2 and "unknown --pooling 'model'" in r.err, r
 
 
 def test_forget_prompt_cache():
