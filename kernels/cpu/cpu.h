@@ -384,16 +384,20 @@ static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p
  * PF_SPARSE_EVERY_*), far ahead; `ahead` is pf_blocks' (after this). */
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *g, pk32 L, int64_t b,
                                                                  int sparse, size_t every, int ahead, int pf) {
-        if (!sparse && L.shift != 3) {
+        if (L.shift != 3) {
                 /* one run (Q4_1, Q5_1): scales, minimums and quants in three regions, read
                  * side by side, fetched as one stream over the group at the rate decode reads
                  * it (qb + 64 bytes a block), `ahead` blocks' worth ahead of the quants. Against the
                  * quants alone 8 blocks ahead (which left the heads to the hardware and crossed
                  * into the next group at the wrong place), per core on Zen 5: Q4_1 30-31 ->
-                 * 35 GB/s (avx512), 27-28 -> 33-34 (avx2); Q5_1 31 -> 35-36, 26 -> 33. The
-                 * sparse plan's form of it was slower (Q4_1 30 -> 20), so sparse keeps its
-                 * line in `every` bytes of quants. (bench-kernels --micro q4_1,q5_1, builds
-                 * taking turns.) */
+                 * 35 GB/s (avx512), 27-28 -> 33-34 (avx2); Q5_1 31 -> 35-36, 26 -> 33
+                 * (bench-kernels --micro q4_1,q5_1, builds taking turns). The sparse plan
+                 * takes it too: its line in `every` bytes of quants left the heads' two
+                 * streams to the hardware, and on a Zen 4 core one token streamed Q4_1 at
+                 * 13.3-13.5 GB/s (AVX-512) and 10.6 (AVX2) against 20.0-21.2 and 19.1-22.6
+                 * this way, Q5_1 13.3-13.6 and 10.9-11.1 against 18.6-19.8 and 20.3-23.3
+                 * (two rounds, same command): a mixed file whose plan the other types chose
+                 * would have read its Q4_1 and Q5_1 rows at half speed. */
                 size_t per = L.qb + 64;
                 prefetch_lines(g + L.head + (size_t) (b + ahead) * per, (int) (per / 64), pf);
         } else if (!sparse) {

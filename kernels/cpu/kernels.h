@@ -22,8 +22,9 @@ bool axp_cpu_isa_available(const char *name);
 
 /* How decode prefetches the weights it streams: a plan of a form and a level.
  * The form concerns one- and two-token products of the 32-element block types (Q8_0, Q5_0,
- * Q4_0, Q4_1, Q5_1, IQ4_NL) and of float weights (F32, F16, BF16); tiles of more tokens, and
- * the K-quants' products, prefetch densely on every machine (cpu.h): "dense" (every line, 8
+ * Q4_0, IQ4_NL) and of float weights (F32, F16, BF16); tiles of more tokens, Q4_1's and
+ * Q5_1's (whose scales and minimums are streams of their own) and the K-quants' products
+ * prefetch densely on every machine (cpu.h): "dense" (every line, 8
  * blocks or 4 KB ahead) or "sparse" (one line in 2 KB on the AVX-512 path and for float
  * weights, in 1 KB for the block types on the AVX2 ones, 32 KB ahead, so that the hardware
  * prefetcher runs further ahead and the loop issues fewer requests of its own).

@@ -716,8 +716,8 @@ static void test_matmul_prefetch_plans(void) {
 }
 
 /* Tuning the prefetch plan (axp_cpu_prefetch_tune): its level over every type, then its form
- * over the types the form concerns (not the K-quants, whose products keep their own dense
- * prefetches), each over at least min_bytes of them, timing both choices and keeping the
+ * over the types the form concerns (not the K-quants, Q4_1 or Q5_1, whose products keep their
+ * own dense prefetches), each over at least min_bytes of them, timing both choices and keeping the
  * faster; it leaves a part alone below min_bytes, and the plan alone where it was forced,
  * until the choice is handed back. Runs with the plan not forced (no AXP_CPU_PREFETCH in the
  * environment), so before test_matmul_prefetch_plans. */
@@ -749,6 +749,19 @@ static void test_prefetch_tune(void) {
         CHECK(t[0] == -1 && t[1] == -1);
         CHECK(t[2] > 0 && t[3] > 0);
         CHECK(plan_is(strstr(axp_cpu_prefetch(), "sparse") != NULL, t[3] < t[2]));
+        /* Q4_1 and Q5_1 prefetch their three streams densely on either plan: the level only */
+        for (int m = 0; m < 2; m++) {
+                test_weight q;
+                weight_make(&q, m ? AXP_TYPE_Q5_1 : AXP_TYPE_Q4_1, 1024, 256);
+                CHECK_EQ_INT(axp_cpu_weight_prepare(&q.w), 0);
+                const axp_weight *wq[] = { &q.w };
+                for (int i = 0; i < 4; i++)
+                        t[i] = -1;
+                CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], wq, 1, 1, t), 1);
+                CHECK(t[0] == -1 && t[1] == -1);
+                CHECK(t[2] > 0 && t[3] > 0);
+                weight_free(&q);
+        }
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                 if (!isa_use(all_isas[ii]))
                         continue;
