@@ -408,6 +408,24 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
                 prefetch_line(g + pk32_quants(L, b) + PF_SPARSE_AHEAD, pf);
 }
 
+/* The prefetch of Q4_K's, Q5_K's, Q6_K's and IQ4_XS's decode for one step of a superblock's
+ * sub-block loop, which reads the step bytes of group g from p on (both halves, on every
+ * path), n lines: dense, the lines PF_AHEAD_BYTES further on; sparse, as prefetch_block's,
+ * one line PF_SPARSE_AHEAD further on where the stream crosses PF_SPARSE_EVERY_ZMM bytes.
+ * On a Zen 4 core (AMD EPYC, shared) the AVX-512 products streamed one token's weights at
+ * 20-21 GB/s with every line and 26-28 sparsely (Q4_K, Q5_K, Q6_K; IQ4_XS 23-24 -> 26-28;
+ * bench-kernels --micro with AXP_CPU_PREFETCH=dense|sparse, two rounds); the AVX2 builds',
+ * bound nearer by their instructions, 22-27 either way. Q2_K measured the same or 5% slower
+ * sparsely and Q3_K (two regions read side by side) half as fast: they keep theirs, dense. */
+static inline __attribute__((always_inline)) void prefetch_kstep(const uint8_t *g, const uint8_t *p, size_t step,
+                                                                 int n, int sparse, int pf) {
+        size_t off = (size_t) (p - g);
+        if (!sparse)
+                prefetch_lines(p + PF_AHEAD_BYTES, n, pf);
+        else if ((off & (PF_SPARSE_EVERY_ZMM - 1)) < step)
+                prefetch_line(p + PF_SPARSE_AHEAD, pf);
+}
+
 /* Decode's distance for prefetch_block, in blocks, on the AVX-512 path (zmm) or an AVX2 build
  * (with or without VNNI). Q8_0 takes 8 everywhere; the other types 16 on AVX-512 and 32 on
  * AVX2, but Q5_0 without VNNI 8. In the engine (agentxpu generate, bench-1b files, one

@@ -786,7 +786,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 8; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (high ? 360 : 320), high ? 6 : 5, pf);
+                                prefetch_kstep(g, sb + j * (high ? 360 : 320), high ? 360 : 320, high ? 6 : 5, pf_sparse(T), pf);
                         const uint8_t *q = sb + PK_Q4_K_HEAD + j * (high ? 320 : 256);
                         __m256i sc16[2]; /* scales as s16 pairs (int32 with VNNI) */
                         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -915,7 +915,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 16; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD_BYTES + j * 212, 4, pf);
+                                prefetch_kstep(g, sb + j * 212, 212, 4, pf_sparse(T), pf);
                         const uint8_t *q = sb + PK_Q6_K_HEAD + j * 192;
                         __m256i w[2][4], scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++) {
@@ -1314,7 +1314,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 scales6_all(sb + 32, sb + 96, 8, sc6);
                 for (int j = 0; j < 8; j++) {
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (PK_IQ4_XS_SB / 8), 5, pf);
+                                prefetch_kstep(g, sb + j * (PK_IQ4_XS_SB / 8), PK_IQ4_XS_SB / 8, 5, pf_sparse(T), pf);
                         __m256i scj[2];
                         UNROLL for (int hh = 0; hh < NH; hh++) {
                                 const int8_t *sp = sc6 + 16 * j + 8 * (h0 + hh);

@@ -421,7 +421,7 @@ AI void q4_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 for (int j = 0; j < 8; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         /* one token is memory bound: keep more of the stream in flight */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (high ? 360 : 320), high ? 6 : 5, pf);
+                                prefetch_kstep(g, sb + j * (high ? 360 : 320), high ? 360 : 320, high ? 6 : 5, pf_sparse(T), pf);
                         __m512 scj = _mm512_cvtepi32_ps(
                                 _mm512_cvtepu8_epi32(ld16(sb + 64 + 16 * j)));
                         if (in_place)
@@ -513,7 +513,7 @@ AI void q6_K_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
                 }
                 for (int j = 0; j < 16; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD_BYTES + j * 212, 4, pf);
+                                prefetch_kstep(g, sb + j * 212, 212, 4, pf_sparse(T), pf);
                         /* the pair (sc_2p, sc_2p+1) of each row as one 16-bit word */
                         __m512i w32 = _mm512_cvtepi16_epi32(
                                 ld32(sb + 32 + 32 * (j / 2)));
@@ -761,7 +761,7 @@ AI void iq4_xs_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *
                 scales6_split(sb + 32, sb + 96, 4, ev, od);
                 for (int j = 0; j < 8; j++) { /* not unrolled (cpu.h, before PF_AHEAD_BYTES) */
                         if (pf)
-                                prefetch_lines(sb + PF_AHEAD_BYTES + j * (PK_IQ4_XS_SB / 8), 5, pf);
+                                prefetch_kstep(g, sb + j * (PK_IQ4_XS_SB / 8), PK_IQ4_XS_SB / 8, 5, pf_sparse(T), pf);
                         __m512 scj = _mm512_cvtepi32_ps(scale6_i32(ev, od, j));
                         const uint8_t *q = sb + PK_IQ4_XS_HEAD + j * 256;
                         __m512i w[8];

@@ -716,7 +716,7 @@ static void test_matmul_prefetch_plans(void) {
 }
 
 /* Tuning the prefetch plan (axp_cpu_prefetch_tune): its level over every type, then its form
- * over the types the form concerns (not the K-quants, Q4_1 or Q5_1, whose products keep their
+ * over the types the form concerns (not Q2_K, Q3_K, Q4_1 or Q5_1, whose products keep their
  * own dense prefetches), each over at least min_bytes of them, timing both choices and keeping the
  * faster; it leaves a part alone below min_bytes, and the plan alone where it was forced,
  * until the choice is handed back. Runs with the plan not forced (no AXP_CPU_PREFETCH in the
@@ -734,25 +734,32 @@ static void test_prefetch_tune(void) {
         }
         test_weight a, b, k;
         weight_make(&a, AXP_TYPE_Q8_0, 1024, 256);
-        weight_make(&b, AXP_TYPE_IQ4_NL, 1024, 256);
-        weight_make(&k, AXP_TYPE_Q4_K, 1024, 256);
+        weight_make(&b, AXP_TYPE_Q4_K, 1024, 256);
+        weight_make(&k, AXP_TYPE_Q2_K, 1024, 256);
         CHECK_EQ_INT(axp_cpu_weight_prepare(&a.w), 0);
         CHECK_EQ_INT(axp_cpu_weight_prepare(&b.w), 0);
         CHECK_EQ_INT(axp_cpu_weight_prepare(&k.w), 0);
         const axp_weight *ws[] = { &k.w, &a.w, &b.w };
         double t[4] = { -1, -1, -1, -1 };
-        /* 144 KB of K-quant and 272 KB + 144 KB of the form's weights: fewer than asked for */
+        /* 84 KB of Q2_K and 272 KB + 144 KB of the form's weights: fewer than asked for */
         CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 3, 1 << 20, t), 0);
         CHECK(t[0] == -1 && t[1] == -1 && t[2] == -1 && t[3] == -1);
-        /* the K-quant alone: the level, not the form */
+        /* Q2_K alone: the level, not the form */
         CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], ws, 1, 1, t), 1);
         CHECK(t[0] == -1 && t[1] == -1);
         CHECK(t[2] > 0 && t[3] > 0);
         CHECK(plan_is(strstr(axp_cpu_prefetch(), "sparse") != NULL, t[3] < t[2]));
-        /* Q4_1 and Q5_1 prefetch their three streams densely on either plan: the level only */
-        for (int m = 0; m < 2; m++) {
+        /* Q4_K alone: both (its products follow the form, prefetch_kstep) */
+        const axp_weight *wk[] = { &b.w };
+        for (int i = 0; i < 4; i++)
+                t[i] = -1;
+        CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], wk, 1, 1, t), 1);
+        CHECK(t[0] > 0 && t[1] > 0 && t[2] > 0 && t[3] > 0);
+        /* Q3_K, Q4_1 and Q5_1 (whose regions decode reads side by side) as Q2_K */
+        const uint32_t dense_only[] = { AXP_TYPE_Q3_K, AXP_TYPE_Q4_1, AXP_TYPE_Q5_1 };
+        for (size_t m = 0; m < ELEMENTSOF(dense_only); m++) {
                 test_weight q;
-                weight_make(&q, m ? AXP_TYPE_Q5_1 : AXP_TYPE_Q4_1, 1024, 256);
+                weight_make(&q, dense_only[m], 1024, 256);
                 CHECK_EQ_INT(axp_cpu_weight_prepare(&q.w), 0);
                 const axp_weight *wq[] = { &q.w };
                 for (int i = 0; i < 4; i++)
