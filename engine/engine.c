@@ -746,7 +746,7 @@ static void describe_model(axp_engine *e) {
         const axp_fim_tokens *fim = axp_tokenizer_fim(m->tok);
 
         *d = (axp_model_desc) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->total_size,
-                                   .n_ctx = e->n_ctx,
+                                   .n_ctx = e->n_ctx, .n_embd = m->hp.n_embd,
                                    .tools = axp_chat_takes_tools(f, m->chat_template, m->tok),
                                    .fim = fim->pre >= 0 && fim->suf >= 0 && fim->mid >= 0 };
         snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));

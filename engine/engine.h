@@ -26,6 +26,7 @@ typedef struct axp_model_desc {
         uint64_t parameters;     /* elements of every tensor */
         uint64_t file_bytes;     /* the size of its file */
         int n_ctx;               /* positions a request may use (ContextSize= or the model's) */
+        int n_embd;              /* the width of its hidden states: an embedding's length */
         char file_type[16];      /* llama.cpp's name of general.file_type ("Q4_K_M"), "" if unknown */
         char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
         bool tools;              /* the template takes tools (options tools, tool_choice) */

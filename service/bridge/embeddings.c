@@ -110,15 +110,21 @@ static void add_vector(JsonBuilder *jb, GVariant *v, bool base64) {
         json_builder_end_array(jb);
 }
 
+/* Whether the client's dimensions (if any) are the model's width */
+static bool dimensions_check(Embedding *e, guint64 width, Fail *f) {
+        if (e->dimensions > 0 && (guint64) e->dimensions != width)
+                return fail_bad(f, "'dimensions' is %" G_GINT64_FORMAT "; this model's embeddings have %" G_GUINT64_FORMAT,
+                                e->dimensions, width);
+        return true;
+}
+
 static void embedding_answer(Embedding *e) {
         g_autoptr(JsonBuilder) jb = json_builder_new();
         g_auto(Fail) f = {};
         gsize width = 0;
 
         g_variant_get_fixed_array(e->vectors[0], &width, sizeof(double));
-        if (e->dimensions > 0 && (gsize) e->dimensions != width) {
-                fail_bad(&f, "'dimensions' is %" G_GINT64_FORMAT "; this model's embeddings have %zu", e->dimensions,
-                         width);
+        if (!dimensions_check(e, width, &f)) { /* an engine whose ModelInfo has no width */
                 embedding_fail(e, &f);
                 return;
         }
@@ -223,7 +229,10 @@ static void got_model(void *userdata, const char *model, GVariant *info, const c
         g_auto(Fail) f = {};
 
         if (!e->gone) {
-                if (!model_check(e->api, e->model, model, error_name, message, &f))
+                guint32 width = 0;
+                if (!model_check(e->api, e->model, model, error_name, message, &f) ||
+                    (g_variant_lookup(info, "embedding_length", "u", &width) && width > 0 &&
+                     !dimensions_check(e, width, &f)))
                         embedding_fail(e, &f);
                 else
                         send_next(e);

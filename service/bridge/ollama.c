@@ -486,8 +486,9 @@ static void list_answer(SoupServerMessage *msg, const char *want, const char *mo
 
 /* POST /api/show {"model": NAME} (older clients: "name"): what editors ask before they use
  * a model: its details, its context ("<arch>.context_length" in model_info, the positions a
- * request gets here) and its capabilities ("tools" where the chat template takes them,
- * "insert" where the vocabulary has fill-in-the-middle tokens). */
+ * request gets here), its width ("<arch>.embedding_length") and its capabilities ("tools"
+ * where the chat template takes them, "insert" where the vocabulary has fill-in-the-middle
+ * tokens). */
 static void show_answer(SoupServerMessage *msg, const char *want, const char *model, GVariant *info,
                         int unused) {
         const char *arch = info_str(info, "architecture"), *ft = info_str(info, "file_type");
@@ -519,6 +520,11 @@ static void show_answer(SoupServerMessage *msg, const char *want, const char *mo
                 json_builder_add_string_value(jb, ft);
         }
         add_int(jb, ctx_key, (gint64) n_ctx);
+        guint64 width = info_u64(info, "embedding_length");
+        if (width) {
+                g_autofree char *width_key = g_strdup_printf("%s.embedding_length", arch);
+                add_int(jb, width_key, (gint64) width);
+        }
         json_builder_end_object(jb);
         json_builder_set_member_name(jb, "capabilities");
         json_builder_begin_array(jb);

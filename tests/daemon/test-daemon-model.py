@@ -788,7 +788,8 @@ def test_model_info_describes_the_model():
         assert r.rc == 0 and m, r
         info = {k: v["data"] for k, v in p["ModelInfo"].items()}
         assert info == {"name": p["Model"], "architecture": "llama", "parameters": int(m.group(1)),
-                        "size": os.path.getsize(model()), "context_length": 1000, "file_type": "Q8_0", "chat_template": "llama3",
+                        "size": os.path.getsize(model()), "context_length": 1000, "embedding_length": 512,
+                        "file_type": "Q8_0", "chat_template": "llama3",
                         "tools": False, "fim": False}, info
         r = bus.cli("status")
         want = "          llama, %.1f million parameters, Q8_0, context 1000, chat template llama3\n" % (
@@ -806,8 +807,9 @@ def test_model_info_describes_the_model():
     assert r.rc == 0, r
     with engine(model_path=path) as (bus, d):
         info = {k: v["data"] for k, v in bus.props()["ModelInfo"].items()}
-        assert (info["name"], info["context_length"], info["file_type"], info["chat_template"], info["tools"],
-                info["fim"]) == ("tools-model", 2048, "Q4_K_S", "llama3", True, True), info
+        assert (info["name"], info["context_length"], info["embedding_length"], info["file_type"],
+                info["chat_template"], info["tools"], info["fim"]) == ("tools-model", 2048, 512, "Q4_K_S", "llama3",
+                                                                       True, True), info
         r = bus.cli("status")
         assert r.rc == 0 and "chat template llama3 (takes tools), fills in the middle\n" in r.out, r.out
     # a name from the file that would forge a line of `agentxpu status` stays on its own

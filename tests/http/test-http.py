@@ -193,6 +193,7 @@ def test_listings():
             status, body = b.json("/api/show", ask)
             assert status == 200 and body["details"] == details, (ask, body)
             assert body["model_info"]["llama.context_length"] == 2048, body
+            assert body["model_info"]["llama.embedding_length"] == 512, body
             assert body["model_info"]["general.parameter_count"] == n_params, body
             assert body["capabilities"] == ["completion", "tools"] and "num_ctx 2048" in body["parameters"], body
         status, body = b.json("/api/show", {"model": "llama3.2"})
@@ -1302,6 +1303,8 @@ def test_embeddings():
                 ("/v1/embeddings", {"model": m, "input": 7}, "must be a string"),
                 ("/v1/embeddings", {"model": m, "input": "x", "encoding_format": "int8"}, "'encoding_format'"),
                 ("/v1/embeddings", {"model": m, "input": "x", "dimensions": 256}, "'dimensions' is 256"),
+                # known before any text runs (ModelInfo's embedding_length): not the context's error
+                ("/v1/embeddings", {"model": m, "input": long, "dimensions": 256}, "'dimensions' is 256"),
                 ("/api/embed", {"model": m, "input": "x", "truncate": "yes"}, "'truncate'"),
                 ("/api/embed", {"model": m, "input": "x", "options": 3}, "'options'"),
                 ("/api/embeddings", {"model": m, "prompt": ["a"]}, "'prompt' must be a string")]:
