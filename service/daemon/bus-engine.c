@@ -196,7 +196,16 @@ static int check_limits(Context *c, Client *cl, sd_bus_error *error) {
 
 /* Reactive and Proactive (a request object that streams), Complete (one reply with the text)
  * and Embed (complete and embed: one reply with the embedding) */
-static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, bool embed, sd_bus_error *error) {
+/* What a submitting method answers: the request's object at once (SubmitReactive,
+ * SubmitProactive), or when it has finished its text (Complete) or its embedding (Embed) */
+typedef enum CallForm {
+        CALL_SUBMIT,
+        CALL_COMPLETE,
+        CALL_EMBED,
+} CallForm;
+
+static int submit(Context *c, sd_bus_message *m, axp_kind kind, CallForm form, sd_bus_error *error) {
+        const bool complete = form != CALL_SUBMIT, embed = form == CALL_EMBED;
         _cleanup_(request_options_done) RequestOptions o = {};
         axp_request_cbs cbs;
         axp_error err = {};
@@ -295,19 +304,19 @@ static int submit(Context *c, sd_bus_message *m, axp_kind kind, bool complete, b
 }
 
 static int method_reactive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_REACTIVE, false, false, error);
+        return submit(userdata, m, AXP_REACTIVE, CALL_SUBMIT, error);
 }
 
 static int method_proactive(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_PROACTIVE, false, false, error);
+        return submit(userdata, m, AXP_PROACTIVE, CALL_SUBMIT, error);
 }
 
 static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_REACTIVE, true, false, error);
+        return submit(userdata, m, AXP_REACTIVE, CALL_COMPLETE, error);
 }
 
 static int method_embed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        return submit(userdata, m, AXP_REACTIVE, true, true, error);
+        return submit(userdata, m, AXP_REACTIVE, CALL_EMBED, error);
 }
 
 static int method_open_flow(sd_bus_message *m, void *userdata, sd_bus_error *error) {
