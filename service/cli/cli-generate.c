@@ -10,6 +10,7 @@
 #include "cli-model.h"
 #include "cli.h"
 #include "devices/forward.h"
+#include "kernels/cpu/kernels.h"
 #include "model/generate.h"
 #include "kernels/types.h"
 #include "model/tools.h"
@@ -510,6 +511,10 @@ int cli_generate(int argc, char **argv) {
         if (cs.c[0].gen.matcher)
                 printf(", \"grammar_ms_per_token\": %.4f, \"grammar_masked_steps\": %u",
                        n_toks > 0 ? mask_s * 1e3 / n_toks : 0, n_masked);
+        /* on the CPU, the path its kernels took and the prefetch plan timed on this model's
+         * weights when it was loaded (kernels.h), which benchmarks print beside their figures */
+        if (strcmp(axp_device_backend(dev), "cpu") == 0)
+                printf(", \"cpu_path\": \"%s\", \"prefetch_plan\": \"%s\"", axp_cpu_isa(), axp_cpu_prefetch());
         printf("}}\n");
         fflush(stdout);
         return completions_status(&cs);

@@ -5,7 +5,8 @@ weights for all, as the engine decodes N requests). Each completion must be exac
 lone run gives with its seed (seed + k for completion k), greedy and sampled, on a Q8_0 llama
 model and a Q4_K qwen2 one, with one and two threads; a completion that meets its stop string
 leaves the batch while the others go on; text output gives each completion under its own
-line; --parallel outside 1..64 is a usage error.
+line; --parallel outside 1..64 is a usage error; --json's timings name the CPU path and the
+prefetch plan.
 Env: AXP_CLI."""
 import json
 import os
@@ -39,6 +40,11 @@ def check_model(model, name):
                 fail(f"{name}: choices' indices or prompt tokens wrong")
             if many["timings"]["decode_tokens_per_s"] <= 0:
                 fail(f"{name}: no decode rate")
+            # on the CPU, the path and the prefetch plan the figures were measured with
+            t = many["timings"]
+            if t.get("cpu_path") not in ("generic", "avx2", "avx-vnni", "avx512", "amx") or \
+                    t.get("prefetch_plan") not in ("dense", "sparse", "dense-l1", "sparse-l1"):
+                fail(f"{name}: timings without the CPU path or prefetch plan: {t}")
         # sampled: completion k is the lone run with seed 11 + k
         many = gen_json(model, *common, "--seed", "11", "--parallel", "4")
         if not many:
