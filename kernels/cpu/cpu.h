@@ -340,8 +340,8 @@ bool axp_cpu_set_bf16_dot(bool on);
  * and as a loop it streamed 20-21 against 23-25 GB/s), each prefetch held in its step by a
  * compiler barrier: 15-17 -> 17-19 GB/s, ahead in 7 pairs of 7. Q3_K's prefetch is its own
  * (prefetch_q3_K, below). */
-/* How far ahead of the superblock being read the K-quants' and IQ4_XS's prefetches reach, in
- * bytes of the group's stream (they fetch that superblock's share of lines from there, so
+/* How far ahead of the superblock being read the K-quants' and IQ4_XS's prefetches reach on
+ * the dense plan (prefetch_kstep; Q2_K's on either), in bytes of the group's stream (they fetch that superblock's share of lines from there, so
  * every line is fetched whatever the distance). It was 2 superblocks (2.7 KB for Q2_K, 4.4
  * for IQ4_XS, 4.7 for Q4_K, 6.8 for Q6_K): on this AMD EPYC's shared cores one token's
  * product streamed, per core from memory (bench-kernels --micro, the builds taking turns,

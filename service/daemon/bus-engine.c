@@ -194,8 +194,6 @@ static int check_limits(Context *c, Client *cl, sd_bus_error *error) {
         return 0;
 }
 
-/* Reactive and Proactive (a request object that streams), Complete (one reply with the text)
- * and Embed (complete and embed: one reply with the embedding) */
 /* What a submitting method answers: the request's object at once (SubmitReactive,
  * SubmitProactive), or when it has finished its text (Complete) or its embedding (Embed) */
 typedef enum CallForm {
@@ -204,6 +202,8 @@ typedef enum CallForm {
         CALL_EMBED,
 } CallForm;
 
+/* Reactive and Proactive (a request object that streams), Complete (one reply with the text)
+ * and Embed (complete and embed: one reply with the embedding) */
 static int submit(Context *c, sd_bus_message *m, axp_kind kind, CallForm form, sd_bus_error *error) {
         const bool complete = form != CALL_SUBMIT, embed = form == CALL_EMBED;
         _cleanup_(request_options_done) RequestOptions o = {};
