@@ -178,6 +178,15 @@ void engine_link_free(EngineLink *l) {
         g_free(l);
 }
 
+/* NULL where the link is connected (or now connects); else why not, for a NoServer answer */
+static char *connect_error(EngineLink *l) {
+        g_autoptr(GError) e = NULL;
+
+        if (ensure_connection(l, &e))
+                return NULL;
+        return g_strdup_printf("Cannot connect to %s: %s", l->address ? l->address : "the system bus", e->message);
+}
+
 /* A failure reported from the main loop, never from inside the caller's call. */
 typedef struct Failure {
         EngineJob *j;
@@ -246,19 +255,16 @@ static void on_submitted(GObject *src, GAsyncResult *res, gpointer data) {
 
 EngineJob *engine_link_submit(EngineLink *l, bool proactive, const char *prompt, GVariant *options,
                               const EngineJobCallbacks *cb, void *userdata) {
-        g_autoptr(GError) e = NULL;
         g_autoptr(GDBusMessage) msg = NULL;
+        g_autofree char *why = NULL;
         EngineJob *j = g_new0(EngineJob, 1);
 
         j->l = l;
         j->cb = *cb;
         j->userdata = userdata;
         g_variant_ref_sink(options);
-        if (!ensure_connection(l, &e)) {
-                g_autofree char *m = g_strdup_printf("Cannot connect to %s: %s",
-                                                     l->address ? l->address : "the system bus",
-                                                     e->message);
-                fail_later(j, "org.freedesktop.DBus.Error.NoServer", m);
+        if ((why = connect_error(l))) {
+                fail_later(j, "org.freedesktop.DBus.Error.NoServer", why);
                 g_variant_unref(options);
                 return j;
         }
@@ -292,47 +298,6 @@ void engine_job_stop(EngineJob *j) {
                 send_cancel(j->l, j->owner, j->path);
 }
 
-typedef struct ModelCall {
-        EngineModelCallback cb;
-        void *userdata;
-} ModelCall;
-
-static void on_model(GObject *src, GAsyncResult *res, gpointer data) {
-        g_autofree ModelCall *c = data;
-        g_autoptr(GError) e = NULL;
-        g_autoptr(GVariant) r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(src), res, &e);
-        g_autoptr(GVariant) v = NULL;
-
-        if (!r) {
-                g_autofree char *remote = g_dbus_error_get_remote_error(e);
-                g_dbus_error_strip_remote_error(e);
-                c->cb(c->userdata, NULL, NULL, remote, e->message);
-                return;
-        }
-        g_variant_get(r, "(v)", &v);
-        if (!g_variant_is_of_type(v, G_VARIANT_TYPE_VARDICT)) {
-                c->cb(c->userdata, NULL, NULL, NULL, "The engine's ModelInfo property is not a{sv}");
-                return;
-        }
-        const char *name = "";
-        (void) g_variant_lookup(v, "name", "&s", &name);
-        c->cb(c->userdata, name, v, NULL, NULL);
-}
-
-typedef struct ModelFailure {
-        ModelCall *c;
-        char *message;
-} ModelFailure;
-
-static gboolean model_failure_cb(gpointer data) {
-        ModelFailure *f = data;
-        f->c->cb(f->c->userdata, NULL, NULL, "org.freedesktop.DBus.Error.NoServer", f->message);
-        g_free(f->c);
-        g_free(f->message);
-        g_free(f);
-        return G_SOURCE_REMOVE;
-}
-
 guint engine_link_max_tokens(EngineLink *l) {
         return l->max_tokens;
 }
@@ -349,50 +314,20 @@ static void on_max_tokens(GObject *src, GAsyncResult *res, gpointer data) {
                 l->max_tokens = g_variant_get_uint32(v);
 }
 
-void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata) {
-        g_autoptr(GError) e = NULL;
-        ModelCall *c = g_new0(ModelCall, 1);
-
-        c->cb = cb;
-        c->userdata = userdata;
-
-        if (!ensure_connection(l, &e)) {
-                ModelFailure *f = g_new0(ModelFailure, 1);
-                f->c = c;
-                f->message = g_strdup_printf("Cannot connect to %s: %s",
-                                             l->address ? l->address : "the system bus", e->message);
-                g_idle_add(model_failure_cb, f);
-                return;
-        }
-        if (!l->max_tokens_asked) {
-                /* asked first: its answer comes before the model's, which the request waits for */
-                l->max_tokens_asked = true;
-                g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
-                                       "org.freedesktop.DBus.Properties", "Get",
-                                       g_variant_new("(ss)", ENGINE_INTERFACE, "MaxTokens"),
-                                       G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
-                                       NULL, on_max_tokens, l);
-        }
-        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
-                               "org.freedesktop.DBus.Properties", "Get",
-                               g_variant_new("(ss)", ENGINE_INTERFACE, "ModelInfo"),
-                               G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
-                               NULL, on_model, c);
-}
-
 guint engine_link_generation(EngineLink *l) {
         return l->generation;
 }
 
-/* A method call of the engine whose answer goes to `done`: the reply, or NULL with the D-Bus
- * error (a connection that cannot be made answers NoServer from the main loop, never from
- * inside the call). OpenFlow and Embed. */
+/* A method call of the engine's object whose answer goes to `done`: the reply, or NULL with the
+ * D-Bus error (a connection that cannot be made answers NoServer from the main loop, never from
+ * inside the call). OpenFlow, Embed and ModelInfo's Get. */
 typedef struct EngineCall EngineCall;
 struct EngineCall {
         void (*done)(EngineCall *c, GVariant *reply, const char *error_name, const char *message);
         union {
                 EngineEmbedCallback embed;
                 EngineFlowCallback flow;
+                EngineModelCallback model;
         } cb;
         void *userdata;
         char *message;
@@ -420,22 +355,31 @@ static gboolean call_failure_cb(gpointer data) {
         return G_SOURCE_REMOVE;
 }
 
-/* `params` floating; timeout_ms as g_dbus_connection_call's */
-static void engine_call(EngineLink *l, const char *method, GVariant *params, const char *reply_type, int timeout_ms,
-                        EngineCall *c) {
-        g_autoptr(GError) e = NULL;
-        g_autoptr(GVariant) p = g_variant_ref_sink(params);
+/* Whether the link is connected; where not, c is answered NoServer from the main loop (and
+ * freed) */
+static bool call_connect(EngineLink *l, EngineCall *c) {
+        if (!(c->message = connect_error(l)))
+                return true;
+        g_idle_add(call_failure_cb, c);
+        return false;
+}
 
-        if (!ensure_connection(l, &e)) {
-                c->message = g_strdup_printf("Cannot connect to %s: %s",
-                                             l->address ? l->address : "the system bus", e->message);
-                g_idle_add(call_failure_cb, c);
-                return;
-        }
-        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, ENGINE_INTERFACE, method, p,
+/* c's call, once connected: `params` floating (consumed) or not; timeout_ms as
+ * g_dbus_connection_call's */
+static void call_send(EngineLink *l, const char *interface, const char *method, GVariant *params,
+                      const char *reply_type, int timeout_ms, EngineCall *c) {
+        g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH, interface, method, params,
                                G_VARIANT_TYPE(reply_type), G_DBUS_CALL_FLAGS_NONE, timeout_ms, NULL, on_call_done, c);
 }
 
+/* A method of the engine's interface: `params` floating or not (sunk and released here) */
+static void engine_call(EngineLink *l, const char *method, GVariant *params, const char *reply_type, int timeout_ms,
+                        EngineCall *c) {
+        g_autoptr(GVariant) p = g_variant_ref_sink(params);
+
+        if (call_connect(l, c))
+                call_send(l, ENGINE_INTERFACE, method, p, reply_type, timeout_ms, c);
+}
 
 static void embed_done(EngineCall *c, GVariant *reply, const char *error_name, const char *message) {
         EngineEmbedCallback cb = c->cb.embed;
@@ -454,7 +398,6 @@ static void embed_done(EngineCall *c, GVariant *reply, const char *error_name, c
 void engine_link_embed(EngineLink *l, const char *text, GVariant *options, EngineEmbedCallback cb,
                        void *userdata) {
         g_autoptr(GVariant) opts = g_variant_ref_sink(options);
-
         EngineCall *c = g_new0(EngineCall, 1);
 
         *c = (EngineCall) { .done = embed_done, .cb.embed = cb, .userdata = userdata };
@@ -475,6 +418,42 @@ void engine_link_open_flow(EngineLink *l, EngineFlowCallback cb, void *userdata)
         *c = (EngineCall) { .done = flow_done, .cb.flow = cb, .userdata = userdata };
         engine_call(l, "OpenFlow", g_variant_new("(@a{sv})", g_variant_new("a{sv}", NULL)), "(o)", SUBMIT_TIMEOUT_MS,
                     c);
+}
+
+static void model_done(EngineCall *c, GVariant *reply, const char *error_name, const char *message) {
+        g_autoptr(GVariant) v = NULL;
+        const char *name = "";
+
+        if (!reply) {
+                c->cb.model(c->userdata, NULL, NULL, error_name, message);
+                return;
+        }
+        g_variant_get(reply, "(v)", &v);
+        if (!g_variant_is_of_type(v, G_VARIANT_TYPE_VARDICT)) {
+                c->cb.model(c->userdata, NULL, NULL, NULL, "The engine's ModelInfo property is not a{sv}");
+                return;
+        }
+        (void) g_variant_lookup(v, "name", "&s", &name);
+        c->cb.model(c->userdata, name, v, NULL, NULL);
+}
+
+void engine_link_get_model(EngineLink *l, EngineModelCallback cb, void *userdata) {
+        EngineCall *c = g_new0(EngineCall, 1);
+
+        *c = (EngineCall) { .done = model_done, .cb.model = cb, .userdata = userdata };
+        if (!call_connect(l, c))
+                return;
+        if (!l->max_tokens_asked) {
+                /* asked first: its answer comes before the model's, which the request waits for */
+                l->max_tokens_asked = true;
+                g_dbus_connection_call(l->conn, ENGINE_BUS_NAME, ENGINE_OBJECT_PATH,
+                                       "org.freedesktop.DBus.Properties", "Get",
+                                       g_variant_new("(ss)", ENGINE_INTERFACE, "MaxTokens"),
+                                       G_VARIANT_TYPE("(v)"), G_DBUS_CALL_FLAGS_NONE, SUBMIT_TIMEOUT_MS,
+                                       NULL, on_max_tokens, l);
+        }
+        call_send(l, "org.freedesktop.DBus.Properties", "Get", g_variant_new("(ss)", ENGINE_INTERFACE, "ModelInfo"),
+                  "(v)", SUBMIT_TIMEOUT_MS, c);
 }
 
 void engine_link_close_flow(EngineLink *l, const char *path) {
