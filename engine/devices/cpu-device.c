@@ -233,7 +233,7 @@ static int run_k2(cpu_dev *c, const axp_task *t, axp_error *err) {
                                   s->seq->kv_type, n_q, c->pos, hp->n_head, hp->n_head_kv, hp->head_dim,
                                   hp->head_dim, (long) axp_seq_kv_rows(s->seq, t->layer) * hp->head_dim,
                                   axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0,
-                                  ring_rows(s->seq, t->layer), hp->attn_scale);
+                                  ring_rows(s->seq, t->layer), hp->attn_scale, hp->attn_softcap);
         }
         return 0;
 }
@@ -442,6 +442,7 @@ static int run_head(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
         for (int i = 0; i < n; i++) {
                 row_ref *rr = &c->rows[i];
                 memcpy(rr->seq->logits, logits + (size_t) i * nv, (size_t) nv * sizeof(float));
+                axp_model_cap_logits(c->model, rr->seq->logits);
                 rr->seq->logits_pos = rr->pos;
         }
         return 0;

@@ -947,7 +947,8 @@ static int run_k2(ocl_dev *c, const axp_task *t, axp_error *err) {
                                      KI(kv_kind(s)), KI(s->n_past + sp->t0),
                                      KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
                                      KI(axp_layer_is_swa(hp, t->layer) ? hp->n_swa : 0),
-                                     KI(axp_seq_kv_rows(s, t->layer)), KF(hp->attn_scale)),
+                                     KI(axp_seq_kv_rows(s, t->layer)), KF(hp->attn_scale),
+                                     KF(hp->attn_softcap)),
                                 err)) < 0)
                         return r;
                 if ((r = mark_dirty(c, b.qa, s->qa, (size_t) sp->t0 * qd * sizeof(float),
@@ -1166,8 +1167,10 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
         if (r >= 0 && f < 0)
                 r = f;
         if (r >= 0 && t->op == AXP_OP_HEAD)
-                for (int i = 0; i < n; i++)
+                for (int i = 0; i < n; i++) {
+                        axp_model_cap_logits(c->model, c->rows[i].seq->logits);
                         c->rows[i].seq->logits_pos = c->rows[i].pos;
+                }
         return r;
 }
 

@@ -33,6 +33,10 @@ typedef struct arch_info {
         bool scaled_embd;     /* the embedding row times sqrt(n_embd) */
         enum axp_ffn_act ffn_act;
         int swa_period;       /* local layers, when the file has a sliding window (-1: none) */
+        int swa_default;      /* the window where the file has none (0: no local layers then) */
+        float rope_base_swa;  /* local layers' base where the file does not say (0: rope_base) */
+        bool softcap;         /* soft-capped attention and output logits (attn_logit_softcapping,
+                               * final_logit_softcapping; llama.cpp's 50 and 30 without the keys) */
         bool moe;             /* a mixture of experts in every layer's FFN (expert_* keys, ffn_*_exps) */
 } arch_info;
 
@@ -43,10 +47,15 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
         /* llama.cpp ignores phi3's sliding window (its converters set it wrongly), and so do we */
         [AXP_ARCH_PHI3] = { "phi3", AXP_ROPE_NEOX, 10000.0f, .fused = true, .swa_period = -1 },
         [AXP_ARCH_GEMMA3] = { "gemma3", AXP_ROPE_NEOX, 1000000.0f, .qk_norm = true, .post_norms = true,
-                              .scaled_embd = true, .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 6 },
+                              .scaled_embd = true, .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 6,
+                              .rope_base_swa = 10000.0f },
         /* llama.cpp's qwen3moe: softmax router, the picked experts' weights renormalized */
         [AXP_ARCH_QWEN3MOE] = { "qwen3moe", AXP_ROPE_NEOX, 1000000.0f, .qk_norm = true, .swa_period = -1,
                                 .moe = true },
+        /* every other layer local (the even ones), one rope base for both kinds, as llama.cpp */
+        [AXP_ARCH_GEMMA2] = { "gemma2", AXP_ROPE_NEOX, 10000.0f, .post_norms = true, .scaled_embd = true,
+                              .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 2, .swa_default = 4096,
+                              .softcap = true },
 };
 
 const char *axp_arch_name(enum axp_arch a) {
@@ -288,16 +297,25 @@ static int load_hparams(load_ctx *c) {
         /* the float32 square root, as llama.cpp scales */
         hp->embd_scale = ai->scaled_embd ? sqrtf((float) hp->n_embd) : 1.0f;
         hp->attn_scale = 1.0f / sqrtf((float) hp->head_dim);
-        /* Gemma 3 27B (62 layers) scales by the query's width per head instead, as llama.cpp does */
-        if (hp->arch == AXP_ARCH_GEMMA3 && hp->n_layer == 62)
+        /* Gemma 3 27B (62 layers) and Gemma 2 27B (46) scale by the query's width per head
+         * instead, as llama.cpp does */
+        if ((hp->arch == AXP_ARCH_GEMMA3 && hp->n_layer == 62) || (hp->arch == AXP_ARCH_GEMMA2 && hp->n_layer == 46))
                 hp->attn_scale = 1.0f / sqrtf((float) (hp->n_embd / hp->n_head));
+        if (ai->softcap &&
+            ((r = get_float(c, "attn_logit_softcapping", 50.0f, &hp->attn_softcap)) < 0 ||
+             (r = get_float(c, "final_logit_softcapping", 30.0f, &hp->final_softcap)) < 0))
+                return r;
 
-        /* sliding-window attention where the architecture has local layers and the file a window */
-        if (ai->swa_period >= 0 && gguf_find(m->gguf, arch_key(c, "attention.sliding_window"))) {
-                if ((r = get_dim(c, "attention.sliding_window", true, 0, &hp->n_swa)) < 0)
+        /* sliding-window attention where the architecture has local layers and the file (or
+         * the architecture) a window */
+        bool has_swa = ai->swa_period >= 0 && gguf_find(m->gguf, arch_key(c, "attention.sliding_window"));
+        if (has_swa || ai->swa_default > 0) {
+                if (!has_swa)
+                        hp->n_swa = ai->swa_default;
+                else if ((r = get_dim(c, "attention.sliding_window", true, 0, &hp->n_swa)) < 0)
                         return r;
                 /* a window past the context the file was trained for: its numbers disagree */
-                if (hp->n_swa > hp->n_ctx_train)
+                else if (hp->n_swa > hp->n_ctx_train)
                         return axp_errorf(c->err, -EINVAL, "%s: sliding window %d is longer than the context (%d)",
                                           c->file, hp->n_swa, hp->n_ctx_train);
                 hp->swa_period = ai->swa_period;
@@ -310,7 +328,8 @@ static int load_hparams(load_ctx *c) {
                                                   c->file, c->key);
                         hp->swa_period = (int) period;
                 }
-                if ((r = get_float(c, "rope.freq_base_swa", 10000.0f, &hp->rope_base_swa)) < 0)
+                if ((r = get_float(c, "rope.freq_base_swa", ai->rope_base_swa > 0 ? ai->rope_base_swa : hp->rope_base,
+                                   &hp->rope_base_swa)) < 0)
                         return r;
         }
         if (hp->rope_base_swa == 0)
@@ -615,6 +634,13 @@ void axp_model_set_context(axp_model *m, int n_ctx) {
                 m->rope_divisors = n_ctx > m->hp.n_ctx_orig ? m->rope_long.data : m->rope_short.data;
         else
                 m->rope_divisors = m->rope_freqs.data;
+}
+
+void axp_model_cap_logits(const axp_model *m, float *logits) {
+        const float cap = m->hp.final_softcap, inv = 1.0f / cap;
+        if (cap > 0)
+                for (int i = 0; i < m->hp.n_vocab; i++)
+                        logits[i] = tanhf(logits[i] * inv) * cap;
 }
 
 uint64_t axp_model_expert_bytes(const axp_model *m, int l) {

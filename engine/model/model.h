@@ -23,6 +23,7 @@ enum axp_arch {
         AXP_ARCH_PHI3,   /* llama's blocks, fused attn_qkv and gate/up (split at load), NeoX RoPE */
         AXP_ARCH_GEMMA3, /* scaled embeddings, q/k norms, post-norms, GELU, sliding-window layers */
         AXP_ARCH_QWEN3MOE, /* qwen3's attention, a mixture-of-experts FFN in every layer */
+        AXP_ARCH_GEMMA2, /* gemma3 without q/k norms, with soft-capped attention and output logits */
         AXP_ARCH__COUNT,
 };
 
@@ -71,6 +72,11 @@ typedef struct axp_hparams {
         bool tied_output; /* no output.weight: the LM head is token_embd */
         float embd_scale; /* the embedding row is multiplied by this (gemma3: sqrt(n_embd); else 1) */
         float attn_scale; /* attention logits q·k are multiplied by this (1/sqrt(head_dim) mostly) */
+        /* Soft-capping (gemma2): an attention logit s (after attn_scale) becomes
+         * attn_softcap tanh(s / attn_softcap) before the softmax, an output logit z becomes
+         * final_softcap tanh(z / final_softcap); 0: none */
+        float attn_softcap;
+        float final_softcap;
         enum axp_ffn_act ffn_act;
         bool post_norms;  /* gemma3: RMSNorm of the attention's and the FFN's outputs before the residual */
         /* Sliding-window attention: a local layer's query at position i sees keys at positions j
@@ -159,6 +165,10 @@ void axp_model_free(axp_model *m);
  * AXP_MODEL_DEFAULT_CTX (or n_ctx_train, if less). */
 #define AXP_MODEL_DEFAULT_CTX 4096
 void axp_model_set_context(axp_model *m, int n_ctx);
+/* The model's output logits from its LM head's: gemma2's soft-capping (final_softcap) in
+ * place, as llama.cpp computes it (z * (1 / cap), tanh, * cap); nothing for the others.
+ * Every device calls it on the logits of its HEAD tasks. */
+void axp_model_cap_logits(const axp_model *m, float *logits);
 static inline void axp_model_freep(axp_model **m) {
         axp_model_free(*m);
 }

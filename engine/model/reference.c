@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The reference forward pass (reference.h). Read llama_forward() first: it is the whole
- * network for one token; qwen_forward() and gemma3_forward() are the same with their
+ * network for one token; qwen_forward() and gemma_forward() are the same with their
  * differences marked; each helper above them is one line of the math. Everything is double precision; a weight
  * row is dequantized by the type's reference routine just before it is used. */
 #include "reference.h"
@@ -133,7 +133,8 @@ static double *cache_at(const axp_ref *r, double *cache, int l, int pos) {
  * positions first..pos (none later: the causal mask; first is 0, or on a sliding-window layer
  * the oldest of the window's n_swa positions). Query head h reads KV head
  * h / (n_head / n_head_kv) (grouped-query attention):
- *     out_h = sum_s softmax_s(q_h · k_s * attn_scale) v_s,   attn_scale = 1/sqrt(head_dim) mostly */
+ *     out_h = sum_s softmax_s(q_h · k_s * attn_scale) v_s,   attn_scale = 1/sqrt(head_dim) mostly
+ * with gemma2's scores soft-capped first: s = attn_softcap tanh(s / attn_softcap). */
 static void attention(axp_ref *r, int l, const double *q, double *out) {
         const axp_hparams *hp = &r->m->hp;
         const int hd = hp->head_dim, kvd = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
@@ -149,6 +150,8 @@ static void attention(axp_ref *r, int l, const double *q, double *out) {
                         for (int i = 0; i < hd; i++)
                                 dot += qh[i] * k[i];
                         r->score[s] = dot * (double) hp->attn_scale;
+                        if (hp->attn_softcap > 0)
+                                r->score[s] = hp->attn_softcap * tanh(r->score[s] / hp->attn_softcap);
                 }
                 softmax(r->score, n);
                 double *oh = out + (size_t) h * hd;
@@ -231,8 +234,12 @@ void axp_ref_normed(const axp_ref *r, double *out) {
 
 /* logits = W_out rmsnorm(x), W_out being token_embd where the output is tied */
 static void lm_head(axp_ref *r, double *logits) {
+        const double cap = r->m->hp.final_softcap;
         axp_ref_normed(r, r->h);
         matvec(r, logits, &r->m->output, r->h);
+        /* gemma2: the logits soft-capped, z = cap tanh(z / cap) */
+        for (int i = 0; cap > 0 && i < r->m->hp.n_vocab; i++)
+                logits[i] = cap * tanh(logits[i] / cap);
 }
 
 /* The forward passes, one per family -----------------------------------------------------------
@@ -327,8 +334,10 @@ static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
  *   an RMSNorm of the attention's and of the FFN's output before each joins the residual;
  *   a GELU-gated FFN;
  *   sliding-window attention with its own RoPE base on the local layers (5 of every 6).
- * The norm weights are used as stored: GGUF converters already added Gemma's "+1". */
-static void gemma3_forward(axp_ref *r, int32_t token, double *logits) {
+ * The norm weights are used as stored: GGUF converters already added Gemma's "+1".
+ * Gemma 2 is the same without the q/k norms, its local layers every other one with the global
+ * layers' RoPE base, and its attention scores and logits soft-capped (attention(), lm_head()). */
+static void gemma_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
         const int d = hp->n_embd, pos = r->pos;
@@ -346,8 +355,10 @@ static void gemma3_forward(axp_ref *r, int32_t token, double *logits) {
                 matvec(r, r->q, &L->wq, r->h);
                 matvec(r, k, &L->wk, r->h);
                 matvec(r, v, &L->wv, r->h);
-                head_rmsnorm(r->q, &L->q_norm, hp->n_head, hp->head_dim, eps);
-                head_rmsnorm(k, &L->k_norm, hp->n_head_kv, hp->head_dim, eps);
+                if (hp->arch == AXP_ARCH_GEMMA3) {
+                        head_rmsnorm(r->q, &L->q_norm, hp->n_head, hp->head_dim, eps);
+                        head_rmsnorm(k, &L->k_norm, hp->n_head_kv, hp->head_dim, eps);
+                }
                 rope(m, l, r->q, hp->n_head, pos, AXP_ROPE_NEOX);
                 rope(m, l, k, hp->n_head_kv, pos, AXP_ROPE_NEOX);
                 attention(r, l, r->q, r->att);
@@ -445,7 +456,8 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         case AXP_ARCH_QWEN2:
         case AXP_ARCH_QWEN3:
         case AXP_ARCH_QWEN3MOE: qwen_forward(r, token, logits); break;
-        case AXP_ARCH_GEMMA3: gemma3_forward(r, token, logits); break;
+        case AXP_ARCH_GEMMA2:
+        case AXP_ARCH_GEMMA3: gemma_forward(r, token, logits); break;
         default: return axp_errorf(err, -ENOTSUP, "the reference has no forward pass for %s",
                                    axp_arch_name(r->m->hp.arch));
         }

@@ -34,6 +34,7 @@ typedef struct att_job {
         int window; /* > 0: query i sees positions pos[i] - window + 1 .. pos[i] only */
         int ring;   /* > 0: position p is in row p % ring (a multiple of ATT_CHUNK) */
         float scale;
+        float softcap; /* > 0: scores soft-capped, softcap tanh(s / softcap) */
 
         int n_qtiles, n_chunks;
         float *part; /* split: [n_q][n_head][n_chunks][head_dim + 2] */
@@ -103,7 +104,7 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
         if (nv > 0) {
                 size_t off = kv_off(j, t0, kvh);
                 j->ops->att_chunk(qv, nv, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n_pos,
-                                  j->head_dim, j->scale, m, l, acc, scratch);
+                                  j->head_dim, j->scale, j->softcap, m, l, acc, scratch);
         }
         /* windows that start inside this chunk: the chunk's positions from the window's first */
         for (int i = i0; i < i1; i++) {
@@ -120,8 +121,8 @@ static int chunk_run(const att_job *j, int kvh, int c, int i0, int i1, int *ret_
                 }
                 size_t off = kv_off(j, lo, kvh);
                 j->ops->att_chunk(qv, j->group, len, j->k + off, j->v + off, j->kv_type, j->ld_kv, n,
-                                  j->head_dim, j->scale, m + v0, l + v0, acc + (size_t) v0 * j->head_dim,
-                                  scratch);
+                                  j->head_dim, j->scale, j->softcap, m + v0, l + v0,
+                                  acc + (size_t) v0 * j->head_dim, scratch);
         }
         return nv;
 }
@@ -244,7 +245,7 @@ static void split_merge_fn(void *arg, int ith, int nth) {
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim, long ld_kv,
-                       long head_stride, int window, int ring, float scale) {
+                       long head_stride, int window, int ring, float scale, float softcap) {
         assert(ring <= 0 || ring % ATT_CHUNK == 0);
         assert(kv_type == AXP_TYPE_F32 || kv_type == AXP_TYPE_F16 ||
                (kv_type == AXP_TYPE_Q8_0 && head_dim % QK8_0 == 0 && ld_kv % QK8_0 == 0 &&
@@ -275,6 +276,7 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
                 .window = window,
                 .ring = ring,
                 .scale = scale,
+                .softcap = softcap > 0 ? softcap : 0,
         };
         j.qtile = MAX(1, MIN(ATT_QTILE, ATT_MAX_VECS / j.group));
         j.n_qtiles = DIV_ROUND_UP(n_q, j.qtile);

@@ -534,13 +534,14 @@ typedef struct axp_cpu_ops {
         axp_gemm_fn gemm_sym[AXP_TYPE__MAX];
         /* Attention of nv query vectors (head_dim floats each, q[j]) over n_pos <= ATT_CHUNK
          * positions of one KV head (rows ld elements apart, F32 or F16). Vector j sees
-         * positions t < len[j]: s = scale q.K_t, m[j] = max s, p_t = exp(s - m), l[j] = sum p,
-         * acc[j * head_dim + c] = sum p_t V_t[c]. The operations for one vector do not depend on
-         * the other vectors or on n_pos (prefill and decode must give the same bits). scratch
-         * holds ATT_SCRATCH floats. */
+         * positions t < len[j]: s = scale q.K_t, then with softcap > 0 s = softcap tanh(s /
+         * softcap) (att_softcap; 0: none, and no work for it), m[j] = max s, p_t = exp(s - m),
+         * l[j] = sum p, acc[j * head_dim + c] = sum p_t V_t[c]. The operations for one vector do
+         * not depend on the other vectors or on n_pos (prefill and decode must give the same
+         * bits). scratch holds ATT_SCRATCH floats. */
         void (*att_chunk)(const float *const *q, int nv, const int *len, const void *k,
                           const void *v, uint32_t kv_type, long ld, int n_pos, int head_dim,
-                          float scale, float *m, float *l, float *acc, float *scratch);
+                          float scale, float softcap, float *m, float *l, float *acc, float *scratch);
         /* axp_cpu_glu (kernels.h) on one row */
         void (*glu)(int act, float *g, const float *u, long n);
 } axp_cpu_ops;
@@ -556,6 +557,14 @@ typedef struct axp_cpu_ops {
 /* exp(d) for d = s - max <= 0 with that cut, in scalar code */
 static inline float att_weight(float d) {
         return d >= ATT_P_CUT ? expf(d) : 0.0f;
+}
+
+/* Gemma 2's soft-capping of a score s (already scaled): cap tanh(s / cap), s / cap taken as
+ * s * inv with inv = 1 / cap, as llama.cpp scales it, in scalar code. The SIMD paths build tanh
+ * from their softmax's exp (softcap8 in gemm-avx2.c): within 1.5e-7 cap of the exact value at
+ * any s, as this is. */
+static inline float att_softcap(float s, float cap, float inv) {
+        return cap * tanhf(s * inv);
 }
 
 /* Bytes of n values of a K or V cache (F16, F32 or Q8_0; n a multiple of 32 for Q8_0) */

@@ -1495,6 +1495,19 @@ AI __m256 exp_neg(__m256 x) {
         return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* Soft-capping (cpu.h's att_softcap) of 8 scores: cap tanh(|s| / cap) = cap (1 - e) / (1 + e)
+ * with e = exp(-2 |s| / cap) <= 1 (inv2 = 2 / cap), s's sign put back (0 stays 0). Far out, e
+ * is exp_neg's clamped e^-86 and the result cap: never NaN, even for infinite s. Within 1.5e-7
+ * cap of cap tanh(s / cap) at any s (as cap tanhf(s / cap) is): e's few ulps are an absolute
+ * error, so small scores lose their relative precision, but a softmax moves with the scores'
+ * absolute errors only. */
+AI __m256 softcap8(__m256 s, __m256 cap, __m256 inv2) {
+        const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+        __m256 e = exp_neg(_mm256_or_ps(_mm256_mul_ps(s, inv2), neg));
+        __m256 t = _mm256_div_ps(_mm256_fnmadd_ps(cap, e, cap), _mm256_add_ps(one, e));
+        return _mm256_xor_ps(t, _mm256_and_ps(s, neg));
+}
+
 /* The 8 lane sums of v[0..7], in that order; each sum's tree depends only on its own vector. */
 AI __m256 reduce8(const __m256 *v) {
         __m256 s[4];
@@ -1715,8 +1728,8 @@ AI void accum_kv(const float *s, const int *len, int nv, const float *vf, int hd
  * vectors at a time. A (vector, position) score and a vector's sums over positions take the
  * same operations in the same order whatever the other vectors of the call. */
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
-                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
-                      float *l, float *acc, float *scratch) {
+                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float softcap,
+                      float *m, float *l, float *acc, float *scratch) {
         int nc = (hd + 7) / 8, hdp = (hd + 15) / 16 * 16;
         float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK;
         float *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
@@ -1732,8 +1745,14 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                         scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 0);
         }
 
+        __m256 vcap = _mm256_set1_ps(softcap), vinv2 = _mm256_set1_ps(softcap > 0 ? 2.0f / softcap : 0.0f);
         for (int j = 0; j < nv; j++) {
                 float *sj = s + j * ATT_CHUNK;
+                /* soft-capped: the vector's scores in place (the lanes of its last 8 past len[j]
+                 * are its own zero scores, which the max and the sum leave out) */
+                if (softcap > 0)
+                        for (int t0 = 0; t0 < len[j]; t0 += 8)
+                                _mm256_store_ps(sj + t0, softcap8(_mm256_load_ps(sj + t0), vcap, vinv2));
                 __m256 mx = _mm256_set1_ps(-INFINITY);
                 for (int t0 = 0; t0 < len[j]; t0 += 8)
                         mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(sj + t0),

@@ -885,6 +885,14 @@ AI __m512 exp_neg(__m512 x) {
         return _mm512_scalef_ps(p, n);
 }
 
+/* Soft-capping of 16 scores, as the AVX2 path's softcap8 (see there) */
+AI __m512 softcap16(__m512 s, __m512 cap, __m512 inv2) {
+        const __m512 one = _mm512_set1_ps(1.0f), neg = _mm512_set1_ps(-0.0f);
+        __m512 e = exp_neg(_mm512_or_ps(_mm512_mul_ps(s, inv2), neg));
+        __m512 t = _mm512_div_ps(_mm512_fnmadd_ps(cap, e, cap), _mm512_add_ps(one, e));
+        return _mm512_xor_ps(t, _mm512_and_ps(s, neg));
+}
+
 /* The 16 lane sums of v[0..15], in that order; each sum's tree depends only on its own
  * vector. */
 AI __m512 reduce16(const __m512 *v) {
@@ -1126,8 +1134,8 @@ AI void accum_kv(const float *s, const int *len, int nv_sub, const float *vf, in
 }
 
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
-                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float *m,
-                      float *l, float *acc, float *scratch) {
+                      uint32_t kv_type, long ld, int n_pos, int hd, float scale, float softcap,
+                      float *m, float *l, float *acc, float *scratch) {
         int nc = (hd + 15) / 16, hdp = nc * 16;
         float *s = scratch, *kb = scratch + ATT_MAX_VECS * ATT_CHUNK, *vf = kb + ATT_CHUNK * ATT_MAX_HEAD_DIM;
 
@@ -1143,8 +1151,15 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                         scores_all(q, nv, len, kb, t0, hd, nc, hdp, scale, s, 0);
         }
 
+        __m512 vcap = _mm512_set1_ps(softcap), vinv2 = _mm512_set1_ps(softcap > 0 ? 2.0f / softcap : 0.0f);
         for (int j = 0; j < nv; j++) {
                 float *sj = s + j * ATT_CHUNK;
+                /* soft-capped: the vector's scores in place (past len[j], masked off) */
+                if (softcap > 0)
+                        for (int t0 = 0; t0 < len[j]; t0 += 16) {
+                                __mmask16 mk = tail_mask(len[j] - t0);
+                                _mm512_mask_store_ps(sj + t0, mk, softcap16(_mm512_maskz_load_ps(mk, sj + t0), vcap, vinv2));
+                        }
                 __m512 mx = _mm512_set1_ps(-INFINITY);
                 for (int t0 = 0; t0 < len[j]; t0 += 16)
                         mx = _mm512_mask_max_ps(mx, tail_mask(len[j] - t0), mx, _mm512_load_ps(sj + t0));

@@ -364,9 +364,9 @@ static float kv_get(const void *kv, uint32_t type, long i) {
 }
 
 static void att_chunk(const float *const *q, int nv, const int *len, const void *k, const void *v,
-                      uint32_t kv_type, long ld, int n_pos, int head_dim, float scale, float *m,
-                      float *l, float *acc, float *scratch) {
-        float *s = scratch;
+                      uint32_t kv_type, long ld, int n_pos, int head_dim, float scale, float softcap,
+                      float *m, float *l, float *acc, float *scratch) {
+        float *s = scratch, inv = softcap > 0 ? 1.0f / softcap : 0;
         for (int j = 0; j < nv; j++) {
                 float mx = -INFINITY, sum = 0;
                 for (int t = 0; t < len[j]; t++) {
@@ -375,6 +375,14 @@ static void att_chunk(const float *const *q, int nv, const int *len, const void 
                                 d += q[j][c] * kv_get(k, kv_type, t * ld + c);
                         s[t] = d * scale;
                         mx = fmaxf(mx, s[t]);
+                }
+                /* soft-capped: the max of the capped scores, over again */
+                if (softcap > 0) {
+                        mx = -INFINITY;
+                        for (int t = 0; t < len[j]; t++) {
+                                s[t] = att_softcap(s[t], softcap, inv);
+                                mx = fmaxf(mx, s[t]);
+                        }
                 }
                 float *a = acc + (size_t) j * head_dim;
                 memset(a, 0, (size_t) head_dim * sizeof(float));

@@ -75,7 +75,9 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
 /* Attention for n_q query tokens of one request. Query i sits at position pos[i] and attends
  * to KV positions [0, pos[i]] (causal), or with window > 0 (sliding-window attention) to
  * [max(0, pos[i] - window + 1), pos[i]]. For head h (KV head h / (n_head / n_head_kv)):
- *   out[i][h] = sum_t softmax_t(scale * q[i][h] . K[t]) V[t]
+ *   out[i][h] = sum_t softmax_t(s_t) V[t],  s_t = scale * q[i][h] . K[t]
+ * and with softcap > 0 (gemma2's attention logit soft-capping) s_t = softcap tanh(s_t /
+ * softcap) before the softmax; softcap <= 0: none (and nothing computed for it).
  * q and out may alias (in place). k and v hold KV head h's values at row r from element
  * r * ld_kv + h * head_stride on, head_dim of kv_type (AXP_TYPE_F32, AXP_TYPE_F16, or
  * AXP_TYPE_Q8_0 with head_dim, ld_kv and head_stride multiples of 32); the engine's cache is
@@ -89,7 +91,7 @@ void axp_cpu_matmul(axp_pool *pool, int n_w, const axp_weight *const *w, const f
 void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, long ldo,
                        const void *k, const void *v, uint32_t kv_type, int n_q,
                        const int32_t *pos, int n_head, int n_head_kv, int head_dim, long ld_kv,
-                       long head_stride, int window, int ring, float scale);
+                       long head_stride, int window, int ring, float scale, float softcap);
 
 /* The gated feed-forward activation in place: g[i] = act(g[i]) * u[i] for i < n, act SiLU
  * (g / (1 + e^-g): llama, qwen, phi3) or GELU's tanh form (g/2 (1 + tanh(sqrt(2/pi) (g +

@@ -5,13 +5,15 @@
  * is head by head: KV head kh's row r starts at element (kh kv_rows + r) hd. One work-group
  * per (query, head): the items score WG positions at a time and the
  * softmax runs online (a running maximum rescales what was summed so far), so any context
- * length fits in a fixed amount of local memory. The output replaces the query in place. */
+ * length fits in a fixed amount of local memory. The output replaces the query in place.
+ * softcap > 0 caps each score (after scale) to softcap tanh(s / softcap) before the softmax. */
 
 #define ACC_PER_ITEM ((MAX_HD + WG - 1) / WG)
 
 __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const uchar *Kc,
                                 __global const uchar *Vc, int kv_kind, int pos0, int n_head,
-                                int n_head_kv, int hd, int window, int kv_rows, float scale) {
+                                int n_head_kv, int hd, int window, int kv_rows, float scale,
+                                float softcap) {
         __local float qv[MAX_HD];
         __local float p[WG];
         __local float red[WG];
@@ -37,6 +39,8 @@ __kernel WG_ATTR void attention(__global float *QA, int q_row0, __global const u
                         for (int d = 0; d < hd; d++)
                                 dot += qv[d] * kv_at(Kc, kv_kind, k0 + d);
                         s = dot * scale;
+                        if (softcap > 0) /* gemma2: softcap tanh(s / softcap), as llama.cpp */
+                                s = tanh(s * (1.0f / softcap)) * softcap;
                 }
                 const float mn = fmax(m, wg_maxf(s, red));
                 const float e = t <= pos ? exp(s - mn) : 0.0f;

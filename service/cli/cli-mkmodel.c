@@ -22,7 +22,9 @@ static int help(FILE *f) {
                 "and llama.cpp).\n"
                 "\n"
                 "  --arch ARCH        llama (default), qwen2, qwen3, phi3 (fused QKV and gate/up)\n"
-                "                     gemma3 (sliding window on 5 of every 6 layers) or qwen3moe\n"
+                "                     gemma2 (sliding window on every other layer, soft-capped\n"
+                "                     attention and logits), gemma3 (sliding window on 5 of every\n"
+                "                     6 layers) or qwen3moe\n"
                 "                     (a mixture of experts; --ffn is each expert's length)\n"
                 "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_1,\n"
                 "                     q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;\n"
@@ -38,15 +40,17 @@ static int help(FILE *f) {
                 "  --ffn F            feed-forward length (default 512)\n"
                 "  --ctx C            context length (default 512)\n"
                 "  --head-dim N       per-head dimension (default dim/heads)\n"
-                "  --rope-base B      RoPE frequency base (default 500000 llama, 10000 phi3,\n"
-                "                     1000000 qwen and gemma3's global layers)\n"
+                "  --rope-base B      RoPE frequency base (default 500000 llama, 10000 phi3\n"
+                "                     and gemma2, 1000000 qwen and gemma3's global layers)\n"
                 "  --rope-dim N       rotated dimensions per head (default: the head dimension)\n"
                 "  --longrope C       LongRoPE as Phi-3.5 and Phi-4-mini carry it: C is the\n"
                 "                     original context (at most --ctx), with long and short\n"
                 "                     frequency factors and the attention factor\n"
-                "  --swa N            the sliding window (gemma3: default 16; another\n"
+                "  --swa N            the sliding window (gemma2, gemma3: default 16; another\n"
                 "                     architecture gets the key, as Mistral's llama files carry\n"
                 "                     it, and attends to the whole context as llama.cpp does)\n"
+                "  --attn-softcap X   gemma2's attention logit soft-cap (default 50)\n"
+                "  --final-softcap X  gemma2's output logit soft-cap (default 30)\n"
                 "  --pooling P        an embedding model's pooling_type: mean, cls or last\n"
                 "                     (default: none written, as a chat model's file)\n"
                 "  --experts N        qwen3moe's experts per layer (default 8)\n"
@@ -78,7 +82,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_POOLING, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
+               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_ATTN_CAP, O_FINAL_CAP, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_POOLING, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -91,6 +95,8 @@ int cli_mkmodel(int argc, char **argv) {
                 { "ctx", required_argument, NULL, O_CTX },
                 { "head-dim", required_argument, NULL, O_HEAD_DIM },
                 { "swa", required_argument, NULL, O_SWA },
+                { "attn-softcap", required_argument, NULL, O_ATTN_CAP },
+                { "final-softcap", required_argument, NULL, O_FINAL_CAP },
                 { "experts", required_argument, NULL, O_EXPERTS },
                 { "experts-used", required_argument, NULL, O_EXPERTS_USED },
                 { "rope-base", required_argument, NULL, O_ROPE },
@@ -164,6 +170,14 @@ int cli_mkmodel(int argc, char **argv) {
                         break;
                 case O_SWA:
                         ok = parse_int("--swa", optarg, 1, 1 << 24, &p.n_swa);
+                        break;
+                case O_ATTN_CAP:
+                        if ((ok = cli_double("--attn-softcap", optarg, 1e-3, 1e6, &d)))
+                                p.attn_softcap = (float) d;
+                        break;
+                case O_FINAL_CAP:
+                        if ((ok = cli_double("--final-softcap", optarg, 1e-3, 1e6, &d)))
+                                p.final_softcap = (float) d;
                         break;
                 case O_EXPERTS:
                         ok = parse_int("--experts", optarg, 1, AXP_MAX_EXPERTS, &p.n_expert);

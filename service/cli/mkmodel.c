@@ -738,7 +738,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 return k;
         arch = axp_arch_name(p->arch);
         tr = axp_type_traits_get(p->type);
-        qwen = p->arch != AXP_ARCH_LLAMA; /* qwen2, qwen3, gemma3: base 1e6, eps 1e-6 */
+        qwen = p->arch != AXP_ARCH_LLAMA; /* qwen2, qwen3, gemma2/3: eps 1e-6; base 1e6 but gemma2 */
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();
@@ -777,7 +777,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 ARCH_U32("expert_used_count", n_expert_used);
                 ARCH_U32("expert_feed_forward_length", p->n_ff);
         }
-        if (qk_norm || head_dim * p->n_head != p->n_embd) {
+        const bool gemma = p->arch == AXP_ARCH_GEMMA2 || p->arch == AXP_ARCH_GEMMA3;
+        if (gemma || qk_norm || head_dim * p->n_head != p->n_embd) {
                 ARCH_U32("attention.key_length", head_dim);
                 ARCH_U32("attention.value_length", head_dim);
         }
@@ -790,12 +791,20 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                          scale > 1 ? (float) sqrt(1 + log(scale) / log((double) p->n_ctx_orig)) : 1.0f);
         }
         ARCH_F32("rope.freq_base",
-                 p->rope_base > 0 ? p->rope_base : p->arch == AXP_ARCH_PHI3 ? 1e4f : qwen ? 1e6f : 5e5f);
+                 p->rope_base > 0                                              ? p->rope_base
+                 : p->arch == AXP_ARCH_PHI3 || p->arch == AXP_ARCH_GEMMA2 ? 1e4f
+                 : qwen                                                        ? 1e6f
+                                                                               : 5e5f);
         ARCH_F32("attention.layer_norm_rms_epsilon", qwen && p->arch != AXP_ARCH_PHI3 ? 1e-6f : 1e-5f);
         if (p->arch == AXP_ARCH_GEMMA3) {
                 /* five local layers of every six (llama.cpp's default period), base 10000 */
                 ARCH_U32("attention.sliding_window", p->n_swa > 0 ? p->n_swa : 16);
                 ARCH_F32("rope.freq_base_swa", 10000.0f);
+        } else if (p->arch == AXP_ARCH_GEMMA2) {
+                /* every other layer local, as Gemma 2's files carry it (4096 there) */
+                ARCH_U32("attention.sliding_window", p->n_swa > 0 ? p->n_swa : 16);
+                ARCH_F32("attn_logit_softcapping", p->attn_softcap > 0 ? p->attn_softcap : 50.0f);
+                ARCH_F32("final_logit_softcapping", p->final_softcap > 0 ? p->final_softcap : 30.0f);
         } else if (p->n_swa > 0) /* the key alone (Mistral 7B v0.1's llama files carry it) */
                 ARCH_U32("attention.sliding_window", p->n_swa);
         if (p->pooling != AXP_POOLING_MODEL)
@@ -844,7 +853,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 }
                 LAYER("attn_output.weight", p->type, q_dim, p->n_embd, W_PROJ,
                       "--heads × head dimension");
-                if (p->arch == AXP_ARCH_GEMMA3)
+                if (gemma)
                         LAYER("post_attention_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 LAYER("ffn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 if (moe) { /* the router, then each expert's matrices stacked */
@@ -864,7 +873,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                         LAYER("ffn_up.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
                 }
                 LAYER("ffn_down.weight", p->type, p->n_ff, p->n_embd, W_PROJ, "--ffn");
-                if (p->arch == AXP_ARCH_GEMMA3)
+                if (gemma)
                         LAYER("post_ffw_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
 #undef LAYER
         }

@@ -32,8 +32,12 @@ typedef struct axp_mkmodel_params {
                                  * generation among them): their logits are always 0, below
                                  * many others, so generation runs to its token limit (for
                                  * benchmarks and tests) */
-        float rope_base;        /* 0: 500000 for llama, 10000 for phi3, 1000000 for qwen2/qwen3/gemma3 */
-        int n_swa;              /* the sliding window; 0: 16 for gemma3, none written for the others */
+        float rope_base;        /* 0: 500000 for llama, 10000 for phi3 and gemma2, 1000000 for
+                                 * qwen2/qwen3/gemma3 */
+        int n_swa;              /* the sliding window; 0: 16 for gemma2 and gemma3, none written
+                                 * for the others */
+        float attn_softcap, final_softcap; /* gemma2's soft-capping; 0: 50 and 30, as Gemma 2's
+                                            * files carry */
         int n_expert, n_expert_used; /* qwen3moe's experts per layer and per token; 0: 8 and 2
                                       * (each expert's FFN is n_ff long) */
         enum axp_pooling pooling; /* an embedding model's {arch}.pooling_type (mean, cls,

@@ -255,7 +255,8 @@ static void forward(axp_pool *pool, const bench_model *m, bench_bufs *b, int n_t
                         }
                 op_end(OP_REST);
                 axp_cpu_attention(pool, b->q, N_EMBD, b->q, N_EMBD, kc, vc, AXP_TYPE_F16, n_tok, b->pos,
-                                  N_HEAD, N_HEAD_KV, HEAD_DIM, HEAD_DIM, (long) b->ctx * HEAD_DIM, 0, 0, 0.125f);
+                                  N_HEAD, N_HEAD_KV, HEAD_DIM, HEAD_DIM, (long) b->ctx * HEAD_DIM, 0, 0, 0.125f,
+                                  0);
                 op_end(OP_ATTN);
                 const axp_weight *wo[1] = { &w[3] };
                 float *yo[1] = { b->out };

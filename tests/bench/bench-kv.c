@@ -7,8 +7,11 @@
  * one layer timed, times the layers), best of 5. 2 threads unless told. Not a test: it prints
  * numbers.
  *
- *   bench-kv [--threads N] [--type f32|f16|q8_0] [--shape 1b|8b] [--layout heads|rows] [--prefill]
- *            [CTX (default 1500)]    (AXP_CPU_ISA=avx2 or generic to force a path)
+ *   bench-kv [--threads N] [--type f32|f16|q8_0] [--shape 1b|8b] [--layout heads|rows]
+ *            [--softcap CAP] [--prefill] [CTX (default 1500)]
+ *            (AXP_CPU_ISA=avx2 or generic to force a path)
+ *
+ * --softcap: the scores soft-capped at CAP (gemma2's 50); 0 (the default): none.
  *
  * The cache is laid out head by head, as the engine's (--layout rows: a position's heads side by
  * side, as it was). */
@@ -34,6 +37,7 @@ int main(int argc, char **argv) {
         static const char *const names[N_TYPES] = { "f32", "f16", "q8_0" };
         int nth = 2, only = -1, L = 16, H = 32, HKV = 8, HD = 64, reps = 20;
         bool by_rows = false; /* --layout rows: [positions][heads], as the cache was laid out */
+        float softcap = 0;
         for (; argc > 2 && strncmp(argv[1], "--", 2) == 0 && strcmp(argv[1], "--prefill") != 0; argc -= 2, argv += 2) {
                 if (strcmp(argv[1], "--threads") == 0)
                         nth = atoi(argv[2]);
@@ -49,6 +53,8 @@ int main(int argc, char **argv) {
                         by_rows = true;
                 } else if (strcmp(argv[1], "--layout") == 0 && strcmp(argv[2], "heads") == 0) {
                         by_rows = false;
+                } else if (strcmp(argv[1], "--softcap") == 0) {
+                        softcap = (float) atof(argv[2]);
                 } else if (strcmp(argv[1], "--shape") == 0 && strcmp(argv[2], "8b") == 0) {
                         L = 32;
                         HD = 128;
@@ -110,7 +116,7 @@ int main(int argc, char **argv) {
                                         continue;
                                 double t0 = now();
                                 axp_cpu_attention(pool, qs, H * HD, os, H * HD, k[y][0], v[y][0], types[y], ctx, ps, H,
-                                                  HKV, HD, ld, hs, 0, 0, 0.125f);
+                                                  HKV, HD, ld, hs, 0, 0, 0.125f, softcap);
                                 best[y] = fmin(best[y], now() - t0);
                         }
                 /* q.k and p.v over the causal triangle */
@@ -132,7 +138,7 @@ int main(int argc, char **argv) {
                                 for (int l = 0; l < L; l++)
                                         axp_cpu_attention(pool, q, H * HD, out, H * HD, k[y][l], v[y][l], types[y], 1,
                                                           &pos, H, HKV, HD, ld, hs, 0 /* no window */, 0 /* no ring */,
-                                                          0.125f);
+                                                          0.125f, softcap);
                         ms[y][round] = (now() - t0) / reps * 1e3;
                         printf("%d %s %.3f\n", round, names[y], ms[y][round]);
                 }

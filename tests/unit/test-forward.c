@@ -150,10 +150,13 @@ static void check_model(axp_model *m, const char *label) {
 }
 
 /* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt;
+ * gemma2 with four (two local) and caps small enough that the random model's attention
+ * scores and logits reach them (its default 50 and 30 would leave them all but linear);
  * qwen3moe with 8 experts of which each token takes 2, so that the tokens of a chunk
  * share some experts and not others */
 static const char *arch_extra(const char *arch) {
         return strcmp(arch, "gemma3") == 0     ? "--layers 6 --swa 8 --tied"
+               : strcmp(arch, "gemma2") == 0   ? "--layers 4 --swa 8 --tied --attn-softcap 0.5 --final-softcap 1"
                : strcmp(arch, "qwen3moe") == 0 ? "--experts 8 --experts-used 2"
                                                : NULL;
 }
@@ -187,6 +190,8 @@ static void test_archs(void) {
         check_against_reference("gemma3", "f32");
         check_against_reference("gemma3", "q8_0");
         check_against_reference("gemma3", "q6_k");
+        check_against_reference("gemma2", "f32");
+        check_against_reference("gemma2", "q4_k");
         check_against_reference("qwen3moe", "f32");
         check_against_reference("qwen3moe", "q8_0");
         check_against_reference("qwen3moe", "q4_k");
@@ -299,6 +304,7 @@ static void test_chunked_stop_resume(void) {
                 chunked_stop_resume("llama", types[i]);
         chunked_stop_resume("phi3", "q8_0");
         chunked_stop_resume("gemma3", "q8_0");
+        chunked_stop_resume("gemma2", "q8_0");
         chunked_stop_resume("qwen3moe", "q8_0");
 }
 
@@ -347,6 +353,7 @@ static void test_batched_decode(void) {
         for (size_t i = 0; i < ELEMENTSOF(types); i++)
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");
+        batched_decode("gemma2", "q8_0");
         batched_decode("qwen3moe", "q8_0");
         batched_decode("phi3", "q8_0");
 }

@@ -1080,7 +1080,7 @@ static void test_weight_slabs(void) {
 
 static void ref_attention(const float *q, long ldq, double *out, const float *kf, const float *vf,
                           int n_q, const int32_t *pos, int n_head, int n_head_kv, int hd, int window,
-                          float scale) {
+                          float scale, float softcap) {
         int G = n_head / n_head_kv;
         long ld = (long) n_head_kv * hd;
         double *s = malloc(sizeof(double) * (pos[n_q - 1] + 1 + 4096));
@@ -1094,6 +1094,8 @@ static void ref_attention(const float *q, long ldq, double *out, const float *kf
                                 for (int c = 0; c < hd; c++)
                                         d += (double) q[i * ldq + h * hd + c] * kf[t * ld + kvh * hd + c];
                                 s[t] = d * scale;
+                                if (softcap > 0)
+                                        s[t] = softcap * tanh(s[t] / softcap);
                                 m = fmax(m, s[t]);
                         }
                         double *o = out + ((long) i * n_head + h) * hd;
@@ -1133,6 +1135,91 @@ typedef struct att_case {
         int window; /* sliding window, 0: none */
 } att_case;
 
+/* Attention on every path against the reference ref (of q), and the same bits over pools of 1,
+ * 2 and 3 threads, in a ring, with the cache head by head and for the last query alone */
+static void check_attention(att_case c, size_t ci, uint32_t kv_type, const char *kvn, const char *k,
+                            const char *v, const float *q, long ldq, const int32_t *pos, float scale,
+                            float softcap, const double *ref, double tol) {
+        int n_pos = c.first_pos + c.n_q;
+        long ld = (long) c.n_head_kv * c.hd;
+        size_t rb = (size_t) axp_type_row_size(kv_type, ld);
+        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                if (!isa_use(all_isas[ii]))
+                        continue;
+                /* the portable path is slow, and its cap the same code whatever the cache: capped,
+                 * the F32 cache only */
+                if (softcap > 0 && kv_type != AXP_TYPE_F32 && strcmp(all_isas[ii], "generic") == 0)
+                        continue;
+                float *outs[4] = { 0 };
+                for (int p = 1; p <= 3; p++) {
+                        outs[p] = malloc(sizeof(float) * c.n_q * ldq);
+                        memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
+                        /* in place: out aliases q */
+                        axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos, c.n_head,
+                                          c.n_head_kv, c.hd, ld, c.hd, c.window, 0, scale, softcap);
+                }
+                double maxe = 0;
+                for (int i = 0; i < c.n_q; i++)
+                        for (int h = 0; h < c.n_head * c.hd; h++)
+                                maxe = fmax(maxe, fabs(outs[1][i * ldq + h] - ref[(long) i * c.n_head * c.hd + h]));
+                CHECK_MSG(maxe < tol, "%s kv %s case %zu softcap %g: max error %.3g", all_isas[ii], kvn, ci,
+                          softcap, maxe);
+                for (int p = 2; p <= 3; p++)
+                        CHECK_MSG(memcmp(outs[1], outs[p], sizeof(float) * c.n_q * ldq) == 0,
+                                  "%s case %zu softcap %g: %d threads differ from 1", all_isas[ii], ci, softcap, p);
+                /* a sliding-window layer's ring (the window behind the queries and the queries,
+                 * rounded up to 256 rows) gives the same bits */
+                int ring = c.window > 0 ? (c.window - 1 + c.n_q + 255) / 256 * 256 : 0;
+                if (ring > 0 && ring < n_pos) {
+                        char *kr = calloc(ring, rb), *vr = calloc(ring, rb);
+                        float *o = malloc(sizeof(float) * c.n_q * ldq);
+                        memcpy(o, q, sizeof(float) * c.n_q * ldq); /* the rows' padding */
+                        for (int p = MAX(0, c.first_pos - c.window + 1); p < n_pos; p++) {
+                                memcpy(kr + (size_t) (p % ring) * rb, k + (size_t) p * rb, rb);
+                                memcpy(vr + (size_t) (p % ring) * rb, v + (size_t) p * rb, rb);
+                        }
+                        axp_cpu_attention(pools[2], q, ldq, o, ldq, kr, vr, kv_type, c.n_q, pos, c.n_head, c.n_head_kv,
+                                          c.hd, ld, c.hd, c.window, ring, scale, softcap);
+                        CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
+                                  "%s case %zu softcap %g: the ring of %d rows differs", all_isas[ii], ci, softcap,
+                                  ring);
+                        free(kr);
+                        free(vr);
+                        free(o);
+                }
+                /* the cache head by head, as the engine keeps it (each KV head's rows side by
+                 * side), gives the same bits */
+                {
+                        size_t hb = (size_t) axp_type_row_size(kv_type, c.hd);
+                        char *kh = malloc(rb * n_pos), *vh = malloc(rb * n_pos);
+                        float *o = malloc(sizeof(float) * c.n_q * ldq);
+                        memcpy(o, q, sizeof(float) * c.n_q * ldq);
+                        for (int p = 0; p < n_pos; p++)
+                                for (int h = 0; h < c.n_head_kv; h++) {
+                                        size_t to = ((size_t) h * n_pos + p) * hb, from = (size_t) p * rb + h * hb;
+                                        memcpy(kh + to, k + from, hb);
+                                        memcpy(vh + to, v + from, hb);
+                                }
+                        axp_cpu_attention(pools[2], q, ldq, o, ldq, kh, vh, kv_type, c.n_q, pos, c.n_head, c.n_head_kv,
+                                          c.hd, c.hd, (long) n_pos * c.hd, c.window, 0, scale, softcap);
+                        CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
+                                  "%s case %zu softcap %g: the cache head by head differs", all_isas[ii], ci, softcap);
+                        free(kh);
+                        free(vh);
+                        free(o);
+                }
+                /* the last query alone (a decode step) gives the same bits */
+                float *one = malloc(sizeof(float) * ldq);
+                axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1, pos + c.n_q - 1,
+                                  c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, 0, scale, softcap);
+                CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
+                          "%s case %zu softcap %g: decode differs from prefill", all_isas[ii], ci, softcap);
+                free(one);
+                for (int p = 1; p <= 3; p++)
+                        free(outs[p]);
+        }
+}
+
 static void test_attention(void) {
         static const att_case cases[] = {
                 { 1, 0, 4, 2, 16 },       /* the very first token */
@@ -1151,6 +1238,17 @@ static void test_attention(void) {
                 { 2, 700, 8, 4, 64, 256 },   /* a window of exactly a chunk */
                 { 300, 2000, 4, 2, 32, 100 }, /* a prefill chunk across the end of its ring */
         };
+        /* Soft-capped scores (gemma2): none; 50 (gemma2's) with the queries 20 times larger, and
+         * 2 with them as they are, so that the scores (sigma 1.5, or 30) reach a few times the
+         * cap. The capped results must differ from the uncapped reference's, else the cap would
+         * not be tested. Scores of tens to hundreds have float rounding errors (the sums of q.K)
+         * that move the outputs by some 1e-5 whatever the path: 1.1e-5 here, the portable path
+         * with tanhf as the vector ones, hence the larger tolerance; the cap's own error is
+         * test_attention_softcap's. */
+        static const struct {
+                float cap, q_mul;
+                double tol;
+        } caps[] = { { 0, 1, 2e-5 }, { 50, 20, 4e-5 }, { 2, 1, 2e-5 } };
         /* F32, F16 and Q8_0 caches (Q8_0 where the heads are whole blocks of 32); the
          * reference reads what the cache holds */
         static const uint32_t kv_types[] = { AXP_TYPE_F32, AXP_TYPE_F16, AXP_TYPE_Q8_0 };
@@ -1167,94 +1265,94 @@ static void test_attention(void) {
                         float *kf = malloc(sizeof(float) * n_pos * ld), *vf = malloc(sizeof(float) * n_pos * ld);
                         char *k = malloc(rb * n_pos), *v = malloc(rb * n_pos);
                         kv_fill(kv_type, n_pos, ld, 1.5f, kf, vf, k, v);
-                        float *q = malloc(sizeof(float) * c.n_q * ldq);
+                        float *q = malloc(sizeof(float) * c.n_q * ldq), *qc = malloc(sizeof(float) * c.n_q * ldq);
                         for (long i = 0; i < c.n_q * ldq; i++)
                                 q[i] = gauss();
                         int32_t *pos = malloc(sizeof(int32_t) * c.n_q);
                         for (int i = 0; i < c.n_q; i++)
                                 pos[i] = c.first_pos + i;
                         float scale = 1.0f / sqrtf((float) c.hd);
-                        double *ref = malloc(sizeof(double) * c.n_q * c.n_head * c.hd);
-                        ref_attention(q, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, c.window, scale);
-
-                        for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
-                                if (!isa_use(all_isas[ii]))
-                                        continue;
-                                float *outs[4] = { 0 };
-                                for (int p = 1; p <= 3; p++) {
-                                        outs[p] = malloc(sizeof(float) * c.n_q * ldq);
-                                        memcpy(outs[p], q, sizeof(float) * c.n_q * ldq);
-                                        /* in place: out aliases q */
-                                        axp_cpu_attention(pools[p], outs[p], ldq, outs[p], ldq, k, v, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, 0, scale);
+                        size_t n_out = (size_t) c.n_q * c.n_head * c.hd;
+                        double *ref = malloc(sizeof(double) * n_out), *ref0 = malloc(sizeof(double) * n_out);
+                        for (size_t si = 0; si < ELEMENTSOF(caps); si++) {
+                                float cap = caps[si].cap;
+                                for (long i = 0; i < c.n_q * ldq; i++)
+                                        qc[i] = q[i] * caps[si].q_mul;
+                                ref_attention(qc, ldq, ref, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd, c.window,
+                                              scale, cap);
+                                if (cap > 0) {
+                                        ref_attention(qc, ldq, ref0, kf, vf, c.n_q, pos, c.n_head, c.n_head_kv, c.hd,
+                                                      c.window, scale, 0);
+                                        double d = 0;
+                                        for (size_t i = 0; i < n_out; i++)
+                                                d = fmax(d, fabs(ref[i] - ref0[i]));
+                                        /* the first token's softmax is over one position: 1 */
+                                        CHECK_MSG(n_pos == 1 || d > 1e-2, "kv %s case %zu softcap %g: the cap moves the "
+                                                  "reference by only %.3g", kvn, ci, cap, d);
                                 }
-                                double maxe = 0;
-                                for (int i = 0; i < c.n_q; i++)
-                                        for (int h = 0; h < c.n_head * c.hd; h++)
-                                                maxe = fmax(maxe, fabs(outs[1][i * ldq + h] - ref[(long) i * c.n_head * c.hd + h]));
-                                CHECK_MSG(maxe < 2e-5, "%s kv %s case %zu: max error %.3g", all_isas[ii],
-                                          kvn, ci, maxe);
-                                for (int p = 2; p <= 3; p++)
-                                        CHECK_MSG(memcmp(outs[1], outs[p], sizeof(float) * c.n_q * ldq) == 0,
-                                                  "%s case %zu: %d threads differ from 1", all_isas[ii], ci, p);
-                                /* a sliding-window layer's ring (the window behind the queries and
-                                 * the queries, rounded up to 256 rows) gives the same bits */
-                                int ring = c.window > 0 ? (c.window - 1 + c.n_q + 255) / 256 * 256 : 0;
-                                if (ring > 0 && ring < n_pos) {
-                                        char *kr = calloc(ring, rb), *vr = calloc(ring, rb);
-                                        float *o = malloc(sizeof(float) * c.n_q * ldq);
-                                        memcpy(o, q, sizeof(float) * c.n_q * ldq); /* the rows' padding */
-                                        for (int p = MAX(0, c.first_pos - c.window + 1); p < n_pos; p++) {
-                                                memcpy(kr + (size_t) (p % ring) * rb, k + (size_t) p * rb, rb);
-                                                memcpy(vr + (size_t) (p % ring) * rb, v + (size_t) p * rb, rb);
-                                        }
-                                        axp_cpu_attention(pools[2], q, ldq, o, ldq, kr, vr, kv_type, c.n_q, pos,
-                                                          c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, ring, scale);
-                                        CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
-                                                  "%s case %zu: the ring of %d rows differs", all_isas[ii], ci, ring);
-                                        free(kr);
-                                        free(vr);
-                                        free(o);
-                                }
-                                /* the cache head by head, as the engine keeps it (each KV head's
-                                 * rows side by side), gives the same bits */
-                                {
-                                        size_t hb = (size_t) axp_type_row_size(kv_type, c.hd);
-                                        char *kh = malloc(rb * n_pos), *vh = malloc(rb * n_pos);
-                                        float *o = malloc(sizeof(float) * c.n_q * ldq);
-                                        memcpy(o, q, sizeof(float) * c.n_q * ldq);
-                                        for (int p = 0; p < n_pos; p++)
-                                                for (int h = 0; h < c.n_head_kv; h++) {
-                                                        size_t to = ((size_t) h * n_pos + p) * hb, from = (size_t) p * rb + h * hb;
-                                                        memcpy(kh + to, k + from, hb);
-                                                        memcpy(vh + to, v + from, hb);
-                                                }
-                                        axp_cpu_attention(pools[2], q, ldq, o, ldq, kh, vh, kv_type, c.n_q, pos, c.n_head,
-                                                          c.n_head_kv, c.hd, c.hd, (long) n_pos * c.hd, c.window, 0, scale);
-                                        CHECK_MSG(memcmp(o, outs[1], sizeof(float) * c.n_q * ldq) == 0,
-                                                  "%s case %zu: the cache head by head differs", all_isas[ii], ci);
-                                        free(kh);
-                                        free(vh);
-                                        free(o);
-                                }
-                                /* the last query alone (a decode step) gives the same bits */
-                                float *one = malloc(sizeof(float) * ldq);
-                                axp_cpu_attention(pools[2], q + (c.n_q - 1) * ldq, ldq, one, ldq, k, v, kv_type, 1,
-                                                  pos + c.n_q - 1, c.n_head, c.n_head_kv, c.hd, ld, c.hd, c.window, 0,
-                                                  scale);
-                                CHECK_MSG(memcmp(one, outs[1] + (c.n_q - 1) * ldq, sizeof(float) * c.n_head * c.hd) == 0,
-                                          "%s case %zu: decode differs from prefill", all_isas[ii], ci);
-                                free(one);
-                                for (int p = 1; p <= 3; p++)
-                                        free(outs[p]);
+                                check_attention(c, ci, kv_type, kvn, k, v, qc, ldq, pos, scale, cap, ref,
+                                                caps[si].tol);
                         }
                         free(ref);
+                        free(ref0);
                         free(pos);
                         free(q);
+                        free(qc);
                         free(k);
                         free(v);
                         free(kf);
                         free(vf);
+                }
+        }
+}
+
+/* The soft-capped score itself, over scores from 0 to far past the float range of tanh's
+ * exp, on every path: one query at position 1 of 2, a head per score s (K_0 = 0, K_1 = s /
+ * scale along the query's one 1, V_0 and V_1 the first two unit vectors), so that
+ * ln(out[1] / out[0]) is cap tanh(s / cap) - 0, read to some 5e-7 (the softmax's own
+ * roundings). The error must stay within 2e-6 cap (+ that 1e-6), with no NaN at any size. */
+static void test_attention_softcap(void) {
+        enum { N_HEAD = 96, HD = 16 };
+        const long ld = (long) N_HEAD * HD;
+        static const float caps[] = { 50, 2 };
+        static const double mults[] = { 0, 1e-30, 1e-6, 1e-3, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 1, 1.2, 1.5, 2, 2.5, 3,
+                                        4, 5, 6, 8, 9, 10, 12, 20, 50, 100, 1e4, 1e10, 1e30 };
+        float q[N_HEAD * HD], out[N_HEAD * HD], k[2 * N_HEAD * HD] = { 0 }, v[2 * N_HEAD * HD] = { 0 };
+        float s[N_HEAD], scale = 0.125f; /* K_1 = 8 s: exact; capped before the scale would differ */
+        int32_t pos = 1;
+        for (size_t ci = 0; ci < ELEMENTSOF(caps); ci++) {
+                float cap = caps[ci];
+                /* the scores: the list times the cap, either sign, then more spread over 10 cap
+                 * either side (by the golden ratio: no draws from the tests' random stream) */
+                int n = 0;
+                for (size_t i = 0; i < ELEMENTSOF(mults); i++) {
+                        s[n++] = (float) (mults[i] * cap);
+                        s[n++] = (float) (-mults[i] * cap);
+                }
+                for (int i = 0; n < N_HEAD; i++)
+                        s[n++] = (float) ((fmod(i * 0.6180339887, 1.0) * 20 - 10) * cap);
+                memset(q, 0, sizeof(q));
+                for (int h = 0; h < N_HEAD; h++) {
+                        q[h * HD] = 1;
+                        k[ld + h * HD] = s[h] / scale;
+                        v[h * HD] = 1;
+                        v[ld + h * HD + 1] = 1;
+                }
+                for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
+                        if (!isa_use(all_isas[ii]))
+                                continue;
+                        axp_cpu_attention(pools[1], q, ld, out, ld, k, v, AXP_TYPE_F32, 1, &pos, N_HEAD, N_HEAD, HD,
+                                          ld, HD, 0, 0, scale, cap);
+                        double worst = 0, tol = 2e-6 * cap + 1e-6;
+                        for (int h = 0; h < N_HEAD; h++) {
+                                double want = cap * tanh((double) s[h] / cap);
+                                double got = log((double) out[h * HD + 1] / out[h * HD]);
+                                CHECK_MSG(isfinite(got) && fabs(got - want) <= tol,
+                                          "%s softcap %g: score %g became %.9g, not %.9g", all_isas[ii], cap, s[h], got,
+                                          want);
+                                worst = fmax(worst, fabs(got - want) / tol);
+                        }
+                        printf("  %s softcap %g: worst error %.2g of the tolerance\n", all_isas[ii], cap, worst);
                 }
         }
 }
@@ -1276,8 +1374,9 @@ static void test_attention_no_subnormals(void) {
                 q[i] = gauss();
         int32_t pos = N_POS - 1;
         float scale = 0.125f;
-        double *ref = malloc(sizeof(double) * N_HEAD * HD);
-        ref_attention(q, N_HEAD * HD, ref, kf, vf, 1, &pos, N_HEAD, N_KV, HD, 0, scale);
+        double *ref = malloc(sizeof(double) * N_HEAD * HD), *ref50 = malloc(sizeof(double) * N_HEAD * HD);
+        ref_attention(q, N_HEAD * HD, ref, kf, vf, 1, &pos, N_HEAD, N_KV, HD, 0, scale, 0);
+        ref_attention(q, N_HEAD * HD, ref50, kf, vf, 1, &pos, N_HEAD, N_KV, HD, 0, scale, 50);
         /* head 0's scores do spread that far */
         double smin = INFINITY, smax = -INFINITY;
         for (int t = 0; t < N_POS; t++) {
@@ -1291,21 +1390,27 @@ static void test_attention_no_subnormals(void) {
         for (size_t ii = 0; ii < ELEMENTSOF(all_isas); ii++) {
                 if (!isa_use(all_isas[ii]))
                         continue;
-                const unsigned flags = 0x12; /* underflow (UE) and denormal operand (DE) */
-                _mm_setcsr(_mm_getcsr() & ~0x3fu);
-                axp_cpu_attention(pools[1], q, N_HEAD * HD, out, N_HEAD * HD, k, v, AXP_TYPE_F16, 1, &pos, N_HEAD,
-                                  N_KV, HD, N_KV * HD, HD, 0, 0, scale);
-                unsigned csr = _mm_getcsr();
-                CHECK_MSG(!(csr & flags), "%s: MXCSR flags 0x%x after attention", all_isas[ii], csr & 0x3f);
-                double maxe = 0;
-                for (int i = 0; i < N_HEAD * HD; i++)
-                        maxe = fmax(maxe, fabs(out[i] - ref[i]));
-                /* the scores reach a few hundred here, and a float's rounding of them alone moves
-                 * the outputs (V of about 1) by some 1e-5: over 40 seeds of this data the portable
-                 * path's sequential sums were off by up to 4.0e-5, the vector paths' by 1.8e-5 */
-                CHECK_MSG(maxe < 1e-4, "%s: max error %.3g", all_isas[ii], maxe);
+                /* and soft-capped at 50 (gemma2's): the capped scores spread to 100 */
+                for (int capped = 0; capped <= 1; capped++) {
+                        const unsigned flags = 0x12; /* underflow (UE) and denormal operand (DE) */
+                        _mm_setcsr(_mm_getcsr() & ~0x3fu);
+                        axp_cpu_attention(pools[1], q, N_HEAD * HD, out, N_HEAD * HD, k, v, AXP_TYPE_F16, 1, &pos,
+                                          N_HEAD, N_KV, HD, N_KV * HD, HD, 0, 0, scale, capped ? 50.0f : 0.0f);
+                        unsigned csr = _mm_getcsr();
+                        CHECK_MSG(!(csr & flags), "%s softcap %d: MXCSR flags 0x%x after attention", all_isas[ii],
+                                  capped * 50, csr & 0x3f);
+                        double maxe = 0;
+                        for (int i = 0; i < N_HEAD * HD; i++)
+                                maxe = fmax(maxe, fabs(out[i] - (capped ? ref50 : ref)[i]));
+                        /* the scores reach a few hundred here, and a float's rounding of them alone
+                         * moves the outputs (V of about 1) by some 1e-5: over 40 seeds of this data
+                         * the portable path's sequential sums were off by up to 4.0e-5, the vector
+                         * paths' by 1.8e-5 */
+                        CHECK_MSG(maxe < 1e-4, "%s softcap %d: max error %.3g", all_isas[ii], capped * 50, maxe);
+                }
         }
         free(ref);
+        free(ref50);
         free(kf);
         free(vf);
         free(k);
@@ -1416,6 +1521,7 @@ int main(void) {
         RUN(test_matmul_runs);
         RUN(test_weight_slabs);
         RUN(test_attention);
+        RUN(test_attention_softcap);
 #if defined(__x86_64__)
         RUN(test_attention_no_subnormals);
 #endif

@@ -197,6 +197,46 @@ static void test_window_keys(void) {
         unlink(src);
 }
 
+/* The changed model loads; its hyperparameters are returned in *hp. */
+static void loads(const char *src, const change *ch, axp_hparams *hp) {
+        const char *dst = tmp_path(1, "changed.gguf");
+        CHECK(rewrite(src, dst, ch) == 0);
+        axp_model *m = NULL;
+        axp_error err = { 0 };
+        CHECK_MSG(axp_model_load(dst, &m, &err) == 0, "%s", err.msg);
+        if (m) {
+                *hp = m->hp;
+                axp_model_free(m);
+        }
+        unlink(dst);
+}
+
+/* gemma2 (mkmodel: 2 layers, a window of 16, soft-caps 50 and 30): the file's keys, llama.cpp's
+ * defaults without them (a window of 4096, caps 50 and 30), the even layers local with the
+ * global layers' RoPE base; a cap that is no number is refused. */
+static void test_gemma2_keys(void) {
+        const char *src = make(AXP_ARCH_GEMMA2, "gemma2.gguf");
+        axp_hparams hp = { 0 };
+        loads(src, &(change) { 0 }, &hp);
+        CHECK_EQ_INT(hp.n_swa, 16);
+        CHECK(hp.attn_softcap == 50.0f && hp.final_softcap == 30.0f);
+        CHECK(axp_layer_is_swa(&hp, 0) && !axp_layer_is_swa(&hp, 1));
+        CHECK(hp.rope_base_swa == hp.rope_base && hp.rope_base == 10000.0f);
+        CHECK(hp.attn_scale == 1.0f / 8.0f); /* 1/sqrt(64): not Gemma 2 27B's 46 layers */
+        loads(src, &(change) { .key = "gemma2.attention.sliding_window", .remove_key = true }, &hp);
+        CHECK_EQ_INT(hp.n_swa, 4096);
+        CHECK(axp_layer_is_swa(&hp, 0) && !axp_layer_is_swa(&hp, 1));
+        loads(src, &(change) { .key = "gemma2.attn_logit_softcapping", .remove_key = true }, &hp);
+        CHECK(hp.attn_softcap == 50.0f && hp.final_softcap == 30.0f);
+        loads(src, &(change) { .key = "gemma2.final_logit_softcapping", .remove_key = true }, &hp);
+        CHECK(hp.attn_softcap == 50.0f && hp.final_softcap == 30.0f);
+        refused(src, &(change) { .key = "gemma2.attn_logit_softcapping", .str = "50" },
+                "metadata 'gemma2.attn_logit_softcapping' is not a number");
+        refused(src, &(change) { .key = "gemma2.final_logit_softcapping", .value = 30 },
+                "metadata 'gemma2.final_logit_softcapping' is not a number");
+        unlink(src);
+}
+
 /* Head counts and sizes (mkmodel: 4 heads of 64, 2 KV heads, in 256) that overflow, disagree
  * with each other, or disagree with the attention tensors: gemma3 and qwen3moe carry
  * key_length and value_length, phi3 has one fused attn_qkv [256, 4*64 + 2*2*64]. */
@@ -277,6 +317,7 @@ int main(void) {
                 TEST_SKIP("cannot make a temporary folder");
         RUN(test_moe_keys);
         RUN(test_window_keys);
+        RUN(test_gemma2_keys);
         RUN(test_head_keys);
         RUN(test_longrope_keys);
         rmdir(tmpdir);
