@@ -259,8 +259,9 @@ static void k3_residual_norm_row(cpu_dev *c, const axp_task *t, int base, int i,
         float *x = r->seq->x + (size_t) r->t * hp->n_embd, *o = k->o + (size_t) i * hp->n_embd;
         if (k->l->post_attn_norm.data)
                 axp_cpu_rmsnorm(o, o, k->l->post_attn_norm.data, hp->n_embd, hp->rms_eps);
+        /* granite's residual scale (1 else: the same bits as a plain sum) */
         for (int j = 0; j < hp->n_embd; j++)
-                x[j] += o[j];
+                x[j] += o[j] * hp->residual_scale;
         axp_cpu_rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
 }
 
@@ -279,7 +280,7 @@ static void k3_residual_row(cpu_dev *c, const axp_task *t, int base, int i, void
         if (k->l->post_ffn_norm.data)
                 axp_cpu_rmsnorm(o, o, k->l->post_ffn_norm.data, d, c->model->hp.rms_eps);
         for (int j = 0; j < d; j++)
-                x[j] += o[j];
+                x[j] += o[j] * c->model->hp.residual_scale;
 }
 
 static int run_k3(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
@@ -442,7 +443,7 @@ static int run_head(cpu_dev *c, const axp_task *t, int n, axp_error *err) {
         for (int i = 0; i < n; i++) {
                 row_ref *rr = &c->rows[i];
                 memcpy(rr->seq->logits, logits + (size_t) i * nv, (size_t) nv * sizeof(float));
-                axp_model_cap_logits(c->model, rr->seq->logits);
+                axp_model_finish_logits(c->model, rr->seq->logits);
                 rr->seq->logits_pos = rr->pos;
         }
         return 0;

@@ -1066,7 +1066,7 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                         ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d),
                                              KI(d), KM(L->ffn_norm.buf), KU(L->ffn_norm.off),
                                              KM(c->h), KI(u->row * d), KI(d), KI(d),
-                                             KF(hp->rms_eps)),
+                                             KF(hp->rms_eps), KF(hp->residual_scale)),
                                         err)) < 0)
                                 return r;
                 }
@@ -1081,7 +1081,7 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         if ((r = launch(c, c->k_residual, "residual", round_up((size_t) d, c->wg),
                                         (size_t) u->n, (size_t) c->wg,
                                         ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d),
-                                             KI(d), KI(d)),
+                                             KI(d), KI(d), KF(hp->residual_scale)),
                                         err)) < 0)
                                 return r;
                         if ((r = mark_dirty(c, b.x, u->seq->x, (size_t) u->t * d * sizeof(float),
@@ -1168,7 +1168,7 @@ static int ocl_run(axp_device *dev, const axp_task *t, axp_error *err) {
                 r = f;
         if (r >= 0 && t->op == AXP_OP_HEAD)
                 for (int i = 0; i < n; i++) {
-                        axp_model_cap_logits(c->model, c->rows[i].seq->logits);
+                        axp_model_finish_logits(c->model, c->rows[i].seq->logits);
                         c->rows[i].seq->logits_pos = c->rows[i].pos;
                 }
         return r;

@@ -31,6 +31,10 @@
  *            "assistant" named "model"; Gemma has no system turn: the system prompt (trimmed)
  *            goes before the first user message, separated by "\n\n"; then
  *            "<start_of_turn>model\n".
+ *   granite  IBM Granite 3.x instruct: "<|start_of_role|>ROLE<|end_of_role|>" + content +
+ *            "<|end_of_text|>\n", then "<|start_of_role|>assistant<|end_of_role|>", as
+ *            llama.cpp writes it (the template's own default system prompt, dated, is left to
+ *            the caller).
  *
  * Detection follows llama.cpp's substring heuristics on tokenizer.chat_template. */
 #include "chat.h"
@@ -54,6 +58,7 @@ static const char *const family_names[] = {
         [AXP_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
         [AXP_CHAT_MISTRAL_V7] = "mistral-v7",
         [AXP_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
+        [AXP_CHAT_GRANITE] = "granite",
 };
 
 const char *axp_chat_family_name(axp_chat_family f) {
@@ -97,6 +102,8 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                         return AXP_CHAT_GEMMA;
                 if (has(tmpl, "<|assistant|>") && has(tmpl, "<|end|>"))
                         return AXP_CHAT_PHI3;
+                if (has(tmpl, "<|start_of_role|>"))
+                        return AXP_CHAT_GRANITE;
                 return AXP_CHAT_RAW;
         }
         /* no template: what the vocabulary's special tokens suggest */
@@ -110,6 +117,8 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                 return AXP_CHAT_GEMMA;
         if (vocab_has(tok, "<|assistant|>", "<|end|>"))
                 return AXP_CHAT_PHI3;
+        if (vocab_has(tok, "<|start_of_role|>", "<|end_of_role|>"))
+                return AXP_CHAT_GRANITE;
         return AXP_CHAT_RAW;
 }
 
@@ -337,6 +346,18 @@ static void format_phi3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
                 puts_(o, "<|assistant|>\n");
 }
 
+static void format_granite(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        for (size_t i = 0; i < n; i++) {
+                puts_(o, "<|start_of_role|>");
+                puts_(o, str_or_empty(msgs[i].role));
+                puts_(o, "<|end_of_role|>");
+                puts_(o, str_or_empty(msgs[i].content));
+                puts_(o, "<|end_of_text|>\n");
+        }
+        if (gen)
+                puts_(o, "<|start_of_role|>assistant<|end_of_role|>");
+}
+
 static void format_gemma(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
         out sys = {};
         for (size_t i = 0; i < n; i++) {
@@ -395,6 +416,9 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
         case AXP_CHAT_GEMMA:
                 format_gemma(&o, msgs, n, add_generation_prompt);
                 break;
+        case AXP_CHAT_GRANITE:
+                format_granite(&o, msgs, n, add_generation_prompt);
+                break;
         case AXP_CHAT_MISTRAL_V1:
         case AXP_CHAT_MISTRAL_V3:
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
@@ -441,6 +465,10 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
         case AXP_CHAT_GEMMA:
                 puts_(&o, close_answer ? "<end_of_turn>\n" : "\n");
                 format_gemma(&o, msgs, n, true);
+                break;
+        case AXP_CHAT_GRANITE:
+                puts_(&o, close_answer ? "<|end_of_text|>\n" : "\n");
+                format_granite(&o, msgs, n, true);
                 break;
         default:
                 puts_(&o, "\n\n");

@@ -25,6 +25,7 @@ typedef enum axp_chat_family {
         AXP_CHAT_MISTRAL_V3_TEKKEN, /* "[INST]" ... "[/INST]" (Mistral-Nemo), likewise */
         AXP_CHAT_MISTRAL_V7,        /* "[SYSTEM_PROMPT] ...[/SYSTEM_PROMPT][INST] ...[/INST]" */
         AXP_CHAT_MISTRAL_V7_TEKKEN, /* "[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]" */
+        AXP_CHAT_GRANITE, /* <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n (Granite 3) */
         AXP_CHAT__COUNT,
 } axp_chat_family;
 

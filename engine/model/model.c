@@ -38,6 +38,7 @@ typedef struct arch_info {
         bool softcap;         /* soft-capped attention and output logits (attn_logit_softcapping,
                                * final_logit_softcapping; llama.cpp's 50 and 30 without the keys) */
         bool moe;             /* a mixture of experts in every layer's FFN (expert_* keys, ffn_*_exps) */
+        bool scales;          /* granite's embedding, residual, attention and logit scales */
 } arch_info;
 
 static const arch_info archs[AXP_ARCH__COUNT] = {
@@ -56,6 +57,8 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
         [AXP_ARCH_GEMMA2] = { "gemma2", AXP_ROPE_NEOX, 10000.0f, .post_norms = true, .scaled_embd = true,
                               .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 2, .swa_default = 4096,
                               .softcap = true },
+        /* llama's blocks and RoPE, and four scales (IBM Granite 3) */
+        [AXP_ARCH_GRANITE] = { "granite", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .scales = true },
 };
 
 const char *axp_arch_name(enum axp_arch a) {
@@ -125,6 +128,40 @@ static int get_float(load_ctx *c, const char *suffix, float def, float *ret) {
                 return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' = %g is out of range", c->file, key,
                                   (double) v);
         *ret = v;
+        return 0;
+}
+
+/* granite's scales, as llama.cpp reads them: logit_scale required, the others optional (an
+ * attention scale of 0, as llama.cpp takes it, is 1/sqrt(head_dim)); the file without RoPE
+ * (rope.scaling.finetuned false: Granite's switch for it) and the blocks' optional biases,
+ * which our kernels do not add, are refused */
+static int load_scales(load_ctx *c) {
+        axp_hparams *hp = &c->m->hp;
+        float attn = 0;
+        bool rope = true;
+        int r;
+        if (!gguf_find(c->m->gguf, arch_key(c, "logit_scale")))
+                return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' is missing", c->file, c->key);
+        if ((r = get_float(c, "logit_scale", 1.0f, &hp->logit_scale)) < 0 ||
+            (r = get_float(c, "residual_scale", 1.0f, &hp->residual_scale)) < 0 ||
+            (r = get_float(c, "embedding_scale", 1.0f, &hp->embd_scale)) < 0)
+                return r;
+        if (gguf_find(c->m->gguf, arch_key(c, "attention.scale"))) {
+                if (!gguf_get_f32(c->m->gguf, c->key, &attn) || !isfinite(attn) || attn < 0)
+                        return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' is not a scale", c->file, c->key);
+                if (attn > 0)
+                        hp->attn_scale = attn;
+        }
+        if (gguf_find(c->m->gguf, arch_key(c, "rope.scaling.finetuned")) &&
+            gguf_get_bool(c->m->gguf, c->key, &rope) && !rope)
+                return axp_errorf(c->err, -ENOTSUP, "%s: a granite model without RoPE (%s false) is not supported",
+                                  c->file, c->key);
+        const char *biases[] = { "blk.0.attn_output.bias", "blk.0.ffn_gate.bias", "blk.0.ffn_up.bias",
+                                 "blk.0.ffn_down.bias" };
+        for (size_t i = 0; i < ELEMENTSOF(biases); i++)
+                if (gguf_find_tensor(c->m->gguf, biases[i]))
+                        return axp_errorf(c->err, -ENOTSUP, "%s: tensor '%s': granite's biases are not supported",
+                                          c->file, biases[i]);
         return 0;
 }
 
@@ -301,6 +338,9 @@ static int load_hparams(load_ctx *c) {
          * instead, as llama.cpp does */
         if ((hp->arch == AXP_ARCH_GEMMA3 && hp->n_layer == 62) || (hp->arch == AXP_ARCH_GEMMA2 && hp->n_layer == 46))
                 hp->attn_scale = 1.0f / sqrtf((float) (hp->n_embd / hp->n_head));
+        hp->residual_scale = hp->logit_scale = 1.0f;
+        if (ai->scales && (r = load_scales(c)) < 0)
+                return r;
         if (ai->softcap &&
             ((r = get_float(c, "attn_logit_softcapping", 50.0f, &hp->attn_softcap)) < 0 ||
              (r = get_float(c, "final_logit_softcapping", 30.0f, &hp->final_softcap)) < 0))
@@ -636,8 +676,11 @@ void axp_model_set_context(axp_model *m, int n_ctx) {
                 m->rope_divisors = m->rope_freqs.data;
 }
 
-void axp_model_cap_logits(const axp_model *m, float *logits) {
-        const float cap = m->hp.final_softcap, inv = 1.0f / cap;
+void axp_model_finish_logits(const axp_model *m, float *logits) {
+        const float cap = m->hp.final_softcap, inv = 1.0f / cap, scale = 1.0f / m->hp.logit_scale;
+        if (m->hp.logit_scale != 1.0f)
+                for (int i = 0; i < m->hp.n_vocab; i++)
+                        logits[i] *= scale;
         if (cap > 0)
                 for (int i = 0; i < m->hp.n_vocab; i++)
                         logits[i] = tanhf(logits[i] * inv) * cap;

@@ -24,6 +24,7 @@ enum axp_arch {
         AXP_ARCH_GEMMA3, /* scaled embeddings, q/k norms, post-norms, GELU, sliding-window layers */
         AXP_ARCH_QWEN3MOE, /* qwen3's attention, a mixture-of-experts FFN in every layer */
         AXP_ARCH_GEMMA2, /* gemma3 without q/k norms, with soft-capped attention and output logits */
+        AXP_ARCH_GRANITE, /* llama with scaled embeddings, residual branches, attention and logits */
         AXP_ARCH__COUNT,
 };
 
@@ -77,6 +78,11 @@ typedef struct axp_hparams {
          * final_softcap tanh(z / final_softcap); 0: none */
         float attn_softcap;
         float final_softcap;
+        /* granite: each block's attention and FFN output is multiplied by residual_scale before
+         * it joins the residual stream, and the output logits divided by logit_scale (1 and 1
+         * for the others) */
+        float residual_scale;
+        float logit_scale;
         enum axp_ffn_act ffn_act;
         bool post_norms;  /* gemma3: RMSNorm of the attention's and the FFN's outputs before the residual */
         /* Sliding-window attention: a local layer's query at position i sees keys at positions j
@@ -165,10 +171,11 @@ void axp_model_free(axp_model *m);
  * AXP_MODEL_DEFAULT_CTX (or n_ctx_train, if less). */
 #define AXP_MODEL_DEFAULT_CTX 4096
 void axp_model_set_context(axp_model *m, int n_ctx);
-/* The model's output logits from its LM head's: gemma2's soft-capping (final_softcap) in
- * place, as llama.cpp computes it (z * (1 / cap), tanh, * cap); nothing for the others.
- * Every device calls it on the logits of its HEAD tasks. */
-void axp_model_cap_logits(const axp_model *m, float *logits);
+/* The model's output logits from its LM head's, in place: granite's divided by logit_scale
+ * (times 1 / logit_scale, as llama.cpp scales them), gemma2's soft-capped (final_softcap: z *
+ * (1 / cap), tanh, * cap, as llama.cpp computes it); nothing for the others. Every device
+ * calls it on the logits of its HEAD tasks. */
+void axp_model_finish_logits(const axp_model *m, float *logits);
 static inline void axp_model_freep(axp_model **m) {
         axp_model_free(*m);
 }

@@ -83,6 +83,12 @@ static void residual(double *x, const double *o, int n) {
                 x[i] += o[i];
 }
 
+/* x *= s (granite's embedding and residual scales) */
+static void scale(double *x, int n, double s) {
+        for (int i = 0; s != 1.0 && i < n; i++)
+                x[i] *= s;
+}
+
 /* RoPE: in each head of v, rotate pair i (i < rope_dim / 2) by the angle
  *     pos * rope_scale * base^(-2i / rope_dim) / divisors[i]
  * and scale it by rope_attn_factor (LongRoPE's; 1 without)
@@ -237,6 +243,8 @@ static void lm_head(axp_ref *r, double *logits) {
         const double cap = r->m->hp.final_softcap;
         axp_ref_normed(r, r->h);
         matvec(r, logits, &r->m->output, r->h);
+        /* granite: the logits divided by its logit scale */
+        scale(logits, r->m->hp.n_vocab, 1.0 / r->m->hp.logit_scale);
         /* gemma2: the logits soft-capped, z = cap tanh(z / cap) */
         for (int i = 0; cap > 0 && i < r->m->hp.n_vocab; i++)
                 logits[i] = cap * tanh(logits[i] / cap);
@@ -248,7 +256,10 @@ static void lm_head(axp_ref *r, double *logits) {
 
 /* Llama: pre-norm blocks, RoPE on adjacent pairs. Phi-3 is the same network with RoPE on the
  * two halves of each head (NeoX); its fused Q/K/V and gate/up matrices were split at load
- * (model.c), so the products below read them as three and two. */
+ * (model.c), so the products below read them as three and two. Granite is Llama with the
+ * embedding row times embd_scale, each block's output times residual_scale before it joins
+ * the residual stream, its own attention scale (attention()) and the logits divided by
+ * logit_scale (lm_head()). */
 static void llama_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
@@ -256,6 +267,7 @@ static void llama_forward(axp_ref *r, int32_t token, double *logits) {
         const double eps = hp->rms_eps;
 
         embed(r, r->x, &m->tok_embd, token);
+        scale(r->x, d, hp->embd_scale);
         for (int l = 0; l < hp->n_layer; l++) {
                 const axp_layer *L = &m->layers[l];
                 double *k = cache_at(r, r->key, l, pos), *v = cache_at(r, r->value, l, pos);
@@ -272,11 +284,13 @@ static void llama_forward(axp_ref *r, int32_t token, double *logits) {
                 rope(m, l, k, hp->n_head_kv, pos, hp->rope_type);
                 attention(r, l, r->q, r->att);
                 matvec(r, r->o, &L->wo, r->att);
+                scale(r->o, d, hp->residual_scale);
                 residual(r->x, r->o, d);
 
                 /* feed-forward */
                 rmsnorm(r->h, r->x, &L->ffn_norm, d, eps);
                 swiglu(r, L, r->h, r->o);
+                scale(r->o, d, hp->residual_scale);
                 residual(r->x, r->o, d);
         }
         if (logits)
@@ -452,6 +466,7 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
                 return axp_errorf(err, -E2BIG, "the reference's context of %d positions is full", r->n_ctx);
         switch (r->m->hp.arch) {
         case AXP_ARCH_LLAMA:
+        case AXP_ARCH_GRANITE:
         case AXP_ARCH_PHI3: llama_forward(r, token, logits); break;
         case AXP_ARCH_QWEN2:
         case AXP_ARCH_QWEN3:

@@ -24,26 +24,27 @@ __kernel WG_ATTR void rmsnorm(__global const float *X, int x_off, int ldx, __glo
                     (__global const float *) (W + woff), n, eps, red);
 }
 
-/* X row i += O row i; H row i = RMSNorm(X row i) * W */
+/* X row i += rs O row i (rs: granite's residual scale, else 1); H row i = RMSNorm(X row i) * W */
 __kernel WG_ATTR void residual_rmsnorm(__global float *X, int x_off, int ldx, __global const float *O,
                                        int o_off, int ldo, __global const uchar *W, ulong woff,
-                                       __global float *H, int h_off, int ldh, int n, float eps) {
+                                       __global float *H, int h_off, int ldh, int n, float eps,
+                                       float rs) {
         __local acc_t red[WG];
         const int i = get_group_id(0);
         __global float *x = X + x_off + (long) i * ldx;
         __global const float *o = O + o_off + (long) i * ldo;
         for (int j = get_local_id(0); j < n; j += WG)
-                x[j] += o[j];
+                x[j] += o[j] * rs;
         /* each item reads back only what it wrote: no barrier needed before the norm */
         rmsnorm_row(H + h_off + (long) i * ldh, x, (__global const float *) (W + woff), n, eps, red);
 }
 
-/* X[x_off + i * ldx + j] += O[o_off + i * ldo + j], j < n: one item per element */
+/* X[x_off + i * ldx + j] += rs O[o_off + i * ldo + j], j < n: one item per element */
 __kernel void residual(__global float *X, int x_off, int ldx, __global const float *O, int o_off,
-                       int ldo, int n) {
+                       int ldo, int n, float rs) {
         const int j = get_global_id(0), i = get_global_id(1);
         if (j < n)
-                X[x_off + (long) i * ldx + j] += O[o_off + (long) i * ldo + j];
+                X[x_off + (long) i * ldx + j] += O[o_off + (long) i * ldo + j] * rs;
 }
 
 /* G = SiLU(G) * U over n elements */

@@ -738,7 +738,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 return k;
         arch = axp_arch_name(p->arch);
         tr = axp_type_traits_get(p->type);
-        qwen = p->arch != AXP_ARCH_LLAMA; /* qwen2, qwen3, gemma2/3: eps 1e-6; base 1e6 but gemma2 */
+        /* qwen2, qwen3, gemma2/3: eps 1e-6; base 1e6 but gemma2 (granite as llama) */
+        qwen = p->arch != AXP_ARCH_LLAMA && p->arch != AXP_ARCH_GRANITE;
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();
@@ -805,6 +806,12 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 ARCH_U32("attention.sliding_window", p->n_swa > 0 ? p->n_swa : 16);
                 ARCH_F32("attn_logit_softcapping", p->attn_softcap > 0 ? p->attn_softcap : 50.0f);
                 ARCH_F32("final_logit_softcapping", p->final_softcap > 0 ? p->final_softcap : 30.0f);
+        } else if (p->arch == AXP_ARCH_GRANITE) {
+                /* Granite 3.1 2B's multipliers; its attention scale 1/64 is not 1/sqrt(head_dim) */
+                ARCH_F32("embedding_scale", 12.0f);
+                ARCH_F32("residual_scale", 0.22f);
+                ARCH_F32("attention.scale", 0.015625f);
+                ARCH_F32("logit_scale", 8.0f);
         } else if (p->n_swa > 0) /* the key alone (Mistral 7B v0.1's llama files carry it) */
                 ARCH_U32("attention.sliding_window", p->n_swa);
         if (p->pooling != AXP_POOLING_MODEL)

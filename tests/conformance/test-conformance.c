@@ -4,8 +4,8 @@
  * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
  * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
  * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15), and of LongRoPE (Phi-3.5,
- * Phi-4-mini) on phi3 models and of Gemma 2 on gemma2 models mkmodel makes, against figures
- * llama.cpp computed on the same files. Skips where the data is absent. */
+ * Phi-4-mini) on phi3 models and of Gemma 2 and Granite on gemma2 and granite models mkmodel
+ * makes, against figures llama.cpp computed on the same files. Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -532,38 +532,51 @@ static void test_longrope(void) {
         rmdir(folder);
 }
 
-/* Gemma 2, which no file of the data has: `agentxpu mkmodel --arch gemma2` writes it as
- * llama.cpp's converter does (tied LM head, post-norms, a sliding window on the even layers,
- * attn_logit_softcapping and final_logit_softcapping), here 4 layers, a window of 16 and the
- * gemma3 vocabulary of the data. llama.cpp (a build of 2026-11, llama_decode of the prompt's
- * 494 tokens as agentxpu makes them, F32 cache, no flash attention, one thread) gave these
- * last-position logits: with Gemma 2's own caps (50 and 30, which the random model's scores
- * barely reach) and with caps of 1 and 2, which bend every score and logit (its logits move
- * by up to 3 from the uncapped model's). */
+/* Architectures no file of the data has, on models `agentxpu mkmodel` writes as llama.cpp's
+ * converters do: llama.cpp (a build of 2026-11, llama_decode of the prompt's tokens as agentxpu
+ * makes them, F32 cache, no flash attention, one thread) gave these last-position logits for
+ * the 12-sentence prompt below on the files this test makes.
+ *   gemma2: tied LM head, post-norms, a sliding window on the even layers, attn_logit_softcapping
+ *     and final_logit_softcapping; 4 layers, a window of 16, the gemma3 vocabulary of the data;
+ *     with Gemma 2's own caps (50 and 30, which the random model's scores barely reach) and
+ *     with caps of 1 and 2, which bend every score and logit (ignoring the attention cap moves
+ *     its logits by 0.95, the final one by 0.08).
+ *   granite: Granite 3.1 2B's embedding (12), residual (0.22), attention (1/64, not
+ *     1/sqrt(64)) and logit (8) scales on llama's blocks; the built-in vocabulary. */
 static const struct {
-        const char *caps;
-        logit_at at[16]; /* llama.cpp's top 8, then 8 fixed ids */
-} gemma2_cases[] = {
-        { "", { { 1433, 1.233059f }, { 447, 1.150037f }, { 949, 0.998015f }, { 1863, 0.978754f },
-                { 1834, 0.976491f }, { 1271, 0.896952f }, { 582, 0.892668f }, { 1866, 0.892182f },
-                { 3, 0.393726f }, { 250, 0.087255f }, { 500, -0.131688f }, { 777, -0.113528f },
-                { 1000, -0.011920f }, { 1234, -0.232849f }, { 1500, 0.269355f }, { 1999, -0.528922f } } },
-        { "--attn-softcap 1 --final-softcap 2",
+        const char *args;   /* mkmodel's, besides --type f32 --ctx 2048 --vocab-from --name -o */
+        const char *vocab;  /* the data's file whose vocabulary it takes, or NULL: the built-in one */
+        int n_tokens;       /* the prompt's */
+        logit_at at[16];    /* llama.cpp's top 8, then 8 fixed ids */
+} made_cases[] = {
+        { "--arch gemma2 --dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --swa 16 --tied",
+          "archs/tiny-spm-gemma3-f32.gguf", 494,
+          { { 1433, 1.233059f }, { 447, 1.150037f }, { 949, 0.998015f }, { 1863, 0.978754f },
+            { 1834, 0.976491f }, { 1271, 0.896952f }, { 582, 0.892668f }, { 1866, 0.892182f },
+            { 3, 0.393726f }, { 250, 0.087255f }, { 500, -0.131688f }, { 777, -0.113528f },
+            { 1000, -0.011920f }, { 1234, -0.232849f }, { 1500, 0.269355f }, { 1999, -0.528922f } } },
+        { "--arch gemma2 --dim 256 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --swa 16 --tied "
+          "--attn-softcap 1 --final-softcap 2",
+          "archs/tiny-spm-gemma3-f32.gguf", 494,
           { { 1941, 0.946926f }, { 949, 0.939288f }, { 1971, 0.896828f }, { 35, 0.894736f },
             { 1623, 0.860740f }, { 1118, 0.857189f }, { 1437, 0.844446f }, { 957, 0.797994f },
             { 3, -0.187660f }, { 250, 0.384014f }, { 500, -0.275024f }, { 777, -0.343768f },
             { 1000, 0.134212f }, { 1234, -0.287979f }, { 1500, 0.547060f }, { 1999, -0.034685f } } },
+        { "--arch granite", NULL, 505,
+          { { 129, 0.444116f }, { 305, 0.411022f }, { 348, 0.408785f }, { 363, 0.403253f },
+            { 308, 0.385859f }, { 153, 0.361207f }, { 54, 0.354727f }, { 501, 0.350957f },
+            { 3, 0.147945f }, { 250, 0.112646f }, { 500, -0.194327f }, { 100, 0.058930f },
+            { 200, -0.310645f }, { 300, 0.001411f }, { 400, 0.075970f }, { 558, 0.117200f } } },
 };
 
-static void test_arch_gemma2(void) {
+static void test_made_archs(void) {
         const char *cli = getenv("AXP_CLI"), *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         char vocab[1024], folder[1024], path[1200], cmd[4096];
-        snprintf(vocab, sizeof(vocab), "%s/archs/tiny-spm-gemma3-f32.gguf", dir);
-        if (!cli || access(vocab, R_OK) != 0) {
-                printf("  no agentxpu command line or no gemma3 vocabulary: skipped\n");
+        if (!cli) {
+                printf("  no agentxpu command line: skipped\n");
                 return;
         }
-        snprintf(folder, sizeof(folder), "%s/axp-gemma2-XXXXXX", tmp);
+        snprintf(folder, sizeof(folder), "%s/axp-made-XXXXXX", tmp);
         CHECK(mkdtemp(folder) != NULL);
         const char *sentence = "The quick brown fox jumps over the lazy dog, then runs far away into the forest "
                                "where the rivers meet the mountains.";
@@ -574,39 +587,42 @@ static void test_arch_gemma2(void) {
                 strcat(text, sentence);
         }
         strcat(text, "\n");
-        for (size_t c = 0; c < ELEMENTSOF(gemma2_cases); c++) {
-                snprintf(path, sizeof(path), "%s/gemma2-%zu.gguf", folder, c);
-                snprintf(cmd, sizeof(cmd),
-                         "'%s' mkmodel --arch gemma2 --type f32 --dim 256 --layers 4 --heads 4 --kv-heads 2 "
-                         "--head-dim 64 --ffn 512 --ctx 2048 --swa 16 --tied %s --vocab-from '%s' "
-                         "--name tiny-gemma2 -o '%s' >/dev/null",
-                         cli, gemma2_cases[c].caps, vocab, path);
+        for (size_t c = 0; c < ELEMENTSOF(made_cases); c++) {
+                const char *args = made_cases[c].args;
+                snprintf(vocab, sizeof(vocab), "%s/%s", dir, made_cases[c].vocab ? made_cases[c].vocab : "");
+                if (made_cases[c].vocab && access(vocab, R_OK) != 0) {
+                        printf("  %s: no %s: skipped\n", args, made_cases[c].vocab);
+                        continue;
+                }
+                snprintf(path, sizeof(path), "%s/made-%zu.gguf", folder, c);
+                snprintf(cmd, sizeof(cmd), "'%s' mkmodel %s --type f32 --ctx 2048 %s%s%s --name tiny-made -o '%s' >/dev/null",
+                         cli, args, made_cases[c].vocab ? "--vocab-from '" : "", made_cases[c].vocab ? vocab : "",
+                         made_cases[c].vocab ? "'" : "", path);
                 CHECK_MSG(system(cmd) == 0, "%s", cmd);
                 axp_model *m;
                 axp_error err = { 0 };
                 CHECK_MSG(axp_model_load(path, &m, &err) == 0, "%s", err.msg);
                 if (!m)
                         continue;
-                CHECK(m->hp.arch == AXP_ARCH_GEMMA2 && m->hp.n_swa == 16);
                 axp_model_set_context(m, 2048);
                 CHECK(axp_device_prepare(dev, m, &err) == 0);
                 int32_t *toks;
                 int n;
                 CHECK(axp_tokenize(m->tok, text, strlen(text), AXP_TOK_ADD_BOS | AXP_TOK_PARSE_SPECIAL, &toks, &n,
                                    NULL) == 0);
-                CHECK_EQ_INT(n, 494);
+                CHECK_EQ_INT(n, made_cases[c].n_tokens);
                 const uint32_t kv_types[] = { AXP_TYPE_F32, AXP_TYPE_F16 };
                 for (size_t k = 0; k < ELEMENTSOF(kv_types); k++) {
-                        /* whole, and in chunks of 64 that the window's ring must carry across */
+                        /* whole, and in chunks of 64 (a sliding window's ring carried across) */
                         for (int chunk = 0; chunk <= 64; chunk += 64) {
                                 axp_seq seq;
-                                char what[128];
+                                char what[256];
                                 CHECK(axp_seq_init(&seq, m, kv_types[k], 2048, n, &err) == 0);
                                 CHECK_MSG(axp_forward_prefill(dev, &seq, toks, n, chunk, &err) == 0, "%s", err.msg);
-                                snprintf(what, sizeof(what), "caps '%s', kernels (%s KV, %s)", gemma2_cases[c].caps,
-                                         k ? "f16" : "f32", chunk ? "chunks of 64" : "whole");
+                                snprintf(what, sizeof(what), "%s: kernels (%s KV, %s)", args, k ? "f16" : "f32",
+                                         chunk ? "chunks of 64" : "whole");
                                 /* an F16 cache: llama.cpp's own is up to 0.006 from its F32 one */
-                                check_logits_at(m, gemma2_cases[c].at, what, seq.logits, k ? 0.01 : 1e-3);
+                                check_logits_at(m, made_cases[c].at, what, seq.logits, k ? 0.01 : 1e-3);
                                 axp_seq_free(&seq);
                         }
                 }
@@ -616,10 +632,10 @@ static void test_arch_gemma2(void) {
                         float *f = malloc((size_t) m->hp.n_vocab * sizeof(float));
                         for (int i = 0; f && i < m->hp.n_vocab; i++)
                                 f[i] = (float) exact[i];
-                        char what[128];
-                        snprintf(what, sizeof(what), "caps '%s', reference", gemma2_cases[c].caps);
+                        char what[256];
+                        snprintf(what, sizeof(what), "%s: reference", args);
                         if (f)
-                                check_logits_at(m, gemma2_cases[c].at, what, f, 1e-3);
+                                check_logits_at(m, made_cases[c].at, what, f, 1e-3);
                         free(f);
                 }
                 free(exact);
@@ -670,7 +686,7 @@ int main(void) {
         RUN(test_arch_qwen3moe);
         RUN(test_q8_0_kv);
         RUN(test_longrope);
-        RUN(test_arch_gemma2);
+        RUN(test_made_archs);
         axp_device_free(dev);
         TEST_EXIT();
 }

@@ -79,8 +79,32 @@ static const char tmpl_gemma3[] =
         "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if "
         "add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%}";
 
+/* Gemma 2's (gemma-2-2b-it): no system turn at all */
+static const char tmpl_gemma2[] =
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not "
+        "supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != "
+        "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+        "user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set "
+        "role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role "
+        "+ '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt "
+        "%}{{'<start_of_turn>model\n'}}{% endif %}";
+
+/* Granite 3.1's (granite-3.1-2b-instruct), cut after its first turns: the roles' markers */
+static const char tmpl_granite[] =
+        "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+        "{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = \"Knowledge Cutoff "
+        "Date: April 2024.\" %}{%- set loop_messages = messages %}{%- endif %}{{- '<|start_of_role|>system"
+        "<|end_of_role|>' + system_message + '<|end_of_text|>\n' }}{%- for message in loop_messages %}"
+        "{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + "
+        "'<|end_of_text|>\n' }}{%- if loop.last and add_generation_prompt %}{{- '<|start_of_role|>"
+        "assistant<|end_of_role|>' }}{%- endif %}{%- endfor %}";
+
 static void test_detect_template(void) {
+        CHECK_EQ_INT(axp_chat_detect(tmpl_granite, NULL), AXP_CHAT_GRANITE);
+        CHECK(!axp_chat_template_unknown(tmpl_granite));
         CHECK_EQ_INT(axp_chat_detect(tmpl_gemma3, NULL), AXP_CHAT_GEMMA);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_gemma2, NULL), AXP_CHAT_GEMMA);
+        CHECK(!axp_chat_template_unknown(tmpl_gemma2));
         CHECK_EQ_INT(axp_chat_detect(tmpl_llama3, NULL), AXP_CHAT_LLAMA3);
         CHECK_EQ_INT(axp_chat_detect(tmpl_qwen2, NULL), AXP_CHAT_CHATML);
         CHECK_EQ_INT(axp_chat_detect(tmpl_mistral, NULL), AXP_CHAT_MISTRAL);
@@ -188,6 +212,12 @@ static void test_format(void) {
                      "<start_of_turn>user\nYou are helpful.\n\nHi<end_of_turn>\n"
                      "<start_of_turn>model\nHello!<end_of_turn>\n"
                      "<start_of_turn>user\nHow are you?<end_of_turn>\n<start_of_turn>model\n");
+        check_format(AXP_CHAT_GRANITE, conversation, 4, true,
+                     "<|start_of_role|>system<|end_of_role|> You are helpful. <|end_of_text|>\n"
+                     "<|start_of_role|>user<|end_of_role|>Hi\n<|end_of_text|>\n"
+                     "<|start_of_role|>assistant<|end_of_role|>Hello!<|end_of_text|>\n"
+                     "<|start_of_role|>user<|end_of_role|>How are you?<|end_of_text|>\n"
+                     "<|start_of_role|>assistant<|end_of_role|>");
         check_format(AXP_CHAT_RAW, conversation + 1, 1, true, "Hi\n");
         check_format(AXP_CHAT_RAW, conversation, 2, true, " You are helpful. \n\nHi\n");
         check_format(AXP_CHAT_CHATML, NULL, 0, false, "");
@@ -216,6 +246,7 @@ static void test_format_next(void) {
                 { AXP_CHAT_LLAMA2, " Hello!", " </s>" },
                 { AXP_CHAT_PHI3, "Hello!", "<|end|>" },
                 { AXP_CHAT_GEMMA, "Hello!", "<end_of_turn>" },
+                { AXP_CHAT_GRANITE, "Hello!", "<|end_of_text|>" },
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 axp_chat_family f = cases[i].f;

@@ -192,6 +192,8 @@ static void test_archs(void) {
         check_against_reference("gemma3", "q6_k");
         check_against_reference("gemma2", "f32");
         check_against_reference("gemma2", "q4_k");
+        check_against_reference("granite", "f32");
+        check_against_reference("granite", "q8_0");
         check_against_reference("qwen3moe", "f32");
         check_against_reference("qwen3moe", "q8_0");
         check_against_reference("qwen3moe", "q4_k");
@@ -305,6 +307,7 @@ static void test_chunked_stop_resume(void) {
         chunked_stop_resume("phi3", "q8_0");
         chunked_stop_resume("gemma3", "q8_0");
         chunked_stop_resume("gemma2", "q8_0");
+        chunked_stop_resume("granite", "q4_k");
         chunked_stop_resume("qwen3moe", "q8_0");
 }
 

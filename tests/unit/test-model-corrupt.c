@@ -214,6 +214,32 @@ static void loads(const char *src, const change *ch, axp_hparams *hp) {
 /* gemma2 (mkmodel: 2 layers, a window of 16, soft-caps 50 and 30): the file's keys, llama.cpp's
  * defaults without them (a window of 4096, caps 50 and 30), the even layers local with the
  * global layers' RoPE base; a cap that is no number is refused. */
+/* granite (mkmodel: Granite 3.1 2B's scales): logit_scale missing (llama.cpp requires it), a
+ * scale that is no number, the blocks' biases; without the optional scales, 1 and
+ * 1/sqrt(head_dim). */
+static void test_granite_keys(void) {
+        const char *src = make(AXP_ARCH_GRANITE, "granite.gguf");
+        axp_hparams hp = { 0 };
+        loads(src, &(change) { 0 }, &hp);
+        CHECK(hp.embd_scale == 12.0f && hp.residual_scale == 0.22f && hp.logit_scale == 8.0f &&
+              hp.attn_scale == 0.015625f);
+        loads(src, &(change) { .key = "granite.residual_scale", .remove_key = true }, &hp);
+        CHECK(hp.residual_scale == 1.0f && hp.embd_scale == 12.0f);
+        loads(src, &(change) { .key = "granite.attention.scale", .remove_key = true }, &hp);
+        CHECK(hp.attn_scale == 0.125f);
+        refused(src, &(change) { .key = "granite.logit_scale", .remove_key = true },
+                "metadata 'granite.logit_scale' is missing");
+        refused(src, &(change) { .key = "granite.logit_scale", .str = "8" },
+                "metadata 'granite.logit_scale' is not a number");
+        refused(src, &(change) { .key = "granite.embedding_scale", .value = 12 },
+                "metadata 'granite.embedding_scale' is not a number");
+        refused(src, &(change) { .key = "granite.attention.scale", .str = "x" },
+                "metadata 'granite.attention.scale' is not a scale");
+        refused(src, &(change) { .tensor = "blk.0.attn_output.bias", .op = T_ADD, .add_n = 256 },
+                "tensor 'blk.0.attn_output.bias': granite's biases are not supported");
+        unlink(src);
+}
+
 static void test_gemma2_keys(void) {
         const char *src = make(AXP_ARCH_GEMMA2, "gemma2.gguf");
         axp_hparams hp = { 0 };
@@ -318,6 +344,7 @@ int main(void) {
         RUN(test_moe_keys);
         RUN(test_window_keys);
         RUN(test_gemma2_keys);
+        RUN(test_granite_keys);
         RUN(test_head_keys);
         RUN(test_longrope_keys);
         rmdir(tmpdir);
