@@ -101,7 +101,7 @@ static void rope(const cpu_dev *c, int layer, float *x, int n_heads, int pos) {
         const int half = hp->rope_dim / 2;
         const double p = (double) pos * hp->rope_scale;
         const double *inv_freq = c->inv_freq + (axp_layer_is_swa(hp, layer) ? half : 0);
-        for (int i = 0; i < half; i++) {
+        for (int i = 0; i < half && axp_layer_has_rope(hp, layer); i++) {
                 double theta = p * inv_freq[i];
                 float cs = (float) cos(theta) * hp->rope_attn_factor, sn = (float) sin(theta) * hp->rope_attn_factor;
                 for (int h = 0; h < n_heads; h++) {

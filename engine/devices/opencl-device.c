@@ -900,7 +900,8 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                              KU(bk->off), KM(bv->buf), KU(bv->off), KI(norm),
                                              KM(qn->buf), KU(qn->off), KM(kn->buf), KU(kn->off),
                                              KF(hp->rms_eps), KM(c->rope), KI(base + u->row),
-                                             KI(hp->rope_dim / 2),
+                                             /* no pairs to rotate: smollm3's NoPE layers */
+                                             KI(axp_layer_has_rope(hp, t->layer) ? hp->rope_dim / 2 : 0),
                                              KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t),
                                              KM(b.k), KM(b.v), KI(pos0), KI(rows),
                                              KI(kv_kind(s))),

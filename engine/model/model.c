@@ -39,6 +39,7 @@ typedef struct arch_info {
                                * final_logit_softcapping; llama.cpp's 50 and 30 without the keys) */
         bool moe;             /* a mixture of experts in every layer's FFN (expert_* keys, ffn_*_exps) */
         bool scales;          /* granite's embedding, residual, attention and logit scales */
+        int nope_period;      /* every this many layers, the last without RoPE (0: none) */
 } arch_info;
 
 static const arch_info archs[AXP_ARCH__COUNT] = {
@@ -59,6 +60,8 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
                               .softcap = true },
         /* llama's blocks and RoPE, and four scales (IBM Granite 3) */
         [AXP_ARCH_GRANITE] = { "granite", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .scales = true },
+        /* SmolLM3: layers 3, 7, 11, ... without RoPE, as llama.cpp (which has no key for it) */
+        [AXP_ARCH_SMOLLM3] = { "smollm3", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .nope_period = 4 },
 };
 
 const char *axp_arch_name(enum axp_arch a) {
@@ -299,6 +302,7 @@ static int load_hparams(load_ctx *c) {
         hp->rope_type = ai->rope_type;
         hp->ffn_act = ai->ffn_act;
         hp->post_norms = ai->post_norms;
+        hp->nope_period = ai->nope_period;
 
         if ((r = get_dim(c, "embedding_length", true, 0, &hp->n_embd)) < 0 ||
             (r = get_dim(c, "block_count", true, 0, &hp->n_layer)) < 0 ||

@@ -25,6 +25,7 @@ enum axp_arch {
         AXP_ARCH_QWEN3MOE, /* qwen3's attention, a mixture-of-experts FFN in every layer */
         AXP_ARCH_GEMMA2, /* gemma3 without q/k norms, with soft-capped attention and output logits */
         AXP_ARCH_GRANITE, /* llama with scaled embeddings, residual branches, attention and logits */
+        AXP_ARCH_SMOLLM3, /* llama without RoPE on every fourth layer */
         AXP_ARCH__COUNT,
 };
 
@@ -83,6 +84,9 @@ typedef struct axp_hparams {
          * for the others) */
         float residual_scale;
         float logit_scale;
+        /* smollm3: layer l rotates no query or key (NoPE) where (l + 1) % nope_period == 0;
+         * 0: every layer rotates */
+        int nope_period;
         enum axp_ffn_act ffn_act;
         bool post_norms;  /* gemma3: RMSNorm of the attention's and the FFN's outputs before the residual */
         /* Sliding-window attention: a local layer's query at position i sees keys at positions j
@@ -108,6 +112,11 @@ typedef struct axp_hparams {
 
 static inline bool axp_layer_is_swa(const axp_hparams *hp, int l) {
         return hp->n_swa > 0 && (hp->swa_period == 0 || l % hp->swa_period < hp->swa_period - 1);
+}
+
+/* Whether layer l's queries and keys are rotated */
+static inline bool axp_layer_has_rope(const axp_hparams *hp, int l) {
+        return hp->nope_period <= 0 || (l + 1) % hp->nope_period != 0;
 }
 
 static inline float axp_layer_rope_base(const axp_hparams *hp, int l) {

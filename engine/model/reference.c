@@ -102,6 +102,8 @@ static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enu
         const int half = hp->rope_dim / 2;
         const float *divisors = m->rope_divisors;
         const double mscale = hp->rope_attn_factor;
+        if (!axp_layer_has_rope(hp, l)) /* smollm3's NoPE layers */
+                return;
         for (int h = 0; h < n_heads; h++) {
                 double *x = v + (size_t) h * hp->head_dim;
                 for (int i = 0; i < half; i++) {
@@ -259,7 +261,7 @@ static void lm_head(axp_ref *r, double *logits) {
  * (model.c), so the products below read them as three and two. Granite is Llama with the
  * embedding row times embd_scale, each block's output times residual_scale before it joins
  * the residual stream, its own attention scale (attention()) and the logits divided by
- * logit_scale (lm_head()). */
+ * logit_scale (lm_head()). SmolLM3 is Llama without RoPE on every fourth layer (rope()). */
 static void llama_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
@@ -467,6 +469,7 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         switch (r->m->hp.arch) {
         case AXP_ARCH_LLAMA:
         case AXP_ARCH_GRANITE:
+        case AXP_ARCH_SMOLLM3:
         case AXP_ARCH_PHI3: llama_forward(r, token, logits); break;
         case AXP_ARCH_QWEN2:
         case AXP_ARCH_QWEN3:

@@ -4,8 +4,8 @@
  * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
  * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
  * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15), and of LongRoPE (Phi-3.5,
- * Phi-4-mini) on phi3 models and of Gemma 2 and Granite on gemma2 and granite models mkmodel
- * makes, against figures llama.cpp computed on the same files. Skips where the data is absent. */
+ * Phi-4-mini) on phi3 models and of Gemma 2, Granite and SmolLM3 on gemma2, granite and smollm3
+ * models mkmodel makes, against figures llama.cpp computed on the same files. Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -542,7 +542,8 @@ static void test_longrope(void) {
  *     with caps of 1 and 2, which bend every score and logit (ignoring the attention cap moves
  *     its logits by 0.95, the final one by 0.08).
  *   granite: Granite 3.1 2B's embedding (12), residual (0.22), attention (1/64, not
- *     1/sqrt(64)) and logit (8) scales on llama's blocks; the built-in vocabulary. */
+ *     1/sqrt(64)) and logit (8) scales on llama's blocks; the built-in vocabulary.
+ *   smollm3: llama's blocks, the fourth layer without RoPE; the built-in vocabulary. */
 static const struct {
         const char *args;   /* mkmodel's, besides --type f32 --ctx 2048 --vocab-from --name -o */
         const char *vocab;  /* the data's file whose vocabulary it takes, or NULL: the built-in one */
@@ -567,6 +568,11 @@ static const struct {
             { 308, 0.385859f }, { 153, 0.361207f }, { 54, 0.354727f }, { 501, 0.350957f },
             { 3, 0.147945f }, { 250, 0.112646f }, { 500, -0.194327f }, { 100, 0.058930f },
             { 200, -0.310645f }, { 300, 0.001411f }, { 400, 0.075970f }, { 558, 0.117200f } } },
+        { "--arch smollm3 --layers 4 --tied", NULL, 505,
+          { { 192, 0.920497f }, { 288, 0.900835f }, { 266, 0.822630f }, { 329, 0.773874f },
+            { 281, 0.750419f }, { 360, 0.717897f }, { 485, 0.703270f }, { 384, 0.700071f },
+            { 3, 0.199857f }, { 250, -0.589134f }, { 500, 0.413879f }, { 100, -0.170794f },
+            { 200, -0.338391f }, { 300, 0.100687f }, { 400, -0.063085f }, { 558, -0.230023f } } },
 };
 
 static void test_made_archs(void) {

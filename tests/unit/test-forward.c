@@ -150,13 +150,14 @@ static void check_model(axp_model *m, const char *label) {
 }
 
 /* gemma3 with six layers (five local, one global) and a window of 8, shorter than the prompt;
- * gemma2 with four (two local) and caps small enough that the random model's attention
+ * smollm3 with four, the last without RoPE; gemma2 with four (two local) and caps small enough that the random model's attention
  * scores and logits reach them (its default 50 and 30 would leave them all but linear);
  * qwen3moe with 8 experts of which each token takes 2, so that the tokens of a chunk
  * share some experts and not others */
 static const char *arch_extra(const char *arch) {
         return strcmp(arch, "gemma3") == 0     ? "--layers 6 --swa 8 --tied"
                : strcmp(arch, "gemma2") == 0   ? "--layers 4 --swa 8 --tied --attn-softcap 0.5 --final-softcap 1"
+               : strcmp(arch, "smollm3") == 0  ? "--layers 4 --tied"
                : strcmp(arch, "qwen3moe") == 0 ? "--experts 8 --experts-used 2"
                                                : NULL;
 }
@@ -194,6 +195,8 @@ static void test_archs(void) {
         check_against_reference("gemma2", "q4_k");
         check_against_reference("granite", "f32");
         check_against_reference("granite", "q8_0");
+        check_against_reference("smollm3", "f32");
+        check_against_reference("smollm3", "q4_k");
         check_against_reference("qwen3moe", "f32");
         check_against_reference("qwen3moe", "q8_0");
         check_against_reference("qwen3moe", "q4_k");
@@ -357,6 +360,7 @@ static void test_batched_decode(void) {
                 batched_decode("llama", types[i]);
         batched_decode("gemma3", "q4_k");
         batched_decode("gemma2", "q8_0");
+        batched_decode("smollm3", "q8_0");
         batched_decode("qwen3moe", "q8_0");
         batched_decode("phi3", "q8_0");
 }
