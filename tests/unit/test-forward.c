@@ -746,8 +746,9 @@ int main(void) {
          * back to another path, which is not what such a run is for */
         const char *isa = getenv("AXP_CPU_ISA");
         if (isa && strcmp(spec, "cpu") == 0) {
-                char want[64];
-                const char *name = axp_device_name(dev);
+                char want[64], name[256];
+                /* a copy: the skip below says it after the device is freed */
+                snprintf(name, sizeof(name), "%s", axp_device_name(dev));
                 int n = snprintf(want, sizeof(want), ", %s)", isa);
                 size_t len = strlen(name);
                 if (n <= 0 || len < (size_t) n || strcmp(name + len - (size_t) n, want) != 0) {
