@@ -186,16 +186,33 @@ static bool is_role(const axp_chat_msg *m, const char *role) {
         return strcmp(str_or_empty(m->role), role) == 0;
 }
 
-static void format_llama3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+/* The families whose turns are OPEN role CLOSE content END, and OPEN assistant CLOSE to
+ * prompt the answer: llama3 (content trimmed), phi3, granite */
+typedef struct turn_marks {
+        const char *open, *close, *end;
+        bool trim;
+} turn_marks;
+
+static const turn_marks llama3_marks = { "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", true };
+static const turn_marks phi3_marks = { "<|", "|>\n", "<|end|>\n", false };
+static const turn_marks granite_marks = { "<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>\n", false };
+
+static void format_turns(out *o, const axp_chat_msg *msgs, size_t n, bool gen, const turn_marks *k) {
         for (size_t i = 0; i < n; i++) {
-                puts_(o, "<|start_header_id|>");
+                puts_(o, k->open);
                 puts_(o, str_or_empty(msgs[i].role));
-                puts_(o, "<|end_header_id|>\n\n");
-                put_stripped(o, str_or_empty(msgs[i].content));
-                puts_(o, "<|eot_id|>");
+                puts_(o, k->close);
+                if (k->trim)
+                        put_stripped(o, str_or_empty(msgs[i].content));
+                else
+                        puts_(o, str_or_empty(msgs[i].content));
+                puts_(o, k->end);
         }
-        if (gen)
-                puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (gen) {
+                puts_(o, k->open);
+                puts_(o, "assistant");
+                puts_(o, k->close);
+        }
 }
 
 static void format_chatml(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
@@ -334,30 +351,6 @@ static void format_mistral(out *o, const axp_chat_msg *msgs, size_t n, const mis
         free(sys.buf);
 }
 
-static void format_phi3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
-        for (size_t i = 0; i < n; i++) {
-                puts_(o, "<|");
-                puts_(o, str_or_empty(msgs[i].role));
-                puts_(o, "|>\n");
-                puts_(o, str_or_empty(msgs[i].content));
-                puts_(o, "<|end|>\n");
-        }
-        if (gen)
-                puts_(o, "<|assistant|>\n");
-}
-
-static void format_granite(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
-        for (size_t i = 0; i < n; i++) {
-                puts_(o, "<|start_of_role|>");
-                puts_(o, str_or_empty(msgs[i].role));
-                puts_(o, "<|end_of_role|>");
-                puts_(o, str_or_empty(msgs[i].content));
-                puts_(o, "<|end_of_text|>\n");
-        }
-        if (gen)
-                puts_(o, "<|start_of_role|>assistant<|end_of_role|>");
-}
-
 static void format_gemma(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
         out sys = {};
         for (size_t i = 0; i < n; i++) {
@@ -399,7 +392,7 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
 
         switch (f) {
         case AXP_CHAT_LLAMA3:
-                format_llama3(&o, msgs, n, add_generation_prompt);
+                format_turns(&o, msgs, n, add_generation_prompt, &llama3_marks);
                 break;
         case AXP_CHAT_CHATML:
                 format_chatml(&o, msgs, n, add_generation_prompt);
@@ -411,13 +404,13 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                 format_inst(&o, msgs, n, true, false);
                 break;
         case AXP_CHAT_PHI3:
-                format_phi3(&o, msgs, n, add_generation_prompt);
+                format_turns(&o, msgs, n, add_generation_prompt, &phi3_marks);
                 break;
         case AXP_CHAT_GEMMA:
                 format_gemma(&o, msgs, n, add_generation_prompt);
                 break;
         case AXP_CHAT_GRANITE:
-                format_granite(&o, msgs, n, add_generation_prompt);
+                format_turns(&o, msgs, n, add_generation_prompt, &granite_marks);
                 break;
         case AXP_CHAT_MISTRAL_V1:
         case AXP_CHAT_MISTRAL_V3:
@@ -446,7 +439,7 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
         case AXP_CHAT_LLAMA3:
                 if (close_answer)
                         puts_(&o, "<|eot_id|>");
-                format_llama3(&o, msgs, n, true);
+                format_turns(&o, msgs, n, true, &llama3_marks);
                 break;
         case AXP_CHAT_CHATML:
                 puts_(&o, close_answer ? "<|im_end|>\n" : "\n");
@@ -460,7 +453,7 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
                 break;
         case AXP_CHAT_PHI3:
                 puts_(&o, close_answer ? "<|end|>\n" : "\n");
-                format_phi3(&o, msgs, n, true);
+                format_turns(&o, msgs, n, true, &phi3_marks);
                 break;
         case AXP_CHAT_GEMMA:
                 puts_(&o, close_answer ? "<end_of_turn>\n" : "\n");
@@ -468,7 +461,7 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
                 break;
         case AXP_CHAT_GRANITE:
                 puts_(&o, close_answer ? "<|end_of_text|>\n" : "\n");
-                format_granite(&o, msgs, n, true);
+                format_turns(&o, msgs, n, true, &granite_marks);
                 break;
         default:
                 puts_(&o, "\n\n");

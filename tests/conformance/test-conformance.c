@@ -448,6 +448,35 @@ static void check_logits_at(const axp_model *m, const logit_at *at, const char *
         CHECK_EQ_INT(argmax(got, m->hp.n_vocab), at[0].id);
 }
 
+/* The prompt of the figures below: one sentence 12 times, and a newline, as the prompt file
+ * llama.cpp's figures were made from ends */
+static void twelve_sentences(char text[2048]) {
+        const char *sentence = "The quick brown fox jumps over the lazy dog, then runs far away into the forest "
+                               "where the rivers meet the mountains.";
+        text[0] = 0;
+        for (int i = 0; i < 12; i++) {
+                if (i)
+                        strcat(text, " ");
+                strcat(text, sentence);
+        }
+        strcat(text, "\n");
+}
+
+/* The reference forward pass's last-position logits at llama.cpp's ids (F32's bound) */
+static void check_reference_at(const axp_model *m, const int32_t *toks, int n, const logit_at *at,
+                               const char *what) {
+        axp_error err = { 0 };
+        double *exact = NULL;
+        CHECK_MSG(axp_ref_logits(m, toks, n, n - 1, &exact, &err) == 0, "%s", err.msg);
+        float *f = exact ? malloc((size_t) m->hp.n_vocab * sizeof(float)) : NULL;
+        for (int i = 0; f && i < m->hp.n_vocab; i++)
+                f[i] = (float) exact[i];
+        if (f)
+                check_logits_at(m, at, what, f, 1e-3);
+        free(f);
+        free(exact);
+}
+
 static void test_longrope(void) {
         const char *cli = getenv("AXP_CLI"), *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         char vocab[1024], folder[1024], path[1200], cmd[4096];
@@ -459,15 +488,8 @@ static void test_longrope(void) {
         snprintf(folder, sizeof(folder), "%s/axp-longrope-XXXXXX", tmp);
         CHECK(mkdtemp(folder) != NULL);
         /* 12 sentences: 494 tokens, positions far enough for the factors to tell */
-        const char *sentence = "The quick brown fox jumps over the lazy dog, then runs far away into the forest "
-                               "where the rivers meet the mountains.";
-        char text[2048] = "";
-        for (int i = 0; i < 12; i++) {
-                if (i)
-                        strcat(text, " ");
-                strcat(text, sentence);
-        }
-        strcat(text, "\n"); /* as the prompt file llama.cpp's figures were made from ends */
+        char text[2048];
+        twelve_sentences(text);
         for (size_t c = 0; c < ELEMENTSOF(longrope_cases); c++) {
                 const int orig = longrope_cases[c].orig, ctx = longrope_cases[c].ctx;
                 snprintf(path, sizeof(path), "%s/longrope-%d.gguf", folder, orig);
@@ -511,19 +533,9 @@ static void test_longrope(void) {
                         }
                         axp_seq_free(&seq);
                 }
-                double *exact = NULL;
-                CHECK_MSG(axp_ref_logits(m, toks, n, n - 1, &exact, &err) == 0, "%s", err.msg);
-                if (exact) {
-                        float *f = malloc((size_t) m->hp.n_vocab * sizeof(float));
-                        for (int i = 0; f && i < m->hp.n_vocab; i++)
-                                f[i] = (float) exact[i];
-                        char what[128];
-                        snprintf(what, sizeof(what), "original context %d, context %d, reference", orig, ctx);
-                        if (f)
-                                check_logits_at(m, longrope_cases[c].at, what, f, 1e-3);
-                        free(f);
-                }
-                free(exact);
+                char what[128];
+                snprintf(what, sizeof(what), "original context %d, context %d, reference", orig, ctx);
+                check_reference_at(m, toks, n, longrope_cases[c].at, what);
                 free(toks);
                 axp_device_prepare(dev, NULL, NULL);
                 axp_model_free(m);
@@ -584,15 +596,8 @@ static void test_made_archs(void) {
         }
         snprintf(folder, sizeof(folder), "%s/axp-made-XXXXXX", tmp);
         CHECK(mkdtemp(folder) != NULL);
-        const char *sentence = "The quick brown fox jumps over the lazy dog, then runs far away into the forest "
-                               "where the rivers meet the mountains.";
-        char text[2048] = "";
-        for (int i = 0; i < 12; i++) {
-                if (i)
-                        strcat(text, " ");
-                strcat(text, sentence);
-        }
-        strcat(text, "\n");
+        char text[2048];
+        twelve_sentences(text);
         for (size_t c = 0; c < ELEMENTSOF(made_cases); c++) {
                 const char *args = made_cases[c].args;
                 snprintf(vocab, sizeof(vocab), "%s/%s", dir, made_cases[c].vocab ? made_cases[c].vocab : "");
@@ -632,19 +637,9 @@ static void test_made_archs(void) {
                                 axp_seq_free(&seq);
                         }
                 }
-                double *exact = NULL;
-                CHECK_MSG(axp_ref_logits(m, toks, n, n - 1, &exact, &err) == 0, "%s", err.msg);
-                if (exact) {
-                        float *f = malloc((size_t) m->hp.n_vocab * sizeof(float));
-                        for (int i = 0; f && i < m->hp.n_vocab; i++)
-                                f[i] = (float) exact[i];
-                        char what[256];
-                        snprintf(what, sizeof(what), "%s: reference", args);
-                        if (f)
-                                check_logits_at(m, made_cases[c].at, what, f, 1e-3);
-                        free(f);
-                }
-                free(exact);
+                char what[256];
+                snprintf(what, sizeof(what), "%s: reference", args);
+                check_reference_at(m, toks, n, made_cases[c].at, what);
                 free(toks);
                 axp_device_prepare(dev, NULL, NULL);
                 axp_model_free(m);
