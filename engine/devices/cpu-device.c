@@ -139,8 +139,11 @@ static void k1_norm_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         k1_ctx *k = ctx;
         const axp_hparams *hp = &c->model->hp;
         row_ref *r = &c->rows[base + i];
-        axp_cpu_rmsnorm(k->h + (size_t) i * hp->n_embd, r->seq->x + (size_t) r->t * hp->n_embd, k->l->attn_norm.data,
-                hp->n_embd, hp->rms_eps);
+        float *h = k->h + (size_t) i * hp->n_embd, *x = r->seq->x + (size_t) r->t * hp->n_embd;
+        if (k->l->attn_norm.data)
+                axp_cpu_rmsnorm(h, x, k->l->attn_norm.data, hp->n_embd, hp->rms_eps);
+        else /* olmo2: no pre-norm */
+                memcpy(h, x, (size_t) hp->n_embd * sizeof(float));
 }
 
 static void add_bias(float *x, const axp_weight *b, int n) {
@@ -168,8 +171,10 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         add_bias(q, &k->l->bq, qd);
         add_bias(kk, &k->l->bk, kvd);
         add_bias(v, &k->l->bv, kvd);
-        head_norm(q, &k->l->q_norm, hp->n_head, hp->head_dim, hp->rms_eps);
-        head_norm(kk, &k->l->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
+        /* per head, or (olmo2) over all heads at once */
+        const bool full = hp->qk_norm_full;
+        head_norm(q, &k->l->q_norm, full ? 1 : hp->n_head, full ? qd : hp->head_dim, hp->rms_eps);
+        head_norm(kk, &k->l->k_norm, full ? 1 : hp->n_head_kv, full ? kvd : hp->head_dim, hp->rms_eps);
         rope(c, t->layer, q, hp->n_head, r->pos);
         rope(c, t->layer, kk, hp->n_head_kv, r->pos);
 
@@ -262,7 +267,10 @@ static void k3_residual_norm_row(cpu_dev *c, const axp_task *t, int base, int i,
         /* granite's residual scale (1 else: the same bits as a plain sum) */
         for (int j = 0; j < hp->n_embd; j++)
                 x[j] += o[j] * hp->residual_scale;
-        axp_cpu_rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
+        if (k->l->ffn_norm.data)
+                axp_cpu_rmsnorm(k->h + (size_t) i * hp->n_embd, x, k->l->ffn_norm.data, hp->n_embd, hp->rms_eps);
+        else /* olmo2: no pre-norm */
+                memcpy(k->h + (size_t) i * hp->n_embd, x, (size_t) hp->n_embd * sizeof(float));
 }
 
 static void k3_swiglu_row(cpu_dev *c, const axp_task *t, int base, int i, void *ctx) {

@@ -869,12 +869,18 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         seq_bufs b;
                         if ((r = seq_wrap(c, t, u->seq, READ_X, &b, err)) < 0)
                                 return r;
-                        if ((r = launch(c, c->k_rmsnorm, "rmsnorm", (size_t) u->n * c->wg, 1,
-                                        (size_t) c->wg,
-                                        ARGS(KM(b.x), KI(u->t * d), KI(d), KM(L->attn_norm.buf),
-                                             KU(L->attn_norm.off), KM(c->h), KI(u->row * d), KI(d),
-                                             KI(d), KF(hp->rms_eps)),
-                                        err)) < 0)
+                        if (!L->attn_norm.buf) { /* olmo2: no pre-norm, the rows as they are */
+                                cl_int e = clEnqueueCopyBuffer(c->q, b.x, c->h, (size_t) u->t * d * sizeof(float),
+                                                               (size_t) u->row * d * sizeof(float),
+                                                               (size_t) u->n * d * sizeof(float), 0, NULL, NULL);
+                                if (e != CL_SUCCESS)
+                                        return cl_fail(err, e, "copying the residual rows");
+                        } else if ((r = launch(c, c->k_rmsnorm, "rmsnorm", (size_t) u->n * c->wg, 1,
+                                               (size_t) c->wg,
+                                               ARGS(KM(b.x), KI(u->t * d), KI(d), KM(L->attn_norm.buf),
+                                                    KU(L->attn_norm.off), KM(c->h), KI(u->row * d), KI(d),
+                                                    KI(d), KF(hp->rms_eps)),
+                                               err)) < 0)
                                 return r;
                 }
                 if ((r = matmuls(c, 3, (const wref *[]) { &L->wq, &L->wk, &L->wv }, c->h, 0, d,
@@ -897,7 +903,8 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                         ARGS(KM(c->sq), KM(c->sk), KM(c->sv), KI(u->row),
                                              KI(hp->n_head), KI(hp->n_head_kv), KI(hp->head_dim),
                                              KI(bias), KM(bq->buf), KU(bq->off), KM(bk->buf),
-                                             KU(bk->off), KM(bv->buf), KU(bv->off), KI(norm),
+                                             KU(bk->off), KM(bv->buf), KU(bv->off),
+                                             KI(norm ? (hp->qk_norm_full ? 2 : 1) : 0),
                                              KM(qn->buf), KU(qn->off), KM(kn->buf), KU(kn->off),
                                              KF(hp->rms_eps), KM(c->rope), KI(base + u->row),
                                              /* no pairs to rotate: smollm3's NoPE layers */
@@ -1065,9 +1072,11 @@ static int run_k3(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                         if ((r = launch(c, c->k_residual_rmsnorm, "residual_rmsnorm",
                                         (size_t) u->n * c->wg, 1, (size_t) c->wg,
                                         ARGS(KM(b.x), KI(u->t * d), KI(d), KM(c->o), KI(u->row * d),
-                                             KI(d), KM(L->ffn_norm.buf), KU(L->ffn_norm.off),
-                                             KM(c->h), KI(u->row * d), KI(d), KI(d),
-                                             KF(hp->rms_eps), KF(hp->residual_scale)),
+                                             /* without ffn_norm (olmo2) any buffer: not read */
+                                             KI(d), KM(L->ffn_norm.buf ? L->ffn_norm.buf : c->o),
+                                             KU(L->ffn_norm.off), KM(c->h), KI(u->row * d), KI(d), KI(d),
+                                             KF(hp->rms_eps), KF(hp->residual_scale),
+                                             KI(L->ffn_norm.buf != NULL)),
                                         err)) < 0)
                                 return r;
                 }

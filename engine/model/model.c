@@ -40,6 +40,8 @@ typedef struct arch_info {
         bool moe;             /* a mixture of experts in every layer's FFN (expert_* keys, ffn_*_exps) */
         bool scales;          /* granite's embedding, residual, attention and logit scales */
         int nope_period;      /* every this many layers, the last without RoPE (0: none) */
+        bool post_only;       /* no attn_norm and ffn_norm: the blocks read the residual stream as
+                               * it is (olmo2); post_norms then, and q/k norms over all heads */
 } arch_info;
 
 static const arch_info archs[AXP_ARCH__COUNT] = {
@@ -62,6 +64,9 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
         [AXP_ARCH_GRANITE] = { "granite", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .scales = true },
         /* SmolLM3: layers 3, 7, 11, ... without RoPE, as llama.cpp (which has no key for it) */
         [AXP_ARCH_SMOLLM3] = { "smollm3", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .nope_period = 4 },
+        /* OLMo 2; Olmo 3's sliding window is not read (its files are `olmo3`, refused) */
+        [AXP_ARCH_OLMO2] = { "olmo2", AXP_ROPE_NEOX, 10000.0f, .qk_norm = true, .post_norms = true, .swa_period = -1,
+                             .post_only = true },
 };
 
 const char *axp_arch_name(enum axp_arch a) {
@@ -303,6 +308,7 @@ static int load_hparams(load_ctx *c) {
         hp->ffn_act = ai->ffn_act;
         hp->post_norms = ai->post_norms;
         hp->nope_period = ai->nope_period;
+        hp->qk_norm_full = ai->post_only;
 
         if ((r = get_dim(c, "embedding_length", true, 0, &hp->n_embd)) < 0 ||
             (r = get_dim(c, "block_count", true, 0, &hp->n_layer)) < 0 ||
@@ -535,7 +541,7 @@ static int load_tensors(load_ctx *c) {
                 if ((r = weight(c, name, req, nin, nout, &l->field)) < 0)                          \
                         return r;                                                                  \
         } while (0)
-                W(attn_norm, "attn_norm.weight", true, d, 0);
+                W(attn_norm, "attn_norm.weight", !ai->post_only, d, 0);
                 /* phi3: Q, K and V as one matrix, rows Q then K then V: three views of it */
                 LNAME("attn_qkv.weight");
                 if (ai->fused && gguf_find_tensor(m->gguf, name)) {
@@ -552,10 +558,10 @@ static int load_tensors(load_ctx *c) {
                 W(bq, "attn_q.bias", ai->qkv_bias, qd, 0);
                 W(bk, "attn_k.bias", ai->qkv_bias, kvd, 0);
                 W(bv, "attn_v.bias", ai->qkv_bias, kvd, 0);
-                W(q_norm, "attn_q_norm.weight", ai->qk_norm, hp->head_dim, 0);
-                W(k_norm, "attn_k_norm.weight", ai->qk_norm, hp->head_dim, 0);
+                W(q_norm, "attn_q_norm.weight", ai->qk_norm, hp->qk_norm_full ? qd : hp->head_dim, 0);
+                W(k_norm, "attn_k_norm.weight", ai->qk_norm, hp->qk_norm_full ? kvd : hp->head_dim, 0);
                 W(post_attn_norm, "post_attention_norm.weight", ai->post_norms, d, 0);
-                W(ffn_norm, "ffn_norm.weight", true, d, 0);
+                W(ffn_norm, "ffn_norm.weight", !ai->post_only, d, 0);
                 /* phi3: no ffn_gate, ffn_up holds the gate's rows then the up rows */
                 if (ai->moe) {
                         if ((r = load_experts(c, i, l)) < 0)

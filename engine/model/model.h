@@ -26,6 +26,7 @@ enum axp_arch {
         AXP_ARCH_GEMMA2, /* gemma3 without q/k norms, with soft-capped attention and output logits */
         AXP_ARCH_GRANITE, /* llama with scaled embeddings, residual branches, attention and logits */
         AXP_ARCH_SMOLLM3, /* llama without RoPE on every fourth layer */
+        AXP_ARCH_OLMO2,   /* no pre-norms: post-norms only; q/k norms over the whole Q and K */
         AXP_ARCH__COUNT,
 };
 
@@ -87,6 +88,9 @@ typedef struct axp_hparams {
         /* smollm3: layer l rotates no query or key (NoPE) where (l + 1) % nope_period == 0;
          * 0: every layer rotates */
         int nope_period;
+        /* olmo2: the q/k norms span all heads of Q and of K (one RMS each, weights of
+         * n_head * head_dim and n_head_kv * head_dim); false: one per head (qwen3, gemma3) */
+        bool qk_norm_full;
         enum axp_ffn_act ffn_act;
         bool post_norms;  /* gemma3: RMSNorm of the attention's and the FFN's outputs before the residual */
         /* Sliding-window attention: a local layer's query at position i sees keys at positions j

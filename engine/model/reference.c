@@ -345,6 +345,42 @@ static void qwen_forward(axp_ref *r, int32_t token, double *logits) {
                 lm_head(r, logits);
 }
 
+/* OLMo 2: NeoX RoPE and Llama's SwiGLU FFN, but no norm before the attention or the FFN: each
+ * reads the residual stream as it is, and its output is RMS-normed (post-attention, post-FFN
+ * norms) before it joins the stream; Q and K are RMS-normed over all their heads at once. */
+static void olmo2_forward(axp_ref *r, int32_t token, double *logits) {
+        const axp_model *m = r->m;
+        const axp_hparams *hp = &m->hp;
+        const int d = hp->n_embd, pos = r->pos;
+        const double eps = hp->rms_eps;
+
+        embed(r, r->x, &m->tok_embd, token);
+        for (int l = 0; l < hp->n_layer; l++) {
+                const axp_layer *L = &m->layers[l];
+                double *k = cache_at(r, r->key, l, pos), *v = cache_at(r, r->value, l, pos);
+
+                /* attention of the stream itself */
+                matvec(r, r->q, &L->wq, r->x);
+                matvec(r, k, &L->wk, r->x);
+                matvec(r, v, &L->wv, r->x);
+                rmsnorm(r->q, r->q, &L->q_norm, hp->n_head * hp->head_dim, eps);
+                rmsnorm(k, k, &L->k_norm, hp->n_head_kv * hp->head_dim, eps);
+                rope(m, l, r->q, hp->n_head, pos, AXP_ROPE_NEOX);
+                rope(m, l, k, hp->n_head_kv, pos, AXP_ROPE_NEOX);
+                attention(r, l, r->q, r->att);
+                matvec(r, r->o, &L->wo, r->att);
+                rmsnorm(r->o, r->o, &L->post_attn_norm, d, eps);
+                residual(r->x, r->o, d);
+
+                /* feed-forward of the stream itself */
+                swiglu(r, L, r->x, r->o);
+                rmsnorm(r->o, r->o, &L->post_ffn_norm, d, eps);
+                residual(r->x, r->o, d);
+        }
+        if (logits)
+                lm_head(r, logits);
+}
+
 /* Gemma 3: Qwen3's attention (q/k norms, NeoX RoPE) and in addition
  *   the embedding row scaled by sqrt(n_embd);
  *   an RMSNorm of the attention's and of the FFN's output before each joins the residual;
@@ -402,7 +438,7 @@ static int check_tensors(const axp_model *m, axp_error *err) {
                 bool biases = L->bq.data || L->bk.data || L->bv.data;
                 bool qk_norm = L->q_norm.data || L->k_norm.data;
                 bool has_qk_norm = hp->arch == AXP_ARCH_QWEN3 || hp->arch == AXP_ARCH_QWEN3MOE ||
-                                   hp->arch == AXP_ARCH_GEMMA3;
+                                   hp->arch == AXP_ARCH_GEMMA3 || hp->arch == AXP_ARCH_OLMO2;
                 if (!has_qk_norm && qk_norm)
                         return axp_errorf(err, -ENOTSUP, "layer %d of this %s model has q/k norms, which %s has not",
                                           l, axp_arch_name(hp->arch), axp_arch_name(hp->arch));
@@ -476,6 +512,7 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         case AXP_ARCH_QWEN3MOE: qwen_forward(r, token, logits); break;
         case AXP_ARCH_GEMMA2:
         case AXP_ARCH_GEMMA3: gemma_forward(r, token, logits); break;
+        case AXP_ARCH_OLMO2: olmo2_forward(r, token, logits); break;
         default: return axp_errorf(err, -ENOTSUP, "the reference has no forward pass for %s",
                                    axp_arch_name(r->m->hp.arch));
         }

@@ -24,11 +24,12 @@ __kernel WG_ATTR void rmsnorm(__global const float *X, int x_off, int ldx, __glo
                     (__global const float *) (W + woff), n, eps, red);
 }
 
-/* X row i += rs O row i (rs: granite's residual scale, else 1); H row i = RMSNorm(X row i) * W */
+/* X row i += rs O row i (rs: granite's residual scale, else 1); H row i = RMSNorm(X row i) * W,
+ * or without a norm (has_w 0: olmo2) X row i as it is */
 __kernel WG_ATTR void residual_rmsnorm(__global float *X, int x_off, int ldx, __global const float *O,
                                        int o_off, int ldo, __global const uchar *W, ulong woff,
                                        __global float *H, int h_off, int ldh, int n, float eps,
-                                       float rs) {
+                                       float rs, int has_w) {
         __local acc_t red[WG];
         const int i = get_group_id(0);
         __global float *x = X + x_off + (long) i * ldx;
@@ -36,7 +37,11 @@ __kernel WG_ATTR void residual_rmsnorm(__global float *X, int x_off, int ldx, __
         for (int j = get_local_id(0); j < n; j += WG)
                 x[j] += o[j] * rs;
         /* each item reads back only what it wrote: no barrier needed before the norm */
-        rmsnorm_row(H + h_off + (long) i * ldh, x, (__global const float *) (W + woff), n, eps, red);
+        if (has_w)
+                rmsnorm_row(H + h_off + (long) i * ldh, x, (__global const float *) (W + woff), n, eps, red);
+        else
+                for (int j = get_local_id(0); j < n; j += WG)
+                        H[h_off + (long) i * ldh + j] = x[j];
 }
 
 /* X[x_off + i * ldx + j] += rs O[o_off + i * ldo + j], j < n: one item per element */
@@ -106,7 +111,7 @@ void kv_put_q8_0(__global uchar *blk, __global const float *x) {
 }
 
 /* The end of K1 for the rows of one request: rows row0.. of the Q/K/V scratch get their
- * biases (qwen2), per-head norms (qwen3) and RoPE, then Q goes to the request's QA rows
+ * biases (qwen2), per-head norms (qwen3; has_norm 1) or norms over all heads (olmo2; 2) and RoPE, then Q goes to the request's QA rows
  * qa_row0.. and K/V to its cache at positions pos0.. . cs: rows cs_row0.. of a table of
  * n_pairs (cos, sin) pairs per row. */
 __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global float *V, int row0,
@@ -129,11 +134,12 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
                 barrier(CLK_GLOBAL_MEM_FENCE); /* the head norms split the row otherwise */
         }
         if (has_norm) {
-                /* within a head, every item reads back only what it wrote */
-                for (int h = 0; h < n_head; h++)
-                        rmsnorm_row(q + h * hd, q + h * hd, (__global const float *) (Wqn + oqn), hd, eps, red);
-                for (int h = 0; h < n_head_kv; h++)
-                        rmsnorm_row(k + h * hd, k + h * hd, (__global const float *) (Wkn + okn), hd, eps, red);
+                /* within a head (or the whole row), every item reads back only what it wrote */
+                const int full = has_norm == 2, w = full ? qd : hd, wk = full ? kvd : hd;
+                for (int h = 0; h < (full ? 1 : n_head); h++)
+                        rmsnorm_row(q + h * hd, q + h * hd, (__global const float *) (Wqn + oqn), w, eps, red);
+                for (int h = 0; h < (full ? 1 : n_head_kv); h++)
+                        rmsnorm_row(k + h * hd, k + h * hd, (__global const float *) (Wkn + okn), wk, eps, red);
         }
         barrier(CLK_GLOBAL_MEM_FENCE); /* RoPE pairs cross items */
         __global const float *c = cs + (long) (cs_row0 + i) * 2 * n_pairs;

@@ -26,7 +26,7 @@ static int help(FILE *f) {
                 "                     attention and logits), gemma3 (sliding window on 5 of every\n"
                 "                     6 layers), granite (Granite 3's embedding, residual,\n"
                 "                     attention and logit scales), smollm3 (no RoPE on every\n"
-                "                     fourth layer) or qwen3moe\n"
+                "                     fourth layer), olmo2 (post-norms only) or qwen3moe\n"
                 "                     (a mixture of experts; --ffn is each expert's length)\n"
                 "  --type TYPE        weight matrices: f32, f16, bf16, q8_0 (default), q4_0, q4_1,\n"
                 "                     q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;\n"

@@ -739,7 +739,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         arch = axp_arch_name(p->arch);
         tr = axp_type_traits_get(p->type);
         /* qwen2, qwen3, gemma2/3: eps 1e-6; base 1e6 but gemma2 (granite as llama) */
-        qwen = p->arch != AXP_ARCH_LLAMA && p->arch != AXP_ARCH_GRANITE && p->arch != AXP_ARCH_SMOLLM3;
+        qwen = p->arch != AXP_ARCH_LLAMA && p->arch != AXP_ARCH_GRANITE && p->arch != AXP_ARCH_SMOLLM3 &&
+               p->arch != AXP_ARCH_OLMO2;
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();
@@ -769,8 +770,10 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         ARCH_U32("feed_forward_length", p->n_ff);
         ARCH_U32("attention.head_count", p->n_head);
         ARCH_U32("attention.head_count_kv", p->n_head_kv);
+        /* olmo2: no pre-norms, post-norms, q/k norms over all heads */
+        const bool olmo2 = p->arch == AXP_ARCH_OLMO2;
         const bool moe = p->arch == AXP_ARCH_QWEN3MOE, qk_norm = p->arch == AXP_ARCH_QWEN3 ||
-                                                                   p->arch == AXP_ARCH_GEMMA3 || moe;
+                                                                   p->arch == AXP_ARCH_GEMMA3 || moe || olmo2;
         const int n_expert = p->n_expert > 0 ? p->n_expert : 8,
                   n_expert_used = p->n_expert_used > 0 ? p->n_expert_used : MIN(2, n_expert);
         if (moe) {
@@ -841,7 +844,8 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         for (int l = 0; l < p->n_layer; l++) {
 #define LAYER(what, type, ne0, ne1, kind, hint)                                                    \
         (layer_name(name, sizeof(name), l, what), add_spec(&pl, p, name, type, ne0, ne1, kind, hint))
-                LAYER("attn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
+                if (!olmo2)
+                        LAYER("attn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 if (p->arch == AXP_ARCH_PHI3) { /* Q, K and V in one matrix */
                         LAYER("attn_qkv.weight", p->type, p->n_embd, q_dim + 2 * kv_dim, W_PROJ, "--dim");
                 } else {
@@ -855,14 +859,15 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                         LAYER("attn_v.bias", AXP_TYPE_F32, kv_dim, 1, W_BIAS, NULL);
                 }
                 if (qk_norm) {
-                        LAYER("attn_q_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
-                        LAYER("attn_k_norm.weight", AXP_TYPE_F32, head_dim, 1, W_NORM, NULL);
+                        LAYER("attn_q_norm.weight", AXP_TYPE_F32, olmo2 ? q_dim : head_dim, 1, W_NORM, NULL);
+                        LAYER("attn_k_norm.weight", AXP_TYPE_F32, olmo2 ? kv_dim : head_dim, 1, W_NORM, NULL);
                 }
                 LAYER("attn_output.weight", p->type, q_dim, p->n_embd, W_PROJ,
                       "--heads × head dimension");
-                if (gemma)
+                if (gemma || olmo2)
                         LAYER("post_attention_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
-                LAYER("ffn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
+                if (!olmo2)
+                        LAYER("ffn_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
                 if (moe) { /* the router, then each expert's matrices stacked */
                         LAYER("ffn_gate_inp.weight", AXP_TYPE_F32, p->n_embd, n_expert, W_PROJ, NULL);
                         LAYER("ffn_gate_exps.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
@@ -880,7 +885,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                         LAYER("ffn_up.weight", p->type, p->n_embd, p->n_ff, W_PROJ, "--dim");
                 }
                 LAYER("ffn_down.weight", p->type, p->n_ff, p->n_embd, W_PROJ, "--ffn");
-                if (gemma)
+                if (gemma || olmo2)
                         LAYER("post_ffw_norm.weight", AXP_TYPE_F32, p->n_embd, 1, W_NORM, NULL);
 #undef LAYER
         }

@@ -4,8 +4,8 @@
  * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
  * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
  * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15), and of LongRoPE (Phi-3.5,
- * Phi-4-mini) on phi3 models and of Gemma 2, Granite and SmolLM3 on gemma2, granite and smollm3
- * models mkmodel makes, against figures llama.cpp computed on the same files. Skips where the data is absent. */
+ * Phi-4-mini) on phi3 models and of Gemma 2, Granite, SmolLM3 and OLMo 2 on models of those
+ * architectures mkmodel makes, against figures llama.cpp computed on the same files. Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -555,7 +555,9 @@ static void test_longrope(void) {
  *     its logits by 0.95, the final one by 0.08).
  *   granite: Granite 3.1 2B's embedding (12), residual (0.22), attention (1/64, not
  *     1/sqrt(64)) and logit (8) scales on llama's blocks; the built-in vocabulary.
- *   smollm3: llama's blocks, the fourth layer without RoPE; the built-in vocabulary. */
+ *   smollm3: llama's blocks, the fourth layer without RoPE; the built-in vocabulary.
+ *   olmo2: no pre-norms, post-norms, Q and K normed over all heads, NeoX RoPE (llama's
+ *     adjacent pairs would be 3.6 off); the built-in vocabulary. */
 static const struct {
         const char *args;   /* mkmodel's, besides --type f32 --ctx 2048 --vocab-from --name -o */
         const char *vocab;  /* the data's file whose vocabulary it takes, or NULL: the built-in one */
@@ -585,6 +587,11 @@ static const struct {
             { 281, 0.750419f }, { 360, 0.717897f }, { 485, 0.703270f }, { 384, 0.700071f },
             { 3, 0.199857f }, { 250, -0.589134f }, { 500, 0.413879f }, { 100, -0.170794f },
             { 200, -0.338391f }, { 300, 0.100687f }, { 400, -0.063085f }, { 558, -0.230023f } } },
+        { "--arch olmo2", NULL, 505,
+          { { 537, 4.341383f }, { 167, 3.739205f }, { 474, 3.559121f }, { 116, 3.533902f },
+            { 451, 3.097186f }, { 366, 3.030753f }, { 204, 2.973849f }, { 211, 2.938022f },
+            { 3, -0.025194f }, { 250, -1.374007f }, { 500, -2.147868f }, { 100, 0.465869f },
+            { 200, 1.557088f }, { 300, -0.946845f }, { 400, 0.775706f }, { 558, -1.579017f } } },
 };
 
 static void test_made_archs(void) {

@@ -197,6 +197,8 @@ static void test_archs(void) {
         check_against_reference("granite", "q8_0");
         check_against_reference("smollm3", "f32");
         check_against_reference("smollm3", "q4_k");
+        check_against_reference("olmo2", "f32");
+        check_against_reference("olmo2", "q6_k");
         check_against_reference("qwen3moe", "f32");
         check_against_reference("qwen3moe", "q8_0");
         check_against_reference("qwen3moe", "q4_k");
@@ -311,6 +313,7 @@ static void test_chunked_stop_resume(void) {
         chunked_stop_resume("gemma3", "q8_0");
         chunked_stop_resume("gemma2", "q8_0");
         chunked_stop_resume("granite", "q4_k");
+        chunked_stop_resume("olmo2", "q8_0");
         chunked_stop_resume("qwen3moe", "q8_0");
 }
 
@@ -361,6 +364,7 @@ static void test_batched_decode(void) {
         batched_decode("gemma3", "q4_k");
         batched_decode("gemma2", "q8_0");
         batched_decode("smollm3", "q8_0");
+        batched_decode("olmo2", "q4_k");
         batched_decode("qwen3moe", "q8_0");
         batched_decode("phi3", "q8_0");
 }
