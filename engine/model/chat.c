@@ -31,6 +31,9 @@
  *            "assistant" named "model"; Gemma has no system turn: the system prompt (trimmed)
  *            goes before the first user message, separated by "\n\n"; then
  *            "<start_of_turn>model\n".
+ *   tulu     AllenAI's Tülu 3 and OLMo 2 instruct: "<|ROLE|>\n" + content + "\n" for the system
+ *            and user turns, "<|assistant|>\n" + content + "<|endoftext|>" (their EOS) + "\n"
+ *            for answers (the last without the "\n"), then "<|assistant|>\n".
  *   granite  IBM Granite 3.x instruct: "<|start_of_role|>ROLE<|end_of_role|>" + content +
  *            "<|end_of_text|>\n", then "<|start_of_role|>assistant<|end_of_role|>", as
  *            llama.cpp writes it (the template's own default system prompt, dated, is left to
@@ -59,6 +62,7 @@ static const char *const family_names[] = {
         [AXP_CHAT_MISTRAL_V7] = "mistral-v7",
         [AXP_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
         [AXP_CHAT_GRANITE] = "granite",
+        [AXP_CHAT_TULU] = "tulu",
 };
 
 const char *axp_chat_family_name(axp_chat_family f) {
@@ -102,6 +106,11 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                         return AXP_CHAT_GEMMA;
                 if (has(tmpl, "<|assistant|>") && has(tmpl, "<|end|>"))
                         return AXP_CHAT_PHI3;
+                /* Tülu's: the answers end with the EOS the template names, a question with a
+                 * newline (written out or escaped); Zephyr's end both with the EOS */
+                if (has(tmpl, "<|assistant|>") && has(tmpl, "<|user|>") && has(tmpl, "eos_token") &&
+                    (has(tmpl, "message['content'] + '\n'") || has(tmpl, "message['content'] + '\\n'")))
+                        return AXP_CHAT_TULU;
                 if (has(tmpl, "<|start_of_role|>"))
                         return AXP_CHAT_GRANITE;
                 return AXP_CHAT_RAW;
@@ -351,6 +360,22 @@ static void format_mistral(out *o, const axp_chat_msg *msgs, size_t n, const mis
         free(sys.buf);
 }
 
+static void format_tulu(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        for (size_t i = 0; i < n; i++) {
+                bool answer = is_role(&msgs[i], "assistant");
+                puts_(o, "<|");
+                puts_(o, str_or_empty(msgs[i].role));
+                puts_(o, "|>\n");
+                puts_(o, str_or_empty(msgs[i].content));
+                if (answer)
+                        puts_(o, "<|endoftext|>");
+                if (!answer || i + 1 < n)
+                        puts_(o, "\n");
+        }
+        if (gen)
+                puts_(o, "<|assistant|>\n");
+}
+
 static void format_gemma(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
         out sys = {};
         for (size_t i = 0; i < n; i++) {
@@ -412,6 +437,9 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
         case AXP_CHAT_GRANITE:
                 format_turns(&o, msgs, n, add_generation_prompt, &granite_marks);
                 break;
+        case AXP_CHAT_TULU:
+                format_tulu(&o, msgs, n, add_generation_prompt);
+                break;
         case AXP_CHAT_MISTRAL_V1:
         case AXP_CHAT_MISTRAL_V3:
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
@@ -462,6 +490,10 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
         case AXP_CHAT_GRANITE:
                 puts_(&o, close_answer ? "<|end_of_text|>\n" : "\n");
                 format_turns(&o, msgs, n, true, &granite_marks);
+                break;
+        case AXP_CHAT_TULU:
+                puts_(&o, close_answer ? "<|endoftext|>\n" : "\n");
+                format_tulu(&o, msgs, n, true);
                 break;
         default:
                 puts_(&o, "\n\n");

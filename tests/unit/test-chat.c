@@ -99,7 +99,25 @@ static const char tmpl_granite[] =
         "'<|end_of_text|>\n' }}{%- if loop.last and add_generation_prompt %}{{- '<|start_of_role|>"
         "assistant<|end_of_role|>' }}{%- endif %}{%- endfor %}";
 
+/* OLMo 2's (OLMo-2-1124-7B-Instruct: Tülu 3's), its newlines written out as the GGUF carries
+ * them; and Zephyr's, which ends a question with the EOS and is not Tülu's */
+static const char tmpl_tulu[] =
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + "
+        "message['content'] + '\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + "
+        "'\n' }}{% elif message['role'] == 'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + "
+        "message['content'] + eos_token + '\n' }}{% else %}{{ '<|assistant|>\n'  + message['content'] + "
+        "eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\n' }}"
+        "{% endif %}{% endfor %}";
+static const char tmpl_zephyr[] =
+        "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] "
+        "+ eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + "
+        "eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + "
+        "eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif "
+        "%}\n{% endfor %}";
+
 static void test_detect_template(void) {
+        CHECK_EQ_INT(axp_chat_detect(tmpl_tulu, NULL), AXP_CHAT_TULU);
+        CHECK(axp_chat_detect(tmpl_zephyr, NULL) != AXP_CHAT_TULU);
         CHECK_EQ_INT(axp_chat_detect(tmpl_granite, NULL), AXP_CHAT_GRANITE);
         CHECK(!axp_chat_template_unknown(tmpl_granite));
         CHECK_EQ_INT(axp_chat_detect(tmpl_gemma3, NULL), AXP_CHAT_GEMMA);
@@ -218,6 +236,11 @@ static void test_format(void) {
                      "<|start_of_role|>assistant<|end_of_role|>Hello!<|end_of_text|>\n"
                      "<|start_of_role|>user<|end_of_role|>How are you?<|end_of_text|>\n"
                      "<|start_of_role|>assistant<|end_of_role|>");
+        check_format(AXP_CHAT_TULU, conversation, 4, true,
+                     "<|system|>\n You are helpful. \n<|user|>\nHi\n\n<|assistant|>\nHello!<|endoftext|>\n"
+                     "<|user|>\nHow are you?\n<|assistant|>\n");
+        /* the last answer without its "\n" */
+        check_format(AXP_CHAT_TULU, conversation + 1, 2, false, "<|user|>\nHi\n\n<|assistant|>\nHello!<|endoftext|>");
         check_format(AXP_CHAT_RAW, conversation + 1, 1, true, "Hi\n");
         check_format(AXP_CHAT_RAW, conversation, 2, true, " You are helpful. \n\nHi\n");
         check_format(AXP_CHAT_CHATML, NULL, 0, false, "");
@@ -247,6 +270,7 @@ static void test_format_next(void) {
                 { AXP_CHAT_PHI3, "Hello!", "<|end|>" },
                 { AXP_CHAT_GEMMA, "Hello!", "<end_of_turn>" },
                 { AXP_CHAT_GRANITE, "Hello!", "<|end_of_text|>" },
+                { AXP_CHAT_TULU, "Hello!", "<|endoftext|>" },
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 axp_chat_family f = cases[i].f;
