@@ -34,6 +34,9 @@
  *   tulu     AllenAI's Tülu 3 and OLMo 2 instruct: "<|ROLE|>\n" + content + "\n" for the system
  *            and user turns, "<|assistant|>\n" + content + "<|endoftext|>" (their EOS) + "\n"
  *            for answers (the last without the "\n"), then "<|assistant|>\n".
+ *   exaone3  LG EXAONE 3.0/3.5 instruct: "[|system|]" + trim(content) + "[|endofturn|]\n",
+ *            "[|user|]" + trim(content) + "\n", "[|assistant|]" + trim(content) +
+ *            "[|endofturn|]\n", then "[|assistant|]", as llama.cpp writes it.
  *   granite  IBM Granite 3.x instruct: "<|start_of_role|>ROLE<|end_of_role|>" + content +
  *            "<|end_of_text|>\n", then "<|start_of_role|>assistant<|end_of_role|>", as
  *            llama.cpp writes it (the template's own default system prompt, dated, is left to
@@ -63,6 +66,7 @@ static const char *const family_names[] = {
         [AXP_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
         [AXP_CHAT_GRANITE] = "granite",
         [AXP_CHAT_TULU] = "tulu",
+        [AXP_CHAT_EXAONE3] = "exaone3",
 };
 
 const char *axp_chat_family_name(axp_chat_family f) {
@@ -113,6 +117,10 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                         return AXP_CHAT_TULU;
                 if (has(tmpl, "<|start_of_role|>"))
                         return AXP_CHAT_GRANITE;
+                /* EXAONE 4's has a tool role and other turns: not this family */
+                if (has(tmpl, "[|system|]") && has(tmpl, "[|assistant|]") && has(tmpl, "[|endofturn|]") &&
+                    !has(tmpl, "[|tool|]"))
+                        return AXP_CHAT_EXAONE3;
                 return AXP_CHAT_RAW;
         }
         /* no template: what the vocabulary's special tokens suggest */
@@ -376,6 +384,21 @@ static void format_tulu(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
                 puts_(o, "<|assistant|>\n");
 }
 
+static void format_exaone3(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
+        for (size_t i = 0; i < n; i++) {
+                bool user = is_role(&msgs[i], "user");
+                if (!user && !is_role(&msgs[i], "system") && !is_role(&msgs[i], "assistant"))
+                        continue; /* the template has no other role */
+                puts_(o, "[|");
+                puts_(o, msgs[i].role);
+                puts_(o, "|]");
+                put_stripped(o, str_or_empty(msgs[i].content));
+                puts_(o, user ? "\n" : "[|endofturn|]\n");
+        }
+        if (gen)
+                puts_(o, "[|assistant|]");
+}
+
 static void format_gemma(out *o, const axp_chat_msg *msgs, size_t n, bool gen) {
         out sys = {};
         for (size_t i = 0; i < n; i++) {
@@ -440,6 +463,9 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
         case AXP_CHAT_TULU:
                 format_tulu(&o, msgs, n, add_generation_prompt);
                 break;
+        case AXP_CHAT_EXAONE3:
+                format_exaone3(&o, msgs, n, add_generation_prompt);
+                break;
         case AXP_CHAT_MISTRAL_V1:
         case AXP_CHAT_MISTRAL_V3:
         case AXP_CHAT_MISTRAL_V3_TEKKEN:
@@ -494,6 +520,10 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
         case AXP_CHAT_TULU:
                 puts_(&o, close_answer ? "<|endoftext|>\n" : "\n");
                 format_tulu(&o, msgs, n, true);
+                break;
+        case AXP_CHAT_EXAONE3:
+                puts_(&o, close_answer ? "[|endofturn|]\n" : "\n");
+                format_exaone3(&o, msgs, n, true);
                 break;
         default:
                 puts_(&o, "\n\n");

@@ -27,6 +27,7 @@ typedef enum axp_chat_family {
         AXP_CHAT_MISTRAL_V7_TEKKEN, /* "[SYSTEM_PROMPT]...[/SYSTEM_PROMPT][INST]...[/INST]" */
         AXP_CHAT_GRANITE, /* <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n (Granite 3) */
         AXP_CHAT_TULU,    /* <|role|>\n...\n, answers ending <|endoftext|> (Tülu 3, OLMo 2) */
+        AXP_CHAT_EXAONE3, /* [|role|]...[|endofturn|]\n, questions ending \n (EXAONE 3.x) */
         AXP_CHAT__COUNT,
 } axp_chat_family;
 

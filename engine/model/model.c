@@ -67,6 +67,8 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
         /* OLMo 2; Olmo 3's sliding window is not read (its files are `olmo3`, refused) */
         [AXP_ARCH_OLMO2] = { "olmo2", AXP_ROPE_NEOX, 10000.0f, .qk_norm = true, .post_norms = true, .swa_period = -1,
                              .post_only = true },
+        /* EXAONE 3.0/3.5: llama's blocks, NeoX RoPE, Llama 3's rope_freqs where the file has them */
+        [AXP_ARCH_EXAONE] = { "exaone", AXP_ROPE_NEOX, 10000.0f, .swa_period = -1 },
 };
 
 const char *axp_arch_name(enum axp_arch a) {

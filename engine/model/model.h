@@ -27,6 +27,7 @@ enum axp_arch {
         AXP_ARCH_GRANITE, /* llama with scaled embeddings, residual branches, attention and logits */
         AXP_ARCH_SMOLLM3, /* llama without RoPE on every fourth layer */
         AXP_ARCH_OLMO2,   /* no pre-norms: post-norms only; q/k norms over the whole Q and K */
+        AXP_ARCH_EXAONE,  /* llama's blocks with NeoX RoPE (EXAONE 3.x) */
         AXP_ARCH__COUNT,
 };
 

@@ -261,7 +261,8 @@ static void lm_head(axp_ref *r, double *logits) {
  * (model.c), so the products below read them as three and two. Granite is Llama with the
  * embedding row times embd_scale, each block's output times residual_scale before it joins
  * the residual stream, its own attention scale (attention()) and the logits divided by
- * logit_scale (lm_head()). SmolLM3 is Llama without RoPE on every fourth layer (rope()). */
+ * logit_scale (lm_head()). SmolLM3 is Llama without RoPE on every fourth layer (rope()), EXAONE
+ * Llama with NeoX RoPE. */
 static void llama_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
@@ -506,6 +507,7 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         case AXP_ARCH_LLAMA:
         case AXP_ARCH_GRANITE:
         case AXP_ARCH_SMOLLM3:
+        case AXP_ARCH_EXAONE:
         case AXP_ARCH_PHI3: llama_forward(r, token, logits); break;
         case AXP_ARCH_QWEN2:
         case AXP_ARCH_QWEN3:

@@ -740,7 +740,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         tr = axp_type_traits_get(p->type);
         /* qwen2, qwen3, gemma2/3: eps 1e-6; base 1e6 but gemma2 (granite as llama) */
         qwen = p->arch != AXP_ARCH_LLAMA && p->arch != AXP_ARCH_GRANITE && p->arch != AXP_ARCH_SMOLLM3 &&
-               p->arch != AXP_ARCH_OLMO2;
+               p->arch != AXP_ARCH_OLMO2 && p->arch != AXP_ARCH_EXAONE;
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();

@@ -4,7 +4,7 @@
  * the tiny Llama 3 models, per the tolerances of the data's README (§7), of the tensor-type set
  * in types/ (§12.1, §15): every file there whose tensor types the engine computes with, and of
  * the phi3, gemma3 and qwen3moe models in archs/ (§12.2, §15), and of LongRoPE (Phi-3.5,
- * Phi-4-mini) on phi3 models and of Gemma 2, Granite, SmolLM3 and OLMo 2 on models of those
+ * Phi-4-mini) on phi3 models and of Gemma 2, Granite, SmolLM3, OLMo 2 and EXAONE on models of those
  * architectures mkmodel makes, against figures llama.cpp computed on the same files. Skips where the data is absent. */
 #include <math.h>
 #include <stdio.h>
@@ -557,7 +557,8 @@ static void test_longrope(void) {
  *     1/sqrt(64)) and logit (8) scales on llama's blocks; the built-in vocabulary.
  *   smollm3: llama's blocks, the fourth layer without RoPE; the built-in vocabulary.
  *   olmo2: no pre-norms, post-norms, Q and K normed over all heads, NeoX RoPE (llama's
- *     adjacent pairs would be 3.6 off); the built-in vocabulary. */
+ *     adjacent pairs would be 3.6 off); the built-in vocabulary.
+ *   exaone: llama's blocks with NeoX RoPE; the built-in vocabulary. */
 static const struct {
         const char *args;   /* mkmodel's, besides --type f32 --ctx 2048 --vocab-from --name -o */
         const char *vocab;  /* the data's file whose vocabulary it takes, or NULL: the built-in one */
@@ -592,6 +593,11 @@ static const struct {
             { 451, 3.097186f }, { 366, 3.030753f }, { 204, 2.973849f }, { 211, 2.938022f },
             { 3, -0.025194f }, { 250, -1.374007f }, { 500, -2.147868f }, { 100, 0.465869f },
             { 200, 1.557088f }, { 300, -0.946845f }, { 400, 0.775706f }, { 558, -1.579017f } } },
+        { "--arch exaone", NULL, 505,
+          { { 170, 4.207333f }, { 386, 3.752860f }, { 387, 3.718381f }, { 451, 3.019052f },
+            { 495, 2.999417f }, { 499, 2.834178f }, { 314, 2.814516f }, { 169, 2.767771f },
+            { 3, 0.210299f }, { 250, -1.565273f }, { 500, -0.538690f }, { 100, -0.258111f },
+            { 200, 2.431260f }, { 300, 0.026293f }, { 400, -0.086434f }, { 558, -0.009068f } } },
 };
 
 static void test_made_archs(void) {

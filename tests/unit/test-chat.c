@@ -115,7 +115,15 @@ static const char tmpl_zephyr[] =
         "eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif "
         "%}\n{% endfor %}";
 
+/* EXAONE 3.5's (EXAONE-3.5-2.4B-Instruct), its turns' markers */
+static const char tmpl_exaone3[] =
+        "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}{{ '[|system|][|endofturn|]\n' "
+        "}}{% endif %}{{ '[|' + message['role'] + '|]' + message['content'] }}{% if message['role'] == 'user' %}"
+        "{{ '\n' }}{% else %}{{ '[|endofturn|]\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}"
+        "{{ '[|assistant|]' }}{% endif %}";
+
 static void test_detect_template(void) {
+        CHECK_EQ_INT(axp_chat_detect(tmpl_exaone3, NULL), AXP_CHAT_EXAONE3);
         CHECK_EQ_INT(axp_chat_detect(tmpl_tulu, NULL), AXP_CHAT_TULU);
         CHECK(axp_chat_detect(tmpl_zephyr, NULL) != AXP_CHAT_TULU);
         CHECK_EQ_INT(axp_chat_detect(tmpl_granite, NULL), AXP_CHAT_GRANITE);
@@ -241,6 +249,9 @@ static void test_format(void) {
                      "<|user|>\nHow are you?\n<|assistant|>\n");
         /* the last answer without its "\n" */
         check_format(AXP_CHAT_TULU, conversation + 1, 2, false, "<|user|>\nHi\n\n<|assistant|>\nHello!<|endoftext|>");
+        check_format(AXP_CHAT_EXAONE3, conversation, 4, true,
+                     "[|system|]You are helpful.[|endofturn|]\n[|user|]Hi\n[|assistant|]Hello![|endofturn|]\n"
+                     "[|user|]How are you?\n[|assistant|]");
         check_format(AXP_CHAT_RAW, conversation + 1, 1, true, "Hi\n");
         check_format(AXP_CHAT_RAW, conversation, 2, true, " You are helpful. \n\nHi\n");
         check_format(AXP_CHAT_CHATML, NULL, 0, false, "");
@@ -271,6 +282,7 @@ static void test_format_next(void) {
                 { AXP_CHAT_GEMMA, "Hello!", "<end_of_turn>" },
                 { AXP_CHAT_GRANITE, "Hello!", "<|end_of_text|>" },
                 { AXP_CHAT_TULU, "Hello!", "<|endoftext|>" },
+                { AXP_CHAT_EXAONE3, "Hello!", "[|endofturn|]" },
         };
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
                 axp_chat_family f = cases[i].f;
