@@ -99,11 +99,12 @@ static void for_rows(cpu_dev *c, const axp_task *t, int base, int n, row_fn fn, 
 static void rope(const cpu_dev *c, int layer, float *x, int n_heads, int pos) {
         const axp_hparams *hp = &c->model->hp;
         const int half = hp->rope_dim / 2;
-        const double p = (double) pos * hp->rope_scale;
-        const double *inv_freq = c->inv_freq + (axp_layer_is_swa(hp, layer) ? half : 0);
+        const bool swa = axp_layer_is_swa(hp, layer);
+        const double *inv_freq = c->inv_freq + (swa ? half : 0);
+        const float mscale = (float) axp_rope_mscale(hp, swa);
         for (int i = 0; i < half && axp_layer_has_rope(hp, layer); i++) {
-                double theta = p * inv_freq[i];
-                float cs = (float) cos(theta) * hp->rope_attn_factor, sn = (float) sin(theta) * hp->rope_attn_factor;
+                double theta = axp_rope_theta(hp, swa, i, pos, inv_freq[i]);
+                float cs = (float) cos(theta) * mscale, sn = (float) sin(theta) * mscale;
                 for (int h = 0; h < n_heads; h++) {
                         float *v = x + h * hp->head_dim;
                         int i0 = hp->rope_type == AXP_ROPE_NORM ? 2 * i : i;

@@ -827,12 +827,12 @@ static int rope_table(ocl_dev *c, int n, bool swa, axp_error *err) {
         if ((r = grow(c, &c->rope, &c->rope_rows, (size_t) n,
                       (size_t) MAX(half, 1) * 2 * sizeof(float), err)) < 0)
                 return r;
+        const float mscale = (float) axp_rope_mscale(hp, swa);
         for (int i = 0; i < n; i++) {
-                const double p = (double) c->rows[i].pos * hp->rope_scale;
                 for (int k = 0; k < half; k++) {
-                        double theta = p * inv_freq[k];
-                        c->rope_host[(size_t) i * 2 * half + 2 * k] = (float) cos(theta) * hp->rope_attn_factor;
-                        c->rope_host[(size_t) i * 2 * half + 2 * k + 1] = (float) sin(theta) * hp->rope_attn_factor;
+                        double theta = axp_rope_theta(hp, swa, k, c->rows[i].pos, inv_freq[k]);
+                        c->rope_host[(size_t) i * 2 * half + 2 * k] = (float) cos(theta) * mscale;
+                        c->rope_host[(size_t) i * 2 * half + 2 * k + 1] = (float) sin(theta) * mscale;
                 }
                 c->rope_pos[i] = c->rows[i].pos;
         }

@@ -40,6 +40,7 @@ typedef struct arch_info {
         bool moe;             /* a mixture of experts in every layer's FFN (expert_* keys, ffn_*_exps) */
         bool scales;          /* granite's embedding, residual, attention and logit scales */
         int nope_period;      /* every this many layers, the last without RoPE (0: none) */
+        bool swa_scaled;      /* the sliding-window layers' positions scaled too (gemma2) */
         bool post_only;       /* no attn_norm and ffn_norm: the blocks read the residual stream as
                                * it is (olmo2); post_norms then, and q/k norms over all heads */
 } arch_info;
@@ -59,7 +60,7 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
         /* every other layer local (the even ones), one rope base for both kinds, as llama.cpp */
         [AXP_ARCH_GEMMA2] = { "gemma2", AXP_ROPE_NEOX, 10000.0f, .post_norms = true, .scaled_embd = true,
                               .ffn_act = AXP_FFN_GELU_TANH, .swa_period = 2, .swa_default = 4096,
-                              .softcap = true },
+                              .softcap = true, .swa_scaled = true },
         /* llama's blocks and RoPE, and four scales (IBM Granite 3) */
         [AXP_ARCH_GRANITE] = { "granite", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .scales = true },
         /* SmolLM3: layers 3, 7, 11, ... without RoPE, as llama.cpp (which has no key for it) */
@@ -139,6 +140,15 @@ static int get_float(load_ctx *c, const char *suffix, float def, float *ret) {
                                   (double) v);
         *ret = v;
         return 0;
+}
+
+/* ggml's ggml_rope_yarn_corr_dims: the pairs where YaRN's ramp starts and ends, for a base */
+static void yarn_corr(const axp_hparams *hp, float base, float beta_fast, float beta_slow, float ret[2]) {
+        const float n = (float) hp->rope_dim, orig = (float) hp->n_ctx_orig;
+        float lo = floorf(n * logf(orig / (beta_fast * 2 * (float) M_PI)) / (2 * logf(base)));
+        float hi = ceilf(n * logf(orig / (beta_slow * 2 * (float) M_PI)) / (2 * logf(base)));
+        ret[0] = lo > 0 ? lo : 0;
+        ret[1] = hi < n - 1 ? hi : n - 1;
 }
 
 /* granite's scales, as llama.cpp reads them: logit_scale required, the others optional (an
@@ -403,21 +413,38 @@ static int load_hparams(load_ctx *c) {
         if (gguf_get_str(m->gguf, arch_key(c, "rope.scaling.type"), &scaling) &&
             !gguf_str_eq(scaling, "none")) {
                 float factor = 1.0f;
-                if (gguf_str_eq(scaling, "linear") &&
-                    gguf_get_f32(m->gguf, arch_key(c, "rope.scaling.factor"), &factor) && factor >= 1.0f)
-                        hp->rope_scale = 1.0f / factor;
-                else if (!gguf_str_eq(scaling, "linear"))
-                        return axp_errorf(c->err, -ENOTSUP, "%s: rope scaling '%s' is not supported",
+                bool yarn = gguf_str_eq(scaling, "yarn");
+                if (!yarn && !gguf_str_eq(scaling, "linear"))
+                        return axp_errorf(c->err, -ENOTSUP, "%s: rope scaling '%s' is not supported (linear, yarn)",
                                           c->file, GGUF_SHOW(scaling));
+                if (gguf_get_f32(m->gguf, arch_key(c, "rope.scaling.factor"), &factor) && factor > 1.0f) {
+                        if (!(factor <= 1024))
+                                return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' = %g is out of range",
+                                                  c->file, c->key, (double) factor);
+                        hp->rope_scale = 1.0f / factor;
+                        hp->rope_yarn = yarn;
+                }
         }
         if (hp->rope_scale == 0)
                 hp->rope_scale = 1.0f;
+        /* llama.cpp's sliding-window layers take their own scale, 1 unless the architecture
+         * sets it (gemma2: the same as the others) */
+        hp->rope_scale_swa = ai->swa_scaled ? hp->rope_scale : 1.0f;
         if ((r = get_dim(c, "rope.scaling.original_context_length", false, hp->n_ctx_train, &hp->n_ctx_orig)) < 0 ||
             (r = get_float(c, "rope.scaling.attn_factor", 1.0f, &hp->rope_attn_factor)) < 0)
                 return r;
         if (!(hp->rope_attn_factor > 0 && hp->rope_attn_factor <= 16))
                 return axp_errorf(c->err, -EINVAL, "%s: rope.scaling.attn_factor %g is out of range (0, 16]", c->file,
                                   (double) hp->rope_attn_factor);
+        if (hp->rope_yarn) {
+                /* llama.cpp's beta_fast 32 and beta_slow 1: the architectures here read no key
+                 * for them */
+                if (gguf_find(m->gguf, arch_key(c, "rope.scaling.yarn_log_multiplier")))
+                        return axp_errorf(c->err, -ENOTSUP, "%s: YaRN's log multiplier (%s: DeepSeek's) is not supported",
+                                          c->file, c->key);
+                yarn_corr(hp, hp->rope_base, 32.0f, 1.0f, hp->yarn_corr[0]);
+                yarn_corr(hp, hp->rope_base_swa, 32.0f, 1.0f, hp->yarn_corr[1]);
+        }
         return ai->moe ? load_moe_hparams(c) : 0;
 }
 
@@ -686,6 +713,11 @@ void axp_model_set_context(axp_model *m, int n_ctx) {
                 m->rope_divisors = n_ctx > m->hp.n_ctx_orig ? m->rope_long.data : m->rope_short.data;
         else
                 m->rope_divisors = m->rope_freqs.data;
+}
+
+double axp_rope_mscale(const axp_hparams *hp, bool swa) {
+        const double scale = swa ? hp->rope_scale_swa : hp->rope_scale;
+        return hp->rope_attn_factor * (hp->rope_yarn ? 1.0 + 0.1 * log(1.0 / scale) : 1.0);
 }
 
 void axp_model_finish_logits(const axp_model *m, float *logits) {

@@ -66,6 +66,16 @@ typedef struct axp_hparams {
         enum axp_rope_type rope_type;
         float rope_base;
         float rope_scale; /* linear scaling: positions are multiplied by this (1: none) */
+        /* the sliding-window layers' (gemma3: 1, their positions unscaled, as llama.cpp; the
+         * others: rope_scale) */
+        float rope_scale_swa;
+        /* YaRN (rope.scaling.type yarn: Qwen2.5/Qwen3 long-context files): each pair's angle
+         * blends the scaled (interpolated) angle and the unscaled one by a ramp over the pairs
+         * between yarn_corr[kind][0] and [1] (from beta_fast 32 and beta_slow 1 over the
+         * original context, per RoPE base: [0] global, [1] sliding-window layers), and cos and
+         * sin are multiplied by 1 + 0.1 ln(1 / scale), as ggml's rope_yarn does */
+        bool rope_yarn;
+        float yarn_corr[2][2];
         /* LongRoPE (Phi-3.5, Phi-4-mini): the rotated dimensions' cos and sin are multiplied by
          * rope_attn_factor (rope.scaling.attn_factor; 1 without); the long frequency divisors
          * apply when the context is longer than n_ctx_orig (rope.scaling.original_context_length;
@@ -118,6 +128,23 @@ typedef struct axp_hparams {
 static inline bool axp_layer_is_swa(const axp_hparams *hp, int l) {
         return hp->n_swa > 0 && (hp->swa_period == 0 || l % hp->swa_period < hp->swa_period - 1);
 }
+
+/* RoPE's angle for pair i (of rope_dim / 2) at position pos, inv_freq the pair's frequency
+ * (base^(-2i / rope_dim) over the file's divisor), on a global or a sliding-window layer:
+ * linearly scaled, or YaRN's blend */
+static inline double axp_rope_theta(const axp_hparams *hp, bool swa, int i, double pos, double inv_freq) {
+        const double extrap = pos * inv_freq, interp = extrap * (swa ? hp->rope_scale_swa : hp->rope_scale);
+        if (!hp->rope_yarn)
+                return interp;
+        const float *corr = hp->yarn_corr[swa];
+        double y = (i - corr[0]) / (corr[1] - corr[0] > 0.001f ? corr[1] - corr[0] : 0.001f);
+        double ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+        return interp * (1 - ramp) + extrap * ramp;
+}
+
+/* What RoPE multiplies cos and sin by: LongRoPE's attention factor, YaRN's 1 + 0.1 ln(1 /
+ * scale); 1 for the others */
+double axp_rope_mscale(const axp_hparams *hp, bool swa);
 
 /* Whether layer l's queries and keys are rotated */
 static inline bool axp_layer_has_rope(const axp_hparams *hp, int l) {

@@ -91,9 +91,10 @@ static void scale(double *x, int n, double s) {
 
 /* RoPE: in each head of v, rotate pair i (i < rope_dim / 2) by the angle
  *     pos * rope_scale * base^(-2i / rope_dim) / divisors[i]
- * and scale it by rope_attn_factor (LongRoPE's; 1 without)
+ * (YaRN: blended with the unscaled angle, axp_rope_theta) and scale it by axp_rope_mscale
+ * (LongRoPE's attention factor, YaRN's; 1 without)
  * (base: rope_base, or rope_base_swa on a sliding-window layer l)
- * (rope_scale: linear scaling, 1 without; divisors: Llama 3.1's rope_freqs or LongRoPE's long
+ * (rope_scale: linear scaling, 1 without, rope_scale_swa on a sliding-window layer; divisors: Llama 3.1's rope_freqs or LongRoPE's long
  * or short factors as the model's context chose them, 1 where the file has none). The pairs are (2i, 2i + 1) for AXP_ROPE_NORM (llama) and
  * (i, i + rope_dim / 2) for AXP_ROPE_NEOX (qwen). Dimensions past rope_dim stay as they are. */
 static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enum axp_rope_type pairs) {
@@ -101,7 +102,8 @@ static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enu
         const double base = axp_layer_rope_base(hp, l);
         const int half = hp->rope_dim / 2;
         const float *divisors = m->rope_divisors;
-        const double mscale = hp->rope_attn_factor;
+        const bool swa = axp_layer_is_swa(hp, l);
+        const double mscale = axp_rope_mscale(hp, swa);
         if (!axp_layer_has_rope(hp, l)) /* smollm3's NoPE layers */
                 return;
         for (int h = 0; h < n_heads; h++) {
@@ -110,7 +112,7 @@ static void rope(const axp_model *m, int l, double *v, int n_heads, int pos, enu
                         double freq = pow(base, -2.0 * i / hp->rope_dim);
                         if (divisors)
                                 freq /= divisors[i];
-                        double theta = pos * (double) hp->rope_scale * freq;
+                        double theta = axp_rope_theta(hp, swa, i, pos, freq);
                         int a = pairs == AXP_ROPE_NORM ? 2 * i : i;
                         int b = pairs == AXP_ROPE_NORM ? 2 * i + 1 : i + half;
                         double x0 = x[a], x1 = x[b];

@@ -49,6 +49,8 @@ static int help(FILE *f) {
                 "  --longrope C       LongRoPE as Phi-3.5 and Phi-4-mini carry it: C is the\n"
                 "                     original context (at most --ctx), with long and short\n"
                 "                     frequency factors and the attention factor\n"
+                "  --rope-scaling T:F linear:F or yarn:F (Qwen2.5's long-context files; the original\n"
+                "                     context --ctx / F)\n"
                 "  --swa N            the sliding window (gemma2, gemma3: default 16; another\n"
                 "                     architecture gets the key, as Mistral's llama files carry\n"
                 "                     it, and attends to the whole context as llama.cpp does)\n"
@@ -85,7 +87,7 @@ static bool parse_int(const char *opt, const char *s, uint64_t lo, uint64_t hi, 
 
 int cli_mkmodel(int argc, char **argv) {
         enum { O_ARCH = 256, O_TYPE, O_VOCAB, O_DIM, O_LAYERS, O_HEADS, O_KV_HEADS, O_FFN, O_CTX,
-               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE, O_SWA, O_ATTN_CAP, O_FINAL_CAP, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_POOLING, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
+               O_HEAD_DIM, O_ROPE_DIM, O_LONGROPE, O_ROPE_SCALING, O_ROPE, O_SWA, O_ATTN_CAP, O_FINAL_CAP, O_EXPERTS, O_EXPERTS_USED, O_TIED, O_FIM, O_NO_EOG, O_POOLING, O_SEED, O_NAME, O_THREADS, O_TEMPLATE };
         static const struct option opts[] = {
                 { "arch", required_argument, NULL, O_ARCH },
                 { "type", required_argument, NULL, O_TYPE },
@@ -105,6 +107,7 @@ int cli_mkmodel(int argc, char **argv) {
                 { "rope-base", required_argument, NULL, O_ROPE },
                 { "rope-dim", required_argument, NULL, O_ROPE_DIM },
                 { "longrope", required_argument, NULL, O_LONGROPE },
+                { "rope-scaling", required_argument, NULL, O_ROPE_SCALING },
                 { "tied", no_argument, NULL, O_TIED },
                 { "fim", no_argument, NULL, O_FIM },
                 { "no-eog", no_argument, NULL, O_NO_EOG },
@@ -194,6 +197,19 @@ int cli_mkmodel(int argc, char **argv) {
                 case O_ROPE_DIM:
                         ok = parse_int("--rope-dim", optarg, 2, 1 << 12, &p.rope_dim);
                         break;
+                case O_ROPE_SCALING: {
+                        char kind[16];
+                        double f = 0;
+                        int used = 0;
+                        ok = sscanf(optarg, "%15[a-z]:%lf%n", kind, &f, &used) == 2 && optarg[used] == 0 &&
+                             (strcmp(kind, "linear") == 0 || strcmp(kind, "yarn") == 0) && f > 1 && f <= 1024;
+                        if (!ok)
+                                return cli_usage_error("--rope-scaling '%s': want linear:FACTOR or yarn:FACTOR "
+                                                       "(a factor above 1)", optarg);
+                        p.rope_scaling = strcmp(kind, "yarn") == 0 ? "yarn" : "linear";
+                        p.rope_factor = (float) f;
+                        break;
+                }
                 case O_LONGROPE:
                         ok = parse_int("--longrope", optarg, 2, 1 << 24, &p.n_ctx_orig);
                         break;

@@ -788,6 +788,13 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         }
         const int rope_dim = p->rope_dim > 0 ? p->rope_dim : head_dim;
         ARCH_U32("rope.dimension_count", rope_dim);
+        if (p->rope_scaling && p->rope_factor > 1) { /* as llama.cpp's converter writes them */
+                snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+                gguf_writer_set_str(w, key, p->rope_scaling);
+                ARCH_F32("rope.scaling.factor", p->rope_factor);
+                if (strcmp(p->rope_scaling, "yarn") == 0)
+                        ARCH_U32("rope.scaling.original_context_length", (uint32_t) (p->n_ctx / p->rope_factor));
+        }
         if (p->n_ctx_orig > 0) { /* as llama.cpp's converter writes LongRoPE */
                 double scale = (double) p->n_ctx / p->n_ctx_orig;
                 ARCH_U32("rope.scaling.original_context_length", p->n_ctx_orig);

@@ -23,6 +23,10 @@ typedef struct axp_mkmodel_params {
         int n_ctx_orig;         /* > 0: LongRoPE as Phi-3.5/Phi-4-mini files carry it: this
                                  * original context, long and short frequency factors and the
                                  * attention factor sqrt(1 + ln(n_ctx / n_ctx_orig) / ln(n_ctx_orig)) */
+        const char *rope_scaling; /* "linear" or "yarn" with rope_factor > 1: rope.scaling.type,
+                                   * .factor and (yarn) .original_context_length n_ctx / factor,
+                                   * as converters write them; NULL: none */
+        float rope_factor;
         bool tied;              /* no output.weight: the LM head is token_embd */
         bool fim;               /* the built-in vocabulary with Qwen2.5-Coder's fill-in-the-middle
                                  * tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>,

@@ -558,7 +558,12 @@ static void test_longrope(void) {
  *   smollm3: llama's blocks, the fourth layer without RoPE; the built-in vocabulary.
  *   olmo2: no pre-norms, post-norms, Q and K normed over all heads, NeoX RoPE (llama's
  *     adjacent pairs would be 3.6 off); the built-in vocabulary.
- *   exaone: llama's blocks with NeoX RoPE; the built-in vocabulary. */
+ *   exaone: llama's blocks with NeoX RoPE; the built-in vocabulary.
+ * And RoPE scalings the data's files do not have (the original context --ctx / factor):
+ *   qwen2 with YaRN (factor 4: Qwen2.5's long-context files; without its cos/sin factor
+ *     1 + 0.1 ln 4 the logits are 1.3 off), and with linear scaling;
+ *   gemma3 with linear scaling (factor 8: Gemma 3 4B and larger), which llama.cpp applies to
+ *     the global layers only (scaling the local ones too is 0.94 off). */
 static const struct {
         const char *args;   /* mkmodel's, besides --type f32 --ctx 2048 --vocab-from --name -o */
         const char *vocab;  /* the data's file whose vocabulary it takes, or NULL: the built-in one */
@@ -598,6 +603,23 @@ static const struct {
             { 495, 2.999417f }, { 499, 2.834178f }, { 314, 2.814516f }, { 169, 2.767771f },
             { 3, 0.210299f }, { 250, -1.565273f }, { 500, -0.538690f }, { 100, -0.258111f },
             { 200, 2.431260f }, { 300, 0.026293f }, { 400, -0.086434f }, { 558, -0.009068f } } },
+        { "--arch qwen2 --rope-scaling yarn:4", NULL, 505,
+          { { 541, 4.907865f }, { 174, 3.751715f }, { 545, 3.507716f }, { 387, 3.042161f },
+            { 17, 2.993498f }, { 417, 2.695168f }, { 203, 2.667606f }, { 353, 2.659041f },
+            { 3, 2.318866f }, { 250, 0.195746f }, { 500, 0.600021f }, { 100, -0.708380f },
+            { 200, 0.315135f }, { 300, 0.778573f }, { 400, -0.450762f }, { 558, 2.049952f } } },
+        { "--arch qwen2 --rope-scaling linear:4", NULL, 505,
+          { { 170, 3.721732f }, { 146, 3.660527f }, { 387, 3.568062f }, { 386, 3.439075f },
+            { 154, 3.205075f }, { 426, 3.157486f }, { 17, 3.121570f }, { 174, 3.052696f },
+            { 3, 1.523529f }, { 250, 0.565300f }, { 500, -0.759040f }, { 100, 0.179765f },
+            { 200, 1.618862f }, { 300, 0.587433f }, { 400, -0.529861f }, { 558, 0.221523f } } },
+        { "--arch gemma3 --dim 256 --layers 6 --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --swa 16 --tied "
+          "--rope-scaling linear:8",
+          "archs/tiny-spm-gemma3-f32.gguf", 494,
+          { { 1337, 1.024606f }, { 1352, 0.994799f }, { 1275, 0.986537f }, { 1716, 0.983691f },
+            { 1271, 0.938903f }, { 1561, 0.937105f }, { 1284, 0.922370f }, { 421, 0.903895f },
+            { 3, -0.004004f }, { 250, 0.040765f }, { 500, -0.083624f }, { 100, 0.272622f },
+            { 200, -0.132678f }, { 300, -0.001128f }, { 400, 0.529709f }, { 558, 0.084805f } } },
 };
 
 static void test_made_archs(void) {

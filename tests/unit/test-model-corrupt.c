@@ -240,6 +240,18 @@ static void test_granite_keys(void) {
         unlink(src);
 }
 
+/* A RoPE scaling other than linear and YaRN (as llama.cpp also reads "none"), and YaRN with
+ * DeepSeek's log multiplier */
+static void test_rope_scaling_keys(void) {
+        const char *src = make(AXP_ARCH_QWEN2, "qwen2-rope.gguf");
+        refused(src, &(change) { .key = "qwen2.rope.scaling.type", .str = "dynamic" },
+                "rope scaling 'dynamic' is not supported (linear, yarn)");
+        axp_hparams hp = { 0 };
+        loads(src, &(change) { .key = "qwen2.rope.scaling.type", .str = "yarn" }, &hp);
+        CHECK(!hp.rope_yarn && hp.rope_scale == 1.0f); /* no factor: nothing to scale */
+        unlink(src);
+}
+
 static void test_gemma2_keys(void) {
         const char *src = make(AXP_ARCH_GEMMA2, "gemma2.gguf");
         axp_hparams hp = { 0 };
@@ -345,6 +357,7 @@ int main(void) {
         RUN(test_window_keys);
         RUN(test_gemma2_keys);
         RUN(test_granite_keys);
+        RUN(test_rope_scaling_keys);
         RUN(test_head_keys);
         RUN(test_longrope_keys);
         rmdir(tmpdir);
