@@ -178,6 +178,10 @@ static void k1_post_row(cpu_dev *c, const axp_task *t, int base, int i, void *ct
         head_norm(kk, &k->l->k_norm, full ? 1 : hp->n_head_kv, full ? kvd : hp->head_dim, hp->rms_eps);
         rope(c, t->layer, q, hp->n_head, r->pos);
         rope(c, t->layer, kk, hp->n_head_kv, r->pos);
+        /* mistral3's attention temperature past the original context */
+        const float temp = axp_attn_temp(hp, r->pos);
+        for (int j = 0; temp != 1.0f && j < qd; j++)
+                q[j] *= temp;
 
         memcpy(r->seq->qa + (size_t) r->t * qd, q, (size_t) qd * sizeof(float));
         const int layer = t->layer;

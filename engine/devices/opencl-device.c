@@ -911,7 +911,8 @@ static int run_k1(ocl_dev *c, const axp_task *t, int n, axp_error *err) {
                                              KI(axp_layer_has_rope(hp, t->layer) ? hp->rope_dim / 2 : 0),
                                              KI(hp->rope_type == AXP_ROPE_NEOX), KM(b.qa), KI(u->t),
                                              KM(b.k), KM(b.v), KI(pos0), KI(rows),
-                                             KI(kv_kind(s))),
+                                             KI(kv_kind(s)), KF(hp->attn_temp_scale),
+                                             KI(hp->n_ctx_orig)),
                                         err)) < 0)
                                 return r;
                         /* the rows written, in each head: up to the ring's end, and from its

@@ -41,6 +41,9 @@ typedef struct arch_info {
         bool scales;          /* granite's embedding, residual, attention and logit scales */
         int nope_period;      /* every this many layers, the last without RoPE (0: none) */
         bool swa_scaled;      /* the sliding-window layers' positions scaled too (gemma2) */
+        bool yarn_keys;       /* YaRN's beta_fast, beta_slow and log multiplier read from the file,
+                               * and the attention temperature (mistral3; llama.cpp reads them for
+                               * no other architecture here) */
         bool post_only;       /* no attn_norm and ffn_norm: the blocks read the residual stream as
                                * it is (olmo2); post_norms then, and q/k norms over all heads */
 } arch_info;
@@ -70,6 +73,8 @@ static const arch_info archs[AXP_ARCH__COUNT] = {
                              .post_only = true },
         /* EXAONE 3.0/3.5: llama's blocks, NeoX RoPE, Llama 3's rope_freqs where the file has them */
         [AXP_ARCH_EXAONE] = { "exaone", AXP_ROPE_NEOX, 10000.0f, .swa_period = -1 },
+        /* Ministral 3, Devstral Small 2: llama's blocks */
+        [AXP_ARCH_MISTRAL3] = { "mistral3", AXP_ROPE_NORM, 10000.0f, .swa_period = -1, .yarn_keys = true },
 };
 
 const char *axp_arch_name(enum axp_arch a) {
@@ -142,6 +147,16 @@ static int get_float(load_ctx *c, const char *suffix, float def, float *ret) {
         return 0;
 }
 
+/* An optional scale: 0 without the key, else a finite number >= 0 */
+static int get_scale(load_ctx *c, const char *suffix, float *ret) {
+        *ret = 0;
+        if (!gguf_find(c->m->gguf, arch_key(c, suffix)))
+                return 0;
+        if (!gguf_get_f32(c->m->gguf, c->key, ret) || !isfinite(*ret) || *ret < 0)
+                return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' is not a scale", c->file, c->key);
+        return 0;
+}
+
 /* ggml's ggml_rope_yarn_corr_dims: the pairs where YaRN's ramp starts and ends, for a base */
 static void yarn_corr(const axp_hparams *hp, float base, float beta_fast, float beta_slow, float ret[2]) {
         const float n = (float) hp->rope_dim, orig = (float) hp->n_ctx_orig;
@@ -166,12 +181,10 @@ static int load_scales(load_ctx *c) {
             (r = get_float(c, "residual_scale", 1.0f, &hp->residual_scale)) < 0 ||
             (r = get_float(c, "embedding_scale", 1.0f, &hp->embd_scale)) < 0)
                 return r;
-        if (gguf_find(c->m->gguf, arch_key(c, "attention.scale"))) {
-                if (!gguf_get_f32(c->m->gguf, c->key, &attn) || !isfinite(attn) || attn < 0)
-                        return axp_errorf(c->err, -EINVAL, "%s: metadata '%s' is not a scale", c->file, c->key);
-                if (attn > 0)
-                        hp->attn_scale = attn;
-        }
+        if ((r = get_scale(c, "attention.scale", &attn)) < 0)
+                return r;
+        if (attn > 0)
+                hp->attn_scale = attn;
         if (gguf_find(c->m->gguf, arch_key(c, "rope.scaling.finetuned")) &&
             gguf_get_bool(c->m->gguf, c->key, &rope) && !rope)
                 return axp_errorf(c->err, -ENOTSUP, "%s: a granite model without RoPE (%s false) is not supported",
@@ -436,14 +449,17 @@ static int load_hparams(load_ctx *c) {
         if (!(hp->rope_attn_factor > 0 && hp->rope_attn_factor <= 16))
                 return axp_errorf(c->err, -EINVAL, "%s: rope.scaling.attn_factor %g is out of range (0, 16]", c->file,
                                   (double) hp->rope_attn_factor);
+        float beta_fast = 32.0f, beta_slow = 1.0f; /* llama.cpp's, where it reads no key */
+        if (ai->yarn_keys) {
+                if ((r = get_float(c, "rope.scaling.yarn_beta_fast", beta_fast, &beta_fast)) < 0 ||
+                    (r = get_float(c, "rope.scaling.yarn_beta_slow", beta_slow, &beta_slow)) < 0 ||
+                    (r = get_scale(c, "rope.scaling.yarn_log_multiplier", &hp->yarn_log_mul)) < 0 ||
+                    (r = get_scale(c, "attention.temperature_scale", &hp->attn_temp_scale)) < 0)
+                        return r;
+        }
         if (hp->rope_yarn) {
-                /* llama.cpp's beta_fast 32 and beta_slow 1: the architectures here read no key
-                 * for them */
-                if (gguf_find(m->gguf, arch_key(c, "rope.scaling.yarn_log_multiplier")))
-                        return axp_errorf(c->err, -ENOTSUP, "%s: YaRN's log multiplier (%s: DeepSeek's) is not supported",
-                                          c->file, c->key);
-                yarn_corr(hp, hp->rope_base, 32.0f, 1.0f, hp->yarn_corr[0]);
-                yarn_corr(hp, hp->rope_base_swa, 32.0f, 1.0f, hp->yarn_corr[1]);
+                yarn_corr(hp, hp->rope_base, beta_fast, beta_slow, hp->yarn_corr[0]);
+                yarn_corr(hp, hp->rope_base_swa, beta_fast, beta_slow, hp->yarn_corr[1]);
         }
         return ai->moe ? load_moe_hparams(c) : 0;
 }
@@ -716,8 +732,16 @@ void axp_model_set_context(axp_model *m, int n_ctx) {
 }
 
 double axp_rope_mscale(const axp_hparams *hp, bool swa) {
-        const double scale = swa ? hp->rope_scale_swa : hp->rope_scale;
-        return hp->rope_attn_factor * (hp->rope_yarn ? 1.0 + 0.1 * log(1.0 / scale) : 1.0);
+        const double scale = swa ? hp->rope_scale_swa : hp->rope_scale, ln = log(1.0 / scale);
+        if (!hp->rope_yarn)
+                return hp->rope_attn_factor;
+        return hp->rope_attn_factor * (1.0 + 0.1 * ln) / (hp->yarn_log_mul > 0 ? 1.0 + 0.1 * hp->yarn_log_mul * ln : 1.0);
+}
+
+float axp_attn_temp(const axp_hparams *hp, int pos) {
+        if (hp->attn_temp_scale == 0)
+                return 1.0f;
+        return (float) (log(floor((float) pos / (float) hp->n_ctx_orig) + 1.0) * hp->attn_temp_scale + 1.0);
 }
 
 void axp_model_finish_logits(const axp_model *m, float *logits) {

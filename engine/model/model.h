@@ -28,6 +28,7 @@ enum axp_arch {
         AXP_ARCH_SMOLLM3, /* llama without RoPE on every fourth layer */
         AXP_ARCH_OLMO2,   /* no pre-norms: post-norms only; q/k norms over the whole Q and K */
         AXP_ARCH_EXAONE,  /* llama's blocks with NeoX RoPE (EXAONE 3.x) */
+        AXP_ARCH_MISTRAL3, /* llama with YaRN's keys and Llama 4's attention temperature (Ministral 3) */
         AXP_ARCH__COUNT,
 };
 
@@ -76,6 +77,12 @@ typedef struct axp_hparams {
          * sin are multiplied by 1 + 0.1 ln(1 / scale), as ggml's rope_yarn does */
         bool rope_yarn;
         float yarn_corr[2][2];
+        /* mistral3's rope.scaling.yarn_log_multiplier L (0: none): YaRN's factor on cos and sin
+         * becomes (1 + 0.1 ln f) / (1 + 0.1 L ln f), as llama.cpp computes it */
+        float yarn_log_mul;
+        /* mistral3's attention temperature (attention.temperature_scale; 0: none): queries at
+         * position p are multiplied by ln(floor(p / n_ctx_orig) + 1) attn_temp_scale + 1 */
+        float attn_temp_scale;
         /* LongRoPE (Phi-3.5, Phi-4-mini): the rotated dimensions' cos and sin are multiplied by
          * rope_attn_factor (rope.scaling.attn_factor; 1 without); the long frequency divisors
          * apply when the context is longer than n_ctx_orig (rope.scaling.original_context_length;
@@ -145,6 +152,10 @@ static inline double axp_rope_theta(const axp_hparams *hp, bool swa, int i, doub
 /* What RoPE multiplies cos and sin by: LongRoPE's attention factor, YaRN's 1 + 0.1 ln(1 /
  * scale); 1 for the others */
 double axp_rope_mscale(const axp_hparams *hp, bool swa);
+
+/* What the queries at position pos are multiplied by (mistral3's attention temperature; 1
+ * for the others and for positions below the original context) */
+float axp_attn_temp(const axp_hparams *hp, int pos);
 
 /* Whether layer l's queries and keys are rotated */
 static inline bool axp_layer_has_rope(const axp_hparams *hp, int l) {

@@ -264,7 +264,7 @@ static void lm_head(axp_ref *r, double *logits) {
  * embedding row times embd_scale, each block's output times residual_scale before it joins
  * the residual stream, its own attention scale (attention()) and the logits divided by
  * logit_scale (lm_head()). SmolLM3 is Llama without RoPE on every fourth layer (rope()), EXAONE
- * Llama with NeoX RoPE. */
+ * Llama with NeoX RoPE, Mistral 3 Llama with its queries' attention temperature. */
 static void llama_forward(axp_ref *r, int32_t token, double *logits) {
         const axp_model *m = r->m;
         const axp_hparams *hp = &m->hp;
@@ -287,6 +287,7 @@ static void llama_forward(axp_ref *r, int32_t token, double *logits) {
                 add_bias(v, &L->bv);
                 rope(m, l, r->q, hp->n_head, pos, hp->rope_type);
                 rope(m, l, k, hp->n_head_kv, pos, hp->rope_type);
+                scale(r->q, hp->n_head * hp->head_dim, axp_attn_temp(hp, pos)); /* mistral3 */
                 attention(r, l, r->q, r->att);
                 matvec(r, r->o, &L->wo, r->att);
                 scale(r->o, d, hp->residual_scale);
@@ -510,6 +511,7 @@ int axp_ref_step(axp_ref *r, int32_t token, double *logits, axp_error *err) {
         case AXP_ARCH_GRANITE:
         case AXP_ARCH_SMOLLM3:
         case AXP_ARCH_EXAONE:
+        case AXP_ARCH_MISTRAL3:
         case AXP_ARCH_PHI3: llama_forward(r, token, logits); break;
         case AXP_ARCH_QWEN2:
         case AXP_ARCH_QWEN3:

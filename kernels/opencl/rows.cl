@@ -121,7 +121,8 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
                               __global const uchar *Wqn, ulong oqn, __global const uchar *Wkn,
                               ulong okn, float eps, __global const float *cs, int cs_row0, int n_pairs,
                               int neox, __global float *QA, int qa_row0, __global uchar *Kc,
-                              __global uchar *Vc, int pos0, int kv_rows, int kv_kind) {
+                              __global uchar *Vc, int pos0, int kv_rows, int kv_kind,
+                              float temp_scale, int temp_floor) {
         __local acc_t red[WG];
         const int i = get_group_id(0), lid = get_local_id(0);
         const int qd = n_head * hd, kvd = n_head_kv * hd, row = row0 + i;
@@ -147,9 +148,12 @@ __kernel WG_ATTR void k1_post(__global float *Q, __global float *K, __global flo
         rope_row(k, n_head_kv, hd, n_pairs, neox, c);
         barrier(CLK_GLOBAL_MEM_FENCE);
 
+        /* mistral3's attention temperature (1 without, or before the original context) */
+        const float tf = temp_scale != 0 ? log(floor((float) (pos0 + i) / (float) temp_floor) + 1.0f) * temp_scale + 1.0f
+                                         : 1.0f;
         __global float *qa = QA + (long) (qa_row0 + i) * qd;
         for (int j = lid; j < qd; j += WG)
-                qa[j] = q[j];
+                qa[j] = q[j] * tf;
         /* the cache is head by head: value d of head h at row r is element (h kv_rows + r) hd + d
          * (a ring on sliding-window layers: row (pos0 + i) % kv_rows) */
         const long r = (pos0 + i) % kv_rows;

@@ -740,7 +740,7 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
         tr = axp_type_traits_get(p->type);
         /* qwen2, qwen3, gemma2/3: eps 1e-6; base 1e6 but gemma2 (granite as llama) */
         qwen = p->arch != AXP_ARCH_LLAMA && p->arch != AXP_ARCH_GRANITE && p->arch != AXP_ARCH_SMOLLM3 &&
-               p->arch != AXP_ARCH_OLMO2 && p->arch != AXP_ARCH_EXAONE;
+               p->arch != AXP_ARCH_OLMO2 && p->arch != AXP_ARCH_EXAONE && p->arch != AXP_ARCH_MISTRAL3;
         q_dim = (int64_t) p->n_head * head_dim;
         kv_dim = (int64_t) p->n_head_kv * head_dim;
         nth = p->n_threads > 0 ? MIN(p->n_threads, MAX_THREADS) : n_cpus();
@@ -794,6 +794,13 @@ int axp_mkmodel(const axp_mkmodel_params *p, axp_error *err) {
                 ARCH_F32("rope.scaling.factor", p->rope_factor);
                 if (strcmp(p->rope_scaling, "yarn") == 0)
                         ARCH_U32("rope.scaling.original_context_length", (uint32_t) (p->n_ctx / p->rope_factor));
+                if (strcmp(p->rope_scaling, "yarn") == 0 && p->arch == AXP_ARCH_MISTRAL3) {
+                        /* as Ministral 3's: its betas, mscale_all_dim and Llama 4's beta */
+                        ARCH_F32("rope.scaling.yarn_beta_fast", 32.0f);
+                        ARCH_F32("rope.scaling.yarn_beta_slow", 1.0f);
+                        ARCH_F32("rope.scaling.yarn_log_multiplier", 1.0f);
+                        ARCH_F32("attention.temperature_scale", 0.1f);
+                }
         }
         if (p->n_ctx_orig > 0) { /* as llama.cpp's converter writes LongRoPE */
                 double scale = (double) p->n_ctx / p->n_ctx_orig;

@@ -562,6 +562,9 @@ static void test_longrope(void) {
  * And RoPE scalings the data's files do not have (the original context --ctx / factor):
  *   qwen2 with YaRN (factor 4: Qwen2.5's long-context files; without its cos/sin factor
  *     1 + 0.1 ln 4 the logits are 1.3 off), and with linear scaling;
+ *   mistral3 with YaRN as Ministral 3's files carry it (log multiplier 1, which cancels that
+ *     factor) and Llama 4's attention temperature 0.1 over positions past the original
+ *     context of 256 (without it the logits are 0.35 off);
  *   gemma3 with linear scaling (factor 8: Gemma 3 4B and larger), which llama.cpp applies to
  *     the global layers only (scaling the local ones too is 0.94 off). */
 static const struct {
@@ -608,6 +611,11 @@ static const struct {
             { 17, 2.993498f }, { 417, 2.695168f }, { 203, 2.667606f }, { 353, 2.659041f },
             { 3, 2.318866f }, { 250, 0.195746f }, { 500, 0.600021f }, { 100, -0.708380f },
             { 200, 0.315135f }, { 300, 0.778573f }, { 400, -0.450762f }, { 558, 2.049952f } } },
+        { "--arch mistral3 --rope-scaling yarn:8", NULL, 505,
+          { { 242, 4.246771f }, { 541, 3.968821f }, { 547, 3.234407f }, { 439, 3.014833f },
+            { 238, 2.991312f }, { 516, 2.937516f }, { 167, 2.928543f }, { 393, 2.837613f },
+            { 3, 0.043983f }, { 250, -0.921254f }, { 500, -1.700801f }, { 100, -0.251059f },
+            { 200, 0.962123f }, { 300, 0.493106f }, { 400, 1.546245f }, { 558, -0.555235f } } },
         { "--arch qwen2 --rope-scaling linear:4", NULL, 505,
           { { 170, 3.721732f }, { 146, 3.660527f }, { 387, 3.568062f }, { 386, 3.439075f },
             { 154, 3.205075f }, { 426, 3.157486f }, { 17, 3.121570f }, { 174, 3.052696f },

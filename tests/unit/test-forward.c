@@ -200,6 +200,7 @@ static void test_archs(void) {
         check_against_reference("olmo2", "f32");
         check_against_reference("olmo2", "q6_k");
         check_against_reference("exaone", "q8_0");
+        check_against_reference("mistral3", "q4_k");
         check_against_reference("qwen3moe", "f32");
         check_against_reference("qwen3moe", "q8_0");
         check_against_reference("qwen3moe", "q4_k");

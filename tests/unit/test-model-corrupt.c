@@ -249,6 +249,15 @@ static void test_rope_scaling_keys(void) {
         axp_hparams hp = { 0 };
         loads(src, &(change) { .key = "qwen2.rope.scaling.type", .str = "yarn" }, &hp);
         CHECK(!hp.rope_yarn && hp.rope_scale == 1.0f); /* no factor: nothing to scale */
+        /* a key llama.cpp reads for mistral3 only is ignored elsewhere, as there */
+        loads(src, &(change) { .key = "qwen2.attention.temperature_scale", .str = "x" }, &hp);
+        CHECK(hp.attn_temp_scale == 0);
+        unlink(src);
+        src = make(AXP_ARCH_MISTRAL3, "mistral3.gguf");
+        refused(src, &(change) { .key = "mistral3.attention.temperature_scale", .str = "0.1" },
+                "metadata 'mistral3.attention.temperature_scale' is not a scale");
+        refused(src, &(change) { .key = "mistral3.rope.scaling.yarn_log_multiplier", .value = 1 },
+                "metadata 'mistral3.rope.scaling.yarn_log_multiplier' is not a scale");
         unlink(src);
 }
 
