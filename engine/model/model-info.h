@@ -27,8 +27,8 @@ typedef struct axp_model_info {
 /* Check the GGUF file open at `fd` (a regular file, read with pread from offset 0, never
  * mapped: the file may change under us): its header (every count, key, tensor's type and
  * shape, and each tensor's extent against the file's size), an architecture the engine runs
- * (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, granite, smollm3, olmo2, exaone, mistral3) and tensor types it computes with. `src` names
- * the file in messages.
+ * (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, granite, smollm3, olmo2, exaone,
+ * mistral3) and tensor types it computes with. `src` names the file in messages.
  * Returns 0, or a negative errno with a one-line message: -EBADMSG (not GGUF, truncated,
  * corrupt), -ENOTSUP (an architecture or type the engine cannot run), -EPROTONOSUPPORT (a
  * GGUF version it cannot read), or the error of reading. */
