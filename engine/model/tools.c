@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/json.h"
 #include "base/strbuf.h"
@@ -198,6 +199,11 @@ static call_form v7_call_form(const char *tmpl) {
         return has(tmpl, "[CALL_ID]") ? CALLS_ARGS_ID : CALLS_ARGS;
 }
 
+/* The families whose call is a JSON list of one call after a marker (Mistral's and Granite's) */
+static bool calls_in_list(axp_chat_family f) {
+        return mistral_tools(f) || f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN || f == AXP_CHAT_GRANITE;
+}
+
 bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokenizer *tok) {
         /* a template written out says; a family named directly or none: the vocabulary */
         bool written = tmpl && *tmpl;
@@ -216,6 +222,8 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokeniz
         case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 return written ? has(tmpl, "[AVAILABLE_TOOLS]")
                                : tok && axp_tokenizer_find(tok, "[AVAILABLE_TOOLS]") >= 0;
+        case AXP_CHAT_GRANITE:
+                return written ? has(tmpl, "available_tools") : tok && axp_tokenizer_find(tok, "<|tool_call|>") >= 0;
         default:
                 return false;
         }
@@ -338,6 +346,13 @@ static void put_call(out *o, axp_chat_family f, call_form cf, const char *conten
                 dump(o, args, 0, 0, false);
                 puts_(o, "}\n</tool_call><|im_end|>\n");
                 break;
+        case AXP_CHAT_GRANITE: /* one call of the list the assistant's turn holds */
+                puts_(o, "{\"name\": ");
+                dump(o, &n, 0, 0, false);
+                puts_(o, ", \"arguments\": ");
+                dump(o, args, 0, 0, false);
+                puts_(o, "}");
+                break;
         default:
                 if (cf != CALLS_LIST) { /* v7's [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} */
                         puts_(o, "[TOOL_CALLS]");
@@ -380,6 +395,79 @@ static void put_mistral_result(out *o, axp_chat_family f, const char *content, c
         puts_(o, ", \"call_id\": \"");
         puts_(o, id);
         puts_(o, "\"}[/TOOL_RESULTS]");
+}
+
+/* Granite 3.x's system prompt when the caller gives none and there are tools: the template's
+ * own, "Knowledge Cutoff Date: ... Today's Date: " + today ("%B %d, %Y") + ". You are Granite,
+ * developed by IBM." + what it adds with tools (how to call one: <|tool_call|> and a JSON
+ * list). Each part is the template's string literal where the template is written out (3.1's
+ * and 3.3's words differ), else 3.3's. */
+static const char granite_head[] = "Knowledge Cutoff Date: April 2024. Today's Date: ";
+static const char granite_after_date[] = ". You are Granite, developed by IBM.";
+static const char granite_tools_words[] =
+        " You are a helpful assistant with access to the following tools. When a tool is required to answer the "
+        "user's query, respond only with <|tool_call|> followed by a JSON list of tools used. If a tool does not "
+        "exist in the provided list of tools, notify the user that you do not have the ability to fulfill the "
+        "request.";
+
+/* The Jinja string literal (quoted with ' or ") that starts at or after p, blanks skipped,
+ * unescaped (\n, \t, \\, \', \"); NULL where there is none. Malloc'd. */
+static char *jinja_literal(const char *p) {
+        if (!p)
+                return NULL;
+        p += strspn(p, " \t\n");
+        if (*p != '"' && *p != '\'')
+                return NULL;
+        char q = *p++;
+        out o = {};
+        for (; *p && *p != q; p++) {
+                if (*p == '\\' && p[1]) {
+                        p++;
+                        put(&o, *p == 'n' ? "\n" : *p == 't' ? "\t" : p, 1);
+                } else
+                        put(&o, p, 1);
+        }
+        if (*p != q || o.r < 0) {
+                free(o.buf);
+                return NULL;
+        }
+        if (!o.buf)
+                o.buf = strdup("");
+        return o.buf;
+}
+
+/* The literal after the first `key` in tmpl at or after `from`. */
+static char *literal_after(const char *tmpl, const char *from, const char *key) {
+        const char *at = from ? strstr(tmpl, from) : tmpl;
+        const char *k = at ? strstr(at, key) : NULL;
+        return k ? jinja_literal(k + strlen(key)) : NULL;
+}
+
+static void put_granite_system(out *o, const char *tmpl) {
+        _cleanup_free_ char *head = NULL, *after = NULL, *words = NULL;
+        const char *h = tmpl ? strstr(tmpl, "Knowledge Cutoff Date") : NULL;
+        if (h && h > tmpl && (h[-1] == '"' || h[-1] == '\''))
+                head = jinja_literal(h - 1);
+        /* the literal after the date, and the words with tools (3.3: available_tools; 3.1: tools) */
+        if (head && strstr(tmpl, "strftime_now("))
+                after = literal_after(tmpl, "strftime_now(", ") +");
+        if (head && after) {
+                words = literal_after(tmpl, "elif available_tools %}", "system_message +");
+                if (!words)
+                        words = literal_after(tmpl, "elif tools %}", "system_message +");
+        }
+        if (!head || !after || !words) {
+                puts_(o, granite_head);
+                head = NULL;
+        } else
+                puts_(o, head);
+        char date[64];
+        time_t now = time(NULL);
+        struct tm tm;
+        if (localtime_r(&now, &tm) && strftime(date, sizeof(date), "%B %d, %Y", &tm) > 0)
+                puts_(o, date);
+        puts_(o, head ? after : granite_after_date);
+        puts_(o, head ? words : granite_tools_words);
 }
 
 int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *t, const char *system,
@@ -546,6 +634,56 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 }
                 break;
         }
+        case AXP_CHAT_GRANITE: {
+                /* Granite 3.x: the system prompt (the template's own, which says how to call a
+                 * tool, where none is given and there are tools), the tools in an
+                 * available_tools turn (3.2+: the list as indented JSON; 3.1, whose template
+                 * writes them one by one: each tool, a blank line between), a run of calls as
+                 * one assistant turn <|tool_call|>[{...}, {...}], each result in a turn of the
+                 * role the template names (3.1's tool_response, else tool) */
+                const bool each = has(tmpl, "for tool in tools");
+                const char *result_role = has(tmpl, "tool_response") ? "tool_response" : "tool";
+                if (sys || t) {
+                        puts_(&o, "<|start_of_role|>system<|end_of_role|>");
+                        if (sys)
+                                puts_(&o, system);
+                        else
+                                put_granite_system(&o, tmpl && *tmpl ? tmpl : NULL);
+                        puts_(&o, "<|end_of_text|>\n");
+                }
+                if (t) {
+                        puts_(&o, each ? "<|start_of_role|>available_tools<|end_of_role|>\n"
+                                       : "<|start_of_role|>available_tools<|end_of_role|>");
+                        if (each)
+                                for (size_t k = 0; k < t->n; k++) {
+                                        if (k)
+                                                puts_(&o, "\n\n");
+                                        dump(&o, t->list->items[k], 4, 0, false);
+                                }
+                        else
+                                dump(&o, t->list, 4, 0, false);
+                        puts_(&o, "<|end_of_text|>\n");
+                }
+                for (size_t i = 0; i < n; i++) {
+                        if (is(&msgs[i], AXP_ROLE_TOOL_CALL)) {
+                                bool first = i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL_CALL);
+                                bool last = i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL_CALL);
+                                puts_(&o, first ? "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[" : ", ");
+                                put_call(&o, f, CALLS_LIST, msgs[i].content, NULL);
+                                if (last)
+                                        puts_(&o, "]<|end_of_text|>\n");
+                        } else if (is(&msgs[i], AXP_ROLE_TOOL)) {
+                                puts_(&o, "<|start_of_role|>");
+                                puts_(&o, result_role);
+                                puts_(&o, "<|end_of_role|>");
+                                puts_(&o, msgs[i].content);
+                                puts_(&o, "<|end_of_text|>\n");
+                        } else
+                                put_turn(&o, f, &msgs[i]);
+                }
+                puts_(&o, "<|start_of_role|>assistant<|end_of_role|>");
+                break;
+        }
         default:
                 free(o.buf);
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
@@ -675,6 +813,10 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, a
         case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 open = "[TOOL_CALLS][{\"name\": ", args_key = "arguments", close = "}]", first = "[";
                 marker = "[TOOL_CALLS]";
+                break;
+        case AXP_CHAT_GRANITE:
+                open = "<|tool_call|>[{\"name\": ", args_key = "arguments", close = "}]", first = "<";
+                marker = "<|tool_call|>";
                 break;
         default:
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
@@ -831,6 +973,9 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
         case AXP_CHAT_MISTRAL_V7_TEKKEN:
                 open = "[TOOL_CALLS]", close = "", args_key = "arguments";
                 break;
+        case AXP_CHAT_GRANITE:
+                open = "<|tool_call|>", close = "", args_key = "arguments";
+                break;
         default:
                 return 0;
         }
@@ -839,12 +984,12 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
                 return read_args_call(text + 12, len - 12, ret_call);
         size_t no = strlen(open), nc = strlen(close);
         if (len < no + nc + 2 || memcmp(text, open, no) != 0 || memcmp(text + len - nc, close, nc) != 0 ||
-            text[no] != (mistral_tools(f) || f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN ? '[' : '{'))
+            text[no] != (calls_in_list(f) ? '[' : '{'))
                 return 0;
         if (json_parse(text + no, len - no - nc, &v, &e) < 0)
                 return e.code == -ENOMEM ? -ENOMEM : 0;
         const json_value *call = v;
-        if (mistral_tools(f) || f == AXP_CHAT_MISTRAL_V7 || f == AXP_CHAT_MISTRAL_V7_TEKKEN)
+        if (calls_in_list(f))
                 call = v->type == JSON_ARRAY && v->n == 1 ? v->items[0] : NULL;
         const char *name = call ? json_get_string(call, "name") : NULL;
         const json_value *args = call ? json_get(call, args_key) : NULL;
@@ -875,7 +1020,7 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
         if (!axp_chat_takes_tools(f, chat_template, tok))
                 return axp_errorf(err, -EINVAL,
                                   "the model's chat template (%s) does not take tools%s; tools work with Llama 3.1+, "
-                                  "Qwen2.5/3 and Mistral templates",
+                                  "Qwen2.5/3, Mistral and Granite 3 templates",
                                   axp_chat_family_name(f), t ? "" : " (the earlier turns hold tool calls)");
         if ((r = axp_tools_grammar(f, chat_template, t, choice, ret_grammar, err)) < 0)
                 return r;

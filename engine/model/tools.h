@@ -12,16 +12,21 @@
  *   mistral  (a template with [AVAILABLE_TOOLS], or a vocabulary with that token): the tools
  *            in [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the turn; a call is
  *            [TOOL_CALLS] [{"name": "NAME", "arguments": {...}}].
+ *   granite  Granite 3.x (a template with available_tools, or a vocabulary with
+ *            <|tool_call|>): the tools in an available_tools turn after the system prompt,
+ *            which where none is given is the template's own, dated, saying how to call; a
+ *            call is <|tool_call|>[{"name": "NAME", "arguments": {...}}].
  *
  * The grammar (tool_choice "auto"): root ::= call | text, where text is any text that does not
  * begin with the call's first character ('{', '<', '['), so an answer is one or the other from
  * its first byte; text ends with the end of generation token (or max_tokens), a call when its
  * last byte is written. tool_choice "required": root ::= call. Only one call per answer.
  * tool_choice "none": the prompt as with "auto", root ::= text, and no call is read back; where
- * the call opens with a marker (chatml's <tool_call>, Mistral's [TOOL_CALLS]) the text is any
- * text without it, anywhere (Qwen's <tool_call> is a token with those bytes, which the model
- * could write after a few words; Mistral's is a control token no grammar lets through, but
- * its letters could spell it), else (llama3's plain {"name": ...}) the text of "auto". */
+ * the call opens with a marker (chatml's <tool_call>, Mistral's [TOOL_CALLS], Granite's
+ * <|tool_call|>) the text is any text without it, anywhere (Qwen's <tool_call> is a token with
+ * those bytes, which the model could write after a few words; Mistral's and Granite's are
+ * control tokens no grammar lets through, but their letters could spell them), else (llama3's
+ * plain {"name": ...}) the text of "auto". */
 #pragma once
 
 #include <stdbool.h>
@@ -53,7 +58,9 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *chat_template, const ax
  * the tool's output as text. Each family writes them as its template does: llama3 the call as
  * the assistant's JSON and the result in an "ipython" turn; chatml <tool_call> and, in a user
  * turn, <tool_response>; mistral [TOOL_CALLS] and [TOOL_RESULTS] with a call id (v7's newer
- * templates: [TOOL_CALLS]name[ARGS]{...}, with [CALL_ID] where the template has it). */
+ * templates: [TOOL_CALLS]name[ARGS]{...}, with [CALL_ID] where the template has it); granite a
+ * run of calls as one <|tool_call|>[...] answer and each result in a turn of its own (3.1's
+ * role tool_response, later templates' tool). */
 #define AXP_ROLE_TOOL_CALL "tool_call"
 #define AXP_ROLE_TOOL "tool"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target: tool calling as the engine does it, from what a request brings and what
  * the model writes. The first input byte picks the chat family (Llama 3, ChatML, Mistral's
- * forms) and tool_choice; the rest, split at its first NUL, is a tools list (JSON) and an
- * answer. The tools list is parsed; if it is taken, its grammar is written and parsed, and a
+ * forms, Granite) and tool_choice; the rest, split at its first NUL, is a tools list (JSON) and
+ * an answer (on Granite also the template, whose system prompt it writes: no system given). The tools list is parsed; if it is taken, its grammar is written and parsed, and a
  * conversation with an earlier call and its result (the answer as both) is checked and
  * formatted. The answer is read back as a call. Each must succeed or fail with a message,
  * within the sanitizers. */
@@ -15,7 +15,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const axp_chat_family families[] = {
-        AXP_CHAT_LLAMA3, AXP_CHAT_CHATML, AXP_CHAT_MISTRAL, AXP_CHAT_MISTRAL_V3, AXP_CHAT_MISTRAL_V7,
+        AXP_CHAT_LLAMA3, AXP_CHAT_CHATML, AXP_CHAT_MISTRAL, AXP_CHAT_MISTRAL_V3, AXP_CHAT_MISTRAL_V7, AXP_CHAT_GRANITE,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -37,13 +37,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 return 0;
         memcpy(answer, nul ? nul + 1 : "", answer_len);
         answer[answer_len] = 0;
+        const char *tmpl = f == AXP_CHAT_GRANITE ? answer : NULL;
+        const char *system = f == AXP_CHAT_GRANITE ? NULL : "You help.";
 
         axp_tools *t = NULL;
         axp_error err = {};
         if (axp_tools_parse(rest, tools_len, &t, &err) == 0) {
                 char *gbnf = NULL, *text = NULL;
                 axp_grammar *g = NULL;
-                if (axp_tools_grammar(f, NULL, t, choice, &gbnf, &err) == 0 &&
+                if (axp_tools_grammar(f, tmpl, t, choice, &gbnf, &err) == 0 &&
                     axp_grammar_parse(gbnf, strlen(gbnf), &g, &err) == 0)
                         axp_grammar_free(g);
                 free(gbnf);
@@ -54,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         { .role = "user", .content = answer },
                 };
                 if (axp_tools_check_turns(msgs, 4, &err) == 0 &&
-                    axp_tools_format_chat(f, NULL, t, "You help.", msgs, 4, &text, &err) == 0)
+                    axp_tools_format_chat(f, tmpl, t, system, msgs, 4, &text, &err) == 0)
                         free(text);
                 axp_tools_free(t);
         }

@@ -3,6 +3,7 @@
  * text each family renders (as the models' Jinja templates do, add_generation_prompt on). */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "model/chat.h"
 #include "model/grammar.h"
@@ -808,6 +809,164 @@ static void test_tool_choice_none_token(void) {
                 vocab_close(&v);
 }
 
+/* Granite 3.3's template (granite-3.3-2b-instruct), its system prompt's and tools' lines; and
+ * 3.1's form of them: its own words, the tools one by one, results in tool_response turns */
+static const char tmpl_granite33[] =
+        "{%- if tools and not available_tools -%}{%- set available_tools = tools -%}{%- endif -%}"
+        "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+        "{%- else %}{%- set system_message = \"Knowledge Cutoff Date: April 2024. Today's Date: \" + "
+        "strftime_now('%B %d, %Y') + \". You are Granite, developed by IBM.\" %}{%- if available_tools and "
+        "documents %}{%- set system_message = system_message + \" You are a helpful assistant with access to "
+        "the following tools. (and documents)\" %}{%- elif available_tools %}{%- set system_message = "
+        "system_message + \" You are a helpful assistant with access to the following tools. When a tool is "
+        "required to answer the user's query, respond only with <|tool_call|> followed by a JSON list of tools "
+        "used.\" %}{%- endif %}{%- endif %}{{- '<|start_of_role|>system<|end_of_role|>' + system_message + "
+        "'<|end_of_text|>\n' }}{%- if available_tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>' }}"
+        "{{- available_tools | tojson(indent=4) }}{{- '<|end_of_text|>\n' }}{%- endif %}";
+static const char tmpl_granite31[] =
+        "{%- else %}{%- set system_message = \"Knowledge Cutoff Date: April 2024.\\nToday's Date: \" + "
+        "strftime_now('%B %d, %Y') + \".\\nYou are Granite, developed by IBM.\" %}{%- if tools and documents %}"
+        "{%- set system_message = system_message + \" With tools and documents.\" %}{%- elif tools %}{%- set "
+        "system_message = system_message + \" You are a helpful AI assistant with access to the following "
+        "tools. When a tool is required to answer the user\\'s query, respond with <|tool_call|>.\" %}"
+        "{%- endif %}...{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>\n' }}{%- for tool "
+        "in tools %}{{- tool | tojson(indent=4) }}{%- if not loop.last %}{{- '\n\n' }}{%- endif %}{%- endfor %}"
+        "{{- '<|end_of_text|>\n' }}{%- endif %}...{%- elif message['role'] == 'tool_response' %}";
+
+static const char granite_tool_json[] =
+        "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        "
+        "\"parameters\": {\n            \"type\": \"object\",\n            \"properties\": {\n                "
+        "\"city\": {\n                    \"type\": \"string\"\n                }\n            }\n        }\n    "
+        "}\n}";
+
+static void test_tools_granite(void) {
+        char date[64], want[4096];
+        time_t now = time(NULL);
+        struct tm tm;
+        CHECK(localtime_r(&now, &tm) && strftime(date, sizeof(date), "%B %d, %Y", &tm) > 0);
+
+        CHECK_EQ_INT(axp_chat_detect(tmpl_granite33, NULL), AXP_CHAT_GRANITE);
+        CHECK(axp_chat_takes_tools(AXP_CHAT_GRANITE, tmpl_granite33, NULL));
+        CHECK(axp_chat_takes_tools(AXP_CHAT_GRANITE, tmpl_granite31, NULL));
+        CHECK(!axp_chat_takes_tools(AXP_CHAT_GRANITE, tmpl_granite, NULL)); /* no tools in it */
+
+        /* 3.3: its system prompt (dated, with the words on tools) where none is given, the
+         * list as indented JSON, the call as a list, the result in a tool turn */
+        snprintf(want, sizeof(want),
+                 "<|start_of_role|>system<|end_of_role|>Knowledge Cutoff Date: April 2024. Today's Date: %s. You "
+                 "are Granite, developed by IBM. You are a helpful assistant with access to the following tools. "
+                 "When a tool is required to answer the user's query, respond only with <|tool_call|> followed by a "
+                 "JSON list of tools used.<|end_of_text|>\n"
+                 "<|start_of_role|>available_tools<|end_of_role|>[\n    %s\n]<|end_of_text|>\n"
+                 "<|start_of_role|>user<|end_of_role|>Weather in Paris?<|end_of_text|>\n"
+                 "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\"name\": \"get_weather\", \"arguments\": "
+                 "{\"city\": \"Paris\"}}]<|end_of_text|>\n"
+                 "<|start_of_role|>tool<|end_of_role|>{\"temp\": 22}<|end_of_text|>\n"
+                 "<|start_of_role|>assistant<|end_of_role|>",
+                 date, "{\n        \"type\": \"function\",\n        \"function\": {\n            \"name\": "
+                       "\"get_weather\",\n            \"parameters\": {\n                \"type\": \"object\",\n"
+                       "                \"properties\": {\n                    \"city\": {\n                        "
+                       "\"type\": \"string\"\n                    }\n                }\n            }\n        }\n"
+                       "    }");
+        check_tools_tmpl(AXP_CHAT_GRANITE, tmpl_granite33, NULL, tool_loop, 3, want);
+        /* 3.1: its own words (escapes read), each tool alone, two calls in one turn, results
+         * in tool_response turns; a system prompt given replaces the template's */
+        snprintf(want, sizeof(want),
+                 "<|start_of_role|>system<|end_of_role|>Knowledge Cutoff Date: April 2024.\nToday's Date: %s.\nYou "
+                 "are Granite, developed by IBM. You are a helpful AI assistant with access to the following tools. "
+                 "When a tool is required to answer the user's query, respond with <|tool_call|>.<|end_of_text|>\n"
+                 "<|start_of_role|>available_tools<|end_of_role|>\n%s<|end_of_text|>\n"
+                 "<|start_of_role|>user<|end_of_role|>Paris and Rome?<|end_of_text|>\n"
+                 "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\"name\": \"get_weather\", \"arguments\": "
+                 "{\"city\": \"Paris\"}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]"
+                 "<|end_of_text|>\n"
+                 "<|start_of_role|>tool_response<|end_of_role|>22<|end_of_text|>\n"
+                 "<|start_of_role|>tool_response<|end_of_role|>25<|end_of_text|>\n"
+                 "<|start_of_role|>user<|end_of_role|>Thanks. Warmer?<|end_of_text|>\n"
+                 "<|start_of_role|>assistant<|end_of_role|>",
+                 date, granite_tool_json);
+        check_tools_tmpl(AXP_CHAT_GRANITE, tmpl_granite31, NULL, two, 6, want);
+        check_tools_tmpl(AXP_CHAT_GRANITE, tmpl_granite31, "Be brief.", tool_loop, 3,
+                         "<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n"
+                         "<|start_of_role|>available_tools<|end_of_role|>\n"
+                         "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n"
+                         "        \"parameters\": {\n            \"type\": \"object\",\n            \"properties\": "
+                         "{\n                \"city\": {\n                    \"type\": \"string\"\n                }"
+                         "\n            }\n        }\n    }\n}<|end_of_text|>\n"
+                         "<|start_of_role|>user<|end_of_role|>Weather in Paris?<|end_of_text|>\n"
+                         "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\"name\": \"get_weather\", "
+                         "\"arguments\": {\"city\": \"Paris\"}}]<|end_of_text|>\n"
+                         "<|start_of_role|>tool_response<|end_of_role|>{\"temp\": 22}<|end_of_text|>\n"
+                         "<|start_of_role|>assistant<|end_of_role|>");
+        /* no template (the family from the vocabulary): 3.3's words; without tools, no system
+         * prompt of the template's (as without tools at all) */
+        char *got = NULL;
+        axp_error err = {};
+        axp_tools *t = NULL;
+        CHECK(axp_tools_parse(weather_tools, strlen(weather_tools), &t, &err) == 0);
+        CHECK(axp_tools_format_chat(AXP_CHAT_GRANITE, NULL, t, NULL, tool_loop, 1, &got, &err) == 0);
+        snprintf(want, sizeof(want),
+                 "<|start_of_role|>system<|end_of_role|>Knowledge Cutoff Date: April 2024. Today's Date: %s. You "
+                 "are Granite, developed by IBM. You are a helpful assistant with access to the following tools. When "
+                 "a tool is required to answer the user's query, respond only with <|tool_call|> followed by a JSON "
+                 "list of tools used. If a tool does not exist in the provided list of tools, notify the user that "
+                 "you do not have the ability to fulfill the request.<|end_of_text|>\n"
+                 "<|start_of_role|>available_tools<|end_of_role|>[",
+                 date);
+        CHECK_MSG(got && strncmp(got, want, strlen(want)) == 0, "got  '%s'\nwant '%s'", got, want);
+        free(got);
+        got = NULL;
+        CHECK(axp_tools_format_chat(AXP_CHAT_GRANITE, tmpl_granite33, NULL, NULL, tool_loop, 3, &got, &err) == 0);
+        const char *plain = "<|start_of_role|>user<|end_of_role|>Weather in Paris?<|end_of_text|>\n"
+                            "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{\"name\": \"get_weather\", "
+                            "\"arguments\": {\"city\": \"Paris\"}}]<|end_of_text|>\n"
+                            "<|start_of_role|>tool<|end_of_role|>{\"temp\": 22}<|end_of_text|>\n"
+                            "<|start_of_role|>assistant<|end_of_role|>";
+        CHECK_MSG(got && strcmp(got, plain) == 0, "got  '%s'\nwant '%s'", got, plain);
+        free(got);
+
+        /* the answer read back: one call in the list; cut short, two calls or no list: text */
+        char *call = NULL;
+        const char *a = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, a, strlen(a), &call) == 1);
+        CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}") == 0, "%s",
+                  call);
+        free(call);
+        call = NULL;
+        const char *cut = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa";
+        const char *bare = "<|tool_call|>{\"name\": \"get_weather\", \"arguments\": {}}";
+        const char *text = "It is sunny.";
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, cut, strlen(cut), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, bare, strlen(bare), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, text, strlen(text), &call) == 0 && !call);
+
+        /* the grammars: auto takes the call or text without the marker; none no call */
+        loaded_vocab v;
+        if (!llama3_vocab(&v)) {
+                axp_tools_free(t);
+                return;
+        }
+        axp_vocab_trie *trie = NULL;
+        char *ga = NULL, *gn = none_grammar(AXP_CHAT_GRANITE, tmpl_granite33);
+        CHECK(axp_vocab_trie_new(v.tok, &trie, &err) == 0);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_GRANITE, tmpl_granite33, t, AXP_TOOL_CHOICE_AUTO, &ga, &err) == 0, "%s",
+                  err.msg);
+        if (ga && gn && trie) {
+                const char *ac = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}]";
+                CHECK(grammar_takes(&v, trie, ga, ac));
+                CHECK(grammar_takes(&v, trie, ga, "It is sunny."));
+                CHECK(!grammar_takes(&v, trie, ga, "<|tool_call|>[{\"name\": \"get_time\", \"arguments\": {}}]"));
+                CHECK(!grammar_takes(&v, trie, ga, "Let me see. <|tool_call|>"));
+                CHECK(!grammar_takes(&v, trie, gn, ac));
+                CHECK(grammar_takes(&v, trie, gn, "<b>22</b> degrees <|tool_cal"));
+        }
+        free(ga);
+        free(gn);
+        axp_tools_free(t);
+        axp_vocab_trie_free(trie);
+        vocab_close(&v);
+}
+
 int main(void) {
         RUN(test_detect_template);
         RUN(test_detect_vocab);
@@ -819,5 +978,6 @@ int main(void) {
         RUN(test_tools_mistral_v7);
         RUN(test_tool_choice_none);
         RUN(test_tool_choice_none_token);
+        RUN(test_tools_granite);
         TEST_EXIT();
 }
