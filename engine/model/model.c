@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "tokenizer.h"
+#include "kernels/cpu/kernels.h"
 #include "kernels/types.h"
 
 typedef struct load_ctx {
@@ -745,13 +746,12 @@ float axp_attn_temp(const axp_hparams *hp, int pos) {
 }
 
 void axp_model_finish_logits(const axp_model *m, float *logits) {
-        const float cap = m->hp.final_softcap, inv = 1.0f / cap, scale = 1.0f / m->hp.logit_scale;
+        const float cap = m->hp.final_softcap, scale = 1.0f / m->hp.logit_scale;
         if (m->hp.logit_scale != 1.0f)
                 for (int i = 0; i < m->hp.n_vocab; i++)
                         logits[i] *= scale;
         if (cap > 0)
-                for (int i = 0; i < m->hp.n_vocab; i++)
-                        logits[i] = tanhf(logits[i] * inv) * cap;
+                axp_cpu_softcap(logits, m->hp.n_vocab, cap);
 }
 
 uint64_t axp_model_expert_bytes(const axp_model *m, int l) {

@@ -544,6 +544,8 @@ typedef struct axp_cpu_ops {
                           float scale, float softcap, float *m, float *l, float *acc, float *scratch);
         /* axp_cpu_glu (kernels.h) on one row */
         void (*glu)(int act, float *g, const float *u, long n);
+        /* axp_cpu_softcap (kernels.h) */
+        void (*softcap)(float *x, long n, float cap);
 } axp_cpu_ops;
 
 /* A softmax weight exp(s - max) below e^-70 is taken as 0 on every path: a smaller one (down to

@@ -403,3 +403,7 @@ void axp_cpu_rmsnorm(float *out, const float *x, const float *w, int n, float ep
 void axp_cpu_glu(int act, float *g, const float *u, long n) {
         axp_cpu_ops_get()->glu(act, g, u, n);
 }
+
+void axp_cpu_softcap(float *x, long n, float cap) {
+        axp_cpu_ops_get()->softcap(x, n, cap);
+}

@@ -1819,6 +1819,17 @@ static void glu(int act, float *g, const float *u, long n) {
                 glu_row(AXP_GLU_SILU, g, u, n);
 }
 
+static void softcap(float *x, long n, float cap) {
+        const __m256 vcap = _mm256_set1_ps(cap), inv2 = _mm256_set1_ps(2.0f / cap);
+        long i = 0;
+        for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(x + i, softcap8(_mm256_loadu_ps(x + i), vcap, inv2));
+        if (i < n) {
+                __m256i m = tail_mask8((int) (n - i));
+                _mm256_maskstore_ps(x + i, m, softcap8(_mm256_maskload_ps(x + i, m), vcap, inv2));
+        }
+}
+
 #ifdef AXP_AVX_VNNI
 const bool axp_avx_vnni_built = true;
 const axp_cpu_ops axp_cpu_ops_avx_vnni = {
@@ -1858,4 +1869,5 @@ const axp_cpu_ops axp_cpu_ops_avx2 = {
 #endif
         .att_chunk = att_chunk,
         .glu = glu,
+        .softcap = softcap,
 };

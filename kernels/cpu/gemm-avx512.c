@@ -1252,6 +1252,14 @@ static void glu(int act, float *g, const float *u, long n) {
                 glu_row(AXP_GLU_SILU, g, u, n);
 }
 
+static void softcap(float *x, long n, float cap) {
+        const __m512 vcap = _mm512_set1_ps(cap), inv2 = _mm512_set1_ps(2.0f / cap);
+        for (long i = 0; i < n; i += 16) {
+                __mmask16 m = n - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (n - i)) - 1);
+                _mm512_mask_storeu_ps(x + i, m, softcap16(_mm512_maskz_loadu_ps(m, x + i), vcap, inv2));
+        }
+}
+
 const axp_cpu_ops axp_cpu_ops_avx512 = {
         .name = "avx512",
         .quant = {
@@ -1280,5 +1288,6 @@ const axp_cpu_ops axp_cpu_ops_avx512 = {
         },
         .att_chunk = att_chunk,
         .glu = glu,
+        .softcap = softcap,
 };
 #endif /* AXP_AVX512_KQUANTS */

@@ -406,6 +406,12 @@ static void glu(int act, float *g, const float *u, long n) {
         }
 }
 
+static void softcap(float *x, long n, float cap) {
+        const float inv = 1.0f / cap;
+        for (long i = 0; i < n; i++)
+                x[i] = att_softcap(x[i], cap, inv);
+}
+
 const axp_cpu_ops axp_cpu_ops_generic = {
         .name = "generic",
         .quant = {
@@ -434,4 +440,5 @@ const axp_cpu_ops axp_cpu_ops_generic = {
         },
         .att_chunk = att_chunk,
         .glu = glu,
+        .softcap = softcap,
 };

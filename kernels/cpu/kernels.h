@@ -101,6 +101,11 @@ void axp_cpu_attention(axp_pool *pool, const float *q, long ldq, float *out, lon
 enum { AXP_GLU_SILU, AXP_GLU_GELU_TANH };
 void axp_cpu_glu(int act, float *g, const float *u, long n);
 
+/* Soft-capping in place (Gemma 2's output logits): x[i] = cap tanh(x[i] / cap) for i < n, cap
+ * > 0. The SIMD paths build tanh from their softmax's exp, as their attention's capped scores
+ * (within 1.5e-7 cap of the exact value); a value's result depends only on itself. */
+void axp_cpu_softcap(float *x, long n, float cap);
+
 /* RMS norm of one row: out[i] = x[i] * scale * w[i], scale = 1 / sqrtf(mean of x^2 + eps) with
  * the sum of squares in double, as llama.cpp's; out may be x. Plain C on every path. */
 void axp_cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
