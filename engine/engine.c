@@ -82,6 +82,7 @@ struct ereq {
          * call when the request finishes */
         bool tools;
         axp_chat_family tools_family;
+        axp_tools *call_tools; /* the tools given, which type a call's arguments (tools.h) */
         char *answer;
         size_t answer_len, answer_cap;
         bool stop_sent;    /* cancelled by the engine stopping */
@@ -277,6 +278,7 @@ static void req_free(ereq *q) {
                         axp_kv_budget_release(&q->e->kv_budget, &q->kv);
         }
         free(q->answer);
+        axp_tools_free(q->call_tools);
         free(q->toks);
         free(q);
 }
@@ -324,7 +326,7 @@ static void req_finished(void *ud, uint64_t id, axp_finish_reason reason, const 
         _cleanup_free_ char *call = NULL;
         if (q->tools) {
                 if (reason == AXP_FINISH_STOP && q->answer &&
-                    axp_tools_read_call(q->tools_family, q->answer, q->answer_len, &call) < 0)
+                    axp_tools_read_call(q->tools_family, q->call_tools, q->answer, q->answer_len, &call) < 0)
                         call = NULL;
                 stats.tool_call = call;
                 stats.finish_reason = call ? "tool_calls" : axp_finish_reason_name(reason);
@@ -513,6 +515,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 return r;
         _cleanup_free_ char *tools_grammar = NULL;
         axp_chat_family tools_family = AXP_CHAT_RAW;
+        _cleanup_(axp_tools_freep) axp_tools *call_tools = NULL;
         if (!o->tools && o->tool_choice && strcmp(o->tool_choice, "none") != 0)
                 return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
         if ((o->fim_middle || o->n_fim_extra || o->fim_fit) && !o->suffix)
@@ -549,7 +552,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                         earlier[i] = (axp_chat_msg) { o->messages[i].role, o->messages[i].content };
                 r = axp_tools_prepare(e->model->chat_template, e->model->tok, o->tools,
                                       o->tools ? o->tool_choice : "none", system, earlier, o->n_messages, a->prompt,
-                                      &text, &tools_grammar, &tools_family, a->err);
+                                      &text, &tools_grammar, &tools_family, &call_tools, a->err);
                 if (r < 0)
                         return r;
                 if (!o->tools && (o->grammar || o->json_schema)) {
@@ -646,6 +649,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 return r;
         q->tools = o->tools != NULL;
         q->tools_family = tools_family;
+        q->call_tools = TAKE_PTR(call_tools);
         q->next = e->reqs;
         e->reqs = q;
         /* The flow is busy before the scheduler sees the request, and q stays ours until

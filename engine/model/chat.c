@@ -7,6 +7,8 @@
  *   chatml   "<|im_start|>ROLE\n" + content + "<|im_end|>\n" (Qwen, Hermes, ...). Qwen2's own
  *            template also adds a default system prompt when there is none; that prompt is
  *            model-specific and left to the caller.
+ *   qwen3-coder  Qwen3-Coder: ChatML's turns (its template has a <function=NAME> tool-call
+ *            form, tools.h's; without tools its turns are chatml's).
  *   mistral  Mistral-7B-Instruct v0.1/v0.2: "[INST] " + user + " [/INST]" + assistant + "</s>";
  *            the template has no system role: a system prompt goes before the first user
  *            message, separated by "\n\n", as in the templates that have one.
@@ -67,6 +69,7 @@ static const char *const family_names[] = {
         [AXP_CHAT_GRANITE] = "granite",
         [AXP_CHAT_TULU] = "tulu",
         [AXP_CHAT_EXAONE3] = "exaone3",
+        [AXP_CHAT_QWEN3_CODER] = "qwen3-coder",
 };
 
 const char *axp_chat_family_name(axp_chat_family f) {
@@ -89,6 +92,9 @@ axp_chat_family axp_chat_detect(const char *tmpl, const axp_tokenizer *tok) {
                 for (size_t i = 0; i < ELEMENTSOF(family_names); i++)
                         if (strcmp(tmpl, family_names[i]) == 0)
                                 return i;
+                /* Qwen3-Coder's: ChatML whose tool calls are XML, <function=NAME> */
+                if (has(tmpl, "<|im_start|>") && has(tmpl, "<function=") && has(tmpl, "<parameter="))
+                        return AXP_CHAT_QWEN3_CODER;
                 if (has(tmpl, "<|im_start|>"))
                         return AXP_CHAT_CHATML;
                 if (strncmp(tmpl, "mistral", 7) == 0 || has(tmpl, "[INST]")) {
@@ -443,6 +449,7 @@ char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,
                 format_turns(&o, msgs, n, add_generation_prompt, &llama3_marks);
                 break;
         case AXP_CHAT_CHATML:
+        case AXP_CHAT_QWEN3_CODER:
                 format_chatml(&o, msgs, n, add_generation_prompt);
                 break;
         case AXP_CHAT_MISTRAL:
@@ -496,6 +503,7 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
                 format_turns(&o, msgs, n, true, &llama3_marks);
                 break;
         case AXP_CHAT_CHATML:
+        case AXP_CHAT_QWEN3_CODER:
                 puts_(&o, close_answer ? "<|im_end|>\n" : "\n");
                 format_chatml(&o, msgs, n, true);
                 break;

@@ -28,6 +28,7 @@ typedef enum axp_chat_family {
         AXP_CHAT_GRANITE, /* <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n (Granite 3) */
         AXP_CHAT_TULU,    /* <|role|>\n...\n, answers ending <|endoftext|> (Tülu 3, OLMo 2) */
         AXP_CHAT_EXAONE3, /* [|role|]...[|endofturn|]\n, questions ending \n (EXAONE 3.x) */
+        AXP_CHAT_QWEN3_CODER, /* ChatML's turns; tool calls in XML, <function=NAME> (Qwen3-Coder) */
         AXP_CHAT__COUNT,
 } axp_chat_family;
 

@@ -224,6 +224,8 @@ bool axp_chat_takes_tools(axp_chat_family f, const char *tmpl, const axp_tokeniz
                                : tok && axp_tokenizer_find(tok, "[AVAILABLE_TOOLS]") >= 0;
         case AXP_CHAT_GRANITE:
                 return written ? has(tmpl, "available_tools") : tok && axp_tokenizer_find(tok, "<|tool_call|>") >= 0;
+        case AXP_CHAT_QWEN3_CODER: /* detected from its template's tool-call form */
+                return true;
         default:
                 return false;
         }
@@ -470,6 +472,180 @@ static void put_granite_system(out *o, const char *tmpl) {
         puts_(o, head ? words : granite_tools_words);
 }
 
+/* Qwen3-Coder's XML form --------------------------------------------------------------------- */
+
+/* v as Jinja's `| string` writes it (Python's str()): a string as it is, true/false/null as
+ * True/False/None, a number as written, lists and objects as Python's repr. */
+static void put_pystr(out *o, const json_value *v, bool repr) {
+        switch (v->type) {
+        case JSON_NULL:
+                puts_(o, "None");
+                break;
+        case JSON_BOOL:
+                puts_(o, v->boolean ? "True" : "False");
+                break;
+        case JSON_NUMBER:
+                puts_(o, v->text);
+                break;
+        case JSON_STRING:
+                if (!repr) {
+                        puts_(o, v->text);
+                        break;
+                }
+                puts_(o, "'");
+                for (const char *c = v->text; *c; c++) {
+                        if (*c == '\'' || *c == '\\')
+                                puts_(o, "\\");
+                        if (*c == '\n')
+                                puts_(o, "\\n");
+                        else
+                                put(o, c, 1);
+                }
+                puts_(o, "'");
+                break;
+        case JSON_ARRAY:
+        case JSON_OBJECT:
+                puts_(o, v->type == JSON_ARRAY ? "[" : "{");
+                for (size_t i = 0; i < v->n; i++) {
+                        if (i)
+                                puts_(o, ", ");
+                        if (v->type == JSON_OBJECT) {
+                                json_value k = { .type = JSON_STRING, .text = v->keys[i] };
+                                put_pystr(o, &k, true);
+                                puts_(o, ": ");
+                        }
+                        put_pystr(o, v->items[i], true);
+                }
+                puts_(o, v->type == JSON_ARRAY ? "]" : "}");
+                break;
+        }
+}
+
+/* A value as the template writes an argument or an extra key: objects and lists as JSON
+ * (tojson), anything else as Python's str() */
+static void put_xml_value(out *o, const json_value *v) {
+        if (v->type == JSON_OBJECT || v->type == JSON_ARRAY)
+                dump(o, v, 0, 0, false);
+        else
+                put_pystr(o, v, false);
+}
+
+/* The template's render_extra_keys: each key of object v not in `handled` as
+ * "\n<KEY>VALUE</KEY>" */
+static void put_extra_keys(out *o, const json_value *v, const char *const *handled) {
+        if (!v || v->type != JSON_OBJECT)
+                return;
+        for (size_t i = 0; i < v->n; i++) {
+                bool skip = false;
+                for (const char *const *h = handled; *h && !skip; h++)
+                        skip = strcmp(v->keys[i], *h) == 0;
+                if (skip)
+                        continue;
+                puts_(o, "\n<");
+                puts_(o, v->keys[i]);
+                puts_(o, ">");
+                put_xml_value(o, v->items[i]);
+                puts_(o, "</");
+                puts_(o, v->keys[i]);
+                puts_(o, ">");
+        }
+}
+
+/* "\n<TAG>" + trim(str(v)) + "</TAG>" (descriptions) */
+static void put_trimmed_tag(out *o, const char *tag, const json_value *v) {
+        out s = {};
+        put_pystr(&s, v, false);
+        put(&s, "", 0);
+        puts_(o, "\n<");
+        puts_(o, tag);
+        puts_(o, ">");
+        if (s.r < 0)
+                o->r = s.r;
+        else
+                put_trimmed(o, s.buf);
+        puts_(o, "</");
+        puts_(o, tag);
+        puts_(o, ">");
+        free(s.buf);
+}
+
+/* The tools as Qwen3-Coder's template lists them: <function>, <name>, <description>,
+ * <parameters> with a <parameter> (name, type, description, its other keys) for each
+ * property, the schema's and the function's other keys, in their order. */
+static void put_xml_tools(out *o, const axp_tools *t) {
+        static const char *const param_keys[] = { "name", "type", "description", NULL };
+        static const char *const schema_keys[] = { "type", "properties", NULL };
+        static const char *const function_keys[] = { "type", "name", "description", "parameters", NULL };
+        puts_(o, "<tools>");
+        for (size_t k = 0; k < t->n; k++) {
+                const json_value *fn = json_get(t->list->items[k], "function"), *d = json_get(fn, "description");
+                const json_value *params = json_get(fn, "parameters"), *props = json_get(params, "properties");
+                puts_(o, "\n<function>\n<name>");
+                puts_(o, t->names[k]);
+                puts_(o, "</name>");
+                if (d)
+                        put_trimmed_tag(o, "description", d);
+                puts_(o, "\n<parameters>");
+                for (size_t i = 0; props && props->type == JSON_OBJECT && i < props->n; i++) {
+                        const json_value *p = props->items[i], *pt = json_get(p, "type"), *pd = json_get(p, "description");
+                        puts_(o, "\n<parameter>\n<name>");
+                        puts_(o, props->keys[i]);
+                        puts_(o, "</name>");
+                        if (pt) {
+                                puts_(o, "\n<type>");
+                                put_pystr(o, pt, false);
+                                puts_(o, "</type>");
+                        }
+                        if (pd)
+                                put_trimmed_tag(o, "description", pd);
+                        put_extra_keys(o, p, param_keys);
+                        puts_(o, "\n</parameter>");
+                }
+                put_extra_keys(o, params, schema_keys);
+                puts_(o, "\n</parameters>");
+                put_extra_keys(o, fn, function_keys);
+                puts_(o, "\n</function>");
+        }
+        puts_(o, "\n</tools>");
+}
+
+/* One call as its template writes it: <tool_call>, <function=NAME>, each argument in
+ * <parameter=KEY> */
+static void put_xml_call(out *o, const char *content) {
+        _cleanup_json_ json_value *v = NULL;
+        const char *name = NULL;
+        const json_value *args = NULL;
+        axp_error e = {};
+
+        if (o->r == 0 && read_call_turn(content, 0, &v, &name, &args, &e) < 0)
+                o->r = e.code == -ENOMEM ? -ENOMEM : -EINVAL;
+        if (o->r < 0)
+                return;
+        puts_(o, "\n<tool_call>\n<function=");
+        puts_(o, name);
+        puts_(o, ">\n");
+        for (size_t i = 0; i < args->n; i++) {
+                puts_(o, "<parameter=");
+                puts_(o, args->keys[i]);
+                puts_(o, ">\n");
+                put_xml_value(o, args->items[i]);
+                puts_(o, "\n</parameter>\n");
+        }
+        puts_(o, "</function>\n</tool_call>");
+}
+
+static const char qwen3_coder_system[] =
+        "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks.";
+static const char qwen3_coder_instructions[] =
+        "\n\nIf you choose to call a tool ONLY reply in the following format with NO suffix:\n\n<tool_call>\n"
+        "<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+        "<parameter=example_parameter_2>\nvalue_2\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\n"
+        "Reminder:\n- Function calls MUST follow the specified format: the tool calling block MUST begin with "
+        "an opening <tool_call> tag and end with a closing </tool_call> tag.\n- Required parameters MUST be "
+        "specified\n- You may provide optional reasoning for your function call in natural language BEFORE the "
+        "function call, but NOT after\n- If there is no function call available, answer the question like "
+        "normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>";
+
 int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *t, const char *system,
                           const axp_chat_msg *msgs, size_t n, char **ret, axp_error *err) {
         out o = {};
@@ -684,6 +860,43 @@ int axp_tools_format_chat(axp_chat_family f, const char *tmpl, const axp_tools *
                 puts_(&o, "<|start_of_role|>assistant<|end_of_role|>");
                 break;
         }
+        case AXP_CHAT_QWEN3_CODER:
+                /* Qwen3-Coder: the system prompt (its own where none is given and there are
+                 * tools), then the tools in XML and how to call them; a run of calls in one
+                 * assistant turn, each <tool_call><function=NAME> with its arguments in
+                 * <parameter=KEY> (strings as they are, lists and objects as JSON); the
+                 * results of a run of tool turns in one user turn */
+                if (sys || t) {
+                        puts_(&o, "<|im_start|>system\n");
+                        puts_(&o, sys ? system : qwen3_coder_system);
+                }
+                if (t) {
+                        puts_(&o, "\n\n# Tools\n\nYou have access to the following tools:\n\n");
+                        put_xml_tools(&o, t);
+                        puts_(&o, qwen3_coder_instructions);
+                }
+                if (sys || t)
+                        puts_(&o, "<|im_end|>\n");
+                for (size_t i = 0; i < n; i++) {
+                        if (is(&msgs[i], AXP_ROLE_TOOL_CALL)) {
+                                if (i == 0 || !is(&msgs[i - 1], AXP_ROLE_TOOL_CALL))
+                                        puts_(&o, "<|im_start|>assistant");
+                                put_xml_call(&o, msgs[i].content);
+                                if (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL_CALL))
+                                        puts_(&o, "<|im_end|>\n");
+                        } else if (is(&msgs[i], AXP_ROLE_TOOL)) {
+                                if (!is(&msgs[i - 1], AXP_ROLE_TOOL))
+                                        puts_(&o, "<|im_start|>user\n");
+                                puts_(&o, "<tool_response>\n");
+                                puts_(&o, msgs[i].content);
+                                puts_(&o, "\n</tool_response>\n");
+                                if (i == n - 1 || !is(&msgs[i + 1], AXP_ROLE_TOOL))
+                                        puts_(&o, "<|im_end|>\n");
+                        } else
+                                put_turn(&o, f, &msgs[i]);
+                }
+                puts_(&o, "<|im_start|>assistant\n");
+                break;
         default:
                 free(o.buf);
                 return axp_errorf(err, -EINVAL, "the model's chat template does not take tools");
@@ -715,7 +928,9 @@ static void put_literal(out *o, const char *s) {
 
 /* One character in a GBNF character class. */
 static void put_class_char(out *o, char c) {
-        if (strchr("\\[]^-", c)) {
+        if (c == '\n')
+                puts_(o, "\\n");
+        else if (strchr("\\[]^-", c)) {
                 char e[3] = { '\\', c, 0 };
                 puts_(o, e);
         } else
@@ -786,6 +1001,171 @@ int axp_tool_choice_from_string(const char *s, axp_tool_choice *ret, axp_error *
         return 0;
 }
 
+/* How an argument is written in the XML form (Qwen3-Coder's), by its schema: a string as the
+ * text itself (read back as a string), an enum or const of strings as one of them, a value of
+ * another type (or a structure) as JSON under its schema, a schema that says nothing of its
+ * type as any text (read back as JSON where it is, else as a string). */
+typedef enum { ARG_TEXT, ARG_ENUM, ARG_JSON, ARG_ANY } arg_kind;
+
+static arg_kind xml_arg_kind(const json_value *s) {
+        const json_value *type = json_get(s, "type"), *e = json_get(s, "enum"), *c = json_get(s, "const");
+        if (c)
+                return c->type == JSON_STRING ? ARG_ENUM : ARG_JSON;
+        if (e) {
+                bool strings = e->type == JSON_ARRAY && e->n > 0;
+                for (size_t i = 0; strings && i < e->n; i++)
+                        strings = e->items[i]->type == JSON_STRING;
+                return strings ? ARG_ENUM : ARG_JSON;
+        }
+        if (type)
+                return type->type == JSON_STRING && strcmp(type->text, "string") == 0 ? ARG_TEXT : ARG_JSON;
+        static const char *const structure[] = { "properties", "items", "anyOf", "oneOf", "allOf", "$ref" };
+        for (size_t i = 0; i < sizeof(structure) / sizeof(structure[0]); i++)
+                if (json_get(s, structure[i]))
+                        return ARG_JSON;
+        return ARG_ANY;
+}
+
+/* The properties of tool i's parameters schema (NULL: none) and whether key is required */
+static const json_value *xml_props(const axp_tools *t, size_t i) {
+        const json_value *p = json_get(t->params[i], "properties");
+        return p && p->type == JSON_OBJECT ? p : NULL;
+}
+
+static bool xml_required(const axp_tools *t, size_t i, const char *key) {
+        const json_value *req = json_get(t->params[i], "required");
+        for (size_t k = 0; req && req->type == JSON_ARRAY && k < req->n; k++)
+                if (req->items[k]->type == JSON_STRING && strcmp(req->items[k]->text, key) == 0)
+                        return true;
+        return false;
+}
+
+/* The grammar of the XML form: a call is
+ *   <tool_call>\n<function=NAME>\n (<parameter=KEY>\nVALUE\n</parameter>\n)* </function>\n</tool_call>
+ * with the tool's properties in its schema's order, the required ones always; a text value
+ * holds no "\n</parameter>". The text rules as chatml's (its marker <tool_call>). */
+static int xml_grammar(const axp_tools *t, axp_tool_choice choice, char **ret, axp_error *err) {
+        static const char marker[] = "<tool_call>", end_param[] = "\n</parameter>";
+        out o = {};
+        _cleanup_free_ char *rules = NULL;
+        const json_value **schemas = NULL;
+        char **names = NULL;
+        size_t n_json = 0, cap = 0;
+        int r = 0;
+
+        if (choice == AXP_TOOL_CHOICE_NONE) {
+                puts_(&o, "root ::= text\n");
+                put_text_without(&o, marker, "text");
+                goto done;
+        }
+        for (size_t i = 0; i < t->n; i++) {
+                const json_value *props = xml_props(t, i);
+                cap += props ? props->n : 0;
+        }
+        schemas = calloc(cap + 1, sizeof(*schemas));
+        names = calloc(cap + 1, sizeof(*names));
+        if (!schemas || !names) {
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+                goto done;
+        }
+        puts_(&o, choice == AXP_TOOL_CHOICE_REQUIRED ? "root ::= call\n" : "root ::= call | text\n");
+        puts_(&o, "call ::= \"<tool_call>\\n<function=\" (");
+        for (size_t i = 0; i < t->n; i++) {
+                char rule[64];
+                snprintf(rule, sizeof(rule), "%stool%zu", i ? " | " : "", i);
+                puts_(&o, rule);
+        }
+        puts_(&o, ") \"</function>\\n</tool_call>\"\n");
+        for (size_t i = 0; i < t->n; i++) {
+                const json_value *props = xml_props(t, i);
+                char rule[96];
+                _cleanup_free_ char *open = NULL;
+                snprintf(rule, sizeof(rule), "tool%zu ::= ", i);
+                puts_(&o, rule);
+                if (asprintf(&open, "%s>\n", t->names[i]) < 0) {
+                        open = NULL;
+                        o.r = -ENOMEM;
+                }
+                put_literal(&o, open ? open : "");
+                for (size_t k = 0; props && k < props->n; k++) {
+                        snprintf(rule, sizeof(rule), " tool%zu-p%zu%s", i, k, xml_required(t, i, props->keys[k]) ? "" : "?");
+                        puts_(&o, rule);
+                }
+                puts_(&o, "\n");
+                for (size_t k = 0; props && k < props->n; k++) {
+                        const json_value *s = props->items[k];
+                        _cleanup_free_ char *param = NULL, *value = NULL;
+                        snprintf(rule, sizeof(rule), "tool%zu-p%zu ::= ", i, k);
+                        puts_(&o, rule);
+                        if (asprintf(&param, "<parameter=%s>\n", props->keys[k]) < 0 ||
+                            asprintf(&value, "tool%zu-v%zu", i, k) < 0) {
+                                r = axp_errorf(err, -ENOMEM, "out of memory");
+                                goto done;
+                        }
+                        put_literal(&o, param);
+                        puts_(&o, " ");
+                        puts_(&o, value);
+                        puts_(&o, " ");
+                        put_literal(&o, "\n</parameter>\n");
+                        puts_(&o, "\n");
+                        switch (s->type == JSON_OBJECT ? xml_arg_kind(s) : ARG_JSON) {
+                        case ARG_TEXT:
+                        case ARG_ANY:
+                                put_text_without(&o, end_param, value);
+                                break;
+                        case ARG_ENUM: {
+                                const json_value *c = json_get(s, "const"), *e = json_get(s, "enum");
+                                puts_(&o, value);
+                                puts_(&o, " ::= ");
+                                for (size_t j = 0; j < (c ? 1 : e->n); j++) {
+                                        if (j)
+                                                puts_(&o, " | ");
+                                        put_literal(&o, c ? c->text : e->items[j]->text);
+                                }
+                                puts_(&o, "\n");
+                                break;
+                        }
+                        case ARG_JSON: {
+                                /* each alone first, for an error that names it */
+                                axp_error e = {};
+                                _cleanup_free_ char *one = NULL;
+                                const char *nm = value;
+                                if ((r = axp_json_schemas_to_gbnf(&s, &nm, 1, &one, &e)) < 0) {
+                                        r = axp_errorf(err, r, "tools[%zu] (%s) parameter '%s': %s", i, t->names[i],
+                                                       props->keys[k], e.msg);
+                                        goto done;
+                                }
+                                schemas[n_json] = s;
+                                names[n_json++] = TAKE_PTR(value);
+                                break;
+                        }
+                        }
+                }
+        }
+        if (n_json > 0 &&
+            (r = axp_json_schemas_to_gbnf(schemas, (const char *const *) names, n_json, &rules, err)) < 0)
+                goto done;
+        if (choice != AXP_TOOL_CHOICE_REQUIRED) {
+                puts_(&o, "text ::= [^<\\x00] text-rest\n");
+                put_text_without(&o, marker, "text-rest");
+        }
+        if (rules)
+                puts_(&o, rules);
+done:
+        for (size_t i = 0; names && i < n_json; i++)
+                free(names[i]);
+        free(names);
+        free(schemas);
+        if (r == 0 && o.r < 0)
+                r = axp_errorf(err, -ENOMEM, "out of memory");
+        if (r < 0) {
+                free(o.buf);
+                return r;
+        }
+        *ret = o.buf;
+        return 0;
+}
+
 int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, axp_tool_choice choice, char **ret,
                       axp_error *err) {
         const char *open, *args_key, *close, *first, *marker;
@@ -795,6 +1175,8 @@ int axp_tools_grammar(axp_chat_family f, const char *tmpl, const axp_tools *t, a
         _cleanup_free_ char **names = NULL;
         int r;
 
+        if (f == AXP_CHAT_QWEN3_CODER)
+                return xml_grammar(t, choice, ret, err);
         switch (f) {
         case AXP_CHAT_LLAMA3:
                 open = "{\"name\": ", args_key = "parameters", close = "}", first = "{", marker = NULL;
@@ -952,11 +1334,115 @@ static int read_args_call(const char *text, size_t len, char **ret_call) {
         return write_call(name, v, ret_call);
 }
 
-int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **ret_call) {
+/* Qwen3-Coder's answer: <tool_call>\n<function=NAME>\n (<parameter=KEY>\nVALUE\n</parameter>\n)*
+ * </function>\n</tool_call>, each value typed by the tool's schema (xml_arg_kind; unknown tool
+ * or key, or no tools: JSON where it parses, else a string); a key twice is no call. */
+static int read_xml_call(const axp_tools *t, const char *text, size_t len, char **ret_call) {
+        static const char open[] = "<tool_call>\n<function=", close[] = "</function>\n</tool_call>";
+        const char *p = text, *end = text + len;
+        const size_t no = sizeof(open) - 1, nc = sizeof(close) - 1;
+
+        if (len < no + nc || memcmp(p, open, no) != 0 || memcmp(end - nc, close, nc) != 0)
+                return 0;
+        p += no;
+        end -= nc;
+        const char *gt = memmem(p, (size_t) (end - p), ">\n", 2);
+        if (!gt)
+                return 0;
+        _cleanup_free_ char *name = strndup(p, (size_t) (gt - p));
+        if (!name)
+                return -ENOMEM;
+        if (!valid_name(name))
+                return 0;
+        p = gt + 2;
+        const json_value *props = NULL;
+        for (size_t i = 0; t && i < t->n && !props; i++)
+                if (strcmp(t->names[i], name) == 0)
+                        props = json_get(t->params[i], "properties");
+        out o = {};
+        json_value n = { .type = JSON_STRING, .text = name };
+        puts_(&o, "{\"name\":");
+        dump(&o, &n, 0, 0, true);
+        puts_(&o, ",\"arguments\":{");
+        /* the keys so far, each between NULs, for repeats */
+        out keys = {};
+        put(&keys, "", 1);
+        int r = 1;
+        for (bool first = true; p < end && r == 1; first = false) {
+                static const char popen[] = "<parameter=", pclose[] = "\n</parameter>\n";
+                const size_t npo = sizeof(popen) - 1, npc = sizeof(pclose) - 1;
+                const char *kend, *vend;
+                if ((size_t) (end - p) < npo || memcmp(p, popen, npo) != 0 ||
+                    !(kend = memmem(p + npo, (size_t) (end - p - npo), ">\n", 2)) ||
+                    !(vend = memmem(kend + 2, (size_t) (end - kend - 2), pclose, npc))) {
+                        r = 0;
+                        break;
+                }
+                _cleanup_free_ char *key = strndup(p + npo, (size_t) (kend - p - npo));
+                _cleanup_free_ char *val = strndup(kend + 2, (size_t) (vend - kend - 2));
+                if (!key || !val) {
+                        r = -ENOMEM;
+                        break;
+                }
+                if (!key[0] || strchr(key, '\n') || strlen(key) != (size_t) (kend - p - npo) ||
+                    strlen(val) != (size_t) (vend - kend - 2)) {
+                        r = 0; /* no key, or a NUL inside */
+                        break;
+                }
+                /* a key given twice: no call ("\0KEY\0" among the keys so far) */
+                size_t klen = strlen(key);
+                _cleanup_free_ char *needle = malloc(klen + 2);
+                if (!needle) {
+                        r = -ENOMEM;
+                        break;
+                }
+                needle[0] = 0;
+                memcpy(needle + 1, key, klen + 1);
+                if (keys.r == 0 && memmem(keys.buf, keys.len, needle, klen + 2))
+                        r = 0;
+                put(&keys, key, klen + 1);
+                if (keys.r < 0)
+                        r = -ENOMEM;
+                if (r != 1)
+                        break;
+                const json_value *s = props && props->type == JSON_OBJECT ? json_get(props, key) : NULL;
+                arg_kind kind = !s ? ARG_ANY : s->type == JSON_OBJECT ? xml_arg_kind(s) : ARG_JSON;
+                _cleanup_json_ json_value *v = NULL;
+                axp_error e = {};
+                if (!first)
+                        puts_(&o, ",");
+                json_value k = { .type = JSON_STRING, .text = key };
+                dump(&o, &k, 0, 0, true);
+                puts_(&o, ":");
+                if (kind != ARG_TEXT && kind != ARG_ENUM && json_parse(val, strlen(val), &v, &e) == 0)
+                        dump(&o, v, 0, 0, true);
+                else if (e.code == -ENOMEM)
+                        r = -ENOMEM;
+                else {
+                        json_value sv = { .type = JSON_STRING, .text = val };
+                        dump(&o, &sv, 0, 0, true);
+                }
+                p = vend + npc;
+        }
+        puts_(&o, "}}");
+        free(keys.buf);
+        if (r == 1 && o.r < 0)
+                r = -ENOMEM;
+        if (r != 1) {
+                free(o.buf);
+                return r;
+        }
+        *ret_call = o.buf;
+        return 1;
+}
+
+int axp_tools_read_call(axp_chat_family f, const axp_tools *t, const char *text, size_t len, char **ret_call) {
         const char *open, *close, *args_key;
         _cleanup_json_ json_value *v = NULL;
         axp_error e = {};
 
+        if (f == AXP_CHAT_QWEN3_CODER)
+                return read_xml_call(t, text, len, ret_call);
         switch (f) {
         case AXP_CHAT_LLAMA3:
                 open = "", close = "", args_key = "parameters";
@@ -1001,7 +1487,7 @@ int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
                       const char *tool_choice, const char *system, const axp_chat_msg *earlier,
                       size_t n_earlier, const char *user, char **ret_text, char **ret_grammar,
-                      axp_chat_family *ret_family, axp_error *err) {
+                      axp_chat_family *ret_family, axp_tools **ret_tools, axp_error *err) {
         _cleanup_(axp_tools_freep) axp_tools *t = NULL;
         _cleanup_free_ axp_chat_msg *msgs = NULL;
         size_t n = 0;
@@ -1020,7 +1506,7 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
         if (!axp_chat_takes_tools(f, chat_template, tok))
                 return axp_errorf(err, -EINVAL,
                                   "the model's chat template (%s) does not take tools%s; tools work with Llama 3.1+, "
-                                  "Qwen2.5/3, Mistral and Granite 3 templates",
+                                  "Qwen2.5/3, Qwen3-Coder, Mistral and Granite 3 templates",
                                   axp_chat_family_name(f), t ? "" : " (the earlier turns hold tool calls)");
         if ((r = axp_tools_grammar(f, chat_template, t, choice, ret_grammar, err)) < 0)
                 return r;
@@ -1041,5 +1527,7 @@ int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const
                 return r;
         }
         *ret_family = choice == AXP_TOOL_CHOICE_NONE ? AXP_CHAT_RAW : f;
+        if (ret_tools)
+                *ret_tools = TAKE_PTR(t);
         return 0;
 }

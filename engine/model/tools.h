@@ -12,6 +12,14 @@
  *   mistral  (a template with [AVAILABLE_TOOLS], or a vocabulary with that token): the tools
  *            in [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the turn; a call is
  *            [TOOL_CALLS] [{"name": "NAME", "arguments": {...}}].
+ *   qwen3-coder  Qwen3-Coder (a ChatML template with <function= and <parameter=): the tools
+ *            in XML in the system prompt (its own where none is given), as its template lists
+ *            them; a call is <tool_call>\n<function=NAME>\n then each argument as
+ *            <parameter=KEY>\nVALUE\n</parameter>\n, then </function>\n</tool_call>, a string
+ *            argument as its text, others as JSON; the grammar takes the schema's properties
+ *            in its order, the required ones always (a string's own constraints other than
+ *            enum and const are not held), and the call read back types each argument by
+ *            its schema.
  *   granite  Granite 3.x (a template with available_tools, or a vocabulary with
  *            <|tool_call|>): the tools in an available_tools turn after the system prompt,
  *            which where none is given is the template's own, dated, saying how to call; a
@@ -89,16 +97,19 @@ int axp_tools_grammar(axp_chat_family f, const char *chat_template, const axp_to
                       char **ret, axp_error *err);
 
 /* If the answer is a complete call, *ret_call = {"name":"NAME","arguments":{...}} (compact
- * JSON, malloc'd) and 1; else 0 (text, or a call cut short); -ENOMEM. */
-int axp_tools_read_call(axp_chat_family f, const char *text, size_t len, char **ret_call);
+ * JSON, malloc'd) and 1; else 0 (text, or a call cut short); -ENOMEM. t: the tools the
+ * request gave, which type the arguments of qwen3-coder's XML form (NULL: each is JSON where
+ * it parses, else a string); the other forms' arguments are JSON already. */
+int axp_tools_read_call(axp_chat_family f, const axp_tools *t, const char *text, size_t len, char **ret_call);
 
 /* Everything a request with tools needs: checks the family takes tools, parses the tools,
  * formats the conversation (the earlier turns, then the user's text; an empty text after a
  * tool result adds no user turn) and writes the grammar. tool_choice: NULL or "auto",
  * "required" or "none". tools_json NULL (with "none" only): earlier calls and results without
  * a tool list, the answer text. *ret_family: the family to read the answer's call in
- * (axp_tools_read_call); AXP_CHAT_RAW with "none", whose answer holds no call. */
+ * (axp_tools_read_call); AXP_CHAT_RAW with "none", whose answer holds no call. ret_tools (or
+ * NULL): the parsed tools, to read the call with (NULL without tools). */
 int axp_tools_prepare(const char *chat_template, const axp_tokenizer *tok, const char *tools_json,
                       const char *tool_choice, const char *system, const axp_chat_msg *earlier,
                       size_t n_earlier, const char *user, char **ret_text, char **ret_grammar,
-                      axp_chat_family *ret_family, axp_error *err);
+                      axp_chat_family *ret_family, axp_tools **ret_tools, axp_error *err);

@@ -224,7 +224,8 @@ static int parse(int argc, char **argv, gen_args *a) {
 
 /* The prompt as the model sees it: raw text, or the chat template around it. */
 static int build_prompt(const axp_model *m, const gen_args *a, const char *text, size_t len,
-                        const char *tools, char **ret_grammar, axp_chat_family *ret_family, int32_t **ret,
+                        const char *tools, char **ret_grammar, axp_chat_family *ret_family,
+                        axp_tools **ret_tools, int32_t **ret,
                         int *ret_n) {
         if (a->suffix) {
                 axp_error err = { 0 };
@@ -239,7 +240,7 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
                         return 1;
                 _cleanup_free_ char *formatted = NULL;
                 if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, NULL, 0, text,
-                                      &formatted, ret_grammar, ret_family, &err) < 0)
+                                      &formatted, ret_grammar, ret_family, ret_tools, &err) < 0)
                         return cli_fail("%s", err.msg);
                 return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
         }
@@ -265,14 +266,14 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
 /* One completion's fields: its tokens, text, finish reason and, where a tool call was asked
  * for and made, the call. */
 static void print_completion(const int32_t *toks, int n_toks, const char *text, size_t len, const axp_gen *g,
-                             bool tools, axp_chat_family family) {
+                             bool tools, axp_chat_family family, const axp_tools *call_tools) {
         printf("\"tokens\": [");
         for (int i = 0; i < n_toks; i++)
                 printf("%s%d", i ? ", " : "", toks[i]);
         printf("], \"text\": ");
         axp_json_string(stdout, text, len);
         _cleanup_free_ char *call = NULL;
-        if (tools && g->reason == AXP_FINISH_STOP && axp_tools_read_call(family, text, len, &call) < 0)
+        if (tools && g->reason == AXP_FINISH_STOP && axp_tools_read_call(family, call_tools, text, len, &call) < 0)
                 call = NULL;
         printf(", \"finish_reason\": \"%s\"", call ? "tool_calls" : axp_finish_reason_name(g->reason));
         if (call)
@@ -382,12 +383,13 @@ int cli_generate(int argc, char **argv) {
         _cleanup_free_ int32_t *prompt = NULL;
         _cleanup_free_ char *tools = NULL, *tools_grammar = NULL;
         axp_chat_family family = AXP_CHAT_RAW;
+        _cleanup_(axp_tools_freep) axp_tools *call_tools = NULL;
         int n_prompt = 0;
         axp_error terr = { 0 };
         size_t tlen;
         if (a.tools_file && axp_read_file(a.tools_file, AXP_TEXT_FILE_MAX, &tools, &tlen, &terr) < 0)
                 return cli_fail("%s", terr.msg);
-        if ((r = build_prompt(m, &a, text, len, tools, &tools_grammar, &family, &prompt, &n_prompt)) != 0)
+        if ((r = build_prompt(m, &a, text, len, tools, &tools_grammar, &family, &call_tools, &prompt, &n_prompt)) != 0)
                 return r;
         if (n_prompt > m->hp.n_ctx_train)
                 return cli_fail("the prompt has %d tokens but the model's context holds %d", n_prompt,
@@ -497,7 +499,7 @@ int cli_generate(int argc, char **argv) {
                 const completion *c = &cs.c[i];
                 if (np > 1)
                         printf("%s{\"index\": %d, ", i ? ", " : "", i);
-                print_completion(c->toks, c->n_toks, c->text ? c->text : "", c->len, &c->gen, tools != NULL, family);
+                print_completion(c->toks, c->n_toks, c->text ? c->text : "", c->len, &c->gen, tools != NULL, family, call_tools);
                 if (np > 1)
                         printf("}");
                 n_masked += c->gen.n_masked;

@@ -205,7 +205,11 @@ def other_families(tmp, tools):
              re.compile(r"\[TOOL_CALLS\](get_weather|add_event)(\[CALL_ID\][A-Za-z0-9]{9})?\[ARGS\]\{")),
             ("mistral-v7-args", "llama", "ggml-vocab-llama-spm.gguf",
              "{{ '[SYSTEM_PROMPT]' }}{{ '[INST]' }}[AVAILABLE_TOOLS]{{ '[TOOL_CALLS]' }}[ARGS]",
-             re.compile(r"\[TOOL_CALLS\](get_weather|add_event)\[ARGS\]\{"))):
+             re.compile(r"\[TOOL_CALLS\](get_weather|add_event)\[ARGS\]\{")),
+            # Granite 3.x: a list after <|tool_call|>, the template's own system prompt
+            ("granite", "llama", "ggml-vocab-llama-spm.gguf",
+             "{{ '<|start_of_role|>system<|end_of_role|>' }}{{ '<|start_of_role|>available_tools<|end_of_role|>' }}",
+             "<|tool_call|>[{\"name\": ")):
         path = os.path.join(vocab_dir, vocab)
         if not os.path.exists(path):
             print(f"skip: {family} (no {vocab})")
@@ -226,6 +230,55 @@ def other_families(tmp, tools):
             else:
                 check_call(f"{family} seed {seed}", out["tool_call"])
         print(f"ok: {family} calls")
+    qwen3_coder(tmp)
+
+
+# Qwen3-Coder's XML form: arguments that are no strings (a string's text runs until the model
+# closes it, which random weights need not do), each typed by its schema when read back
+CODER_TOOLS = [
+    {"type": "function", "function": {
+        "name": "set_volume", "description": "Set the volume",
+        "parameters": {"type": "object", "properties": {
+            "level": {"type": "integer", "minimum": 0, "maximum": 10},
+            "mute": {"type": "boolean"},
+            "unit": {"enum": ["db", "pct"]},
+            "steps": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 9}, "maxItems": 2}},
+            "required": ["level", "unit"], "additionalProperties": False}}},
+]
+
+
+def qwen3_coder(tmp):
+    path = os.path.join(os.path.dirname(VOCAB), "ggml-vocab-qwen2.gguf")
+    if not os.path.exists(path):
+        print("skip: qwen3-coder (no ggml-vocab-qwen2.gguf)")
+        return
+    tools = os.path.join(tmp, "coder-tools.json")
+    with open(tools, "w") as f:
+        json.dump(CODER_TOOLS, f)
+    model = os.path.join(tmp, "qwen3-coder.gguf")
+    template = ("{{ '<|im_start|>' }}{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+                "{{- '<parameter=' + args_name + '>\\n' }}")
+    r = run("mkmodel", "--arch", "qwen3", "--dim", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+            "--ffn", "256", "--ctx", "4096", "--vocab-from", path, "--chat-template", template, "-o", model)
+    if r.returncode != 0:
+        fail(f"mkmodel qwen3-coder: {r.stderr}")
+        return
+    schema = CODER_TOOLS[0]["function"]["parameters"]
+    shape = re.compile(r"<tool_call>\n<function=set_volume>\n(<parameter=(\w+)>\n[^\n]*\n</parameter>\n)+"
+                       r"</function>\n</tool_call>$")
+    for seed in range(4):
+        r = run("generate", "-m", model, "-p", "Quieter, please.", "-n", "200", "--tools", tools,
+                "--tool-choice", "required", "--json", "--temperature", "1", "--seed", str(seed))
+        out = json.loads(r.stdout) if r.returncode == 0 else {"text": r.stderr, "finish_reason": "?"}
+        if out["finish_reason"] != "tool_calls" or not shape.match(out["text"]):
+            fail(f"qwen3-coder seed {seed}: {out['finish_reason']} {out['text']!r}")
+            continue
+        call = out["tool_call"]
+        try:
+            jsonschema.validate(call["arguments"], schema)
+        except Exception as e:
+            fail(f"qwen3-coder seed {seed}: {call!r}: {e}")
+    print("ok: qwen3-coder calls")
 
 
 def daemon_part(model, tools, tmp):

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libFuzzer target: tool calling as the engine does it, from what a request brings and what
  * the model writes. The first input byte picks the chat family (Llama 3, ChatML, Mistral's
- * forms, Granite) and tool_choice; the rest, split at its first NUL, is a tools list (JSON) and
+ * forms, Granite, Qwen3-Coder) and tool_choice; the rest, split at its first NUL, is a tools list (JSON) and
  * an answer (on Granite also the template, whose system prompt it writes: no system given). The tools list is parsed; if it is taken, its grammar is written and parsed, and a
  * conversation with an earlier call and its result (the answer as both) is checked and
  * formatted. The answer is read back as a call. Each must succeed or fail with a message,
@@ -16,6 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const axp_chat_family families[] = {
         AXP_CHAT_LLAMA3, AXP_CHAT_CHATML, AXP_CHAT_MISTRAL, AXP_CHAT_MISTRAL_V3, AXP_CHAT_MISTRAL_V7, AXP_CHAT_GRANITE,
+        AXP_CHAT_QWEN3_CODER,
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -58,11 +59,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (axp_tools_check_turns(msgs, 4, &err) == 0 &&
                     axp_tools_format_chat(f, tmpl, t, system, msgs, 4, &text, &err) == 0)
                         free(text);
-                axp_tools_free(t);
         }
         char *call = NULL;
-        if (axp_tools_read_call(f, answer, answer_len, &call) == 1)
+        /* the tools type the XML form's arguments */
+        if (axp_tools_read_call(f, t, answer, answer_len, &call) == 1)
                 free(call);
+        axp_tools_free(t);
         free(answer);
         return 0;
 }

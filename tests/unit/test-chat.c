@@ -579,13 +579,13 @@ static void test_tools_mistral_v7(void) {
         /* the answer read back: with and without the id; cut short or not an object: text */
         char *call = NULL;
         const char *a = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}";
-        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, a, strlen(a), &call) == 1);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, NULL, a, strlen(a), &call) == 1);
         CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}") == 0, "%s",
                   call);
         free(call);
         call = NULL;
         const char *b = "[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{\"city\": \"Rome\"}";
-        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, b, strlen(b), &call) == 1);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, NULL, b, strlen(b), &call) == 1);
         CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}") == 0, "%s",
                   call);
         free(call);
@@ -593,9 +593,9 @@ static void test_tools_mistral_v7(void) {
         const char *cut = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Ro";
         const char *list = "[TOOL_CALLS]get_weather[ARGS][1]";
         const char *noargs = "[TOOL_CALLS]get_weather";
-        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, cut, strlen(cut), &call) == 0 && !call);
-        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, list, strlen(list), &call) == 0 && !call);
-        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, noargs, strlen(noargs), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, NULL, cut, strlen(cut), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, NULL, list, strlen(list), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_MISTRAL_V7_TEKKEN, NULL, noargs, strlen(noargs), &call) == 0 && !call);
 
         /* the grammar takes the template's form (Mistral-Small-3.2's id optional, nine letters
          * and digits) and nothing else */
@@ -669,9 +669,9 @@ static void test_tool_choice_none(void) {
         char *text_auto = NULL, *text_none = NULL, *g_auto = NULL, *g_none = NULL;
         axp_chat_family fa = AXP_CHAT_RAW, fn = AXP_CHAT_CHATML;
         CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, NULL, "Be brief.", tool_loop, 3, "",
-                                    &text_auto, &g_auto, &fa, &err) == 0, "%s", err.msg);
+                                    &text_auto, &g_auto, &fa, NULL, &err) == 0, "%s", err.msg);
         CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, "none", "Be brief.", tool_loop, 3, "",
-                                    &text_none, &g_none, &fn, &err) == 0, "%s", err.msg);
+                                    &text_none, &g_none, &fn, NULL, &err) == 0, "%s", err.msg);
         CHECK_MSG(text_auto && text_none && strcmp(text_auto, text_none) == 0, "%s\n%s", text_auto, text_none);
         CHECK(text_none && strstr(text_none, "<tools>\n{\"type\": \"function\"") &&
               strstr(text_none, "<tool_call>\n{\"name\": \"get_weather\"") && strstr(text_none, "<tool_response>"));
@@ -685,15 +685,15 @@ static void test_tool_choice_none(void) {
         free(g_none);
         text_none = g_none = NULL;
         CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, weather_tools, "sometimes", NULL, tool_loop, 3, "", &text_none,
-                                &g_none, &fn, &err) == -EINVAL && !text_none && !g_none);
+                                &g_none, &fn, NULL, &err) == -EINVAL && !text_none && !g_none);
         CHECK_MSG(strstr(err.msg, "'auto', 'required' or 'none'"), "%s", err.msg);
 
         /* no tools: the calls and results without a tool list, none only */
-        CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "auto", NULL, tool_loop, 3, "", &text_none, &g_none, &fn,
+        CHECK(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "auto", NULL, tool_loop, 3, "", &text_none, &g_none, &fn, NULL,
                                 &err) == -EINVAL && !text_none && !g_none);
         CHECK_MSG(strcmp(err.msg, "tool_choice needs tools") == 0, "%s", err.msg);
         CHECK_MSG(axp_tools_prepare(tmpl_qwen_tools, NULL, NULL, "none", "Be brief.", tool_loop, 3, "", &text_none,
-                                    &g_none, &fn, &err) == 0, "%s", err.msg);
+                                    &g_none, &fn, NULL, &err) == 0, "%s", err.msg);
         const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
                            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
                            "\"Paris\"}}\n</tool_call><|im_end|>\n"
@@ -928,7 +928,7 @@ static void test_tools_granite(void) {
         /* the answer read back: one call in the list; cut short, two calls or no list: text */
         char *call = NULL;
         const char *a = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]";
-        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, a, strlen(a), &call) == 1);
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, NULL, a, strlen(a), &call) == 1);
         CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}") == 0, "%s",
                   call);
         free(call);
@@ -936,9 +936,9 @@ static void test_tools_granite(void) {
         const char *cut = "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa";
         const char *bare = "<|tool_call|>{\"name\": \"get_weather\", \"arguments\": {}}";
         const char *text = "It is sunny.";
-        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, cut, strlen(cut), &call) == 0 && !call);
-        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, bare, strlen(bare), &call) == 0 && !call);
-        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, text, strlen(text), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, NULL, cut, strlen(cut), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, NULL, bare, strlen(bare), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_GRANITE, NULL, text, strlen(text), &call) == 0 && !call);
 
         /* the grammars: auto takes the call or text without the marker; none no call */
         loaded_vocab v;
@@ -967,6 +967,178 @@ static void test_tools_granite(void) {
         vocab_close(&v);
 }
 
+/* Qwen3-Coder's template (its turns, its tool lines) and tools with each kind of argument */
+static const char tmpl_qwen3_coder[] =
+        "{%- if system_message is defined %}{{- \"<|im_start|>system\\n\" + system_message }}{%- else %}...{{- "
+        "\"\\n\\n# Tools\\n\\nYou have access to the following tools:\\n\\n\" }}{{- \"<tools>\" }}...{{- "
+        "'\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}...{{- '<parameter=' + args_name + '>\\n' }}"
+        "...{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}";
+static const char coder_tools[] =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \" Weather now. \", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": "
+        "\"City\"}, \"days\": {\"type\": \"integer\", \"minimum\": 1}, \"unit\": {\"type\": \"string\", \"enum\": "
+        "[\"c\", \"f\"]}, \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}, \"live\": {\"type\": "
+        "\"boolean\"}, \"note\": {}}, \"required\": [\"city\"]}}}, {\"type\": \"function\", \"function\": {\"name\": "
+        "\"ping\"}}]";
+
+static void test_tools_qwen3_coder(void) {
+        axp_tools *t = NULL;
+        axp_error err = {};
+        char *got = NULL;
+
+        CHECK_EQ_INT(axp_chat_detect(tmpl_qwen3_coder, NULL), AXP_CHAT_QWEN3_CODER);
+        CHECK_EQ_INT(axp_chat_detect(tmpl_qwen2, NULL), AXP_CHAT_CHATML);
+        CHECK(axp_chat_takes_tools(AXP_CHAT_QWEN3_CODER, tmpl_qwen3_coder, NULL));
+        /* its plain turns are ChatML's */
+        const axp_chat_msg hi[] = { { "system", "Be brief." }, { "user", "Hi" } };
+        char *a = axp_chat_format(AXP_CHAT_QWEN3_CODER, hi, 2, true), *b = axp_chat_format(AXP_CHAT_CHATML, hi, 2, true);
+        CHECK(a && b && strcmp(a, b) == 0);
+        free(a);
+        free(b);
+
+        CHECK_MSG(axp_tools_parse(coder_tools, strlen(coder_tools), &t, &err) == 0, "%s", err.msg);
+        const axp_chat_msg loop[] = {
+                { "user", "Weather in Paris?" },
+                { "tool_call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3, "
+                               "\"tags\": [\"a\", \"b\"], \"live\": true}}" },
+                { "tool_call", "{\"name\": \"ping\", \"arguments\": {}}" },
+                { "tool", "{\"temp\": 22}" },
+                { "tool", "pong" },
+        };
+        CHECK_MSG(axp_tools_format_chat(AXP_CHAT_QWEN3_CODER, tmpl_qwen3_coder, t, NULL, loop, 5, &got, &err) == 0,
+                  "%s", err.msg);
+        const char *want =
+                "<|im_start|>system\nYou are Qwen, a helpful AI assistant that can interact with a computer to solve "
+                "tasks.\n\n# Tools\n\nYou have access to the following tools:\n\n<tools>\n<function>\n<name>get_weather"
+                "</name>\n<description>Weather now.</description>\n<parameters>\n<parameter>\n<name>city</name>\n"
+                "<type>string</type>\n<description>City</description>\n</parameter>\n<parameter>\n<name>days</name>\n"
+                "<type>integer</type>\n<minimum>1</minimum>\n</parameter>\n<parameter>\n<name>unit</name>\n<type>string"
+                "</type>\n<enum>[\"c\", \"f\"]</enum>\n</parameter>\n<parameter>\n<name>tags</name>\n<type>array</type>\n"
+                "<items>{\"type\": \"string\"}</items>\n</parameter>\n<parameter>\n<name>live</name>\n<type>boolean"
+                "</type>\n</parameter>\n<parameter>\n<name>note</name>\n</parameter>\n<required>[\"city\"]</required>\n"
+                "</parameters>\n</function>\n<function>\n<name>ping</name>\n<parameters>\n</parameters>\n</function>\n"
+                "</tools>\n\nIf you choose to call a tool ONLY reply in the following format with NO suffix:\n\n"
+                "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+                "<parameter=example_parameter_2>\nvalue_2\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\n"
+                "Reminder:\n- Function calls MUST follow the specified format: the tool calling block MUST begin with "
+                "an opening <tool_call> tag and end with a closing </tool_call> tag.\n- Required parameters MUST be "
+                "specified\n- You may provide optional reasoning for your function call in natural language BEFORE "
+                "the function call, but NOT after\n- If there is no function call available, answer the question "
+                "like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>"
+                "<|im_end|>\n"
+                "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+                "<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                "<parameter=days>\n3\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n<parameter=live>\n"
+                "True\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=ping>\n</function>\n</tool_call>"
+                "<|im_end|>\n"
+                "<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response>\n<tool_response>\npong\n"
+                "</tool_response>\n<|im_end|>\n<|im_start|>assistant\n";
+        CHECK_MSG(got && strcmp(got, want) == 0, "got  '%s'\nwant '%s'", got, want);
+        free(got);
+        got = NULL;
+        /* a system prompt given; no tools: no tool list, no system prompt of its own */
+        CHECK(axp_tools_format_chat(AXP_CHAT_QWEN3_CODER, tmpl_qwen3_coder, NULL, "Be brief.", loop, 1, &got, &err) == 0);
+        CHECK_MSG(got && strcmp(got, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWeather in Paris?"
+                                     "<|im_end|>\n<|im_start|>assistant\n") == 0, "%s", got);
+        free(got);
+
+        /* the answer read back, each argument typed by its schema: a string that looks like a
+         * number stays a string, text over lines kept; without the tools, JSON where it parses */
+        const char *ans = "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=days>\n3\n"
+                          "</parameter>\n<parameter=unit>\nc\n</parameter>\n<parameter=tags>\n[\"a\"]\n</parameter>\n"
+                          "<parameter=live>\ntrue\n</parameter>\n<parameter=note>\n{\"x\": 1}\n</parameter>\n"
+                          "</function>\n</tool_call>";
+        char *call = NULL;
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, ans, strlen(ans), &call) == 1);
+        CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"42\",\"days\":3,\"unit\":"
+                                       "\"c\",\"tags\":[\"a\"],\"live\":true,\"note\":{\"x\":1}}}") == 0, "%s", call);
+        free(call);
+        call = NULL;
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, NULL, ans, strlen(ans), &call) == 1);
+        CHECK_MSG(call && strncmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":42,", 43) == 0, "%s", call);
+        free(call);
+        call = NULL;
+        const char *lines = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork \"NY\"\n</parameter>\n"
+                            "</function>\n</tool_call>";
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, lines, strlen(lines), &call) == 1);
+        CHECK_MSG(call && strcmp(call, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"New\\nYork \\\"NY\\\"\"}}") ==
+                          0, "%s", call);
+        free(call);
+        call = NULL;
+        const char *ping = "<tool_call>\n<function=ping>\n</function>\n</tool_call>";
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, ping, strlen(ping), &call) == 1);
+        CHECK_MSG(call && strcmp(call, "{\"name\":\"ping\",\"arguments\":{}}") == 0, "%s", call);
+        free(call);
+        call = NULL;
+        const char *twice = "<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n</parameter>\n<parameter=city>\n"
+                            "B\n</parameter>\n</function>\n</tool_call>";
+        const char *cut = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
+        const char *nokey = "<tool_call>\n<function=get_weather>\n<parameter=>\nA\n</parameter>\n</function>\n"
+                            "</tool_call>";
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, twice, strlen(twice), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, cut, strlen(cut), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, nokey, strlen(nokey), &call) == 0 && !call);
+        CHECK(axp_tools_read_call(AXP_CHAT_QWEN3_CODER, t, "Sunny.", 6, &call) == 0 && !call);
+
+        /* the grammar: the schema's order, required keys, each value's kind */
+        loaded_vocab v;
+        if (!llama3_vocab(&v)) {
+                axp_tools_free(t);
+                return;
+        }
+        axp_vocab_trie *trie = NULL;
+        char *ga = NULL, *gr = NULL, *gn = NULL;
+        CHECK(axp_vocab_trie_new(v.tok, &trie, &err) == 0);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_QWEN3_CODER, NULL, t, AXP_TOOL_CHOICE_AUTO, &ga, &err) == 0, "%s", err.msg);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_QWEN3_CODER, NULL, t, AXP_TOOL_CHOICE_REQUIRED, &gr, &err) == 0, "%s",
+                  err.msg);
+        CHECK_MSG(axp_tools_grammar(AXP_CHAT_QWEN3_CODER, NULL, t, AXP_TOOL_CHOICE_NONE, &gn, &err) == 0, "%s", err.msg);
+        if (ga && gr && gn && trie) {
+                const char *compact = "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n"
+                                      "<parameter=days>\n3\n</parameter>\n<parameter=unit>\nc\n</parameter>\n"
+                                      "<parameter=tags>\n[\"a\"]\n</parameter>\n<parameter=live>\ntrue\n</parameter>\n"
+                                      "<parameter=note>\nanything </param\n</parameter>\n</function>\n</tool_call>";
+                CHECK(grammar_takes(&v, trie, ga, compact));
+                CHECK(grammar_takes(&v, trie, gr, compact));
+                CHECK(grammar_takes(&v, trie, gr, lines));
+                CHECK(grammar_takes(&v, trie, gr, ping));
+                CHECK(grammar_takes(&v, trie, ga, "It is sunny."));
+                CHECK(!grammar_takes(&v, trie, gr, "It is sunny."));
+                /* city is required; days is an integer; unit one of the enum; the schema's order */
+                CHECK(!grammar_takes(&v, trie, gr, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n"
+                                                   "</parameter>\n</function>\n</tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gr, "<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n"
+                                                   "</parameter>\n<parameter=days>\nthree\n</parameter>\n</function>\n"
+                                                   "</tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gr, "<tool_call>\n<function=get_weather>\n<parameter=city>\nA\n"
+                                                   "</parameter>\n<parameter=unit>\nk\n</parameter>\n</function>\n"
+                                                   "</tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gr, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n"
+                                                   "</parameter>\n<parameter=city>\nA\n</parameter>\n</function>\n"
+                                                   "</tool_call>"));
+                CHECK(!grammar_takes(&v, trie, gr, "<tool_call>\n<function=get_time>\n</function>\n</tool_call>"));
+                /* text: no <tool_call> anywhere */
+                CHECK(!grammar_takes(&v, trie, ga, "Let me see. <tool_call>"));
+                CHECK(grammar_takes(&v, trie, gn, "<b>22</b> degrees <tool_cal"));
+                CHECK(!grammar_takes(&v, trie, gn, compact));
+        }
+        /* a bad schema names its tool and parameter */
+        axp_tools *bad = NULL;
+        const char *bad_tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                                "\"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"frobnicate\": 1}}}}}]";
+        char *gbad = NULL;
+        CHECK(axp_tools_parse(bad_tools, strlen(bad_tools), &bad, &err) == 0);
+        CHECK(axp_tools_grammar(AXP_CHAT_QWEN3_CODER, NULL, bad, AXP_TOOL_CHOICE_AUTO, &gbad, &err) == -EINVAL && !gbad);
+        CHECK_MSG(strstr(err.msg, "tools[0] (f) parameter 'n'"), "%s", err.msg);
+        axp_tools_free(bad);
+        free(ga);
+        free(gr);
+        free(gn);
+        axp_tools_free(t);
+        axp_vocab_trie_free(trie);
+        vocab_close(&v);
+}
+
 int main(void) {
         RUN(test_detect_template);
         RUN(test_detect_vocab);
@@ -979,5 +1151,6 @@ int main(void) {
         RUN(test_tool_choice_none);
         RUN(test_tool_choice_none_token);
         RUN(test_tools_granite);
+        RUN(test_tools_qwen3_coder);
         TEST_EXIT();
 }
