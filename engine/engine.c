@@ -503,9 +503,10 @@ static int do_submit(axp_engine *e, submit_args *a) {
         enum axp_pooling pooling = AXP_POOLING_MEAN;
         if (o->embed) {
                 if (o->flow || o->n_messages > 0 || o->system || o->tools || o->tool_choice || o->grammar ||
-                    o->json_schema || o->suffix || o->logprobs)
+                    o->json_schema || o->suffix || o->logprobs || o->think_set)
                         return axp_errorf(a->err, -EINVAL, "an embedding takes its text alone: no flow, earlier turns, "
-                                                           "system prompt, tools, grammar, schema, suffix or logprobs");
+                                                           "system prompt, tools, grammar, schema, suffix, logprobs "
+                                                           "or think");
                 if ((r = axp_embedding_pooling(e->model, o->pooling, &pooling, a->err)) < 0)
                         return r;
         } else if (o->pooling != AXP_POOLING_MODEL || o->embed_normalize || o->embed_truncate)
@@ -518,6 +519,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
         _cleanup_(axp_tools_freep) axp_tools *call_tools = NULL;
         if (!o->tools && o->tool_choice && strcmp(o->tool_choice, "none") != 0)
                 return axp_errorf(a->err, -EINVAL, "tool_choice needs tools");
+        if (o->think_set && (o->raw || (f && f->raw) || o->suffix))
+                return axp_errorf(a->err, -EINVAL, "think goes with the chat template (not raw or a suffix)");
         if ((o->fim_middle || o->n_fim_extra || o->fim_fit) && !o->suffix)
                 return axp_errorf(a->err, -EINVAL, "fim_middle, fim_extra and fim_fit go with a suffix");
         if (o->suffix) {
@@ -564,6 +567,8 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 text = format_turn(e, a->prompt, system, o, o->raw || o->embed || (f && f->raw), first_turn,
                                    f ? f->pending : -1);
         }
+        if (!o->suffix && text && o->think_set && (r = axp_chat_apply_think(e->model->chat_template, o->think, &text, a->err)) < 0)
+                return r;
         if (!o->suffix) {
                 if (!text)
                         return axp_errorf(a->err, -ENOMEM, "out of memory");

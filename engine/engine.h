@@ -124,6 +124,11 @@ typedef struct axp_request_opts {
         const axp_turn *messages;
         size_t n_messages;
         bool raw;                     /* no chat template */
+        /* thinking (think_set: asked for; else as the template does): off adds the template's
+         * own switch to the generation prompt (model/chat.h: axp_chat_no_think), on needs a
+         * template that thinks; a template that always thinks cannot be turned off, one that
+         * never does cannot be turned on: -EINVAL. Not with raw, a suffix or an embedding. */
+        bool think_set, think;
         uint64_t flow;                /* 0: none */
         /* constrained decoding (model/grammar.h), at most one; NULL: none. Invalid or
          * unsupported input is -EINVAL at submission, saying what is wrong. */

@@ -47,6 +47,8 @@
  * Detection follows llama.cpp's substring heuristics on tokenizer.chat_template. */
 #include "chat.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/strbuf.h"
@@ -544,4 +546,86 @@ char *axp_chat_format_next(axp_chat_family f, const axp_chat_msg *msgs, size_t n
                 return NULL;
         }
         return o.buf;
+}
+
+char *axp_jinja_literal(const char *p) {
+        if (!p)
+                return NULL;
+        p += strspn(p, " \t\n");
+        if (*p != '"' && *p != '\'')
+                return NULL;
+        char q = *p++;
+        out o = {};
+        for (; *p && *p != q; p++) {
+                if (*p == '\\' && p[1]) {
+                        p++;
+                        put(&o, *p == 'n' ? "\n" : *p == 't' ? "\t" : p, 1);
+                } else
+                        put(&o, p, 1);
+        }
+        if (*p != q || o.r < 0) {
+                free(o.buf);
+                return NULL;
+        }
+        put(&o, "", 0); /* an empty literal is still a string */
+        if (o.r < 0) {
+                free(o.buf);
+                return NULL;
+        }
+        return o.buf;
+}
+
+bool axp_chat_thinks(const char *tmpl) {
+        return has(tmpl, "<think>");
+}
+
+/* "<think>" + blanks + "</think>" + blanks */
+static bool empty_think(const char *s) {
+        if (strncmp(s, "<think>", 7) != 0)
+                return false;
+        s += 7 + strspn(s + 7, " \n");
+        if (strncmp(s, "</think>", 8) != 0)
+                return false;
+        s += 8;
+        return s[strspn(s, " \n")] == 0;
+}
+
+char *axp_chat_no_think(const char *tmpl) {
+        if (!axp_chat_thinks(tmpl) || !has(tmpl, "enable_thinking"))
+                return NULL;
+        for (const char *p = strstr(tmpl, "<think>"); p; p = strstr(p + 1, "<think>")) {
+                if (p == tmpl || (p[-1] != '\'' && p[-1] != '"'))
+                        continue;
+                char *lit = axp_jinja_literal(p - 1);
+                if (lit && empty_think(lit))
+                        return lit;
+                free(lit);
+        }
+        return NULL;
+}
+
+int axp_chat_apply_think(const char *tmpl, bool on, char **text, axp_error *err) {
+        if (on) {
+                if (!axp_chat_thinks(tmpl))
+                        return axp_errorf(err, -EINVAL, "the model does not think (its chat template writes no "
+                                                        "<think>): thinking cannot be on");
+                return 0;
+        }
+        char *off = axp_chat_no_think(tmpl);
+        if (!off) {
+                if (axp_chat_thinks(tmpl))
+                        return axp_errorf(err, -EINVAL, "the model's chat template has no switch to turn thinking "
+                                                        "off (enable_thinking): thinking cannot be off");
+                return 0; /* a model that does not think: nothing to turn off */
+        }
+        size_t a = strlen(*text), b = strlen(off);
+        char *t = realloc(*text, a + b + 1);
+        if (!t) {
+                free(off);
+                return axp_errorf(err, -ENOMEM, "out of memory");
+        }
+        memcpy(t + a, off, b + 1);
+        free(off);
+        *text = t;
+        return 0;
 }

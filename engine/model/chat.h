@@ -54,6 +54,22 @@ bool axp_chat_template_unknown(const char *chat_template);
         "template"
 const char *axp_chat_family_name(axp_chat_family f);
 
+/* Thinking (Qwen3, SmolLM3, DeepSeek-R1's distills, ...): whether the template writes <think>
+ * at all, and the text its generation prompt adds to turn thinking off where it has that
+ * switch (enable_thinking false: Qwen3's "<think>\n\n</think>\n\n", SmolLM3's
+ * "<think>\n\n</think>\n", the template's own empty think block, read from it; malloc'd),
+ * else NULL (a template that always thinks, or never does). */
+bool axp_chat_thinks(const char *chat_template);
+char *axp_chat_no_think(const char *chat_template);
+/* A request's thinking asked on or off, on its text (which ends with the generation prompt):
+ * off appends axp_chat_no_think's switch (nothing for a template that never thinks), on needs a
+ * template that thinks; what the template cannot do is -EINVAL saying so. */
+int axp_chat_apply_think(const char *chat_template, bool on, char **text, axp_error *err);
+
+/* The Jinja string literal (quoted with ' or ") that starts at p or after blanks, unescaped
+ * (\n, \t, \\, \', \"); NULL where there is none or out of memory. Malloc'd. */
+char *axp_jinja_literal(const char *p);
+
 /* Format messages; if add_generation_prompt, end with the assistant turn's opening. Returns
  * a malloc'd string. BOS is not included (the tokenizer adds it as the vocab says). */
 char *axp_chat_format(axp_chat_family f, const axp_chat_msg *msgs, size_t n,

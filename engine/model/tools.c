@@ -412,44 +412,18 @@ static const char granite_tools_words[] =
         "exist in the provided list of tools, notify the user that you do not have the ability to fulfill the "
         "request.";
 
-/* The Jinja string literal (quoted with ' or ") that starts at or after p, blanks skipped,
- * unescaped (\n, \t, \\, \', \"); NULL where there is none. Malloc'd. */
-static char *jinja_literal(const char *p) {
-        if (!p)
-                return NULL;
-        p += strspn(p, " \t\n");
-        if (*p != '"' && *p != '\'')
-                return NULL;
-        char q = *p++;
-        out o = {};
-        for (; *p && *p != q; p++) {
-                if (*p == '\\' && p[1]) {
-                        p++;
-                        put(&o, *p == 'n' ? "\n" : *p == 't' ? "\t" : p, 1);
-                } else
-                        put(&o, p, 1);
-        }
-        if (*p != q || o.r < 0) {
-                free(o.buf);
-                return NULL;
-        }
-        if (!o.buf)
-                o.buf = strdup("");
-        return o.buf;
-}
-
 /* The literal after the first `key` in tmpl at or after `from`. */
 static char *literal_after(const char *tmpl, const char *from, const char *key) {
         const char *at = from ? strstr(tmpl, from) : tmpl;
         const char *k = at ? strstr(at, key) : NULL;
-        return k ? jinja_literal(k + strlen(key)) : NULL;
+        return k ? axp_jinja_literal(k + strlen(key)) : NULL;
 }
 
 static void put_granite_system(out *o, const char *tmpl) {
         _cleanup_free_ char *head = NULL, *after = NULL, *words = NULL;
         const char *h = tmpl ? strstr(tmpl, "Knowledge Cutoff Date") : NULL;
         if (h && h > tmpl && (h[-1] == '"' || h[-1] == '\''))
-                head = jinja_literal(h - 1);
+                head = axp_jinja_literal(h - 1);
         /* the literal after the date, and the words with tools (3.3: available_tools; 3.1: tools) */
         if (head && strstr(tmpl, "strftime_now("))
                 after = literal_after(tmpl, "strftime_now(", ") +");

@@ -234,23 +234,26 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
         if (tmpl && *tmpl)
                 return fail_bad(f, "'template' is not supported: the engine applies the model's own "
                                 "chat template");
-        /* what would change the answer, refused rather than dropped: thinking (Ollama answers a
-         * model without it so too), a suffix in a chat, and an earlier answer's context; a
+        /* what would change the answer, refused rather than dropped: thinking on (Ollama's answer
+         * holds it apart, which the engine's does not; think false turns it off where the
+         * template can, the engine's think option), a suffix in a chat, and an earlier answer's
+         * context; a
          * suffix to /api/generate fills in the middle (the prompt before the cursor, the suffix
          * after it, in the model's FIM tokens, as a code model's template does with them) */
         {
-                bool think = false;
+                bool think = false, think_set = false;
                 const char *suffix = NULL;
                 JsonArray *context = NULL;
                 JsonNode *t = json_object_get_member(o, "think");
-                if (t && JSON_NODE_HOLDS_VALUE(t) && json_node_get_value_type(t) == G_TYPE_STRING)
+                if (t && JSON_NODE_HOLDS_VALUE(t) && json_node_get_value_type(t) == G_TYPE_STRING) {
                         think = strcmp(json_node_get_string(t), "") != 0 &&
                                 strcmp(json_node_get_string(t), "false") != 0;
-                else if (!field_bool(o, "think", &think, NULL, f))
+                        think_set = !think;
+                } else if (!field_bool(o, "think", &think, &think_set, f))
                         return false;
                 if (think)
                         return fail_bad(f, "'think' is not supported: the engine's answers hold no "
-                                        "separate thinking");
+                                        "separate thinking (think false turns it off)");
                 if (!field_string(o, "suffix", &suffix, f) || !field_array(o, "context", &context, f))
                         return false;
                 if (suffix && *suffix) {
@@ -259,6 +262,12 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
                         g_variant_builder_add(opts, "{sv}", "suffix", g_variant_new_string(suffix));
                         *ret_fim = true;
                 }
+                /* off where the chat template applies (not raw, not filling in the middle) */
+                JsonNode *raw = json_object_get_member(o, "raw");
+                bool is_raw = !chat && raw && JSON_NODE_HOLDS_VALUE(raw) &&
+                              json_node_get_value_type(raw) == G_TYPE_BOOLEAN && json_node_get_boolean(raw);
+                if (think_set && !is_raw && !*ret_fim)
+                        g_variant_builder_add(opts, "{sv}", "think", g_variant_new_boolean(FALSE));
                 if (context && json_array_get_length(context) > 0)
                         return fail_bad(f, "'context' is not supported: send the conversation's "
                                         "messages to /api/chat");

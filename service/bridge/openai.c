@@ -551,6 +551,30 @@ static bool sampling_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_
         return true;
 }
 
+/* chat_template_kwargs' enable_thinking (as clients of vLLM and llama-server send it): the
+ * engine's think option (off: the template's own switch, where it has one); its other keys
+ * are refused, as the engine applies the model's template itself */
+static bool thinking_option(JsonObject *o, bool chat, GVariantBuilder *opts, Fail *f) {
+        JsonObject *k = NULL;
+        bool on = false, set = false;
+        if (!field_object(o, "chat_template_kwargs", &k, f))
+                return false;
+        if (!k)
+                return true;
+        if (!chat)
+                return fail_bad(f, "'chat_template_kwargs' is /v1/chat/completions'");
+        g_autoptr(GList) members = json_object_get_members(k);
+        for (GList *l = members; l; l = l->next)
+                if (strcmp(l->data, "enable_thinking") != 0)
+                        return fail_bad(f, "'chat_template_kwargs' takes enable_thinking only, got '%s'",
+                                        (const char *) l->data);
+        if (!field_bool(k, "enable_thinking", &on, &set, f))
+                return false;
+        if (set)
+                g_variant_builder_add(opts, "{sv}", "think", g_variant_new_boolean(on));
+        return true;
+}
+
 static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(JsonParser) parser = NULL;
         g_auto(GVariantBuilder) opts = G_VARIANT_BUILDER_INIT(G_VARIANT_TYPE_VARDICT);
@@ -568,7 +592,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
-            !structured_options(o, &opts, &tools, &calls, &f) || !field_choices(o, &n, &f) ||
+            !structured_options(o, &opts, &tools, &calls, &f) || !thinking_option(o, chat, &opts, &f) ||
+            !field_choices(o, &n, &f) ||
             !refuse_unsupported(o, chat, &f) || !logprobs_options(o, chat, &opts, &logprobs, &f) ||
             !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
                 goto fail;

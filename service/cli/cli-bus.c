@@ -43,6 +43,7 @@ typedef struct GenArgs {
         size_t n_stop;
         const char *system;
         bool raw;
+        int think; /* -1: as the template, 0 off, 1 on */
         const char *flow;
         char *json_schema, *grammar, *tools; /* the files' text */
         const char *tool_choice;
@@ -61,6 +62,7 @@ enum {
         ARG_STOP,
         ARG_SYSTEM,
         ARG_RAW,
+        ARG_THINK,
         ARG_FLOW,
         ARG_WAIT,
         ARG_JSON_SCHEMA,
@@ -83,6 +85,7 @@ static const struct option gen_options[] = {
         { "stop", required_argument, NULL, ARG_STOP },
         { "system", required_argument, NULL, ARG_SYSTEM },
         { "raw", no_argument, NULL, ARG_RAW },
+        { "think", required_argument, NULL, ARG_THINK },
         { "flow", required_argument, NULL, ARG_FLOW },
         { "json-schema", required_argument, NULL, ARG_JSON_SCHEMA },
         { "grammar", required_argument, NULL, ARG_GRAMMAR },
@@ -107,6 +110,8 @@ static const char gen_options_help[] =
         "      --stop STRING       stop before STRING (repeatable)\n"
         "      --system TEXT       system prompt\n"
         "      --raw               no chat template\n"
+        "      --think on|off      thinking on or off (off: the template's own switch, as\n"
+        "                          Qwen3's enable_thinking)\n"
         "      --json-schema FILE  the answer is JSON valid under the JSON Schema in FILE\n"
         "      --grammar FILE      the answer follows the GBNF grammar in FILE (rule root)\n"
         "      --tools FILE        the tools the model may call (OpenAI's function list, JSON);\n"
@@ -136,7 +141,7 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
         uint64_t v;
         int c;
 
-        *a = (GenArgs) {};
+        *a = (GenArgs) { .think = -1 };
         optind = 1;
         while ((c = cli_getopt(argc, argv, "n:vh", gen_options)) >= 0)
                 switch (c) {
@@ -205,6 +210,11 @@ static int parse_gen_args(int argc, char **argv, const char *usage, bool allow_f
                         break;
                 case ARG_RAW:
                         a->raw = true;
+                        break;
+                case ARG_THINK:
+                        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+                                return cli_usage_error("--think must be on or off, got '%s'", optarg);
+                        a->think = strcmp(optarg, "on") == 0;
                         break;
                 case ARG_FLOW:
                         if (!allow_flow)
@@ -292,6 +302,8 @@ static int append_options(sd_bus_message *m, const GenArgs *a, const char *flow)
                 r = sd_bus_message_append(m, "{sv}", "system", "s", a->system);
         if (r >= 0 && a->raw && !flow)
                 r = sd_bus_message_append(m, "{sv}", "raw", "b", 1);
+        if (r >= 0 && a->think >= 0)
+                r = sd_bus_message_append(m, "{sv}", "think", "b", a->think);
         if (r >= 0 && flow)
                 r = sd_bus_message_append(m, "{sv}", "flow", "o", flow);
         if (r >= 0 && a->json_schema)

@@ -30,6 +30,8 @@ static int usage(FILE *f) {
                    "  --stop TEXT        stop before TEXT (repeatable)\n"
                    "  --system TEXT      system prompt for the chat template\n"
                    "  --raw              no chat template: BOS as the model says, special-token text parsed\n"
+                   "  --think on|off     thinking on or off (off: the template's own switch, where it\n"
+                   "                     has one, as Qwen3's enable_thinking; default: as the template)\n"
                    "  --suffix TEXT      fill in the middle: the prompt is the text before the cursor,\n"
                    "                     TEXT the text after it (the model's FIM tokens, as\n"
                    "                     llama.cpp's /infill; no chat template)\n"
@@ -60,7 +62,7 @@ static int usage(FILE *f) {
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_SEED, OPT_STOP, OPT_SYSTEM,
        OPT_RAW, OPT_THREADS, OPT_CHUNK, OPT_JSON, OPT_DEVICE, OPT_SCHEMA, OPT_GRAMMAR, OPT_TOOLS,
-       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL, OPT_SUFFIX, OPT_LOGPROBS };
+       OPT_TOOL_CHOICE, OPT_KV_TYPE, OPT_FREQ, OPT_PRESENCE, OPT_PARALLEL, OPT_SUFFIX, OPT_LOGPROBS, OPT_THINK };
 
 static const struct option options[] = {
         { "model", required_argument, NULL, 'm' },      { "prompt", required_argument, NULL, 'p' },
@@ -72,6 +74,7 @@ static const struct option options[] = {
         { "presence-penalty", required_argument, NULL, OPT_PRESENCE },
         { "seed", required_argument, NULL, OPT_SEED },  { "stop", required_argument, NULL, OPT_STOP },
         { "system", required_argument, NULL, OPT_SYSTEM }, { "raw", no_argument, NULL, OPT_RAW },
+        { "think", required_argument, NULL, OPT_THINK },
         { "threads", required_argument, NULL, OPT_THREADS }, { "chunk", required_argument, NULL, OPT_CHUNK },
         { "json", no_argument, NULL, OPT_JSON },        { "help", no_argument, NULL, 'h' },
         { "device", required_argument, NULL, OPT_DEVICE },
@@ -91,6 +94,7 @@ typedef struct gen_args {
         int logprobs; /* alternatives; -1: none */
         uint32_t kv_type;
         bool raw, json;
+        bool think_set, think;
         const char *stops[16];
         size_t n_stops;
         axp_sampler_params sp;
@@ -167,6 +171,12 @@ static int parse(int argc, char **argv, gen_args *a) {
                         a->system = optarg;
                         break;
                 case OPT_RAW: a->raw = true; break;
+                case OPT_THINK:
+                        if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+                                return cli_usage_error("--think must be on or off, got '%s'", optarg);
+                        a->think_set = true;
+                        a->think = strcmp(optarg, "on") == 0;
+                        break;
                 case OPT_THREADS:
                         if (!cli_uint("--threads", optarg, 1, 1024, &u))
                                 return 2;
@@ -210,6 +220,8 @@ static int parse(int argc, char **argv, gen_args *a) {
                 return cli_usage_error("unexpected argument '%s'", argv[optind]);
         if (!!a->schema_file + !!a->grammar_file + !!a->tools_file > 1)
                 return cli_usage_error("give one of --json-schema, --grammar and --tools");
+        if (a->think_set && (a->raw || a->suffix))
+                return cli_usage_error("--think goes with the chat template (not --raw or --suffix)");
         if (a->tools_file && a->raw)
                 return cli_usage_error("--tools needs the chat template (not --raw)");
         if (a->tool_choice && !a->tools_file)
@@ -240,7 +252,8 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
                         return 1;
                 _cleanup_free_ char *formatted = NULL;
                 if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, NULL, 0, text,
-                                      &formatted, ret_grammar, ret_family, ret_tools, &err) < 0)
+                                      &formatted, ret_grammar, ret_family, ret_tools, &err) < 0 ||
+                    (a->think_set && axp_chat_apply_think(m->chat_template, a->think, &formatted, &err) < 0))
                         return cli_fail("%s", err.msg);
                 return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
         }
@@ -260,6 +273,9 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
                 axp_chat_format(axp_chat_detect(m->chat_template, m->tok), msgs, n, true);
         if (!formatted)
                 return cli_fail("out of memory");
+        axp_error err = { 0 };
+        if (a->think_set && axp_chat_apply_think(m->chat_template, a->think, &formatted, &err) < 0)
+                return cli_fail("%s", err.msg);
         return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
 }
 

@@ -35,6 +35,7 @@ static const OptionSpec option_specs[] = {
         { "messages",          "a(ss)", "array of (role, content)" },
         { "flow",              "o",  "object path" },
         { "raw",               "b",  "boolean", .flow_ok = true },
+        { "think",             "b",  "boolean" },
         { "priority",          "s",  "string", .complete_only = true, .embed_ok = true },
         { "json_schema",       "s",  "string" },
         { "grammar",           "s",  "string" },
@@ -386,6 +387,12 @@ static int read_value(sd_bus_message *m, const OptionSpec *spec, const DaemonCon
                 if (r < 0)
                         return r;
                 o->opts.raw = b;
+        } else if (strcmp(key, "think") == 0) {
+                r = sd_bus_message_read_basic(m, 'b', &b);
+                if (r < 0)
+                        return r;
+                o->opts.think_set = true;
+                o->opts.think = b;
         } else if (strcmp(key, "tool_choice") == 0) {
                 r = sd_bus_message_read_basic(m, 's', &s);
                 if (r < 0)

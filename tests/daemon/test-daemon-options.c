@@ -93,7 +93,7 @@ static void test_no_options_gives_defaults(void) {
         CHECK_EQ_INT(parse(NULL, 0, OPTIONS_SUBMIT, &o, msg, sizeof(msg)), 0);
         CHECK_EQ_INT(o.opts.max_tokens, 0);
         CHECK_EQ_INT(o.opts.n_stop, 0);
-        CHECK(o.opts.system == NULL && !o.opts.raw && o.flow == 0);
+        CHECK(o.opts.system == NULL && !o.opts.raw && !o.opts.think_set && o.flow == 0);
         CHECK(o.priority == AXP_REACTIVE);
         request_options_done(&o);
 }
@@ -113,6 +113,7 @@ static void test_every_option_lands(void) {
                 { "system", "s", .str = "Be brief." },
                 { "flow", "o", .str = "/org/agentxpu/Engine/flow/12" },
                 { "raw", "b", 1 },
+                { "think", "b", 0 },
                 { "priority", "s", .str = "proactive" },
         };
         RequestOptions o;
@@ -137,6 +138,7 @@ static void test_every_option_lands(void) {
         CHECK(o.opts.system && strcmp(o.opts.system, "Be brief.") == 0);
         CHECK_EQ_INT(o.flow, 12);
         CHECK(o.opts.raw);
+        CHECK(o.opts.think_set && !o.opts.think);
         CHECK(o.priority == AXP_PROACTIVE);
         request_options_done(&o);
         sd_bus_message_unref(m);

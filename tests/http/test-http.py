@@ -422,6 +422,11 @@ def bad_inputs(m):
         ("a suffix in a chat", "/api/chat", dict(chat, suffix="end"), (), 400, "is /api/generate's"),
         ("an earlier answer's context", "/api/generate", dict(gen, context=[1, 2, 3]), (), 400, "'context'"),
         ("thinking asked for", "/api/chat", dict(chat, think=True), (), 400, "'think' is not supported"),
+        # OpenAI-style servers' switch: enable_thinking alone, and the model must think to have it on
+        ("a template argument other than thinking", "/v1/chat/completions",
+         dict(chat, chat_template_kwargs={"add_vision_id": True}), (), 400, "takes enable_thinking only"),
+        ("thinking on, a model that does not think", "/v1/chat/completions",
+         dict(chat, chat_template_kwargs={"enable_thinking": True}), (), 400, "he model does not think"),
         ("a logit bias in OpenAI's token ids", "/v1/chat/completions", dict(chat, logit_bias={"50256": -100}), (),
          400, "'logit_bias' is not supported"),
         ("a penalty out of range", "/v1/chat/completions", dict(chat, frequency_penalty=2.5), (), 400,
@@ -534,7 +539,10 @@ def test_bad_inputs_and_the_bridge_keeps_serving():
                            ("/v1/completions", {"model": m, "max_tokens": 2, "prompt": "hi", "echo": False,
                                                 "suffix": None, "best_of": 1, "logprobs": None}),
                            ("/api/chat", {"model": m, "stream": False, "think": False, "options": {"num_predict": 2},
-                                          "messages": [{"role": "user", "content": "hi"}]})):
+                                          "messages": [{"role": "user", "content": "hi"}]}),
+                           ("/v1/chat/completions", {"model": m, "max_tokens": 2,
+                                                     "chat_template_kwargs": {"enable_thinking": False},
+                                                     "messages": [{"role": "user", "content": "hi"}]})):
             status, answer = b.json(path, body)
             assert status == 200, (path, answer)
         # a surrogate pair (an emoji, as JavaScript writes it) is text

@@ -1139,6 +1139,60 @@ static void test_tools_qwen3_coder(void) {
         vocab_close(&v);
 }
 
+/* Thinking switched off as each template does it: Qwen3's and SmolLM3's own empty think blocks
+ * read from them; DeepSeek-R1's distills always think (no switch); Llama 3 never does. */
+static const char tmpl_qwen3_think[] =
+        "{%- if message.role == \"assistant\" %}{%- set reasoning_content = '' %}{{- '<|im_start|>' + message.role + "
+        "'\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}{%- endif %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and "
+        "enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+static const char tmpl_smollm3_think[] =
+        "{%- if enable_thinking is not defined -%}{%- set enable_thinking = true -%}{%- endif -%}<|im_start|>..."
+        "{%- if reasoning_mode == \"/think\" -%}{{ \"<|im_start|>assistant\\n\" }}{%- else -%}{{ "
+        "\"<|im_start|>assistant\\n\" + \"<think>\\n\\n</think>\\n\" }}{%- endif -%}";
+static const char tmpl_r1_distill[] =
+        "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{% if add_generation_prompt and not ns.is_tool %}"
+        "{{'<｜Assistant｜><think>\\n'}}{% endif %}";
+
+static void check_think(const char *tmpl, bool on, int want_r, const char *want) {
+        char *text = strdup("PROMPT");
+        axp_error err = {};
+        int r = axp_chat_apply_think(tmpl, on, &text, &err);
+        CHECK_EQ_INT(r, want_r);
+        if (r == 0)
+                CHECK_MSG(strcmp(text, want) == 0, "got '%s', want '%s'", text, want);
+        else
+                CHECK_MSG(strstr(err.msg, want), "%s", err.msg);
+        free(text);
+}
+
+static void test_think(void) {
+        char *q = axp_chat_no_think(tmpl_qwen3_think), *sm = axp_chat_no_think(tmpl_smollm3_think);
+        CHECK_MSG(q && strcmp(q, "<think>\n\n</think>\n\n") == 0, "%s", q);
+        CHECK_MSG(sm && strcmp(sm, "<think>\n\n</think>\n") == 0, "%s", sm);
+        free(q);
+        free(sm);
+        CHECK(axp_chat_thinks(tmpl_r1_distill) && !axp_chat_no_think(tmpl_r1_distill));
+        CHECK(!axp_chat_thinks(tmpl_llama3) && !axp_chat_no_think(tmpl_llama3));
+        CHECK(!axp_chat_thinks(NULL) && !axp_chat_no_think(NULL) && !axp_chat_thinks("chatml"));
+
+        check_think(tmpl_qwen3_think, false, 0, "PROMPT<think>\n\n</think>\n\n");
+        check_think(tmpl_qwen3_think, true, 0, "PROMPT");
+        check_think(tmpl_smollm3_think, false, 0, "PROMPT<think>\n\n</think>\n");
+        check_think(tmpl_r1_distill, true, 0, "PROMPT");
+        check_think(tmpl_r1_distill, false, -EINVAL, "no switch to turn thinking off");
+        check_think(tmpl_llama3, false, 0, "PROMPT");
+        check_think(tmpl_llama3, true, -EINVAL, "the model does not think");
+        check_think(NULL, true, -EINVAL, "the model does not think");
+        /* literals cut short or odd: no switch found, nothing read past the end */
+        CHECK(!axp_chat_no_think("enable_thinking '<think>\\n\\n</think"));
+        CHECK(!axp_chat_no_think("enable_thinking <think></think>"));
+        CHECK(!axp_chat_no_think("enable_thinking '<think>x</think>'"));
+        char *esc = axp_chat_no_think("enable_thinking \"<think>\\n\\n</think>\\n\\n\"");
+        CHECK_MSG(esc && strcmp(esc, "<think>\n\n</think>\n\n") == 0, "%s", esc);
+        free(esc);
+}
+
 int main(void) {
         RUN(test_detect_template);
         RUN(test_detect_vocab);
@@ -1152,5 +1206,6 @@ int main(void) {
         RUN(test_tool_choice_none_token);
         RUN(test_tools_granite);
         RUN(test_tools_qwen3_coder);
+        RUN(test_think);
         TEST_EXIT();
 }
