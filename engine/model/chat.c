@@ -576,7 +576,7 @@ char *axp_jinja_literal(const char *p) {
 }
 
 bool axp_chat_thinks(const char *tmpl) {
-        return has(tmpl, "<think>");
+        return tmpl && has(tmpl, "<think>");
 }
 
 /* "<think>" + blanks + "</think>" + blanks */

@@ -27,8 +27,10 @@ LLAMA3 = ("{%- for message in messages %}{{- '<|start_header_id|>' + message['ro
 
 
 def mkmodel(path, template):
+    """template None: the file has none (the family from its vocabulary)"""
     return run("mkmodel", "--arch", "qwen3", "--dim", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1",
-               "--ffn", "128", "--ctx", "512", "--chat-template", template, "-o", path, check=True)
+               "--ffn", "128", "--ctx", "512", *(("--chat-template", template) if template else ()), "-o", path,
+               check=True)
 
 
 def prompt_tokens(model, *args):
@@ -41,7 +43,7 @@ def prompt_tokens(model, *args):
 def main():
     tmp = tempfile.mkdtemp(prefix="axp-think-")
     models = {}
-    for name, template in (("qwen3", QWEN3), ("r1", R1), ("llama3", LLAMA3)):
+    for name, template in (("qwen3", QWEN3), ("r1", R1), ("llama3", LLAMA3), ("none", None)):
         models[name] = os.path.join(tmp, name + ".gguf")
         mkmodel(models[name], template)
 
@@ -58,13 +60,15 @@ def main():
         print(f"ok: qwen3: off adds its {len(tail)}-token empty think block, on is the template's default")
 
     for name, arg, want in (("r1", "off", "no switch to turn thinking off"),
-                            ("llama3", "on", "the model does not think")):
+                            ("llama3", "on", "the model does not think"),
+                            ("none", "on", "the model does not think")):
         toks, r = prompt_tokens(models[name], "--think", arg)
         lines = r.stderr.strip().splitlines()
         if toks is not None or r.returncode != 1 or len(lines) != 1 or want not in lines[0]:
             fail(f"{name} --think {arg}: {r.returncode} {r.stderr!r}")
-    if prompt_tokens(models["llama3"], "--think", "off")[0] != prompt_tokens(models["llama3"])[0]:
-        fail("llama3 --think off: not the plain prompt")
+    for name in ("llama3", "none"):
+        if prompt_tokens(models[name], "--think", "off")[0] != prompt_tokens(models[name])[0]:
+            fail(f"{name} --think off: not the plain prompt")
     r = run("generate", "-m", models["qwen3"], "-p", "Hi", "--think", "maybe")
     if r.returncode != 2 or "--think must be on or off" not in r.stderr:
         fail(f"--think maybe: {r.returncode} {r.stderr!r}")
@@ -100,10 +104,15 @@ def main():
             if r.rc != 0:
                 fail(f"ask --think off: {r}")
             d.stop()
-            bustest.Daemon(bus, daemon, args=["--model", models["llama3"]])
-            r = bus.call("Complete", "Hi", "{'think': <true>}")
-            if r.rc == 0 or "he model does not think" not in r.err:
-                fail(f"think on a model that does not think: {r}")
+            for name in ("llama3", "none"):
+                d = bustest.Daemon(bus, daemon, args=["--model", models[name]])
+                r = bus.call("Complete", "Hi", "{'think': <true>}")
+                if r.rc == 0 or "he model does not think" not in r.err:
+                    fail(f"think on with {name}: {r}")
+                r = bus.call("Complete", "Hi", "{'think': <false>, 'max_tokens': <uint32 1>}")
+                if r.rc != 0:
+                    fail(f"think off with {name}: {r}")
+                d.stop()
             print("ok: the daemon's think option")
         finally:
             bus.close()
