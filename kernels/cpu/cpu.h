@@ -224,7 +224,7 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
  * and then its blocks' quants, a last run of fewer blocks a whole head and only its blocks'
  * quants, so that decode reads a group as one stream in order. Q4_1 and Q5_1: one run, the
  * scales of every block, then their minimums (each padded to 64 bytes), then the quants.
- * Measured on one Zen 5 core (bench-kernels --micro, README Performance): in runs, Q8_0 and
+ * Measured on one Zen 5 core (bench-kernels --micro, docs/performance.md): in runs, Q8_0 and
  * Q4_0 streamed 33-40 GB/s on every path, where with all the scales ahead of the quants they
  * streamed 16-34 (AVX2's Q4_0 16); Q4_1 and Q5_1, whose heads are twice as large (a line a
  * block), streamed 12 GB/s in runs against 22 as they are on AVX2, 17-22 against 30 on

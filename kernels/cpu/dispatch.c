@@ -150,7 +150,7 @@ _Atomic int axp_cpu_bf16_dot;
  * sparse prefetches on one Zen 5 machine: decode of Q8_0, Q4_0 and IQ4_NL took 6-47% more
  * GB/s with them on every path and thread count but one (AVX-VNNI IQ4_NL, one thread: 8%
  * less). On another, dense was as fast for Q8_0 and Q4_0 and up to twice as fast for
- * IQ4_NL, Q4_1, Q5_0 and Q5_1 (README, Performance): so this is only the plan until
+ * IQ4_NL, Q4_1, Q5_0 and Q5_1 (docs/performance.md): so this is only the plan until
  * axp_cpu_prefetch_tune has timed both on a model's weights. */
 static bool vendor_amd(void) {
 #if defined(__x86_64__)
