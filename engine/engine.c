@@ -567,7 +567,10 @@ static int do_submit(axp_engine *e, submit_args *a) {
                 text = format_turn(e, a->prompt, system, o, o->raw || o->embed || (f && f->raw), first_turn,
                                    f ? f->pending : -1);
         }
-        if (!o->suffix && text && o->think_set && (r = axp_chat_apply_think(e->model->chat_template, o->think, &text, a->err)) < 0)
+        /* a chat prompt's end for the thinking asked (and the opening of the think block where
+         * the template's generation prompt writes it: R1's distills, QwQ) */
+        if (!o->suffix && text && !(o->raw || o->embed || (f && f->raw)) &&
+            (r = axp_chat_apply_think(e->model->chat_template, o->think_set ? o->think : -1, &text, a->err)) < 0)
                 return r;
         if (!o->suffix) {
                 if (!text)
@@ -757,7 +760,9 @@ static void describe_model(axp_engine *e) {
         *d = (axp_model_desc) { .parameters = gguf_n_elements(m->gguf), .file_bytes = m->gguf->total_size,
                                    .n_ctx = e->n_ctx, .n_embd = m->hp.n_embd,
                                    .tools = axp_chat_takes_tools(f, m->chat_template, m->tok),
-                                   .fim = fim->pre >= 0 && fim->suf >= 0 && fim->mid >= 0 };
+                                   .fim = fim->pre >= 0 && fim->suf >= 0 && fim->mid >= 0,
+                                   .thinks = axp_chat_thinks(m->chat_template),
+                                   .think_opens = axp_chat_think_opens(m->chat_template) };
         snprintf(d->arch, sizeof(d->arch), "%s", axp_arch_name(m->hp.arch));
         snprintf(d->file_type, sizeof(d->file_type), "%s", ft ? ft : "");
         snprintf(d->chat, sizeof(d->chat), "%s", axp_chat_family_name(f));

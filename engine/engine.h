@@ -31,6 +31,8 @@ typedef struct axp_model_desc {
         char chat[24];           /* the chat template's family (model/chat.h), "raw" for none */
         bool tools;              /* the template takes tools (options tools, tool_choice) */
         bool fim;                /* the vocabulary has fill-in-the-middle tokens (option suffix) */
+        bool thinks;             /* the template writes think blocks (Qwen3, SmolLM3, R1's distills) */
+        bool think_opens;        /* its generation prompt opens the block (model/chat.h) */
 } axp_model_desc;
 
 /* What the engine is doing, as one self-contained snapshot. */

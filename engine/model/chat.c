@@ -579,6 +579,49 @@ bool axp_chat_thinks(const char *tmpl) {
         return tmpl && has(tmpl, "<think>");
 }
 
+/* The generation prompt: after the template's last add_generation_prompt, or, where it has
+ * none (a template that always adds the assistant's turn), after its last endfor. */
+static const char *generation_part(const char *tmpl) {
+        const char *g = NULL;
+        for (const char *p = strstr(tmpl, "add_generation_prompt"); p; p = strstr(p + 1, "add_generation_prompt"))
+                g = p;
+        if (!g)
+                for (const char *p = strstr(tmpl, "endfor"); p; p = strstr(p + 1, "endfor"))
+                        g = p;
+        return g;
+}
+
+char *axp_chat_think_open(const char *tmpl) {
+        if (!axp_chat_thinks(tmpl))
+                return NULL;
+        const char *g = generation_part(tmpl);
+        if (!g)
+                return NULL;
+        for (const char *p = strstr(g, "<think>"); p; p = strstr(p + 1, "<think>")) {
+                /* the literal that holds it, from its opening quote */
+                const char *q = p;
+                while (q > g && *q != '\'' && *q != '"')
+                        q--;
+                if (q == g)
+                        continue;
+                char *lit = axp_jinja_literal(q);
+                const char *t = lit ? strstr(lit, "<think>") : NULL;
+                if (t && !strstr(t, "</think>") && t[7 + strspn(t + 7, " \n")] == 0) {
+                        char *open = strdup(t);
+                        free(lit);
+                        return open;
+                }
+                free(lit);
+        }
+        return NULL;
+}
+
+bool axp_chat_think_opens(const char *tmpl) {
+        char *open = axp_chat_think_open(tmpl);
+        free(open);
+        return open != NULL;
+}
+
 /* "<think>" + blanks + "</think>" + blanks */
 static bool empty_think(const char *s) {
         if (strncmp(s, "<think>", 7) != 0)
@@ -604,28 +647,32 @@ char *axp_chat_no_think(const char *tmpl) {
         return NULL;
 }
 
-int axp_chat_apply_think(const char *tmpl, bool on, char **text, axp_error *err) {
-        if (on) {
-                if (!axp_chat_thinks(tmpl))
+int axp_chat_apply_think(const char *tmpl, int think, char **text, axp_error *err) {
+        char *add;
+        if (think != 0) {
+                if (think > 0 && !axp_chat_thinks(tmpl))
                         return axp_errorf(err, -EINVAL, "the model does not think (its chat template writes no "
                                                         "<think>): thinking cannot be on");
-                return 0;
+                add = axp_chat_think_open(tmpl);
+                if (!add)
+                        return 0; /* the model writes its own <think>, or never thinks */
+        } else {
+                add = axp_chat_no_think(tmpl);
+                if (!add) {
+                        if (axp_chat_thinks(tmpl))
+                                return axp_errorf(err, -EINVAL, "the model's chat template has no switch to turn "
+                                                                "thinking off (enable_thinking): thinking cannot be off");
+                        return 0; /* a model that does not think: nothing to turn off */
+                }
         }
-        char *off = axp_chat_no_think(tmpl);
-        if (!off) {
-                if (axp_chat_thinks(tmpl))
-                        return axp_errorf(err, -EINVAL, "the model's chat template has no switch to turn thinking "
-                                                        "off (enable_thinking): thinking cannot be off");
-                return 0; /* a model that does not think: nothing to turn off */
-        }
-        size_t a = strlen(*text), b = strlen(off);
+        size_t a = strlen(*text), b = strlen(add);
         char *t = realloc(*text, a + b + 1);
         if (!t) {
-                free(off);
+                free(add);
                 return axp_errorf(err, -ENOMEM, "out of memory");
         }
-        memcpy(t + a, off, b + 1);
-        free(off);
+        memcpy(t + a, add, b + 1);
+        free(add);
         *text = t;
         return 0;
 }

@@ -61,10 +61,19 @@ const char *axp_chat_family_name(axp_chat_family f);
  * else NULL (a template that always thinks, or never does). */
 bool axp_chat_thinks(const char *chat_template);
 char *axp_chat_no_think(const char *chat_template);
-/* A request's thinking asked on or off, on its text (which ends with the generation prompt):
- * off appends axp_chat_no_think's switch (nothing for a template that never thinks), on needs a
- * template that thinks; what the template cannot do is -EINVAL saying so. */
-int axp_chat_apply_think(const char *chat_template, bool on, char **text, axp_error *err);
+/* Whether the template's generation prompt opens the think block itself (a literal ending in
+ * "<think>" after add_generation_prompt, as DeepSeek-R1's distills' and Qwen3's thinking-only
+ * models' write it): the answer may begin inside the thinking, without "<think>". */
+bool axp_chat_think_opens(const char *chat_template);
+/* That opening as the template writes it ("<think>\n"), or NULL (none, or out of memory). */
+char *axp_chat_think_open(const char *chat_template);
+/* A chat prompt's end as the template writes it for the thinking asked (think: 1 on, 0 off,
+ * -1 as the template does), on its text (which ends with the generation prompt): off appends
+ * axp_chat_no_think's switch (nothing for a template that never thinks), on needs a template
+ * that thinks; on and the template's default append the template's opening of the block where
+ * its generation prompt opens it (axp_chat_think_open), as it renders it; what the template
+ * cannot do is -EINVAL saying so. */
+int axp_chat_apply_think(const char *chat_template, int think, char **text, axp_error *err);
 
 /* The Jinja string literal (quoted with ' or ") that starts at p or after blanks, unescaped
  * (\n, \t, \\, \', \"); NULL where there is none or out of memory. Malloc'd. */

@@ -689,6 +689,11 @@ static void call_unref(Call *c) {
         for (guint i = 0; i < c->n_choices; i++) {
                 Choice *ch = &c->choices[i];
                 g_string_free(ch->text, TRUE);
+                if (ch->thinking) {
+                        g_string_free(ch->thinking, TRUE);
+                        g_string_free(ch->content, TRUE);
+                        think_split_clear(&ch->split);
+                }
                 if (ch->logprobs)
                         g_ptr_array_unref(ch->logprobs);
                 g_free(ch->reason);
@@ -836,6 +841,27 @@ static void choice_failed(Choice *ch, const Fail *f) {
                 call_fail(c, f);
 }
 
+const char *choice_content(Choice *ch) {
+        return ch->content ? ch->content->str : ch->text->str;
+}
+
+const char *choice_thinking(Choice *ch) {
+        return ch->thinking && ch->thinking->len > 0 ? ch->thinking->str : NULL;
+}
+
+/* Streamed, with the thinking apart: what the split decided since the last piece written
+ * (nothing where it holds all back, a possible tag) */
+static void send_split(Choice *ch) {
+        Call *c = ch->call;
+        gsize t0 = ch->sent_thinking, a0 = ch->sent_content;
+
+        if (ch->thinking->len == t0 && ch->content->len == a0)
+                return;
+        ch->sent_thinking = ch->thinking->len;
+        ch->sent_content = ch->content->len;
+        c->ops->token(c, ch, ch->thinking->str + t0, ch->content->str + a0);
+}
+
 static void job_started(void *userdata, const char *error_name, const char *message) {
         Choice *ch = userdata;
         Call *c = ch->call;
@@ -879,8 +905,12 @@ static void job_started(void *userdata, const char *error_name, const char *mess
         /* what the choices taken earlier wrote meanwhile */
         for (guint i = 0; i < c->n_choices; i++) {
                 Choice *o = &c->choices[i];
-                if (o->text->len > 0 && !o->held)
-                        c->ops->token(c, o, o->text->str);
+                if (o->held)
+                        ;
+                else if (o->thinking)
+                        send_split(o);
+                else if (o->text->len > 0)
+                        c->ops->token(c, o, NULL, o->text->str);
                 if (o->reason && c->ops->choice_done)
                         c->ops->choice_done(c, o);
         }
@@ -893,6 +923,8 @@ static void job_token(void *userdata, const char *text) {
         bool first = ch->text->len == 0;
 
         g_string_append(ch->text, text);
+        if (ch->thinking)
+                think_split_feed(&ch->split, text, ch->thinking, ch->content);
         if (ch->index == 0)
                 submit_rest(c);
         if (c->ops->enough && !ch->stopping && c->ops->enough(c, ch, text)) {
@@ -908,8 +940,12 @@ static void job_token(void *userdata, const char *text) {
                 ch->held = true;
                 return;
         }
-        if (c->headers_sent) /* else written when they go */
-                c->ops->token(c, ch, text);
+        if (!c->headers_sent) /* else written when they go */
+                return;
+        if (ch->thinking)
+                send_split(ch);
+        else
+                c->ops->token(c, ch, NULL, text);
 }
 
 static void job_logprobs(void *userdata, GVariant *tokens) {
@@ -1000,6 +1036,12 @@ static void job_finished(void *userdata, const char *reason, const char *error,
                 }
                 if (ch->index == 0)
                         submit_rest(c);
+                if (ch->thinking) {
+                        /* what the split held back: a possible tag, blanks */
+                        think_split_end(&ch->split, ch->thinking, ch->content);
+                        if (c->headers_sent && !ch->held)
+                                send_split(ch);
+                }
                 ch->reason = g_strdup(reason);
                 ch->st = *st;
                 ch->st.finish_reason = g_strdup(st->finish_reason);
@@ -1203,6 +1245,34 @@ void model_query(Bridge *b, SoupServerMessage *msg, Api api, const char *want, M
         engine_link_get_model(b->link, model_query_got, q);
 }
 
+/* The thinking apart where the model's template thinks (ModelInfo's thinking; an engine
+ * without the key: none). The answer begins inside it where the generation prompt opens the
+ * block (thinking_open), unless a grammar holds the answer from its first byte (a schema,
+ * tools: the answer is what they let through, no thinking before it). Such an answer is no
+ * turn to continue on a flow: the client keeps the answer without its thinking, which the
+ * flow's conversation never matches. */
+static void think_setup(Call *c, GVariant *info) {
+        gboolean thinks = FALSE, open = FALSE;
+        g_autoptr(GVariant) schema = g_variant_lookup_value(c->options, "json_schema", NULL);
+        g_autoptr(GVariant) tools = g_variant_lookup_value(c->options, "tools", NULL);
+
+        if (info) {
+                (void) g_variant_lookup(info, "thinking", "b", &thinks);
+                (void) g_variant_lookup(info, "thinking_open", "b", &open);
+        }
+        c->think = thinks;
+        c->think_open = open && !schema && !tools;
+        if (!c->think)
+                return;
+        c->cacheable = false;
+        for (guint i = 0; i < c->n_choices; i++) {
+                Choice *ch = &c->choices[i];
+                ch->thinking = g_string_new(NULL);
+                ch->content = g_string_new(NULL);
+                think_split_init(&ch->split, c->think_open);
+        }
+}
+
 static void call_got_model(void *userdata, const char *model, GVariant *info, const char *error_name,
                            const char *message) {
         Call *c = userdata;
@@ -1221,6 +1291,8 @@ static void call_got_model(void *userdata, const char *model, GVariant *info, co
                 call_unref(c);
                 return;
         }
+        if (c->think)
+                think_setup(c, info);
         call_submit(c);
 }
 

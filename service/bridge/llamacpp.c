@@ -136,7 +136,7 @@ static void send_sse(Call *c, JsonNode *node) {
 static void infill_begin(Call *c) {
 }
 
-static void infill_token(Call *c, Choice *ch, const char *text) {
+static void infill_token(Call *c, Choice *ch, const char *thinking, const char *text) {
         InfillData *d = c->api_data;
         gsize len = strlen(text), at = ch->text->len - len; /* where the piece begins */
         if (d->warm_up || (d->cut && d->cut <= at))

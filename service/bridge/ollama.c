@@ -23,8 +23,9 @@ static JsonBuilder *line_begin(Call *c) {
         return jb;
 }
 
-/* The answer's text, or (chat) a tool call: Ollama's tool_calls, arguments as an object. */
-static void add_message(Call *c, JsonBuilder *jb, const char *text, const char *call_name,
+/* The answer's text, or (chat) a tool call: Ollama's tool_calls, arguments as an object; with
+ * "think": the thinking apart ("thinking", where there is some: NULL or "" for none). */
+static void add_message(Call *c, JsonBuilder *jb, const char *thinking, const char *text, const char *call_name,
                         JsonNode *call_args) {
         OllamaData *d = c->api_data;
         if (d->chat) {
@@ -34,6 +35,10 @@ static void add_message(Call *c, JsonBuilder *jb, const char *text, const char *
                 json_builder_add_string_value(jb, "assistant");
                 json_builder_set_member_name(jb, "content");
                 json_builder_add_string_value(jb, call_name ? "" : text);
+                if (thinking && *thinking) {
+                        json_builder_set_member_name(jb, "thinking");
+                        json_builder_add_string_value(jb, thinking);
+                }
                 if (call_name) {
                         json_builder_set_member_name(jb, "tool_calls");
                         json_builder_begin_array(jb);
@@ -52,11 +57,15 @@ static void add_message(Call *c, JsonBuilder *jb, const char *text, const char *
         } else {
                 json_builder_set_member_name(jb, "response");
                 json_builder_add_string_value(jb, text);
+                if (thinking && *thinking) {
+                        json_builder_set_member_name(jb, "thinking");
+                        json_builder_add_string_value(jb, thinking);
+                }
         }
 }
 
 static void add_text(Call *c, JsonBuilder *jb, const char *text) {
-        add_message(c, jb, text, NULL, NULL);
+        add_message(c, jb, NULL, text, NULL, NULL);
 }
 
 /* With logprobs: "logprobs", the records of the choice not yet written */
@@ -109,9 +118,9 @@ static void send_line(Call *c, JsonBuilder *jb) {
 static void ol_begin(Call *c) {
 }
 
-static void ol_token(Call *c, Choice *ch, const char *text) {
+static void ol_token(Call *c, Choice *ch, const char *thinking, const char *text) {
         g_autoptr(JsonBuilder) jb = line_begin(c);
-        add_text(c, jb, text);
+        add_message(c, jb, thinking, text, NULL, NULL);
         add_logprobs(c, jb, ch);
         json_builder_set_member_name(jb, "done");
         json_builder_add_boolean_value(jb, FALSE);
@@ -133,7 +142,7 @@ static void ol_finish(Call *c) {
         if (c->stream && (call || ch->held)) {
                 /* held back as a possible call: the call, or the text after all */
                 g_autoptr(JsonBuilder) held = line_begin(c);
-                add_message(c, held, ch->text->str, call ? name : NULL, args);
+                add_message(c, held, choice_thinking(ch), choice_content(ch), call ? name : NULL, args);
                 add_logprobs(c, held, ch);
                 json_builder_set_member_name(held, "done");
                 json_builder_add_boolean_value(held, FALSE);
@@ -143,7 +152,7 @@ static void ol_finish(Call *c) {
         if (c->stream)
                 add_text(c, jb, "");
         else
-                add_message(c, jb, ch->text->str, call ? name : NULL, args);
+                add_message(c, jb, choice_thinking(ch), choice_content(ch), call ? name : NULL, args);
         add_logprobs(c, jb, ch);
         add_done(c, jb, reason, st);
         if (c->stream) {
@@ -197,12 +206,12 @@ static bool ollama_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_ma
 /* format, tools and (generate) a suffix into the engine's options; *ret_tools: tools given,
  * *ret_fim: a suffix to fill up to. */
 static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, bool *ret_tools, bool *ret_fim,
-                               Fail *f) {
+                               bool *ret_think, Fail *f) {
         JsonNode *n = json_object_get_member(o, "format");
         JsonArray *a = NULL;
         const char *tmpl = NULL;
 
-        *ret_tools = *ret_fim = false;
+        *ret_tools = *ret_fim = *ret_think = false;
         if (n && JSON_NODE_HOLDS_VALUE(n) && json_node_get_value_type(n) == G_TYPE_STRING) {
                 const char *v = json_node_get_string(n);
                 if (strcmp(v, "json") == 0) {
@@ -234,12 +243,14 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
         if (tmpl && *tmpl)
                 return fail_bad(f, "'template' is not supported: the engine applies the model's own "
                                 "chat template");
-        /* what would change the answer, refused rather than dropped: thinking on (Ollama's answer
-         * holds it apart, which the engine's does not; think false turns it off where the
-         * template can, the engine's think option), a suffix in a chat, and an earlier answer's
-         * context; a
-         * suffix to /api/generate fills in the middle (the prompt before the cursor, the suffix
-         * after it, in the model's FIM tokens, as a code model's template does with them) */
+        /* think: true (or a level, "high", "medium", "low": any string but "" and "false") holds
+         * the thinking apart, in "thinking", and asks the engine for it on (a model that does not
+         * think, raw text or a suffix: 400, the engine says why); false (or "", "false") turns it
+         * off where the template can (the engine's think option); absent, the text is as the
+         * model writes it. What would change the answer is refused rather than dropped: a suffix
+         * in a chat, and an earlier answer's context; a suffix to /api/generate fills in the
+         * middle (the prompt before the cursor, the suffix after it, in the model's FIM tokens,
+         * as a code model's template does with them) */
         {
                 bool think = false, think_set = false;
                 const char *suffix = NULL;
@@ -251,9 +262,10 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
                         think_set = !think;
                 } else if (!field_bool(o, "think", &think, &think_set, f))
                         return false;
-                if (think)
-                        return fail_bad(f, "'think' is not supported: the engine's answers hold no "
-                                        "separate thinking (think false turns it off)");
+                if (think) {
+                        g_variant_builder_add(opts, "{sv}", "think", g_variant_new_boolean(TRUE));
+                        *ret_think = true;
+                }
                 if (!field_string(o, "suffix", &suffix, f) || !field_array(o, "context", &context, f))
                         return false;
                 if (suffix && *suffix) {
@@ -266,7 +278,7 @@ static bool structured_options(JsonObject *o, bool chat, GVariantBuilder *opts, 
                 JsonNode *raw = json_object_get_member(o, "raw");
                 bool is_raw = !chat && raw && JSON_NODE_HOLDS_VALUE(raw) &&
                               json_node_get_value_type(raw) == G_TYPE_BOOLEAN && json_node_get_boolean(raw);
-                if (think_set && !is_raw && !*ret_fim)
+                if (think_set && !think && !is_raw && !*ret_fim)
                         g_variant_builder_add(opts, "{sv}", "think", g_variant_new_boolean(FALSE));
                 if (context && json_array_get_length(context) > 0)
                         return fail_bad(f, "'context' is not supported: send the conversation's "
@@ -336,7 +348,8 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(GArray) turns = NULL;
         JsonObject *o, *options = NULL;
         const char *model = NULL, *system = NULL;
-        bool stream = true, raw = false, raw_set = false, proactive, tools = false, fim = false, logprobs = false;
+        bool stream = true, raw = false, raw_set = false, proactive, tools = false, fim = false, logprobs = false,
+             think = false;
         guint32 max_tokens = 0;
         gint64 top = 0;
         bool top_set = false;
@@ -344,7 +357,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
 
         o = body_object(b, msg, &parser, &f);
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
-            !field_object(o, "options", &options, &f) || !structured_options(o, chat, &opts, &tools, &fim, &f) ||
+            !field_object(o, "options", &options, &f) || !structured_options(o, chat, &opts, &tools, &fim, &think, &f) ||
             (options && !ollama_options(options, &opts, &max_tokens, &f)) || !parse_priority(msg, o, &proactive, &f) ||
             !field_bool(o, "logprobs", &logprobs, NULL, &f) || !field_int(o, "top_logprobs", &top, &top_set, &f))
                 goto fail;
@@ -399,6 +412,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->prompt = g_steal_pointer(&prompt);
         c->turns = g_steal_pointer(&turns);
         c->tools = tools;
+        c->think = think;
         c->cacheable = chat && !tools && !turns_hold_tools(c->turns);
         c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
         call_start(c);

@@ -189,8 +189,9 @@ static void add_logprobs(JsonBuilder *jb, bool chat, const LpRange *lp) {
         json_builder_end_object(jb);
 }
 
-static void add_choice(JsonBuilder *jb, guint index, bool chat, bool stream, const char *role, const char *text,
-                       const char *finish_reason, const LpRange *lp) {
+/* reasoning: the thinking held apart (llama-server's reasoning_content), NULL or "" for none */
+static void add_choice(JsonBuilder *jb, guint index, bool chat, bool stream, const char *role, const char *reasoning,
+                       const char *text, const char *finish_reason, const LpRange *lp) {
         json_builder_begin_object(jb);
         json_builder_set_member_name(jb, "index");
         json_builder_add_int_value(jb, index);
@@ -204,6 +205,10 @@ static void add_choice(JsonBuilder *jb, guint index, bool chat, bool stream, con
                 if (text) {
                         json_builder_set_member_name(jb, "content");
                         json_builder_add_string_value(jb, text);
+                }
+                if (reasoning && *reasoning) {
+                        json_builder_set_member_name(jb, "reasoning_content");
+                        json_builder_add_string_value(jb, reasoning);
                 }
                 json_builder_end_object(jb);
         } else {
@@ -245,7 +250,8 @@ static void send_chunk(Call *c, JsonBuilder *jb) {
 }
 
 /* ch: with logprobs, the chunk carries its records not yet written */
-static void stream_chunk(Call *c, guint index, const char *role, const char *text, const char *finish, Choice *ch) {
+static void stream_chunk(Call *c, guint index, const char *role, const char *reasoning, const char *text,
+                         const char *finish, Choice *ch) {
         OpenAIData *d = c->api_data;
         g_autoptr(JsonBuilder) jb = chunk_begin(c, d->chat);
         LpRange lp = { ch, ch ? ch->logprobs_sent : 0, ch && ch->logprobs ? ch->logprobs->len : 0 };
@@ -253,7 +259,7 @@ static void stream_chunk(Call *c, guint index, const char *role, const char *tex
                 ch->logprobs_sent = lp.to;
         json_builder_set_member_name(jb, "choices");
         json_builder_begin_array(jb);
-        add_choice(jb, index, d->chat, true, role, text, finish, d->logprobs && ch ? &lp : NULL);
+        add_choice(jb, index, d->chat, true, role, reasoning, text, finish, d->logprobs && ch ? &lp : NULL);
         json_builder_end_array(jb);
         send_chunk(c, jb);
 }
@@ -269,11 +275,13 @@ static void oa_begin(Call *c) {
         OpenAIData *d = c->api_data;
         if (d->chat)
                 for (guint i = 0; i < c->n_choices; i++)
-                        stream_chunk(c, i, "assistant", "", NULL, NULL);
+                        stream_chunk(c, i, "assistant", NULL, "", NULL, NULL);
 }
 
-static void oa_token(Call *c, Choice *ch, const char *text) {
-        stream_chunk(c, ch->index, NULL, text, NULL, ch);
+/* With the thinking apart, a delta holds the new thinking as reasoning_content and the new
+ * answer as content, each where there is some (llama-server's deltas) */
+static void oa_token(Call *c, Choice *ch, const char *thinking, const char *text) {
+        stream_chunk(c, ch->index, NULL, thinking, thinking && !*text ? NULL : text, NULL, ch);
 }
 
 /* Streamed: the choice's call or held text, then its finish_reason. */
@@ -292,8 +300,8 @@ static void oa_choice_done(Call *c, Choice *ch) {
                 send_chunk(c, jb);
         } else if (ch->held)
                 /* held back as a possible call, and text after all */
-                stream_chunk(c, ch->index, NULL, ch->text->str, NULL, ch);
-        stream_chunk(c, ch->index, NULL, d->chat ? NULL : "", call ? "tool_calls" : ch->reason, ch);
+                stream_chunk(c, ch->index, NULL, choice_thinking(ch), choice_content(ch), NULL, ch);
+        stream_chunk(c, ch->index, NULL, NULL, d->chat ? NULL : "", call ? "tool_calls" : ch->reason, ch);
 }
 
 static void oa_finish(Call *c) {
@@ -332,8 +340,8 @@ static void oa_finish(Call *c) {
                         add_call_choice(c, ch, jb, false, name, args);
                 else {
                         LpRange lp = { ch, 0, G_MAXUINT };
-                        add_choice(jb, i, d->chat, false, d->chat ? "assistant" : NULL, ch->text->str, ch->reason,
-                                   d->logprobs ? &lp : NULL);
+                        add_choice(jb, i, d->chat, false, d->chat ? "assistant" : NULL, choice_thinking(ch),
+                                   choice_content(ch), ch->reason, d->logprobs ? &lp : NULL);
                 }
         }
         json_builder_end_array(jb);
@@ -554,9 +562,21 @@ static bool sampling_options(JsonObject *o, GVariantBuilder *opts, guint32 *ret_
 /* chat_template_kwargs' enable_thinking (as clients of vLLM and llama-server send it): the
  * engine's think option (off: the template's own switch, where it has one); its other keys
  * are refused, as the engine applies the model's template itself */
-static bool thinking_option(JsonObject *o, bool chat, GVariantBuilder *opts, Fail *f) {
+/* *ret_apart: the thinking goes to reasoning_content, as llama-server's default
+ * (--reasoning-format deepseek) puts it; the request's reasoning_format "none" keeps it in the
+ * content, as the model writes it, and enable_thinking false leaves none to hold apart.
+ * /v1/completions' text is always as the model writes it. */
+static bool thinking_option(JsonObject *o, bool chat, GVariantBuilder *opts, bool *ret_apart, Fail *f) {
         JsonObject *k = NULL;
         bool on = false, set = false;
+        const char *format = NULL;
+        *ret_apart = chat;
+        if (!field_string(o, "reasoning_format", &format, f))
+                return false;
+        if (format && strcmp(format, "none") == 0)
+                *ret_apart = false;
+        else if (format && strcmp(format, "deepseek") != 0 && strcmp(format, "auto") != 0)
+                return fail_bad(f, "'reasoning_format' must be none, auto or deepseek, got '%s'", format);
         if (!field_object(o, "chat_template_kwargs", &k, f))
                 return false;
         if (!k)
@@ -572,6 +592,8 @@ static bool thinking_option(JsonObject *o, bool chat, GVariantBuilder *opts, Fai
                 return false;
         if (set)
                 g_variant_builder_add(opts, "{sv}", "think", g_variant_new_boolean(on));
+        if (set && !on)
+                *ret_apart = false;
         return true;
 }
 
@@ -583,7 +605,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         g_autoptr(GArray) turns = NULL;
         JsonObject *o, *so = NULL;
         const char *model = NULL;
-        bool stream = false, usage = false, proactive, tools = false, calls = false, logprobs = false;
+        bool stream = false, usage = false, proactive, tools = false, calls = false, logprobs = false, apart = false;
         guint32 max_tokens = 0;
         guint n = 1;
         Call *c;
@@ -592,7 +614,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         if (!o || !field_string(o, "model", &model, &f) || !field_bool(o, "stream", &stream, NULL, &f) ||
             !field_object(o, "stream_options", &so, &f) ||
             (so && !field_bool(so, "include_usage", &usage, NULL, &f)) ||
-            !structured_options(o, &opts, &tools, &calls, &f) || !thinking_option(o, chat, &opts, &f) ||
+            !structured_options(o, &opts, &tools, &calls, &f) || !thinking_option(o, chat, &opts, &apart, &f) ||
             !field_choices(o, &n, &f) ||
             !refuse_unsupported(o, chat, &f) || !logprobs_options(o, chat, &opts, &logprobs, &f) ||
             !sampling_options(o, &opts, &max_tokens, &f) || !parse_priority(msg, o, &proactive, &f))
@@ -644,6 +666,7 @@ static void generate(Bridge *b, SoupServerMessage *msg, bool chat) {
         c->prompt = g_steal_pointer(&prompt);
         c->turns = g_steal_pointer(&turns);
         c->tools = calls;
+        c->think = apart;
         c->cacheable = chat && !tools && !turns_hold_tools(c->turns);
         c->options = g_variant_ref_sink(g_variant_builder_end(&opts));
         call_start(c);

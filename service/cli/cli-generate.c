@@ -253,7 +253,7 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
                 _cleanup_free_ char *formatted = NULL;
                 if (axp_tools_prepare(m->chat_template, m->tok, tools, a->tool_choice, a->system, NULL, 0, text,
                                       &formatted, ret_grammar, ret_family, ret_tools, &err) < 0 ||
-                    (a->think_set && axp_chat_apply_think(m->chat_template, a->think, &formatted, &err) < 0))
+                    axp_chat_apply_think(m->chat_template, a->think_set ? a->think : -1, &formatted, &err) < 0)
                         return cli_fail("%s", err.msg);
                 return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
         }
@@ -274,7 +274,7 @@ static int build_prompt(const axp_model *m, const gen_args *a, const char *text,
         if (!formatted)
                 return cli_fail("out of memory");
         axp_error err = { 0 };
-        if (a->think_set && axp_chat_apply_think(m->chat_template, a->think, &formatted, &err) < 0)
+        if (axp_chat_apply_think(m->chat_template, a->think_set ? a->think : -1, &formatted, &err) < 0)
                 return cli_fail("%s", err.msg);
         return cli_tokenize_raw(m, formatted, strlen(formatted), ret, ret_n);
 }

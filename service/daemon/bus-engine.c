@@ -47,12 +47,13 @@ static int property_get_model_info(sd_bus *bus, const char *path, const char *if
 
         r = sd_bus_message_open_container(reply, 'a', "{sv}");
         if (r >= 0 && c->engine && c->status.model[0])
-                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", c->status.model,
+                r = sd_bus_message_append(reply, "{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}{sv}", "name", "s", c->status.model,
                                           "architecture", "s", d->arch, "parameters", "t", d->parameters,
                                           "size", "t", d->file_bytes, "context_length", "u", (uint32_t) d->n_ctx,
                                           "embedding_length", "u", (uint32_t) d->n_embd,
                                           "file_type", "s", d->file_type, "chat_template", "s", d->chat,
-                                          "tools", "b", d->tools, "fim", "b", d->fim);
+                                          "tools", "b", d->tools, "fim", "b", d->fim,
+                                          "thinking", "b", d->thinks, "thinking_open", "b", d->think_opens);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         return r;

@@ -59,6 +59,22 @@ def main():
     else:
         print(f"ok: qwen3: off adds its {len(tail)}-token empty think block, on is the template's default")
 
+    # a template whose generation prompt opens the block (R1's distills, QwQ) ends the prompt
+    # with it, as the template renders it; not a raw prompt
+    opening = run("tokenize", "-m", models["r1"], "-p", "<think>\n", "--no-bos", "--json")
+    opening = json.loads(opening.stdout) if opening.returncode == 0 else None
+    if isinstance(opening, dict):
+        opening = opening.get("tokens", opening.get("ids"))
+    r1, r = prompt_tokens(models["r1"])
+    r1_on, _ = prompt_tokens(models["r1"], "--think", "on")
+    r1_raw, _ = prompt_tokens(models["r1"], "--raw")
+    qwen_raw, _ = prompt_tokens(models["qwen3"], "--raw")
+    if (not opening or r1 is None or r1 != base + opening or r1_on != r1 or r1_raw is None
+            or r1_raw != qwen_raw):
+        fail(f"r1's opened think block: {r1} / {r1_on} / base {base} + {opening}; raw {r1_raw} / {qwen_raw}: {r.stderr}")
+    else:
+        print(f"ok: r1: the prompt ends with the template's opening <think> ({len(opening)} tokens), not a raw one")
+
     for name, arg, want in (("r1", "off", "no switch to turn thinking off"),
                             ("llama3", "on", "the model does not think"),
                             ("none", "on", "the model does not think")):
@@ -103,6 +119,11 @@ def main():
             r = bus.cli("ask", "--think", "off", "-n", "2", "Hi")
             if r.rc != 0:
                 fail(f"ask --think off: {r}")
+            d.stop()
+            d = bustest.Daemon(bus, daemon, args=["--model", models["r1"]])
+            n_r1, r = tokens("")
+            if n_r1 is None or n_r1 != n0 + len(opening or [None] * 1000):
+                fail(f"Complete on r1: {n_r1} against {n0} + the opening's {len(opening or [])}: {r}")
             d.stop()
             for name in ("llama3", "none"):
                 d = bustest.Daemon(bus, daemon, args=["--model", models[name]])

@@ -790,7 +790,7 @@ def test_model_info_describes_the_model():
         assert info == {"name": p["Model"], "architecture": "llama", "parameters": int(m.group(1)),
                         "size": os.path.getsize(model()), "context_length": 1000, "embedding_length": 512,
                         "file_type": "Q8_0", "chat_template": "llama3",
-                        "tools": False, "fim": False}, info
+                        "tools": False, "fim": False, "thinking": False, "thinking_open": False}, info
         r = bus.cli("status")
         want = "          llama, %.1f million parameters, Q8_0, context 1000, chat template llama3\n" % (
             int(m.group(1)) / 1e6)

@@ -16,8 +16,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from httptest import (WAIT, Bridge, Skip, TestBus, free_port, llama3, main, model, model_name, serving,  # noqa: E402,F401
-                      sse_events, token_count, wait_for)
+from httptest import (CLI, WAIT, Bridge, Skip, TestBus, free_port, llama3, main, model, model_name, run,  # noqa: E402,F401
+                      serving, sse_events, token_count, wait_for)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
 from bustest import NAME, PATH, REQ_IFACE, gvariant_first_string  # noqa: E402
@@ -421,7 +421,13 @@ def bad_inputs(m):
          "his model has no fill-in-the-middle tokens"),
         ("a suffix in a chat", "/api/chat", dict(chat, suffix="end"), (), 400, "is /api/generate's"),
         ("an earlier answer's context", "/api/generate", dict(gen, context=[1, 2, 3]), (), 400, "'context'"),
-        ("thinking asked for", "/api/chat", dict(chat, think=True), (), 400, "'think' is not supported"),
+        # thinking on needs a model that thinks (this one's Llama 3 template does not), as Ollama's 400
+        ("thinking asked for, a model that does not think", "/api/chat", dict(chat, think=True), (), 400,
+         "he model does not think"),
+        ("a thinking level, a model that does not think", "/api/generate", dict(gen, think="high"), (), 400,
+         "he model does not think"),
+        ("a reasoning format the bridge does not write", "/v1/chat/completions",
+         dict(chat, reasoning_format="deepseek-legacy"), (), 400, "'reasoning_format' must be none, auto or deepseek"),
         # OpenAI-style servers' switch: enable_thinking alone, and the model must think to have it on
         ("a template argument other than thinking", "/v1/chat/completions",
          dict(chat, chat_template_kwargs={"add_vision_id": True}), (), 400, "takes enable_thinking only"),
@@ -1329,6 +1335,152 @@ def test_embeddings():
         assert status == 200 and close(body["data"][0]["embedding"], want[1]), body
 
 
+# Thinking templates, as tests/cli/test-think.py makes them: Qwen3's (its answer opens the think
+# block itself; enable_thinking false writes the empty one) and DeepSeek-R1's distills' (the
+# generation prompt opens it, the answer begins inside it)
+QWEN3_THINK = ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
+               "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+               "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+               "{%- endif %}{%- endif %}")
+R1_THINK = ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
+            "'<|im_end|>\\n' }}{%- endfor %}{{- '<|im_start|>assistant\\n<think>\\n' }}")
+
+
+def thinking_model(name, template):
+    """A tiny qwen3 model with this chat template that never ends on its own, beside the test
+    model, made once per run."""
+    path = os.path.join(os.path.dirname(model()), f"think-{name}.gguf")
+    if not os.path.exists(path):
+        r = run([CLI, "mkmodel", "--arch", "qwen3", "--dim", "64", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+                 "--ffn", "128", "--ctx", "512", "--no-eog", "--seed", "5", "--chat-template", template, "-o", path])
+        assert r.rc == 0, r
+    return path
+
+
+def split_thinking(text, opened):
+    """What the bridge's split makes of an answer (service/bridge/think.h): the thinking between
+    <think> (or the start, where the prompt opened the block) and </think>, blanks around it
+    left out, and the rest without the blanks after </think>; no <think> first and not opened:
+    all answer, as written."""
+    blanks = " \t\n\r"
+    rest = text.lstrip(blanks)
+    if rest.startswith("<think>"):
+        rest = rest[len("<think>"):]
+    elif not opened:
+        return "", text
+    end = rest.find("</think>")
+    if end < 0:
+        return rest.strip(blanks), ""
+    return rest[:end].strip(blanks), rest[end + len("</think>"):].lstrip(blanks)
+
+
+def test_thinking_apart():
+    """A thinking model's thinking held apart: Ollama's "think": true (or a level) in
+    message.thinking / thinking, OpenAI's reasoning_content by default (llama-server's
+    --reasoning-format deepseek; "none" keeps the text as written), streamed and whole, the
+    pieces of a stream adding up to the whole; think absent is the text as the model writes it.
+    The split of the model's own text is what split_thinking makes of it: an R1 distill's
+    template opens the block in its generation prompt (ModelInfo's thinking_open), so its
+    answer is thinking until </think>, all of it here (random weights write no tag); a Qwen3
+    template's answer is thinking only from a <think> it writes first. A schema or tools hold
+    the answer from its first byte: no thinking then, and structured output is as ever."""
+    for name, template, opened in (("r1", R1_THINK, True), ("qwen3", QWEN3_THINK, False)):
+        with serving(model_path=thinking_model(name, template)) as (bus, d, b):
+            m = model_name(b)
+            status, info = b.json("/api/show", {"model": m})
+            assert status == 200, info
+            props = bus.props()["ModelInfo"]
+            assert (props["thinking"]["data"], props["thinking_open"]["data"]) == (True, opened), props
+            msgs = [{"role": "user", "content": "Why is the sky blue?"}]
+            opts = {"num_predict": 24, "temperature": 0}
+            base = {"model": m, "messages": msgs, "options": opts}
+
+            # think absent: the text as the model writes it
+            status, r = b.json("/api/chat", dict(base, stream=False))
+            assert status == 200 and "thinking" not in r["message"], r
+            raw = r["message"]["content"]
+            assert raw, r
+            want_t, want_c = split_thinking(raw, opened)
+            if opened:
+                assert want_t, (raw, want_t)    # begins inside the block: thinking
+            for think in (True, "high", "medium", "low"):
+                status, r = b.json("/api/chat", dict(base, stream=False, think=think))
+                assert status == 200, r
+                assert (r["message"].get("thinking", ""), r["message"]["content"]) == (want_t, want_c), (think, raw, r)
+                assert bool(want_t) == ("thinking" in r["message"]), r
+            # streamed: each line the new thinking and/or the new answer
+            status, text = b.curl("/api/chat", dict(base, think=True))
+            assert status == 200, text
+            lines = ndjson(text)
+            assert lines[-1]["done"] is True and lines[-1]["done_reason"] == "length", lines[-1]
+            got = ("".join(x["message"].get("thinking", "") for x in lines),
+                   "".join(x["message"]["content"] for x in lines))
+            assert got == (want_t, want_c), (raw, got)
+            assert all(x["message"].get("thinking") or x["message"]["content"] or x["done"] for x in lines), lines
+
+            # /api/generate: thinking beside response
+            gen = {"model": m, "prompt": "Why is the sky blue?", "options": opts}
+            status, r = b.json("/api/generate", dict(gen, stream=False))
+            assert status == 200 and "thinking" not in r, r
+            gt, gc = split_thinking(r["response"], opened)
+            status, r = b.json("/api/generate", dict(gen, stream=False, think=True))
+            assert status == 200 and (r.get("thinking", ""), r["response"]) == (gt, gc), r
+            status, text = b.curl("/api/generate", dict(gen, think=True))
+            lines = ndjson(text)
+            assert status == 200 and ("".join(x.get("thinking", "") for x in lines),
+                                      "".join(x["response"] for x in lines)) == (gt, gc), lines
+            # raw text has no template to think in: refused, in one line
+            status, r = b.json("/api/generate", dict(gen, stream=False, think=True, raw=True))
+            assert status == 400 and "\n" not in r["error"], r
+
+            # OpenAI: reasoning_content by default, the same split of the same text
+            r = chat(b, msgs, n=24)
+            msg = r["choices"][0]["message"]
+            assert (msg.get("reasoning_content", ""), msg["content"]) == (want_t, want_c), (raw, r)
+            assert bool(want_t) == ("reasoning_content" in msg), msg
+            r = chat(b, msgs, n=24, reasoning_format="none")
+            assert r["choices"][0]["message"]["content"] == raw and "reasoning_content" not in r["choices"][0]["message"], r
+            r = chat(b, msgs, n=24, reasoning_format="deepseek")
+            assert r["choices"][0]["message"]["content"] == want_c, r
+            status, text = b.curl("/v1/chat/completions", dict(model=m, max_tokens=24, temperature=0, messages=msgs,
+                                                               stream=True))
+            assert status == 200, text
+            events = sse_events(text)
+            assert events[-1] == "[DONE]"
+            deltas = [json.loads(e)["choices"][0]["delta"] for e in events[:-1]]
+            got = ("".join(x.get("reasoning_content", "") for x in deltas),
+                   "".join(x.get("content") or "" for x in deltas))
+            assert got == (want_t, want_c), (raw, got)
+            # /v1/completions: the text as written
+            status, r = b.json("/v1/completions", dict(model=m, max_tokens=4, temperature=0, prompt="Hi"))
+            assert status == 200 and "reasoning_content" not in json.dumps(r), r
+
+            # structured output: the schema holds the answer from its first byte, none of it thinking
+            status, r = b.json("/api/chat", dict(base, stream=False, think=True, format=WEATHER,
+                                                 options={"num_predict": 64, "temperature": 0}))
+            assert status == 200 and json.loads(r["message"]["content"])["city"] in ("Paris", "Oslo"), r
+            assert "thinking" not in r["message"], r
+            schema = {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER}}
+            r = chat(b, msgs, n=64, response_format=schema)
+            assert json.loads(r["choices"][0]["message"]["content"])["unit"] in ("C", "F"), r
+            assert "reasoning_content" not in r["choices"][0]["message"], r
+            status, text = b.curl("/v1/chat/completions", dict(model=m, max_tokens=64, temperature=0, messages=msgs,
+                                                               response_format=schema, stream=True))
+            deltas = [json.loads(e)["choices"][0]["delta"] for e in sse_events(text)[:-1]]
+            assert status == 200 and not any("reasoning_content" in x for x in deltas), deltas
+            assert json.loads("".join(x.get("content") or "" for x in deltas))["city"] in ("Paris", "Oslo"), deltas
+
+            # thinking off: the template's switch (Qwen3), or 400 where it always thinks (R1)
+            status, r = b.json("/api/chat", dict(base, stream=False, think=False))
+            if opened:
+                assert status == 400 and "no switch to turn thinking off" in r["error"], r
+            else:
+                assert status == 200 and "thinking" not in r["message"], r
+                r2 = chat(b, msgs, n=24, chat_template_kwargs={"enable_thinking": False})
+                assert r2["choices"][0]["message"]["content"] == r["message"]["content"], (r, r2)
+                assert "reasoning_content" not in r2["choices"][0]["message"], r2
+
+
 if __name__ == "__main__":
     main([
         test_socket_mode_and_token_file,
@@ -1357,6 +1509,7 @@ if __name__ == "__main__":
         test_prompt_cache_serves_agents,
         test_fill_in_the_middle,
         test_logprobs,
+        test_thinking_apart,
         test_infill_for_code_editors,
         test_embeddings,
     ])
