@@ -40,6 +40,13 @@ def prompt_tokens(model, *args):
     return json.loads(r.stdout)["prompt_tokens"], r
 
 
+def tokenize(model, text):
+    """text's token ids (no BOS), or None"""
+    r = run("tokenize", "-m", model, "-p", text, "--no-bos", "--json")
+    ids = json.loads(r.stdout) if r.returncode == 0 else None
+    return ids.get("tokens", ids.get("ids")) if isinstance(ids, dict) else ids
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="axp-think-")
     models = {}
@@ -47,10 +54,7 @@ def main():
         models[name] = os.path.join(tmp, name + ".gguf")
         mkmodel(models[name], template)
 
-    tail = run("tokenize", "-m", models["qwen3"], "-p", "<think>\n\n</think>\n\n", "--no-bos", "--json")
-    tail = json.loads(tail.stdout) if tail.returncode == 0 else None
-    if isinstance(tail, dict):
-        tail = tail.get("tokens", tail.get("ids"))
+    tail = tokenize(models["qwen3"], "<think>\n\n</think>\n\n")
     base, _ = prompt_tokens(models["qwen3"])
     off, r = prompt_tokens(models["qwen3"], "--think", "off")
     on, _ = prompt_tokens(models["qwen3"], "--think", "on")
@@ -61,10 +65,7 @@ def main():
 
     # a template whose generation prompt opens the block (R1's distills, QwQ) ends the prompt
     # with it, as the template renders it; not a raw prompt
-    opening = run("tokenize", "-m", models["r1"], "-p", "<think>\n", "--no-bos", "--json")
-    opening = json.loads(opening.stdout) if opening.returncode == 0 else None
-    if isinstance(opening, dict):
-        opening = opening.get("tokens", opening.get("ids"))
+    opening = tokenize(models["r1"], "<think>\n")
     r1, r = prompt_tokens(models["r1"])
     r1_on, _ = prompt_tokens(models["r1"], "--think", "on")
     r1_raw, _ = prompt_tokens(models["r1"], "--raw")
