@@ -568,7 +568,7 @@ static int do_submit(axp_engine *e, submit_args *a) {
                                    f ? f->pending : -1);
         }
         /* a chat prompt's end for the thinking asked (and the opening of the think block where
-         * the template's generation prompt writes it: R1's distills, QwQ) */
+         * the template's generation prompt writes it: QwQ, Qwen3's thinking-only models) */
         if (!o->suffix && text && !(o->raw || o->embed || (f && f->raw)) &&
             (r = axp_chat_apply_think(e->model->chat_template, o->think_set ? o->think : -1, &text, a->err)) < 0)
                 return r;

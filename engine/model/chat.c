@@ -592,7 +592,8 @@ static const char *generation_part(const char *tmpl) {
 }
 
 char *axp_chat_think_open(const char *tmpl) {
-        if (!axp_chat_thinks(tmpl))
+        /* a template we do not know is used raw: no generation prompt of its own is written */
+        if (!axp_chat_thinks(tmpl) || axp_chat_template_unknown(tmpl))
                 return NULL;
         const char *g = generation_part(tmpl);
         if (!g)

@@ -62,10 +62,12 @@ const char *axp_chat_family_name(axp_chat_family f);
 bool axp_chat_thinks(const char *chat_template);
 char *axp_chat_no_think(const char *chat_template);
 /* Whether the template's generation prompt opens the think block itself (a literal ending in
- * "<think>" after add_generation_prompt, as DeepSeek-R1's distills' and Qwen3's thinking-only
- * models' write it): the answer may begin inside the thinking, without "<think>". */
+ * "<think>" after add_generation_prompt, as QwQ's and Qwen3's thinking-only models' write it)
+ * and the engine writes it (not a template used raw): the answer may begin inside the
+ * thinking, without "<think>". */
 bool axp_chat_think_opens(const char *chat_template);
-/* That opening as the template writes it ("<think>\n"), or NULL (none, or out of memory). */
+/* That opening as the template writes it ("<think>\n"), or NULL (none, a template used raw
+ * because its turns are none of our families', or out of memory). */
 char *axp_chat_think_open(const char *chat_template);
 /* A chat prompt's end as the template writes it for the thinking asked (think: 1 on, 0 off,
  * -1 as the template does), on its text (which ends with the generation prompt): off appends

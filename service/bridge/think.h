@@ -4,7 +4,7 @@
  * "</think>" is thinking, what follows it the answer, the blanks right after "</think>" left out
  * (and those around the thinking). An answer that does not open with "<think>" (blanks before
  * it aside) is all answer, unless the prompt opened the block (`open`: a template whose
- * generation prompt ends with "<think>", as DeepSeek-R1's distills'), when it begins inside the
+ * generation prompt ends with "<think>", as QwQ's), when it begins inside the
  * thinking (a "<think>" the model writes anyway is taken as the opening). A block never closed
  * is all thinking.
  *

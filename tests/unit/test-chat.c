@@ -1154,6 +1154,11 @@ static const char tmpl_r1_distill[] =
         "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{% if add_generation_prompt and not ns.is_tool %}"
         "{{'<｜Assistant｜><think>\\n'}}{% endif %}";
 
+static const char tmpl_qwq[] =
+        "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + "
+        "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}"
+        "{%- endif %}";
+
 static void check_think(const char *tmpl, int on, int want_r, const char *want) {
         char *text = strdup("PROMPT");
         axp_error err = {};
@@ -1175,10 +1180,12 @@ static void test_think(void) {
         CHECK(axp_chat_thinks(tmpl_r1_distill) && !axp_chat_no_think(tmpl_r1_distill));
         CHECK(!axp_chat_thinks(tmpl_llama3) && !axp_chat_no_think(tmpl_llama3));
         CHECK(!axp_chat_thinks(NULL) && !axp_chat_no_think(NULL) && !axp_chat_thinks("chatml"));
-        /* the generation prompt that opens the block itself (R1's distills, Qwen3's thinking-only
+        /* the generation prompt that opens the block itself (QwQ, Qwen3's thinking-only
          * models): the answer begins inside it; an earlier answer's <think> (Qwen3's history) or
          * the empty block of the off switch does not open it */
-        CHECK(axp_chat_think_opens(tmpl_r1_distill));
+        /* R1's distills' own turns are none of our families: used raw, no opening written */
+        CHECK(axp_chat_template_unknown(tmpl_r1_distill) && !axp_chat_think_opens(tmpl_r1_distill));
+        CHECK(axp_chat_think_opens(tmpl_qwq));
         CHECK(!axp_chat_think_opens(tmpl_qwen3_think) && !axp_chat_think_opens(tmpl_smollm3_think));
         CHECK(!axp_chat_think_opens(tmpl_llama3) && !axp_chat_think_opens(NULL));
         CHECK(axp_chat_think_opens("{%- for m in messages %}{{- '<think>x</think>' }}{%- endfor %}"
@@ -1190,9 +1197,13 @@ static void test_think(void) {
         check_think(tmpl_qwen3_think, false, 0, "PROMPT<think>\n\n</think>\n\n");
         check_think(tmpl_qwen3_think, true, 0, "PROMPT");
         check_think(tmpl_smollm3_think, false, 0, "PROMPT<think>\n\n</think>\n");
-        /* R1's distills: the generation prompt's own opening of the block, on or by default */
-        check_think(tmpl_r1_distill, true, 0, "PROMPT<think>\n");
-        check_think(tmpl_r1_distill, -1, 0, "PROMPT<think>\n");
+        /* QwQ's (ChatML turns): the generation prompt's own opening of the block, on or by
+         * default; R1's distills' used raw: none */
+        check_think(tmpl_qwq, true, 0, "PROMPT<think>\n");
+        check_think(tmpl_qwq, -1, 0, "PROMPT<think>\n");
+        check_think(tmpl_qwq, false, -EINVAL, "no switch to turn thinking off");
+        check_think(tmpl_r1_distill, true, 0, "PROMPT");
+        check_think(tmpl_r1_distill, -1, 0, "PROMPT");
         check_think(tmpl_qwen3_think, -1, 0, "PROMPT");
         check_think(tmpl_llama3, -1, 0, "PROMPT");
         check_think(NULL, -1, 0, "PROMPT");
