@@ -20,9 +20,10 @@
  *              quants 0..31 (w + 16) as Q5_K's sub-blocks below, 22 bytes a row a block as in
  *              the file
  *   IQ4_NL     as Q4_0, the nibbles being indices into the 16 levels (axp_iq4nl_values)
- *   Q4_1       scales [nb][16] f16, mins [nb][16] f16 (each padded to 64 B), then nibbles
- *              [nb][4][16][4] as Q4_0's
- *   Q5_1       scales and mins as Q4_1, then quants as Q5_0's (24 bytes a row a block)
+ *   Q4_1       per block: scales [16] f16, mins [16] f16 (one line), then its nibbles
+ *              [4][16][4] as Q4_0's
+ *   Q5_1       per block: scales and mins as Q4_1, then its quants as Q5_0's (24 bytes a
+ *              row a block)
  *   Q4_K       per superblock: d[16] f16, dmin[16] f16, sc[8][16] u8, mins[4][16][2] u8
  *              (pairs of sub-blocks), then quants [8 sub][4][16][4] nibble bytes as Q4_0
  *   Q5_K       the head of Q4_K, then per sub-block five vectors [16][4], byte (j, v, r, i)
@@ -222,13 +223,18 @@ static inline void act_q8_K_put(uint8_t *row, int64_t s, float d, const int16_t 
 /* The 32-element block types' groups (pk32_*). Q8_0, Q4_0, IQ4_NL and Q5_0: runs of 8 blocks
  * (256 inputs, as a K-quant's superblock), each its head (the 8 blocks' scales, 256 bytes)
  * and then its blocks' quants, a last run of fewer blocks a whole head and only its blocks'
- * quants, so that decode reads a group as one stream in order. Q4_1 and Q5_1: one run, the
- * scales of every block, then their minimums (each padded to 64 bytes), then the quants.
+ * quants, so that decode reads a group as one stream in order. Q4_1 and Q5_1, whose scales
+ * and minimums fill a line a block: runs of one block, its line of scales and minimums and
+ * then its quants (320 and 384 bytes a block, whole lines), the group one stream in order.
  * Measured on one Zen 5 core (bench-kernels --micro, docs/performance.md): in runs, Q8_0 and
  * Q4_0 streamed 33-40 GB/s on every path, where with all the scales ahead of the quants they
- * streamed 16-34 (AVX2's Q4_0 16); Q4_1 and Q5_1, whose heads are twice as large (a line a
- * block), streamed 12 GB/s in runs against 22 as they are on AVX2, 17-22 against 30 on
- * AVX-512. */
+ * streamed 16-34 (AVX2's Q4_0 16). Q4_1 and Q5_1 streamed 12 GB/s in runs of 8 against 22
+ * with every scale, then every minimum, then the quants (three regions read side by side,
+ * prefetched as one stream over the group); block after block then took one token, per core
+ * from memory, Q5_1 from 18.2-18.6 to 27.4-28.9 GB/s (AVX-512) and 22.9-25.5 to 29.2-31.7
+ * (AVX2), Q4_1 23.3-23.4 to 28.8-30.7 and 25.4-25.5 to 29.9-34.2, and from L2 Q5_1 51-52 to
+ * 80 (bench-kernels --micro q5_1,q4_1, two rounds, builds taking turns); the decode products
+ * of the 1B files (--profile) 4-17% faster in 12 pairs of 12. */
 enum {
         PK32_NIBBLES = 256, /* bytes of a block's quants: Q4_0, Q4_1, IQ4_NL */
         PK32_QUINTS = 320,  /* Q5_0, Q5_1 */
@@ -236,19 +242,18 @@ enum {
 };
 
 typedef struct pk32 {
-        uint32_t shift; /* a run is 1 << shift blocks: 3, or 62 (one run) */
+        uint32_t shift; /* a run is 1 << shift blocks: 3, or 0 (Q4_1, Q5_1) */
         uint32_t qb;    /* bytes of a block's quants (PK32_*) */
         size_t mins;    /* from a block's scales to its minimums */
         size_t head;    /* bytes of a run's head */
         size_t run;     /* bytes of a whole run */
 } pk32;
 
-/* the layout of a group of nb blocks of qb bytes of quants (PK32_*) */
+/* the layout of a group of nb blocks of qb bytes of quants (PK32_*); the same for any nb */
 static inline pk32 pk32_layout(uint32_t qb, bool has_min, int64_t nb) {
-        if (has_min) {
-                size_t sc = axp_align_up((size_t) nb * 32, AXP_ALIGN);
-                return (pk32) { 62, qb, sc, 2 * sc, 2 * sc + (size_t) nb * qb };
-        }
+        (void) nb;
+        if (has_min)
+                return (pk32) { 0, qb, 32, 64, 64 + (size_t) qb };
         return (pk32) { 3, qb, 0, 256, 256 + 8 * (size_t) qb };
 }
 
@@ -384,22 +389,10 @@ static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p
  * PF_SPARSE_EVERY_*), far ahead; `ahead` is pf_blocks' (after this). */
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *g, pk32 L, int64_t b,
                                                                  int sparse, size_t every, int ahead, int pf) {
-        if (L.shift != 3) {
-                /* one run (Q4_1, Q5_1): scales, minimums and quants in three regions, read
-                 * side by side, fetched as one stream over the group at the rate decode reads
-                 * it (qb + 64 bytes a block), `ahead` blocks' worth ahead of the quants. Against the
-                 * quants alone 8 blocks ahead (which left the heads to the hardware and crossed
-                 * into the next group at the wrong place), per core on Zen 5: Q4_1 30-31 ->
-                 * 35 GB/s (avx512), 27-28 -> 33-34 (avx2); Q5_1 31 -> 35-36, 26 -> 33
-                 * (bench-kernels --micro q4_1,q5_1, builds taking turns). The sparse plan
-                 * takes it too: its line in `every` bytes of quants left the heads' two
-                 * streams to the hardware, and on a Zen 4 core one token streamed Q4_1 at
-                 * 13.3-13.5 GB/s (AVX-512) and 10.6 (AVX2) against 20.0-21.2 and 19.1-22.6
-                 * this way, Q5_1 13.3-13.6 and 10.9-11.1 against 18.6-19.8 and 20.3-23.3
-                 * (two rounds, same command): a mixed file whose plan the other types chose
-                 * would have read its Q4_1 and Q5_1 rows at half speed. */
-                size_t per = L.qb + 64;
-                prefetch_lines(g + L.head + (size_t) (b + ahead) * per, (int) (per / 64), pf);
+        if (L.shift == 0) {
+                /* runs of one block (Q4_1, Q5_1): the group is one stream in order, a block's
+                 * lines `ahead` blocks on, on either plan */
+                prefetch_lines(g + pk32_scales(L, b + ahead), (int) (L.run / 64), pf);
         } else if (!sparse) {
                 prefetch_lines(g + pk32_quants(L, b + ahead), (int) (L.qb / 64), pf);
                 if (pk32_in_run(L, b) == 0)

@@ -915,9 +915,15 @@ static void test_pk32_layout(void) {
                         free(iv);
                         size_t used = (size_t) nb * (L.qb + (has_min ? 64 : 32));
                         if (has_min) {
-                                size_t sc = axp_align_up((size_t) nb * 32, 64);
-                                CHECK_MSG(bytes == 2 * sc + (size_t) nb * L.qb && pk32_quants(L, 0) == 2 * sc,
-                                          "%s nb %lld: not scales, minimums, quants", name, (long long) nb);
+                                /* block after block, each its scales, minimums and quants: one
+                                 * stream in order, no padding */
+                                bool seq = bytes == used;
+                                for (int64_t b = 0; b < nb; b++)
+                                        seq &= pk32_scales(L, b) == (size_t) b * (64 + L.qb) &&
+                                               pk32_mins(L, b) == pk32_scales(L, b) + 32 &&
+                                               pk32_quants(L, b) == pk32_scales(L, b) + 64;
+                                CHECK_MSG(seq, "%s nb %lld: not block after block (scales, minimums, quants)", name,
+                                          (long long) nb);
                                 continue;
                         }
                         /* one stream: a run's pieces all below the next run's, its scales first */
