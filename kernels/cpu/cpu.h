@@ -249,28 +249,28 @@ typedef struct pk32 {
         size_t run;     /* bytes of a whole run */
 } pk32;
 
-/* the layout of a group of nb blocks of qb bytes of quants (PK32_*); the same for any nb */
-static inline pk32 pk32_layout(uint32_t qb, bool has_min, int64_t nb) {
-        (void) nb;
+/* the layout of a group of blocks of qb bytes of quants (PK32_*), whatever their number
+ * (pk32_bytes gives a group's size) */
+static inline pk32 pk32_layout(uint32_t qb, bool has_min) {
         if (has_min)
                 return (pk32) { 0, qb, 32, 64, 64 + (size_t) qb };
         return (pk32) { 3, qb, 0, 256, 256 + 8 * (size_t) qb };
 }
 
-/* the layout of a 32-element block type with k inputs; qb 0 for any other type */
-static inline pk32 pk32_of(uint32_t type, int64_t k) {
+/* the layout of a 32-element block type; qb 0 for any other type */
+static inline pk32 pk32_of(uint32_t type) {
         switch (type) {
         case AXP_TYPE_Q8_0:
-                return pk32_layout(PK32_BYTES, false, k / 32);
+                return pk32_layout(PK32_BYTES, false);
         case AXP_TYPE_Q5_0:
-                return pk32_layout(PK32_QUINTS, false, k / 32);
+                return pk32_layout(PK32_QUINTS, false);
         case AXP_TYPE_Q4_0:
         case AXP_TYPE_IQ4_NL:
-                return pk32_layout(PK32_NIBBLES, false, k / 32);
+                return pk32_layout(PK32_NIBBLES, false);
         case AXP_TYPE_Q4_1:
-                return pk32_layout(PK32_NIBBLES, true, k / 32);
+                return pk32_layout(PK32_NIBBLES, true);
         case AXP_TYPE_Q5_1:
-                return pk32_layout(PK32_QUINTS, true, k / 32);
+                return pk32_layout(PK32_QUINTS, true);
         default:
                 return (pk32) { 0 };
         }

@@ -22,7 +22,7 @@
  * call and reused by every token tile. (Only AVX-512 in it: test-kernels checks it on any
  * CPU with AVX-512, cpu.h.) */
 void axp_amx_weights_s8(const uint8_t *g, int64_t nb, int type, uint8_t *out, uint16_t *sc) {
-        const pk32 L = pk32_of((uint32_t) type, nb * 32);
+        const pk32 L = pk32_of((uint32_t) type);
         const __m512i m4 = _mm512_set1_epi8(0x0f);
         const __m512i flip = _mm512_set1_epi8((char) 0x80);
         /* nibble to s8: minus 8 (Q4_0) or the IQ4_NL level */

@@ -455,7 +455,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1 || mode == M_Q5_1_BYTES;
         const int nibbles = mode == M_Q4_0 || mode == M_Q4_1 || mode == M_IQ4_NL;
         const int quints = mode == M_Q5_0 || mode == M_Q5_1;
-        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
+        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min);
         const int sparse = pf_sparse(T);
         const uint8_t *row[MAX_T];
         __m256 acc[MAX_T][2];
@@ -714,7 +714,7 @@ static void gemm_q5_0(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                 /* Q8_0's w + 128 = q + 112 */
                 const int64_t nb = act->k / QK5_0;
                 uint8_t *b = axp_cpu_scratch(AXP_SCRATCH_UNPACK, axp_pack_group_bytes(AXP_TYPE_Q8_0, act->k));
-                quints_as_bytes(g, pk32_of(AXP_TYPE_Q5_0, act->k), pk32_of(AXP_TYPE_Q8_0, act->k), nb, 112, b);
+                quints_as_bytes(g, pk32_of(AXP_TYPE_Q5_0), pk32_of(AXP_TYPE_Q8_0), nb, 112, b);
                 gemm_q8_0(b, act, t0, n_tok, y, ldy, n_rows);
                 return;
         }
@@ -731,9 +731,9 @@ static void gemm_q5_1(const uint8_t *g, const axp_act *act, int t0, int n_tok, f
                       int n_rows) {
         if (n_tok >= QUINTS_AS_BYTES_MIN) {
                 const int64_t nb = act->k / QK5_1;
-                const pk32 B = pk32_layout(PK32_BYTES, true, nb);
+                const pk32 B = pk32_layout(PK32_BYTES, true);
                 uint8_t *b = axp_cpu_scratch(AXP_SCRATCH_UNPACK, pk32_bytes(B, nb));
-                quints_as_bytes(g, pk32_of(AXP_TYPE_Q5_1, act->k), B, nb, 0, b);
+                quints_as_bytes(g, pk32_of(AXP_TYPE_Q5_1), B, nb, 0, b);
                 gemm_q5_1_bytes(b, act, t0, n_tok, y, ldy, n_rows);
                 return;
         }

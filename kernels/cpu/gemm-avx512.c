@@ -263,7 +263,7 @@ AI void q8_0_tile(const uint8_t *g, const axp_act *act, int t0, int T, float *y,
         const int nibbles = mode == M_Q4_0 || mode == M_IQ4_NL || mode == M_Q4_1;
         const int quints = mode == M_Q5_0 || mode == M_Q5_1;
         const int has_min = mode == M_Q4_1 || mode == M_Q5_1;
-        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
+        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min);
         const int sparse = pf_sparse(T);
         const uint8_t *row[MAX_T];
         __m512 acc[MAX_T];

@@ -78,7 +78,7 @@ static void gemm_q32(const uint8_t *g, const axp_act *act, int t0, int n_tok, fl
         bool nibbles = mode == Q32_Q4_0 || mode == Q32_IQ4_NL || mode == Q32_Q4_1;
         bool quints = mode == Q32_Q5_0 || mode == Q32_Q5_1;
         bool has_min = mode == Q32_Q4_1 || mode == Q32_Q5_1;
-        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min, nb);
+        const pk32 L = pk32_layout(nibbles ? PK32_NIBBLES : quints ? PK32_QUINTS : PK32_BYTES, has_min);
         uint8_t lut[16];
         for (int i = 0; i < 16; i++)
                 lut[i] = mode == Q32_IQ4_NL ? (uint8_t) (axp_iq4nl_values[i] + 128) : (uint8_t) i;

@@ -25,7 +25,7 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
         case AXP_TYPE_IQ4_NL:
         case AXP_TYPE_Q4_1:
         case AXP_TYPE_Q5_1:
-                return pk32_bytes(pk32_of(type, k), k / 32);
+                return pk32_bytes(pk32_of(type), k / 32);
         case AXP_TYPE_Q4_K:
                 return (size_t) (k / QK_K) * PK_Q4_K_SB;
         case AXP_TYPE_Q5_K:
@@ -72,7 +72,7 @@ static void put_min(uint8_t *out, pk32 L, int64_t i, int r, axp_f16 m) {
 
 static void pack_q8_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK8_0;
-        pk32 L = pk32_of(AXP_TYPE_Q8_0, k);
+        pk32 L = pk32_of(AXP_TYPE_Q8_0);
         for (int r = 0; r < n_rows; r++) {
                 const block_q8_0 *b = (const block_q8_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
@@ -131,7 +131,7 @@ static void q5_of(const uint8_t *qh4, const uint8_t *qs, uint8_t *q) {
 /* Q4_0 and IQ4_NL: the nibbles as they are (IQ4_NL's are level indices) */
 static void pack_q4_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK4_0;
-        pk32 L = pk32_of(AXP_TYPE_Q4_0, k);
+        pk32 L = pk32_of(AXP_TYPE_Q4_0);
         for (int r = 0; r < n_rows; r++) {
                 const block_q4_0 *b = (const block_q4_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
@@ -147,7 +147,7 @@ _Static_assert(sizeof(block_q4_0) == sizeof(block_iq4_nl), "IQ4_NL packs as Q4_0
 /* Q5_0: the quants 0..31 (w + 16) as quints */
 static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK5_0;
-        pk32 L = pk32_of(AXP_TYPE_Q5_0, k);
+        pk32 L = pk32_of(AXP_TYPE_Q5_0);
         for (int r = 0; r < n_rows; r++) {
                 const block_q5_0 *b = (const block_q5_0 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
@@ -161,7 +161,7 @@ static void pack_q5_0(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
 
 static void pack_q4_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK4_1;
-        pk32 L = pk32_of(AXP_TYPE_Q4_1, k);
+        pk32 L = pk32_of(AXP_TYPE_Q4_1);
         for (int r = 0; r < n_rows; r++) {
                 const block_q4_1 *b = (const block_q4_1 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
@@ -176,7 +176,7 @@ static void pack_q4_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
 
 static void pack_q5_1(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         int64_t nb = k / QK5_1;
-        pk32 L = pk32_of(AXP_TYPE_Q5_1, k);
+        pk32 L = pk32_of(AXP_TYPE_Q5_1);
         for (int r = 0; r < n_rows; r++) {
                 const block_q5_1 *b = (const block_q5_1 *) ((const uint8_t *) raw + r * row_bytes);
                 for (int64_t i = 0; i < nb; i++) {
@@ -368,7 +368,7 @@ void axp_pack_group(uint32_t type, const void *raw, uint64_t row_bytes, int64_t 
         /* padding rows are zero; a zero Q8_0 weight is 0x80 after the sign flip */
         memset(out, 0, bytes);
         if (type == AXP_TYPE_Q8_0) {
-                const pk32 L = pk32_of(type, k);
+                const pk32 L = pk32_of(type);
                 for (int64_t b = 0; b < k / 32; b++)
                         memset(out + pk32_quants(L, b), 0x80, L.qb);
         }
@@ -535,7 +535,7 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         /* a Q8_0 quant of -128 is 0 after the sign flip (padding rows are 0x80), looked for
          * while the group is still in cache */
         p->no_min8 = w->type == AXP_TYPE_Q8_0;
-        const pk32 L = pk32_of(w->type, w->n_in);
+        const pk32 L = pk32_of(w->type);
         for (int64_t g = 0; g < n_groups; g++) {
                 int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
                 uint8_t *out = p->data + g * gb;

@@ -882,7 +882,7 @@ static void test_pk32_layout(void) {
                         uint32_t type = types[ti];
                         int64_t nb = nbs[ni], k = nb * 32;
                         const char *name = axp_type_traits_get(type)->name;
-                        pk32 L = pk32_of(type, k);
+                        pk32 L = pk32_of(type);
                         bool has_min = type == AXP_TYPE_Q4_1 || type == AXP_TYPE_Q5_1;
                         bool nibbles = type == AXP_TYPE_Q4_0 || type == AXP_TYPE_IQ4_NL || type == AXP_TYPE_Q4_1;
                         bool quints = type == AXP_TYPE_Q5_0 || type == AXP_TYPE_Q5_1;
