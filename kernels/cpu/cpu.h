@@ -393,7 +393,13 @@ static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *
                 /* runs of one block (Q4_1, Q5_1): the group is one stream in order, a block's
                  * lines `ahead` blocks on, on either plan */
                 prefetch_lines(g + pk32_scales(L, b + ahead), (int) (L.run / 64), pf);
-        } else if (!sparse) {
+        } else if (!sparse || L.qb == PK32_QUINTS) {
+                /* Q5_0 on either plan: sparsely it streamed half as fast on every path, one
+                 * token per core from memory, AVX-512 22-24 -> 26-28 GB/s, AVX-VNNI 16-17 ->
+                 * 27-33, plain AVX2 15 -> 23-29 (bench-kernels --micro q5_0 with
+                 * AXP_CPU_PREFETCH=sparse, Zen 5, two rounds, builds taking turns); a file
+                 * whose K-quants want the sparse form (Q4_K_M with 896-wide rows: 55% of it
+                 * Q5_0) need not choose between them */
                 prefetch_lines(g + pk32_quants(L, b + ahead), (int) (L.qb / 64), pf);
                 if (pk32_in_run(L, b) == 0)
                         prefetch_lines(g + pk32_scales(L, b + ahead), (int) (L.head / 64), pf);

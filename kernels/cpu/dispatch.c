@@ -233,11 +233,12 @@ bool axp_cpu_set_prefetch(const char *name) {
 
 #define TUNE_MAX_BYTES (512ull << 20)
 
-/* the types whose decode follows the plan's form: all but Q2_K, Q3_K, Q4_1 and Q5_1, which
- * keep their own prefetches, dense (cpu.h: prefetch_kstep, prefetch_q3_K, prefetch_block);
- * the level concerns every type */
+/* the types whose decode follows the plan's form: all but Q2_K, Q3_K, Q4_1, Q5_0 and Q5_1,
+ * which keep their own prefetches, dense (cpu.h: prefetch_kstep, prefetch_q3_K,
+ * prefetch_block); the level concerns every type */
 static bool form_type(uint32_t type) {
-        return type != AXP_TYPE_Q2_K && type != AXP_TYPE_Q3_K && type != AXP_TYPE_Q4_1 && type != AXP_TYPE_Q5_1;
+        return type != AXP_TYPE_Q2_K && type != AXP_TYPE_Q3_K && type != AXP_TYPE_Q4_1 && type != AXP_TYPE_Q5_0 &&
+               type != AXP_TYPE_Q5_1;
 }
 
 /* Up to TUNE_MAX_BYTES of the prepared weights (those whose type the plan's form concerns, with

@@ -759,8 +759,8 @@ static void test_matmul_prefetch_plans(void) {
 }
 
 /* Tuning the prefetch plan (axp_cpu_prefetch_tune): its level over every type, then its form
- * over the types the form concerns (not Q2_K, Q3_K, Q4_1 or Q5_1, whose products keep their
- * own dense prefetches), each over at least min_bytes of them, timing both choices and keeping the
+ * over the types the form concerns (not Q2_K, Q3_K, Q4_1, Q5_0 or Q5_1, whose products keep
+ * their own dense prefetches), each over at least min_bytes of them, timing both choices and keeping the
  * faster; it leaves a part alone below min_bytes, and the plan alone where it was forced,
  * until the choice is handed back. Runs with the plan not forced (no AXP_CPU_PREFETCH in the
  * environment), so before test_matmul_prefetch_plans. */
@@ -798,8 +798,8 @@ static void test_prefetch_tune(void) {
                 t[i] = -1;
         CHECK_EQ_INT(axp_cpu_prefetch_tune(pools[1], wk, 1, 1, t), 1);
         CHECK(t[0] > 0 && t[1] > 0 && t[2] > 0 && t[3] > 0);
-        /* Q3_K, Q4_1 and Q5_1 (whose regions decode reads side by side) as Q2_K */
-        const uint32_t dense_only[] = { AXP_TYPE_Q3_K, AXP_TYPE_Q4_1, AXP_TYPE_Q5_1 };
+        /* Q3_K, Q4_1, Q5_0 and Q5_1 as Q2_K */
+        const uint32_t dense_only[] = { AXP_TYPE_Q3_K, AXP_TYPE_Q4_1, AXP_TYPE_Q5_0, AXP_TYPE_Q5_1 };
         for (size_t m = 0; m < ELEMENTSOF(dense_only); m++) {
                 test_weight q;
                 weight_make(&q, dense_only[m], 1024, 256);
