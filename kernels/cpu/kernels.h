@@ -21,10 +21,10 @@ bool axp_cpu_set_isa(const char *name);
 bool axp_cpu_isa_available(const char *name);
 
 /* How decode prefetches the weights it streams: a plan of a form and a level.
- * The form concerns one- and two-token products of the 32-element block types (Q8_0, Q5_0,
- * Q4_0, IQ4_NL), of Q4_K, Q5_K, Q6_K and IQ4_XS, and of float weights (F32, F16, BF16); tiles
- * of more tokens, and Q2_K's, Q3_K's, Q4_1's and Q5_1's products (Q3_K, Q4_1 and Q5_1 read
- * regions of a group side by side) prefetch densely on every machine (cpu.h): "dense" (every
+ * The form concerns one- and two-token products of the 32-element block types Q8_0, Q4_0
+ * and IQ4_NL, of Q4_K, Q5_K, Q6_K and IQ4_XS, and of float weights (F32, F16, BF16); tiles of
+ * more tokens, and Q2_K's, Q3_K's, Q4_1's, Q5_0's and Q5_1's products (Q5_0 streamed half as
+ * fast sparsely on every path) prefetch densely on every machine (cpu.h): "dense" (every
  * line, 8 blocks, 4 KB or for the K-quants 8 KB ahead) or "sparse" (one line in 2 KB on the
  * AVX-512 path, for float weights and for the K-quants, in 1 KB for the block types on the
  * AVX2 ones, 32 KB ahead, so that the hardware prefetcher runs further ahead and the loop
