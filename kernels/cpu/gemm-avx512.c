@@ -566,7 +566,8 @@ KQUANT_GEMM(q6_K) {
  * its int32 dot times the 4-bit scale; the mins term is an integer dot of the 4-bit mins with
  * the activation sums of 16. A sub-block's dot fits s16, so the dots of a pair of sub-blocks
  * go side by side into one vpdpwssd with the pair's scales (one load of their bytes widened to
- * s16, as the file keeps them) into the superblock's int32 sum, which meets a float once.
+ * s16: the packed head keeps them in pairs, cpu.h) into the superblock's int32 sum, which
+ * meets a float once.
  * Against a vpdpwssd for each, its scale unpacked alone (per core, bench-kernels --micro q2_k,
  * five rounds, builds taking turns, best): from L2 39.7 -> 45.4 GB/s, two tokens from memory
  * 29.8 -> 30.4, four 19.8 -> 20.6, one the same (32.6, 32.2: memory); a compiler barrier
