@@ -518,10 +518,10 @@ static void release_weight(axp_weight *w, void *ud) {
         axp_cpu_weight_release(w);
 }
 
-/* a product that meets a weight left unprepared (out of memory) repacks it on the fly */
+/* a product that meets a weight left unprepared (out of memory) repacks it on the fly; the
+ * device's threads pack each weight's groups together */
 static void prepare_weight(axp_weight *w, void *ud) {
-        (void) ud;
-        (void) axp_cpu_weight_prepare(w);
+        (void) axp_cpu_weight_prepare_on(ud, w);
 }
 
 typedef struct weight_list {
@@ -575,7 +575,7 @@ static int cpu_prepare(axp_device *d, axp_model *m, axp_error *err) {
                 if (m->rope_divisors)
                         c->inv_freq[i] /= m->rope_divisors[i % half];
         }
-        for_each_matrix(m, prepare_weight, NULL);
+        for_each_matrix(m, prepare_weight, c->pool);
         tune_prefetch(c, m);
         c->model = m;
         return 0;

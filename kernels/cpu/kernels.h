@@ -59,6 +59,9 @@ int axp_cpu_prefetch_tune(axp_pool *pool, const axp_weight *const *w, int n, uin
  * slower). Release before the model's memory goes away. -EOPNOTSUPP for types without a
  * kernel, -ENOMEM. */
 int axp_cpu_weight_prepare(axp_weight *w);
+/* The same, the weight's groups packed by the threads of pool (NULL: the caller alone); the
+ * packed bytes are the same whatever the pool's size. */
+int axp_cpu_weight_prepare_on(axp_pool *pool, axp_weight *w);
 void axp_cpu_weight_release(axp_weight *w);
 
 /* Y = X W^T for n weights sharing the same input: for each i < n_w and token t < n_tok,

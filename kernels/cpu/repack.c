@@ -4,6 +4,7 @@
  * product meets a weight that was not prepared. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -503,7 +504,35 @@ static void pk_free(axp_pk_slab *s) {
         pthread_mutex_unlock(&slab_lock);
 }
 
-int axp_cpu_weight_prepare(axp_weight *w) {
+/* A weight's groups packed by the threads of a pool, each a range of them */
+typedef struct pack_job {
+        const axp_weight *w;
+        axp_packed *p;
+        _Atomic bool min8; /* a Q8_0 quant of -128 was seen (0 after the sign flip) */
+} pack_job;
+
+static void pack_fn(void *arg, int ith, int nth) {
+        pack_job *j = arg;
+        const axp_weight *w = j->w;
+        axp_packed *p = j->p;
+        const pk32 L = pk32_of(w->type);
+        bool min8 = false;
+        long lo, hi;
+        axp_split(p->n_groups, ith, nth, 1, &lo, &hi);
+        for (long g = lo; g < hi; g++) {
+                int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
+                uint8_t *out = p->data + g * p->group_bytes;
+                axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
+                               w->row_bytes, w->n_in, n_rows, out);
+                /* looked for while the group is still in cache */
+                for (int64_t b = 0; w->type == AXP_TYPE_Q8_0 && !min8 && b < w->n_in / 32; b++)
+                        min8 = memchr(out + pk32_quants(L, b), 0, L.qb) != NULL;
+        }
+        if (min8)
+                atomic_store_explicit(&j->min8, true, memory_order_relaxed);
+}
+
+int axp_cpu_weight_prepare_on(axp_pool *pool, axp_weight *w) {
         if (!w || !w->data || w->n_in <= 0 || w->n_out <= 0)
                 return -EINVAL;
         if (w->priv)
@@ -532,22 +561,19 @@ int axp_cpu_weight_prepare(axp_weight *w) {
         p->n_out = w->n_out;
         p->n_groups = n_groups;
         p->group_bytes = gb;
-        /* a Q8_0 quant of -128 is 0 after the sign flip (padding rows are 0x80), looked for
-         * while the group is still in cache */
-        p->no_min8 = w->type == AXP_TYPE_Q8_0;
-        const pk32 L = pk32_of(w->type);
-        for (int64_t g = 0; g < n_groups; g++) {
-                int n_rows = (int) MIN(AXP_GROUP, w->n_out - g * AXP_GROUP);
-                uint8_t *out = p->data + g * gb;
-                axp_pack_group(w->type, (const uint8_t *) w->data + (uint64_t) g * AXP_GROUP * w->row_bytes,
-                               w->row_bytes, w->n_in, n_rows, out);
-                if (w->type != AXP_TYPE_Q8_0)
-                        continue;
-                for (int64_t b = 0; p->no_min8 && b < w->n_in / 32; b++)
-                        p->no_min8 = !memchr(out + pk32_quants(L, b), 0, L.qb);
-        }
+        pack_job j = { .w = w, .p = p };
+        if (pool)
+                axp_pool_run(pool, pack_fn, &j);
+        else
+                pack_fn(&j, 0, 1);
+        /* a Q8_0 weight without a quant of -128 takes the products' faster sums */
+        p->no_min8 = w->type == AXP_TYPE_Q8_0 && !atomic_load_explicit(&j.min8, memory_order_relaxed);
         w->priv = p;
         return 0;
+}
+
+int axp_cpu_weight_prepare(axp_weight *w) {
+        return axp_cpu_weight_prepare_on(NULL, w);
 }
 
 void axp_cpu_weight_release(axp_weight *w) {

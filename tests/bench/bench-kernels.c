@@ -123,7 +123,7 @@ typedef struct bench_model {
 
 static const char *const wnames[7] = { "q", "k", "v", "o", "gate", "up", "down" };
 
-static int model_make(bench_model *m, const char *config, double *ret_prep_s) {
+static int model_make(axp_pool *pool, bench_model *m, const char *config, double *ret_prep_s) {
         bool q4km = strcmp(config, "q4_k_m") == 0;
         int base = q4km ? AXP_TYPE_Q4_K : axp_type_from_name(config);
         if (base < 0) {
@@ -164,7 +164,7 @@ static int model_make(bench_model *m, const char *config, double *ret_prep_s) {
                         .data = raw,
                 };
                 double t0 = now();
-                if (axp_cpu_weight_prepare(&m->w[i]) < 0) {
+                if (axp_cpu_weight_prepare_on(pool, &m->w[i]) < 0) {
                         fprintf(stderr, "cannot prepare %s weights\n", config);
                         return -1;
                 }
@@ -611,7 +611,7 @@ int main(int argc, char **argv) {
         for (char *ty = strtok_r(list, ",", &save); ty; ty = strtok_r(NULL, ",", &save)) {
                 bench_model m;
                 double prep;
-                if (model_make(&m, ty, &prep) < 0)
+                if (model_make(pool, &m, ty, &prep) < 0)
                         return 1;
                 printf("\n%s: %.0f MB of weights, %.2f G parameters; prepared in %.2f s (%.1f GB/s)\n", ty,
                        m.bytes / 1e6, m.params / 1e9, prep, m.bytes / prep / 1e9);

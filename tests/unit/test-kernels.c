@@ -485,6 +485,39 @@ static void test_matmul_q8_0_min(void) {
         memset(&type_err[AXP_TYPE_Q8_0], 0, sizeof(type_err[0]));
 }
 
+/* A weight packed by a pool's threads (axp_cpu_weight_prepare_on, as the engine loads a model)
+ * holds the same bytes as one packed by the caller alone, for every type, with 1, 2 and 3
+ * threads over 8 groups (the last partly padding); a Q8_0 quant of -128 in the last group,
+ * which another thread packs, still clears no_min8. */
+static void test_weight_prepare_pool(void) {
+        const int n_in = 512, n_out = 16 * 7 + 5;
+        for (size_t ti = 0; ti < ELEMENTSOF(all_types); ti++) {
+                for (int min8 = 0; min8 < (all_types[ti] == AXP_TYPE_Q8_0 ? 2 : 1); min8++) {
+                        test_weight tw;
+                        weight_make(&tw, all_types[ti], n_in, n_out);
+                        if (min8)
+                                ((block_q8_0 *) ((uint8_t *) tw.raw + (n_out - 2) * tw.w.row_bytes))[9].qs[3] = -128;
+                        CHECK_EQ_INT(axp_cpu_weight_prepare(&tw.w), 0);
+                        const axp_packed *ref = tw.w.priv;
+                        CHECK(ref->no_min8 == (all_types[ti] == AXP_TYPE_Q8_0 && !min8));
+                        for (int np = 1; np <= 3; np++) {
+                                axp_weight w = tw.w;
+                                w.priv = NULL;
+                                CHECK_EQ_INT(axp_cpu_weight_prepare_on(pools[np], &w), 0);
+                                const axp_packed *p = w.priv;
+                                CHECK_EQ_INT((int) p->n_groups, 8);
+                                CHECK(p->group_bytes == ref->group_bytes && p->no_min8 == ref->no_min8);
+                                if (memcmp(p->data, ref->data, (size_t) p->n_groups * p->group_bytes) != 0) {
+                                        CHECK(!"packed bytes differ");
+                                        printf("    (%s, %d threads)\n", axp_type_traits_get(all_types[ti])->name, np);
+                                }
+                                axp_cpu_weight_release(&w);
+                        }
+                        weight_free(&tw);
+                }
+        }
+}
+
 /* The AMX path's s8 copy of a packed group (axp_amx_weights_s8), which needs AVX-512 alone and
  * so runs here on any CPU with AVX-512, AMX or not: every quant of Q8_0, Q4_0, IQ4_NL and Q5_0
  * (quints), of 9 blocks (a run of 8 and one more) and 13 rows (3 of padding), is the file's
@@ -1563,6 +1596,7 @@ int main(void) {
         RUN(test_matmul_types);
         RUN(test_matmul_extremes);
         RUN(test_matmul_q8_0_min);
+        RUN(test_weight_prepare_pool);
         RUN(test_matmul_batch_invariant);
         RUN(test_matmul_vnni_same_bits);
         RUN(test_matmul_pairs_same_bits);
