@@ -47,11 +47,13 @@ size_t axp_pack_group_bytes(uint32_t type, int64_t k) {
 /* F16 and BF16: pairs of inputs, [k/2][16][2] */
 static void pack_pairs16(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
         uint16_t *o = (uint16_t *) out;
-        for (int r = 0; r < n_rows; r++) {
-                const uint16_t *src = (const uint16_t *) ((const uint8_t *) raw + r * row_bytes);
-                for (int64_t i = 0; i < k; i++)
-                        o[pair16_at(i, r)] = src[i];
-        }
+        /* whole pairs as 32-bit words, a line of the group (16 rows' pair) at a time: element
+         * by element, row by row, F16 files loaded at 0.6 GB/s a core */
+        for (int64_t p = 0; p < k / 2; p++)
+                for (int r = 0; r < n_rows; r++)
+                        memcpy(o + pair16_at(2 * p, r), (const uint8_t *) raw + r * row_bytes + 4 * p, 4);
+        for (int r = 0; r < n_rows && k % 2; r++)
+                memcpy(o + pair16_at(k - 1, r), (const uint8_t *) raw + r * row_bytes + 2 * (k - 1), 2);
 }
 
 static void pack_f32(const void *raw, uint64_t row_bytes, int64_t k, int n_rows, uint8_t *out) {
@@ -302,9 +304,14 @@ static void pack_q2_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                         ((axp_f16 *) (sb + 32))[r] = b[s].dmin;
                         for (int j = 0; j < 16; j++)
                                 sb[64 + (j / 2) * 32 + r * 2 + (j & 1)] = b[s].scales[j];
+                        /* element 128 n + 32 j + l: bits 2j of qs[32 n + l] (as loops of
+                         * 32 the compiler vectorizes: one element at a time, with its divisions,
+                         * was most of a Q2_K file's load) */
                         uint8_t q[QK_K];
-                        for (int e = 0; e < QK_K; e++)
-                                q[e] = (b[s].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+                        for (int n = 0; n < 2; n++)
+                                for (int j = 0; j < 4; j++)
+                                        for (int l = 0; l < 32; l++)
+                                                q[128 * n + 32 * j + l] = (b[s].qs[32 * n + l] >> (2 * j)) & 3;
                         put_crumbs(q, r, sb + PK_Q2_K_HEAD);
                 }
         }
@@ -325,11 +332,12 @@ static void pack_q3_K(const void *raw, uint64_t row_bytes, int64_t k, int n_rows
                                 h[160 + (j / 4) * 16 + r] |= (uint8_t) ((sc[j] >> 4) << (2 * (j & 3)));
                         }
                         uint8_t q[QK_K];
-                        for (int e = 0; e < QK_K; e++) {
-                                int n = e / 128, j = (e % 128) / 32, l = e % 32;
-                                q[e] = (uint8_t) (((b[s].qs[32 * n + l] >> (2 * j)) & 3) |
-                                                  ((b[s].hmask[l] >> (4 * n + j)) & 1) << 2);
-                        }
+                        for (int n = 0; n < 2; n++)
+                                for (int j = 0; j < 4; j++)
+                                        for (int l = 0; l < 32; l++)
+                                                q[128 * n + 32 * j + l] =
+                                                        (uint8_t) (((b[s].qs[32 * n + l] >> (2 * j)) & 3) |
+                                                                   ((b[s].hmask[l] >> (4 * n + j)) & 1) << 2);
                         uint8_t *qs = qbase + s * PK_Q3_K_QS;
                         for (int p = 0; p < 8; p++)
                                 for (int i = 0; i < 4; i++) {

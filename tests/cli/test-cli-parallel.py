@@ -6,7 +6,7 @@ lone run gives with its seed (seed + k for completion k), greedy and sampled, on
 model and a Q4_K qwen2 one, with one and two threads; a completion that meets its stop string
 leaves the batch while the others go on; text output gives each completion under its own
 line; --parallel outside 1..64 is a usage error; --json's timings name the CPU path and the
-prefetch plan.
+prefetch plan and give the model's load time.
 Env: AXP_CLI."""
 import json
 import os
@@ -45,6 +45,8 @@ def check_model(model, name):
             if t.get("cpu_path") not in ("generic", "avx2", "avx-vnni", "avx512", "amx") or \
                     t.get("prefetch_plan") not in ("dense", "sparse", "dense-l1", "sparse-l1"):
                 fail(f"{name}: timings without the CPU path or prefetch plan: {t}")
+            if not isinstance(t.get("load_s"), float) or not 0 < t["load_s"] < 600:
+                fail(f"{name}: timings without the model's load time: {t}")
         # sampled: completion k is the lone run with seed 11 + k
         many = gen_json(model, *common, "--seed", "11", "--parallel", "4")
         if not many:
